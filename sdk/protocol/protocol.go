@@ -1,0 +1,571 @@
+// Package protocol defines the messages that a cbdash agent and the cbdash
+// collector exchange, version 1 ("cbdash.v1"), as described in
+// docs/protocol.md.
+//
+// Every message is one JSON object in one websocket text frame (or, for
+// POST /api/v1/ingest, one JSON request body). All timestamps are Unix
+// milliseconds (UTC); all durations are milliseconds; all rates are percents
+// in 0..100. The package holds data types and validation only: it does no I/O
+// and is safe for concurrent use (its types are plain values).
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Subprotocol is the websocket subprotocol an agent must offer and the
+// collector must select.
+const Subprotocol = "cbdash.v1"
+
+// Version is the protocol version carried in Hello.Protocol.
+const Version = 1
+
+// Limits of the protocol. A frame or body larger than MaxMessageBytes is
+// refused; a hello with more than MaxBreakersPerHello breakers is refused.
+const (
+	MaxMessageBytes     = 1 << 20 // 1 MiB per frame / body
+	MaxBreakersPerHello = 1000
+	MaxNameLen          = 200 // service, instance, breaker names and label keys/values
+	MaxLabels           = 32
+	MaxTransitions      = 10000 // per batch
+	MaxWindows          = 10000 // per batch
+	MaxCommandResults   = 1000  // per batch
+	MaxFutureSkewMillis = 5 * 60 * 1000
+)
+
+// Message types, the value of the "type" field of every message.
+const (
+	// Agent to collector.
+	TypeHello = "hello"
+	TypeBatch = "batch"
+	// Collector to agent.
+	TypeWelcome = "welcome"
+	TypeAck     = "ack"
+	TypeError   = "error"
+	TypeCommand = "command"
+)
+
+// States of a breaker, as strings on the wire.
+const (
+	StateClosed       = "closed"
+	StateOpen         = "open"
+	StateHalfOpen     = "half_open"
+	StateForcedOpen   = "forced_open"
+	StateForcedClosed = "forced_closed"
+)
+
+// ValidState reports whether s is one of the State constants.
+func ValidState(s string) bool {
+	switch s {
+	case StateClosed, StateOpen, StateHalfOpen, StateForcedOpen, StateForcedClosed:
+		return true
+	}
+	return false
+}
+
+// Operator command actions.
+const (
+	ActionForceOpen   = "force_open"
+	ActionForceClosed = "force_closed"
+	ActionRelease     = "release"
+	ActionReset       = "reset"
+)
+
+// ValidAction reports whether a is one of the Action constants.
+func ValidAction(a string) bool {
+	switch a {
+	case ActionForceOpen, ActionForceClosed, ActionRelease, ActionReset:
+		return true
+	}
+	return false
+}
+
+// Transition causes (Cause.Kind).
+const (
+	CauseFailureRate     = "failure_rate"     // closed > open: failure rate reached its threshold
+	CauseSlowCallRate    = "slow_call_rate"   // closed > open: slow-call rate reached its threshold
+	CauseOpenElapsed     = "open_elapsed"     // open > half_open: the open duration passed
+	CauseProbeFailed     = "probe_failed"     // half_open > open
+	CauseProbesSucceeded = "probes_succeeded" // half_open > closed
+	CauseCommand         = "command"          // any > forced_*, or release/reset
+	CauseExpired         = "expired"          // forced_* > closed: the command's TTL ran out
+)
+
+// LatencyBoundsMillis are the upper bounds (inclusive, milliseconds) of the
+// latency histogram buckets every agent reports; a final bucket counts calls
+// slower than the last bound. Fixed bounds make histograms from many
+// instances mergeable by adding bucket counts.
+var LatencyBoundsMillis = []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+
+// NumLatencyBuckets is len(LatencyBoundsMillis)+1 (the overflow bucket).
+var NumLatencyBuckets = len(LatencyBoundsMillis) + 1
+
+// Envelope is decoded first to learn a message's type.
+type Envelope struct {
+	Type string `json:"type"`
+}
+
+// Hello is the first message of every connection, agent to collector. It
+// (re)declares the instance and the full configuration of its breakers.
+type Hello struct {
+	Type       string            `json:"type"` // "hello"
+	Protocol   int               `json:"protocol"`
+	Service    string            `json:"service"`
+	Instance   string            `json:"instance"`
+	SDKVersion string            `json:"sdk_version"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	// StartedAt is when the agent process started (Unix ms); a new value
+	// with the same instance id means the instance restarted and its
+	// sequence numbers start again at 1.
+	StartedAt int64           `json:"started_at"`
+	Breakers  []BreakerConfig `json:"breakers"`
+}
+
+// BreakerConfig is a breaker's configuration as reported in Hello.
+// Zero values mean what they mean in sdk/breaker.Config.
+type BreakerConfig struct {
+	Name                     string  `json:"name"`
+	WindowKind               string  `json:"window_kind"`         // "count" or "time"
+	WindowSize               int     `json:"window_size"`         // calls, for count windows
+	WindowMillis             int64   `json:"window_ms,omitempty"` // for time windows
+	WindowBuckets            int     `json:"window_buckets,omitempty"`
+	FailureRateThreshold     float64 `json:"failure_rate_threshold"`   // percent
+	SlowCallDurationMillis   int64   `json:"slow_call_duration_ms"`    // 0 = off
+	SlowCallRateThreshold    float64 `json:"slow_call_rate_threshold"` // percent
+	MinimumCalls             int     `json:"minimum_calls"`
+	OpenDurationMillis       int64   `json:"open_duration_ms"`
+	OpenBackoffMultiplier    float64 `json:"open_backoff_multiplier,omitempty"`
+	OpenBackoffMaxMillis     int64   `json:"open_backoff_max_ms,omitempty"`
+	HalfOpenMaxCalls         int     `json:"half_open_max_calls"`
+	HalfOpenSuccessThreshold int     `json:"half_open_success_threshold"`
+	CallTimeoutMillis        int64   `json:"call_timeout_ms,omitempty"`
+	MaxConcurrent            int     `json:"max_concurrent,omitempty"` // 0 = no bulkhead
+}
+
+// Batch is the unit of upstream data: everything an agent has to say since
+// its previous batch. Seq is per instance, starts at 1 for each StartedAt,
+// and increases by one for each batch. The collector stores a batch
+// atomically and acknowledges it; a batch whose Seq is at or below the last
+// one stored is a duplicate and is acknowledged without being stored again.
+type Batch struct {
+	Type           string          `json:"type"` // "batch"
+	Seq            uint64          `json:"seq"`
+	SentAt         int64           `json:"sent_at"` // Unix ms
+	Transitions    []Transition    `json:"transitions,omitempty"`
+	Windows        []Window        `json:"windows,omitempty"`
+	CommandResults []CommandResult `json:"command_results,omitempty"`
+	// Dropped counts what the agent had to throw away since the last batch
+	// because its buffer was full (window reports merged or dropped).
+	Dropped *Dropped `json:"dropped,omitempty"`
+}
+
+// Dropped counts data lost in the agent under memory pressure.
+type Dropped struct {
+	Windows int64 `json:"windows"` // window reports dropped (their counts are lost)
+	Merged  int64 `json:"merged"`  // window reports merged into a neighbour (counts kept, resolution lost)
+	Batches int64 `json:"batches"` // batches refused by the collector and given up
+}
+
+// Transition is one state change of one breaker, pushed as it happens.
+type Transition struct {
+	Breaker    string `json:"breaker"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+	At         int64  `json:"at"` // Unix ms
+	Generation uint64 `json:"generation"`
+	Cause      Cause  `json:"cause"`
+	// OpenMillis is, for a transition to open, how long the breaker will
+	// stay open (after backoff); 0 otherwise.
+	OpenMillis int64 `json:"open_ms,omitempty"`
+}
+
+// Cause says why a transition happened.
+type Cause struct {
+	Kind string `json:"kind"` // one of the Cause* constants
+	// For failure_rate / slow_call_rate: the window at the moment it tripped.
+	FailureRate  float64 `json:"failure_rate,omitempty"`
+	SlowCallRate float64 `json:"slow_call_rate,omitempty"`
+	Threshold    float64 `json:"threshold,omitempty"`
+	WindowCalls  int64   `json:"window_calls,omitempty"`
+	WindowFailed int64   `json:"window_failures,omitempty"`
+	WindowSlow   int64   `json:"window_slow,omitempty"`
+	ProbeOutcome string  `json:"probe_outcome,omitempty"` // probe_failed: "error", "timeout", "panic", "slow"
+	CommandID    string  `json:"command_id,omitempty"`
+	Action       string  `json:"action,omitempty"`
+	Reason       string  `json:"reason,omitempty"`
+	Actor        string  `json:"actor,omitempty"`
+	ExpiresAt    int64   `json:"expires_at,omitempty"` // forced states: Unix ms, 0 = no expiry
+}
+
+// Counts are outcome counters over one report period (deltas of the
+// breaker's cumulative counters). Every field is >= 0.
+type Counts struct {
+	Admitted         int64 `json:"admitted"`
+	Successes        int64 `json:"successes"`
+	Failures         int64 `json:"failures"` // errors + timeouts + panics
+	Errors           int64 `json:"errors"`
+	Timeouts         int64 `json:"timeouts"`
+	Panics           int64 `json:"panics"`
+	Slow             int64 `json:"slow"`
+	Ignored          int64 `json:"ignored"` // ignored + canceled outcomes
+	RejectedOpen     int64 `json:"rejected_open"`
+	RejectedHalfOpen int64 `json:"rejected_half_open_full"`
+	RejectedForced   int64 `json:"rejected_forced_open"`
+	RejectedBulkhead int64 `json:"rejected_bulkhead"`
+	FallbackSuccess  int64 `json:"fallback_successes"`
+	FallbackFailure  int64 `json:"fallback_failures"`
+}
+
+// Rejected is the sum of every rejection reason.
+func (c Counts) Rejected() int64 {
+	return c.RejectedOpen + c.RejectedHalfOpen + c.RejectedForced + c.RejectedBulkhead
+}
+
+// Add adds o to c field by field.
+func (c *Counts) Add(o Counts) {
+	c.Admitted += o.Admitted
+	c.Successes += o.Successes
+	c.Failures += o.Failures
+	c.Errors += o.Errors
+	c.Timeouts += o.Timeouts
+	c.Panics += o.Panics
+	c.Slow += o.Slow
+	c.Ignored += o.Ignored
+	c.RejectedOpen += o.RejectedOpen
+	c.RejectedHalfOpen += o.RejectedHalfOpen
+	c.RejectedForced += o.RejectedForced
+	c.RejectedBulkhead += o.RejectedBulkhead
+	c.FallbackSuccess += o.FallbackSuccess
+	c.FallbackFailure += o.FallbackFailure
+}
+
+func (c Counts) validate() error {
+	for _, f := range []struct {
+		n string
+		v int64
+	}{
+		{"admitted", c.Admitted}, {"successes", c.Successes}, {"failures", c.Failures},
+		{"errors", c.Errors}, {"timeouts", c.Timeouts}, {"panics", c.Panics},
+		{"slow", c.Slow}, {"ignored", c.Ignored}, {"rejected_open", c.RejectedOpen},
+		{"rejected_half_open_full", c.RejectedHalfOpen}, {"rejected_forced_open", c.RejectedForced},
+		{"rejected_bulkhead", c.RejectedBulkhead}, {"fallback_successes", c.FallbackSuccess},
+		{"fallback_failures", c.FallbackFailure},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("counts.%s is negative (%d)", f.n, f.v)
+		}
+	}
+	if c.Errors+c.Timeouts+c.Panics != c.Failures {
+		return fmt.Errorf("counts.failures (%d) is not errors+timeouts+panics (%d)", c.Failures, c.Errors+c.Timeouts+c.Panics)
+	}
+	return nil
+}
+
+// Window is one breaker's report for one period (normally one second).
+type Window struct {
+	Breaker  string `json:"breaker"`
+	Start    int64  `json:"start"`       // Unix ms, start of the period
+	Millis   int64  `json:"duration_ms"` // length of the period, > 0
+	State    string `json:"state"`       // state at the end of the period
+	Counts   Counts `json:"counts"`
+	InFlight int64  `json:"in_flight"` // calls in flight at the end of the period
+	// Latency is the histogram delta over the period: NumLatencyBuckets
+	// counts, bucket i counting calls with latency <= LatencyBoundsMillis[i]
+	// (and > the bound before it); the last counts the rest. May be empty
+	// when no call ended.
+	Latency      []int64  `json:"latency,omitempty"`
+	LatencySumMs float64  `json:"latency_sum_ms"` // sum of latencies of the calls counted in Latency
+	Headroom     Headroom `json:"headroom"`
+	ForcedUntil  int64    `json:"forced_until,omitempty"` // Unix ms; forced states only, 0 = no expiry
+}
+
+// Headroom is the breaker's sliding window as it judges it at the end of the
+// period, beside the thresholds: how close it is to opening.
+type Headroom struct {
+	Calls                 int64   `json:"calls"` // recorded calls in the sliding window
+	Failures              int64   `json:"failures"`
+	Slow                  int64   `json:"slow"`
+	MinimumCalls          int64   `json:"minimum_calls"`
+	FailureRate           float64 `json:"failure_rate"` // percent, 0 when calls == 0
+	FailureRateThreshold  float64 `json:"failure_rate_threshold"`
+	SlowCallRate          float64 `json:"slow_call_rate"`           // percent
+	SlowCallRateThreshold float64 `json:"slow_call_rate_threshold"` // 0 when slow detection is off
+}
+
+// CommandResult is an agent's answer to one Command, sent in a Batch.
+type CommandResult struct {
+	ID      string `json:"id"`
+	Breaker string `json:"breaker"`
+	OK      bool   `json:"ok"`
+	State   string `json:"state,omitempty"` // the breaker's state after the command
+	Error   string `json:"error,omitempty"` // why it was not applied
+	At      int64  `json:"at"`              // Unix ms
+}
+
+// Welcome is the collector's answer to Hello. LastSeq is the highest batch
+// sequence number the collector has stored for this instance and StartedAt;
+// the agent drops what it holds up to it and (re)sends the rest.
+type Welcome struct {
+	Type       string `json:"type"` // "welcome"
+	Protocol   int    `json:"protocol"`
+	LastSeq    uint64 `json:"last_seq"`
+	ServerTime int64  `json:"server_time"` // Unix ms
+}
+
+// Ack says every batch with a sequence number <= Seq is stored.
+type Ack struct {
+	Type string `json:"type"` // "ack"
+	Seq  uint64 `json:"seq"`
+}
+
+// Error refuses a message. When Seq is set, the batch with that sequence
+// number was refused and will never be stored; the agent logs Reason, drops
+// that batch and goes on. Fatal errors (bad token, bad hello) close the
+// connection.
+type Error struct {
+	Type   string `json:"type"` // "error"
+	Seq    uint64 `json:"seq,omitempty"`
+	Reason string `json:"reason"`
+	Fatal  bool   `json:"fatal,omitempty"`
+}
+
+// Command is an operator command, collector to agent. An agent applies a
+// command ID at most once, and answers with a CommandResult.
+type Command struct {
+	Type      string `json:"type"` // "command"
+	ID        string `json:"id"`
+	Breaker   string `json:"breaker"`
+	Action    string `json:"action"`           // one of the Action constants
+	TTLMillis int64  `json:"ttl_ms,omitempty"` // force_*: 0 = no expiry
+	Reason    string `json:"reason,omitempty"`
+	Actor     string `json:"actor,omitempty"`
+	IssuedAt  int64  `json:"issued_at"`            // Unix ms
+	ExpiresAt int64  `json:"expires_at,omitempty"` // Unix ms: not to be applied after this (delivery deadline)
+}
+
+// IngestRequest is the body of POST /api/v1/ingest: the hello that names the
+// instance, and one batch.
+type IngestRequest struct {
+	Hello Hello `json:"hello"`
+	Batch Batch `json:"batch"`
+}
+
+// IngestResponse answers POST /api/v1/ingest.
+type IngestResponse struct {
+	AckedSeq uint64    `json:"acked_seq"`
+	Commands []Command `json:"commands,omitempty"` // pending commands for this instance
+}
+
+// ErrInvalid is wrapped by every validation error.
+var ErrInvalid = errors.New("invalid message")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func checkName(field, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return invalid("%s is required", field)
+	}
+	if len(v) > MaxNameLen {
+		return invalid("%s is longer than %d bytes", field, MaxNameLen)
+	}
+	return nil
+}
+
+func checkPercent(field string, v float64) error {
+	if math.IsNaN(v) || v < 0 || v > 100 {
+		return invalid("%s must be within 0..100 (got %v)", field, v)
+	}
+	return nil
+}
+
+func checkTime(field string, v, now int64) error {
+	if v < 0 {
+		return invalid("%s is negative", field)
+	}
+	if now > 0 && v > now+MaxFutureSkewMillis {
+		return invalid("%s is %d ms in the future", field, v-now)
+	}
+	return nil
+}
+
+// Validate checks a Hello. It returns an error wrapping ErrInvalid that
+// names the bad field.
+func (h *Hello) Validate() error {
+	if h.Protocol != Version {
+		return invalid("protocol %d is not supported (want %d)", h.Protocol, Version)
+	}
+	if err := checkName("service", h.Service); err != nil {
+		return err
+	}
+	if err := checkName("instance", h.Instance); err != nil {
+		return err
+	}
+	if len(h.Labels) > MaxLabels {
+		return invalid("more than %d labels", MaxLabels)
+	}
+	for k, v := range h.Labels {
+		if err := checkName("label key", k); err != nil {
+			return err
+		}
+		if len(v) > MaxNameLen {
+			return invalid("label %q is longer than %d bytes", k, MaxNameLen)
+		}
+	}
+	if len(h.Breakers) > MaxBreakersPerHello {
+		return invalid("%d breakers (at most %d)", len(h.Breakers), MaxBreakersPerHello)
+	}
+	seen := make(map[string]bool, len(h.Breakers))
+	for i, b := range h.Breakers {
+		if err := checkName(fmt.Sprintf("breakers[%d].name", i), b.Name); err != nil {
+			return err
+		}
+		if seen[b.Name] {
+			return invalid("breaker %q is declared twice", b.Name)
+		}
+		seen[b.Name] = true
+		if err := checkPercent(fmt.Sprintf("breakers[%d].failure_rate_threshold", i), b.FailureRateThreshold); err != nil {
+			return err
+		}
+		if err := checkPercent(fmt.Sprintf("breakers[%d].slow_call_rate_threshold", i), b.SlowCallRateThreshold); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks a Batch against the breakers declared in hello (nil
+// skips that check) at server time now (Unix ms; 0 skips the future check).
+// It returns an error wrapping ErrInvalid that names the bad field.
+func (b *Batch) Validate(hello *Hello, now int64) error {
+	if b.Seq == 0 {
+		return invalid("seq is required (starts at 1)")
+	}
+	if len(b.Transitions) > MaxTransitions {
+		return invalid("%d transitions (at most %d)", len(b.Transitions), MaxTransitions)
+	}
+	if len(b.Windows) > MaxWindows {
+		return invalid("%d windows (at most %d)", len(b.Windows), MaxWindows)
+	}
+	if len(b.CommandResults) > MaxCommandResults {
+		return invalid("%d command results (at most %d)", len(b.CommandResults), MaxCommandResults)
+	}
+	if err := checkTime("sent_at", b.SentAt, now); err != nil {
+		return err
+	}
+	var known map[string]bool
+	if hello != nil {
+		known = make(map[string]bool, len(hello.Breakers))
+		for _, c := range hello.Breakers {
+			known[c.Name] = true
+		}
+	}
+	checkBreaker := func(field, name string) error {
+		if err := checkName(field, name); err != nil {
+			return err
+		}
+		if known != nil && !known[name] {
+			return invalid("%s %q was not declared in hello", field, name)
+		}
+		return nil
+	}
+	for i, t := range b.Transitions {
+		p := fmt.Sprintf("transitions[%d]", i)
+		if err := checkBreaker(p+".breaker", t.Breaker); err != nil {
+			return err
+		}
+		if !ValidState(t.From) || !ValidState(t.To) {
+			return invalid("%s: unknown state %q > %q", p, t.From, t.To)
+		}
+		if err := checkTime(p+".at", t.At, now); err != nil {
+			return err
+		}
+		if t.Cause.Kind == "" {
+			return invalid("%s.cause.kind is required", p)
+		}
+		if err := checkPercent(p+".cause.failure_rate", t.Cause.FailureRate); err != nil {
+			return err
+		}
+		if err := checkPercent(p+".cause.slow_call_rate", t.Cause.SlowCallRate); err != nil {
+			return err
+		}
+		if t.OpenMillis < 0 {
+			return invalid("%s.open_ms is negative", p)
+		}
+	}
+	for i, w := range b.Windows {
+		p := fmt.Sprintf("windows[%d]", i)
+		if err := checkBreaker(p+".breaker", w.Breaker); err != nil {
+			return err
+		}
+		if !ValidState(w.State) {
+			return invalid("%s.state %q is unknown", p, w.State)
+		}
+		if err := checkTime(p+".start", w.Start, now); err != nil {
+			return err
+		}
+		if w.Millis <= 0 || w.Millis > 3600*1000 {
+			return invalid("%s.duration_ms must be within 1..3600000 (got %d)", p, w.Millis)
+		}
+		if err := w.Counts.validate(); err != nil {
+			return invalid("%s.%v", p, err)
+		}
+		if w.InFlight < 0 {
+			return invalid("%s.in_flight is negative", p)
+		}
+		if len(w.Latency) != 0 && len(w.Latency) != NumLatencyBuckets {
+			return invalid("%s.latency has %d buckets (want %d)", p, len(w.Latency), NumLatencyBuckets)
+		}
+		for j, n := range w.Latency {
+			if n < 0 {
+				return invalid("%s.latency[%d] is negative", p, j)
+			}
+		}
+		if math.IsNaN(w.LatencySumMs) || w.LatencySumMs < 0 {
+			return invalid("%s.latency_sum_ms is negative", p)
+		}
+		h := w.Headroom
+		if h.Calls < 0 || h.Failures < 0 || h.Slow < 0 || h.MinimumCalls < 0 {
+			return invalid("%s.headroom has a negative count", p)
+		}
+		for _, f := range []struct {
+			n string
+			v float64
+		}{{"failure_rate", h.FailureRate}, {"failure_rate_threshold", h.FailureRateThreshold}, {"slow_call_rate", h.SlowCallRate}, {"slow_call_rate_threshold", h.SlowCallRateThreshold}} {
+			if err := checkPercent(p+".headroom."+f.n, f.v); err != nil {
+				return err
+			}
+		}
+	}
+	for i, r := range b.CommandResults {
+		p := fmt.Sprintf("command_results[%d]", i)
+		if r.ID == "" {
+			return invalid("%s.id is required", p)
+		}
+		if r.State != "" && !ValidState(r.State) {
+			return invalid("%s.state %q is unknown", p, r.State)
+		}
+	}
+	return nil
+}
+
+// Validate checks a Command. It returns an error wrapping ErrInvalid.
+func (c *Command) Validate() error {
+	if c.ID == "" {
+		return invalid("command id is required")
+	}
+	if err := checkName("breaker", c.Breaker); err != nil {
+		return err
+	}
+	if !ValidAction(c.Action) {
+		return invalid("unknown action %q", c.Action)
+	}
+	if c.TTLMillis < 0 {
+		return invalid("ttl_ms is negative")
+	}
+	return nil
+}
