@@ -1,0 +1,212 @@
+// Package cbdash holds the domain types of the cbdash server: dependencies
+// (a breaker of a service, aggregated over its instances), their history,
+// transitions, operator commands and the live events the dashboard shows.
+//
+// It depends on nothing but the standard library and the wire protocol
+// types of the SDK. Implementations live in internal/ (store: SQLite;
+// collector: ingest, live state and command routing; web: the dashboard),
+// and wiring only in cmd/cbdash. All types are plain values, safe to copy;
+// none has methods that mutate shared state.
+package cbdash
+
+import (
+	"errors"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Errors shared by every server package. Wrap them with %w; the HTTP
+// layer maps them to statuses (404, 400, 401, 403, 409) in one place.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrInvalid      = errors.New("invalid input")
+	ErrUnauthorized = errors.New("unauthorized")
+	ErrForbidden    = errors.New("forbidden")
+	ErrConflict     = errors.New("conflict")
+)
+
+// Roles of dashboard users, from least to most privileged.
+const (
+	RoleViewer   = "viewer"   // reads everything
+	RoleOperator = "operator" // also issues commands
+	RoleAdmin    = "admin"    // also manages users and agent tokens
+)
+
+// DependencyKey names a dependency: one breaker name within one service,
+// across all instances of that service.
+type DependencyKey struct {
+	Service string `json:"service"`
+	Breaker string `json:"breaker"`
+}
+
+// String returns "service/breaker".
+func (k DependencyKey) String() string { return k.Service + "/" + k.Breaker }
+
+// Hold describes an operator command that holds a breaker in a forced
+// state (force_open or force_closed).
+type Hold struct {
+	CommandID string    `json:"command_id"`
+	Action    string    `json:"action"` // protocol.ActionForceOpen or ActionForceClosed
+	Actor     string    `json:"actor"`
+	Reason    string    `json:"reason"`
+	Until     time.Time `json:"until"` // zero = no expiry
+}
+
+// InstanceBreaker is the live state of one breaker on one instance.
+type InstanceBreaker struct {
+	Service  string            `json:"service"`
+	Instance string            `json:"instance"`
+	Breaker  string            `json:"breaker"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// State is the last state the instance reported (protocol.State*).
+	State string `json:"state"`
+	// Stale is true when the instance has not reported for the stale
+	// timeout; a stale instance is not counted in its dependency's state.
+	Stale          bool      `json:"stale"`
+	LastSeen       time.Time `json:"last_seen"`
+	LastTransition time.Time `json:"last_transition"`
+	// Config is the breaker's configuration from the instance's hello;
+	// ConfigDiffers is true when it differs from the other instances'.
+	Config        protocol.BreakerConfig `json:"config"`
+	ConfigDiffers bool                   `json:"config_differs"`
+	// Last is the last window report (normally one second).
+	Last protocol.Window `json:"last"`
+	Held *Hold           `json:"held,omitempty"`
+}
+
+// Dependency is the live state of one breaker name of one service,
+// aggregated across the service's instances. Rates are recomputed from
+// summed counts, never averaged; percentiles come from merged histograms.
+type Dependency struct {
+	DependencyKey
+	// State is the worst state over live (non-stale) instances, in the
+	// order open, half_open, forced_open, forced_closed, closed; "" when
+	// no instance is live.
+	State     string            `json:"state"`
+	ByState   map[string]int    `json:"by_state"` // live instances per state
+	Instances int               `json:"instances"`
+	Stale     int               `json:"stale"`
+	Labels    map[string]string `json:"labels,omitempty"` // labels shared by all instances
+	// Recent sums the last minute of window reports of all instances.
+	Recent       protocol.Counts `json:"recent"`
+	RequestRate  float64         `json:"request_rate"`   // calls per second (admitted + rejected) over Recent
+	FailureRate  float64         `json:"failure_rate"`   // percent of recorded calls in Recent
+	SlowCallRate float64         `json:"slow_call_rate"` // percent of recorded calls in Recent
+	// Headroom is the sliding window of the instance closest to opening
+	// (highest rate relative to its threshold).
+	Headroom    protocol.Headroom `json:"headroom"`
+	P50         time.Duration     `json:"p50"`
+	P99         time.Duration     `json:"p99"`
+	OpensToday  int               `json:"opens_today"`
+	Held        *Hold             `json:"held,omitempty"`
+	LastChange  time.Time         `json:"last_change"`
+	PerInstance []InstanceBreaker `json:"per_instance"`
+}
+
+// Resolution is the granularity of stored history.
+type Resolution string
+
+// Resolutions of the roll-ups, each with its own retention.
+const (
+	ResolutionSecond Resolution = "second"
+	ResolutionMinute Resolution = "minute"
+	ResolutionHour   Resolution = "hour"
+)
+
+// Point is one bucket of a dependency's history, summed over instances.
+type Point struct {
+	At           time.Time       `json:"at"`    // start of the bucket
+	Width        time.Duration   `json:"width"` // bucket width
+	Counts       protocol.Counts `json:"counts"`
+	Latency      []int64         `json:"latency,omitempty"` // merged histogram, protocol.LatencyBoundsMillis
+	LatencySumMs float64         `json:"latency_sum_ms"`
+	InFlight     int64           `json:"in_flight"`      // max over the bucket
+	Open         int             `json:"open_instances"` // instances that reported a non-closed state in the bucket
+}
+
+// HistoryQuery selects a dependency's history.
+type HistoryQuery struct {
+	DependencyKey
+	Instance   string     // "" = all instances
+	From, To   time.Time  // [From, To)
+	Resolution Resolution // "" = chosen from the range
+}
+
+// TransitionRecord is a stored transition of one breaker on one instance.
+type TransitionRecord struct {
+	ID       int64  `json:"id"`
+	Service  string `json:"service"`
+	Instance string `json:"instance"`
+	protocol.Transition
+	ReceivedAt time.Time `json:"received_at"`
+}
+
+// TransitionQuery selects transitions, newest first. Empty fields match all.
+type TransitionQuery struct {
+	Service, Breaker, Instance string
+	From, To                   time.Time
+	Limit                      int // 0 = 500
+}
+
+// CommandRequest is what an operator asks for.
+type CommandRequest struct {
+	Service string `json:"service"`
+	Breaker string `json:"breaker"`
+	Action  string `json:"action"` // protocol.Action*
+	// Scope: Instance names one instance; otherwise Share (percent, 0 or
+	// 100 = all) picks that share of the live instances.
+	Instance string        `json:"instance,omitempty"`
+	Share    float64       `json:"share,omitempty"`
+	TTL      time.Duration `json:"ttl"` // required for force_* actions
+	Reason   string        `json:"reason"`
+	Actor    string        `json:"actor"`
+}
+
+// Command target statuses.
+const (
+	TargetPending = "pending" // recorded, not yet acknowledged by the instance
+	TargetApplied = "applied"
+	TargetFailed  = "failed"
+	TargetExpired = "expired" // the instance did not come back before the command expired
+)
+
+// CommandTarget is one instance a command was sent to, with its result.
+type CommandTarget struct {
+	Instance string    `json:"instance"`
+	Status   string    `json:"status"`
+	State    string    `json:"state,omitempty"` // breaker state after the command
+	Error    string    `json:"error,omitempty"`
+	At       time.Time `json:"at,omitempty"`
+}
+
+// Command is a recorded operator command: the audit log entry.
+type Command struct {
+	ID string `json:"id"`
+	CommandRequest
+	IssuedAt  time.Time       `json:"issued_at"`
+	ExpiresAt time.Time       `json:"expires_at,omitempty"` // forced state ends (zero = none)
+	Targets   []CommandTarget `json:"targets"`
+}
+
+// CommandQuery selects commands, newest first.
+type CommandQuery struct {
+	Service, Breaker string
+	Limit            int // 0 = 200
+}
+
+// Event kinds published to live subscribers.
+const (
+	EventDependency = "dependency" // a dependency's live state changed
+	EventTransition = "transition"
+	EventCommand    = "command" // a command was issued or a target answered
+)
+
+// Event is a live change, fanned out to dashboard subscribers.
+type Event struct {
+	Kind       string            `json:"kind"`
+	At         time.Time         `json:"at"`
+	Dependency *Dependency       `json:"dependency,omitempty"`
+	Transition *TransitionRecord `json:"transition,omitempty"`
+	Command    *Command          `json:"command,omitempty"`
+}
