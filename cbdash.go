@@ -210,3 +210,33 @@ type Event struct {
 	Transition *TransitionRecord `json:"transition,omitempty"`
 	Command    *Command          `json:"command,omitempty"`
 }
+
+// User is a dashboard account. Its password hash and session or API
+// token secrets never leave the store and the web package.
+type User struct {
+	ID        int64     `json:"id"`
+	Name      string    `json:"name"`
+	Role      string    `json:"role"` // RoleViewer, RoleOperator or RoleAdmin
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ValidRole reports whether r is one of the Role constants.
+func ValidRole(r string) bool {
+	return r == RoleViewer || r == RoleOperator || r == RoleAdmin
+}
+
+// RoleAllows reports whether a user with role has at least the privileges
+// of need (viewer < operator < admin). Unknown roles allow nothing.
+func RoleAllows(role, need string) bool {
+	rank := map[string]int{RoleViewer: 1, RoleOperator: 2, RoleAdmin: 3}
+	return rank[role] > 0 && rank[role] >= rank[need]
+}
+
+// APIToken describes a user API token (used by the CLI as a Bearer
+// token). The secret itself is shown once at creation and stored hashed.
+type APIToken struct {
+	ID        int64     `json:"id"`
+	UserID    int64     `json:"user_id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
