@@ -34,6 +34,7 @@ const (
 	MaxWindows          = 10000 // per batch
 	MaxCommandResults   = 1000  // per batch
 	MaxFutureSkewMillis = 5 * 60 * 1000
+	MaxWindowMillis     = 3600 * 1000 // longest Window.Millis (one hour)
 )
 
 // Message types, the value of the "type" field of every message.
@@ -167,6 +168,11 @@ type Dropped struct {
 	Windows int64 `json:"windows"` // window reports dropped (their counts are lost)
 	Merged  int64 `json:"merged"`  // window reports merged into a neighbour (counts kept, resolution lost)
 	Batches int64 `json:"batches"` // batches refused by the collector and given up
+	// Transitions and CommandResults are a last resort: they are dropped
+	// only when the buffer is full of them after every window report is
+	// gone.
+	Transitions    int64 `json:"transitions,omitempty"`
+	CommandResults int64 `json:"command_results,omitempty"`
 }
 
 // Transition is one state change of one breaker, pushed as it happens.
@@ -508,8 +514,8 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		if err := checkTime(p+".start", w.Start, now); err != nil {
 			return err
 		}
-		if w.Millis <= 0 || w.Millis > 3600*1000 {
-			return invalid("%s.duration_ms must be within 1..3600000 (got %d)", p, w.Millis)
+		if w.Millis <= 0 || w.Millis > MaxWindowMillis {
+			return invalid("%s.duration_ms must be within 1..%d (got %d)", p, MaxWindowMillis, w.Millis)
 		}
 		if err := w.Counts.validate(); err != nil {
 			return invalid("%s.%v", p, err)

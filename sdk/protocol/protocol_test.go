@@ -1,0 +1,221 @@
+package protocol_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+const now = int64(1_750_000_000_000) // a fixed server time, Unix ms
+
+func validHello() protocol.Hello {
+	return protocol.Hello{
+		Type: protocol.TypeHello, Protocol: protocol.Version,
+		Service: "checkout", Instance: "checkout-7f9c-1", SDKVersion: "0.1.0",
+		Labels:    map[string]string{"region": "eu-west-1"},
+		StartedAt: now - 60_000,
+		Breakers: []protocol.BreakerConfig{{
+			Name: "payments", WindowKind: "count", WindowSize: 100,
+			FailureRateThreshold: 50, MinimumCalls: 20, OpenDurationMillis: 5000,
+			HalfOpenMaxCalls: 3, HalfOpenSuccessThreshold: 3,
+		}},
+	}
+}
+
+func validBatch() protocol.Batch {
+	return protocol.Batch{
+		Type: protocol.TypeBatch, Seq: 1, SentAt: now,
+		Transitions: []protocol.Transition{{
+			Breaker: "payments", From: protocol.StateClosed, To: protocol.StateOpen, At: now - 10,
+			Generation: 2, Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 55, Threshold: 50},
+			OpenMillis: 5000,
+		}},
+		Windows: []protocol.Window{{
+			Breaker: "payments", Start: now - 1000, Millis: 1000, State: protocol.StateOpen,
+			Counts:  protocol.Counts{Admitted: 10, Successes: 4, Failures: 6, Errors: 5, Timeouts: 1},
+			Latency: make([]int64, protocol.NumLatencyBuckets),
+			Headroom: protocol.Headroom{Calls: 40, Failures: 22, MinimumCalls: 20, FailureRate: 55,
+				FailureRateThreshold: 50},
+		}},
+		CommandResults: []protocol.CommandResult{{ID: "c1", Breaker: "payments", OK: true,
+			State: protocol.StateForcedOpen, At: now}},
+	}
+}
+
+func TestHelloValidate(t *testing.T) {
+	long := strings.Repeat("x", protocol.MaxNameLen+1)
+	tests := []struct {
+		name   string
+		mutate func(*protocol.Hello)
+		want   string // substring of the error; "" = valid
+	}{
+		{"accepts a complete hello", func(*protocol.Hello) {}, ""},
+		{"refuses another protocol version", func(h *protocol.Hello) { h.Protocol = 2 }, "protocol 2"},
+		{"refuses a missing service", func(h *protocol.Hello) { h.Service = " " }, "service is required"},
+		{"refuses a missing instance", func(h *protocol.Hello) { h.Instance = "" }, "instance is required"},
+		{"refuses a long instance", func(h *protocol.Hello) { h.Instance = long }, "instance is longer"},
+		{"refuses an empty label key", func(h *protocol.Hello) { h.Labels[""] = "x" }, "label key"},
+		{"refuses a long label value", func(h *protocol.Hello) { h.Labels["team"] = long }, `label "team"`},
+		{"refuses a breaker declared twice", func(h *protocol.Hello) { h.Breakers = append(h.Breakers, h.Breakers[0]) }, "declared twice"},
+		{"refuses a threshold above 100", func(h *protocol.Hello) { h.Breakers[0].FailureRateThreshold = 101 }, "breakers[0].failure_rate_threshold"},
+		{"refuses too many breakers", func(h *protocol.Hello) {
+			h.Breakers = make([]protocol.BreakerConfig, protocol.MaxBreakersPerHello+1)
+		}, "breakers (at most"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := validHello()
+			tt.mutate(&h)
+			checkErr(t, h.Validate(), tt.want)
+		})
+	}
+}
+
+func TestBatchValidate(t *testing.T) {
+	hello := validHello()
+	tests := []struct {
+		name   string
+		mutate func(*protocol.Batch)
+		want   string
+	}{
+		{"accepts a complete batch", func(*protocol.Batch) {}, ""},
+		{"refuses seq 0", func(b *protocol.Batch) { b.Seq = 0 }, "seq is required"},
+		{"refuses a time too far in the future", func(b *protocol.Batch) { b.SentAt = now + protocol.MaxFutureSkewMillis + 1 }, "sent_at is"},
+		{"refuses an undeclared breaker", func(b *protocol.Batch) { b.Windows[0].Breaker = "ledger" }, "not declared in hello"},
+		{"refuses an unknown state", func(b *protocol.Batch) { b.Transitions[0].To = "ajar" }, "unknown state"},
+		{"refuses a transition without cause", func(b *protocol.Batch) { b.Transitions[0].Cause.Kind = "" }, "cause.kind is required"},
+		{"refuses a negative open duration", func(b *protocol.Batch) { b.Transitions[0].OpenMillis = -1 }, "open_ms"},
+		{"refuses a zero-length window", func(b *protocol.Batch) { b.Windows[0].Millis = 0 }, "duration_ms"},
+		{"refuses a window longer than an hour", func(b *protocol.Batch) { b.Windows[0].Millis = protocol.MaxWindowMillis + 1 }, "duration_ms"},
+		{"refuses failures that are not errors+timeouts+panics", func(b *protocol.Batch) { b.Windows[0].Counts.Failures = 7 }, "counts.failures"},
+		{"refuses a negative count", func(b *protocol.Batch) { b.Windows[0].Counts.Slow = -1 }, "counts.slow"},
+		{"refuses a histogram of the wrong length", func(b *protocol.Batch) { b.Windows[0].Latency = []int64{1} }, "buckets"},
+		{"refuses a negative bucket", func(b *protocol.Batch) { b.Windows[0].Latency[3] = -1 }, "latency[3]"},
+		{"refuses a rate above 100", func(b *protocol.Batch) { b.Windows[0].Headroom.FailureRate = 100.5 }, "headroom.failure_rate"},
+		{"refuses a command result without id", func(b *protocol.Batch) { b.CommandResults[0].ID = "" }, "command_results[0].id"},
+		{"refuses too many windows", func(b *protocol.Batch) {
+			b.Windows = make([]protocol.Window, protocol.MaxWindows+1)
+		}, "windows (at most"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := validBatch()
+			tt.mutate(&b)
+			checkErr(t, b.Validate(&hello, now), tt.want)
+		})
+	}
+}
+
+func TestCommandValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cmd  protocol.Command
+		want string
+	}{
+		{"accepts force_open with a ttl", protocol.Command{ID: "1", Breaker: "b", Action: protocol.ActionForceOpen, TTLMillis: 1000}, ""},
+		{"refuses a missing id", protocol.Command{Breaker: "b", Action: protocol.ActionReset}, "id is required"},
+		{"refuses an unknown action", protocol.Command{ID: "1", Breaker: "b", Action: "explode"}, `unknown action "explode"`},
+		{"refuses a negative ttl", protocol.Command{ID: "1", Breaker: "b", Action: protocol.ActionForceOpen, TTLMillis: -1}, "ttl_ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { checkErr(t, tt.cmd.Validate(), tt.want) })
+	}
+}
+
+func checkErr(t *testing.T, err error, want string) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("no error, want one containing %q", want)
+	}
+	if !errors.Is(err, protocol.ErrInvalid) {
+		t.Errorf("error %v does not wrap ErrInvalid", err)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not contain %q", err, want)
+	}
+}
+
+// decodeAndValidate decodes one wire message the way a collector or an
+// agent does and validates it. It returns the message's type.
+func decodeAndValidate(data []byte) (string, any, error) {
+	var env protocol.Envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return "", nil, err
+	}
+	hello := validHello()
+	switch env.Type {
+	case protocol.TypeHello:
+		var h protocol.Hello
+		if err := json.Unmarshal(data, &h); err != nil {
+			return env.Type, nil, err
+		}
+		return env.Type, &h, h.Validate()
+	case protocol.TypeBatch:
+		var b protocol.Batch
+		if err := json.Unmarshal(data, &b); err != nil {
+			return env.Type, nil, err
+		}
+		return env.Type, &b, b.Validate(&hello, now)
+	case protocol.TypeCommand:
+		var c protocol.Command
+		if err := json.Unmarshal(data, &c); err != nil {
+			return env.Type, nil, err
+		}
+		return env.Type, &c, c.Validate()
+	}
+	return env.Type, nil, nil
+}
+
+// FuzzDecodeValidate feeds arbitrary frames through decoding and
+// validation: neither may panic, and a message that validates must still
+// validate after a JSON round trip (what the collector stores is what it
+// accepted).
+func FuzzDecodeValidate(f *testing.F) {
+	h, b := validHello(), validBatch()
+	c := protocol.Command{Type: protocol.TypeCommand, ID: "c1", Breaker: "payments", Action: protocol.ActionForceOpen, TTLMillis: 60000}
+	for _, v := range []any{h, b, c} {
+		data, err := json.Marshal(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"type":"batch","seq":1,"windows":[{"breaker":"payments","latency":[1,2]}]}`))
+	f.Add([]byte(`{"type":"hello","protocol":1,"breakers":null}`))
+	f.Add([]byte(`{"type":"batch","seq":18446744073709551615,"sent_at":-1}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		typ, msg, err := decodeAndValidate(data)
+		if err != nil || msg == nil {
+			return
+		}
+		again, err := json.Marshal(msg)
+		if err != nil {
+			t.Fatalf("re-encoding a valid %s: %v", typ, err)
+		}
+		if _, _, err := decodeAndValidate(again); err != nil {
+			t.Fatalf("valid %s no longer validates after a round trip: %v\n%s", typ, err, again)
+		}
+	})
+}
+
+func TestCountsAddAndRejected(t *testing.T) {
+	a := protocol.Counts{Admitted: 1, RejectedOpen: 2, RejectedHalfOpen: 3}
+	a.Add(protocol.Counts{Admitted: 4, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7})
+	want := protocol.Counts{Admitted: 5, RejectedOpen: 2, RejectedHalfOpen: 3, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7}
+	if a != want {
+		t.Fatalf("Add = %+v, want %+v", a, want)
+	}
+	if got := a.Rejected(); got != 16 {
+		t.Fatalf("Rejected = %d, want 16", got)
+	}
+}
