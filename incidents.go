@@ -1,0 +1,134 @@
+package cbdash
+
+import (
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Incident is a period during which a dependency's breaker was not closed
+// on some of its instances: it starts when the breaker opens (on any
+// instance, or on a configured share of them) and ends when every instance
+// is closed again and stays closed for a quiet period. Openings within the
+// quiet period belong to the same incident. See internal/incident.
+type Incident struct {
+	ID int64 `json:"id"`
+	DependencyKey
+	// Start is when the first instance opened (agent clock).
+	Start time.Time `json:"start"`
+	// End is when the last instance closed again; zero while the incident
+	// is open (including its quiet period).
+	End time.Time `json:"end,omitzero"`
+	// Open is true until the quiet period after the last close has passed.
+	Open bool `json:"open"`
+	// Instances are the instances that were not closed at some point of the
+	// incident, sorted.
+	Instances []string `json:"instances"`
+	// Opens counts transitions to open over all instances.
+	Opens int `json:"opens"`
+	// FirstInstance and FirstCause describe the first trip.
+	FirstInstance string         `json:"first_instance"`
+	FirstCause    protocol.Cause `json:"first_cause"`
+	// Notes are operator notes, oldest first (filled by Incident reads, not
+	// by lists).
+	Notes []IncidentNote `json:"notes,omitempty"`
+}
+
+// Duration is End-Start, or now-Start while the incident is open.
+func (i Incident) Duration(now time.Time) time.Duration {
+	if i.End.IsZero() {
+		return now.Sub(i.Start)
+	}
+	return i.End.Sub(i.Start)
+}
+
+// IncidentNote is an operator's note on an incident.
+type IncidentNote struct {
+	ID         int64     `json:"id"`
+	IncidentID int64     `json:"incident_id"`
+	At         time.Time `json:"at"`
+	Author     string    `json:"author"`
+	Text       string    `json:"text"`
+}
+
+// IncidentQuery selects incidents, newest first. Empty fields match all.
+type IncidentQuery struct {
+	Service, Breaker string
+	// From and To select incidents that overlap [From, To); zero = unbounded.
+	From, To time.Time
+	OpenOnly bool
+	Limit    int // 0 = 200
+}
+
+// Alert rule kinds: what condition a rule watches.
+const (
+	// AlertOpen fires while a breaker is open or half-open on any live
+	// instance (forced states are operator actions and do not fire).
+	AlertOpen = "open"
+	// AlertHalfOpenLong fires when an instance stays half-open longer than
+	// the rule's For.
+	AlertHalfOpenLong = "half_open_long"
+	// AlertHeadroom fires when a closed breaker's failure rate or slow-call
+	// rate is within the rule's Margin (percentage points) of its threshold,
+	// with at least the minimum calls in the window: heading for open.
+	AlertHeadroom = "headroom"
+	// AlertStale fires when an instance of the service stops reporting.
+	AlertStale = "stale"
+)
+
+// Webhook body formats of an alert rule.
+const (
+	FormatJSON  = "json"  // generic JSON body (internal/alert.Message)
+	FormatSlack = "slack" // Slack-compatible {"text": "..."}
+)
+
+// AlertRule says which condition to watch, where, and which webhook to
+// tell.
+type AlertRule struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	// Service is required; Breaker "" means every breaker of the service.
+	Service string `json:"service"`
+	Breaker string `json:"breaker,omitempty"`
+	Kind    string `json:"kind"` // one of the Alert* kinds
+	// For is, for half_open_long, how long half-open may last (0 = 30s).
+	For time.Duration `json:"for,omitempty"`
+	// Margin is, for headroom, the distance to the threshold in percentage
+	// points at or under which the rule fires (0 = 10).
+	Margin float64 `json:"margin,omitempty"`
+	// Hold is how long the condition must stay false before a firing alert
+	// resolves: flapping within Hold sends nothing more (0 = 2m).
+	Hold       time.Duration `json:"hold,omitempty"`
+	WebhookURL string        `json:"webhook_url"`
+	Format     string        `json:"format"` // FormatJSON (default) or FormatSlack
+	Disabled   bool          `json:"disabled,omitempty"`
+	CreatedAt  time.Time     `json:"created_at"`
+}
+
+// Alert delivery events.
+const (
+	AlertFiring   = "firing"
+	AlertResolved = "resolved"
+)
+
+// AlertDelivery is one entry of the delivery log: one message to one
+// webhook, after all its attempts.
+type AlertDelivery struct {
+	ID       int64     `json:"id"`
+	RuleID   int64     `json:"rule_id"`
+	Subject  string    `json:"subject"` // "service/breaker" or "service@instance"
+	Event    string    `json:"event"`   // AlertFiring or AlertResolved
+	URL      string    `json:"url"`
+	Status   int       `json:"status"` // last HTTP status, 0 when none was received
+	Attempts int       `json:"attempts"`
+	OK       bool      `json:"ok"`
+	Error    string    `json:"error,omitempty"`
+	Body     string    `json:"body"`
+	At       time.Time `json:"at"` // when the last attempt ended
+}
+
+// DeliveryQuery selects delivery log entries, newest first.
+type DeliveryQuery struct {
+	RuleID int64 // 0 = all
+	Limit  int   // 0 = 200
+}

@@ -1,0 +1,327 @@
+package incident
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// ErrInvalidConfig is wrapped by every error of Config validation.
+var ErrInvalidConfig = errors.New("invalid incident config")
+
+// DefaultQuiet is the quiet period used when Config.Quiet is 0.
+const DefaultQuiet = 2 * time.Minute
+
+// Config says when incidents open and close. Its zero value works: any
+// instance opening starts an incident, which closes after two quiet
+// minutes.
+type Config struct {
+	// Share is the percent (0..100) of a dependency's live instances that
+	// must be open, half-open or forced open at once for an incident to
+	// open. 0 means one instance is enough.
+	Share float64
+	// Quiet is how long every instance must stay closed before an
+	// incident closes; an opening within it extends the incident. 0 means
+	// DefaultQuiet.
+	Quiet time.Duration
+	// IncludeForced makes a forced_open command (a drill) start an
+	// incident too. By default forced states only extend an incident that
+	// a real trip opened.
+	IncludeForced bool
+}
+
+func (c Config) validate() error {
+	if math.IsNaN(c.Share) || c.Share < 0 || c.Share > 100 {
+		return fmt.Errorf("%w: Share must be within 0..100 (got %v)", ErrInvalidConfig, c.Share)
+	}
+	if c.Quiet < 0 {
+		return fmt.Errorf("%w: Quiet is negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c Config) quiet() time.Duration {
+	if c.Quiet == 0 {
+		return DefaultQuiet
+	}
+	return c.Quiet
+}
+
+// ChangeKind says what happened to an incident.
+type ChangeKind int
+
+// Kinds of Change.
+const (
+	Opened  ChangeKind = iota + 1 // a new incident; its ID is 0 until SetID
+	Updated                       // instances, opens or end changed
+	Closed                        // the quiet period passed; End is set
+)
+
+func (k ChangeKind) String() string {
+	switch k {
+	case Opened:
+		return "opened"
+	case Updated:
+		return "updated"
+	case Closed:
+		return "closed"
+	}
+	return fmt.Sprintf("ChangeKind(%d)", int(k))
+}
+
+// Change is one thing the Detector decided, with a copy of the incident
+// after it.
+type Change struct {
+	Kind     ChangeKind
+	Incident cbdash.Incident
+}
+
+// Detector is the incident state machine of every dependency. It does no
+// I/O and reads no clock: times come from the events and from Tick. It is
+// not safe for concurrent use; Service owns one from one goroutine.
+type Detector struct {
+	cfg  Config
+	deps map[cbdash.DependencyKey]*depState
+}
+
+type depState struct {
+	// states holds the last state of every live instance we know of.
+	states map[string]string
+	// trips holds, per instance that is down now, the transition that took
+	// it down (the start of its current episode).
+	trips map[string]cbdash.TransitionRecord
+	live  int // live instances from the last dependency event, 0 = unknown
+	inc   *cbdash.Incident
+	// closedSince is when every instance became closed during an open
+	// incident; zero while one is down.
+	closedSince time.Time
+}
+
+// NewDetector returns a Detector, or an error wrapping ErrInvalidConfig.
+func NewDetector(cfg Config) (*Detector, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Detector{cfg: cfg, deps: make(map[cbdash.DependencyKey]*depState)}, nil
+}
+
+func (d *Detector) dep(k cbdash.DependencyKey) *depState {
+	s := d.deps[k]
+	if s == nil {
+		s = &depState{states: make(map[string]string), trips: make(map[string]cbdash.TransitionRecord)}
+		d.deps[k] = s
+	}
+	return s
+}
+
+// down reports whether an instance in state s counts against the
+// dependency: open, half-open or forced open.
+func down(s string) bool {
+	return s == protocol.StateOpen || s == protocol.StateHalfOpen || s == protocol.StateForcedOpen
+}
+
+// Restore loads the live states of a collector snapshot and the incidents
+// the store still holds open, at time now. Call it once, before Observe. An
+// open incident whose instances are all closed starts its quiet period at
+// now.
+func (d *Detector) Restore(snapshot []cbdash.Dependency, open []cbdash.Incident, now time.Time) {
+	for _, dep := range snapshot {
+		d.observeDependency(dep, now)
+	}
+	for _, inc := range open {
+		s := d.dep(inc.DependencyKey)
+		c := inc
+		c.Instances = slices.Clone(inc.Instances)
+		s.inc = &c
+		if !s.anyDown() {
+			s.closedSince = now
+		}
+	}
+}
+
+// SetID records the ID the store gave the open incident of k.
+func (d *Detector) SetID(k cbdash.DependencyKey, id int64) {
+	if s := d.deps[k]; s != nil && s.inc != nil {
+		s.inc.ID = id
+	}
+}
+
+// Open returns copies of the incidents open now, in no particular order.
+func (d *Detector) Open() []cbdash.Incident {
+	var out []cbdash.Incident
+	for _, s := range d.deps {
+		if s.inc != nil {
+			out = append(out, clone(*s.inc))
+		}
+	}
+	return out
+}
+
+// Observe feeds one live event and returns what changed.
+func (d *Detector) Observe(ev cbdash.Event) []Change {
+	switch {
+	case ev.Kind == cbdash.EventTransition && ev.Transition != nil:
+		return d.observeTransition(*ev.Transition)
+	case ev.Kind == cbdash.EventDependency && ev.Dependency != nil:
+		return d.observeDependency(*ev.Dependency, ev.At)
+	}
+	return nil
+}
+
+func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
+	k := cbdash.DependencyKey{Service: tr.Service, Breaker: tr.Breaker}
+	s := d.dep(k)
+	at := time.UnixMilli(tr.At).UTC()
+	s.states[tr.Instance] = tr.To
+	if !down(tr.To) {
+		delete(s.trips, tr.Instance)
+		return s.settle(at)
+	}
+	if _, ok := s.trips[tr.Instance]; !ok {
+		s.trips[tr.Instance] = tr
+	}
+	if s.inc == nil {
+		trigger := tr.To == protocol.StateOpen || (d.cfg.IncludeForced && tr.To == protocol.StateForcedOpen)
+		if !trigger || !d.shareReached(s) {
+			return nil
+		}
+		s.inc = s.start(k)
+		s.closedSince = time.Time{}
+		return []Change{{Kind: Opened, Incident: clone(*s.inc)}}
+	}
+	s.closedSince = time.Time{}
+	changed := s.addInstance(tr.Instance)
+	if tr.To == protocol.StateOpen {
+		s.inc.Opens++
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return []Change{{Kind: Updated, Incident: clone(*s.inc)}}
+}
+
+// start builds the incident from the instances down now: it starts at the
+// earliest of their trips.
+func (s *depState) start(k cbdash.DependencyKey) *cbdash.Incident {
+	inc := &cbdash.Incident{DependencyKey: k, Open: true}
+	var first *cbdash.TransitionRecord
+	for inst, tr := range s.trips {
+		inc.Instances = append(inc.Instances, inst)
+		if tr.To == protocol.StateOpen {
+			inc.Opens++
+		}
+		if first == nil || tr.At < first.At || (tr.At == first.At && tr.Instance < first.Instance) {
+			t := tr
+			first = &t
+		}
+	}
+	slices.Sort(inc.Instances)
+	inc.Start = time.UnixMilli(first.At).UTC()
+	inc.FirstInstance = first.Instance
+	inc.FirstCause = first.Cause
+	return inc
+}
+
+func (s *depState) addInstance(inst string) bool {
+	i, found := slices.BinarySearch(s.inc.Instances, inst)
+	if found {
+		return false
+	}
+	s.inc.Instances = slices.Insert(s.inc.Instances, i, inst)
+	return true
+}
+
+func (s *depState) anyDown() bool {
+	for _, st := range s.states {
+		if down(st) {
+			return true
+		}
+	}
+	return false
+}
+
+// settle starts the quiet period when the last instance is closed.
+func (s *depState) settle(at time.Time) []Change {
+	if s.inc == nil || !s.closedSince.IsZero() || s.anyDown() {
+		return nil
+	}
+	s.closedSince = at
+	return nil
+}
+
+func (d *Detector) shareReached(s *depState) bool {
+	if d.cfg.Share == 0 {
+		return true
+	}
+	live := s.live
+	if live < len(s.states) {
+		live = len(s.states)
+	}
+	n := 0
+	for _, st := range s.states {
+		if down(st) {
+			n++
+		}
+	}
+	return float64(n)*100 >= d.cfg.Share*float64(live)
+}
+
+// observeDependency takes the live instance count, forgets stale and gone
+// instances, and learns the state of instances it has not seen a
+// transition from. at is the event's time: when a stale instance was the
+// last one down, the quiet period starts then. States of known instances come only from transitions,
+// which carry the agent's time.
+func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Change {
+	s := d.dep(dep.DependencyKey)
+	s.live = dep.Instances
+	present := make(map[string]bool, len(dep.PerInstance))
+	for _, ib := range dep.PerInstance {
+		if ib.Stale {
+			continue
+		}
+		present[ib.Instance] = true
+		if _, ok := s.states[ib.Instance]; !ok {
+			s.states[ib.Instance] = ib.State
+		}
+	}
+	for inst := range s.states {
+		if !present[inst] {
+			delete(s.states, inst)
+			delete(s.trips, inst)
+		}
+	}
+	return s.settle(at)
+}
+
+// Tick closes the incidents whose quiet period has passed at now.
+func (d *Detector) Tick(now time.Time) []Change {
+	var out []Change
+	q := d.cfg.quiet()
+	for k, s := range d.deps {
+		if s.inc == nil || s.closedSince.IsZero() || now.Sub(s.closedSince) < q {
+			continue
+		}
+		s.inc.End = s.closedSince
+		s.inc.Open = false
+		out = append(out, Change{Kind: Closed, Incident: clone(*s.inc)})
+		s.inc = nil
+		s.closedSince = time.Time{}
+		if len(s.states) == 0 {
+			delete(d.deps, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b Change) int { return a.Incident.Start.Compare(b.Incident.Start) })
+	return out
+}
+
+func clone(i cbdash.Incident) cbdash.Incident {
+	i.Instances = slices.Clone(i.Instances)
+	i.Notes = slices.Clone(i.Notes)
+	return i
+}

@@ -1,0 +1,259 @@
+package incident_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// step is one input to the detector, at second `at` after t0: a
+// transition ("inst:to"), a dependency event (live instances, stale ones)
+// or a clock tick.
+type step struct {
+	at    int
+	tr    string
+	live  int
+	stale []string
+	tick  bool
+}
+
+func tr(at int, s string) step { return step{at: at, tr: s} }
+func tick(at int) step         { return step{at: at, tick: true} }
+
+var key = cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
+
+func (s step) event(prev map[string]string) cbdash.Event {
+	at := t0.Add(time.Duration(s.at) * time.Second)
+	if s.tr != "" {
+		inst, to, _ := strings.Cut(s.tr, ":")
+		from := prev[inst]
+		if from == "" {
+			from = protocol.StateClosed
+		}
+		prev[inst] = to
+		cause := protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50}
+		switch to {
+		case protocol.StateHalfOpen:
+			cause = protocol.Cause{Kind: protocol.CauseOpenElapsed}
+		case protocol.StateClosed:
+			cause = protocol.Cause{Kind: protocol.CauseProbesSucceeded}
+		case protocol.StateForcedOpen:
+			cause = protocol.Cause{Kind: protocol.CauseCommand, Action: protocol.ActionForceOpen}
+		}
+		return cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: &cbdash.TransitionRecord{
+			Service: key.Service, Instance: inst,
+			Transition: protocol.Transition{Breaker: key.Breaker, From: from, To: to, At: at.UnixMilli(), Cause: cause},
+		}}
+	}
+	dep := cbdash.Dependency{DependencyKey: key, Instances: s.live}
+	stale := map[string]bool{}
+	for _, n := range s.stale {
+		stale[n] = true
+	}
+	for inst, st := range prev {
+		dep.PerInstance = append(dep.PerInstance, cbdash.InstanceBreaker{Service: key.Service, Breaker: key.Breaker, Instance: inst, State: st, Stale: stale[inst]})
+	}
+	return cbdash.Event{Kind: cbdash.EventDependency, At: at, Dependency: &dep}
+}
+
+func describe(c incident.Change) string {
+	i := c.Incident
+	s := fmt.Sprintf("%s start=%d", c.Kind, int(i.Start.Sub(t0)/time.Second))
+	if !i.End.IsZero() {
+		s += fmt.Sprintf(" end=%d", int(i.End.Sub(t0)/time.Second))
+	}
+	return s + fmt.Sprintf(" inst=%s opens=%d first=%s", strings.Join(i.Instances, ","), i.Opens, i.FirstInstance)
+}
+
+func TestDetector(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   incident.Config
+		steps []step
+		want  []string
+	}{
+		{
+			name: "one instance opens and recovers: incident closes after the quiet period",
+			steps: []step{
+				tr(10, "a:open"), tr(15, "a:half_open"), tr(16, "a:closed"),
+				tick(100), tick(135), tick(136),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"closed start=10 end=16 inst=a opens=1 first=a",
+			},
+		},
+		{
+			name: "a reopening within the quiet period merges into the incident",
+			steps: []step{
+				tr(10, "a:open"), tr(15, "a:half_open"), tr(16, "a:closed"),
+				tick(60), tr(70, "b:open"), tr(75, "b:half_open"), tr(76, "b:closed"),
+				tick(135), tick(196),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"updated start=10 inst=a,b opens=2 first=a",
+				"closed start=10 end=76 inst=a,b opens=2 first=a",
+			},
+		},
+		{
+			name: "an opening after the quiet period is a new incident",
+			steps: []step{
+				tr(10, "a:open"), tr(16, "a:closed"), tick(136),
+				tr(200, "a:open"), tr(205, "a:closed"), tick(325),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"closed start=10 end=16 inst=a opens=1 first=a",
+				"opened start=200 inst=a opens=1 first=a",
+				"closed start=200 end=205 inst=a opens=1 first=a",
+			},
+		},
+		{
+			name: "the incident stays open while any instance is down",
+			steps: []step{
+				tr(10, "a:open"), tr(12, "b:open"), tr(16, "a:closed"),
+				tick(200), tr(300, "b:half_open"), tr(301, "b:closed"), tick(420), tick(421),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"updated start=10 inst=a,b opens=2 first=a",
+				"closed start=10 end=301 inst=a,b opens=2 first=a",
+			},
+		},
+		{
+			name: "failed probes count as opens but add no instance",
+			steps: []step{
+				tr(10, "a:open"), tr(15, "a:half_open"), tr(16, "a:open"), tr(24, "a:half_open"), tr(25, "a:closed"), tick(145),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"updated start=10 inst=a opens=2 first=a",
+				"closed start=10 end=25 inst=a opens=2 first=a",
+			},
+		},
+		{
+			name: "a forced open drill does not start an incident by default",
+			steps: []step{
+				tr(10, "a:forced_open"), tr(40, "a:closed"), tick(300),
+			},
+			want: nil,
+		},
+		{
+			name: "a forced open drill starts one when IncludeForced is set",
+			cfg:  incident.Config{IncludeForced: true, Quiet: 10 * time.Second},
+			steps: []step{
+				tr(10, "a:forced_open"), tr(40, "a:closed"), tick(50),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=0 first=a",
+				"closed start=10 end=40 inst=a opens=0 first=a",
+			},
+		},
+		{
+			name: "with a share, the incident waits for enough instances and starts at the first trip",
+			cfg:  incident.Config{Share: 50},
+			steps: []step{
+				{at: 0, live: 4}, tr(10, "a:open"), tr(20, "b:open"), tr(25, "a:closed"), tr(26, "b:closed"), tick(146),
+			},
+			want: []string{
+				"opened start=10 inst=a,b opens=2 first=a",
+				"closed start=10 end=26 inst=a,b opens=2 first=a",
+			},
+		},
+		{
+			name: "with a share, one instance of four opening is no incident",
+			cfg:  incident.Config{Share: 50},
+			steps: []step{
+				{at: 0, live: 4}, tr(10, "a:open"), tr(25, "a:closed"), tick(400),
+			},
+			want: nil,
+		},
+		{
+			name: "a stale instance does not hold an incident open",
+			cfg:  incident.Config{Quiet: 30 * time.Second},
+			steps: []step{
+				tr(10, "a:open"), tr(11, "b:closed"), {at: 40, live: 1, stale: []string{"a"}}, tick(69), tick(70),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"closed start=10 end=40 inst=a opens=1 first=a",
+			},
+		},
+		{
+			name: "a tick during an open incident changes nothing",
+			steps: []step{
+				tr(10, "a:open"), tick(1000), tick(5000),
+			},
+			want: []string{"opened start=10 inst=a opens=1 first=a"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := incident.NewDetector(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev := map[string]string{}
+			var got []string
+			for _, s := range tt.steps {
+				var cs []incident.Change
+				if s.tick {
+					cs = d.Tick(t0.Add(time.Duration(s.at) * time.Second))
+				} else {
+					cs = d.Observe(s.event(prev))
+				}
+				for _, c := range cs {
+					got = append(got, describe(c))
+				}
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestDetectorRestore(t *testing.T) {
+	t.Run("an open incident whose instances are all closed starts its quiet period at restore", func(t *testing.T) {
+		d, _ := incident.NewDetector(incident.Config{})
+		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 2, PerInstance: []cbdash.InstanceBreaker{
+			{Instance: "a", State: protocol.StateClosed}, {Instance: "b", State: protocol.StateClosed},
+		}}}
+		open := cbdash.Incident{ID: 7, DependencyKey: key, Start: t0, Open: true, Instances: []string{"a"}, Opens: 1}
+		d.Restore(snap, []cbdash.Incident{open}, t0.Add(time.Hour))
+		if cs := d.Tick(t0.Add(time.Hour + time.Minute)); len(cs) != 0 {
+			t.Fatalf("closed before the quiet period: %v", cs)
+		}
+		cs := d.Tick(t0.Add(time.Hour + 2*time.Minute))
+		if len(cs) != 1 || cs[0].Kind != incident.Closed || cs[0].Incident.ID != 7 || !cs[0].Incident.End.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("got %+v, want incident 7 closed at restore time", cs)
+		}
+	})
+	t.Run("an open incident with an instance still open stays open", func(t *testing.T) {
+		d, _ := incident.NewDetector(incident.Config{})
+		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 1, PerInstance: []cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateOpen}}}}
+		d.Restore(snap, []cbdash.Incident{{ID: 3, DependencyKey: key, Start: t0, Open: true, Instances: []string{"a"}}}, t0)
+		if cs := d.Tick(t0.Add(time.Hour)); len(cs) != 0 {
+			t.Fatalf("closed: %v", cs)
+		}
+		if got := d.Open(); len(got) != 1 || got[0].ID != 3 {
+			t.Fatalf("Open() = %v", got)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, cfg := range []incident.Config{{Share: -1}, {Share: 101}, {Quiet: -time.Second}} {
+		if _, err := incident.NewDetector(cfg); err == nil {
+			t.Errorf("NewDetector(%+v) accepted a bad config", cfg)
+		}
+	}
+}
