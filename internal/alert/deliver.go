@@ -1,0 +1,224 @@
+package alert
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash"
+)
+
+// ErrInvalidConfig is wrapped by every error of Config validation.
+var ErrInvalidConfig = errors.New("invalid alert config")
+
+// Message is the generic JSON body of a webhook call (format "json").
+type Message struct {
+	Event   string    `json:"event"` // "firing" or "resolved"
+	RuleID  int64     `json:"rule_id"`
+	Rule    string    `json:"rule"` // the rule's name
+	Kind    string    `json:"kind"` // the rule's kind
+	Subject string    `json:"subject"`
+	Service string    `json:"service"`
+	Breaker string    `json:"breaker,omitempty"`
+	Text    string    `json:"text"` // one line for humans
+	At      time.Time `json:"at"`
+	Since   time.Time `json:"since"` // when the alert started firing
+}
+
+// slackMessage is the Slack-compatible body (format "slack").
+type slackMessage struct {
+	Text string `json:"text"`
+}
+
+// Body renders the webhook body of n in its rule's format.
+func Body(n Notification) ([]byte, error) {
+	text := textOf(n)
+	if n.Rule.Format == cbdash.FormatSlack {
+		return json.Marshal(slackMessage{Text: text})
+	}
+	m := Message{Event: n.Event, RuleID: n.Rule.ID, Rule: n.Rule.Name, Kind: n.Rule.Kind, Subject: n.Subject,
+		Service: n.Rule.Service, Text: text, At: n.At.UTC(), Since: n.Since.UTC()}
+	if svc, br, ok := strings.Cut(n.Subject, "/"); ok {
+		m.Service, m.Breaker = svc, br
+	}
+	return json.Marshal(m)
+}
+
+func textOf(n Notification) string {
+	name := n.Rule.Name
+	if name == "" {
+		name = n.Rule.Kind
+	}
+	if n.Event == cbdash.AlertResolved {
+		return fmt.Sprintf("[RESOLVED] %s: %s (fired %s, lasted %s)", name, n.Subject,
+			n.Since.UTC().Format(time.RFC3339), n.At.Sub(n.Since).Truncate(time.Second))
+	}
+	return fmt.Sprintf("[FIRING] %s: %s", name, n.Detail)
+}
+
+// Log stores delivery log entries. *store.Store implements it.
+type Log interface {
+	SaveAlertDelivery(ctx context.Context, d cbdash.AlertDelivery) (int64, error)
+}
+
+// DeliveryConfig says how webhooks are called. Its zero value works.
+type DeliveryConfig struct {
+	// Client makes the calls; nil = a client with a 10 s timeout per
+	// attempt.
+	Client *http.Client
+	// Attempts is how many times a call is tried (0 = 5).
+	Attempts int
+	// Backoff is the wait after the first failed attempt, doubled after
+	// each further one (0 = 1 s), up to MaxBackoff (0 = 1 min).
+	Backoff, MaxBackoff time.Duration
+	// Sleep waits d or until ctx is done; nil = a real timer. Tests pass a
+	// fake that returns at once and records the waits.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Now stamps delivery log entries; nil = time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger // nil = discard
+}
+
+func (c DeliveryConfig) validate() error {
+	switch {
+	case c.Attempts < 0:
+		return fmt.Errorf("%w: Attempts is negative", ErrInvalidConfig)
+	case c.Backoff < 0:
+		return fmt.Errorf("%w: Backoff is negative", ErrInvalidConfig)
+	case c.MaxBackoff < 0:
+		return fmt.Errorf("%w: MaxBackoff is negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c *DeliveryConfig) defaults() {
+	if c.Client == nil {
+		c.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if c.Attempts == 0 {
+		c.Attempts = 5
+	}
+	if c.Backoff == 0 {
+		c.Backoff = time.Second
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = time.Minute
+	}
+	if c.Sleep == nil {
+		c.Sleep = sleep
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Deliverer posts notifications to webhooks with retries and records each
+// in the delivery log. Deliver is safe for concurrent use, but Service calls
+// it from one goroutine so that a resolve never overtakes its alert.
+type Deliverer struct {
+	cfg DeliveryConfig
+	log Log
+}
+
+// NewDeliverer returns a Deliverer writing to log (nil = no log), or an
+// error wrapping ErrInvalidConfig.
+func NewDeliverer(cfg DeliveryConfig, log Log) (*Deliverer, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.defaults()
+	return &Deliverer{cfg: cfg, log: log}, nil
+}
+
+// errPermanent marks an answer that retrying will not change (4xx other
+// than 408 and 429).
+var errPermanent = errors.New("permanent failure")
+
+// Deliver posts n to its rule's webhook, retrying network errors, 408, 429
+// and 5xx with exponential backoff, and logs the outcome. It returns the
+// log entry; its error is ctx's error when ctx ended first, or the
+// delivery log's error.
+func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDelivery, error) {
+	entry := cbdash.AlertDelivery{RuleID: n.Rule.ID, Subject: n.Subject, Event: n.Event, URL: n.Rule.WebhookURL}
+	body, err := Body(n)
+	if err != nil {
+		return entry, fmt.Errorf("alert: render body: %w", err)
+	}
+	entry.Body = string(body)
+	wait := d.cfg.Backoff
+	for attempt := 1; ; attempt++ {
+		entry.Attempts = attempt
+		status, err := d.post(ctx, n.Rule.WebhookURL, body)
+		entry.Status = status
+		if err == nil {
+			entry.OK, entry.Error = true, ""
+			break
+		}
+		entry.Error = err.Error()
+		if errors.Is(err, errPermanent) || attempt >= d.cfg.Attempts || ctx.Err() != nil {
+			break
+		}
+		d.cfg.Logger.Warn("alert webhook failed, retrying", "url", n.Rule.WebhookURL, "attempt", attempt, "wait", wait, "err", err)
+		if err := d.cfg.Sleep(ctx, wait); err != nil {
+			break
+		}
+		wait = min(wait*2, d.cfg.MaxBackoff)
+	}
+	entry.At = d.cfg.Now().UTC()
+	if !entry.OK {
+		d.cfg.Logger.Error("alert webhook gave up", "url", n.Rule.WebhookURL, "attempts", entry.Attempts, "err", entry.Error)
+	}
+	if d.log != nil {
+		// The log entry is written even when ctx ended: it records the give-up.
+		id, err := d.log.SaveAlertDelivery(context.WithoutCancel(ctx), entry)
+		if err != nil {
+			return entry, fmt.Errorf("alert: log delivery: %w", err)
+		}
+		entry.ID = id
+	}
+	return entry, ctx.Err()
+}
+
+func (d *Deliverer) post(ctx context.Context, url string, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", errPermanent, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "cbdash-alert/1")
+	resp, err := d.cfg.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return resp.StatusCode, nil
+	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return resp.StatusCode, fmt.Errorf("webhook answered %s", resp.Status)
+	default:
+		return resp.StatusCode, fmt.Errorf("%w: webhook answered %s", errPermanent, resp.Status)
+	}
+}

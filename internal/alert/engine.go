@@ -1,0 +1,282 @@
+package alert
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Defaults of AlertRule fields left at zero.
+const (
+	DefaultFor    = 30 * time.Second
+	DefaultMargin = 10.0 // percentage points
+	DefaultHold   = 2 * time.Minute
+)
+
+// Notification is one message the Engine decided to send: an alert that
+// starts firing or resolves.
+type Notification struct {
+	Rule    cbdash.AlertRule
+	Subject string // "service/breaker", or "service@instance" for stale
+	Event   string // cbdash.AlertFiring or cbdash.AlertResolved
+	At      time.Time
+	// Since is when the alert started firing.
+	Since time.Time
+	// Detail says what was seen, in one line ("open on 2 of 6 instances").
+	Detail string
+}
+
+type alertKey struct {
+	rule    int64
+	subject string
+}
+
+type alertState struct {
+	firing   bool
+	since    time.Time
+	lastTrue time.Time
+	detail   string
+}
+
+// Engine evaluates alert rules against live dependency states and
+// de-duplicates: an alert fires once when its condition becomes true and
+// resolves once when the condition has stayed false for the rule's Hold,
+// however often the breaker flaps in between. It does no I/O and reads no
+// clock; it is not safe for concurrent use (Service serialises calls).
+type Engine struct {
+	rules  []cbdash.AlertRule
+	deps   map[cbdash.DependencyKey]cbdash.Dependency
+	opened map[cbdash.DependencyKey]time.Time // transitions to open since the last evaluation
+	alerts map[alertKey]*alertState
+}
+
+// NewEngine returns an Engine with no rules.
+func NewEngine() *Engine {
+	return &Engine{
+		deps:   make(map[cbdash.DependencyKey]cbdash.Dependency),
+		opened: make(map[cbdash.DependencyKey]time.Time),
+		alerts: make(map[alertKey]*alertState),
+	}
+}
+
+// SetRules replaces the rules. Alerts of rules that are gone or disabled
+// are forgotten without a resolve message; alerts of rules kept (same ID)
+// keep their state.
+func (e *Engine) SetRules(rules []cbdash.AlertRule) {
+	e.rules = e.rules[:0]
+	keep := make(map[int64]bool)
+	for _, r := range rules {
+		if !r.Disabled {
+			e.rules = append(e.rules, r)
+			keep[r.ID] = true
+		}
+	}
+	for k := range e.alerts {
+		if !keep[k.rule] {
+			delete(e.alerts, k)
+		}
+	}
+}
+
+// Observe feeds one live event: dependency events update the state the
+// rules read; a transition to open is remembered until the next Evaluate,
+// so that an open shorter than the evaluation interval still fires.
+func (e *Engine) Observe(ev cbdash.Event) {
+	switch {
+	case ev.Kind == cbdash.EventDependency && ev.Dependency != nil:
+		e.deps[ev.Dependency.DependencyKey] = *ev.Dependency
+	case ev.Kind == cbdash.EventTransition && ev.Transition != nil && ev.Transition.To == protocol.StateOpen:
+		k := cbdash.DependencyKey{Service: ev.Transition.Service, Breaker: ev.Transition.Breaker}
+		if _, ok := e.opened[k]; !ok {
+			e.opened[k] = ev.At
+		}
+	}
+}
+
+// Load replaces the known dependency states (a collector snapshot).
+func (e *Engine) Load(deps []cbdash.Dependency) {
+	clear(e.deps)
+	for _, d := range deps {
+		e.deps[d.DependencyKey] = d
+	}
+}
+
+// Evaluate checks every rule at now and returns the notifications to send,
+// firing ones before resolved ones, each group sorted by rule and subject.
+func (e *Engine) Evaluate(now time.Time) []Notification {
+	seen := make(map[alertKey]bool)
+	var out []Notification
+	for _, r := range e.rules {
+		for subject, detail := range e.conditions(r, now) {
+			k := alertKey{r.ID, subject}
+			seen[k] = true
+			st := e.alerts[k]
+			if st == nil {
+				st = &alertState{}
+				e.alerts[k] = st
+			}
+			st.lastTrue = now
+			st.detail = detail
+			if !st.firing {
+				st.firing = true
+				st.since = now
+				out = append(out, Notification{Rule: r, Subject: subject, Event: cbdash.AlertFiring, At: now, Since: now, Detail: detail})
+			}
+		}
+	}
+	rules := make(map[int64]cbdash.AlertRule, len(e.rules))
+	for _, r := range e.rules {
+		rules[r.ID] = r
+	}
+	for k, st := range e.alerts {
+		if seen[k] {
+			continue
+		}
+		r := rules[k.rule]
+		if now.Sub(st.lastTrue) < hold(r) {
+			continue
+		}
+		delete(e.alerts, k)
+		if st.firing {
+			out = append(out, Notification{Rule: r, Subject: k.subject, Event: cbdash.AlertResolved, At: now, Since: st.since,
+				Detail: "resolved: " + st.detail})
+		}
+	}
+	clear(e.opened)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Event != b.Event {
+			return a.Event == cbdash.AlertFiring
+		}
+		if a.Rule.ID != b.Rule.ID {
+			return a.Rule.ID < b.Rule.ID
+		}
+		return a.Subject < b.Subject
+	})
+	return out
+}
+
+// Firing returns the subjects firing now per rule ID, sorted.
+func (e *Engine) Firing() map[int64][]string {
+	out := make(map[int64][]string)
+	for k, st := range e.alerts {
+		if st.firing {
+			out[k.rule] = append(out[k.rule], k.subject)
+		}
+	}
+	for _, s := range out {
+		slices.Sort(s)
+	}
+	return out
+}
+
+func hold(r cbdash.AlertRule) time.Duration {
+	if r.Hold > 0 {
+		return r.Hold
+	}
+	return DefaultHold
+}
+
+// matches reports whether the rule watches dependency k.
+func matches(r cbdash.AlertRule, k cbdash.DependencyKey) bool {
+	return r.Service == k.Service && (r.Breaker == "" || r.Breaker == k.Breaker)
+}
+
+// conditions returns the subjects for which the rule's condition holds at
+// now, each with a one-line detail.
+func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string {
+	out := make(map[string]string)
+	for k, d := range e.deps {
+		if !matches(r, k) {
+			continue
+		}
+		switch r.Kind {
+		case cbdash.AlertOpen:
+			if detail, ok := openCondition(d, e.opened[k]); ok {
+				out[k.String()] = detail
+			}
+		case cbdash.AlertHalfOpenLong:
+			if detail, ok := halfOpenCondition(d, r, now); ok {
+				out[k.String()] = detail
+			}
+		case cbdash.AlertHeadroom:
+			if detail, ok := headroomCondition(d, r); ok {
+				out[k.String()] = detail
+			}
+		case cbdash.AlertStale:
+			for _, ib := range d.PerInstance {
+				if ib.Stale {
+					out[k.Service+"@"+ib.Instance] = fmt.Sprintf("instance %s of %s stopped reporting (last seen %s)", ib.Instance, k.Service, ib.LastSeen.UTC().Format(time.RFC3339))
+				}
+			}
+		}
+	}
+	// A transition to open of a dependency we have no state for yet.
+	if r.Kind == cbdash.AlertOpen {
+		for k := range e.opened {
+			if _, known := e.deps[k]; !known && matches(r, k) {
+				out[k.String()] = k.String() + " opened"
+			}
+		}
+	}
+	return out
+}
+
+func openCondition(d cbdash.Dependency, openedAt time.Time) (string, bool) {
+	n := d.ByState[protocol.StateOpen] + d.ByState[protocol.StateHalfOpen]
+	if n == 0 && openedAt.IsZero() {
+		return "", false
+	}
+	if n == 0 {
+		n = 1
+	}
+	return fmt.Sprintf("%s is open on %d of %d instances", d.DependencyKey, n, max(d.Instances, n)), true
+}
+
+func halfOpenCondition(d cbdash.Dependency, r cbdash.AlertRule, now time.Time) (string, bool) {
+	limit := r.For
+	if limit <= 0 {
+		limit = DefaultFor
+	}
+	var long []string
+	var longest time.Duration
+	for _, ib := range d.PerInstance {
+		if ib.Stale || ib.State != protocol.StateHalfOpen || ib.LastTransition.IsZero() {
+			continue
+		}
+		if age := now.Sub(ib.LastTransition); age >= limit {
+			long = append(long, ib.Instance)
+			longest = max(longest, age)
+		}
+	}
+	if len(long) == 0 {
+		return "", false
+	}
+	slices.Sort(long)
+	return fmt.Sprintf("%s has been half-open for %s on %s", d.DependencyKey, longest.Truncate(time.Second), strings.Join(long, ", ")), true
+}
+
+func headroomCondition(d cbdash.Dependency, r cbdash.AlertRule) (string, bool) {
+	margin := r.Margin
+	if margin <= 0 {
+		margin = DefaultMargin
+	}
+	h := d.Headroom
+	if h.Calls == 0 || h.Calls < h.MinimumCalls {
+		return "", false
+	}
+	if h.FailureRateThreshold > 0 && h.FailureRate >= h.FailureRateThreshold-margin {
+		return fmt.Sprintf("%s failure rate %.1f%% is within %.0f points of its threshold %.0f%% (%d calls in the window)",
+			d.DependencyKey, h.FailureRate, margin, h.FailureRateThreshold, h.Calls), true
+	}
+	if h.SlowCallRateThreshold > 0 && h.SlowCallRate >= h.SlowCallRateThreshold-margin {
+		return fmt.Sprintf("%s slow-call rate %.1f%% is within %.0f points of its threshold %.0f%% (%d calls in the window)",
+			d.DependencyKey, h.SlowCallRate, margin, h.SlowCallRateThreshold, h.Calls), true
+	}
+	return "", false
+}

@@ -1,0 +1,204 @@
+package alert
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Source is the collector's live feed: a snapshot and the events after it.
+// *collector.Collector implements it.
+type Source interface {
+	Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func())
+}
+
+// Store holds alert rules and the delivery log. *store.Store implements it.
+type Store interface {
+	Log
+	AlertRules(ctx context.Context) ([]cbdash.AlertRule, error)
+	AlertRule(ctx context.Context, id int64) (cbdash.AlertRule, error)
+	CreateAlertRule(ctx context.Context, r cbdash.AlertRule) (cbdash.AlertRule, error)
+	UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error
+	DeleteAlertRule(ctx context.Context, id int64) error
+	AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error)
+}
+
+// Config wires a Service. Source and Store are required; the rest has
+// working zero values.
+type Config struct {
+	Source Source
+	Store  Store
+	Logger *slog.Logger // nil = discard
+	// Now is the clock of rule evaluation; nil = time.Now.
+	Now func() time.Time
+	// Interval is how often every rule is evaluated (0 = 1 s). A
+	// transition to open is evaluated at once.
+	Interval time.Duration
+	// QueueSize bounds the notifications waiting for delivery (0 = 256);
+	// when full, new ones are dropped and counted.
+	QueueSize int
+	Delivery  DeliveryConfig
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Source == nil:
+		return fmt.Errorf("%w: Source is required", ErrInvalidConfig)
+	case c.Store == nil:
+		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+	case c.Interval < 0:
+		return fmt.Errorf("%w: Interval is negative", ErrInvalidConfig)
+	case c.QueueSize < 0:
+		return fmt.Errorf("%w: QueueSize is negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Service evaluates alert rules against the collector's live state and
+// delivers notifications. Its methods are safe for concurrent use; Run
+// must be called once.
+type Service struct {
+	cfg     Config
+	deliver *Deliverer
+	queue   chan Notification
+	dropped atomic.Int64
+
+	mu     sync.Mutex // guards engine
+	engine *Engine
+}
+
+// New returns a Service, or an error wrapping ErrInvalidConfig naming the
+// bad field.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = 256
+	}
+	if cfg.Delivery.Logger == nil {
+		cfg.Delivery.Logger = cfg.Logger
+	}
+	if cfg.Delivery.Now == nil {
+		cfg.Delivery.Now = cfg.Now
+	}
+	d, err := NewDeliverer(cfg.Delivery, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, deliver: d, queue: make(chan Notification, cfg.QueueSize), engine: NewEngine()}, nil
+}
+
+// Reload reads the rules from the store into the engine. The API calls it
+// after every change to the rules.
+func (s *Service) Reload(ctx context.Context) error {
+	rules, err := s.cfg.Store.AlertRules(ctx)
+	if err != nil {
+		return fmt.Errorf("alert: load rules: %w", err)
+	}
+	s.mu.Lock()
+	s.engine.SetRules(rules)
+	s.mu.Unlock()
+	return nil
+}
+
+// Dropped counts notifications dropped because the delivery queue was full.
+func (s *Service) Dropped() int64 { return s.dropped.Load() }
+
+// Firing returns the subjects firing now per rule ID.
+func (s *Service) Firing() map[int64][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engine.Firing()
+}
+
+// Run loads the rules, subscribes to the source and evaluates until ctx is
+// done; then it stops delivering (a delivery in progress is abandoned and
+// logged) and returns nil. It returns an error only when the rules cannot
+// be loaded at start.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.Reload(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.deliverLoop(ctx) })
+	defer wg.Wait()
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		snapshot, events, cancel := s.cfg.Source.Subscribe()
+		s.mu.Lock()
+		s.engine.Load(snapshot)
+		s.mu.Unlock()
+		resubscribe := s.consume(ctx, events, t.C)
+		cancel()
+		if !resubscribe {
+			return nil
+		}
+		s.cfg.Logger.Warn("alert: live feed dropped us; subscribing again")
+	}
+}
+
+// consume handles events until ctx ends (false) or the feed closes (true).
+func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick <-chan time.Time) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case ev, ok := <-events:
+			if !ok {
+				return true
+			}
+			s.mu.Lock()
+			s.engine.Observe(ev)
+			s.mu.Unlock()
+			if ev.Kind == cbdash.EventTransition && ev.Transition != nil && ev.Transition.To == protocol.StateOpen {
+				s.evaluate()
+			}
+		case <-tick:
+			s.evaluate()
+		}
+	}
+}
+
+func (s *Service) evaluate() {
+	s.mu.Lock()
+	ns := s.engine.Evaluate(s.cfg.Now())
+	s.mu.Unlock()
+	for _, n := range ns {
+		select {
+		case s.queue <- n:
+		default:
+			s.dropped.Add(1)
+			s.cfg.Logger.Error("alert: delivery queue full, notification dropped", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event)
+		}
+	}
+}
+
+func (s *Service) deliverLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-s.queue:
+			if _, err := s.deliver.Deliver(ctx, n); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Error("alert: delivery", "err", err)
+			}
+		}
+	}
+}
