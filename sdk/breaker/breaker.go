@@ -1,0 +1,455 @@
+package breaker
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Breaker is a circuit breaker guarding calls to one dependency. Make one
+// with New. All its methods are safe for concurrent use.
+//
+// The state lives in an epoch (one per generation) that is swapped
+// atomically on every transition, so that the closed-state success path
+// takes no lock: it loads the epoch, reads the clock twice (start and end,
+// for the latency histogram) and updates atomic counters and the lock-free
+// count window. Transitions, half-open probes and time windows take a
+// short per-breaker lock; no lock is ever held while user code or an
+// observer runs.
+type Breaker struct {
+	name      string
+	cfg       Config
+	clock     Clock // nil: the system clock, read with time.Since(base)
+	timers    Clock // never nil: schedules CallTimeout
+	base      time.Time
+	slowNs    int64
+	timeoutNs int64
+
+	ep atomic.Pointer[epoch]
+	_  [56]byte
+
+	ctr      counters
+	inflight atomic.Int64 // kept only when MaxConcurrent > 0 (the bulkhead)
+
+	mu         sync.Mutex // guards the fields below and every epoch transition
+	gen        uint64
+	lastOpen   float64 // the last open duration, in nanoseconds, before jitter
+	pending    []pendingTransition
+	delivering bool
+	observers  []*observer // copy on write
+}
+
+// epoch is one generation of a breaker: its state and what that state
+// keeps. A call remembers the epoch it was admitted in; when it ends, it
+// changes the state machine only if that epoch is still current.
+type epoch struct {
+	gen   uint64
+	state State
+	win   window // Closed and ForcedClosed
+
+	openUntil int64         // Open: when it becomes half-open (ns since base)
+	openDur   time.Duration // Open: how long it stays open
+
+	probes, successes int // HalfOpen: in flight, consecutive successes; guarded by Breaker.mu
+
+	until atomic.Int64            // forced states: when they run out (ns since base); 0 = never
+	cmd   atomic.Pointer[Command] // forced states: the command holding them
+}
+
+// due reports whether ep has a transition due at now that is made lazily:
+// open > half_open, or a forced state's expiry.
+func (ep *epoch) due(now int64) bool {
+	switch ep.state {
+	case Open:
+		return now >= ep.openUntil
+	case ForcedOpen, ForcedClosed:
+		u := ep.until.Load()
+		return u != 0 && now >= u
+	}
+	return false
+}
+
+type counters struct {
+	admitted, successes, errors, timeouts, panics, slow, ignored atomic.Uint64
+	rejOpen, rejHalfOpen, rejForced, rejBulkhead                 atomic.Uint64
+	fallbackOK, fallbackFailed                                   atomic.Uint64
+	latency                                                      [numLatencyBuckets]atomic.Uint64
+	latencySum                                                   atomic.Int64
+}
+
+func (c *counters) observe(d int64) {
+	i := 0
+	for i < len(latencyBounds) && d > latencyBounds[i] {
+		i++
+	}
+	c.latency[i].Add(1)
+	c.latencySum.Add(d)
+}
+
+// New returns a closed breaker named name (required; it names the breaker
+// in transitions and snapshots) configured by cfg, whose zero fields take
+// their defaults. It returns an error wrapping ErrInvalidConfig that names
+// the bad field if cfg is invalid.
+func New(name string, cfg Config) (*Breaker, error) {
+	if name == "" {
+		return nil, invalidf("name is required")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if c.OpenBackoff.Max > 0 && c.OpenBackoff.Max < c.OpenDuration {
+		return nil, invalidf("OpenBackoff.Max (%v) is shorter than OpenDuration (%v)", c.OpenBackoff.Max, c.OpenDuration)
+	}
+	b := &Breaker{name: name, cfg: c, clock: c.Clock, slowNs: int64(c.SlowCallDuration), timeoutNs: int64(c.CallTimeout)}
+	if c.Clock == nil {
+		b.timers = systemClock{}
+		b.base = time.Now()
+	} else {
+		b.timers = c.Clock
+		b.base = c.Clock.Now()
+	}
+	b.ep.Store(b.newEpochLocked(Closed))
+	return b, nil
+}
+
+// Name returns the breaker's name.
+func (b *Breaker) Name() string { return b.name }
+
+// Config returns the breaker's configuration with every default applied.
+func (b *Breaker) Config() Config { return b.cfg }
+
+// now returns the time in nanoseconds since the breaker was made.
+func (b *Breaker) now() int64 {
+	if b.clock == nil {
+		return int64(time.Since(b.base))
+	}
+	return int64(b.clock.Now().Sub(b.base))
+}
+
+// wall turns a time from now into a time.Time.
+func (b *Breaker) wall(t int64) time.Time { return b.base.Add(time.Duration(t)) }
+
+func (b *Breaker) newWindow() window {
+	w := b.cfg.Window
+	if w.Kind == TimeWindow {
+		return newTimeWindow(int64(w.Duration)/int64(w.Buckets), w.Buckets)
+	}
+	return newCountWindow(w.Size)
+}
+
+// newEpochLocked starts a new generation in state s, with an empty window
+// if s keeps one. b.mu must be held (or b not yet shared).
+func (b *Breaker) newEpochLocked(s State) *epoch {
+	b.gen++
+	ep := &epoch{gen: b.gen, state: s}
+	if s == Closed || s == ForcedClosed {
+		ep.win = b.newWindow()
+	}
+	return ep
+}
+
+type pendingTransition struct {
+	t   Transition
+	obs []*observer // the observers subscribed when it happened
+}
+
+// transitionLocked moves the breaker from epoch from to a new generation
+// in state to, at time at, and queues the transition for the observers.
+// until and cmd are the forced state's expiry and command. b.mu must be
+// held; the caller calls deliver after unlocking.
+func (b *Breaker) transitionLocked(from *epoch, to State, at int64, cause Cause, until int64, cmd *Command) *epoch {
+	ep := b.newEpochLocked(to)
+	if to == Open {
+		ep.openDur = b.nextOpenLocked(from.state == HalfOpen)
+		ep.openUntil = at + int64(ep.openDur)
+	}
+	if until != 0 {
+		ep.until.Store(until)
+		cause.ExpiresAt = b.wall(until)
+	}
+	ep.cmd.Store(cmd)
+	b.ep.Store(ep)
+	b.pending = append(b.pending, pendingTransition{
+		t: Transition{
+			Breaker: b.name, From: from.state, To: to, At: b.wall(at),
+			Generation: ep.gen, Cause: cause, OpenDuration: ep.openDur,
+		},
+		obs: b.observers,
+	})
+	return ep
+}
+
+// nextOpenLocked returns how long the breaker opens for: the base
+// OpenDuration after a trip from closed, the previous duration times the
+// backoff multiplier (capped) after a failed probe, then jittered.
+func (b *Breaker) nextOpenLocked(afterProbe bool) time.Duration {
+	bo := b.cfg.OpenBackoff
+	if !afterProbe || bo.Multiplier <= 1 || b.lastOpen == 0 {
+		b.lastOpen = float64(b.cfg.OpenDuration)
+	} else {
+		b.lastOpen *= bo.Multiplier
+		if bo.Max > 0 && b.lastOpen > float64(bo.Max) {
+			b.lastOpen = float64(bo.Max)
+		}
+	}
+	d := b.lastOpen
+	if bo.Jitter > 0 {
+		d *= 1 + bo.Jitter*(2*rand.Float64()-1)
+	}
+	return time.Duration(d)
+}
+
+// settle makes the lazily made transitions due at now and returns the
+// current epoch.
+func (b *Breaker) settle(now int64) *epoch {
+	b.mu.Lock()
+	ep := b.settleLocked(now)
+	b.mu.Unlock()
+	b.deliver()
+	return ep
+}
+
+func (b *Breaker) settleLocked(now int64) *epoch {
+	ep := b.ep.Load()
+	for ep.due(now) {
+		if ep.state == Open {
+			ep = b.transitionLocked(ep, HalfOpen, ep.openUntil, Cause{Kind: CauseOpenElapsed}, 0, nil)
+			continue
+		}
+		ep = b.transitionLocked(ep, Closed, ep.until.Load(), Cause{Kind: CauseExpired, Command: ep.cmd.Load()}, 0, nil)
+	}
+	return ep
+}
+
+// current returns the epoch in force at now.
+func (b *Breaker) current(now int64) *epoch {
+	ep := b.ep.Load()
+	if ep.due(now) {
+		ep = b.settle(now)
+	}
+	return ep
+}
+
+// admit decides whether a call may start now. The returned Call carries
+// the start time and the epoch it was admitted in.
+func (b *Breaker) admit() (Call, error) {
+	for {
+		ep := b.ep.Load()
+		now := b.now()
+		if ep.due(now) {
+			ep = b.settle(now)
+		}
+		probe := false
+		switch ep.state {
+		case Open:
+			b.ctr.rejOpen.Add(1)
+			return Call{}, ErrOpen
+		case ForcedOpen:
+			b.ctr.rejForced.Add(1)
+			return Call{}, ErrForcedOpen
+		case HalfOpen:
+			ok, stale := b.takeProbe(ep)
+			if stale {
+				continue
+			}
+			if !ok {
+				b.ctr.rejHalfOpen.Add(1)
+				return Call{}, ErrHalfOpenFull
+			}
+			probe = true
+		}
+		if m := b.cfg.MaxConcurrent; m > 0 {
+			if b.inflight.Add(1) > int64(m) {
+				b.inflight.Add(-1)
+				if probe {
+					b.releaseProbe(ep)
+				}
+				b.ctr.rejBulkhead.Add(1)
+				return Call{}, ErrBulkheadFull
+			}
+		}
+		b.ctr.admitted.Add(1)
+		return Call{b: b, ep: ep, start: now, probe: probe}, nil
+	}
+}
+
+// takeProbe takes a probe slot of the half-open epoch ep. stale says ep
+// is no longer current (the caller looks again).
+func (b *Breaker) takeProbe(ep *epoch) (ok, stale bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ep.Load() != ep {
+		return false, true
+	}
+	if ep.probes >= b.cfg.HalfOpenMaxCalls {
+		return false, false
+	}
+	ep.probes++
+	return true, false
+}
+
+func (b *Breaker) releaseProbe(ep *epoch) {
+	b.mu.Lock()
+	if b.ep.Load() == ep {
+		ep.probes--
+	}
+	b.mu.Unlock()
+}
+
+// finish records the end of call c at time end with outcome o.
+func (b *Breaker) finish(c *Call, o Outcome, end int64) {
+	if b.cfg.MaxConcurrent > 0 {
+		b.inflight.Add(-1)
+	}
+	d := max(end-c.start, 0)
+	b.ctr.observe(d)
+	slow := b.slowNs > 0 && d >= b.slowNs && o.recorded()
+	switch o {
+	case Success:
+		b.ctr.successes.Add(1)
+	case Failure:
+		b.ctr.errors.Add(1)
+	case Timeout:
+		b.ctr.timeouts.Add(1)
+	case Panic:
+		b.ctr.panics.Add(1)
+	default:
+		b.ctr.ignored.Add(1)
+	}
+	if slow {
+		b.ctr.slow.Add(1)
+	}
+	if c.probe {
+		b.probeDone(c.ep, o, slow, end)
+		return
+	}
+	ep := c.ep
+	if !o.recorded() || ep.win == nil || b.ep.Load() != ep {
+		return
+	}
+	s := ep.win.record(end, o.failed(), slow)
+	if ep.state == Closed && b.trips(s) {
+		b.trip(ep, end)
+	}
+}
+
+func (b *Breaker) trips(s WindowStats) bool {
+	if s.Calls < int64(b.cfg.MinimumCalls) || s.Calls == 0 {
+		return false
+	}
+	return s.FailureRate >= b.cfg.FailureRateThreshold ||
+		(b.slowNs > 0 && s.SlowCallRate >= b.cfg.SlowCallRateThreshold)
+}
+
+// trip opens the breaker if ep is still current and its window, judged
+// again under the lock, still reaches a threshold.
+func (b *Breaker) trip(ep *epoch, end int64) {
+	b.mu.Lock()
+	if b.ep.Load() != ep {
+		b.mu.Unlock()
+		return
+	}
+	s := ep.win.stats(end)
+	if !b.trips(s) {
+		b.mu.Unlock()
+		return
+	}
+	cause := Cause{Kind: CauseFailureRate, FailureRate: s.FailureRate, SlowCallRate: s.SlowCallRate, Threshold: b.cfg.FailureRateThreshold, Window: s}
+	if s.FailureRate < b.cfg.FailureRateThreshold {
+		cause.Kind, cause.Threshold = CauseSlowCallRate, b.cfg.SlowCallRateThreshold
+	}
+	b.transitionLocked(ep, Open, end, cause, 0, nil)
+	b.mu.Unlock()
+	b.deliver()
+}
+
+// probeDone ends a probe admitted in the half-open epoch ep.
+func (b *Breaker) probeDone(ep *epoch, o Outcome, slow bool, end int64) {
+	b.mu.Lock()
+	if b.ep.Load() != ep {
+		b.mu.Unlock()
+		return
+	}
+	ep.probes--
+	switch {
+	case o.failed() || (slow && o == Success):
+		how := "slow"
+		switch o {
+		case Failure:
+			how = "error"
+		case Timeout:
+			how = "timeout"
+		case Panic:
+			how = "panic"
+		}
+		b.transitionLocked(ep, Open, end, Cause{Kind: CauseProbeFailed, ProbeOutcome: how}, 0, nil)
+	case o == Success:
+		ep.successes++
+		if ep.successes >= b.cfg.HalfOpenSuccessThreshold {
+			b.transitionLocked(ep, Closed, end, Cause{Kind: CauseProbesSucceeded}, 0, nil)
+		}
+	}
+	b.mu.Unlock()
+	b.deliver()
+}
+
+// State returns the breaker's state now. Its only side effect is that a
+// due open > half_open change or a forced state's expiry happens (and is
+// delivered to observers) if it has not been seen yet.
+func (b *Breaker) State() State { return b.current(b.now()).state }
+
+// Snapshot returns the breaker's state, counters and sliding window now.
+// Like State, its only side effect is to make due lazy transitions
+// visible.
+func (b *Breaker) Snapshot() Snapshot {
+	now := b.now()
+	return b.snapshot(b.current(now), now)
+}
+
+func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
+	s := Snapshot{
+		Name: b.name, State: ep.state, Generation: ep.gen, At: b.wall(now),
+		Totals:                b.totals(),
+		Latency:               make([]uint64, numLatencyBuckets),
+		LatencySum:            time.Duration(b.ctr.latencySum.Load()),
+		FailureRateThreshold:  b.cfg.FailureRateThreshold,
+		SlowCallRateThreshold: b.cfg.SlowCallRateThreshold,
+		MinimumCalls:          b.cfg.MinimumCalls,
+	}
+	if b.slowNs == 0 {
+		s.SlowCallRateThreshold = 0
+	}
+	for i := range s.Latency {
+		s.Latency[i] = b.ctr.latency[i].Load()
+	}
+	t := s.Totals
+	s.InFlight = max(int64(t.Admitted)-int64(t.Successes+t.Failures+t.Ignored), 0)
+	if ep.win != nil {
+		s.Window = ep.win.stats(now)
+	}
+	if ep.state == ForcedOpen || ep.state == ForcedClosed {
+		if u := ep.until.Load(); u != 0 {
+			s.ForcedUntil = b.wall(u)
+		}
+		s.Forced = ep.cmd.Load()
+	}
+	return s
+}
+
+func (b *Breaker) totals() Totals {
+	c := &b.ctr
+	// Outcome counters first, admitted last: a call that ends between the
+	// loads is then never missing from Admitted.
+	t := Totals{
+		Successes: c.successes.Load(), Errors: c.errors.Load(), Timeouts: c.timeouts.Load(),
+		Panics: c.panics.Load(), Slow: c.slow.Load(), Ignored: c.ignored.Load(),
+		RejectedOpen: c.rejOpen.Load(), RejectedHalfOpenFull: c.rejHalfOpen.Load(),
+		RejectedForcedOpen: c.rejForced.Load(), RejectedBulkhead: c.rejBulkhead.Load(),
+		FallbackSuccesses: c.fallbackOK.Load(), FallbackFailures: c.fallbackFailed.Load(),
+	}
+	t.Failures = t.Errors + t.Timeouts + t.Panics
+	t.Admitted = c.admitted.Load()
+	return t
+}

@@ -1,0 +1,112 @@
+// Package breakertest provides a virtual clock for testing code that uses
+// package breaker, so that timing tests never sleep.
+package breakertest
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/breaker"
+)
+
+// Clock is a virtual breaker.Clock: its time moves only when Advance or
+// Set moves it, and its timers fire then, on the goroutine that moved it.
+// It is safe for concurrent use.
+type Clock struct {
+	mu     sync.Mutex
+	now    time.Time
+	seq    uint64
+	timers []*timer
+}
+
+var _ breaker.Clock = (*Clock)(nil)
+
+type timer struct {
+	c   *Clock
+	at  time.Time
+	seq uint64
+	f   func()
+}
+
+// NewClock returns a Clock that reads start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// AfterFunc schedules f to run when the clock reaches Now()+d (at once,
+// on the next Advance or Set, if d <= 0).
+func (c *Clock) AfterFunc(d time.Duration, f func()) breaker.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	t := &timer{c: c, at: c.now.Add(d), seq: c.seq, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Stop removes the timer; it reports whether it had not yet fired.
+func (t *timer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	i := slices.Index(t.c.timers, t)
+	if i < 0 {
+		return false
+	}
+	t.c.timers = slices.Delete(t.c.timers, i, i+1)
+	return true
+}
+
+// Advance moves the clock forward by d (see Set).
+func (c *Clock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// Set moves the clock to t, firing every timer due at or before t in
+// order of due time (then of scheduling); while a timer's function runs,
+// the clock reads that timer's due time. Timers scheduled by those
+// functions fire too if they are due by t. A t before the clock's time
+// only fires what is already due.
+func (c *Clock) Set(t time.Time) {
+	for {
+		c.mu.Lock()
+		i := c.nextDueLocked(t)
+		if i < 0 {
+			if t.After(c.now) {
+				c.now = t
+			}
+			c.mu.Unlock()
+			return
+		}
+		tm := c.timers[i]
+		c.timers = slices.Delete(c.timers, i, i+1)
+		if tm.at.After(c.now) {
+			c.now = tm.at
+		}
+		c.mu.Unlock()
+		tm.f()
+	}
+}
+
+func (c *Clock) nextDueLocked(t time.Time) int {
+	best := -1
+	for i, tm := range c.timers {
+		if tm.at.After(t) {
+			continue
+		}
+		if best < 0 || tm.at.Before(c.timers[best].at) || (tm.at.Equal(c.timers[best].at) && tm.seq < c.timers[best].seq) {
+			best = i
+		}
+	}
+	return best
+}
+
+// Pending returns how many timers are scheduled and not yet fired.
+func (c *Clock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}

@@ -1,0 +1,229 @@
+package breaker
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Call is one admitted call in the two-step form (Allow, then Done or
+// Report), for middleware that cannot wrap the call in a function. End
+// every admitted call exactly once: a call never ended holds its bulkhead
+// and probe slots for good (unless CallTimeout ends it). The zero Call
+// (returned with a rejection) ignores Done and Report.
+type Call struct {
+	b     *Breaker
+	ep    *epoch
+	start int64
+	probe bool
+	t     *timedCall
+}
+
+// timedCall is a call with a CallTimeout armed: whichever of the timer and
+// the caller ends it first wins, the other is thrown away.
+type timedCall struct {
+	done  atomic.Bool
+	timer Timer
+}
+
+// Done ends the call with the outcome Config.Classify gives err.
+func (c Call) Done(err error) {
+	if c.b != nil {
+		c.report(c.b.cfg.Classify(err))
+	}
+}
+
+// Report ends the call with outcome o. An outcome outside the Outcome
+// constants counts as Failure.
+func (c Call) Report(o Outcome) {
+	if c.b != nil {
+		c.report(o)
+	}
+}
+
+// Started returns when the call was admitted, by the breaker's clock.
+func (c Call) Started() time.Time {
+	if c.b == nil {
+		return time.Time{}
+	}
+	return c.b.wall(c.start)
+}
+
+// report ends the call, unless its timeout has already ended it; it
+// reports whether this result was the one recorded.
+func (c *Call) report(o Outcome) bool {
+	if o > Canceled {
+		o = Failure
+	}
+	if t := c.t; t != nil {
+		if !t.done.CompareAndSwap(false, true) {
+			return false
+		}
+		t.timer.Stop()
+	}
+	c.b.finish(c, o, c.b.now())
+	return true
+}
+
+// arm starts the CallTimeout timer of c. When it fires before the call
+// ends, the call is recorded as a Timeout that ended exactly at its
+// deadline, and then cancel (if not nil) is called with ErrTimeout.
+func (b *Breaker) arm(c *Call, cancel context.CancelCauseFunc) {
+	t := &timedCall{}
+	c.t = t
+	cc := *c
+	t.timer = b.timers.AfterFunc(time.Duration(b.timeoutNs), func() {
+		if !t.done.CompareAndSwap(false, true) {
+			return
+		}
+		b.finish(&cc, Timeout, cc.start+b.timeoutNs)
+		if cancel != nil {
+			cancel(ErrTimeout)
+		}
+	})
+}
+
+// Allow asks to start a call: it returns a Call to end with Done or Report
+// once the call is over, or a rejection error (ErrOpen, ErrHalfOpenFull,
+// ErrForcedOpen or ErrBulkheadFull, all matching ErrRejected). With
+// CallTimeout set, a call not ended within it is recorded as a Timeout at
+// its deadline and its later Done is thrown away; the caller is not
+// interrupted (use Execute for that).
+func (b *Breaker) Allow() (Call, error) {
+	c, err := b.admit()
+	if err == nil && b.timeoutNs > 0 {
+		b.arm(&c, nil)
+	}
+	return c, err
+}
+
+// Execute runs fn through the breaker. A rejected call does not run and
+// Execute returns the rejection (errors.Is(err, ErrRejected)). Otherwise
+// it returns fn's error after recording the call's outcome:
+//
+//   - if ctx is done when fn returns an error, the caller gave up:
+//     Canceled, not a failure, whatever the error;
+//   - otherwise Config.Classify(err) decides (DefaultClassify by default);
+//   - if fn panics, the call is recorded as Panic and the panic goes on;
+//   - with CallTimeout set, fn's context is canceled at the deadline with
+//     cause ErrTimeout, the call is recorded as a Timeout at that moment,
+//     and Execute returns ErrTimeout when fn returns, discarding fn's
+//     late result.
+//
+// fn runs on the calling goroutine. Execute is safe for concurrent use.
+func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) error {
+	_, _, err := b.execute(ctx, fn)
+	return err
+}
+
+// execute runs fn and returns its outcome, whether the call was
+// rejected, and the error for the caller.
+func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (Outcome, bool, error) {
+	call, err := b.admit()
+	if err != nil {
+		return 0, true, err
+	}
+	if b.timeoutNs > 0 {
+		return b.executeTimed(ctx, call, fn)
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			call.report(Panic)
+		}
+	}()
+	err = fn(ctx)
+	ended = true
+	o := b.outcome(ctx, err)
+	call.report(o)
+	return o, false, err
+}
+
+func (b *Breaker) executeTimed(ctx context.Context, call Call, fn func(context.Context) error) (Outcome, bool, error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	b.arm(&call, cancel)
+	ended := false
+	defer func() {
+		if !ended {
+			call.report(Panic)
+		}
+	}()
+	err := fn(cctx)
+	ended = true
+	o := b.outcome(ctx, err)
+	if !call.report(o) {
+		return Timeout, false, ErrTimeout
+	}
+	return o, false, err
+}
+
+// outcome classifies the error of a call made with the caller's context
+// ctx.
+func (b *Breaker) outcome(ctx context.Context, err error) Outcome {
+	if err == nil {
+		return Success
+	}
+	if ctx.Err() != nil {
+		return Canceled
+	}
+	return b.cfg.Classify(err)
+}
+
+// ExecuteWithFallback is Execute that calls fallback with the error when
+// the call is rejected or fails (Failure, Timeout); fallback's error is
+// then returned instead. It does not run for ignored errors, cancellation
+// or panics. Fallback results are counted in Totals.FallbackSuccesses and
+// Totals.FallbackFailures.
+func (b *Breaker) ExecuteWithFallback(ctx context.Context, fn func(context.Context) error, fallback func(context.Context, error) error) error {
+	o, rejected, err := b.execute(ctx, fn)
+	if !rejected && !o.failed() {
+		return err
+	}
+	ferr := fallback(ctx, err)
+	b.countFallback(ferr)
+	return ferr
+}
+
+func (b *Breaker) countFallback(err error) {
+	if err == nil {
+		b.ctr.fallbackOK.Add(1)
+	} else {
+		b.ctr.fallbackFailed.Add(1)
+	}
+}
+
+// Do runs fn through b like Execute and returns its value. On a
+// rejection or a timeout it returns the zero T (a late result is thrown
+// away).
+func Do[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
+	v, _, _, err := do(ctx, b, fn)
+	return v, err
+}
+
+func do[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, Outcome, bool, error) {
+	var v T
+	o, rejected, err := b.execute(ctx, func(ctx context.Context) error {
+		var err error
+		v, err = fn(ctx)
+		return err
+	})
+	if rejected || (o == Timeout && err == ErrTimeout) {
+		var zero T
+		return zero, o, rejected, err
+	}
+	return v, o, rejected, err
+}
+
+// DoWithFallback is Do that calls fallback with the error when the call
+// is rejected or fails, as ExecuteWithFallback does, and returns the
+// fallback's value and error instead.
+func DoWithFallback[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error), fallback func(context.Context, error) (T, error)) (T, error) {
+	v, o, rejected, err := do(ctx, b, fn)
+	if !rejected && !o.failed() {
+		return v, err
+	}
+	fv, ferr := fallback(ctx, err)
+	b.countFallback(ferr)
+	return fv, ferr
+}

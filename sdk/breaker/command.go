@@ -1,0 +1,76 @@
+package breaker
+
+import (
+	"fmt"
+	"time"
+)
+
+// Apply carries out an operator command and returns the state it leaves
+// the breaker in:
+//
+//   - force_open holds the breaker open (every call rejected with
+//     ErrForcedOpen) and force_closed holds it closed (every call admitted
+//     and recorded in a fresh window, never tripping), until release,
+//     reset or their TTL runs out; no automatic transition happens
+//     meanwhile. Repeating a force command in the state it forces makes no
+//     transition, keeps the generation and the window, and replaces the
+//     expiry (TTL 0 removes it) and the held command.
+//   - release and reset leave the breaker closed with an empty window, a
+//     new generation and the open duration back at its base. From closed
+//     they make no transition (the window is still emptied).
+//
+// An unknown action or a negative TTL returns an error wrapping
+// ErrInvalidCommand and changes nothing. Transitions are delivered to
+// observers before Apply returns, unless another goroutine is delivering
+// at that moment (then it delivers them, in order).
+func (b *Breaker) Apply(cmd Command) (State, error) {
+	switch cmd.Action {
+	case ActionForceOpen, ActionForceClosed, ActionRelease, ActionReset:
+	default:
+		return b.State(), fmt.Errorf("%w: unknown action %q", ErrInvalidCommand, cmd.Action)
+	}
+	if cmd.TTL < 0 {
+		return b.State(), fmt.Errorf("%w: TTL is negative (%v)", ErrInvalidCommand, cmd.TTL)
+	}
+	c := cmd
+	now := b.now()
+	b.mu.Lock()
+	ep := b.settleLocked(now)
+	switch cmd.Action {
+	case ActionForceOpen, ActionForceClosed:
+		to := ForcedOpen
+		if cmd.Action == ActionForceClosed {
+			to = ForcedClosed
+		}
+		var until int64
+		if cmd.TTL > 0 {
+			until = now + int64(cmd.TTL)
+		}
+		if ep.state == to {
+			ep.until.Store(until)
+			ep.cmd.Store(&c)
+		} else {
+			ep = b.transitionLocked(ep, to, now, Cause{Kind: CauseCommand, Command: &c}, until, &c)
+		}
+	default:
+		if ep.state == Closed {
+			ep = b.newEpochLocked(Closed)
+			b.ep.Store(ep)
+		} else {
+			ep = b.transitionLocked(ep, Closed, now, Cause{Kind: CauseCommand, Command: &c}, 0, nil)
+		}
+	}
+	b.mu.Unlock()
+	b.deliver()
+	return ep.state, nil
+}
+
+// ExpiresIn is a convenience for building a Command TTL from an absolute
+// deadline: the time from now until t, or 0 (no expiry) if t is zero.
+// A deadline already passed gives 1ns, so the forced state ends at once.
+func ExpiresIn(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return max(t.Sub(now), time.Nanosecond)
+}

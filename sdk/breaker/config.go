@@ -1,0 +1,208 @@
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// WindowKind selects how the sliding window keeps calls.
+type WindowKind uint8
+
+// Window kinds.
+const (
+	CountWindow WindowKind = iota // the last Size recorded calls (resilience4j COUNT_BASED)
+	TimeWindow                    // the calls of the last Duration, in Buckets buckets (resilience4j TIME_BASED)
+)
+
+// String returns "count" or "time".
+func (k WindowKind) String() string {
+	if k == TimeWindow {
+		return "time"
+	}
+	return "count"
+}
+
+// Window configures the sliding window whose failure rate and slow-call
+// rate decide when a closed breaker opens. See the package documentation.
+type Window struct {
+	Kind WindowKind
+	// Size is, for a count window, how many recorded calls it keeps;
+	// 0 means 100.
+	Size int
+	// Duration is, for a time window, how far back it looks. Required
+	// (> 0) for a time window.
+	Duration time.Duration
+	// Buckets is, for a time window, how many buckets Duration is cut
+	// into: the window holds the current bucket and the Buckets-1 before
+	// it, so it slides one bucket at a time. 0 means 10. Duration must be
+	// a whole multiple of Buckets nanoseconds.
+	Buckets int
+}
+
+// Backoff makes each open period after a failed probe longer than the one
+// before: the next open duration is the previous one times Multiplier,
+// capped at Max (resilience4j IntervalFunction.ofExponentialBackoff). It
+// goes back to Config.OpenDuration when the breaker closes.
+type Backoff struct {
+	Multiplier float64       // 0 or 1: no backoff; otherwise >= 1
+	Max        time.Duration // cap on the open duration; 0 = no cap
+	// Jitter spreads each open duration uniformly within +/- Jitter of
+	// itself (0..1, a fraction), so that a fleet of instances does not
+	// probe a recovering dependency in lockstep. 0 = none (tests and
+	// scenarios always run without it).
+	Jitter float64
+}
+
+// Config configures a Breaker. The zero value is a working configuration:
+// every zero field means its documented default. See the package
+// documentation for where each setting's semantics come from.
+type Config struct {
+	// Window is the sliding window; the zero value is a count window of
+	// the last 100 calls.
+	Window Window
+	// FailureRateThreshold (percent, in (0, 100]) opens the breaker when
+	// the failure rate in the window reaches it (>=). 0 means 50.
+	FailureRateThreshold float64
+	// SlowCallDuration makes a recorded call that took at least this long
+	// slow, whether it succeeded or failed. 0 turns slow detection off.
+	SlowCallDuration time.Duration
+	// SlowCallRateThreshold (percent, in (0, 100]) opens the breaker when
+	// the slow-call rate reaches it (>=), if slow detection is on. 0 means
+	// 100.
+	SlowCallRateThreshold float64
+	// MinimumCalls is how many recorded calls the window must hold before
+	// any rate is judged. 0 means 10. A count window smaller than
+	// MinimumCalls never holds enough calls, so such a breaker never opens.
+	MinimumCalls int
+	// OpenDuration is how long the breaker stays open before it lets
+	// probes through. 0 means 60s.
+	OpenDuration time.Duration
+	// OpenBackoff grows the open duration after each failed probe.
+	OpenBackoff Backoff
+	// HalfOpenMaxCalls is how many probes may be in flight at once while
+	// half-open; more are rejected with ErrHalfOpenFull. 0 means 1.
+	HalfOpenMaxCalls int
+	// HalfOpenSuccessThreshold is how many consecutive successful probes
+	// close the breaker. 0 means 1.
+	HalfOpenSuccessThreshold int
+	// CallTimeout ends a call still running this long after it started
+	// as a Timeout failure, at that moment: the call's context is canceled
+	// with ErrTimeout as its cause and the call's late result is thrown
+	// away. 0 = no timeout.
+	CallTimeout time.Duration
+	// MaxConcurrent is the bulkhead: how many calls may be in flight at
+	// once, in any state; more are rejected with ErrBulkheadFull. 0 = no
+	// bulkhead.
+	MaxConcurrent int
+	// Classify maps a call's error to its outcome. nil means
+	// DefaultClassify.
+	Classify func(error) Outcome
+	// Clock is the time source. nil means the system's monotonic clock.
+	Clock Clock
+	// Logger receives the panics of observers (which are recovered). nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("breaker: invalid config")
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
+// Limits on sizes, so that a typo cannot allocate gigabytes.
+const (
+	maxCountWindow = 1 << 20
+	maxBuckets     = 1 << 16
+)
+
+// withDefaults validates c and returns it with every default applied. The
+// error names the bad field and wraps ErrInvalidConfig.
+func (c Config) withDefaults() (Config, error) {
+	w := &c.Window
+	switch w.Kind {
+	case CountWindow:
+		if w.Size < 0 || w.Size > maxCountWindow {
+			return c, invalidf("Window.Size must be within 1..%d (got %d)", maxCountWindow, w.Size)
+		}
+		if w.Size == 0 {
+			w.Size = 100
+		}
+	case TimeWindow:
+		if w.Duration <= 0 {
+			return c, invalidf("Window.Duration must be > 0 for a time window (got %v)", w.Duration)
+		}
+		if w.Buckets < 0 || w.Buckets > maxBuckets {
+			return c, invalidf("Window.Buckets must be within 1..%d (got %d)", maxBuckets, w.Buckets)
+		}
+		if w.Buckets == 0 {
+			w.Buckets = 10
+		}
+		if w.Duration%time.Duration(w.Buckets) != 0 {
+			return c, invalidf("Window.Buckets (%d) does not divide Window.Duration (%v)", w.Buckets, w.Duration)
+		}
+	default:
+		return c, invalidf("Window.Kind %d is unknown", w.Kind)
+	}
+	if err := percent("FailureRateThreshold", &c.FailureRateThreshold, 50); err != nil {
+		return c, err
+	}
+	if err := percent("SlowCallRateThreshold", &c.SlowCallRateThreshold, 100); err != nil {
+		return c, err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"SlowCallDuration", c.SlowCallDuration}, {"OpenDuration", c.OpenDuration},
+		{"OpenBackoff.Max", c.OpenBackoff.Max}, {"CallTimeout", c.CallTimeout},
+	} {
+		if d.v < 0 {
+			return c, invalidf("%s must not be negative (got %v)", d.name, d.v)
+		}
+	}
+	if c.OpenDuration == 0 {
+		c.OpenDuration = 60 * time.Second
+	}
+	b := &c.OpenBackoff
+	if math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0) || b.Multiplier < 0 || (b.Multiplier > 0 && b.Multiplier < 1) {
+		return c, invalidf("OpenBackoff.Multiplier must be 0 or >= 1 (got %v)", b.Multiplier)
+	}
+	if math.IsNaN(b.Jitter) || b.Jitter < 0 || b.Jitter > 1 {
+		return c, invalidf("OpenBackoff.Jitter must be within 0..1 (got %v)", b.Jitter)
+	}
+	for _, n := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"MinimumCalls", &c.MinimumCalls, 10}, {"HalfOpenMaxCalls", &c.HalfOpenMaxCalls, 1},
+		{"HalfOpenSuccessThreshold", &c.HalfOpenSuccessThreshold, 1}, {"MaxConcurrent", &c.MaxConcurrent, 0},
+	} {
+		if *n.v < 0 {
+			return c, invalidf("%s must not be negative (got %d)", n.name, *n.v)
+		}
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+	}
+	if c.Classify == nil {
+		c.Classify = DefaultClassify
+	}
+	return c, nil
+}
+
+func percent(name string, v *float64, def float64) error {
+	if *v == 0 {
+		*v = def
+		return nil
+	}
+	if math.IsNaN(*v) || *v <= 0 || *v > 100 {
+		return invalidf("%s must be within (0, 100] percent (got %v)", name, *v)
+	}
+	return nil
+}
