@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash"
+)
+
+// Alert rules and the webhook delivery log (internal/alert). Durations
+// are stored in ms, times in Unix ms.
+
+// validateAlertRule checks what the store relies on; it returns an error
+// wrapping cbdash.ErrInvalid naming the bad field.
+func validateAlertRule(r cbdash.AlertRule) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("store: alert rule: %s: %w", fmt.Sprintf(format, a...), cbdash.ErrInvalid)
+	}
+	switch r.Kind {
+	case cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale:
+	default:
+		return bad("kind %q is not one of open, half_open_long, headroom, stale", r.Kind)
+	}
+	if strings.TrimSpace(r.Service) == "" {
+		return bad("service is required")
+	}
+	u, err := url.Parse(r.WebhookURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("webhook_url %q is not an http(s) URL", r.WebhookURL)
+	}
+	if r.Format != "" && r.Format != cbdash.FormatJSON && r.Format != cbdash.FormatSlack {
+		return bad("format %q is not json or slack", r.Format)
+	}
+	if r.For < 0 || r.Hold < 0 || r.Margin < 0 || r.Margin > 100 {
+		return bad("for, hold and margin must not be negative (margin at most 100)")
+	}
+	return nil
+}
+
+func ruleArgs(r cbdash.AlertRule) []any {
+	format := r.Format
+	if format == "" {
+		format = cbdash.FormatJSON
+	}
+	return []any{r.Name, r.Service, r.Breaker, r.Kind, r.For.Milliseconds(), r.Margin, r.Hold.Milliseconds(), r.WebhookURL, format, r.Disabled}
+}
+
+// CreateAlertRule validates and stores a rule (its ID is ignored) and
+// returns it as stored. A bad rule is an error wrapping cbdash.ErrInvalid.
+func (s *Store) CreateAlertRule(ctx context.Context, r cbdash.AlertRule) (cbdash.AlertRule, error) {
+	if err := validateAlertRule(r); err != nil {
+		return r, err
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = s.opts.Now()
+	}
+	r.CreatedAt = time.UnixMilli(r.CreatedAt.UnixMilli()).UTC()
+	if r.Format == "" {
+		r.Format = cbdash.FormatJSON
+	}
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec(`INSERT INTO alert_rules (name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, append(ruleArgs(r), r.CreatedAt.UnixMilli())...)
+		if err != nil {
+			return err
+		}
+		r.ID, err = res.LastInsertId()
+		return err
+	}})
+	if err != nil {
+		return r, fmt.Errorf("store: create alert rule: %w", err)
+	}
+	return r, nil
+}
+
+// UpdateAlertRule rewrites a rule. Errors wrap cbdash.ErrInvalid for a bad
+// rule and cbdash.ErrNotFound for an unknown ID.
+func (s *Store) UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error {
+	if err := validateAlertRule(r); err != nil {
+		return err
+	}
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec(`UPDATE alert_rules SET name = ?, service = ?, breaker = ?, kind = ?, for_ms = ?, margin = ?, hold_ms = ?,
+			webhook_url = ?, format = ?, disabled = ? WHERE id = ?`, append(ruleArgs(r), r.ID)...)
+		if err != nil {
+			return err
+		}
+		return mustAffect(res, "alert rule", r.ID)
+	}})
+	if err != nil {
+		return fmt.Errorf("store: update alert rule: %w", err)
+	}
+	return nil
+}
+
+// DeleteAlertRule removes a rule; its deliveries stay in the log. An
+// unknown ID is an error wrapping cbdash.ErrNotFound.
+func (s *Store) DeleteAlertRule(ctx context.Context, id int64) error {
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec(`DELETE FROM alert_rules WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		return mustAffect(res, "alert rule", id)
+	}})
+	if err != nil {
+		return fmt.Errorf("store: delete alert rule: %w", err)
+	}
+	return nil
+}
+
+func mustAffect(res sql.Result, what string, id int64) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%s %d: %w", what, id, cbdash.ErrNotFound)
+	}
+	return nil
+}
+
+const ruleColumns = `id, name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms`
+
+func scanRule(sc interface{ Scan(...any) error }) (cbdash.AlertRule, error) {
+	var r cbdash.AlertRule
+	var forMs, holdMs, created int64
+	if err := sc.Scan(&r.ID, &r.Name, &r.Service, &r.Breaker, &r.Kind, &forMs, &r.Margin, &holdMs, &r.WebhookURL, &r.Format, &r.Disabled, &created); err != nil {
+		return r, err
+	}
+	r.For = time.Duration(forMs) * time.Millisecond
+	r.Hold = time.Duration(holdMs) * time.Millisecond
+	r.CreatedAt = time.UnixMilli(created).UTC()
+	return r, nil
+}
+
+// AlertRule returns one rule; an unknown ID is an error wrapping
+// cbdash.ErrNotFound.
+func (s *Store) AlertRule(ctx context.Context, id int64) (cbdash.AlertRule, error) {
+	r, err := scanRule(s.rdb.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM alert_rules WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("store: alert rule %d: %w", id, cbdash.ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("store: alert rule %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// AlertRules returns every rule, oldest first.
+func (s *Store) AlertRules(ctx context.Context) ([]cbdash.AlertRule, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+ruleColumns+` FROM alert_rules ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: alert rules: %w", err)
+	}
+	defer rows.Close()
+	var out []cbdash.AlertRule
+	for rows.Next() {
+		r, err := scanRule(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: alert rules: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: alert rules: %w", err)
+	}
+	return out, nil
+}
+
+// SaveAlertDelivery appends a delivery log entry and returns its ID.
+func (s *Store) SaveAlertDelivery(ctx context.Context, d cbdash.AlertDelivery) (int64, error) {
+	var id int64
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec(`INSERT INTO alert_deliveries (rule_id, subject, event, url, status, attempts, ok, error, body, at_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			d.RuleID, d.Subject, d.Event, d.URL, d.Status, d.Attempts, d.OK, d.Error, d.Body, d.At.UnixMilli())
+		if err != nil {
+			return err
+		}
+		id, err = res.LastInsertId()
+		return err
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("store: save alert delivery: %w", err)
+	}
+	return id, nil
+}
+
+// AlertDeliveries returns delivery log entries, newest first.
+func (s *Store) AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error) {
+	query := `SELECT id, rule_id, subject, event, url, status, attempts, ok, error, body, at_ms FROM alert_deliveries`
+	var args []any
+	if q.RuleID != 0 {
+		query += " WHERE rule_id = ?"
+		args = append(args, q.RuleID)
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 200
+	}
+	query += " ORDER BY id DESC LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: alert deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []cbdash.AlertDelivery
+	for rows.Next() {
+		var d cbdash.AlertDelivery
+		var at int64
+		if err := rows.Scan(&d.ID, &d.RuleID, &d.Subject, &d.Event, &d.URL, &d.Status, &d.Attempts, &d.OK, &d.Error, &d.Body, &at); err != nil {
+			return nil, fmt.Errorf("store: alert deliveries: %w", err)
+		}
+		d.At = time.UnixMilli(at).UTC()
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: alert deliveries: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,319 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// ms converts a time to Unix milliseconds; the zero time is 0.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMs converts Unix milliseconds to a UTC time; 0 is the zero time.
+func fromMs(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+func checkNames(fields ...string) error {
+	for i := 0; i+1 < len(fields); i += 2 {
+		if strings.TrimSpace(fields[i+1]) == "" {
+			return fmt.Errorf("%w: %s is required", cbdash.ErrInvalid, fields[i])
+		}
+	}
+	return nil
+}
+
+// SaveHello records an agent's hello received at at: the service and the
+// instance (labels, SDK version, agent start) are created or updated, and
+// the instance's breakers are set to exactly those the hello declares (with
+// their configurations; breakers no longer declared are forgotten, their
+// transitions and history stay). It returns after the write has
+// committed. Errors: cbdash.ErrInvalid when service or instance is empty,
+// ErrClosed after Close, ctx's error, or a wrapped driver error.
+func (s *Store) SaveHello(ctx context.Context, h protocol.Hello, at time.Time) error {
+	if err := checkNames("service", h.Service, "instance", h.Instance); err != nil {
+		return err
+	}
+	labels, err := json.Marshal(h.Labels)
+	if err != nil {
+		return fmt.Errorf("store: labels: %w", err)
+	}
+	if h.Labels == nil {
+		labels = []byte("{}")
+	}
+	configs := make([][]byte, len(h.Breakers))
+	names := make([]string, len(h.Breakers))
+	for i, b := range h.Breakers {
+		if configs[i], err = json.Marshal(b); err != nil {
+			return fmt.Errorf("store: breaker config: %w", err)
+		}
+		names[i] = b.Name
+	}
+	namesJSON, _ := json.Marshal(names)
+	now := ms(at)
+	return s.w.do(ctx, &op{run: func(x *wtx) error {
+		inst, err := x.instance(h.Service, h.Instance, h.StartedAt, now)
+		if err != nil {
+			return err
+		}
+		if _, err := x.exec(`UPDATE instances SET sdk_version = ?, labels = ?, started_at = ?, last_seen = ? WHERE id = ?`,
+			h.SDKVersion, string(labels), h.StartedAt, now, inst.id); err != nil {
+			return fmt.Errorf("store: update instance: %w", err)
+		}
+		if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (?, ?, 0)
+			ON CONFLICT DO NOTHING`, inst.id, h.StartedAt); err != nil {
+			return fmt.Errorf("store: record agent run: %w", err)
+		}
+		if _, err := x.exec(`DELETE FROM breakers WHERE instance_id = ? AND name NOT IN (SELECT value FROM json_each(?))`,
+			inst.id, string(namesJSON)); err != nil {
+			return fmt.Errorf("store: forget undeclared breakers: %w", err)
+		}
+		delete(x.w.c.breakers, inst.id)
+		for i, b := range h.Breakers {
+			if _, err := x.exec(`INSERT INTO breakers (instance_id, name, config) VALUES (?, ?, ?)
+				ON CONFLICT (instance_id, name) DO UPDATE SET config = excluded.config`,
+				inst.id, b.Name, string(configs[i])); err != nil {
+				return fmt.Errorf("store: save breaker %q: %w", b.Name, err)
+			}
+		}
+		return nil
+	}})
+}
+
+// instance returns the ids of (service, instance), creating the rows when
+// they do not exist yet (a batch may arrive before any stored hello).
+func (x *wtx) instance(service, instance string, startedAt, now int64) (instRef, error) {
+	k := instKey{service, instance}
+	if r, ok := x.w.c.instances[k]; ok {
+		return r, nil
+	}
+	var r instRef
+	q, err := x.queryRow(`INSERT INTO services (name, first_seen, last_seen) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen) RETURNING id`, service, now, now)
+	if err != nil {
+		return r, err
+	}
+	if err := q.Scan(&r.serviceID); err != nil {
+		return r, fmt.Errorf("store: save service: %w", err)
+	}
+	q, err = x.queryRow(`INSERT INTO instances (service_id, name, started_at, first_seen, last_seen) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (service_id, name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen) RETURNING id`,
+		r.serviceID, instance, startedAt, now, now)
+	if err != nil {
+		return r, err
+	}
+	if err := q.Scan(&r.id); err != nil {
+		return r, fmt.Errorf("store: save instance: %w", err)
+	}
+	x.w.c.instances[k] = r
+	return r, nil
+}
+
+// breaker returns the cached row of breaker name on instance, creating it
+// (with an empty configuration) when no hello declared it.
+func (x *wtx) breaker(inst int64, name string) (*brRef, error) {
+	m := x.w.c.breakers[inst]
+	if m == nil {
+		m = make(map[string]*brRef)
+		x.w.c.breakers[inst] = m
+	}
+	if b, ok := m[name]; ok {
+		return b, nil
+	}
+	q, err := x.queryRow(`INSERT INTO breakers (instance_id, name) VALUES (?, ?)
+		ON CONFLICT (instance_id, name) DO UPDATE SET name = excluded.name RETURNING id, state`, inst, name)
+	if err != nil {
+		return nil, err
+	}
+	b := &brRef{}
+	if err := q.Scan(&b.id, &b.state); err != nil {
+		return nil, fmt.Errorf("store: save breaker %q: %w", name, err)
+	}
+	m[name] = b
+	return b, nil
+}
+
+// setState records a breaker's latest state, writing only on change.
+func (x *wtx) setState(b *brRef, state string, transitionAt int64) error {
+	if transitionAt != 0 {
+		b.state = state
+		_, err := x.exec(`UPDATE breakers SET state = ?, last_transition = max(last_transition, ?) WHERE id = ?`,
+			state, transitionAt, b.id)
+		return err
+	}
+	if b.state == state {
+		return nil
+	}
+	b.state = state
+	_, err := x.exec(`UPDATE breakers SET state = ? WHERE id = ?`, state, b.id)
+	return err
+}
+
+// dep returns the id of a dependency, creating it on first use.
+func (x *wtx) dep(service, breaker string) (int64, error) {
+	k := cbdash.DependencyKey{Service: service, Breaker: breaker}
+	if id, ok := x.w.c.deps[k]; ok {
+		return id, nil
+	}
+	q, err := x.queryRow(`INSERT INTO dependencies (service, breaker) VALUES (?, ?)
+		ON CONFLICT (service, breaker) DO UPDATE SET breaker = excluded.breaker RETURNING id`, service, breaker)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := q.Scan(&id); err != nil {
+		return 0, fmt.Errorf("store: save dependency: %w", err)
+	}
+	x.w.c.deps[k] = id
+	return id, nil
+}
+
+// LastSeq returns the sequence number of the last batch stored for the
+// agent process (service, instance, startedAt), 0 when none is. It reads
+// committed data only, so a batch whose SaveBatch has returned is seen.
+// Errors: ctx's or a wrapped driver error.
+func (s *Store) LastSeq(ctx context.Context, service, instance string, startedAt int64) (uint64, error) {
+	var seq int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT r.last_seq FROM instance_runs r
+		JOIN instances i ON i.id = r.instance_id JOIN services sv ON sv.id = i.service_id
+		WHERE sv.name = ? AND i.name = ? AND r.started_at = ?`, service, instance, startedAt).Scan(&seq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("store: last seq: %w", err)
+	}
+	return uint64(seq), nil
+}
+
+// SaveBatch stores batch b of the agent process (service, instance,
+// startedAt), received at at: its transitions, its window reports (summed
+// into the per-dependency second buckets), its command results (the
+// matching command targets become applied or failed) and the instance's
+// last-seen time and breaker states. The batch is queued to the writer,
+// group-committed with other writes, and SaveBatch returns after COMMIT:
+// (true, nil) means stored and safe to acknowledge. A batch whose Seq is
+// at or below the last one stored for the process is a duplicate and
+// returns (false, nil) without writing anything; the check is in the same
+// transaction as the data, so a batch is stored exactly once.
+//
+// The store does not validate the batch beyond what it needs (use
+// protocol.Batch.Validate first). Errors: cbdash.ErrInvalid for an empty
+// service or instance or a zero Seq, ErrClosed after Close, ctx's error
+// (the batch may then still be stored; it is not acknowledged and a resend
+// is recognised as a duplicate), or a wrapped driver error.
+func (s *Store) SaveBatch(ctx context.Context, service, instance string, startedAt int64, b protocol.Batch, at time.Time) (bool, error) {
+	if err := checkNames("service", service, "instance", instance); err != nil {
+		return false, err
+	}
+	if b.Seq == 0 || b.Seq > math.MaxInt64 {
+		return false, fmt.Errorf("%w: seq %d is out of range", cbdash.ErrInvalid, b.Seq)
+	}
+	causes := make([][]byte, len(b.Transitions))
+	for i := range b.Transitions {
+		var err error
+		if causes[i], err = json.Marshal(b.Transitions[i].Cause); err != nil {
+			return false, fmt.Errorf("store: transition cause: %w", err)
+		}
+	}
+	stored := false
+	now := ms(at)
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		var err error
+		stored, err = x.saveBatch(service, instance, startedAt, &b, causes, now)
+		return err
+	}})
+	if err != nil {
+		return false, err
+	}
+	return stored, nil
+}
+
+func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.Batch, causes [][]byte, now int64) (bool, error) {
+	inst, err := x.instance(service, instance, startedAt, now)
+	if err != nil {
+		return false, err
+	}
+	var last int64
+	q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = ? AND started_at = ?`, inst.id, startedAt)
+	if err != nil {
+		return false, err
+	}
+	switch err := q.Scan(&last); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return false, fmt.Errorf("store: read last seq: %w", err)
+	}
+	seq := int64(b.Seq)
+	if seq <= last {
+		return false, nil
+	}
+	if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (?, ?, ?)
+		ON CONFLICT (instance_id, started_at) DO UPDATE SET last_seq = excluded.last_seq`, inst.id, startedAt, seq); err != nil {
+		return false, fmt.Errorf("store: record seq: %w", err)
+	}
+	if _, err := x.exec(`UPDATE instances SET last_seen = max(last_seen, ?) WHERE id = ?`, now, inst.id); err != nil {
+		return false, fmt.Errorf("store: touch instance: %w", err)
+	}
+	for i := range b.Transitions {
+		t := &b.Transitions[i]
+		if _, err := x.exec(`INSERT INTO transitions (service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, service, instance, t.Breaker, t.From, t.To, t.At,
+			int64(t.Generation), string(causes[i]), t.OpenMillis, now); err != nil {
+			return false, fmt.Errorf("store: save transition: %w", err)
+		}
+		br, err := x.breaker(inst.id, t.Breaker)
+		if err != nil {
+			return false, err
+		}
+		if err := x.setState(br, t.To, t.At); err != nil {
+			return false, fmt.Errorf("store: breaker state: %w", err)
+		}
+	}
+	for _, r := range b.CommandResults {
+		status := cbdash.TargetApplied
+		if !r.OK {
+			status = cbdash.TargetFailed
+		}
+		if _, err := x.exec(`UPDATE command_targets SET status = ?, state = ?, error = ?, at = ?
+			WHERE command_id = ? AND instance = ?`, status, r.State, r.Error, r.At, r.ID, instance); err != nil {
+			return false, fmt.Errorf("store: save command result: %w", err)
+		}
+	}
+	deps := make([]int64, len(b.Windows))
+	for i := range b.Windows {
+		w := &b.Windows[i]
+		if deps[i], err = x.dep(service, w.Breaker); err != nil {
+			return false, err
+		}
+		br, err := x.breaker(inst.id, w.Breaker)
+		if err != nil {
+			return false, err
+		}
+		if err := x.setState(br, w.State, 0); err != nil {
+			return false, fmt.Errorf("store: breaker state: %w", err)
+		}
+	}
+	// Last, once nothing can fail any more: the accumulator is not rolled
+	// back with the savepoint.
+	for i := range b.Windows {
+		x.acc.addWindow(deps[i], &b.Windows[i])
+	}
+	return true, nil
+}

@@ -1,0 +1,323 @@
+package store
+
+import (
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Levels of history, finest first.
+type level int
+
+const (
+	levelSecond level = iota
+	levelMinute
+	levelHour
+)
+
+// width is the bucket width of a level in milliseconds.
+func (l level) width() int64 {
+	switch l {
+	case levelSecond:
+		return 1000
+	case levelMinute:
+		return 60 * 1000
+	default:
+		return 3600 * 1000
+	}
+}
+
+func (l level) table() string {
+	switch l {
+	case levelSecond:
+		return "windows_second"
+	case levelMinute:
+		return "windows_minute"
+	default:
+		return "windows_hour"
+	}
+}
+
+// floorMs returns the start of the bucket of width w holding t (Unix ms).
+func floorMs(t, w int64) int64 {
+	r := t % w
+	if r < 0 {
+		r += w
+	}
+	return t - r
+}
+
+// row is one bucket of one dependency's history.
+type row struct {
+	counts   protocol.Counts
+	inFlight int64 // sum over instances in a second, max over sub-buckets above
+	open     int64 // reports in a non-closed state in a second, max over sub-buckets above
+	reports  int64 // window reports merged into the bucket
+	latSum   float64
+	lat      []int64
+}
+
+// add merges o into r when both describe the same bucket (reports of
+// different instances, or more reports of the same second): everything sums.
+func (r *row) add(o *row) {
+	r.counts.Add(o.counts)
+	r.inFlight += o.inFlight
+	r.open += o.open
+	r.reports += o.reports
+	r.latSum += o.latSum
+	r.lat = addHist(r.lat, o.lat)
+}
+
+// roll merges a finer bucket o into the coarser bucket r: counts and
+// histograms sum, in-flight and open instances take the maximum.
+func (r *row) roll(o *row) {
+	r.counts.Add(o.counts)
+	r.inFlight = max(r.inFlight, o.inFlight)
+	r.open = max(r.open, o.open)
+	r.reports += o.reports
+	r.latSum += o.latSum
+	r.lat = addHist(r.lat, o.lat)
+}
+
+func addHist(dst, src []int64) []int64 {
+	if len(src) > len(dst) {
+		dst = append(dst, make([]int64, len(src)-len(dst))...)
+	}
+	for i, v := range src {
+		dst[i] += v
+	}
+	return dst
+}
+
+// fromWindow turns one window report into a second-level row.
+func fromWindow(w *protocol.Window) row {
+	r := row{counts: w.Counts, inFlight: w.InFlight, reports: 1, latSum: w.LatencySumMs}
+	if w.State != protocol.StateClosed {
+		r.open = 1
+	}
+	if len(w.Latency) > 0 {
+		r.lat = slices.Clone(w.Latency)
+	}
+	return r
+}
+
+// encodeHist packs a histogram as one uvarint per bucket; nil when there
+// is no non-zero bucket.
+func encodeHist(h []int64) []byte {
+	if !slices.ContainsFunc(h, func(v int64) bool { return v != 0 }) {
+		return nil
+	}
+	b := make([]byte, 0, len(h)*2)
+	for _, v := range h {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	return b
+}
+
+var errBadHist = errors.New("store: corrupt latency histogram")
+
+func decodeHist(b []byte) ([]int64, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	h := make([]int64, 0, protocol.NumLatencyBuckets)
+	for len(b) > 0 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, errBadHist
+		}
+		h = append(h, int64(v))
+		b = b[n:]
+	}
+	return h, nil
+}
+
+const rowColumns = `admitted, successes, failures, errors, timeouts, panics, slow, ignored,
+	rejected_open, rejected_half_open, rejected_forced, rejected_bulkhead,
+	fallback_success, fallback_failure, in_flight, open_n, reports, latency_sum, latency`
+
+// scanRow reads rowColumns (after any leading columns given in dest).
+func scanRow(sc interface{ Scan(...any) error }, r *row, lead ...any) error {
+	var blob []byte
+	c := &r.counts
+	dest := append(lead, &c.Admitted, &c.Successes, &c.Failures, &c.Errors, &c.Timeouts, &c.Panics,
+		&c.Slow, &c.Ignored, &c.RejectedOpen, &c.RejectedHalfOpen, &c.RejectedForced, &c.RejectedBulkhead,
+		&c.FallbackSuccess, &c.FallbackFailure, &r.inFlight, &r.open, &r.reports, &r.latSum, &blob)
+	if err := sc.Scan(dest...); err != nil {
+		return err
+	}
+	h, err := decodeHist(blob)
+	r.lat = h
+	return err
+}
+
+func rowArgs(dep, start int64, r *row) []any {
+	c := r.counts
+	return []any{dep, start, c.Admitted, c.Successes, c.Failures, c.Errors, c.Timeouts, c.Panics,
+		c.Slow, c.Ignored, c.RejectedOpen, c.RejectedHalfOpen, c.RejectedForced, c.RejectedBulkhead,
+		c.FallbackSuccess, c.FallbackFailure, r.inFlight, r.open, r.reports, r.latSum, encodeHist(r.lat)}
+}
+
+func selectRowSQL(l level) string {
+	return "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = ? AND start = ?"
+}
+
+func putRowSQL(l level) string {
+	return "INSERT OR REPLACE INTO " + l.table() + " (dep_id, start, " + rowColumns +
+		") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+}
+
+// bucketKey names one row of one level.
+type bucketKey struct{ dep, start int64 }
+
+// accumulator gathers the window reports of one group transaction per
+// dependency and second, so that each row is read and written once per
+// transaction however many instances reported into it.
+type accumulator struct {
+	seconds map[bucketKey]*row
+}
+
+func newAccumulator() *accumulator {
+	return &accumulator{seconds: make(map[bucketKey]*row)}
+}
+
+func (a *accumulator) addWindow(dep int64, w *protocol.Window) {
+	k := bucketKey{dep, floorMs(w.Start, 1000)}
+	r := fromWindow(w)
+	if cur, ok := a.seconds[k]; ok {
+		cur.add(&r)
+		return
+	}
+	a.seconds[k] = &r
+}
+
+func sortedKeys(m map[bucketKey]*row) []bucketKey {
+	keys := make([]bucketKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b bucketKey) int {
+		if a.dep != b.dep {
+			return cmpInt(a.dep, b.dep)
+		}
+		return cmpInt(a.start, b.start)
+	})
+	return keys
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// mergeRow reads the row at (l, k), merges delta into it (add for seconds,
+// roll for coarser levels), writes it back and returns the merged row.
+func (x *wtx) mergeRow(l level, k bucketKey, delta *row) (*row, error) {
+	q, err := x.queryRow(selectRowSQL(l), k.dep, k.start)
+	if err != nil {
+		return nil, err
+	}
+	var cur row
+	switch err := scanRow(q, &cur); {
+	case errors.Is(err, sql.ErrNoRows):
+		cur = row{}
+	case err != nil:
+		return nil, fmt.Errorf("read %s row: %w", l.table(), err)
+	}
+	if l == levelSecond {
+		cur.add(delta)
+	} else {
+		cur.roll(delta)
+	}
+	if _, err := x.exec(putRowSQL(l), rowArgs(k.dep, k.start, &cur)...); err != nil {
+		return nil, fmt.Errorf("write %s row: %w", l.table(), err)
+	}
+	return &cur, nil
+}
+
+// flush writes the accumulated seconds. A second that lies before the
+// roll-up watermark (its minute is already rolled up) is also merged into
+// its minute, and into its hour when that is rolled up too, so roll-ups
+// stay exact whatever order reports arrive in.
+func (x *wtx) flush() error {
+	if len(x.acc.seconds) == 0 {
+		return nil
+	}
+	wm, err := x.watermarks()
+	if err != nil {
+		return err
+	}
+	late := make(map[bucketKey]*row)
+	for _, k := range sortedKeys(x.acc.seconds) {
+		delta := x.acc.seconds[k]
+		merged, err := x.mergeRow(levelSecond, k, delta)
+		if err != nil {
+			return err
+		}
+		if k.start < wm.second {
+			rollInto(late, bucketKey{k.dep, floorMs(k.start, levelMinute.width())}, delta, merged)
+		}
+	}
+	lateHours := make(map[bucketKey]*row)
+	for _, k := range sortedKeys(late) {
+		delta := late[k]
+		merged, err := x.mergeRow(levelMinute, k, delta)
+		if err != nil {
+			return err
+		}
+		if k.start < wm.minute {
+			rollInto(lateHours, bucketKey{k.dep, floorMs(k.start, levelHour.width())}, delta, merged)
+		}
+	}
+	for _, k := range sortedKeys(lateHours) {
+		if _, err := x.mergeRow(levelHour, k, lateHours[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollInto records, for the coarser bucket k, the counts added to a finer
+// bucket (delta) and the finer bucket's new maxima (merged).
+func rollInto(m map[bucketKey]*row, k bucketKey, delta, merged *row) {
+	d := *delta
+	d.lat = slices.Clone(delta.lat)
+	d.inFlight, d.open = merged.inFlight, merged.open
+	if cur, ok := m[k]; ok {
+		cur.roll(&d)
+		return
+	}
+	m[k] = &d
+}
+
+// watermarks returns the roll-up watermarks, loading them once per cache
+// lifetime.
+func (x *wtx) watermarks() (*watermarks, error) {
+	if x.w.c.wm != nil {
+		return x.w.c.wm, nil
+	}
+	var wm watermarks
+	for _, f := range []struct {
+		level string
+		p     *int64
+	}{{"second", &wm.second}, {"minute", &wm.minute}} {
+		q, err := x.queryRow("SELECT done_until FROM rollups WHERE level = ?", f.level)
+		if err != nil {
+			return nil, err
+		}
+		if err := q.Scan(f.p); err != nil {
+			return nil, fmt.Errorf("read roll-up watermark %s: %w", f.level, err)
+		}
+	}
+	x.w.c.wm = &wm
+	return &wm, nil
+}

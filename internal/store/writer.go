@@ -1,0 +1,343 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cbdash/cbdash"
+)
+
+// op is one unit of work for the writer: run executes inside the group's
+// transaction (within its own savepoint) and done receives the outcome
+// once the transaction has committed or failed. A nil done means nobody
+// waits (fire and forget).
+type op struct {
+	run  func(x *wtx) error
+	done chan error
+}
+
+// writer is the single goroutine that owns every write.
+type writer struct {
+	db       *sql.DB
+	log      *slog.Logger
+	maxGroup int
+	queue    chan *op
+	quit     chan struct{} // closed by stop: accept no more ops
+	stopped  chan struct{} // closed when run returns
+	stopOnce sync.Once
+
+	// Caches of committed rows, touched only by the writer goroutine and
+	// thrown away whenever a transaction or savepoint is rolled back.
+	c cache
+}
+
+// cache holds ids and watermarks so that the hot path (a batch of window
+// reports) runs no lookups.
+type cache struct {
+	instances map[instKey]instRef
+	breakers  map[int64]map[string]*brRef // instance id -> breaker name
+	deps      map[cbdash.DependencyKey]int64
+	wm        *watermarks // nil = not loaded
+}
+
+type instKey struct{ service, instance string }
+
+type instRef struct{ id, serviceID int64 }
+
+type brRef struct {
+	id    int64
+	state string
+}
+
+// watermarks say how far roll-ups have gone (Unix ms, exclusive).
+type watermarks struct {
+	second int64 // seconds before it are in windows_minute
+	minute int64 // minutes before it are in windows_hour
+}
+
+func (c *cache) reset() {
+	c.instances = make(map[instKey]instRef)
+	c.breakers = make(map[int64]map[string]*brRef)
+	c.deps = make(map[cbdash.DependencyKey]int64)
+	c.wm = nil
+}
+
+func newWriter(db *sql.DB, opts Options) *writer {
+	w := &writer{
+		db:       db,
+		log:      opts.Logger,
+		maxGroup: opts.MaxGroup,
+		queue:    make(chan *op, opts.QueueSize),
+		quit:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	w.c.reset()
+	return w
+}
+
+// stop closes the queue to new ops and waits until every op already queued
+// has been committed and the goroutine has returned. It reports whether
+// this call did the stopping.
+func (w *writer) stop() bool {
+	first := false
+	w.stopOnce.Do(func() {
+		first = true
+		close(w.quit)
+	})
+	<-w.stopped
+	return first
+}
+
+// run is the writer goroutine.
+func (w *writer) run() {
+	defer close(w.stopped)
+	group := make([]*op, 0, w.maxGroup)
+	for {
+		var first *op
+		select {
+		case first = <-w.queue:
+		case <-w.quit:
+			// Commit what is queued, then leave. Ops enqueued after this
+			// drain see stopped closed and report ErrClosed.
+			for {
+				group = w.collect(group[:0])
+				if len(group) == 0 {
+					return
+				}
+				w.commit(group)
+			}
+		}
+		group = append(group[:0], first)
+		group = w.collect(group)
+		w.commit(group)
+	}
+}
+
+// collect appends the ops waiting in the queue, up to maxGroup, without
+// blocking.
+func (w *writer) collect(group []*op) []*op {
+	for len(group) < w.maxGroup {
+		select {
+		case o := <-w.queue:
+			group = append(group, o)
+		default:
+			return group
+		}
+	}
+	return group
+}
+
+// do enqueues o and waits for its outcome. If ctx ends while o is queued
+// or running, do returns ctx's error and o may still be committed later
+// (a batch is then not acknowledged; the agent resends it and it is
+// recognised as a duplicate).
+func (w *writer) do(ctx context.Context, o *op) error {
+	o.done = make(chan error, 1)
+	if err := w.enqueue(ctx, o); err != nil {
+		return err
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-w.stopped:
+		select {
+		case err := <-o.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *writer) enqueue(ctx context.Context, o *op) error {
+	select {
+	case <-w.quit:
+		return ErrClosed
+	default:
+	}
+	select {
+	case w.queue <- o:
+		return nil
+	case <-w.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// try enqueues a fire-and-forget op if there is room, and reports whether
+// it did.
+func (w *writer) try(o *op) bool {
+	select {
+	case <-w.quit:
+		return false
+	default:
+	}
+	select {
+	case w.queue <- o:
+		return true
+	default:
+		return false
+	}
+}
+
+// commit runs a group of ops in one transaction, each in its own
+// savepoint, and reports every op's outcome after COMMIT.
+func (w *writer) commit(group []*op) {
+	errs := make([]error, len(group))
+	failAll := func(err error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	ctx := context.Background() // ops are bounded by their own size, not by a caller
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		failAll(fmt.Errorf("store: begin: %w", err))
+		w.finish(group, errs, false)
+		return
+	}
+	x := newWtx(ctx, w, tx)
+	for i, o := range group {
+		if x.broken != nil {
+			break
+		}
+		errs[i] = x.savepoint(o.run)
+	}
+	if x.broken != nil {
+		failAll(x.broken)
+	} else if err := x.flush(); err != nil {
+		failAll(fmt.Errorf("store: write windows: %w", err))
+	}
+	x.close()
+	committed := false
+	if anyNil(errs) {
+		if err := tx.Commit(); err != nil {
+			failAll(fmt.Errorf("store: commit: %w", err))
+		} else {
+			committed = true
+		}
+	}
+	if !committed {
+		tx.Rollback()
+	}
+	w.finish(group, errs, committed && !x.dirty)
+}
+
+func anyNil(errs []error) bool {
+	for _, e := range errs {
+		if e == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// finish hands every op its outcome; when the caches may hold ids or
+// states of rolled-back rows they are dropped.
+func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
+	if !cacheOK {
+		w.c.reset()
+	}
+	for i, o := range group {
+		if errs[i] != nil && o.done == nil {
+			w.log.Error("store: background write failed", "err", errs[i])
+		}
+		if o.done != nil {
+			o.done <- errs[i]
+		}
+	}
+}
+
+// wtx is the writer's view of one group transaction.
+type wtx struct {
+	ctx   context.Context
+	w     *writer
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+	// dirty is set when a savepoint was rolled back: the caches may then
+	// name rows that do not exist.
+	dirty bool
+	// broken is set when a savepoint could not be rolled back or
+	// released: nothing of the transaction may be committed.
+	broken error
+	acc   *accumulator
+}
+
+func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
+	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator()}
+}
+
+// st returns query's statement, prepared once per transaction. (A
+// statement prepared on the pool cannot be prepared while the pool's only
+// connection is inside this transaction; preparing per transaction costs a
+// few dozen preparations a second with group commit.)
+func (x *wtx) st(query string) (*sql.Stmt, error) {
+	if st, ok := x.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := x.tx.PrepareContext(x.ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %q: %w", query, err)
+	}
+	x.stmts[query] = st
+	return st, nil
+}
+
+// exec runs a prepared statement in the transaction.
+func (x *wtx) exec(query string, args ...any) (sql.Result, error) {
+	st, err := x.st(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(x.ctx, args...)
+}
+
+// queryRow runs a prepared single-row query in the transaction.
+func (x *wtx) queryRow(query string, args ...any) (*sql.Row, error) {
+	st, err := x.st(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryRowContext(x.ctx, args...), nil
+}
+
+// savepoint runs fn inside a savepoint, rolling back to it when fn fails
+// so that the other ops of the group still commit.
+func (x *wtx) savepoint(fn func(*wtx) error) error {
+	if _, err := x.exec("SAVEPOINT op"); err != nil {
+		return fmt.Errorf("store: savepoint: %w", err)
+	}
+	if err := fn(x); err != nil {
+		x.dirty = true
+		x.w.c.reset()
+		if _, rerr := x.exec("ROLLBACK TO op"); rerr != nil {
+			x.broken = fmt.Errorf("store: rollback to savepoint: %w", rerr)
+			return errors.Join(err, x.broken)
+		}
+		if _, rerr := x.exec("RELEASE op"); rerr != nil {
+			x.broken = fmt.Errorf("store: release savepoint: %w", rerr)
+			return errors.Join(err, x.broken)
+		}
+		return err
+	}
+	if _, err := x.exec("RELEASE op"); err != nil {
+		x.broken = fmt.Errorf("store: release savepoint: %w", err)
+		return x.broken
+	}
+	return nil
+}
+
+func (x *wtx) close() {
+	for _, st := range x.stmts {
+		st.Close()
+	}
+}
