@@ -40,7 +40,7 @@ func window(breaker string, start time.Time, state string, n, f int64) protocol.
 	lat[2] = n
 	lat[5] = f
 	return protocol.Window{Breaker: breaker, Start: start.UnixMilli(), Millis: 1000, State: state,
-		Counts: protocol.Counts{Admitted: n + f, Successes: n, Failures: f, Errors: f},
+		Counts:   protocol.Counts{Admitted: n + f, Successes: n, Failures: f, Errors: f},
 		InFlight: 1, Latency: lat, LatencySumMs: float64(n*3 + f*40)}
 }
 

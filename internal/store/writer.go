@@ -269,7 +269,7 @@ type wtx struct {
 	// broken is set when a savepoint could not be rolled back or
 	// released: nothing of the transaction may be committed.
 	broken error
-	acc   *accumulator
+	acc    *accumulator
 }
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
