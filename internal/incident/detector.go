@@ -144,6 +144,25 @@ func (d *Detector) Restore(snapshot []cbdash.Dependency, open []cbdash.Incident,
 	}
 }
 
+// Resync takes the states of a fresh snapshot as truth (after the feed
+// dropped us and events were missed) at time now: known instances take the
+// snapshot's state, and an incident whose instances are all closed starts
+// its quiet period at now. It returns no changes; Tick closes incidents.
+func (d *Detector) Resync(snapshot []cbdash.Dependency, now time.Time) {
+	for _, dep := range snapshot {
+		s := d.dep(dep.DependencyKey)
+		for _, ib := range dep.PerInstance {
+			if !ib.Stale {
+				s.states[ib.Instance] = ib.State
+				if !down(ib.State) {
+					delete(s.trips, ib.Instance)
+				}
+			}
+		}
+		d.observeDependency(dep, now)
+	}
+}
+
 // SetID records the ID the store gave the open incident of k.
 func (d *Detector) SetID(k cbdash.DependencyKey, id int64) {
 	if s := d.deps[k]; s != nil && s.inc != nil {
