@@ -1,0 +1,49 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cbdash/cbdash"
+)
+
+// Instances returns the last known state of every breaker of every
+// instance, sorted by service, instance and breaker: labels and
+// configuration from the latest hello, State (the latest reported, "" when
+// none yet), LastTransition, and LastSeen (the instance's latest batch or
+// hello). Stale, ConfigDiffers, Last and Held are left zero: they are live
+// state the collector derives. Errors: ctx's or a wrapped driver error.
+func (s *Store) Instances(ctx context.Context) ([]cbdash.InstanceBreaker, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT sv.name, i.name, i.labels, i.last_seen, b.name, b.config, b.state, b.last_transition
+		FROM breakers b JOIN instances i ON i.id = b.instance_id JOIN services sv ON sv.id = i.service_id
+		ORDER BY sv.name, i.name, b.name`)
+	if err != nil {
+		return nil, fmt.Errorf("store: instances: %w", err)
+	}
+	defer rows.Close()
+	out := []cbdash.InstanceBreaker{}
+	for rows.Next() {
+		var ib cbdash.InstanceBreaker
+		var labels, config string
+		var lastSeen, lastTransition int64
+		if err := rows.Scan(&ib.Service, &ib.Instance, &labels, &lastSeen, &ib.Breaker, &config, &ib.State, &lastTransition); err != nil {
+			return nil, fmt.Errorf("store: instances: %w", err)
+		}
+		if err := json.Unmarshal([]byte(labels), &ib.Labels); err != nil {
+			return nil, fmt.Errorf("store: instance %s labels: %w", ib.Instance, err)
+		}
+		if len(ib.Labels) == 0 {
+			ib.Labels = nil
+		}
+		if err := json.Unmarshal([]byte(config), &ib.Config); err != nil {
+			return nil, fmt.Errorf("store: breaker %s config: %w", ib.Breaker, err)
+		}
+		ib.LastSeen, ib.LastTransition = fromMs(lastSeen), fromMs(lastTransition)
+		out = append(out, ib)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: instances: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cbdash/cbdash"
+)
+
+// agentTokenPrefix marks cbdash agent tokens (so a leaked one is easy to
+// recognise in logs and scanners).
+const agentTokenPrefix = "cbdash_at_"
+
+// tokenTouchEvery limits how often a token's last-used time is written.
+const tokenTouchEvery = time.Minute
+
+func hashToken(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+// CreateAgentToken creates an agent token limited to service ("" = any
+// service) and returns it; it is shown once: only its SHA-256 is stored
+// (enough for a random 256-bit secret, which no dictionary can reach).
+// Errors: ErrClosed, ctx's or a wrapped driver error.
+func (s *Store) CreateAgentToken(ctx context.Context, service string) (string, error) {
+	var secret [32]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return "", fmt.Errorf("store: token: %w", err)
+	}
+	token := agentTokenPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
+	now := ms(s.opts.Now())
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at) VALUES (?, ?, ?)",
+			hashToken(token), service, now); err != nil {
+			return fmt.Errorf("store: create token: %w", err)
+		}
+		return nil
+	}})
+	if err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// CheckAgentToken returns the service the token is limited to ("" = any
+// service). Its last-used time is recorded in the background, at most once
+// a minute. Errors: cbdash.ErrUnauthorized for an unknown token, ctx's or
+// a wrapped driver error.
+func (s *Store) CheckAgentToken(ctx context.Context, token string) (string, error) {
+	h := hashToken(token)
+	var service string
+	var lastUsed int64
+	err := s.rdb.QueryRowContext(ctx, "SELECT service, last_used FROM agent_tokens WHERE hash = ?", h).Scan(&service, &lastUsed)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", fmt.Errorf("%w: unknown agent token", cbdash.ErrUnauthorized)
+	case err != nil:
+		return "", fmt.Errorf("store: check token: %w", err)
+	}
+	now := ms(s.opts.Now())
+	if now-lastUsed >= tokenTouchEvery.Milliseconds() {
+		// Best effort: dropped when the writer is saturated.
+		s.w.try(&op{run: func(x *wtx) error {
+			_, err := x.exec("UPDATE agent_tokens SET last_used = max(last_used, ?) WHERE hash = ?", now, h)
+			return err
+		}})
+	}
+	return service, nil
+}
+
+// jsonStrings encodes values as a JSON array, for IN (SELECT value FROM
+// json_each(?)) with any number of values.
+func jsonStrings(v []any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
