@@ -70,7 +70,7 @@ func (s Script) Validate() error {
 func (f Fault) validate() error {
 	switch {
 	case f.Latency < 0:
-		return errors.New("Latency is negative")
+		return errors.New("negative Latency")
 	case f.ErrorRate < 0 || f.ErrorRate > 1:
 		return fmt.Errorf("ErrorRate %v is outside 0..1", f.ErrorRate)
 	case f.BusinessRate < 0 || f.BusinessRate > 1:

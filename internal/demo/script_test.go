@@ -21,7 +21,7 @@ func TestScriptValidate(t *testing.T) {
 		{"negative business rate", Script{Phases: []Phase{{Name: "x", Duration: 1, Fault: Fault{BusinessRate: -0.1}}}}, "BusinessRate"},
 		{"rates above 1 together", Script{Phases: []Phase{{Name: "x", Duration: 1, Fault: Fault{ErrorRate: 0.6, BusinessRate: 0.6}}}}, "above 1"},
 		{"error status not 5xx", Script{Phases: []Phase{{Name: "x", Duration: 1, Fault: Fault{ErrorStatus: 404}}}}, "ErrorStatus 404"},
-		{"bad ramp target", Script{Phases: []Phase{{Name: "x", Duration: 1, RampTo: &Fault{Latency: -1}}}}, "Latency is negative"},
+		{"bad ramp target", Script{Phases: []Phase{{Name: "x", Duration: 1, RampTo: &Fault{Latency: -1}}}}, "negative Latency"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
