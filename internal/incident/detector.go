@@ -204,14 +204,20 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 	if _, ok := s.trips[tr.Instance]; !ok {
 		s.trips[tr.Instance] = tr
 	}
+	// The quiet period may have passed before the tick that would close
+	// the incident: this opening then starts a new one.
+	var out []Change
+	if s.inc != nil && !s.closedSince.IsZero() && at.Sub(s.closedSince) >= d.cfg.quiet() {
+		out = append(out, s.close())
+	}
 	if s.inc == nil {
 		trigger := tr.To == protocol.StateOpen || (d.cfg.IncludeForced && tr.To == protocol.StateForcedOpen)
 		if !trigger || !d.shareReached(s) {
-			return nil
+			return out
 		}
 		s.inc = s.start(k)
 		s.closedSince = time.Time{}
-		return []Change{{Kind: Opened, Incident: clone(*s.inc)}}
+		return append(out, Change{Kind: Opened, Incident: clone(*s.inc)})
 	}
 	s.closedSince = time.Time{}
 	changed := s.addInstance(tr.Instance)
@@ -326,17 +332,23 @@ func (d *Detector) Tick(now time.Time) []Change {
 		if s.inc == nil || s.closedSince.IsZero() || now.Sub(s.closedSince) < q {
 			continue
 		}
-		s.inc.End = s.closedSince
-		s.inc.Open = false
-		out = append(out, Change{Kind: Closed, Incident: clone(*s.inc)})
-		s.inc = nil
-		s.closedSince = time.Time{}
+		out = append(out, s.close())
 		if len(s.states) == 0 {
 			delete(d.deps, k)
 		}
 	}
 	slices.SortFunc(out, func(a, b Change) int { return a.Incident.Start.Compare(b.Incident.Start) })
 	return out
+}
+
+// close ends the open incident at the start of its quiet period.
+func (s *depState) close() Change {
+	s.inc.End = s.closedSince
+	s.inc.Open = false
+	c := Change{Kind: Closed, Incident: clone(*s.inc)}
+	s.inc = nil
+	s.closedSince = time.Time{}
+	return c
 }
 
 func clone(i cbdash.Incident) cbdash.Incident {

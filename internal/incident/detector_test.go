@@ -117,6 +117,17 @@ func TestDetector(t *testing.T) {
 			},
 		},
 		{
+			name: "an opening after the quiet period closes the old incident even before a tick",
+			steps: []step{
+				tr(10, "a:open"), tr(16, "a:closed"), tr(200, "b:open"),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"closed start=10 end=16 inst=a opens=1 first=a",
+				"opened start=200 inst=b opens=1 first=b",
+			},
+		},
+		{
 			name: "the incident stays open while any instance is down",
 			steps: []step{
 				tr(10, "a:open"), tr(12, "b:open"), tr(16, "a:closed"),

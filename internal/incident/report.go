@@ -277,7 +277,7 @@ func CauseText(c protocol.Cause) string {
 	case protocol.CauseProbesSucceeded:
 		return "probes succeeded"
 	case protocol.CauseCommand:
-		s := "operator command " + c.Action
+		s := "operator command " + ActionText(c.Action)
 		if c.Actor != "" {
 			s += " by " + c.Actor
 		}
@@ -293,6 +293,17 @@ func CauseText(c protocol.Cause) string {
 	return c.Kind
 }
 
+// ActionText is an operator action in words ("force open").
+func ActionText(a string) string {
+	switch a {
+	case protocol.ActionForceOpen:
+		return "force open"
+	case protocol.ActionForceClosed:
+		return "force closed"
+	}
+	return a
+}
+
 // CommandText describes an operator command and its scope in one line.
 func CommandText(c cbdash.Command) string {
 	scope := "all instances"
@@ -302,7 +313,7 @@ func CommandText(c cbdash.Command) string {
 	case c.Share > 0 && c.Share < 100:
 		scope = fmt.Sprintf("%.0f%% of instances", c.Share)
 	}
-	s := fmt.Sprintf("%s on %s by %s", c.Action, scope, orSomeone(c.Actor))
+	s := fmt.Sprintf("%s on %s by %s", ActionText(c.Action), scope, orSomeone(c.Actor))
 	if c.TTL > 0 {
 		s += fmt.Sprintf(" for %s", c.TTL)
 	}

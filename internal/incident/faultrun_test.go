@@ -1,0 +1,295 @@
+package incident_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// faultRun is a recorded fault run (testdata/fault-run.json): what three
+// instances of one dependency reported, second by second.
+type faultRun struct {
+	Service     string   `json:"service"`
+	Breaker     string   `json:"breaker"`
+	Instances   []string `json:"instances"`
+	Seconds     int      `json:"seconds"`
+	Faults      []struct {
+		From, To       int
+		Failures, Slow int64
+		Of             int64
+	} `json:"faults"`
+	Transitions []struct {
+		AtMs     int64  `json:"at_ms"`
+		Instance string `json:"instance"`
+		From, To string
+		Cause    protocol.Cause `json:"cause"`
+		OpenMs   int64          `json:"open_ms"`
+	} `json:"transitions"`
+	Commands []struct {
+		ID       string `json:"id"`
+		AtMs     int64  `json:"at_ms"`
+		Action   string `json:"action"`
+		Instance string `json:"instance"`
+		TTLMs    int64  `json:"ttl_ms"`
+		Actor    string `json:"actor"`
+		Reason   string `json:"reason"`
+	} `json:"commands"`
+	Want []struct {
+		StartMs       int64    `json:"start_ms"`
+		EndMs         int64    `json:"end_ms"`
+		Instances     []string `json:"instances"`
+		Opens         int      `json:"opens"`
+		FirstInstance string   `json:"first_instance"`
+		FirstCause    string   `json:"first_cause"`
+	} `json:"want"`
+}
+
+func loadRun(t *testing.T, name string) faultRun {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r faultRun
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r faultRun) transitionRecords() []cbdash.TransitionRecord {
+	var out []cbdash.TransitionRecord
+	for _, tr := range r.Transitions {
+		out = append(out, cbdash.TransitionRecord{Service: r.Service, Instance: tr.Instance, Transition: protocol.Transition{
+			Breaker: r.Breaker, From: tr.From, To: tr.To, At: t0.UnixMilli() + tr.AtMs, Cause: tr.Cause, OpenMillis: tr.OpenMs}})
+	}
+	return out
+}
+
+// window is what an instance in state st reports for second sec: ten
+// calls, failing or slow as the faults say while admitted; rejected and
+// served by a fallback while open.
+func (r faultRun) window(sec int, st string) protocol.Window {
+	w := protocol.Window{Breaker: r.Breaker, Start: t0.UnixMilli() + int64(sec)*1000, Millis: 1000, State: st}
+	c := &w.Counts
+	switch st {
+	case protocol.StateOpen, protocol.StateForcedOpen:
+		c.RejectedOpen, c.FallbackSuccess, c.FallbackFailure = 10, 9, 1
+		return w
+	case protocol.StateHalfOpen:
+		c.Admitted, c.RejectedHalfOpen, c.FallbackSuccess = 1, 9, 9
+	default:
+		c.Admitted = 10
+	}
+	var failures, slow int64
+	for _, f := range r.Faults {
+		if sec >= f.From && sec < f.To {
+			failures, slow = f.Failures*c.Admitted/f.Of, f.Slow*c.Admitted/f.Of
+		}
+	}
+	c.Failures, c.Errors, c.Slow, c.Successes = failures, failures, slow, c.Admitted-failures
+	return w
+}
+
+// record stores the run as the agents would have: a hello per instance,
+// then a batch per instance per ten seconds with its windows and
+// transitions, and the operator commands.
+func (r faultRun) record(t *testing.T, s *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	started := t0.Add(-time.Hour).UnixMilli()
+	cfg := protocol.BreakerConfig{Name: r.Breaker, WindowKind: "count", WindowSize: 20, FailureRateThreshold: 50,
+		SlowCallDurationMillis: 250, SlowCallRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1}
+	trs := r.transitionRecords()
+	for _, inst := range r.Instances {
+		h := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: r.Service, Instance: inst, SDKVersion: "test",
+			StartedAt: started, Breakers: []protocol.BreakerConfig{cfg}}
+		if err := s.SaveHello(ctx, h, t0); err != nil {
+			t.Fatal(err)
+		}
+		state, seq := protocol.StateClosed, uint64(0)
+		var b protocol.Batch
+		for sec := 0; sec < r.Seconds; sec++ {
+			end := t0.UnixMilli() + int64(sec+1)*1000
+			for _, tr := range trs {
+				if tr.Instance == inst && tr.At >= end-1000 && tr.At < end {
+					b.Transitions = append(b.Transitions, tr.Transition)
+					state = tr.To
+				}
+			}
+			b.Windows = append(b.Windows, r.window(sec, state))
+			if sec%10 == 9 || sec == r.Seconds-1 {
+				seq++
+				b.Type, b.Seq, b.SentAt = protocol.TypeBatch, seq, end
+				if _, err := s.SaveBatch(ctx, r.Service, inst, started, b, time.UnixMilli(end)); err != nil {
+					t.Fatalf("instance %s batch %d: %v", inst, seq, err)
+				}
+				b = protocol.Batch{}
+			}
+		}
+	}
+	for _, c := range r.Commands {
+		at := t0.Add(time.Duration(c.AtMs) * time.Millisecond)
+		cmd := cbdash.Command{ID: c.ID, CommandRequest: cbdash.CommandRequest{Service: r.Service, Breaker: r.Breaker, Action: c.Action,
+			Instance: c.Instance, TTL: time.Duration(c.TTLMs) * time.Millisecond, Reason: c.Reason, Actor: c.Actor},
+			IssuedAt: at, ExpiresAt: at.Add(time.Duration(c.TTLMs) * time.Millisecond),
+			Targets: []cbdash.CommandTarget{{Instance: c.Instance, Status: cbdash.TargetApplied, State: protocol.StateForcedClosed, At: at.Add(200 * time.Millisecond)}}}
+		if err := s.CreateCommand(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// feed is the live feed the Service subscribes to: here, the recorded
+// transitions, sent by the test.
+type feed struct {
+	ch chan cbdash.Event
+}
+
+func (f *feed) Subscribe() ([]cbdash.Dependency, <-chan cbdash.Event, func()) {
+	return nil, f.ch, func() {}
+}
+
+// clock is a fake clock the test moves.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestFaultRunIncidents(t *testing.T) {
+	run := loadRun(t, "fault-run.json")
+	st := openStore(t)
+	run.record(t, st)
+
+	clk := &clock{now: t0}
+	f := &feed{ch: make(chan cbdash.Event)}
+	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Now: clk.Now, Tick: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+
+	list := func(q cbdash.IncidentQuery) []cbdash.Incident {
+		l, err := st.Incidents(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	for _, tr := range run.transitionRecords() {
+		at := time.UnixMilli(tr.At).UTC()
+		clk.Set(at)
+		f.ch <- cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: &tr}
+	}
+	// Let the quiet period of the last incident pass.
+	clk.Set(t0.Add(time.Duration(run.Seconds) * time.Second))
+	waitFor(t, "every incident to close", func() bool {
+		return len(list(cbdash.IncidentQuery{})) == len(run.Want) && len(list(cbdash.IncidentQuery{OpenOnly: true})) == 0
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	got := list(cbdash.IncidentQuery{})
+	for i, w := range run.Want {
+		g := got[i]
+		start, end := t0.Add(time.Duration(w.StartMs)*time.Millisecond), t0.Add(time.Duration(w.EndMs)*time.Millisecond)
+		if !g.Start.Equal(start) || !g.End.Equal(end) || g.Duration(time.Time{}) != end.Sub(start) || g.Open ||
+			!slices.Equal(g.Instances, w.Instances) || g.Opens != w.Opens || g.FirstInstance != w.FirstInstance || g.FirstCause.Kind != w.FirstCause {
+			t.Errorf("incident %d (newest first) = %+v\nwant start %s end %s instances %v opens %d first %s/%s",
+				i, g, start, end, w.Instances, w.Opens, w.FirstInstance, w.FirstCause)
+		}
+	}
+
+	t.Run("the first incident's report sums the history and reads as a timeline", func(t *testing.T) {
+		first := got[len(got)-1]
+		inc, err := st.Incident(context.Background(), first.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inc.Notes = []cbdash.IncidentNote{{IncidentID: inc.ID, At: t0.Add(40 * time.Second), Author: "ann", Text: "payments deploy 2026.11.29-3 rolled back"}}
+		rep, err := incident.Build(context.Background(), st, inc, t0.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := rep.Summary
+		// a: open 12-17, 17.2-24.7, 55-60 (whole seconds in state open at
+		// their end: 12..16, 17..23, 55..59 = 17 s); b: 13..17, 18..25 = 13 s.
+		// Each open second rejects 10 calls and serves 10 fallbacks (1 fails);
+		// each half-open second rejects 9 and serves 9 fallbacks.
+		if s.DegradedSince != t0.Add(8*time.Second) || s.TimeToFirstOpen != 4*time.Second {
+			t.Errorf("degraded since %s (time to first open %s), want 8 s and 4 s", s.DegradedSince, s.TimeToFirstOpen)
+		}
+		if s.Duration != 49*time.Second || len(s.Instances) != 2 || s.Opens != 5 {
+			t.Errorf("summary = %+v", s)
+		}
+		if s.CallsRejected == 0 || s.FallbacksServed == 0 || s.FallbacksFailed == 0 || s.FallbacksFailed >= s.FallbacksServed {
+			t.Errorf("rejections/fallbacks = %d/%d/%d", s.CallsRejected, s.FallbacksServed, s.FallbacksFailed)
+		}
+		if len(rep.Lanes) != 3 {
+			t.Fatalf("lanes = %+v, want a, b and c (c was forced closed within the window)", rep.Lanes)
+		}
+		if len(rep.Commands) != 1 || rep.Commands[0].ID != "cmd-1" {
+			t.Errorf("commands = %+v", rep.Commands)
+		}
+		md := incident.Markdown(rep)
+		golden := filepath.Join("testdata", "fault-run.md")
+		if *update {
+			if err := os.WriteFile(golden, md, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(md) != string(want) {
+			t.Errorf("markdown differs from %s (run with -update and read it):\n%s", golden, md)
+		}
+	})
+}
