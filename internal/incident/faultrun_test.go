@@ -26,11 +26,11 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // faultRun is a recorded fault run (testdata/fault-run.json): what three
 // instances of one dependency reported, second by second.
 type faultRun struct {
-	Service     string   `json:"service"`
-	Breaker     string   `json:"breaker"`
-	Instances   []string `json:"instances"`
-	Seconds     int      `json:"seconds"`
-	Faults      []struct {
+	Service   string   `json:"service"`
+	Breaker   string   `json:"breaker"`
+	Instances []string `json:"instances"`
+	Seconds   int      `json:"seconds"`
+	Faults    []struct {
 		From, To       int
 		Failures, Slow int64
 		Of             int64
@@ -173,7 +173,7 @@ type clock struct {
 	now time.Time
 }
 
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 
 func openStore(t *testing.T) *store.Store {
