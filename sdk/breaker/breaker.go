@@ -29,7 +29,7 @@ type Breaker struct {
 	ep atomic.Pointer[epoch]
 	_  [56]byte
 
-	ctr      counters
+	ctr      *counters    // apart, so that it starts on a cache line
 	inflight atomic.Int64 // kept only when MaxConcurrent > 0 (the bulkhead)
 
 	mu         sync.Mutex // guards the fields below and every epoch transition
@@ -70,23 +70,6 @@ func (ep *epoch) due(now int64) bool {
 	return false
 }
 
-type counters struct {
-	admitted, successes, errors, timeouts, panics, slow, ignored atomic.Uint64
-	rejOpen, rejHalfOpen, rejForced, rejBulkhead                 atomic.Uint64
-	fallbackOK, fallbackFailed                                   atomic.Uint64
-	latency                                                      [numLatencyBuckets]atomic.Uint64
-	latencySum                                                   atomic.Int64
-}
-
-func (c *counters) observe(d int64) {
-	i := 0
-	for i < len(latencyBounds) && d > latencyBounds[i] {
-		i++
-	}
-	c.latency[i].Add(1)
-	c.latencySum.Add(d)
-}
-
 // New returns a closed breaker named name (required; it names the breaker
 // in transitions and snapshots) configured by cfg, whose zero fields take
 // their defaults. It returns an error wrapping ErrInvalidConfig that names
@@ -102,7 +85,7 @@ func New(name string, cfg Config) (*Breaker, error) {
 	if c.OpenBackoff.Max > 0 && c.OpenBackoff.Max < c.OpenDuration {
 		return nil, invalidf("OpenBackoff.Max (%v) is shorter than OpenDuration (%v)", c.OpenBackoff.Max, c.OpenDuration)
 	}
-	b := &Breaker{name: name, cfg: c, clock: c.Clock, slowNs: int64(c.SlowCallDuration), timeoutNs: int64(c.CallTimeout)}
+	b := &Breaker{name: name, cfg: c, clock: c.Clock, ctr: new(counters), slowNs: int64(c.SlowCallDuration), timeoutNs: int64(c.CallTimeout)}
 	if c.Clock == nil {
 		b.timers = systemClock{}
 		b.base = time.Now()
@@ -242,12 +225,13 @@ func (b *Breaker) admit() (Call, error) {
 			ep = b.settle(now)
 		}
 		probe := false
+		st := stripeHint()
 		switch ep.state {
 		case Open:
-			b.ctr.rejOpen.Add(1)
+			b.ctr.add(st, cRejOpen)
 			return Call{}, ErrOpen
 		case ForcedOpen:
-			b.ctr.rejForced.Add(1)
+			b.ctr.add(st, cRejForced)
 			return Call{}, ErrForcedOpen
 		case HalfOpen:
 			ok, stale := b.takeProbe(ep)
@@ -255,7 +239,7 @@ func (b *Breaker) admit() (Call, error) {
 				continue
 			}
 			if !ok {
-				b.ctr.rejHalfOpen.Add(1)
+				b.ctr.add(st, cRejHalfOpen)
 				return Call{}, ErrHalfOpenFull
 			}
 			probe = true
@@ -266,12 +250,12 @@ func (b *Breaker) admit() (Call, error) {
 				if probe {
 					b.releaseProbe(ep)
 				}
-				b.ctr.rejBulkhead.Add(1)
+				b.ctr.add(st, cRejBulkhead)
 				return Call{}, ErrBulkheadFull
 			}
 		}
-		b.ctr.admitted.Add(1)
-		return Call{b: b, ep: ep, start: now, probe: probe}, nil
+		b.ctr.add(st, cAdmitted)
+		return Call{b: b, ep: ep, start: now, probe: probe, stripe: st}, nil
 	}
 }
 
@@ -304,22 +288,12 @@ func (b *Breaker) finish(c *Call, o Outcome, end int64) {
 		b.inflight.Add(-1)
 	}
 	d := max(end-c.start, 0)
-	b.ctr.observe(d)
+	st := c.stripe
+	b.ctr.observe(st, d)
 	slow := b.slowNs > 0 && d >= b.slowNs && o.recorded()
-	switch o {
-	case Success:
-		b.ctr.successes.Add(1)
-	case Failure:
-		b.ctr.errors.Add(1)
-	case Timeout:
-		b.ctr.timeouts.Add(1)
-	case Panic:
-		b.ctr.panics.Add(1)
-	default:
-		b.ctr.ignored.Add(1)
-	}
+	b.ctr.add(st, outcomeCounter[o])
 	if slow {
-		b.ctr.slow.Add(1)
+		b.ctr.add(st, cSlow)
 	}
 	if c.probe {
 		b.probeDone(c.ep, o, slow, end)
@@ -335,10 +309,14 @@ func (b *Breaker) finish(c *Call, o Outcome, end int64) {
 	}
 }
 
-func (b *Breaker) trips(s WindowStats) bool {
-	if s.Calls < int64(b.cfg.MinimumCalls) || s.Calls == 0 {
+// trips reports whether a closed breaker whose window holds c opens.
+// The rates are computed as resilience4j does (failures*100/calls) and
+// compared with >=, so that a rate equal to its threshold trips.
+func (b *Breaker) trips(c counts) bool {
+	if c.calls < int64(b.cfg.MinimumCalls) || c.calls == 0 || (c.fails == 0 && c.slow == 0) {
 		return false
 	}
+	s := c.stats()
 	return s.FailureRate >= b.cfg.FailureRateThreshold ||
 		(b.slowNs > 0 && s.SlowCallRate >= b.cfg.SlowCallRateThreshold)
 }
@@ -351,11 +329,12 @@ func (b *Breaker) trip(ep *epoch, end int64) {
 		b.mu.Unlock()
 		return
 	}
-	s := ep.win.stats(end)
-	if !b.trips(s) {
+	c := ep.win.stats(end)
+	if !b.trips(c) {
 		b.mu.Unlock()
 		return
 	}
+	s := c.stats()
 	cause := Cause{Kind: CauseFailureRate, FailureRate: s.FailureRate, SlowCallRate: s.SlowCallRate, Threshold: b.cfg.FailureRateThreshold, Window: s}
 	if s.FailureRate < b.cfg.FailureRateThreshold {
 		cause.Kind, cause.Threshold = CauseSlowCallRate, b.cfg.SlowCallRateThreshold
@@ -411,9 +390,7 @@ func (b *Breaker) Snapshot() Snapshot {
 func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	s := Snapshot{
 		Name: b.name, State: ep.state, Generation: ep.gen, At: b.wall(now),
-		Totals:                b.totals(),
-		Latency:               make([]uint64, numLatencyBuckets),
-		LatencySum:            time.Duration(b.ctr.latencySum.Load()),
+		Totals:                b.ctr.totals(),
 		FailureRateThreshold:  b.cfg.FailureRateThreshold,
 		SlowCallRateThreshold: b.cfg.SlowCallRateThreshold,
 		MinimumCalls:          b.cfg.MinimumCalls,
@@ -421,13 +398,13 @@ func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	if b.slowNs == 0 {
 		s.SlowCallRateThreshold = 0
 	}
-	for i := range s.Latency {
-		s.Latency[i] = b.ctr.latency[i].Load()
-	}
+	var sum int64
+	s.Latency, sum = b.ctr.latency()
+	s.LatencySum = time.Duration(sum)
 	t := s.Totals
 	s.InFlight = max(int64(t.Admitted)-int64(t.Successes+t.Failures+t.Ignored), 0)
 	if ep.win != nil {
-		s.Window = ep.win.stats(now)
+		s.Window = ep.win.stats(now).stats()
 	}
 	if ep.state == ForcedOpen || ep.state == ForcedClosed {
 		if u := ep.until.Load(); u != 0 {
@@ -438,18 +415,5 @@ func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	return s
 }
 
-func (b *Breaker) totals() Totals {
-	c := &b.ctr
-	// Outcome counters first, admitted last: a call that ends between the
-	// loads is then never missing from Admitted.
-	t := Totals{
-		Successes: c.successes.Load(), Errors: c.errors.Load(), Timeouts: c.timeouts.Load(),
-		Panics: c.panics.Load(), Slow: c.slow.Load(), Ignored: c.ignored.Load(),
-		RejectedOpen: c.rejOpen.Load(), RejectedHalfOpenFull: c.rejHalfOpen.Load(),
-		RejectedForcedOpen: c.rejForced.Load(), RejectedBulkhead: c.rejBulkhead.Load(),
-		FallbackSuccesses: c.fallbackOK.Load(), FallbackFailures: c.fallbackFailed.Load(),
-	}
-	t.Failures = t.Errors + t.Timeouts + t.Panics
-	t.Admitted = c.admitted.Load()
-	return t
-}
+// outcomeCounter is the counter each outcome ends in.
+var outcomeCounter = [...]int{Success: cSuccesses, Failure: cErrors, Timeout: cTimeouts, Panic: cPanics, Ignored: cIgnored, Canceled: cIgnored}

@@ -12,11 +12,12 @@ import (
 // and probe slots for good (unless CallTimeout ends it). The zero Call
 // (returned with a rejection) ignores Done and Report.
 type Call struct {
-	b     *Breaker
-	ep    *epoch
-	start int64
-	probe bool
-	t     *timedCall
+	b      *Breaker
+	ep     *epoch
+	start  int64
+	probe  bool
+	stripe uint8
+	t      *timedCall
 }
 
 // timedCall is a call with a CallTimeout armed: whichever of the timer and
@@ -187,9 +188,9 @@ func (b *Breaker) ExecuteWithFallback(ctx context.Context, fn func(context.Conte
 
 func (b *Breaker) countFallback(err error) {
 	if err == nil {
-		b.ctr.fallbackOK.Add(1)
+		b.ctr.add(stripeHint(), cFallbackOK)
 	} else {
-		b.ctr.fallbackFailed.Add(1)
+		b.ctr.add(stripeHint(), cFallbackFailed)
 	}
 }
 

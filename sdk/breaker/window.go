@@ -8,12 +8,17 @@ import (
 // window is a sliding window of recorded calls. Times are nanoseconds
 // since the breaker was made. Implementations are safe for concurrent use.
 type window interface {
-	// record adds one call that ended at t and returns the window as
-	// judged right after it.
-	record(t int64, failed, slow bool) WindowStats
-	// stats returns the window as judged at t, without changing it.
-	stats(t int64) WindowStats
+	// record adds one call that ended at t and returns the window right
+	// after it.
+	record(t int64, failed, slow bool) counts
+	// stats returns the window as it is at t, without changing it.
+	stats(t int64) counts
 }
+
+// counts are a window's recorded calls, failures and slow calls.
+type counts struct{ calls, fails, slow int64 }
+
+func (c counts) stats() WindowStats { return makeStats(c.calls, c.fails, c.slow) }
 
 const (
 	slotUsed   = 1
@@ -28,8 +33,9 @@ const (
 // positions size apart may land in the other's order; the counts always
 // match the slots.
 type countWindow struct {
-	size  int64
-	slots []atomic.Uint32
+	size   int64
+	stride int64 // slots apart that consecutive calls' marks are kept
+	slots  []atomic.Uint32
 	_     [40]byte
 	pos   atomic.Int64 // records so far
 	_     [56]byte
@@ -37,11 +43,21 @@ type countWindow struct {
 	slow  atomic.Int64
 }
 
+// spreadSlots is the largest window whose consecutive marks are kept on
+// different cache lines (16 slots apart), so that calls ending at the same
+// time on different cores do not write the same line; larger windows pack
+// their marks (64 KiB at most is spent on spreading).
+const spreadSlots = 1024
+
 func newCountWindow(size int) *countWindow {
-	return &countWindow{size: int64(size), slots: make([]atomic.Uint32, size)}
+	stride := int64(1)
+	if size <= spreadSlots {
+		stride = 16
+	}
+	return &countWindow{size: int64(size), stride: stride, slots: make([]atomic.Uint32, int64(size)*stride)}
 }
 
-func (w *countWindow) record(_ int64, failed, slow bool) WindowStats {
+func (w *countWindow) record(_ int64, failed, slow bool) counts {
 	mark := uint32(slotUsed)
 	if failed {
 		mark |= slotFailed
@@ -50,7 +66,7 @@ func (w *countWindow) record(_ int64, failed, slow bool) WindowStats {
 		mark |= slotSlow
 	}
 	p := w.pos.Add(1) - 1
-	old := w.slots[p%w.size].Swap(mark)
+	old := w.slots[(p%w.size)*w.stride].Swap(mark)
 	if d := int64(mark&slotFailed)>>1 - int64(old&slotFailed)>>1; d != 0 {
 		w.fails.Add(d)
 	}
@@ -60,12 +76,12 @@ func (w *countWindow) record(_ int64, failed, slow bool) WindowStats {
 	return w.judge(p + 1)
 }
 
-func (w *countWindow) judge(n int64) WindowStats {
+func (w *countWindow) judge(n int64) counts {
 	calls := min(n, w.size)
-	return makeStats(calls, clamp(w.fails.Load(), calls), clamp(w.slow.Load(), calls))
+	return counts{calls, clamp(w.fails.Load(), calls), clamp(w.slow.Load(), calls)}
 }
 
-func (w *countWindow) stats(int64) WindowStats { return w.judge(w.pos.Load()) }
+func (w *countWindow) stats(int64) counts { return w.judge(w.pos.Load()) }
 
 // clamp keeps a count read while concurrent records are half done within
 // 0..max.
@@ -102,7 +118,7 @@ func newTimeWindow(width int64, n int) *timeWindow {
 	return w
 }
 
-func (w *timeWindow) record(t int64, failed, slow bool) WindowStats {
+func (w *timeWindow) record(t int64, failed, slow bool) counts {
 	bi := t / w.width
 	n := int64(len(w.buckets))
 	w.mu.Lock()
@@ -124,7 +140,7 @@ func (w *timeWindow) record(t int64, failed, slow bool) WindowStats {
 	return s
 }
 
-func (w *timeWindow) sumLocked(t int64) WindowStats {
+func (w *timeWindow) sumLocked(t int64) counts {
 	cur := t / w.width
 	lo := cur - int64(len(w.buckets)) + 1
 	var calls, fails, slow int64
@@ -136,10 +152,10 @@ func (w *timeWindow) sumLocked(t int64) WindowStats {
 			slow += b.slow
 		}
 	}
-	return makeStats(calls, fails, slow)
+	return counts{calls, fails, slow}
 }
 
-func (w *timeWindow) stats(t int64) WindowStats {
+func (w *timeWindow) stats(t int64) counts {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.sumLocked(t)

@@ -1,0 +1,171 @@
+// Package bench compares the cost of a call through cbdash's breaker with
+// sony/gobreaker and failsafe-go, in one run. It is a module of its own so
+// that the product's go.mod names none of them.
+//
+//	cd bench && go test -run '^$' -bench . -benchmem -count 5
+package bench
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/breaker"
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Each contender is configured alike: a closed breaker judging the failure
+// rate (50%) over its last 100 calls once it has 10, open for a minute.
+// cbdash runs with all its instrumentation (counters, latency histogram,
+// sliding window), which cannot be turned off.
+
+func newCbdash(b *testing.B) *breaker.Breaker {
+	cb, err := breaker.New("bench", breaker.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cb
+}
+
+func newGobreaker() *gobreaker.CircuitBreaker[any] {
+	return gobreaker.NewCircuitBreaker[any](gobreaker.Settings{
+		Name:    "bench",
+		Timeout: time.Minute,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.Requests >= 10 && c.TotalFailures*2 >= c.Requests
+		},
+	})
+}
+
+func newFailsafe() failsafe.Executor[any] {
+	cb := circuitbreaker.NewBuilder[any]().
+		WithFailureThresholdRatio(50, 100).
+		WithDelay(time.Minute).
+		Build()
+	return failsafe.With[any](cb)
+}
+
+var errDown = errors.New("down")
+
+func ok(context.Context) error { return nil }
+
+// BenchmarkExecute is one successful call through a closed breaker.
+func BenchmarkExecute(b *testing.B) {
+	ctx := context.Background()
+	b.Run("cbdash", func(b *testing.B) {
+		cb := newCbdash(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := cb.Execute(ctx, ok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("gobreaker", func(b *testing.B) {
+		cb := newGobreaker()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := cb.Execute(func() (any, error) { return nil, nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("failsafe", func(b *testing.B) {
+		ex := newFailsafe()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := ex.Run(func() error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkExecuteParallel is BenchmarkExecute from GOMAXPROCS goroutines
+// at once on one breaker.
+func BenchmarkExecuteParallel(b *testing.B) {
+	ctx := context.Background()
+	b.Run("cbdash", func(b *testing.B) {
+		cb := newCbdash(b)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := cb.Execute(ctx, ok); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	})
+	b.Run("gobreaker", func(b *testing.B) {
+		cb := newGobreaker()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := cb.Execute(func() (any, error) { return nil, nil }); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	})
+	b.Run("failsafe", func(b *testing.B) {
+		ex := newFailsafe()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := ex.Run(func() error { return nil }); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkReject is one call rejected by an open breaker.
+func BenchmarkReject(b *testing.B) {
+	ctx := context.Background()
+	b.Run("cbdash", func(b *testing.B) {
+		cb := newCbdash(b)
+		if _, err := cb.Apply(breaker.Command{Action: breaker.ActionReset}); err != nil {
+			b.Fatal(err)
+		}
+		for range 100 {
+			_ = cb.Execute(ctx, func(context.Context) error { return errDown })
+		}
+		if cb.State() != breaker.Open {
+			b.Fatal("not open")
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := cb.Execute(ctx, ok); !errors.Is(err, breaker.ErrOpen) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("gobreaker", func(b *testing.B) {
+		cb := newGobreaker()
+		for range 100 {
+			_, _ = cb.Execute(func() (any, error) { return nil, errDown })
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := cb.Execute(func() (any, error) { return nil, nil }); !errors.Is(err, gobreaker.ErrOpenState) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("failsafe", func(b *testing.B) {
+		ex := newFailsafe()
+		for range 100 {
+			_ = ex.Run(func() error { return errDown })
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := ex.Run(func() error { return nil }); !errors.Is(err, circuitbreaker.ErrOpen) {
+				b.Fatal(err)
+			}
+		}
+	})
+}
