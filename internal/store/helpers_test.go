@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 	"time"
@@ -51,4 +52,15 @@ func mustSave(tb testing.TB, s *store.Store, service, instance string, startedAt
 		tb.Fatalf("SaveBatch seq %d: %v", b.Seq, err)
 	}
 	return stored
+}
+
+// rawDB opens the store's file directly, as another process would.
+func rawDB(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
 }

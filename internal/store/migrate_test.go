@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrationsFS(), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Data written by version 1 of the schema.
+	if _, err := db.Exec(`INSERT INTO services (id, name, first_seen, last_seen) VALUES (1, 'pay', 1, 1);
+		INSERT INTO instances (id, service_id, name, started_at, first_seen, last_seen) VALUES (1, 1, 'pay-1', 7, 1, 1);
+		INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (1, 7, 41);`); err != nil {
+		t.Fatal(err)
+	}
+	var version int64
+	if version, err = p.GetDBVersion(ctx); err != nil || version != 1 {
+		t.Fatalf("db version = %d, %v; want 1", version, err)
+	}
+	db.Close()
+
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("Open of a version-1 database: %v", err)
+	}
+	defer s.Close()
+	if err := s.rdb.QueryRowContext(ctx, "SELECT max(version_id) FROM goose_db_version").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	sources := p.ListSources()
+	if latest := sources[len(sources)-1].Version; version != latest {
+		t.Fatalf("after Open the database is at version %d, want %d", version, latest)
+	}
+	// The old rows are intact and the new tables work.
+	if seq, err := s.LastSeq(ctx, "pay", "pay-1", 7); err != nil || seq != 41 {
+		t.Fatalf("LastSeq after migration = %d, %v; want 41", seq, err)
+	}
+	stored, err := s.SaveBatch(ctx, "pay", "pay-1", 7, protocol.Batch{Seq: 42, Windows: []protocol.Window{
+		{Breaker: "db", Start: 1000, Millis: 1000, State: protocol.StateClosed}}}, fromMs(2000))
+	if err != nil || !stored {
+		t.Fatalf("SaveBatch after migration = %v, %v", stored, err)
+	}
+	if _, err := s.CreateAgentToken(ctx, "pay"); err != nil {
+		t.Fatalf("agent tokens after migration: %v", err)
+	}
+}

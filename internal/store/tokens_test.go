@@ -1,0 +1,75 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
+)
+
+func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
+	now := t0
+	s, path := openStore(t, store.Options{Now: func() time.Time { return now }})
+	ctx := context.Background()
+	scoped, err := s.CreateAgentToken(ctx, "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyService, err := s.CreateAgentToken(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, token, service string
+		err                  error
+	}{
+		{"scoped", scoped, "pay", nil},
+		{"any service", anyService, "", nil},
+		{"unknown", scoped + "x", "", cbdash.ErrUnauthorized},
+		{"empty", "", "", cbdash.ErrUnauthorized},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			svc, err := s.CheckAgentToken(ctx, c.token)
+			if !errors.Is(err, c.err) || svc != c.service {
+				t.Fatalf("CheckAgentToken = %q, %v; want %q, %v", svc, err, c.service, c.err)
+			}
+		})
+	}
+	// Only hashes are on disk.
+	db := rawDB(t, path)
+	rows, err := db.Query("SELECT hash, service FROM agent_tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h []byte
+		var svc string
+		if err := rows.Scan(&h, &svc); err != nil {
+			t.Fatal(err)
+		}
+		if len(h) != 32 || bytes.Contains(h, []byte(scoped)) || strings.Contains(svc, "cbdash_at_") {
+			t.Fatalf("stored token row (%x, %q) is not a bare sha256", h, svc)
+		}
+	}
+	// last_used is written in the background; poll for it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var used int64
+		if err := db.QueryRow("SELECT max(last_used) FROM agent_tokens").Scan(&used); err != nil {
+			t.Fatal(err)
+		}
+		if used == t0.UnixMilli() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last_used = %d, want %d", used, t0.UnixMilli())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
