@@ -1,0 +1,307 @@
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/time/rate"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+const (
+	sessionCookie = "cbdash_session"
+	csrfCookie    = "cbdash_csrf"
+	csrfField     = "_csrf"
+	csrfHeader    = "X-CSRF-Token"
+	userKey       = "cbdash.user"
+	viaKey        = "cbdash.via" // "session", "token" or "anonymous"
+	csrfKey       = "csrf"
+	// AdminName is the account EnsureAdmin creates on first start.
+	AdminName = "admin"
+)
+
+// identify finds who is calling: a Bearer user API token, else a session
+// cookie, else (with Anonymous) an anonymous viewer. It never refuses;
+// require does.
+func (s *Server) identify(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		if h := c.Request().Header.Get(echo.HeaderAuthorization); h != "" {
+			tok, ok := strings.CutPrefix(h, "Bearer ")
+			if !ok {
+				return errorf(cbdash.ErrUnauthorized, "authorization must be a Bearer token")
+			}
+			u, err := s.store.UserByToken(ctx, strings.TrimSpace(tok))
+			if err != nil {
+				return err
+			}
+			c.Set(userKey, &u)
+			c.Set(viaKey, "token")
+			return next(c)
+		}
+		if ck, err := c.Cookie(sessionCookie); err == nil && ck.Value != "" {
+			u, err := s.store.SessionUser(ctx, ck.Value, s.now())
+			switch {
+			case err == nil:
+				c.Set(userKey, &u)
+				c.Set(viaKey, "session")
+				return next(c)
+			case errors.Is(err, cbdash.ErrUnauthorized) || errors.Is(err, cbdash.ErrNotFound):
+				s.clearSession(c)
+			default:
+				return err
+			}
+		}
+		if s.cfg.Anonymous {
+			c.Set(userKey, &cbdash.User{Name: "anonymous", Role: cbdash.RoleViewer})
+			c.Set(viaKey, "anonymous")
+		}
+		return next(c)
+	}
+}
+
+// userOf returns the caller identified by identify, or nil.
+func userOf(c echo.Context) *cbdash.User {
+	u, _ := c.Get(userKey).(*cbdash.User)
+	return u
+}
+
+func anonymous(c echo.Context) bool { v, _ := c.Get(viaKey).(string); return v == "anonymous" }
+
+// require refuses callers below role: a browser that is not logged in is
+// sent to the login page, an API client gets 401; a caller with too
+// small a role gets 403. Anonymous viewers count as not logged in for
+// anything above viewer.
+func (s *Server) require(role string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			u := userOf(c)
+			if u == nil || (anonymous(c) && role != cbdash.RoleViewer) {
+				if c.Request().Method == http.MethodGet && !wantsJSON(c.Request()) && c.Request().Header.Get("Upgrade") == "" {
+					return redirect(c, "/login?next="+url.QueryEscape(c.Request().URL.RequestURI()))
+				}
+				return errorf(cbdash.ErrUnauthorized, "log in first")
+			}
+			if !cbdash.RoleAllows(u.Role, role) {
+				return errorf(cbdash.ErrForbidden, "%s needs the %s role", c.Request().URL.Path, role)
+			}
+			return next(c)
+		}
+	}
+}
+
+// csrf is echo's double-submit-cookie CSRF middleware: every unsafe
+// request must carry the token of the cbdash_csrf cookie in the _csrf
+// form field or the X-CSRF-Token header (browsers that send
+// Sec-Fetch-Site: same-origin pass on that alone). Callers using a Bearer
+// token are not browsers and skip it. Every failure is a 403.
+func (s *Server) csrf() echo.MiddlewareFunc {
+	return middleware.CSRFWithConfig(middleware.CSRFConfig{
+		Skipper: func(c echo.Context) bool {
+			v, _ := c.Get(viaKey).(string)
+			return v == "token"
+		},
+		TokenLookup:    "form:" + csrfField + ",header:" + csrfHeader,
+		ContextKey:     csrfKey,
+		CookieName:     csrfCookie,
+		CookiePath:     "/",
+		CookieHTTPOnly: true,
+		CookieSecure:   s.cfg.Secure,
+		CookieSameSite: http.SameSiteLaxMode,
+		ErrorHandler: func(err error, c echo.Context) error {
+			return errorf(cbdash.ErrForbidden, "missing or invalid CSRF token")
+		},
+	})
+}
+
+// page fills the layout's view model for the caller.
+func (s *Server) page(c echo.Context, title, nav string) templates.Page {
+	p := templates.Page{Title: title, Nav: nav}
+	p.CSRF, _ = c.Get(csrfKey).(string)
+	if u := userOf(c); u != nil {
+		if anonymous(c) {
+			p.Anon = true
+		} else {
+			p.User, p.Role = u.Name, u.Role
+			p.CanOp = cbdash.RoleAllows(u.Role, cbdash.RoleOperator)
+			p.IsAdmin = cbdash.RoleAllows(u.Role, cbdash.RoleAdmin)
+		}
+	}
+	return p
+}
+
+func (s *Server) loginPage(c echo.Context) error {
+	csrf, _ := c.Get(csrfKey).(string)
+	return render(c, http.StatusOK, templates.Login(csrf, localPath(c.QueryParam("next")), "", ""))
+}
+
+// login checks a user name and password (bcrypt), rate-limited per
+// client IP and user name, and starts a session.
+func (s *Server) login(c echo.Context) error {
+	ctx := c.Request().Context()
+	name := strings.TrimSpace(c.FormValue("user"))
+	next := localPath(c.FormValue("next"))
+	csrf, _ := c.Get(csrfKey).(string)
+	if s.logins.blocked(c.RealIP(), name, s.now()) {
+		return render(c, http.StatusTooManyRequests, templates.Login(csrf, next, name, "Too many attempts. Wait a minute and try again."))
+	}
+	u, err := s.checkPassword(ctx, name, c.FormValue("password"))
+	if errors.Is(err, cbdash.ErrUnauthorized) {
+		s.logins.failed(c.RealIP(), name, s.now())
+		return render(c, http.StatusUnauthorized, templates.Login(csrf, next, name, "Wrong user name or password."))
+	}
+	if err != nil {
+		return err
+	}
+	tok, err := s.store.CreateSession(ctx, u.ID, s.now().Add(s.cfg.SessionTTL))
+	if err != nil {
+		return err
+	}
+	c.SetCookie(&http.Cookie{
+		Name: sessionCookie, Value: tok, Path: "/", HttpOnly: true, Secure: s.cfg.Secure,
+		SameSite: http.SameSiteLaxMode, Expires: s.now().Add(s.cfg.SessionTTL),
+	})
+	return redirect(c, next)
+}
+
+// dummyHash keeps the time of a failed login the same whether or not the
+// user exists.
+var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("cbdash: no such user"), bcrypt.DefaultCost)
+
+func (s *Server) checkPassword(ctx context.Context, name, password string) (cbdash.User, error) {
+	u, hash, err := s.store.UserByName(ctx, name)
+	if errors.Is(err, cbdash.ErrNotFound) {
+		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		return cbdash.User{}, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
+	}
+	if err != nil {
+		return cbdash.User{}, err
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil {
+		return cbdash.User{}, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
+	}
+	return u, nil
+}
+
+func (s *Server) logout(c echo.Context) error {
+	if ck, err := c.Cookie(sessionCookie); err == nil && ck.Value != "" {
+		if err := s.store.DeleteSession(c.Request().Context(), ck.Value); err != nil {
+			return err
+		}
+	}
+	s.clearSession(c)
+	return redirect(c, "/login")
+}
+
+func (s *Server) clearSession(c echo.Context) {
+	c.SetCookie(&http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.cfg.Secure, SameSite: http.SameSiteLaxMode})
+}
+
+// localPath keeps only local redirect targets ("/..." but not "//...").
+func localPath(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+		return "/"
+	}
+	return p
+}
+
+// loginLimiter is a token bucket per client IP and user name that
+// failed logins drain: once empty, every attempt is refused until it
+// refills. It forgets buckets that are full again once it holds more
+// than maxBuckets.
+type loginLimiter struct {
+	mu      sync.Mutex
+	burst   int
+	every   time.Duration
+	buckets map[string]*rate.Limiter
+}
+
+const maxBuckets = 10000
+
+func newLoginLimiter(burst int, every time.Duration) *loginLimiter {
+	return &loginLimiter{burst: burst, every: every, buckets: make(map[string]*rate.Limiter)}
+}
+
+func limiterKey(ip, user string) string { return ip + "\x00" + strings.ToLower(user) }
+
+// blocked reports whether the bucket of ip and user is empty.
+func (l *loginLimiter) blocked(ip, user string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[limiterKey(ip, user)]
+	return ok && b.TokensAt(now) < 1
+}
+
+// failed takes a token from the bucket of ip and user.
+func (l *loginLimiter) failed(ip, user string, now time.Time) {
+	key := limiterKey(ip, user)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[key]
+	if !ok {
+		if len(l.buckets) >= maxBuckets {
+			for k, v := range l.buckets {
+				if v.TokensAt(now) >= float64(l.burst) {
+					delete(l.buckets, k)
+				}
+			}
+		}
+		b = rate.NewLimiter(rate.Every(l.every), l.burst)
+		l.buckets[key] = b
+	}
+	b.AllowN(now, 1)
+}
+
+// HashPassword hashes a password with bcrypt (default cost) for
+// Accounts.CreateUser. Passwords must be 8 to 72 bytes (bcrypt's limit);
+// otherwise the error wraps cbdash.ErrInvalid.
+func HashPassword(password string) ([]byte, error) {
+	if len(password) < 8 || len(password) > 72 {
+		return nil, errorf(cbdash.ErrInvalid, "password must be 8 to 72 bytes long")
+	}
+	return bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+}
+
+// EnsureAdmin creates the first account, "admin" with the admin role,
+// when the store has no user yet. It uses password when given (for
+// example from CBDASH_ADMIN_PASSWORD), otherwise it generates a random
+// one and returns it so the caller can print it once. created is false
+// (and the password "") when users already exist.
+func EnsureAdmin(ctx context.Context, a Accounts, password string) (created bool, pw string, err error) {
+	n, err := a.CountUsers(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	if n > 0 {
+		return false, "", nil
+	}
+	if password == "" {
+		password = randomToken(18)
+	}
+	hash, err := HashPassword(password)
+	if err != nil {
+		return false, "", err
+	}
+	if _, err := a.CreateUser(ctx, AdminName, cbdash.RoleAdmin, hash); err != nil {
+		return false, "", err
+	}
+	return true, password, nil
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

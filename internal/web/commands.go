@@ -1,0 +1,235 @@
+package web
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+// commandForm is the operator form as posted (to confirm, then issue).
+type commandForm struct {
+	key      cbdash.DependencyKey
+	action   string
+	scope    string // all, instance, share
+	instance string
+	share    float64
+	ttlMin   int
+	reason   string
+}
+
+// parseCommandForm validates the form; errors wrap cbdash.ErrInvalid and
+// name the field.
+func parseCommandForm(c echo.Context) (commandForm, error) {
+	k, err := keyOf(c)
+	if err != nil {
+		return commandForm{}, err
+	}
+	f := commandForm{key: k, action: c.FormValue("action"), scope: c.FormValue("scope"),
+		instance: c.FormValue("instance"), reason: strings.TrimSpace(c.FormValue("reason"))}
+	if !protocol.ValidAction(f.action) {
+		return f, errorf(cbdash.ErrInvalid, "action: choose force open, force closed, release or reset")
+	}
+	if f.reason == "" {
+		return f, errorf(cbdash.ErrInvalid, "reason is required")
+	}
+	if len(f.reason) > 500 {
+		return f, errorf(cbdash.ErrInvalid, "reason is longer than 500 bytes")
+	}
+	switch f.scope {
+	case "all", "":
+		f.scope = "all"
+	case "instance":
+		if f.instance == "" {
+			return f, errorf(cbdash.ErrInvalid, "instance is required for scope instance")
+		}
+	case "share":
+		v, err := strconv.ParseFloat(c.FormValue("share"), 64)
+		if err != nil || v <= 0 || v > 100 || math.IsNaN(v) {
+			return f, errorf(cbdash.ErrInvalid, "share must be a percent within 1..100")
+		}
+		f.share = v
+	default:
+		return f, errorf(cbdash.ErrInvalid, "scope must be all, instance or share")
+	}
+	if f.forcing() {
+		ttl, err := strconv.Atoi(c.FormValue("ttl"))
+		if err != nil || ttl < 1 || ttl > 7*24*60 {
+			return f, errorf(cbdash.ErrInvalid, "ttl: an expiry of 1 to 10080 minutes is required to force a breaker")
+		}
+		f.ttlMin = ttl
+	}
+	return f, nil
+}
+
+func (f commandForm) forcing() bool {
+	return f.action == protocol.ActionForceOpen || f.action == protocol.ActionForceClosed
+}
+
+func (f commandForm) request(actor string) cbdash.CommandRequest {
+	r := cbdash.CommandRequest{Service: f.key.Service, Breaker: f.key.Breaker, Action: f.action, Reason: f.reason, Actor: actor}
+	switch f.scope {
+	case "instance":
+		r.Instance = f.instance
+	case "share":
+		r.Share = f.share
+	}
+	if f.forcing() {
+		r.TTL = time.Duration(f.ttlMin) * time.Minute
+	}
+	return r
+}
+
+// affected estimates how many live instances a command reaches.
+func (f commandForm) affected(d cbdash.Dependency) int {
+	live := liveCount(d)
+	switch f.scope {
+	case "instance":
+		return 1
+	case "share":
+		if f.share >= 100 {
+			return live
+		}
+		return max(1, int(math.Ceil(float64(live)*f.share/100)))
+	}
+	return live
+}
+
+// blast says what a command will do, in words.
+func blast(f commandForm, d cbdash.Dependency) string {
+	n := f.affected(d)
+	inst := strconv.Itoa(n) + " instances"
+	if n == 1 {
+		inst = "1 instance"
+	}
+	if f.scope == "instance" {
+		inst = "instance " + f.instance
+	}
+	if f.scope == "share" && f.share < 100 {
+		inst = "about " + inst + " (" + pct(f.share) + ")"
+	}
+	who := inst + " of " + f.key.Service + " to " + f.key.Breaker
+	dur := strconv.Itoa(f.ttlMin) + " minutes"
+	switch f.action {
+	case protocol.ActionForceOpen:
+		return "This will reject calls from " + who + " for " + dur + ", then release automatically."
+	case protocol.ActionForceClosed:
+		return "This will let every call from " + who + " through, even failing ones, for " + dur + ", then release automatically."
+	case protocol.ActionRelease:
+		return "This will return " + inst + " of " + f.key.Service + " to normal operation of the " + f.key.Breaker + " breaker."
+	}
+	return "This will reset the " + f.key.Breaker + " breaker on " + inst + " of " + f.key.Service + " to closed, clearing its window."
+}
+
+// confirm shows the blast radius of a command before issuing it.
+func (s *Server) confirm(c echo.Context) error {
+	f, err := parseCommandForm(c)
+	if err != nil {
+		return err
+	}
+	d, err := s.col.Dependency(f.key)
+	if err != nil {
+		return err
+	}
+	v := templates.Confirm{
+		Page: s.page(c, "Confirm", "overview"), Service: f.key.Service, Breaker: f.key.Breaker,
+		Action: f.action, Scope: f.scope, Instance: f.instance, Share: c.FormValue("share"),
+		TTL: strconv.Itoa(f.ttlMin), Reason: f.reason, Blast: blast(f, d), Back: depHref(f.key),
+	}
+	return render(c, http.StatusOK, templates.ConfirmPage(v))
+}
+
+// command issues a confirmed command as the logged-in user and shows the
+// dependency page, where the result per instance arrives live.
+func (s *Server) command(c echo.Context) error {
+	f, err := parseCommandForm(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.col.Issue(c.Request().Context(), f.request(userOf(c).Name)); err != nil {
+		return err
+	}
+	return redirect(c, depHref(f.key)+"#commands-title")
+}
+
+func (s *Server) depCommands(ctx context.Context, k cbdash.DependencyKey) ([]templates.CommandView, error) {
+	cmds, err := s.store.Commands(ctx, cbdash.CommandQuery{Service: k.Service, Breaker: k.Breaker, Limit: 10})
+	if err != nil {
+		return nil, err
+	}
+	return commandViews(cmds, s.now()), nil
+}
+
+func commandViews(cmds []cbdash.Command, now time.Time) []templates.CommandView {
+	out := make([]templates.CommandView, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = commandView(cmd, now)
+	}
+	return out
+}
+
+func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
+	k := cbdash.DependencyKey{Service: cmd.Service, Breaker: cmd.Breaker}
+	v := templates.CommandView{
+		ID: elementID("c-", cmd.ID), IssuedAt: stamp(cmd.IssuedAt), Actor: cmd.Actor, Action: actionText(cmd.Action),
+		Service: cmd.Service, Breaker: cmd.Breaker, Href: depHref(k), Reason: cmd.Reason,
+	}
+	switch {
+	case cmd.Instance != "":
+		v.Scope = "instance " + cmd.Instance
+	case cmd.Share > 0 && cmd.Share < 100:
+		v.Scope = pct(cmd.Share) + " of instances"
+	default:
+		v.Scope = "all instances"
+	}
+	if !cmd.ExpiresAt.IsZero() {
+		v.Expires = stamp(cmd.ExpiresAt)
+		if cmd.ExpiresAt.After(now) {
+			v.Expires += " (in " + roughDuration(cmd.ExpiresAt.Sub(now)) + ")"
+		}
+	}
+	counts := map[string]int{}
+	for _, t := range cmd.Targets {
+		counts[t.Status]++
+		v.Targets = append(v.Targets, templates.TargetRow{Instance: t.Instance, Status: t.Status, State: stateText(t.State), Error: t.Error, At: clock(t.At)})
+	}
+	var parts []string
+	for _, st := range []string{cbdash.TargetApplied, cbdash.TargetPending, cbdash.TargetFailed, cbdash.TargetExpired} {
+		if counts[st] > 0 {
+			parts = append(parts, strconv.Itoa(counts[st])+" "+st)
+		}
+	}
+	v.Summary = strings.Join(parts, ", ")
+	if len(cmd.Targets) == 0 {
+		v.Summary = "no live instance was reached"
+	}
+	return v
+}
+
+func stateText(s string) string {
+	if s == "" {
+		return ""
+	}
+	return stateView(s).Text
+}
+
+// audit lists every command, newest first, optionally of one service.
+func (s *Server) audit(c echo.Context) error {
+	svc := c.QueryParam("service")
+	cmds, err := s.store.Commands(c.Request().Context(), cbdash.CommandQuery{Service: svc})
+	if err != nil {
+		return err
+	}
+	p := s.page(c, "Audit log", "audit")
+	p.LiveURL = "/live?" + url.Values{"view": {"audit"}, "service": {svc}}.Encode()
+	return render(c, http.StatusOK, templates.AuditPage(templates.Audit{Page: p, Service: svc, Commands: commandViews(cmds, s.now())}))
+}

@@ -1,0 +1,256 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+// ranges a chart can cover; the store picks the roll-up for each.
+var ranges = []struct {
+	name string
+	d    time.Duration
+}{
+	{"15m", 15 * time.Minute}, {"1h", time.Hour}, {"6h", 6 * time.Hour},
+	{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour},
+}
+
+// span is a chosen range: its name and [From, To).
+type span struct {
+	name     string
+	from, to time.Time
+	end      string // the "end" query value, "" = now
+}
+
+// parseSpan reads range (default def) and end (Unix seconds, default
+// now).
+func parseSpan(q url.Values, def string, now time.Time) (span, error) {
+	sp := span{name: q.Get("range"), to: now}
+	if sp.name == "" {
+		sp.name = def
+	}
+	var d time.Duration
+	for _, r := range ranges {
+		if r.name == sp.name {
+			d = r.d
+		}
+	}
+	if d == 0 {
+		return span{}, errorf(cbdash.ErrInvalid, "range %q is not one of 15m, 1h, 6h, 24h, 7d, 30d", sp.name)
+	}
+	if e := q.Get("end"); e != "" {
+		sec, err := strconv.ParseInt(e, 10, 64)
+		if err != nil {
+			return span{}, errorf(cbdash.ErrInvalid, "end must be Unix seconds")
+		}
+		sp.to, sp.end = time.Unix(sec, 0), e
+	}
+	sp.from = sp.to.Add(-d)
+	return sp, nil
+}
+
+func (sp span) text() string {
+	return stamp(sp.from) + " – " + stamp(sp.to) + " UTC"
+}
+
+// rangeLinks links every range, keeping base's other parameters.
+func rangeLinks(path string, base url.Values, cur string) []templates.Link {
+	var out []templates.Link
+	for _, r := range ranges {
+		q := url.Values{}
+		for k, v := range base {
+			q[k] = v
+		}
+		q.Set("range", r.name)
+		out = append(out, templates.Link{Href: path + "?" + q.Encode(), Text: r.name, Current: r.name == cur})
+	}
+	return out
+}
+
+func keyOf(c echo.Context) (cbdash.DependencyKey, error) {
+	k := cbdash.DependencyKey{Service: c.QueryParam("service"), Breaker: c.QueryParam("breaker")}
+	if c.Request().Method == http.MethodPost {
+		k = cbdash.DependencyKey{Service: c.FormValue("service"), Breaker: c.FormValue("breaker")}
+	}
+	if k.Service == "" || k.Breaker == "" {
+		return k, errorf(cbdash.ErrInvalid, "service and breaker are required")
+	}
+	return k, nil
+}
+
+// dependency renders one dependency; unknown ones are a 404.
+func (s *Server) dependency(c echo.Context) error {
+	ctx := c.Request().Context()
+	k, err := keyOf(c)
+	if err != nil {
+		return err
+	}
+	sp, err := parseSpan(c.QueryParams(), "1h", s.now())
+	if err != nil {
+		return err
+	}
+	d, err := s.col.Dependency(k)
+	if err != nil {
+		return err
+	}
+	pts, err := s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to})
+	if err != nil {
+		return err
+	}
+	trs, err := s.transitionRows(ctx, k, sp)
+	if err != nil {
+		return err
+	}
+	cmds, err := s.depCommands(ctx, k)
+	if err != nil {
+		return err
+	}
+	base := url.Values{"service": {k.Service}, "breaker": {k.Breaker}}
+	p := s.page(c, k.String(), "overview")
+	live := url.Values{"view": {"dependency"}, "service": {k.Service}, "breaker": {k.Breaker}, "range": {sp.name}}
+	if sp.end != "" {
+		live.Set("end", sp.end)
+	}
+	p.LiveURL = "/live?" + live.Encode()
+	v := templates.Dependency{
+		Page: p, Service: k.Service, Breaker: k.Breaker,
+		Header:      depHeader(d, s.now()),
+		Ranges:      rangeLinks("/dependency", base, sp.name),
+		RangeText:   sp.text(),
+		Charts:      dependencyCharts(pts, sp.from, sp.to, d),
+		Instances:   instanceRows(d, s.now()),
+		Transitions: trs,
+		Commands:    cmds,
+		AuditHref:   "/audit?" + url.Values{"service": {k.Service}}.Encode(),
+	}
+	if p.CanOp {
+		v.Operator = operatorForm(p.CSRF, d)
+	}
+	return render(c, http.StatusOK, templates.DependencyPage(v))
+}
+
+func depHeader(d cbdash.Dependency, now time.Time) templates.DepHeader {
+	h := d.Headroom
+	return templates.DepHeader{
+		State:       stateView(d.State),
+		Instances:   instancesText(d),
+		Stale:       staleText(d),
+		Held:        holdView(d.Held, now),
+		RequestRate: perSecond(d.RequestRate),
+		Failure:     rateView("failure rate (window)", h.FailureRate, h.FailureRateThreshold),
+		Slow:        rateView("slow-call rate (window)", h.SlowCallRate, h.SlowCallRateThreshold),
+		P50:         latency(d.P50),
+		P99:         latency(d.P99),
+		OpensToday:  d.OpensToday,
+		Labels:      labelList(d.Labels),
+	}
+}
+
+func instanceRows(d cbdash.Dependency, now time.Time) []templates.InstanceRow {
+	rows := make([]templates.InstanceRow, 0, len(d.PerInstance))
+	for _, in := range d.PerInstance {
+		w := in.Last
+		var reqs float64
+		if w.Millis > 0 {
+			reqs = float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
+		}
+		rows = append(rows, templates.InstanceRow{
+			Instance:       in.Instance,
+			State:          stateView(in.State),
+			Stale:          in.Stale,
+			Requests:       perSecond(reqs),
+			Failure:        rateView("", w.Headroom.FailureRate, w.Headroom.FailureRateThreshold).Text,
+			Slow:           rateView("", w.Headroom.SlowCallRate, w.Headroom.SlowCallRateThreshold).Text,
+			LastTransition: ago(now, in.LastTransition),
+			LastSeen:       ago(now, in.LastSeen),
+			Config:         configText(in.Config),
+			ConfigDiffers:  in.ConfigDiffers,
+			Held:           holdView(in.Held, now),
+		})
+	}
+	return rows
+}
+
+func configText(c protocol.BreakerConfig) string {
+	win := strconv.Itoa(c.WindowSize) + " calls"
+	if c.WindowKind == "time" {
+		win = (time.Duration(c.WindowMillis) * time.Millisecond).String()
+	}
+	s := "window " + win + ", failures ≥ " + pct(c.FailureRateThreshold) + ", min " + strconv.Itoa(c.MinimumCalls) +
+		" calls, open " + (time.Duration(c.OpenDurationMillis) * time.Millisecond).String()
+	if c.SlowCallDurationMillis > 0 {
+		s += ", slow > " + (time.Duration(c.SlowCallDurationMillis) * time.Millisecond).String() + " ≥ " + pct(c.SlowCallRateThreshold)
+	}
+	return s
+}
+
+// transitionRows reads the newest transitions of a dependency in sp.
+func (s *Server) transitionRows(ctx context.Context, k cbdash.DependencyKey, sp span) ([]templates.TransitionRow, error) {
+	recs, err := s.store.Transitions(ctx, cbdash.TransitionQuery{Service: k.Service, Breaker: k.Breaker, From: sp.from, To: sp.to.Add(time.Minute), Limit: 200})
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]templates.TransitionRow, len(recs))
+	for i, r := range recs {
+		rows[i] = templates.TransitionRow{
+			At: stamp(time.UnixMilli(r.At)), Instance: r.Instance,
+			From: stateView(r.From), To: stateView(r.To), Cause: causeText(r.Transition),
+		}
+	}
+	return rows, nil
+}
+
+// causeText explains a transition in words.
+func causeText(t protocol.Transition) string {
+	c := t.Cause
+	switch c.Kind {
+	case protocol.CauseFailureRate:
+		return "failure rate " + pct(c.FailureRate) + " reached the " + pct(c.Threshold) + " threshold (" +
+			strconv.FormatInt(c.WindowFailed, 10) + " of " + strconv.FormatInt(c.WindowCalls, 10) + " calls failed)" + openFor(t)
+	case protocol.CauseSlowCallRate:
+		return "slow-call rate " + pct(c.SlowCallRate) + " reached the " + pct(c.Threshold) + " threshold (" +
+			strconv.FormatInt(c.WindowSlow, 10) + " of " + strconv.FormatInt(c.WindowCalls, 10) + " calls slow)" + openFor(t)
+	case protocol.CauseOpenElapsed:
+		return "open duration passed, probing"
+	case protocol.CauseProbeFailed:
+		return "probe failed (" + c.ProbeOutcome + ")" + openFor(t)
+	case protocol.CauseProbesSucceeded:
+		return "probes succeeded"
+	case protocol.CauseCommand:
+		s := "command " + actionText(c.Action) + " by " + c.Actor
+		if c.Reason != "" {
+			s += ": " + c.Reason
+		}
+		return s
+	case protocol.CauseExpired:
+		return "forced state expired"
+	}
+	return c.Kind
+}
+
+func openFor(t protocol.Transition) string {
+	if t.OpenMillis <= 0 {
+		return ""
+	}
+	return "; open for " + (time.Duration(t.OpenMillis) * time.Millisecond).String()
+}
+
+func operatorForm(csrf string, d cbdash.Dependency) *templates.OperatorForm {
+	f := &templates.OperatorForm{CSRF: csrf, Service: d.Service, Breaker: d.Breaker, Live: liveCount(d), DefaultTTL: 15}
+	for _, in := range d.PerInstance {
+		text := in.Instance + " (" + stateView(in.State).Text + ")"
+		if in.Stale {
+			text += ", stale"
+		}
+		f.Instances = append(f.Instances, templates.Option{Value: in.Instance, Text: text})
+	}
+	return f
+}

@@ -1,0 +1,94 @@
+package web
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+const loggerKey = "cbdash.logger"
+
+// withLogger puts the server's logger in the request context so that
+// HTTPErrorHandler, a plain function, can log internal errors.
+func (s *Server) withLogger(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Set(loggerKey, s.log)
+		return next(c)
+	}
+}
+
+// HTTPErrorHandler is the one error handler of the cbdash server (set it
+// as echo's HTTPErrorHandler). It maps errors wrapping cbdash.ErrNotFound
+// to 404, ErrInvalid to 400, ErrUnauthorized to 401, ErrForbidden to 403,
+// ErrConflict to 409, passes *echo.HTTPError through as is, and turns
+// anything else into a 500 whose cause is logged (with the logger Mount
+// installs) but not shown. It answers {"error": "..."} as JSON for paths
+// under /api/ and for clients that accept application/json, an HTML page
+// otherwise.
+func HTTPErrorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	status, msg := statusOf(err)
+	if status == http.StatusInternalServerError {
+		log, _ := c.Get(loggerKey).(*slog.Logger)
+		if log != nil {
+			log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+		}
+		msg = "internal error"
+	}
+	var werr error
+	switch {
+	case c.Request().Method == http.MethodHead:
+		werr = c.NoContent(status)
+	case wantsJSON(c.Request()):
+		werr = c.JSON(status, map[string]string{"error": msg})
+	default:
+		werr = render(c, status, templates.ErrorPage(status, http.StatusText(status), msg))
+	}
+	if werr != nil {
+		if log, _ := c.Get(loggerKey).(*slog.Logger); log != nil {
+			log.Warn("writing error response", "err", werr)
+		}
+	}
+}
+
+func statusOf(err error) (int, string) {
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		msg := http.StatusText(he.Code)
+		if m, ok := he.Message.(string); ok && m != "" {
+			msg = m
+		}
+		return he.Code, msg
+	}
+	for _, m := range []struct {
+		err    error
+		status int
+	}{
+		{cbdash.ErrNotFound, http.StatusNotFound},
+		{cbdash.ErrInvalid, http.StatusBadRequest},
+		{cbdash.ErrUnauthorized, http.StatusUnauthorized},
+		{cbdash.ErrForbidden, http.StatusForbidden},
+		{cbdash.ErrConflict, http.StatusConflict},
+	} {
+		if errors.Is(err, m.err) {
+			return m.status, err.Error()
+		}
+	}
+	return http.StatusInternalServerError, ""
+}
+
+func wantsJSON(r *http.Request) bool {
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		return true
+	}
+	accept := r.Header.Get(echo.HeaderAccept)
+	return strings.Contains(accept, echo.MIMEApplicationJSON) && !strings.Contains(accept, echo.MIMETextHTML)
+}

@@ -1,0 +1,383 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"hash/fnv"
+	"net/url"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+const (
+	liveWriteTimeout = 5 * time.Second
+	liveSparkBudget  = 10 * time.Millisecond
+)
+
+// liveView is what one open page wants pushed: reset renders every live
+// fragment of the page from a fresh snapshot, event notes a change, and
+// flush renders the fragments changed since the last flush (nil when
+// nothing visible changed). Fragments are top-level elements with the
+// ids of the page's elements; the htmx websocket extension swaps them in
+// place (out of band).
+type liveView interface {
+	reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error)
+	event(ev cbdash.Event)
+	flush(ctx context.Context) ([]byte, error)
+}
+
+func withView(q url.Values, view string) url.Values {
+	q.Set("view", view)
+	return q
+}
+
+// live is the page's websocket: GET /live?view=overview|dependency|audit
+// plus the page's own query. Origins other than the page's host are
+// refused by websocket.Accept. The connection lives in this handler: it
+// subscribes to the collector, coalesces changes and pushes at most one
+// message per LiveInterval; when the collector drops it as too slow it
+// resubscribes and sends a full refresh.
+func (s *Server) live(c echo.Context) error {
+	lv, err := s.liveViewFor(c)
+	if err != nil {
+		return err
+	}
+	conn, err := websocket.Accept(c.Response(), c.Request(), nil)
+	if err != nil {
+		return nil // Accept has answered (403 for a foreign origin)
+	}
+	defer conn.CloseNow()
+	ctx := conn.CloseRead(c.Request().Context())
+	err = s.pump(ctx, conn, lv)
+	switch {
+	case errors.Is(err, errShutdown):
+		conn.Close(websocket.StatusServiceRestart, "server shutting down")
+	case ctx.Err() == nil && err != nil:
+		s.log.Debug("live socket ended", "err", err)
+		conn.Close(websocket.StatusTryAgainLater, "live update failed")
+	}
+	return nil
+}
+
+var errShutdown = errors.New("server closed")
+
+func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
+	q := c.QueryParams()
+	switch q.Get("view") {
+	case "overview":
+		return &overviewLive{s: s, f: parseFilter(q)}, nil
+	case "dependency":
+		k := cbdash.DependencyKey{Service: q.Get("service"), Breaker: q.Get("breaker")}
+		if _, err := s.col.Dependency(k); err != nil {
+			return nil, err
+		}
+		sp, err := parseSpan(q, "1h", s.now())
+		if err != nil {
+			return nil, err
+		}
+		return &dependencyLive{s: s, key: k, span: sp}, nil
+	case "audit":
+		return &auditLive{s: s, service: q.Get("service")}, nil
+	}
+	return nil, errorf(cbdash.ErrInvalid, "view must be overview, dependency or audit")
+}
+
+func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) error {
+	tick := time.NewTicker(s.cfg.LiveInterval)
+	defer tick.Stop()
+	for {
+		snapshot, events, cancel := s.col.Subscribe()
+		msg, err := lv.reset(ctx, snapshot)
+		if err == nil {
+			err = send(ctx, conn, msg)
+		}
+		if err != nil {
+			cancel()
+			return err
+		}
+		err = s.follow(ctx, conn, lv, events, tick.C)
+		cancel()
+		if err != nil {
+			return err
+		}
+		// The collector dropped us as too slow: start again from a snapshot.
+	}
+}
+
+// follow applies events until the channel closes (nil), the client
+// leaves or the server closes (error).
+func (s *Server) follow(ctx context.Context, conn *websocket.Conn, lv liveView, events <-chan cbdash.Event, tick <-chan time.Time) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return errShutdown
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			lv.event(ev)
+		case <-tick:
+			msg, err := lv.flush(ctx)
+			if err != nil {
+				return err
+			}
+			if err := send(ctx, conn, msg); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func send(ctx context.Context, conn *websocket.Conn, msg []byte) error {
+	if len(msg) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, liveWriteTimeout)
+	defer cancel()
+	return conn.Write(ctx, websocket.MessageText, msg)
+}
+
+func renderTo(ctx context.Context, buf *bytes.Buffer, comps ...templ.Component) error {
+	for _, c := range comps {
+		if err := c.Render(ctx, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// overviewLive keeps the overview's tiles and counters current. A tile
+// is sent only when its rendering changed; when the set of shown
+// dependencies changes, the whole grid is sent again.
+type overviewLive struct {
+	s     *Server
+	f     filter
+	deps  map[cbdash.DependencyKey]cbdash.Dependency
+	shown map[cbdash.DependencyKey]bool
+	sent  map[cbdash.DependencyKey]uint64 // hash of the last tile sent
+	dirty map[cbdash.DependencyKey]bool
+	regrid, counters bool
+}
+
+func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
+	o.deps = make(map[cbdash.DependencyKey]cbdash.Dependency, len(snapshot))
+	for _, d := range snapshot {
+		o.deps[d.DependencyKey] = d
+	}
+	o.dirty = map[cbdash.DependencyKey]bool{}
+	return o.grid(ctx)
+}
+
+// grid renders the counters and every group, and remembers what it sent.
+func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
+	all := make([]cbdash.Dependency, 0, len(o.deps))
+	for _, d := range o.deps {
+		all = append(all, d)
+	}
+	sparks := o.s.sparks.get(ctx, keysOf(all), liveSparkBudget)
+	v := overviewModel(templates.Page{}, all, o.f, sparks, o.s.now())
+	o.shown = map[cbdash.DependencyKey]bool{}
+	o.sent = map[cbdash.DependencyKey]uint64{}
+	var buf bytes.Buffer
+	for _, g := range v.Groups {
+		for _, t := range g.Tiles {
+			k := cbdash.DependencyKey{Service: t.Service, Breaker: t.Breaker}
+			o.shown[k] = true
+			var tb bytes.Buffer
+			if err := templates.TileView(t).Render(ctx, &tb); err != nil {
+				return nil, err
+			}
+			o.sent[k] = hash(tb.Bytes())
+		}
+	}
+	o.regrid, o.counters = false, false
+	clear(o.dirty)
+	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (o *overviewLive) event(ev cbdash.Event) {
+	if ev.Kind != cbdash.EventDependency || ev.Dependency == nil {
+		return
+	}
+	d := *ev.Dependency
+	o.deps[d.DependencyKey] = d
+	o.counters = true
+	if o.f.match(d) != o.shown[d.DependencyKey] {
+		o.regrid = true
+	}
+	o.dirty[d.DependencyKey] = true
+}
+
+func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
+	if o.regrid {
+		return o.grid(ctx)
+	}
+	if !o.counters && len(o.dirty) == 0 {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if o.counters {
+		all := make([]cbdash.Dependency, 0, len(o.deps))
+		for _, d := range o.deps {
+			all = append(all, d)
+		}
+		if err := templates.FleetCounters(fleet(all)).Render(ctx, &buf); err != nil {
+			return nil, err
+		}
+	}
+	keys := make([]cbdash.DependencyKey, 0, len(o.dirty))
+	for k := range o.dirty {
+		if o.shown[k] {
+			keys = append(keys, k)
+		}
+	}
+	sparks := o.s.sparks.get(ctx, keys, liveSparkBudget)
+	var tb bytes.Buffer
+	for _, k := range keys {
+		tb.Reset()
+		if err := templates.TileView(tile(o.deps[k], sparks[k], o.s.now())).Render(ctx, &tb); err != nil {
+			return nil, err
+		}
+		if h := hash(tb.Bytes()); h != o.sent[k] {
+			o.sent[k] = h
+			buf.Write(tb.Bytes())
+		}
+	}
+	o.counters = false
+	clear(o.dirty)
+	return buf.Bytes(), nil
+}
+
+func hash(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+// dependencyLive keeps a dependency page's header, instances, transition
+// log and commands current.
+type dependencyLive struct {
+	s                   *Server
+	key                 cbdash.DependencyKey
+	span                span
+	dep                 cbdash.Dependency
+	head, trans, cmds   bool
+	lastHead, lastInsts uint64
+}
+
+func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
+	for _, x := range snapshot {
+		if x.DependencyKey == d.key {
+			d.dep = x
+		}
+	}
+	d.head, d.trans, d.cmds = true, true, true
+	d.lastHead, d.lastInsts = 0, 0
+	return d.flush(ctx)
+}
+
+func (d *dependencyLive) event(ev cbdash.Event) {
+	switch {
+	case ev.Kind == cbdash.EventDependency && ev.Dependency != nil && ev.Dependency.DependencyKey == d.key:
+		d.dep, d.head = *ev.Dependency, true
+	case ev.Kind == cbdash.EventTransition && ev.Transition != nil &&
+		ev.Transition.Service == d.key.Service && ev.Transition.Breaker == d.key.Breaker:
+		d.trans = true
+	case ev.Kind == cbdash.EventCommand && ev.Command != nil &&
+		ev.Command.Service == d.key.Service && ev.Command.Breaker == d.key.Breaker:
+		d.cmds = true
+	}
+}
+
+func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
+	var buf bytes.Buffer
+	now := d.s.now()
+	if d.head {
+		var part bytes.Buffer
+		if err := templates.DepHeaderView(depHeader(d.dep, now)).Render(ctx, &part); err != nil {
+			return nil, err
+		}
+		if h := hash(part.Bytes()); h != d.lastHead {
+			d.lastHead = h
+			buf.Write(part.Bytes())
+		}
+		part.Reset()
+		if err := templates.InstancesTable(instanceRows(d.dep, now)).Render(ctx, &part); err != nil {
+			return nil, err
+		}
+		if h := hash(part.Bytes()); h != d.lastInsts {
+			d.lastInsts = h
+			buf.Write(part.Bytes())
+		}
+	}
+	if d.trans {
+		sp := d.span
+		if sp.end == "" { // a range ending now moves with the clock
+			sp.from, sp.to = now.Add(sp.from.Sub(sp.to)), now
+		}
+		rows, err := d.s.transitionRows(ctx, d.key, sp)
+		if err != nil {
+			return nil, err
+		}
+		if err := templates.TransitionLog(rows).Render(ctx, &buf); err != nil {
+			return nil, err
+		}
+	}
+	if d.cmds {
+		cmds, err := d.s.depCommands(ctx, d.key)
+		if err != nil {
+			return nil, err
+		}
+		if err := templates.DepCommands(cmds).Render(ctx, &buf); err != nil {
+			return nil, err
+		}
+	}
+	d.head, d.trans, d.cmds = false, false, false
+	return buf.Bytes(), nil
+}
+
+// auditLive re-renders the audit table when a command changes.
+type auditLive struct {
+	s       *Server
+	service string
+	dirty   bool
+}
+
+func (a *auditLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+	a.dirty = true
+	return a.flush(ctx)
+}
+
+func (a *auditLive) event(ev cbdash.Event) {
+	if ev.Kind == cbdash.EventCommand && ev.Command != nil && (a.service == "" || ev.Command.Service == a.service) {
+		a.dirty = true
+	}
+}
+
+func (a *auditLive) flush(ctx context.Context) ([]byte, error) {
+	if !a.dirty {
+		return nil, nil
+	}
+	a.dirty = false
+	cmds, err := a.s.store.Commands(ctx, cbdash.CommandQuery{Service: a.service})
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := templates.AuditTable(commandViews(cmds, a.s.now())).Render(ctx, &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,172 @@
+package web_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/web"
+)
+
+func TestOverviewShowsEveryDependencyAsText(t *testing.T) {
+	h := newHarness(t, web.Config{},
+		dep("checkout", "payments", 6, 2),
+		dep("<script>alert(1)</script>", "'; DROP TABLE x;--", 1, 0))
+	res := h.login("vera").get("/")
+	if res.status != http.StatusOK {
+		t.Fatalf("GET / = %d", res.status)
+	}
+	for _, want := range []string{
+		"open on 2 of 6", `data-state="open"`, "checkout", "payments",
+		"&lt;script&gt;alert(1)&lt;/script&gt;", "&#39;; DROP TABLE x;--", "180 ms", "42.5/s", "3% of 50%",
+	} {
+		if !strings.Contains(res.body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	if strings.Contains(res.body, "<script>alert(1)") {
+		t.Error("a breaker name was rendered as markup")
+	}
+}
+
+func TestOverviewFiltersAndSortsWorstFirst(t *testing.T) {
+	h := newHarness(t, web.Config{},
+		dep("a-svc", "calm", 2, 0), dep("b-svc", "burning", 3, 3), dep("c-svc", "other", 1, 0))
+	c := h.login("vera")
+	body := c.get("/").body
+	if i, j := strings.Index(body, "burning"), strings.Index(body, "calm"); i < 0 || j < 0 || i > j {
+		t.Errorf("open dependency not first (burning at %d, calm at %d)", i, j)
+	}
+	for _, tc := range []struct {
+		query        string
+		want, absent []string
+	}{
+		{"?state=open", []string{"burning"}, []string{"calm", "other"}},
+		{"?service=c-svc", []string{"other"}, []string{"calm", "burning"}},
+		{"?q=CAL", []string{"calm"}, []string{"burning", "other"}},
+		{"?label=team%3Dpay", []string{"calm", "burning", "other"}, nil},
+		{"?label=team%3Dnone", nil, []string{"calm", "burning", "other"}},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			body := c.get("/" + tc.query).body
+			tiles := body[strings.Index(body, `id="groups"`):]
+			for _, w := range tc.want {
+				if !strings.Contains(tiles, w) {
+					t.Errorf("lacks %q", w)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(tiles, ">"+a+"<") {
+					t.Errorf("shows %q", a)
+				}
+			}
+		})
+	}
+}
+
+func TestPagesPerRole(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 3, 0))
+	depPath := "/dependency?service=checkout&breaker=payments"
+	for _, tc := range []struct {
+		user   string
+		path   string
+		status int
+		has    string
+	}{
+		{"", "/", http.StatusSeeOther, ""},
+		{"", depPath, http.StatusSeeOther, ""},
+		{"vera", "/", http.StatusOK, "fleet"},
+		{"vera", depPath, http.StatusOK, "Request rate by outcome"},
+		{"vera", "/timeline", http.StatusOK, "Timeline"},
+		{"vera", "/audit", http.StatusOK, "Audit log"},
+		{"vera", "/admin", http.StatusForbidden, "admin role"},
+		{"otto", depPath, http.StatusOK, `data-testid="operator-form"`},
+		{"ada", "/admin", http.StatusOK, "Add a user"},
+		{"vera", "/dependency?service=checkout&breaker=nope", http.StatusNotFound, "not found"},
+		{"vera", "/dependency?service=checkout", http.StatusBadRequest, "required"},
+		{"vera", depPath + "&range=2y", http.StatusBadRequest, "range"},
+	} {
+		t.Run(tc.user+tc.path, func(t *testing.T) {
+			c := h.client()
+			if tc.user != "" {
+				c = h.login(tc.user)
+			}
+			res := c.get(tc.path)
+			if res.status != tc.status || !strings.Contains(res.body, tc.has) {
+				t.Fatalf("GET %s as %q = %d, want %d with %q; body:\n%.400s", tc.path, tc.user, res.status, tc.status, tc.has, res.body)
+			}
+		})
+	}
+	t.Run("viewer gets no operator panel", func(t *testing.T) {
+		if body := h.login("vera").get(depPath).body; strings.Contains(body, "operator-form") {
+			t.Error("viewer sees the operator form")
+		}
+	})
+}
+
+func TestCommands(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 6, 0))
+	form := func() url.Values {
+		return url.Values{"service": {"checkout"}, "breaker": {"payments"}, "action": {"force_open"},
+			"scope": {"all"}, "ttl": {"15"}, "reason": {"drill the fallback"}}
+	}
+	t.Run("viewer cannot trip", func(t *testing.T) {
+		c := h.login("vera")
+		for _, p := range []string{"/dependency/confirm", "/dependency/command"} {
+			if res := c.postForm(p, form()); res.status != http.StatusForbidden {
+				t.Errorf("POST %s as viewer = %d, want 403", p, res.status)
+			}
+		}
+	})
+	t.Run("a forged form without CSRF token is refused", func(t *testing.T) {
+		c := h.login("otto")
+		if res := c.rawPost("/dependency/command", form()); res.status != http.StatusForbidden {
+			t.Errorf("POST without token = %d, want 403", res.status)
+		}
+		f := form()
+		f.Set("_csrf", "forged")
+		if res := c.rawPost("/dependency/command", f); res.status != http.StatusForbidden {
+			t.Errorf("POST with forged token = %d, want 403", res.status)
+		}
+	})
+	t.Run("confirmation shows the blast radius", func(t *testing.T) {
+		res := h.login("otto").postForm("/dependency/confirm", form())
+		want := "This will reject calls from 6 instances of checkout to payments for 15 minutes"
+		if res.status != http.StatusOK || !strings.Contains(res.body, want) {
+			t.Fatalf("confirm = %d, lacks %q:\n%.600s", res.status, want, res.body)
+		}
+	})
+	t.Run("invalid commands are 400 naming the field", func(t *testing.T) {
+		c := h.login("otto")
+		for field, bad := range map[string]string{"reason": "", "ttl": "0", "action": "explode", "scope": "moon"} {
+			f := form()
+			f.Set(field, bad)
+			if res := c.postForm("/dependency/command", f); res.status != http.StatusBadRequest || !strings.Contains(res.body, field) {
+				t.Errorf("%s=%q: %d %.200s", field, bad, res.status, res.body)
+			}
+		}
+	})
+	t.Run("operator issues a command that lands in the audit log", func(t *testing.T) {
+		c := h.login("otto")
+		res := c.postForm("/dependency/command", form())
+		if res.status != http.StatusSeeOther {
+			t.Fatalf("command = %d %.300s", res.status, res.body)
+		}
+		cmds, err := h.st.Commands(context.Background(), cbdash.CommandQuery{})
+		if err != nil || len(cmds) != 1 {
+			t.Fatalf("commands = %v, %v", cmds, err)
+		}
+		if c := cmds[0]; c.Actor != "otto" || c.Action != "force_open" || c.TTL.Minutes() != 15 || c.Reason != "drill the fallback" {
+			t.Errorf("command = %+v", c)
+		}
+		audit := h.login("vera").get("/audit").body
+		for _, want := range []string{"otto", "force open", "drill the fallback", "all instances", "6 pending"} {
+			if !strings.Contains(audit, want) {
+				t.Errorf("audit log lacks %q", want)
+			}
+		}
+	})
+}

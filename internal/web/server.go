@@ -1,0 +1,211 @@
+// Package web is the cbdash dashboard: server-rendered pages (overview,
+// dependency, timeline, audit log, admin), the live websocket that pushes
+// rendered fragments, accounts with roles, sessions, user API tokens,
+// CSRF protection and security headers, and the one HTTP error handler of
+// the server.
+//
+// It depends on the collector and the store only through the small
+// interfaces declared here (Collector, Store), so it renders whatever
+// implements them. Templates live in web/templates, assets in web/static.
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+)
+
+// Collector is what the dashboard needs from the live state: a snapshot
+// of every dependency (worst first), one dependency, a subscription to
+// changes, and issuing operator commands. *collector.Collector implements
+// it; its methods must be safe for concurrent use.
+type Collector interface {
+	Dependencies() []cbdash.Dependency
+	// Dependency returns an error wrapping cbdash.ErrNotFound for an
+	// unknown key.
+	Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error)
+	// Subscribe returns the current snapshot and a channel of later
+	// events; the channel is closed when the subscriber is too slow or
+	// cancel is called.
+	Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func())
+	Issue(ctx context.Context, r cbdash.CommandRequest) (cbdash.Command, error)
+}
+
+// History is what the dashboard reads from the store besides accounts.
+type History interface {
+	History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error)
+	Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cbdash.TransitionRecord, error)
+	Commands(ctx context.Context, q cbdash.CommandQuery) ([]cbdash.Command, error)
+}
+
+// Accounts stores users, sessions and API tokens. Secrets (session and
+// API tokens) are returned once and stored hashed; lookups of unknown or
+// expired secrets return errors wrapping cbdash.ErrUnauthorized; unknown
+// users cbdash.ErrNotFound; duplicate names cbdash.ErrConflict.
+type Accounts interface {
+	CountUsers(ctx context.Context) (int, error)
+	CreateUser(ctx context.Context, name, role string, passwordHash []byte) (cbdash.User, error)
+	UserByName(ctx context.Context, name string) (cbdash.User, []byte, error)
+	Users(ctx context.Context) ([]cbdash.User, error)
+	CreateSession(ctx context.Context, userID int64, expires time.Time) (token string, err error)
+	SessionUser(ctx context.Context, token string, now time.Time) (cbdash.User, error)
+	DeleteSession(ctx context.Context, token string) error
+	CreateUserToken(ctx context.Context, userID int64, name string) (token string, err error)
+	UserByToken(ctx context.Context, token string) (cbdash.User, error)
+	CreateAgentToken(ctx context.Context, service string) (token string, err error)
+}
+
+// Store is everything the dashboard needs from *store.Store.
+type Store interface {
+	History
+	Accounts
+}
+
+// Config configures a Server. Collector and Store are required; every
+// other field has a working zero value.
+type Config struct {
+	Collector Collector
+	Store     Store
+	// Logger receives request errors and live-socket trouble; nil
+	// discards.
+	Logger *slog.Logger
+	// Anonymous lets visitors who are not logged in read every page as
+	// viewers (wall screens). Commands and admin still need a login.
+	Anonymous bool
+	// Secure marks cookies Secure; set it when the dashboard is served
+	// over TLS (directly or behind a TLS-terminating proxy).
+	Secure bool
+	// Now is the clock; nil = time.Now.
+	Now func() time.Time
+	// SessionTTL is how long a login lasts; 0 = 12 hours.
+	SessionTTL time.Duration
+	// LiveInterval is the minimum time between two live updates sent to
+	// one client (coalescing); 0 = 250 ms, at most 4 updates a second.
+	LiveInterval time.Duration
+	// LoginBurst and LoginEvery limit login attempts per client IP and
+	// user name (token bucket): LoginBurst attempts at once, then one
+	// per LoginEvery. 0 = 5 and 12 seconds.
+	LoginBurst int
+	LoginEvery time.Duration
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Collector == nil:
+		return errors.New("web: Config.Collector is required")
+	case c.Store == nil:
+		return errors.New("web: Config.Store is required")
+	case c.SessionTTL < 0:
+		return errors.New("web: Config.SessionTTL is negative")
+	case c.LiveInterval < 0:
+		return errors.New("web: Config.LiveInterval is negative")
+	case c.LoginBurst < 0 || c.LoginEvery < 0:
+		return errors.New("web: Config.LoginBurst or LoginEvery is negative")
+	}
+	return nil
+}
+
+// Server serves the dashboard. It is safe for concurrent use by the HTTP
+// server's goroutines; it starts no goroutine of its own: each live
+// socket lives in its request's handler until the client leaves or Close.
+type Server struct {
+	col    Collector
+	store  Store
+	log    *slog.Logger
+	now    func() time.Time
+	cfg    Config
+	logins *loginLimiter
+	sparks *sparkCache
+
+	done      chan struct{} // closed by Close: live sockets end
+	closeOnce sync.Once
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.LiveInterval == 0 {
+		cfg.LiveInterval = 250 * time.Millisecond
+	}
+	if cfg.LoginBurst == 0 {
+		cfg.LoginBurst = 5
+	}
+	if cfg.LoginEvery == 0 {
+		cfg.LoginEvery = 12 * time.Second
+	}
+	s := &Server{
+		col:    cfg.Collector,
+		store:  cfg.Store,
+		log:    cfg.Logger,
+		now:    cfg.Now,
+		cfg:    cfg,
+		logins: newLoginLimiter(cfg.LoginBurst, cfg.LoginEvery),
+		done:   make(chan struct{}),
+	}
+	s.sparks = newSparkCache(cfg.Store, cfg.Now)
+	return s, nil
+}
+
+// Close ends every live socket with "service restart" (1012), which
+// makes the pages reconnect by themselves; call it before shutting the
+// HTTP server down, since http.Server.Shutdown does not wait for
+// websockets. Close is idempotent and safe for concurrent use.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.done) })
+	return nil
+}
+
+// Mount registers the dashboard on e: security headers on every
+// response, static assets, login and logout, the pages (behind the
+// viewer role, or open when Anonymous), operator commands (operator
+// role, CSRF-checked), admin pages (admin role) and the live websocket.
+func (s *Server) Mount(e *echo.Echo) {
+	e.Use(s.securityHeaders, s.withLogger)
+	mountStatic(e)
+
+	g := e.Group("", s.identify, s.csrf())
+	g.GET("/login", s.loginPage)
+	g.POST("/login", s.login)
+	g.POST("/logout", s.logout)
+
+	read := g.Group("", s.require(cbdash.RoleViewer))
+	read.GET("/", s.overview)
+	read.GET("/dependency", s.dependency)
+	read.GET("/timeline", s.timeline)
+	read.GET("/audit", s.audit)
+	read.GET("/live", s.live)
+
+	op := g.Group("", s.require(cbdash.RoleOperator))
+	op.POST("/dependency/confirm", s.confirm)
+	op.POST("/dependency/command", s.command)
+
+	admin := g.Group("", s.require(cbdash.RoleAdmin))
+	admin.GET("/admin", s.adminPage)
+	admin.POST("/admin/users", s.addUser)
+	admin.POST("/admin/tokens", s.addUserToken)
+	admin.POST("/admin/agent-tokens", s.addAgentToken)
+}
+
+// errorf wraps a sentinel with a message: errorf(cbdash.ErrInvalid,
+// "reason is required").
+func errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}

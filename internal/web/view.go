@@ -1,0 +1,406 @@
+package web
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+// stateView turns a protocol state into colour class and words.
+func stateView(s string) templates.State {
+	switch s {
+	case protocol.StateClosed:
+		return templates.State{Class: "closed", Text: "closed"}
+	case protocol.StateOpen:
+		return templates.State{Class: "open", Text: "open"}
+	case protocol.StateHalfOpen:
+		return templates.State{Class: "half-open", Text: "half-open"}
+	case protocol.StateForcedOpen:
+		return templates.State{Class: "forced-open", Text: "forced open"}
+	case protocol.StateForcedClosed:
+		return templates.State{Class: "forced-closed", Text: "forced closed"}
+	case "":
+		return templates.State{Class: "none", Text: "no live instance"}
+	}
+	return templates.State{Class: "none", Text: s}
+}
+
+// stateRank orders states worst first.
+func stateRank(s string) int {
+	switch s {
+	case protocol.StateOpen:
+		return 0
+	case protocol.StateHalfOpen:
+		return 1
+	case protocol.StateForcedOpen:
+		return 2
+	case protocol.StateForcedClosed:
+		return 3
+	case protocol.StateClosed:
+		return 4
+	}
+	return 5
+}
+
+// elementID is a stable, valid HTML id for any name: names may hold
+// any character, so they are hashed.
+func elementID(prefix, name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return prefix + hex.EncodeToString(sum[:8])
+}
+
+func tileID(k cbdash.DependencyKey) string {
+	return elementID("t-", k.Service+"\x00"+k.Breaker)
+}
+
+func depHref(k cbdash.DependencyKey) string {
+	return "/dependency?" + url.Values{"service": {k.Service}, "breaker": {k.Breaker}}.Encode()
+}
+
+func actionText(a string) string {
+	switch a {
+	case protocol.ActionForceOpen:
+		return "force open"
+	case protocol.ActionForceClosed:
+		return "force closed"
+	}
+	return a
+}
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("15:04:05")
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05")
+}
+
+// ago says how long ago t was, roughly.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return roughDuration(now.Sub(t)) + " ago"
+}
+
+func roughDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+		fallthrough
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+}
+
+func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
+	if h == nil {
+		return nil
+	}
+	v := &templates.Hold{Action: actionText(h.Action) + "", Actor: h.Actor, Reason: h.Reason}
+	if h.Action == protocol.ActionForceOpen {
+		v.Action = "held open"
+	} else if h.Action == protocol.ActionForceClosed {
+		v.Action = "held closed"
+	}
+	if !h.Until.IsZero() {
+		v.Until = h.Until.UTC().Format("15:04") + " UTC (in " + roughDuration(h.Until.Sub(now)) + ")"
+	}
+	return v
+}
+
+// rateView puts a rate beside its threshold; the bar is the rate as a
+// share of the threshold, warn from 70 %, bad from 100 %.
+func rateView(label string, value, threshold float64) templates.Rate {
+	r := templates.Rate{Label: label, Value: value, Threshold: threshold, Level: "ok"}
+	if threshold <= 0 {
+		r.Text = pct(value) + " (no threshold)"
+		return r
+	}
+	r.Text = pct(value) + " of " + pct(threshold)
+	r.Fill = math.Min(100, 100*value/threshold)
+	switch {
+	case value >= threshold:
+		r.Level = "bad"
+	case value >= 0.7*threshold:
+		r.Level = "warn"
+	}
+	return r
+}
+
+func pct(v float64) string {
+	if v == math.Trunc(v) {
+		return strconv.FormatFloat(v, 'f', 0, 64) + "%"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + "%"
+}
+
+func perSecond(v float64) string {
+	switch {
+	case v == 0:
+		return "0/s"
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 2, 64) + "/s"
+	case v < 1000:
+		return strconv.FormatFloat(v, 'f', 1, 64) + "/s"
+	}
+	return strconv.FormatFloat(v/1000, 'f', 1, 64) + "k/s"
+}
+
+func latency(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "–"
+	case d < time.Millisecond:
+		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + " µs"
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 0, 64) + " ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
+}
+
+// liveCount is the number of instances that count in the state.
+func liveCount(d cbdash.Dependency) int {
+	n := d.Instances - d.Stale
+	if n < 0 {
+		return 0
+	}
+	return n
+}
+
+// instancesText says "open on 2 of 6".
+func instancesText(d cbdash.Dependency) string {
+	live := liveCount(d)
+	if d.State == "" || live == 0 {
+		return "no live instance of " + strconv.Itoa(d.Instances)
+	}
+	return stateView(d.State).Text + " on " + strconv.Itoa(d.ByState[d.State]) + " of " + strconv.Itoa(live)
+}
+
+func staleText(d cbdash.Dependency) string {
+	if d.Stale == 0 {
+		return ""
+	}
+	return strconv.Itoa(d.Stale) + " stale"
+}
+
+func labelList(m map[string]string) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// headroomScore is how close a dependency is to opening: the larger of
+// its failure and slow-call rates relative to their thresholds.
+func headroomScore(d cbdash.Dependency) float64 {
+	h := d.Headroom
+	var s float64
+	if h.FailureRateThreshold > 0 {
+		s = h.FailureRate / h.FailureRateThreshold
+	}
+	if h.SlowCallRateThreshold > 0 {
+		s = math.Max(s, h.SlowCallRate/h.SlowCallRateThreshold)
+	}
+	return s
+}
+
+// tile builds one overview tile.
+func tile(d cbdash.Dependency, spark templates.Spark, now time.Time) templates.Tile {
+	h := d.Headroom
+	return templates.Tile{
+		ID:          tileID(d.DependencyKey),
+		Service:     d.Service,
+		Breaker:     d.Breaker,
+		Href:        depHref(d.DependencyKey),
+		State:       stateView(d.State),
+		Instances:   instancesText(d),
+		Stale:       staleText(d),
+		RequestRate: perSecond(d.RequestRate),
+		Failure:     rateView("failure rate", h.FailureRate, h.FailureRateThreshold),
+		Slow:        rateView("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold),
+		P99:         latency(d.P99),
+		Spark:       spark,
+		OpensToday:  d.OpensToday,
+		Held:        holdView(d.Held, now),
+		Labels:      labelList(d.Labels),
+	}
+}
+
+// fleet counts dependencies by state and stale instances.
+func fleet(deps []cbdash.Dependency) templates.Fleet {
+	f := templates.Fleet{Dependencies: len(deps)}
+	for _, d := range deps {
+		switch d.State {
+		case protocol.StateOpen:
+			f.Open++
+		case protocol.StateHalfOpen:
+			f.HalfOpen++
+		case protocol.StateForcedOpen, protocol.StateForcedClosed:
+			f.Forced++
+		}
+		f.StaleInst += d.Stale
+	}
+	return f
+}
+
+// filter is the overview's query: service, state, label "k=v" (or "k"),
+// a search string, the sort order and whether to group by service.
+type filter struct {
+	Service, State, Label, Q, Sort string
+	Group                          bool
+}
+
+func parseFilter(q url.Values) filter {
+	f := filter{
+		Service: q.Get("service"), State: q.Get("state"), Label: strings.TrimSpace(q.Get("label")),
+		Q: strings.TrimSpace(q.Get("q")), Sort: q.Get("sort"), Group: q.Get("group") == "service",
+	}
+	if f.Sort != "name" && f.Sort != "rate" {
+		f.Sort = "worst"
+	}
+	return f
+}
+
+func (f filter) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"service": f.Service, "state": f.State, "label": f.Label, "q": f.Q} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if f.Sort != "worst" {
+		v.Set("sort", f.Sort)
+	}
+	if f.Group {
+		v.Set("group", "service")
+	}
+	return v
+}
+
+func (f filter) match(d cbdash.Dependency) bool {
+	if f.Service != "" && d.Service != f.Service {
+		return false
+	}
+	if f.State != "" && stateView(d.State).Class != f.State {
+		return false
+	}
+	if f.Label != "" {
+		k, v, hasV := strings.Cut(f.Label, "=")
+		got, ok := d.Labels[k]
+		if !ok || (hasV && got != v) {
+			return false
+		}
+	}
+	if f.Q != "" {
+		q := strings.ToLower(f.Q)
+		if !strings.Contains(strings.ToLower(d.Service), q) && !strings.Contains(strings.ToLower(d.Breaker), q) {
+			return false
+		}
+	}
+	return true
+}
+
+// sortDeps sorts in place: worst first (state, then headroom, then
+// name), by name, or by request rate.
+func sortDeps(deps []cbdash.Dependency, how string) {
+	sort.SliceStable(deps, func(i, j int) bool {
+		a, b := deps[i], deps[j]
+		switch how {
+		case "name":
+		case "rate":
+			if a.RequestRate != b.RequestRate {
+				return a.RequestRate > b.RequestRate
+			}
+		default:
+			if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
+				return ra < rb
+			}
+			if ha, hb := headroomScore(a), headroomScore(b); ha != hb {
+				return ha > hb
+			}
+		}
+		if a.Service != b.Service {
+			return a.Service < b.Service
+		}
+		return a.Breaker < b.Breaker
+	})
+}
+
+// overviewModel filters, sorts and groups dependencies into tiles.
+func overviewModel(p templates.Page, all []cbdash.Dependency, f filter, sparks map[cbdash.DependencyKey]templates.Spark, now time.Time) templates.Overview {
+	deps := make([]cbdash.Dependency, 0, len(all))
+	services := map[string]bool{}
+	for _, d := range all {
+		services[d.Service] = true
+		if f.match(d) {
+			deps = append(deps, d)
+		}
+	}
+	sortDeps(deps, f.Sort)
+	v := templates.Overview{Page: p, Fleet: fleet(all), Shown: len(deps), Total: len(all)}
+	v.Filter = templates.Filter{Service: f.Service, State: f.State, Label: f.Label, Q: f.Q, Sort: f.Sort, Group: f.Group}
+	names := make([]string, 0, len(services))
+	for s := range services {
+		names = append(names, s)
+	}
+	sort.Strings(names)
+	for _, s := range names {
+		v.Filter.Services = append(v.Filter.Services, templates.Option{Value: s, Text: s, Selected: s == f.Service})
+	}
+	for _, s := range []string{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed, protocol.StateClosed, ""} {
+		sv := stateView(s)
+		v.Filter.States = append(v.Filter.States, templates.Option{Value: sv.Class, Text: sv.Text, Selected: sv.Class == f.State})
+	}
+	for _, o := range [][2]string{{"worst", "worst first"}, {"name", "name"}, {"rate", "request rate"}} {
+		v.Filter.Sorts = append(v.Filter.Sorts, templates.Option{Value: o[0], Text: o[1], Selected: o[0] == f.Sort})
+	}
+	tiles := make([]templates.Tile, len(deps))
+	for i, d := range deps {
+		tiles[i] = tile(d, sparks[d.DependencyKey], now)
+	}
+	if !f.Group {
+		v.Groups = []templates.Group{{Tiles: tiles}}
+		if len(tiles) == 0 {
+			v.Groups = nil
+		}
+		return v
+	}
+	idx := map[string]int{}
+	for i, t := range tiles {
+		g, ok := idx[deps[i].Service]
+		if !ok {
+			g = len(v.Groups)
+			idx[deps[i].Service] = g
+			v.Groups = append(v.Groups, templates.Group{Title: deps[i].Service})
+		}
+		v.Groups[g].Tiles = append(v.Groups[g].Tiles, t)
+	}
+	return v
+}

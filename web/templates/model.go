@@ -1,0 +1,331 @@
+// Package templates holds the templ components of the cbdash dashboard
+// and the view models they render. Components never reach the database
+// or the collector: handlers in internal/web build a view model and pass
+// it in. A page and its live fragments come from the same components, so
+// what the websocket pushes is byte for byte what a reload would show.
+//
+// View models are plain values; rendering them is safe for concurrent
+// use. Every text is escaped by templ, so names such as
+// "<script>alert(1)</script>" are shown as text.
+package templates
+
+// Page is what the layout needs: title, who is logged in, the CSRF token
+// for forms and the live websocket URL of the page ("" = not live).
+type Page struct {
+	Title   string
+	Nav     string // active navigation item: "overview", "timeline", "audit", "admin"
+	User    string // "" when not logged in
+	Role    string
+	CanOp   bool   // operator or admin
+	IsAdmin bool   // admin
+	Anon    bool   // anonymous read-only viewing
+	CSRF    string // token for the _csrf form field
+	LiveURL string // path and query of the page's websocket
+}
+
+// State is a breaker state shown in colour and in words.
+type State struct {
+	Class string // CSS modifier: closed, open, half-open, forced-open, forced-closed, none
+	Text  string // words: "closed", "open", "half-open", "forced open", ...
+}
+
+// Hold is the "held by X until T" badge.
+type Hold struct {
+	Action string // "forced open" / "forced closed"
+	Actor  string
+	Reason string
+	Until  string // "14:05 UTC (in 12m)"; "" = no expiry
+}
+
+// Rate is a rate beside its threshold, drawn as a headroom bar.
+type Rate struct {
+	Label     string  // "failure rate"
+	Value     float64 // percent
+	Threshold float64 // percent; 0 = no threshold (slow-call detection off)
+	Text      string  // "12.0% of 50%"
+	Fill      float64 // bar fill 0..100 (Value/Threshold)
+	Level     string  // ok, warn, bad
+}
+
+// Spark is a 15-minute sparkline: polyline points in a 100x24 viewBox.
+type Spark struct {
+	Calls    string // points of calls per minute
+	Failures string // points of failures per minute
+	Title    string // tooltip
+	Empty    bool
+}
+
+// Tile is one dependency on the overview.
+type Tile struct {
+	ID          string // stable element id
+	Service     string
+	Breaker     string
+	Href        string
+	State       State
+	Instances   string // "open on 2 of 6"
+	Stale       string // "1 stale" or ""
+	RequestRate string // "12.3 calls/s"
+	Failure     Rate
+	Slow        Rate
+	P99         string
+	Spark       Spark
+	OpensToday  int
+	Held        *Hold
+	Labels      []string // "key=value"
+}
+
+// Fleet are the counters on top of the overview.
+type Fleet struct {
+	Dependencies int
+	Open         int
+	HalfOpen     int
+	Forced       int
+	StaleInst    int
+}
+
+// Option is a choice in a select.
+type Option struct {
+	Value, Text string
+	Selected    bool
+}
+
+// Filter is the overview's filter form as submitted.
+type Filter struct {
+	Service  string
+	State    string
+	Label    string
+	Q        string
+	Sort     string
+	Group    bool
+	Services []Option
+	States   []Option
+	Sorts    []Option
+}
+
+// Group is a titled set of tiles ("" title = ungrouped).
+type Group struct {
+	Title string
+	Tiles []Tile
+}
+
+// Overview is the overview page.
+type Overview struct {
+	Page   Page
+	Fleet  Fleet
+	Filter Filter
+	Groups []Group
+	Shown  int // tiles shown after filtering
+	Total  int
+}
+
+// Tick is an axis tick: position in viewBox units and its label.
+type Tick struct {
+	Pos   float64
+	Label string
+}
+
+// Series is one line of a chart, already projected to viewBox units.
+type Series struct {
+	Name   string
+	Class  string   // CSS class that colours the line (c1..c6)
+	Parts  []string // polyline points "x,y x,y ...", one per stretch without a gap
+}
+
+// Threshold is a horizontal threshold line.
+type Threshold struct {
+	Y     float64
+	Label string
+}
+
+// HoverCol is an invisible column over one bucket whose title element is
+// the tooltip with every series' value at that time.
+type HoverCol struct {
+	X, W  float64
+	Title string
+}
+
+// Chart is a server-rendered SVG line chart; internal/web computes the
+// geometry, the component only draws it.
+type Chart struct {
+	ID         string
+	Title      string
+	Unit       string // y axis unit, shown beside the title
+	W, H       float64
+	Left, Right, Top, Bottom float64 // plot area in viewBox units
+	XTicks     []Tick
+	YTicks     []Tick
+	Series     []Series
+	Thresholds []Threshold
+	Hover      []HoverCol
+	Empty      bool
+}
+
+// InstanceRow is one instance of a dependency.
+type InstanceRow struct {
+	Instance       string
+	State          State
+	Stale          bool
+	Requests       string
+	Failure        string
+	Slow           string
+	LastTransition string
+	LastSeen       string
+	Config         string
+	ConfigDiffers  bool
+	Held           *Hold
+}
+
+// TransitionRow is one line of the transition log.
+type TransitionRow struct {
+	At       string
+	Instance string
+	From, To State
+	Cause    string
+}
+
+// TargetRow is one instance's result of a command.
+type TargetRow struct {
+	Instance string
+	Status   string // pending, applied, failed, expired
+	State    string
+	Error    string
+	At       string
+}
+
+// CommandView is one operator command with its result per instance.
+type CommandView struct {
+	ID       string // element id
+	IssuedAt string
+	Actor    string
+	Action   string
+	Service  string
+	Breaker  string
+	Href     string
+	Scope    string
+	Expires  string
+	Reason   string
+	Summary  string // "2 applied, 1 pending"
+	Targets  []TargetRow
+}
+
+// DepHeader is the live summary at the top of a dependency page.
+type DepHeader struct {
+	State       State
+	Instances   string
+	Stale       string
+	Held        *Hold
+	RequestRate string
+	Failure     Rate
+	Slow        Rate
+	P50, P99    string
+	OpensToday  int
+	Labels      []string
+}
+
+// OperatorForm is the operator panel of a dependency page.
+type OperatorForm struct {
+	CSRF       string
+	Service    string
+	Breaker    string
+	Instances  []Option
+	Live       int
+	DefaultTTL int // minutes
+}
+
+// Dependency is the dependency page.
+type Dependency struct {
+	Page        Page
+	Service     string
+	Breaker     string
+	Header      DepHeader
+	Ranges      []Link
+	RangeText   string
+	Charts      []Chart
+	Instances   []InstanceRow
+	Transitions []TransitionRow
+	Commands    []CommandView
+	Operator    *OperatorForm // nil when the user may not operate
+	AuditHref   string
+}
+
+// Link is a navigation link, possibly the current one.
+type Link struct {
+	Href, Text string
+	Current    bool
+}
+
+// Confirm is the confirmation step of an operator command: the request
+// as hidden fields and its blast radius in words.
+type Confirm struct {
+	Page     Page
+	Service  string
+	Breaker  string
+	Action   string
+	Scope    string
+	Instance string
+	Share    string
+	TTL      string
+	Reason   string
+	Blast    string
+	Back     string
+}
+
+// Audit is the audit log page.
+type Audit struct {
+	Page     Page
+	Service  string
+	Commands []CommandView
+}
+
+// Segment is a stretch of one lane of the timeline in one state.
+type Segment struct {
+	X, W  float64
+	Class string // open, half-open, forced-open, forced-closed
+	Title string
+	Href  string
+}
+
+// Lane is one dependency on the timeline.
+type Lane struct {
+	Title    string
+	Href     string
+	Segments []Segment
+}
+
+// Lane geometry of the timeline, viewBox units.
+const (
+	LaneTop  = 20.0
+	LaneStep = 22.0
+)
+
+func laneY(i int) float64 { return LaneTop + float64(i)*LaneStep }
+
+// Timeline is the fleet timeline page.
+type Timeline struct {
+	Page      Page
+	Service   string
+	Services  []Option
+	Ranges    []Link
+	RangeText string
+	X0        float64 // width of the title column, viewBox units
+	W         float64 // width of the lanes
+	H         float64 // total height (LaneTop + lanes * LaneStep)
+	Axis      []Tick
+	Lanes     []Lane
+	Quiet     int // dependencies with no open instance in the range
+}
+
+// UserRow is one account on the admin page.
+type UserRow struct {
+	Name, Role, Created string
+}
+
+// Admin is the admin page: accounts, user API tokens and agent tokens. A
+// secret just created is shown once in Secret.
+type Admin struct {
+	Page        Page
+	Users       []UserRow
+	Roles       []Option
+	Secret      string
+	SecretLabel string
+}
