@@ -13,10 +13,10 @@ import (
 
 // Chart geometry in viewBox units.
 const (
-	chartW, chartH         = 560.0, 190.0
-	chartLeft, chartRight  = 46.0, 550.0
-	chartTop, chartBottom  = 10.0, 165.0
-	maxColumns             = 120
+	chartW, chartH        = 560.0, 190.0
+	chartLeft, chartRight = 46.0, 550.0
+	chartTop, chartBottom = 10.0, 165.0
+	maxColumns            = 120
 )
 
 // column is one x bucket of a chart: history points merged.

@@ -159,12 +159,12 @@ func renderTo(ctx context.Context, buf *bytes.Buffer, comps ...templ.Component) 
 // is sent only when its rendering changed; when the set of shown
 // dependencies changes, the whole grid is sent again.
 type overviewLive struct {
-	s     *Server
-	f     filter
-	deps  map[cbdash.DependencyKey]cbdash.Dependency
-	shown map[cbdash.DependencyKey]bool
-	sent  map[cbdash.DependencyKey]uint64 // hash of the last tile sent
-	dirty map[cbdash.DependencyKey]bool
+	s                *Server
+	f                filter
+	deps             map[cbdash.DependencyKey]cbdash.Dependency
+	shown            map[cbdash.DependencyKey]bool
+	sent             map[cbdash.DependencyKey]uint64 // hash of the last tile sent
+	dirty            map[cbdash.DependencyKey]bool
 	regrid, counters bool
 }
 

@@ -126,9 +126,9 @@ type Tick struct {
 
 // Series is one line of a chart, already projected to viewBox units.
 type Series struct {
-	Name   string
-	Class  string   // CSS class that colours the line (c1..c6)
-	Parts  []string // polyline points "x,y x,y ...", one per stretch without a gap
+	Name  string
+	Class string   // CSS class that colours the line (c1..c6)
+	Parts []string // polyline points "x,y x,y ...", one per stretch without a gap
 }
 
 // Threshold is a horizontal threshold line.
@@ -147,17 +147,17 @@ type HoverCol struct {
 // Chart is a server-rendered SVG line chart; internal/web computes the
 // geometry, the component only draws it.
 type Chart struct {
-	ID         string
-	Title      string
-	Unit       string // y axis unit, shown beside the title
-	W, H       float64
+	ID                       string
+	Title                    string
+	Unit                     string // y axis unit, shown beside the title
+	W, H                     float64
 	Left, Right, Top, Bottom float64 // plot area in viewBox units
-	XTicks     []Tick
-	YTicks     []Tick
-	Series     []Series
-	Thresholds []Threshold
-	Hover      []HoverCol
-	Empty      bool
+	XTicks                   []Tick
+	YTicks                   []Tick
+	Series                   []Series
+	Thresholds               []Threshold
+	Hover                    []HoverCol
+	Empty                    bool
 }
 
 // InstanceRow is one instance of a dependency.
