@@ -157,7 +157,29 @@ type harness struct {
 	users map[string]string // name -> password
 }
 
+// newHarness starts a dashboard on a real store with three users: vera
+// (viewer), otto (operator) and ada (admin).
 func newHarness(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harness {
+	t.Helper()
+	h := start(t, cfg, deps...)
+	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}, {"ada", cbdash.RoleAdmin}} {
+		pw := "password-" + u.name
+		hash, err := web.HashPassword(pw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.st.CreateUser(context.Background(), u.name, u.role, hash); err != nil {
+			t.Fatal(err)
+		}
+		h.users[u.name] = pw
+	}
+	return h
+}
+
+// newHarnessEmpty starts a dashboard with no user.
+func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}) }
+
+func start(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harness {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
@@ -183,17 +205,6 @@ func newHarness(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harnes
 		h.http.Close()
 		st.Close()
 	})
-	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}, {"ada", cbdash.RoleAdmin}} {
-		pw := "password-" + u.name
-		hash, err := web.HashPassword(pw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.CreateUser(ctx, u.name, u.role, hash); err != nil {
-			t.Fatal(err)
-		}
-		h.users[u.name] = pw
-	}
 	return h
 }
 

@@ -120,8 +120,7 @@ func sparkOf(pts []cbdash.Point, now time.Time) templates.Spark {
 	return templates.Spark{
 		Calls:    line(&calls),
 		Failures: line(&fails),
-		Title: "last 15 minutes: " + strconv.FormatFloat(total, 'f', 0, 64) + " calls, " +
-			strconv.FormatFloat(totalFail, 'f', 0, 64) + " failures (blue: calls, red: failures per minute; peak " +
-			strconv.FormatFloat(peak, 'f', 0, 64) + "/min)",
+		Title: "15 min: " + strconv.FormatFloat(total, 'f', 0, 64) + " calls (blue), " +
+			strconv.FormatFloat(totalFail, 'f', 0, 64) + " failures (red); peak " + strconv.FormatFloat(peak, 'f', 0, 64) + "/min",
 	}
 }
