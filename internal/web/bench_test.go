@@ -100,7 +100,9 @@ var _ io.Writer = (*countWriter)(nil)
 
 type nopHistory struct{}
 
-func (nopHistory) History(context.Context, cbdash.HistoryQuery) ([]cbdash.Point, error) { return nil, nil }
+func (nopHistory) History(context.Context, cbdash.HistoryQuery) ([]cbdash.Point, error) {
+	return nil, nil
+}
 func (nopHistory) Transitions(context.Context, cbdash.TransitionQuery) ([]cbdash.TransitionRecord, error) {
 	return nil, nil
 }
