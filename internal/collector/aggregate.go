@@ -1,0 +1,217 @@
+package collector
+
+import (
+	"sort"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// recentSeconds is how far back Dependency.Recent looks.
+const recentSeconds = 60
+
+// recent sums the window reports of every instance of a dependency per
+// second of their end time, over the last minute: a ring of one-second
+// slots, so adding a report is O(1) whatever the number of instances.
+type recent struct {
+	slots [recentSeconds]slot
+	since int64 // Unix second of the first report added, 0 = none
+}
+
+type slot struct {
+	sec        int64 // Unix second this slot holds; 0 = empty
+	counts     protocol.Counts
+	latency    []int64
+	latencySum float64
+}
+
+// add counts w in the slot of its end time, clamped to now (agent clocks
+// may run ahead); reports that ended more than a minute ago are ignored.
+func (r *recent) add(w *protocol.Window, now int64) {
+	sec := min((w.Start+w.Millis)/1000, now)
+	if sec <= now-recentSeconds || sec <= 0 {
+		return
+	}
+	if r.since == 0 || sec < r.since {
+		r.since = sec
+	}
+	s := &r.slots[sec%recentSeconds]
+	if s.sec != sec {
+		if s.sec > sec {
+			return // the slot already holds a newer second
+		}
+		*s = slot{sec: sec, latency: s.latency[:0]}
+	}
+	s.counts.Add(w.Counts)
+	if len(w.Latency) > 0 {
+		if len(s.latency) == 0 {
+			s.latency = append(s.latency, make([]int64, protocol.NumLatencyBuckets)...)
+		}
+		for i, n := range w.Latency {
+			s.latency[i] += n
+		}
+	}
+	s.latencySum += w.LatencySumMs
+}
+
+// sum returns the counts and merged histogram of the last minute, and the
+// number of seconds they cover (at least 1).
+func (r *recent) sum(now int64) (c protocol.Counts, hist []int64, span int64) {
+	hist = make([]int64, protocol.NumLatencyBuckets)
+	for i := range r.slots {
+		s := &r.slots[i]
+		if s.sec <= now-recentSeconds || s.sec > now {
+			continue
+		}
+		c.Add(s.counts)
+		for j, n := range s.latency {
+			hist[j] += n
+		}
+	}
+	span = recentSeconds
+	if r.since > 0 && now-r.since+1 < span {
+		span = now - r.since + 1
+	}
+	return c, hist, max(span, 1)
+}
+
+// quantile estimates the q-quantile of a histogram over
+// protocol.LatencyBoundsMillis by linear interpolation inside the bucket
+// that holds it (as Prometheus' histogram_quantile does); the overflow
+// bucket reports the last bound. It returns 0 for an empty histogram.
+func quantile(q float64, hist []int64) time.Duration {
+	var total int64
+	for _, n := range hist {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	bounds := protocol.LatencyBoundsMillis
+	rank := q * float64(total)
+	var cum float64
+	for i, n := range hist {
+		if n == 0 {
+			continue
+		}
+		if cum+float64(n) >= rank {
+			if i >= len(bounds) {
+				return millis(bounds[len(bounds)-1])
+			}
+			lower := 0.0
+			if i > 0 {
+				lower = bounds[i-1]
+			}
+			frac := (rank - cum) / float64(n)
+			return millis(lower + (bounds[i]-lower)*frac)
+		}
+		cum += float64(n)
+	}
+	return millis(bounds[len(bounds)-1])
+}
+
+func millis(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// closeness is how near a sliding window is to opening: its highest rate
+// relative to that rate's threshold, scaled down while it has fewer than
+// the minimum calls (it cannot open before).
+func closeness(h protocol.Headroom) float64 {
+	var r float64
+	if h.FailureRateThreshold > 0 {
+		r = h.FailureRate / h.FailureRateThreshold
+	}
+	if h.SlowCallRateThreshold > 0 {
+		r = max(r, h.SlowCallRate/h.SlowCallRateThreshold)
+	}
+	if h.MinimumCalls > 0 && h.Calls < h.MinimumCalls {
+		r *= float64(h.Calls) / float64(h.MinimumCalls)
+	}
+	return r
+}
+
+// compute builds d's aggregate at now. Stale instances are listed but do
+// not count in State, ByState or Headroom.
+func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
+	v := &cbdash.Dependency{
+		DependencyKey: d.key,
+		ByState:       make(map[string]int),
+		OpensToday:    d.opensToday,
+		LastChange:    d.lastChange,
+		PerInstance:   make([]cbdash.InstanceBreaker, 0, len(d.members)),
+	}
+	names := make([]string, 0, len(d.members))
+	configs := make(map[protocol.BreakerConfig]int, 2)
+	for name, ib := range d.members {
+		names = append(names, name)
+		configs[ib.config]++
+	}
+	sort.Strings(names)
+	majority, best := protocol.BreakerConfig{}, 0
+	for _, name := range names {
+		if c := d.members[name].config; configs[c] > best {
+			majority, best = c, configs[c]
+		}
+	}
+	bestCloseness := -1.0
+	for i, name := range names {
+		ib := d.members[name]
+		inst := ib.inst
+		v.PerInstance = append(v.PerInstance, cbdash.InstanceBreaker{
+			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
+			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
+			Config: ib.config, ConfigDiffers: len(configs) > 1 && ib.config != majority,
+			Last: ib.last, Held: ib.held,
+		})
+		v.Labels = sharedLabels(v.Labels, inst.labels, i == 0)
+		v.Instances++
+		if inst.stale {
+			v.Stale++
+			continue
+		}
+		v.ByState[ib.state]++
+		if stateRank(ib.state) < stateRank(v.State) {
+			v.State = ib.state
+		}
+		if c := closeness(ib.last.Headroom); c > bestCloseness {
+			bestCloseness, v.Headroom = c, ib.last.Headroom
+		}
+		if ib.held != nil && (v.Held == nil || ib.held.Until.After(v.Held.Until)) {
+			v.Held = ib.held
+		}
+	}
+	counts, hist, span := d.recent.sum(now.Unix())
+	v.Recent = counts
+	v.RequestRate = float64(counts.Admitted+counts.Rejected()) / float64(span)
+	if recorded := counts.Successes + counts.Failures; recorded > 0 {
+		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
+		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)
+	}
+	v.P50 = quantile(0.50, hist)
+	v.P99 = quantile(0.99, hist)
+	return v
+}
+
+// sharedLabels narrows acc to the labels also in m with the same value;
+// first starts from m. It never modifies its arguments.
+func sharedLabels(acc, m map[string]string, first bool) map[string]string {
+	if first {
+		if len(m) == 0 {
+			return nil
+		}
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	for k, v := range acc {
+		if mv, ok := m[k]; !ok || mv != v {
+			delete(acc, k)
+		}
+	}
+	if len(acc) == 0 {
+		return nil
+	}
+	return acc
+}

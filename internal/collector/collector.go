@@ -1,0 +1,303 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrStopped is returned by Run when called twice, and reported to agents
+// that connect after Run has returned.
+var ErrStopped = errors.New("collector stopped")
+
+// Config configures a Collector. The zero value of every field but Store
+// works.
+type Config struct {
+	// Store holds history, transitions and commands; required.
+	Store *store.Store
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+	// StaleAfter is how long an instance may stay silent before it is
+	// stale (no longer counted in its dependency's state); 0 = 15 s.
+	StaleAfter time.Duration
+	// GoneAfter is how long a silent, disconnected instance is kept before
+	// it is forgotten; 0 = 10 min.
+	GoneAfter time.Duration
+	// Now is the clock; nil = time.Now.
+	Now func() time.Time
+	// Registerer receives the collector's Prometheus series; nil = a
+	// private registry.
+	Registerer prometheus.Registerer
+	// Gatherer is what /metrics serves; nil = Registerer when it is also a
+	// Gatherer (a *prometheus.Registry), else the private registry.
+	Gatherer prometheus.Gatherer
+	// MetricsToken, when set, is required as "Authorization: Bearer
+	// <token>" on /metrics; "" leaves /metrics open like any exporter.
+	MetricsToken string
+	// SubscriberBuffer is the event channel size of each subscriber; a
+	// subscriber that lets it fill is dropped. 0 = 64.
+	SubscriberBuffer int
+	// PublishInterval is how often dependencies whose counts changed are
+	// published (state changes are published at once); 0 = 1 s.
+	PublishInterval time.Duration
+	// CompactEvery is how often Store.Compact runs (roll-ups and
+	// retention); 0 = 1 min.
+	CompactEvery time.Duration
+	// CommandDelivery is how long a release or reset command (which has no
+	// TTL) waits for an offline instance to reconnect; 0 = 10 min.
+	CommandDelivery time.Duration
+	// WriteTimeout bounds each websocket write to an agent; 0 = 10 s.
+	WriteTimeout time.Duration
+	// HelloTimeout bounds the wait for an agent's hello; 0 = 10 s.
+	HelloTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.StaleAfter, 15*time.Second)
+	def(&c.GoneAfter, 10*time.Minute)
+	def(&c.PublishInterval, time.Second)
+	def(&c.CompactEvery, time.Minute)
+	def(&c.CommandDelivery, 10*time.Minute)
+	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.HelloTimeout, 10*time.Second)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.SubscriberBuffer == 0 {
+		c.SubscriberBuffer = 64
+	}
+	if c.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		c.Registerer = reg
+		if c.Gatherer == nil {
+			c.Gatherer = reg
+		}
+	}
+	if g, ok := c.Registerer.(prometheus.Gatherer); ok && c.Gatherer == nil {
+		c.Gatherer = g
+	}
+}
+
+func (c *Config) validate() error {
+	bad := func(field, why string) error {
+		return fmt.Errorf("collector: %w: Config.%s %s", cbdash.ErrInvalid, field, why)
+	}
+	switch {
+	case c.Store == nil:
+		return bad("Store", "is required")
+	case c.StaleAfter < 0:
+		return bad("StaleAfter", "is negative")
+	case c.GoneAfter < c.StaleAfter:
+		return bad("GoneAfter", "is shorter than StaleAfter")
+	case c.SubscriberBuffer < 0:
+		return bad("SubscriberBuffer", "is negative")
+	case c.PublishInterval < 0, c.CompactEvery < 0, c.CommandDelivery < 0, c.WriteTimeout < 0, c.HelloTimeout < 0:
+		return bad("PublishInterval/CompactEvery/CommandDelivery/WriteTimeout/HelloTimeout", "is negative")
+	case c.Gatherer == nil:
+		return bad("Gatherer", "is required when Registerer is not a Gatherer")
+	}
+	return nil
+}
+
+// Collector ingests agent streams, keeps live state, fans it out and
+// routes commands. Create it with New, start its loops with Run, and mount
+// its HTTP endpoints with Mount. All methods are safe for concurrent use.
+type Collector struct {
+	cfg     Config
+	store   *store.Store
+	log     *slog.Logger
+	now     func() time.Time
+	live    *live
+	hub     *hub
+	metrics *metrics
+	cmds    *pendingCommands
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	ready    bool // Run has restored live state
+	stopped  bool // Run has returned (or is returning)
+	running  bool
+	wg       sync.WaitGroup // session goroutines
+}
+
+// New returns a Collector. It registers the collector's metrics with
+// cfg.Registerer. Errors: cbdash.ErrInvalid naming a bad Config field, or
+// the registerer's error (for example a duplicate registration).
+func New(cfg Config) (*Collector, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("collector: metrics: %w", err)
+	}
+	h := newHub(cfg.SubscriberBuffer)
+	h.onDrop = m.subDrops.Inc
+	h.onCount = func(n int) { m.subscribers.Set(float64(n)) }
+	c := &Collector{
+		cfg: cfg, store: cfg.Store, log: cfg.Logger, now: cfg.Now,
+		hub: h, metrics: m, cmds: newPendingCommands(),
+		sessions: make(map[*session]struct{}),
+	}
+	c.live = newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
+	return c, nil
+}
+
+// Store returns the store the collector writes to.
+func (c *Collector) Store() *store.Store { return c.store }
+
+// Run restores live state from the store, then runs the background loops
+// (publishing changed dependencies, the stale sweep, command expiry, store
+// compaction every CompactEvery) until ctx is done. On return every agent
+// connection has been closed and every subscriber dropped. Agents that
+// connect before Run has restored state, or after it returned, are refused
+// with 503. It returns nil after ctx is done, ErrStopped when called twice,
+// or the store's error when the restore fails.
+func (c *Collector) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running || c.stopped {
+		c.mu.Unlock()
+		return ErrStopped
+	}
+	c.running = true
+	c.mu.Unlock()
+	defer c.shutdown()
+	if err := c.restore(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.ready = true
+	c.mu.Unlock()
+
+	publish := time.NewTicker(c.cfg.PublishInterval)
+	defer publish.Stop()
+	sweep := time.NewTicker(time.Second)
+	defer sweep.Stop()
+	compact := time.NewTicker(c.cfg.CompactEvery)
+	defer compact.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-publish.C:
+			c.live.flush()
+		case <-sweep.C:
+			c.live.sweep()
+			c.expireCommands(ctx)
+		case <-compact.C:
+			if err := c.store.Compact(ctx, c.now()); err != nil && ctx.Err() == nil {
+				c.log.Error("compact", "err", err)
+			}
+		}
+	}
+}
+
+// restore rebuilds live state (instances, opens today, commands still
+// pending) from the store.
+func (c *Collector) restore(ctx context.Context) error {
+	ibs, err := c.store.Instances(ctx)
+	if err != nil {
+		return fmt.Errorf("collector: restore instances: %w", err)
+	}
+	c.live.restore(ibs)
+	now := c.now().UTC()
+	opens, err := c.store.OpensSince(ctx, now.Truncate(24*time.Hour))
+	if err != nil {
+		return fmt.Errorf("collector: restore opens: %w", err)
+	}
+	c.live.setOpensToday(opens)
+	cmds, err := c.store.Commands(ctx, cbdash.CommandQuery{Limit: 1000})
+	if err != nil {
+		return fmt.Errorf("collector: restore commands: %w", err)
+	}
+	for _, cmd := range cmds {
+		c.cmds.track(cmd)
+	}
+	return nil
+}
+
+// shutdown refuses new agents, closes every session and waits for them,
+// then drops every subscriber.
+func (c *Collector) shutdown() {
+	c.mu.Lock()
+	c.stopped, c.ready = true, false
+	for s := range c.sessions {
+		s.cancel()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	c.hub.close()
+}
+
+// addSession registers a session; false after shutdown began or before
+// Run restored state.
+func (c *Collector) addSession(s *session) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ready || c.stopped {
+		return false
+	}
+	c.sessions[s] = struct{}{}
+	c.wg.Add(1)
+	c.metrics.connections.Set(float64(len(c.sessions)))
+	return true
+}
+
+func (c *Collector) removeSession(s *session) {
+	c.mu.Lock()
+	delete(c.sessions, s)
+	c.metrics.connections.Set(float64(len(c.sessions)))
+	c.mu.Unlock()
+	c.wg.Done()
+}
+
+func (c *Collector) isReady() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready && !c.stopped
+}
+
+// Dependencies returns the live state of every dependency, worst state
+// first (then by service and breaker name). The result is a copy.
+func (c *Collector) Dependencies() []cbdash.Dependency { return c.live.dependencies() }
+
+// Dependency returns the live state of one dependency, or an error
+// wrapping cbdash.ErrNotFound.
+func (c *Collector) Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error) {
+	d, ok := c.live.dependency(k)
+	if !ok {
+		return d, fmt.Errorf("dependency %s: %w", k, cbdash.ErrNotFound)
+	}
+	return d, nil
+}
+
+// Services summarises the known services, sorted by name.
+func (c *Collector) Services() []Service { return c.live.services() }
+
+// Subscribe returns the current live state and a channel of every later
+// change, atomically: no change is both in the snapshot and an event, and
+// none is missed. The channel is bounded (Config.SubscriberBuffer); a
+// subscriber that lets it fill is dropped and the channel closed, as it is
+// when Run returns. Call cancel when done (idempotent). Events' pointers
+// are shared between subscribers and must not be modified.
+func (c *Collector) Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func()) {
+	snap, s := c.live.subscribe()
+	return snap, s.ch, func() { c.hub.remove(s) }
+}

@@ -1,0 +1,259 @@
+package collector
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Issue records an operator command and sends it to the targeted
+// instances that are connected; the others receive it when they reconnect,
+// unless it expired. Targets: req.Instance names one instance; otherwise
+// req.Share percent of the live instances (0 or 100: every known instance,
+// stale ones included), chosen by a stable hash of the instance name so the
+// same share picks the same instances. A force_* command needs a TTL (the
+// forced state ends then); release and reset may be delivered until their
+// TTL, or Config.CommandDelivery when it is 0. The actor is req.Actor.
+//
+// Errors: cbdash.ErrInvalid naming the bad field, cbdash.ErrNotFound for
+// a breaker or instance the collector does not know, or the store's error
+// (then nothing was sent).
+func (c *Collector) Issue(ctx context.Context, req cbdash.CommandRequest) (cbdash.Command, error) {
+	if err := validateRequest(&req); err != nil {
+		return cbdash.Command{}, err
+	}
+	k := cbdash.DependencyKey{Service: req.Service, Breaker: req.Breaker}
+	targets, err := c.live.targets(k, req.Instance, req.Share)
+	if err != nil {
+		return cbdash.Command{}, err
+	}
+	now := c.now().UTC()
+	cmd := cbdash.Command{ID: newID(), CommandRequest: req, IssuedAt: now}
+	switch {
+	case req.TTL > 0:
+		cmd.ExpiresAt = now.Add(req.TTL)
+	default:
+		cmd.ExpiresAt = now.Add(c.cfg.CommandDelivery)
+	}
+	for _, inst := range targets {
+		cmd.Targets = append(cmd.Targets, cbdash.CommandTarget{Instance: inst, Status: cbdash.TargetPending})
+	}
+	if err := c.store.CreateCommand(ctx, cmd); err != nil {
+		return cbdash.Command{}, fmt.Errorf("record command: %w", err)
+	}
+	c.cmds.track(cmd)
+	c.hub.publish(cbdash.Event{Kind: cbdash.EventCommand, At: now, Command: &cmd})
+	wire := wireCommand(cmd, now)
+	for _, s := range c.live.sessions(req.Service, targets) {
+		s.send(wire)
+	}
+	return cmd, nil
+}
+
+func validateRequest(r *cbdash.CommandRequest) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", cbdash.ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case r.Service == "":
+		return bad("service is required")
+	case r.Breaker == "":
+		return bad("breaker is required")
+	case !protocol.ValidAction(r.Action):
+		return bad("action %q is not one of force_open, force_closed, release, reset", truncate(r.Action, 40))
+	case r.TTL < 0:
+		return bad("ttl is negative")
+	case r.TTL == 0 && (r.Action == protocol.ActionForceOpen || r.Action == protocol.ActionForceClosed):
+		return bad("ttl is required for %s", r.Action)
+	case math.IsNaN(r.Share) || r.Share < 0 || r.Share > 100:
+		return bad("share must be within 0..100 (percent)")
+	case r.Instance != "" && r.Share != 0 && r.Share != 100:
+		return bad("instance and share are exclusive")
+	case len(r.Reason) > 1000:
+		return bad("reason is longer than 1000 bytes")
+	case len(r.Actor) > protocol.MaxNameLen:
+		return bad("actor is longer than %d bytes", protocol.MaxNameLen)
+	}
+	return nil
+}
+
+// wireCommand is the protocol message for cmd sent at now: a force's TTL
+// is what remains of it, so a late delivery ends at the same time.
+func wireCommand(cmd cbdash.Command, now time.Time) protocol.Command {
+	w := protocol.Command{
+		Type: protocol.TypeCommand, ID: cmd.ID, Breaker: cmd.Breaker, Action: cmd.Action,
+		Reason: cmd.Reason, Actor: cmd.Actor, IssuedAt: cmd.IssuedAt.UnixMilli(),
+	}
+	if !cmd.ExpiresAt.IsZero() {
+		w.ExpiresAt = cmd.ExpiresAt.UnixMilli()
+		if cmd.Action == protocol.ActionForceOpen || cmd.Action == protocol.ActionForceClosed {
+			w.TTLMillis = max(1, cmd.ExpiresAt.Sub(now).Milliseconds())
+		}
+	}
+	return w
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// targets picks the instances a command goes to (see Issue).
+func (l *live) targets(k cbdash.DependencyKey, instance string, share float64) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.deps[k]
+	if d == nil {
+		return nil, fmt.Errorf("breaker %s: %w", k, cbdash.ErrNotFound)
+	}
+	if instance != "" {
+		if d.members[instance] == nil {
+			return nil, fmt.Errorf("instance %q of breaker %s: %w", instance, k, cbdash.ErrNotFound)
+		}
+		return []string{instance}, nil
+	}
+	var names []string
+	for name, ib := range d.members {
+		if share == 0 || share == 100 || !ib.inst.stale {
+			names = append(names, name)
+		}
+	}
+	if share == 0 || share == 100 {
+		sort.Strings(names)
+		return names, nil
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no live instance of breaker %s: %w", k, cbdash.ErrNotFound)
+	}
+	h := func(s string) uint64 { f := fnv.New64a(); f.Write([]byte(s)); return f.Sum64() }
+	sort.Slice(names, func(i, j int) bool { return h(names[i]) < h(names[j]) })
+	n := max(1, int(math.Ceil(share/100*float64(len(names)))))
+	names = names[:n]
+	sort.Strings(names)
+	return names, nil
+}
+
+// sessions returns the connected sessions of the named instances.
+func (l *live) sessions(service string, instances []string) []*session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*session
+	for _, name := range instances {
+		if inst := l.instances[instKey{service, name}]; inst != nil && inst.sess != nil {
+			out = append(out, inst.sess)
+		}
+	}
+	return out
+}
+
+// commandResults publishes the commands a stored batch answered (the
+// store recorded the results in the batch's transaction).
+func (c *Collector) commandResults(instance string, rs []protocol.CommandResult) {
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		c.cmds.answered(r.ID, instance)
+		if seen[r.ID] {
+			continue
+		}
+		seen[r.ID] = true
+		cmd, err := c.store.Command(context.Background(), r.ID)
+		if err != nil {
+			c.log.Info("command result for an unknown command", "id", r.ID, "instance", instance, "err", err)
+			continue
+		}
+		c.hub.publish(cbdash.Event{Kind: cbdash.EventCommand, At: c.now(), Command: &cmd})
+	}
+}
+
+// expireCommands marks the targets that did not answer before their
+// command expired.
+func (c *Collector) expireCommands(ctx context.Context) {
+	now := c.now()
+	for id, instances := range c.cmds.expired(now) {
+		for _, inst := range instances {
+			t := cbdash.CommandTarget{Instance: inst, Status: cbdash.TargetExpired, At: now.UTC()}
+			if err := c.store.SetCommandTarget(ctx, id, t); err != nil {
+				if ctx.Err() == nil {
+					c.log.Error("expire command target", "id", id, "instance", inst, "err", err)
+				}
+				continue
+			}
+		}
+		if cmd, err := c.store.Command(ctx, id); err == nil {
+			c.hub.publish(cbdash.Event{Kind: cbdash.EventCommand, At: now, Command: &cmd})
+		}
+	}
+}
+
+// pendingCommands tracks, in memory, the targets of each command that have
+// not answered yet, to expire them.
+type pendingCommands struct {
+	mu   sync.Mutex
+	cmds map[string]*pendingCommand
+}
+
+type pendingCommand struct {
+	expires   time.Time
+	instances map[string]bool
+}
+
+func newPendingCommands() *pendingCommands {
+	return &pendingCommands{cmds: make(map[string]*pendingCommand)}
+}
+
+func (p *pendingCommands) track(cmd cbdash.Command) {
+	pc := &pendingCommand{expires: cmd.ExpiresAt, instances: make(map[string]bool)}
+	for _, t := range cmd.Targets {
+		if t.Status == cbdash.TargetPending {
+			pc.instances[t.Instance] = true
+		}
+	}
+	if len(pc.instances) == 0 || cmd.ExpiresAt.IsZero() {
+		return
+	}
+	p.mu.Lock()
+	p.cmds[cmd.ID] = pc
+	p.mu.Unlock()
+}
+
+func (p *pendingCommands) answered(id, instance string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc := p.cmds[id]; pc != nil {
+		delete(pc.instances, instance)
+		if len(pc.instances) == 0 {
+			delete(p.cmds, id)
+		}
+	}
+}
+
+// expired removes and returns the unanswered targets of commands expired
+// at now, by command ID.
+func (p *pendingCommands) expired(now time.Time) map[string][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out map[string][]string
+	for id, pc := range p.cmds {
+		if now.Before(pc.expires) {
+			continue
+		}
+		if out == nil {
+			out = make(map[string][]string)
+		}
+		for inst := range pc.instances {
+			out[id] = append(out[id], inst)
+		}
+		delete(p.cmds, id)
+	}
+	return out
+}

@@ -1,0 +1,92 @@
+package collector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// errMalformed is wrapped by decoding errors: the message is not the JSON
+// object its type says. Validation errors wrap protocol.ErrInvalid instead.
+var errMalformed = errors.New("malformed message")
+
+// message is one decoded agent-to-collector message: exactly one of Hello
+// and Batch is set.
+type message struct {
+	Hello *protocol.Hello
+	Batch *protocol.Batch
+}
+
+// decode parses one agent message. It checks size and JSON shape only;
+// the caller validates with the protocol's Validate methods, which need the
+// connection's hello and the server time. For a batch whose body does not
+// decode, it still returns the seq when it can read one, so the refusal can
+// name the batch. Unknown fields are ignored (additive protocol changes).
+func decode(data []byte) (m message, seq uint64, err error) {
+	if len(data) > protocol.MaxMessageBytes {
+		return m, 0, fmt.Errorf("%w: %d bytes (at most %d)", errMalformed, len(data), protocol.MaxMessageBytes)
+	}
+	var env protocol.Envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return m, 0, fmt.Errorf("%w: %s", errMalformed, jsonReason(err))
+	}
+	switch env.Type {
+	case protocol.TypeHello:
+		var h protocol.Hello
+		if err := strictUnmarshal(data, &h); err != nil {
+			return m, 0, fmt.Errorf("%w: hello: %s", errMalformed, jsonReason(err))
+		}
+		m.Hello = &h
+	case protocol.TypeBatch:
+		var b protocol.Batch
+		if err := strictUnmarshal(data, &b); err != nil {
+			var s struct {
+				Seq uint64 `json:"seq"`
+			}
+			_ = json.Unmarshal(data, &s)
+			return m, s.Seq, fmt.Errorf("%w: batch: %s", errMalformed, jsonReason(err))
+		}
+		m.Batch = &b
+		seq = b.Seq
+	case "":
+		return m, 0, fmt.Errorf("%w: the type field is missing", errMalformed)
+	default:
+		return m, 0, fmt.Errorf("%w: unknown message type %q", errMalformed, truncate(env.Type, 40))
+	}
+	return m, seq, nil
+}
+
+// strictUnmarshal decodes exactly one JSON value (no trailing data).
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// jsonReason turns a decoding error into a reason that names the field.
+func jsonReason(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if field == "" {
+			field = "message"
+		}
+		return fmt.Sprintf("%s: expected %s, got JSON %s", truncate(field, 80), te.Type, te.Value)
+	}
+	return truncate(err.Error(), 200)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,46 @@
+package collector
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// FuzzDecode feeds hostile input through what the collector does with an
+// agent message: decode, validate, apply to live state, aggregate. None of
+// it may panic, whatever the bytes.
+func FuzzDecode(f *testing.F) {
+	hello := rawHello("a1", 1)
+	hb, _ := json.Marshal(hello)
+	f.Add(hb)
+	bb, _ := json.Marshal(batch(1, 10, 2, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	f.Add(bb)
+	f.Add([]byte(`{"type":"batch","seq":1,"windows":[{"breaker":"db","start":1,"duration_ms":1000,"state":"closed","latency":[1,2,3]}]}`))
+	f.Add([]byte(`{"type":"batch","seq":18446744073709551615,"transitions":[{"breaker":"db","from":"open","to":"forced_open","at":9223372036854775807}]}`))
+	f.Add([]byte(`{"type":"hello","protocol":1,"breakers":null}`))
+	f.Add([]byte(`{"type":`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		clk := &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+		l := newLive(clk.now, 15*time.Second, 10*time.Minute, newHub(16), nil)
+		l.hello(&hello, 0, nil, clk.now())
+		m, _, err := decode(data)
+		if err != nil {
+			return
+		}
+		if m.Hello != nil {
+			if m.Hello.Validate() == nil {
+				l.hello(m.Hello, 0, nil, clk.now())
+			}
+		} else if m.Batch.Validate(&hello, clk.now().UnixMilli()) == nil {
+			l.apply(instKey{"api", "a1"}, m.Batch, clk.now())
+		}
+		l.dependencies()
+		l.services()
+		clk.advance(time.Hour)
+		l.sweep()
+	})
+}

@@ -1,0 +1,243 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// harness is a collector on a real SQLite file behind a real HTTP server on
+// 127.0.0.1.
+type harness struct {
+	t      testing.TB
+	path   string
+	store  *store.Store
+	col    *Collector
+	srv    *httptest.Server
+	token  string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// testErrorHandler stands in for web.HTTPErrorHandler: the same mapping of
+// sentinels to statuses, JSON bodies.
+func testErrorHandler(err error, c echo.Context) {
+	status := http.StatusInternalServerError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &he):
+		status = he.Code
+	case errors.Is(err, cbdash.ErrInvalid):
+		status = http.StatusBadRequest
+	case errors.Is(err, cbdash.ErrUnauthorized):
+		status = http.StatusUnauthorized
+	case errors.Is(err, cbdash.ErrForbidden):
+		status = http.StatusForbidden
+	case errors.Is(err, cbdash.ErrNotFound):
+		status = http.StatusNotFound
+	}
+	if !c.Response().Committed {
+		_ = c.JSON(status, map[string]string{"error": err.Error()})
+	}
+}
+
+// startHarness opens (or reopens) the database at path and starts a
+// collector on it; path "" means a new database in t.TempDir().
+func startHarness(t testing.TB, path string, mod func(*Config)) *harness {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "cbdash.db")
+	}
+	ctx := context.Background()
+	st, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	cfg := Config{Store: st, Registerer: prometheus.NewRegistry(), PublishInterval: 50 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	col, err := New(cfg)
+	if err != nil {
+		t.Fatalf("new collector: %v", err)
+	}
+	token, err := st.CreateAgentToken(ctx, "")
+	if err != nil {
+		t.Fatalf("create token: %v", err)
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = testErrorHandler
+	col.Mount(e, Auth{})
+	h := &harness{t: t, path: path, store: st, col: col, srv: httptest.NewServer(e), token: token, done: make(chan error, 1)}
+	rctx, cancel := context.WithCancel(ctx)
+	h.cancel = cancel
+	go func() { h.done <- col.Run(rctx) }()
+	waitFor(t, "collector ready", col.isReady)
+	t.Cleanup(h.stop)
+	return h
+}
+
+// stop stops the collector, the server and the store; it is idempotent.
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	h.cancel = nil
+	if err := <-h.done; err != nil {
+		h.t.Errorf("run: %v", err)
+	}
+	h.srv.Close()
+	if err := h.store.Close(); err != nil {
+		h.t.Errorf("close store: %v", err)
+	}
+}
+
+func (h *harness) wsURL() string {
+	return "ws" + strings.TrimPrefix(h.srv.URL, "http") + "/api/v1/agent"
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// rawAgent speaks the protocol directly, to test the collector's answers
+// to well-formed and malformed messages.
+type rawAgent struct {
+	t    testing.TB
+	conn *websocket.Conn
+}
+
+func dialRaw(t testing.TB, h *harness, token string) *rawAgent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, h.wsURL(), &websocket.DialOptions{
+		Subprotocols: []string{protocol.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
+	})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	conn.SetReadLimit(protocol.MaxMessageBytes)
+	a := &rawAgent{t: t, conn: conn}
+	t.Cleanup(func() { conn.CloseNow() })
+	return a
+}
+
+func (a *rawAgent) sendRaw(data []byte) {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.conn.Write(ctx, websocket.MessageText, data); err != nil {
+		a.t.Fatalf("write: %v", err)
+	}
+}
+
+func (a *rawAgent) send(v any) {
+	a.t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.sendRaw(data)
+}
+
+// next reads the next message; it returns its type and raw JSON, or the
+// read error.
+func (a *rawAgent) next() (string, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, data, err := a.conn.Read(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	var env protocol.Envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		a.t.Fatalf("collector sent non-JSON %q", data)
+	}
+	return env.Type, data, nil
+}
+
+// expect reads the next message, which must be of type typ, into v.
+func (a *rawAgent) expect(typ string, v any) {
+	a.t.Helper()
+	got, data, err := a.next()
+	if err != nil {
+		a.t.Fatalf("waiting for %s: %v", typ, err)
+	}
+	if got != typ {
+		a.t.Fatalf("got %s %s, want %s", got, data, typ)
+	}
+	if v != nil {
+		if err := json.Unmarshal(data, v); err != nil {
+			a.t.Fatal(err)
+		}
+	}
+}
+
+// hello sends a hello for one instance of service "api" with breakers
+// "db" and "cache" and returns the welcome.
+func (a *rawAgent) hello(instance string, startedAt int64) protocol.Welcome {
+	a.t.Helper()
+	a.send(rawHello(instance, startedAt))
+	var w protocol.Welcome
+	a.expect(protocol.TypeWelcome, &w)
+	return w
+}
+
+func rawHello(instance string, startedAt int64) protocol.Hello {
+	return protocol.Hello{
+		Type: protocol.TypeHello, Protocol: protocol.Version, Service: "api", Instance: instance,
+		SDKVersion: "test", StartedAt: startedAt, Labels: map[string]string{"region": "eu"},
+		Breakers: []protocol.BreakerConfig{
+			{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1},
+			{Name: "cache", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1},
+		},
+	}
+}
+
+// batch builds a batch with one window report for "db" (admitted calls,
+// failures among them) and the given transitions.
+func batch(seq uint64, admitted, failures int64, ts ...protocol.Transition) protocol.Batch {
+	now := time.Now().UnixMilli()
+	state := protocol.StateClosed
+	if len(ts) > 0 {
+		state = ts[len(ts)-1].To
+	}
+	return protocol.Batch{
+		Type: protocol.TypeBatch, Seq: seq, SentAt: now, Transitions: ts,
+		Windows: []protocol.Window{{
+			Breaker: "db", Start: now - 1000, Millis: 1000, State: state,
+			Counts: protocol.Counts{Admitted: admitted, Successes: admitted - failures, Failures: failures, Errors: failures},
+		}},
+	}
+}
+
+func trans(from, to string, gen uint64) protocol.Transition {
+	return protocol.Transition{
+		Breaker: "db", From: from, To: to, At: time.Now().UnixMilli(), Generation: gen,
+		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50},
+	}
+}

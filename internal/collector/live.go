@@ -1,0 +1,519 @@
+package collector
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+type instKey struct{ service, instance string }
+
+// instance is one agent process as the live state knows it.
+type instance struct {
+	key       instKey
+	labels    map[string]string // replaced, never mutated: shared with views
+	startedAt int64
+	hello     *protocol.Hello // last hello; nil when restored from the store
+	liveSeq   uint64          // highest batch seq applied to live state for startedAt
+	lastSeen  time.Time
+	stale     bool
+	breakers  map[string]*ibreaker
+	sess      *session // connected websocket session, nil when offline
+}
+
+// ibreaker is one breaker on one instance.
+type ibreaker struct {
+	inst           *instance
+	dep            *dep
+	name           string
+	config         protocol.BreakerConfig
+	state          string
+	stateAt        int64 // agent Unix ms of the report that set state
+	lastTransition time.Time
+	last           protocol.Window
+	held           *cbdash.Hold
+}
+
+// dep is one dependency (service + breaker name) across instances.
+type dep struct {
+	key         cbdash.DependencyKey
+	members     map[string]*ibreaker // by instance name
+	recent      recent
+	opensToday  int
+	lastChange  time.Time
+	view        *cbdash.Dependency // cached aggregate, nil when out of date
+	unpublished bool               // changed since the last dependency event
+}
+
+// live is the in-memory state of every breaker of every instance. All
+// methods take mu; events are published while mu is held so that a
+// subscriber's snapshot and its event stream never overlap or leave a gap.
+type live struct {
+	mu         sync.Mutex
+	now        func() time.Time
+	staleAfter time.Duration
+	goneAfter  time.Duration
+	instances  map[instKey]*instance
+	deps       map[cbdash.DependencyKey]*dep
+	hub        *hub
+	metrics    *metrics // nil-safe
+	day        int64    // UTC day of opensToday
+}
+
+func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, m *metrics) *live {
+	return &live{
+		now: now, staleAfter: staleAfter, goneAfter: goneAfter,
+		instances: make(map[instKey]*instance), deps: make(map[cbdash.DependencyKey]*dep),
+		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
+	}
+}
+
+// stateRank orders states worst first, as Dependency.State documents.
+func stateRank(s string) int {
+	switch s {
+	case protocol.StateOpen:
+		return 0
+	case protocol.StateHalfOpen:
+		return 1
+	case protocol.StateForcedOpen:
+		return 2
+	case protocol.StateForcedClosed:
+		return 3
+	case protocol.StateClosed:
+		return 4
+	}
+	return 5
+}
+
+func forced(s string) bool { return s == protocol.StateForcedOpen || s == protocol.StateForcedClosed }
+
+// setOpensToday seeds the per-dependency count of opens since midnight UTC
+// (from the store, at start).
+func (l *live) setOpensToday(m map[cbdash.DependencyKey]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, n := range m {
+		l.depLocked(k).opensToday = n
+	}
+}
+
+// restore rebuilds instances from the store's last known state. They start
+// with the last-seen time the store had, so the sweep marks them stale (or
+// forgets them) as it would have.
+func (l *live) restore(ibs []cbdash.InstanceBreaker) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range ibs {
+		k := instKey{r.Service, r.Instance}
+		inst := l.instances[k]
+		if inst == nil {
+			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
+			l.instances[k] = inst
+		}
+		ib := l.breakerLocked(inst, r.Breaker)
+		ib.config = r.Config
+		ib.state = r.State
+		ib.lastTransition = r.LastTransition
+		ib.last = r.Last
+		ib.held = r.Held
+		if r.LastSeen.After(inst.lastSeen) {
+			inst.lastSeen = r.LastSeen
+		}
+	}
+	l.sweepLocked(l.now())
+	for _, d := range l.deps {
+		l.changedLocked(d)
+	}
+}
+
+func (l *live) depLocked(k cbdash.DependencyKey) *dep {
+	d := l.deps[k]
+	if d == nil {
+		d = &dep{key: k, members: make(map[string]*ibreaker)}
+		l.deps[k] = d
+	}
+	return d
+}
+
+func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
+	ib := inst.breakers[name]
+	if ib == nil {
+		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.service, Breaker: name})
+		ib = &ibreaker{inst: inst, dep: d, name: name, state: protocol.StateClosed}
+		inst.breakers[name] = ib
+		d.members[inst.key.instance] = ib
+		d.view = nil
+	}
+	return ib
+}
+
+// hello (re)declares an instance. storedSeq is the last sequence number the
+// store holds for (service, instance, startedAt); live state never applies a
+// batch at or below it. It returns the instance's previous session, if any,
+// so the caller can close it outside the lock.
+func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Time) (previous *session) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := instKey{h.Service, h.Instance}
+	inst := l.instances[k]
+	if inst == nil {
+		inst = &instance{key: k, breakers: make(map[string]*ibreaker)}
+		l.instances[k] = inst
+	}
+	if inst.startedAt != h.StartedAt {
+		inst.startedAt = h.StartedAt
+		inst.liveSeq = 0
+	}
+	inst.liveSeq = max(inst.liveSeq, storedSeq)
+	inst.hello = h
+	inst.labels = h.Labels
+	inst.lastSeen = at
+	inst.stale = false
+	if s != nil {
+		if inst.sess != s {
+			previous = inst.sess
+		}
+		inst.sess = s
+	}
+	declared := make(map[string]bool, len(h.Breakers))
+	for _, c := range h.Breakers {
+		declared[c.Name] = true
+		ib := l.breakerLocked(inst, c.Name)
+		ib.config = c
+		l.changedLocked(ib.dep)
+	}
+	for name, ib := range inst.breakers {
+		if !declared[name] {
+			l.dropBreakerLocked(ib)
+		}
+	}
+	return previous
+}
+
+// disconnect forgets s as the instance's session (if it still is).
+func (l *live) disconnect(k instKey, s *session) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if inst := l.instances[k]; inst != nil && inst.sess == s {
+		inst.sess = nil
+	}
+}
+
+// apply updates live state with a validated batch. It applies a batch at
+// most once per instance run: seq must be above the highest applied one.
+// It reports whether the batch was applied.
+func (l *live) apply(k instKey, b *protocol.Batch, at time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	inst := l.instances[k]
+	if inst == nil || b.Seq <= inst.liveSeq {
+		return false
+	}
+	inst.liveSeq = b.Seq
+	inst.lastSeen = at
+	urgent := make(map[*dep]bool)
+	if inst.stale {
+		inst.stale = false
+		for _, ib := range inst.breakers {
+			urgent[ib.dep] = true
+		}
+	}
+	l.rollDayLocked(at)
+	for i := range b.Transitions {
+		t := &b.Transitions[i]
+		ib := l.breakerLocked(inst, t.Breaker)
+		if t.At >= ib.stateAt {
+			ib.state, ib.stateAt = t.To, t.At
+			ib.held = holdFrom(t, ib.held)
+		}
+		ts := time.UnixMilli(t.At).UTC()
+		if ts.After(ib.lastTransition) {
+			ib.lastTransition = ts
+		}
+		if ts.After(ib.dep.lastChange) {
+			ib.dep.lastChange = ts
+		}
+		if t.To == protocol.StateOpen {
+			ib.dep.opensToday++
+		}
+		urgent[ib.dep] = true
+		rec := &cbdash.TransitionRecord{Service: k.service, Instance: k.instance, Transition: *t, ReceivedAt: at}
+		l.hub.publish(cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: rec})
+	}
+	nowSec := at.Unix()
+	for i := range b.Windows {
+		w := &b.Windows[i]
+		ib := l.breakerLocked(inst, w.Breaker)
+		if end := w.Start + w.Millis; end >= ib.stateAt {
+			if ib.state != w.State {
+				urgent[ib.dep] = true
+			}
+			ib.state, ib.stateAt = w.State, end
+			ib.held = holdFromWindow(w, ib.held)
+		}
+		ib.last = *w
+		ib.dep.recent.add(w, nowSec)
+		ib.dep.view = nil
+		ib.dep.unpublished = true
+		l.metrics.addCalls(ib.dep.key, &w.Counts)
+	}
+	for d := range urgent {
+		l.changedLocked(d)
+		l.publishLocked(d)
+	}
+	return true
+}
+
+// holdFrom keeps the hold of a forced state from the transition's command
+// cause, and clears it when the breaker leaves forced states.
+func holdFrom(t *protocol.Transition, prev *cbdash.Hold) *cbdash.Hold {
+	if !forced(t.To) {
+		return nil
+	}
+	h := &cbdash.Hold{
+		CommandID: t.Cause.CommandID, Action: t.Cause.Action, Actor: t.Cause.Actor, Reason: t.Cause.Reason,
+	}
+	if h.Action == "" {
+		h.Action = actionOf(t.To)
+	}
+	if t.Cause.ExpiresAt > 0 {
+		h.Until = time.UnixMilli(t.Cause.ExpiresAt).UTC()
+	}
+	if prev != nil && h.CommandID == "" && prev.Action == h.Action {
+		return prev
+	}
+	return h
+}
+
+// holdFromWindow keeps an existing hold, or makes a bare one when the
+// transition that forced the breaker was not seen (collector restart).
+func holdFromWindow(w *protocol.Window, prev *cbdash.Hold) *cbdash.Hold {
+	if !forced(w.State) {
+		return nil
+	}
+	if prev != nil && prev.Action == actionOf(w.State) {
+		return prev
+	}
+	h := &cbdash.Hold{Action: actionOf(w.State)}
+	if w.ForcedUntil > 0 {
+		h.Until = time.UnixMilli(w.ForcedUntil).UTC()
+	}
+	return h
+}
+
+func actionOf(state string) string {
+	if state == protocol.StateForcedOpen {
+		return protocol.ActionForceOpen
+	}
+	return protocol.ActionForceClosed
+}
+
+func (l *live) rollDayLocked(at time.Time) {
+	if day := at.UTC().Unix() / 86400; day != l.day {
+		l.day = day
+		for _, d := range l.deps {
+			d.opensToday = 0
+			d.view = nil
+		}
+	}
+}
+
+// changedLocked marks d's aggregate out of date and due for publication.
+func (l *live) changedLocked(d *dep) {
+	d.view = nil
+	d.unpublished = true
+}
+
+// publishLocked publishes d's current aggregate.
+func (l *live) publishLocked(d *dep) {
+	v := l.viewLocked(d)
+	d.unpublished = false
+	l.hub.publish(cbdash.Event{Kind: cbdash.EventDependency, At: l.now(), Dependency: v})
+}
+
+// flush publishes every dependency that changed since its last event; the
+// collector calls it periodically so that per-second window reports reach
+// dashboards without an event per report.
+func (l *live) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rollDayLocked(l.now())
+	for _, d := range l.deps {
+		if d.unpublished {
+			l.publishLocked(d)
+		}
+	}
+}
+
+// sweep marks instances stale after staleAfter and forgets them after
+// goneAfter, publishing the dependencies that change.
+func (l *live) sweep() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range l.sweepLocked(l.now()) {
+		if l.deps[d.key] == d && d.unpublished {
+			l.publishLocked(d)
+		}
+	}
+}
+
+func (l *live) sweepLocked(now time.Time) []*dep {
+	var changed []*dep
+	for k, inst := range l.instances {
+		age := now.Sub(inst.lastSeen)
+		switch {
+		case age > l.goneAfter && inst.sess == nil:
+			delete(l.instances, k)
+			for _, ib := range inst.breakers {
+				changed = append(changed, ib.dep)
+				l.dropBreakerLocked(ib)
+			}
+		case age > l.staleAfter && !inst.stale:
+			inst.stale = true
+			for _, ib := range inst.breakers {
+				l.changedLocked(ib.dep)
+				changed = append(changed, ib.dep)
+			}
+		}
+	}
+	return changed
+}
+
+// dropBreakerLocked removes ib from its instance and dependency; a
+// dependency left without instances is forgotten (after an event that
+// shows it with no instances).
+func (l *live) dropBreakerLocked(ib *ibreaker) {
+	delete(ib.inst.breakers, ib.name)
+	d := ib.dep
+	delete(d.members, ib.inst.key.instance)
+	l.changedLocked(d)
+	if len(d.members) == 0 {
+		l.publishLocked(d)
+		delete(l.deps, d.key)
+		l.metrics.forget(d.key)
+	}
+}
+
+// viewLocked returns d's aggregate, computing it when out of date. The
+// result is shared and must not be modified.
+func (l *live) viewLocked(d *dep) *cbdash.Dependency {
+	if d.view == nil {
+		d.view = l.compute(d, l.now())
+		l.metrics.setState(d.key, d.view)
+	}
+	return d.view
+}
+
+// dependencies returns copies of every dependency, worst first.
+func (l *live) dependencies() []cbdash.Dependency {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snapshotLocked()
+}
+
+func (l *live) snapshotLocked() []cbdash.Dependency {
+	out := make([]cbdash.Dependency, 0, len(l.deps))
+	for _, d := range l.deps {
+		out = append(out, cloneDependency(l.viewLocked(d)))
+	}
+	sortDependencies(out)
+	return out
+}
+
+// dependency returns a copy of one dependency; ok is false when unknown.
+func (l *live) dependency(k cbdash.DependencyKey) (cbdash.Dependency, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.deps[k]
+	if d == nil {
+		return cbdash.Dependency{}, false
+	}
+	return cloneDependency(l.viewLocked(d)), true
+}
+
+// subscribe registers a subscriber and returns the snapshot it starts
+// from, atomically with respect to every publication.
+func (l *live) subscribe() ([]cbdash.Dependency, *subscriber) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snapshotLocked(), l.hub.add()
+}
+
+func sortDependencies(ds []cbdash.Dependency) {
+	sort.Slice(ds, func(i, j int) bool {
+		a, b := &ds[i], &ds[j]
+		if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
+			return ra < rb
+		}
+		if a.Service != b.Service {
+			return a.Service < b.Service
+		}
+		return a.Breaker < b.Breaker
+	})
+}
+
+func cloneDependency(v *cbdash.Dependency) cbdash.Dependency {
+	c := *v
+	c.ByState = maps.Clone(v.ByState)
+	c.PerInstance = slices.Clone(v.PerInstance)
+	return c
+}
+
+// Service summarises one service's live state.
+type Service struct {
+	Name      string `json:"name"`
+	State     string `json:"state"`     // worst dependency state, as Dependency.State
+	Breakers  int    `json:"breakers"`  // dependencies (breaker names)
+	Instances int    `json:"instances"` // known instances, stale ones included
+	Stale     int    `json:"stale"`
+}
+
+// services summarises the known services, sorted by name.
+func (l *live) services() []Service {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	by := make(map[string]*Service)
+	get := func(name string) *Service {
+		s := by[name]
+		if s == nil {
+			s = &Service{Name: name}
+			by[name] = s
+		}
+		return s
+	}
+	for k, inst := range l.instances {
+		s := get(k.service)
+		s.Instances++
+		if inst.stale {
+			s.Stale++
+		}
+	}
+	for _, d := range l.deps {
+		s := get(d.key.Service)
+		s.Breakers++
+		if st := l.viewLocked(d).State; stateRank(st) < stateRank(s.State) {
+			s.State = st
+		}
+	}
+	out := make([]Service, 0, len(by))
+	for _, s := range by {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// sameHello reports whether h is the hello live state already has for the
+// same agent process (so the HTTP ingest need not record it again).
+func (l *live) sameHello(h *protocol.Hello) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	inst := l.instances[instKey{h.Service, h.Instance}]
+	return inst != nil && inst.hello != nil && inst.startedAt == h.StartedAt && reflect.DeepEqual(inst.hello, h)
+}

@@ -1,0 +1,236 @@
+package collector
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// fakeClock is a settable clock for live-state tests.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func newTestLive(t *testing.T) (*live, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	return newLive(clk.now, 15*time.Second, 10*time.Minute, newHub(1024), nil), clk
+}
+
+func testHello(service, instance string, cfg protocol.BreakerConfig, labels map[string]string) *protocol.Hello {
+	return &protocol.Hello{
+		Type: protocol.TypeHello, Protocol: protocol.Version, Service: service, Instance: instance,
+		StartedAt: 1, Labels: labels, Breakers: []protocol.BreakerConfig{cfg},
+	}
+}
+
+func window(breaker, state string, at time.Time, c protocol.Counts, h protocol.Headroom, latency []int64) protocol.Window {
+	return protocol.Window{
+		Breaker: breaker, Start: at.Add(-time.Second).UnixMilli(), Millis: 1000, State: state,
+		Counts: c, Headroom: h, Latency: latency,
+	}
+}
+
+func TestLiveAggregatesAcrossInstances(t *testing.T) {
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	drifted := cfg
+	drifted.FailureRateThreshold = 20
+	l.hello(testHello("api", "a", cfg, map[string]string{"region": "eu", "v": "1"}), 0, nil, clk.now())
+	l.hello(testHello("api", "b", cfg, map[string]string{"region": "eu", "v": "2"}), 0, nil, clk.now())
+	l.hello(testHello("api", "c", drifted, map[string]string{"region": "eu"}), 0, nil, clk.now())
+
+	hist := func(b1, b100 int64) []int64 {
+		h := make([]int64, protocol.NumLatencyBuckets)
+		h[0], h[6] = b1, b100 // <=1 ms, 50..100 ms
+		return h
+	}
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	for s := 1; s <= 10; s++ {
+		clk.advance(time.Second)
+		now := clk.now()
+		l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: uint64(s), Windows: []protocol.Window{
+			window("db", protocol.StateClosed, now, protocol.Counts{Admitted: 10, Successes: 9, Failures: 1, Errors: 1},
+				protocol.Headroom{Calls: 50, Failures: 5, MinimumCalls: 10, FailureRate: 10, FailureRateThreshold: 50}, hist(10, 0)),
+		}}, now)
+		l.apply(instKey{"api", "b"}, &protocol.Batch{Seq: uint64(s), Windows: []protocol.Window{
+			window("db", protocol.StateClosed, now, protocol.Counts{Admitted: 10, Successes: 5, Failures: 5, Timeouts: 5, RejectedOpen: 10},
+				protocol.Headroom{Calls: 50, Failures: 20, MinimumCalls: 10, FailureRate: 40, FailureRateThreshold: 50}, hist(0, 10)),
+		}}, now)
+	}
+	d, ok := l.dependency(k)
+	if !ok {
+		t.Fatal("dependency unknown")
+	}
+	// c never reported a window: it is closed (from hello) and live.
+	if d.State != protocol.StateClosed || d.ByState[protocol.StateClosed] != 3 || d.Instances != 3 {
+		t.Fatalf("state %q by %v instances %d", d.State, d.ByState, d.Instances)
+	}
+	if d.Recent.Admitted != 200 || d.Recent.Failures != 60 || d.Recent.RejectedOpen != 100 {
+		t.Fatalf("recent %+v", d.Recent)
+	}
+	// 300 calls (200 admitted + 100 rejected) over the 10 s seen so far.
+	if d.RequestRate != 30 {
+		t.Fatalf("request rate %v, want 30", d.RequestRate)
+	}
+	// Failure rate from sums: 60 of 200 recorded, not the mean of 10% and 50%.
+	if d.FailureRate != 30 {
+		t.Fatalf("failure rate %v, want 30", d.FailureRate)
+	}
+	if d.P50 <= 0 || d.P50 > time.Millisecond || d.P99 <= 50*time.Millisecond || d.P99 > 100*time.Millisecond {
+		t.Fatalf("p50 %v p99 %v", d.P50, d.P99)
+	}
+	if d.Headroom.FailureRate != 40 {
+		t.Fatalf("headroom %+v, want instance b's", d.Headroom)
+	}
+	if len(d.Labels) != 1 || d.Labels["region"] != "eu" {
+		t.Fatalf("shared labels %v", d.Labels)
+	}
+	differs := map[string]bool{}
+	for _, ib := range d.PerInstance {
+		differs[ib.Instance] = ib.ConfigDiffers
+	}
+	if differs["a"] || differs["b"] || !differs["c"] {
+		t.Fatalf("config drift %v, want only c", differs)
+	}
+
+	// A minute later the old reports no longer count.
+	clk.advance(61 * time.Second)
+	l.sweep()
+	d, _ = l.dependency(k)
+	if d.Recent.Admitted != 0 || d.P99 != 0 {
+		t.Fatalf("recent after a minute %+v p99 %v", d.Recent, d.P99)
+	}
+}
+
+func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db"}
+	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.now())
+	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.now())
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
+		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.now().UnixMilli(), Cause: protocol.Cause{Kind: protocol.CauseFailureRate},
+	}}}, clk.now())
+	if d, _ := l.dependency(k); d.State != protocol.StateOpen || d.OpensToday != 1 {
+		t.Fatalf("state %q opens %d, want open 1", d.State, d.OpensToday)
+	}
+	// b keeps reporting; a goes silent.
+	for i := 0; i < 16; i++ {
+		clk.advance(time.Second)
+		l.apply(instKey{"api", "b"}, &protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{
+			window("db", protocol.StateClosed, clk.now(), protocol.Counts{}, protocol.Headroom{}, nil),
+		}}, clk.now())
+	}
+	l.sweep()
+	d, _ := l.dependency(k)
+	if d.State != protocol.StateClosed || d.Stale != 1 || d.ByState[protocol.StateOpen] != 0 {
+		t.Fatalf("state %q stale %d by %v: a stale open must not count", d.State, d.Stale, d.ByState)
+	}
+	clk.advance(11 * time.Minute)
+	l.sweep()
+	if _, ok := l.dependency(k); ok {
+		t.Fatal("dependency still known after every instance is gone")
+	}
+}
+
+func TestLiveAppliesABatchOnce(t *testing.T) {
+	l, clk := newTestLive(t)
+	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.now())
+	b := &protocol.Batch{Seq: 3, Windows: []protocol.Window{
+		window("db", protocol.StateClosed, clk.now(), protocol.Counts{Admitted: 1, Successes: 1}, protocol.Headroom{}, nil),
+	}}
+	if l.apply(instKey{"api", "a"}, b, clk.now()) {
+		t.Fatal("applied a batch the store already holds")
+	}
+	b.Seq = 4
+	if !l.apply(instKey{"api", "a"}, b, clk.now()) || l.apply(instKey{"api", "a"}, b, clk.now()) {
+		t.Fatal("want seq 4 applied exactly once")
+	}
+	// The same instance restarted (new started_at): seqs start again.
+	h := testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil)
+	h.StartedAt = 2
+	l.hello(h, 0, nil, clk.now())
+	b.Seq = 1
+	if !l.apply(instKey{"api", "a"}, b, clk.now()) {
+		t.Fatal("seq 1 of a new run not applied")
+	}
+	d, _ := l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+	if d.Recent.Admitted != 2 {
+		t.Fatalf("admitted %d, want 2", d.Recent.Admitted)
+	}
+}
+
+func TestSubscribeSnapshotThenEvents(t *testing.T) {
+	l, clk := newTestLive(t)
+	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.now())
+	snap, sub := l.subscribe()
+	defer l.hub.remove(sub)
+	if len(snap) != 1 || snap[0].State != protocol.StateClosed {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
+		Breaker: "db", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: clk.now().UnixMilli(),
+		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: "c1", Action: protocol.ActionForceOpen, Actor: "ann", Reason: "maintenance"},
+	}}}, clk.now())
+	e := <-sub.ch
+	if e.Kind != cbdash.EventTransition || e.Transition.To != protocol.StateForcedOpen {
+		t.Fatalf("first event %+v", e)
+	}
+	e = <-sub.ch
+	if e.Kind != cbdash.EventDependency || e.Dependency.State != protocol.StateForcedOpen || e.Dependency.Held == nil || e.Dependency.Held.Actor != "ann" {
+		t.Fatalf("second event %+v", e)
+	}
+}
+
+func TestHubDropsASlowSubscriber(t *testing.T) {
+	h := newHub(2)
+	slow, fast := h.add(), h.add()
+	drops := 0
+	h.onDrop = func() { drops++ }
+	for i := 0; i < 3; i++ {
+		h.publish(cbdash.Event{Kind: cbdash.EventCommand})
+		<-fast.ch
+	}
+	n := 0
+	for range slow.ch { // closed after the two buffered events
+		n++
+	}
+	if n != 2 || drops != 1 {
+		t.Fatalf("slow got %d events, drops %d; want 2 and 1", n, drops)
+	}
+	h.publish(cbdash.Event{Kind: cbdash.EventCommand})
+	if _, ok := <-fast.ch; !ok {
+		t.Fatal("fast subscriber dropped")
+	}
+	h.remove(slow) // idempotent after a drop
+	h.close()
+	if _, ok := <-fast.ch; ok {
+		t.Fatal("channel open after close")
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	h := make([]int64, protocol.NumLatencyBuckets)
+	tests := []struct {
+		name string
+		fill func()
+		q    float64
+		want time.Duration
+	}{
+		{"empty", func() {}, 0.5, 0},
+		{"middle of the 5..10 ms bucket", func() { h[3] = 10 }, 0.5, 7500 * time.Microsecond},
+		{"overflow reports the last bound", func() { h[3] = 0; h[len(h)-1] = 1 }, 0.99, 10 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.fill()
+			if got := quantile(tt.q, h); got != tt.want {
+				t.Fatalf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,190 @@
+package collector
+
+import (
+	"sync"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome label values of cbdash_breaker_calls_total, in the order of
+// outcomeCounts.
+var outcomes = []string{
+	"success", "error", "timeout", "panic", "ignored", "slow",
+	"rejected_open", "rejected_half_open_full", "rejected_forced_open", "rejected_bulkhead",
+	"fallback_success", "fallback_failure",
+}
+
+func outcomeCounts(c *protocol.Counts) [12]int64 {
+	return [12]int64{
+		c.Successes, c.Errors, c.Timeouts, c.Panics, c.Ignored, c.Slow,
+		c.RejectedOpen, c.RejectedHalfOpen, c.RejectedForced, c.RejectedBulkhead,
+		c.FallbackSuccess, c.FallbackFailure,
+	}
+}
+
+// metrics are the collector's Prometheus series. A nil *metrics does
+// nothing, so live state can be tested without a registry.
+type metrics struct {
+	state       *prometheus.GaugeVec
+	calls       *prometheus.CounterVec
+	batches     *prometheus.CounterVec
+	windows     prometheus.Counter
+	transitions prometheus.Counter
+	lag         prometheus.Histogram
+	commit      prometheus.Histogram
+	queue       prometheus.Gauge
+	connections prometheus.Gauge
+	subscribers prometheus.Gauge
+	subDrops    prometheus.Counter
+	agentDrops  *prometheus.CounterVec
+
+	mu         sync.Mutex
+	stateLabel map[cbdash.DependencyKey]string
+	callsByDep map[cbdash.DependencyKey][]prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cbdash_breaker_state",
+			Help: "Worst state over the live instances of a breaker (1 for the current state label; one series per breaker, \"stale\" when no instance is live).",
+		}, []string{"service", "breaker", "state"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbdash_breaker_calls_total",
+			Help: "Calls reported by agents, summed over instances, by outcome (slow and fallback_* overlap the others).",
+		}, []string{"service", "breaker", "outcome"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbdash_collector_batches_total",
+			Help: "Batches received from agents by result: stored, duplicate, refused, failed (store error).",
+		}, []string{"result"}),
+		windows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbdash_collector_window_reports_total",
+			Help: "Window reports stored (the ingest rate).",
+		}),
+		transitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbdash_collector_transitions_total",
+			Help: "Transitions stored.",
+		}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cbdash_collector_ingest_lag_seconds",
+			Help:    "From a batch's sent_at (agent clock) to its commit.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 60},
+		}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cbdash_collector_store_seconds",
+			Help:    "Time SaveBatch took (queueing plus group commit).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cbdash_collector_store_queue_depth",
+			Help: "Batches validated and waiting to be committed.",
+		}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cbdash_collector_agent_connections",
+			Help: "Connected agent websockets.",
+		}),
+		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cbdash_collector_subscribers",
+			Help: "Live event subscribers (dashboards).",
+		}),
+		subDrops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cbdash_collector_subscriber_drops_total",
+			Help: "Subscribers dropped because they fell behind.",
+		}),
+		agentDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbdash_collector_agent_drops_total",
+			Help: "Data agents reported dropping under memory pressure, by kind (windows, merged, batches, transitions, command_results).",
+		}, []string{"kind"}),
+		stateLabel: make(map[cbdash.DependencyKey]string),
+		callsByDep: make(map[cbdash.DependencyKey][]prometheus.Counter),
+	}
+	for _, c := range []prometheus.Collector{
+		m.state, m.calls, m.batches, m.windows, m.transitions, m.lag, m.commit,
+		m.queue, m.connections, m.subscribers, m.subDrops, m.agentDrops,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// setState rewrites the breaker's single state series when its state
+// changed, deleting the old label value so no stale series is left.
+func (m *metrics) setState(k cbdash.DependencyKey, v *cbdash.Dependency) {
+	if m == nil {
+		return
+	}
+	s := v.State
+	if s == "" {
+		s = "stale"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.stateLabel[k]
+	if ok && old == s {
+		return
+	}
+	if ok {
+		m.state.DeleteLabelValues(k.Service, k.Breaker, old)
+	}
+	m.stateLabel[k] = s
+	m.state.WithLabelValues(k.Service, k.Breaker, s).Set(1)
+}
+
+// addCalls adds a window report's counts to the breaker's call counters.
+func (m *metrics) addCalls(k cbdash.DependencyKey, c *protocol.Counts) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	cs := m.callsByDep[k]
+	if cs == nil {
+		cs = make([]prometheus.Counter, len(outcomes))
+		for i, o := range outcomes {
+			cs[i] = m.calls.WithLabelValues(k.Service, k.Breaker, o)
+		}
+		m.callsByDep[k] = cs
+	}
+	m.mu.Unlock()
+	for i, n := range outcomeCounts(c) {
+		if n > 0 {
+			cs[i].Add(float64(n))
+		}
+	}
+}
+
+// forget deletes every series of a breaker that no instance reports any more.
+func (m *metrics) forget(k cbdash.DependencyKey) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.stateLabel[k]; ok {
+		m.state.DeleteLabelValues(k.Service, k.Breaker, old)
+		delete(m.stateLabel, k)
+	}
+	if _, ok := m.callsByDep[k]; ok {
+		for _, o := range outcomes {
+			m.calls.DeleteLabelValues(k.Service, k.Breaker, o)
+		}
+		delete(m.callsByDep, k)
+	}
+}
+
+func (m *metrics) agentDropped(d *protocol.Dropped) {
+	if m == nil || d == nil {
+		return
+	}
+	for _, f := range []struct {
+		kind string
+		n    int64
+	}{{"windows", d.Windows}, {"merged", d.Merged}, {"batches", d.Batches}, {"transitions", d.Transitions}, {"command_results", d.CommandResults}} {
+		if f.n > 0 {
+			m.agentDrops.WithLabelValues(f.kind).Add(float64(f.n))
+		}
+	}
+}
