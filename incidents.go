@@ -132,3 +132,15 @@ type DeliveryQuery struct {
 	RuleID int64 // 0 = all
 	Limit  int   // 0 = 200
 }
+
+// ConfigChange is a breaker configuration that an instance's hello changed,
+// as seen live by internal/incident (the first configuration an instance
+// declares is not a change).
+type ConfigChange struct {
+	ID int64 `json:"id"`
+	DependencyKey
+	Instance string                 `json:"instance"`
+	At       time.Time              `json:"at"`
+	Previous protocol.BreakerConfig `json:"previous"`
+	Config   protocol.BreakerConfig `json:"config"`
+}

@@ -42,6 +42,11 @@ type faultRun struct {
 		Cause    protocol.Cause `json:"cause"`
 		OpenMs   int64          `json:"open_ms"`
 	} `json:"transitions"`
+	ConfigChanges []struct {
+		AtMs                 int64   `json:"at_ms"`
+		Instance             string  `json:"instance"`
+		FailureRateThreshold float64 `json:"failure_rate_threshold"`
+	} `json:"config_changes"`
 	Commands []struct {
 		ID       string `json:"id"`
 		AtMs     int64  `json:"at_ms"`
@@ -115,8 +120,7 @@ func (r faultRun) record(t *testing.T, s *store.Store) {
 	t.Helper()
 	ctx := context.Background()
 	started := t0.Add(-time.Hour).UnixMilli()
-	cfg := protocol.BreakerConfig{Name: r.Breaker, WindowKind: "count", WindowSize: 20, FailureRateThreshold: 50,
-		SlowCallDurationMillis: 250, SlowCallRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1}
+	cfg := breakerConfig(r.Breaker)
 	trs := r.transitionRecords()
 	for _, inst := range r.Instances {
 		h := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: r.Service, Instance: inst, SDKVersion: "test",
@@ -155,6 +159,38 @@ func (r faultRun) record(t *testing.T, s *store.Store) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func breakerConfig(name string) protocol.BreakerConfig {
+	return protocol.BreakerConfig{Name: name, WindowKind: "count", WindowSize: 20, FailureRateThreshold: 50,
+		SlowCallDurationMillis: 250, SlowCallRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1}
+}
+
+// events is the live feed of the run: its transitions, and for each
+// configuration change a dependency event before it and one with it.
+func (r faultRun) events() []cbdash.Event {
+	var out []cbdash.Event
+	for _, tr := range r.transitionRecords() {
+		out = append(out, cbdash.Event{Kind: cbdash.EventTransition, At: time.UnixMilli(tr.At).UTC(), Transition: &tr})
+	}
+	k := cbdash.DependencyKey{Service: r.Service, Breaker: r.Breaker}
+	for _, cc := range r.ConfigChanges {
+		for i, thr := range []float64{50, cc.FailureRateThreshold} {
+			cfg := breakerConfig(r.Breaker)
+			cfg.FailureRateThreshold = thr
+			d := cbdash.Dependency{DependencyKey: k, Instances: len(r.Instances)}
+			for _, inst := range r.Instances {
+				d.PerInstance = append(d.PerInstance, cbdash.InstanceBreaker{Service: r.Service, Breaker: r.Breaker, Instance: inst, State: protocol.StateClosed, Config: breakerConfig(r.Breaker)})
+				if inst == cc.Instance {
+					d.PerInstance[len(d.PerInstance)-1].Config = cfg
+				}
+			}
+			at := t0.Add(time.Duration(cc.AtMs-int64(1-i)*1000) * time.Millisecond)
+			out = append(out, cbdash.Event{Kind: cbdash.EventDependency, At: at, Dependency: &d})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b cbdash.Event) int { return a.At.Compare(b.At) })
+	return out
 }
 
 // feed is the live feed the Service subscribes to: here, the recorded
@@ -220,10 +256,9 @@ func TestFaultRunIncidents(t *testing.T) {
 		}
 		return l
 	}
-	for _, tr := range run.transitionRecords() {
-		at := time.UnixMilli(tr.At).UTC()
-		clk.Set(at)
-		f.ch <- cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: &tr}
+	for _, ev := range run.events() {
+		clk.Set(ev.At)
+		f.ch <- ev
 	}
 	// Let the quiet period of the last incident pass.
 	clk.Set(t0.Add(time.Duration(run.Seconds) * time.Second))

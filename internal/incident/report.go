@@ -15,6 +15,7 @@ type Reader interface {
 	History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error)
 	Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cbdash.TransitionRecord, error)
 	Commands(ctx context.Context, q cbdash.CommandQuery) ([]cbdash.Command, error)
+	ConfigChanges(ctx context.Context, k cbdash.DependencyKey, from, to time.Time) ([]cbdash.ConfigChange, error)
 }
 
 // Lead-in and tail shown around an incident, and how far back Build looks
@@ -68,6 +69,7 @@ const (
 	EntryTransition = "transition"
 	EntryCommand    = "command"
 	EntryNote       = "note"
+	EntryConfig     = "config"
 )
 
 // Entry is one line of the incident's timeline.
@@ -91,7 +93,9 @@ type Report struct {
 	Lanes    []Lane           `json:"lanes"`
 	Points   []cbdash.Point   `json:"points"`
 	Commands []cbdash.Command `json:"commands"`
-	Timeline []Entry          `json:"timeline"`
+	// ConfigChanges are breaker configurations changed by hellos.
+	ConfigChanges []cbdash.ConfigChange `json:"config_changes"`
+	Timeline      []Entry               `json:"timeline"`
 }
 
 // Build assembles the report of inc (read with its notes) at time now.
@@ -128,6 +132,10 @@ func Build(ctx context.Context, r Reader, inc cbdash.Incident, now time.Time) (R
 		}
 	}
 	slices.SortFunc(rep.Commands, func(a, b cbdash.Command) int { return a.IssuedAt.Compare(b.IssuedAt) })
+	rep.ConfigChanges, err = r.ConfigChanges(ctx, inc.DependencyKey, rep.From, rep.To)
+	if err != nil {
+		return rep, fmt.Errorf("incident %d: config changes: %w", inc.ID, err)
+	}
 	before, err := r.History(ctx, cbdash.HistoryQuery{DependencyKey: inc.DependencyKey, From: inc.Start.Add(-LookBack),
 		To: inc.Start.Add(time.Second), Resolution: cbdash.ResolutionSecond})
 	if err != nil {
@@ -135,7 +143,7 @@ func Build(ctx context.Context, r Reader, inc cbdash.Incident, now time.Time) (R
 	}
 	rep.Summary = summarize(inc, end, rep.Points, before)
 	rep.Lanes = lanes(inc, trs, rep.From, rep.To)
-	rep.Timeline = timeline(trs, rep.Commands, inc.Notes)
+	rep.Timeline = timeline(trs, rep.Commands, rep.ConfigChanges, inc.Notes)
 	return rep, nil
 }
 
@@ -222,7 +230,7 @@ func lanes(inc cbdash.Incident, trs []cbdash.TransitionRecord, from, to time.Tim
 	return out
 }
 
-func timeline(trs []cbdash.TransitionRecord, cmds []cbdash.Command, notes []cbdash.IncidentNote) []Entry {
+func timeline(trs []cbdash.TransitionRecord, cmds []cbdash.Command, ccs []cbdash.ConfigChange, notes []cbdash.IncidentNote) []Entry {
 	var out []Entry
 	for _, tr := range trs {
 		out = append(out, Entry{At: time.UnixMilli(tr.At).UTC(), Kind: EntryTransition, Instance: tr.Instance,
@@ -230,6 +238,9 @@ func timeline(trs []cbdash.TransitionRecord, cmds []cbdash.Command, notes []cbda
 	}
 	for _, c := range cmds {
 		out = append(out, Entry{At: c.IssuedAt.UTC(), Kind: EntryCommand, Instance: c.Instance, Text: CommandText(c)})
+	}
+	for _, cc := range ccs {
+		out = append(out, Entry{At: cc.At.UTC(), Kind: EntryConfig, Instance: cc.Instance, Text: "configuration changed: " + ConfigDiff(cc.Previous, cc.Config)})
 	}
 	for _, n := range notes {
 		out = append(out, Entry{At: n.At.UTC(), Kind: EntryNote, Text: fmt.Sprintf("note by %s: %s", orSomeone(n.Author), n.Text)})

@@ -25,6 +25,7 @@ type Store interface {
 	Incident(ctx context.Context, id int64) (cbdash.Incident, error)
 	Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash.Incident, error)
 	AddIncidentNote(ctx context.Context, n cbdash.IncidentNote) (cbdash.IncidentNote, error)
+	SaveConfigChange(ctx context.Context, c cbdash.ConfigChange) (int64, error)
 }
 
 // ServiceConfig wires a Service. Source and Store are required; the rest
@@ -63,6 +64,7 @@ type Service struct {
 	cfg ServiceConfig
 	mu  sync.Mutex // guards det
 	det *Detector
+	cfw *configWatch // used by Run's goroutine only
 }
 
 // NewService returns a Service, or an error wrapping ErrInvalidConfig
@@ -84,7 +86,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, det: det}, nil
+	return &Service{cfg: cfg, det: det, cfw: newConfigWatch()}, nil
 }
 
 // Store returns the store the Service writes to.
@@ -134,6 +136,11 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 			cs := s.det.Observe(ev)
 			s.mu.Unlock()
 			s.persist(ctx, cs)
+			for _, cc := range s.cfw.observe(ev) {
+				if _, err := s.cfg.Store.SaveConfigChange(ctx, cc); err != nil {
+					s.cfg.Logger.Error("incident: store config change", "dependency", cc.DependencyKey.String(), "instance", cc.Instance, "err", err)
+				}
+			}
 		case <-tick:
 			s.mu.Lock()
 			cs := s.det.Tick(s.cfg.Now())

@@ -120,3 +120,30 @@ func TestIncidentsRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+func TestConfigChanges(t *testing.T) {
+	ctx := context.Background()
+	s := openIncidentStore(t)
+	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	k := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
+	want := cbdash.ConfigChange{DependencyKey: k, Instance: "a", At: base.Add(time.Minute),
+		Previous: protocol.BreakerConfig{Name: "payments", FailureRateThreshold: 50}, Config: protocol.BreakerConfig{Name: "payments", FailureRateThreshold: 40}}
+	id, err := s.SaveConfigChange(ctx, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.ID = id
+	if _, err := s.SaveConfigChange(ctx, cbdash.ConfigChange{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "other"}, Instance: "a", At: base.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ConfigChanges(ctx, k, base, base.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+		t.Errorf("ConfigChanges = %+v, want [%+v]", got, want)
+	}
+	if got, _ := s.ConfigChanges(ctx, k, base.Add(2*time.Minute), base.Add(time.Hour)); len(got) != 0 {
+		t.Errorf("outside the range: %+v", got)
+	}
+}

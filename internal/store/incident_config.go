@@ -1,0 +1,68 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cbdash/cbdash"
+)
+
+// SaveConfigChange appends a configuration change and returns its ID.
+func (s *Store) SaveConfigChange(ctx context.Context, c cbdash.ConfigChange) (int64, error) {
+	prev, err := json.Marshal(c.Previous)
+	if err != nil {
+		return 0, fmt.Errorf("store: config change: %w", err)
+	}
+	cur, err := json.Marshal(c.Config)
+	if err != nil {
+		return 0, fmt.Errorf("store: config change: %w", err)
+	}
+	var id int64
+	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec(`INSERT INTO config_changes (service, breaker, instance, at_ms, previous, config) VALUES (?, ?, ?, ?, ?, ?)`,
+			c.Service, c.Breaker, c.Instance, c.At.UnixMilli(), string(prev), string(cur))
+		if err != nil {
+			return err
+		}
+		id, err = res.LastInsertId()
+		return err
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("store: save config change: %w", err)
+	}
+	return id, nil
+}
+
+// ConfigChanges returns the configuration changes of dependency k within
+// [from, to), oldest first.
+func (s *Store) ConfigChanges(ctx context.Context, k cbdash.DependencyKey, from, to time.Time) ([]cbdash.ConfigChange, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT id, instance, at_ms, previous, config FROM config_changes
+		WHERE service = ? AND breaker = ? AND at_ms >= ? AND at_ms < ? ORDER BY at_ms, id`, k.Service, k.Breaker, from.UnixMilli(), to.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("store: config changes: %w", err)
+	}
+	defer rows.Close()
+	var out []cbdash.ConfigChange
+	for rows.Next() {
+		c := cbdash.ConfigChange{DependencyKey: k}
+		var at int64
+		var prev, cur string
+		if err := rows.Scan(&c.ID, &c.Instance, &at, &prev, &cur); err != nil {
+			return nil, fmt.Errorf("store: config changes: %w", err)
+		}
+		c.At = time.UnixMilli(at).UTC()
+		if err := json.Unmarshal([]byte(prev), &c.Previous); err != nil {
+			return nil, fmt.Errorf("store: config change %d: %w", c.ID, err)
+		}
+		if err := json.Unmarshal([]byte(cur), &c.Config); err != nil {
+			return nil, fmt.Errorf("store: config change %d: %w", c.ID, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: config changes: %w", err)
+	}
+	return out, nil
+}
