@@ -36,11 +36,14 @@ type countWindow struct {
 	size   int64
 	stride int64 // slots apart that consecutive calls' marks are kept
 	slots  []atomic.Uint32
-	_      [40]byte
-	pos    atomic.Int64 // records so far
-	_      [56]byte
-	fails  atomic.Int64
-	slow   atomic.Int64
+	// pos is written by every call; the padding keeps it off the cache
+	// lines of the fields read by every call, wherever the allocator puts
+	// the struct.
+	_     [64]byte
+	pos   atomic.Int64 // records so far
+	_     [64]byte
+	fails atomic.Int64
+	slow  atomic.Int64
 }
 
 // spreadSlots is the largest window whose consecutive marks are kept on
