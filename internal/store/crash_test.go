@@ -82,7 +82,7 @@ func TestAckedBatchesSurviveKill(t *testing.T) {
 	acked := map[string]uint64{} // highest acknowledged seq per instance (acks are in order per instance)
 	sc := bufio.NewScanner(out)
 	n := 0
-	for n < 2000 && sc.Scan() {
+	for n < 800 && sc.Scan() {
 		var inst string
 		var seq uint64
 		if _, err := fmt.Sscanf(sc.Text(), "ack %s %d", &inst, &seq); err != nil {
@@ -98,7 +98,7 @@ func TestAckedBatchesSurviveKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	if n < 2000 {
+	if n < 800 {
 		t.Fatalf("child stopped after %d acks: %v", n, sc.Err())
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -64,3 +65,5 @@ func rawDB(tb testing.TB, path string) *sql.DB {
 	tb.Cleanup(func() { db.Close() })
 	return db
 }
+
+func testingProcs() int { return runtime.GOMAXPROCS(0) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,16 +87,22 @@ type feeder struct {
 	models map[string]model // by breaker
 }
 
+// send reports the seconds in [from, to): each instance sends one batch
+// per 10 seconds, the instances concurrently (so batches share
+// transactions as in production).
 func (f *feeder) send(from, to time.Time, density float64) {
 	f.t.Helper()
-	for sec := from; sec.Before(to); sec = sec.Add(time.Second) {
+	batches := map[string][]protocol.Batch{}
+	for chunk := from; chunk.Before(to); chunk = chunk.Add(10 * time.Second) {
 		for _, inst := range []string{"i1", "i2", "i3"} {
 			var b protocol.Batch
-			for _, br := range []string{"db", "psp"} {
-				if f.r.Float64() < density {
-					w := randomWindow(f.r, br, sec)
-					b.Windows = append(b.Windows, w)
-					f.models[br].add(w)
+			for sec := chunk; sec.Before(to) && sec.Before(chunk.Add(10*time.Second)); sec = sec.Add(time.Second) {
+				for _, br := range []string{"db", "psp"} {
+					if f.r.Float64() < density {
+						w := randomWindow(f.r, br, sec)
+						b.Windows = append(b.Windows, w)
+						f.models[br].add(w)
+					}
 				}
 			}
 			if len(b.Windows) == 0 {
@@ -103,11 +110,21 @@ func (f *feeder) send(from, to time.Time, density float64) {
 			}
 			f.seq[inst]++
 			b.Seq = f.seq[inst]
-			if !mustSave(f.t, f.s, "shop", inst, 1, b) {
-				f.t.Fatalf("batch %s/%d reported as duplicate", inst, b.Seq)
-			}
+			batches[inst] = append(batches[inst], b)
 		}
 	}
+	var wg sync.WaitGroup
+	for inst, bs := range batches {
+		wg.Go(func() {
+			for _, b := range bs {
+				stored, err := f.s.SaveBatch(context.Background(), "shop", inst, 1, b, t0)
+				if err != nil || !stored {
+					f.t.Errorf("batch %s/%d: stored=%v, err=%v", inst, b.Seq, stored, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // check compares the store's history of every dependency at every

@@ -22,8 +22,10 @@ var ErrClosed = errors.New("store: closed")
 var migrations embed.FS
 
 // Retention says how long each level of history is kept. A zero field
-// takes its default.
+// takes its default; a negative one is refused by Open. The field names
+// are the levels of history (fixed by the server contract), not units.
 type Retention struct {
+	//lint:ignore ST1011 the name is the level of history, not the unit
 	Seconds     time.Duration // per-second windows; 0 = 24 h
 	Minutes     time.Duration // per-minute windows; 0 = 30 days
 	Hours       time.Duration // per-hour windows; 0 = 365 days
