@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,8 @@ type harness struct {
 	token  string
 	cancel context.CancelFunc
 	done   chan error
+	once   sync.Once
+	halted chan struct{} // closed when stop has finished
 }
 
 // testErrorHandler stands in for web.HTTPErrorHandler: the same mapping of
@@ -82,7 +85,7 @@ func startHarness(t testing.TB, path string, mod func(*Config)) *harness {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = testErrorHandler
 	col.Mount(e, Auth{})
-	h := &harness{t: t, path: path, store: st, col: col, srv: httptest.NewServer(e), token: token, done: make(chan error, 1)}
+	h := &harness{t: t, path: path, store: st, col: col, srv: httptest.NewServer(e), token: token, done: make(chan error, 1), halted: make(chan struct{})}
 	rctx, cancel := context.WithCancel(ctx)
 	h.cancel = cancel
 	go func() { h.done <- col.Run(rctx) }()
@@ -91,20 +94,21 @@ func startHarness(t testing.TB, path string, mod func(*Config)) *harness {
 	return h
 }
 
-// stop stops the collector, the server and the store; it is idempotent.
+// stop stops the collector, the server and the store; it is idempotent
+// and safe to call from several goroutines (each returns once stopped).
 func (h *harness) stop() {
-	if h.cancel == nil {
-		return
-	}
-	h.cancel()
-	h.cancel = nil
-	if err := <-h.done; err != nil {
-		h.t.Errorf("run: %v", err)
-	}
-	h.srv.Close()
-	if err := h.store.Close(); err != nil {
-		h.t.Errorf("close store: %v", err)
-	}
+	h.once.Do(func() {
+		defer close(h.halted)
+		h.cancel()
+		if err := <-h.done; err != nil {
+			h.t.Errorf("run: %v", err)
+		}
+		h.srv.Close()
+		if err := h.store.Close(); err != nil {
+			h.t.Errorf("close store: %v", err)
+		}
+	})
+	<-h.halted
 }
 
 func (h *harness) wsURL() string {

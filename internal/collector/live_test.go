@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -8,11 +9,23 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// fakeClock is a settable clock for live-state tests.
-type fakeClock struct{ t time.Time }
+// fakeClock is a settable clock, safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *fakeClock) now() time.Time          { return c.t }
-func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 func newTestLive(t *testing.T) (*live, *fakeClock) {
 	t.Helper()

@@ -1,0 +1,142 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
+	h := startHarness(t, "", nil)
+	ctx := context.Background()
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	b := dialRaw(t, h, h.token)
+	b.hello("a2", 1)
+	_, events, cancel := h.col.Subscribe()
+	defer cancel()
+
+	// Both connected: both get the command at once.
+	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "failover", Actor: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmd.Targets) != 2 {
+		t.Fatalf("targets %+v", cmd.Targets)
+	}
+	for _, ag := range []*rawAgent{a, b} {
+		var wc protocol.Command
+		ag.expect(protocol.TypeCommand, &wc)
+		if wc.ID != cmd.ID || wc.Action != protocol.ActionForceOpen || wc.TTLMillis <= 0 || wc.TTLMillis > 60000 || wc.Actor != "ann" {
+			t.Fatalf("wire command %+v", wc)
+		}
+	}
+	if e := <-events; e.Kind != cbdash.EventCommand || e.Command.ID != cmd.ID {
+		t.Fatalf("event %+v", e)
+	}
+
+	// a answers inside a batch: its target is applied, and published.
+	res := batch(1, 0, 0)
+	res.CommandResults = []protocol.CommandResult{{ID: cmd.ID, Breaker: "db", OK: true, State: protocol.StateForcedOpen, At: time.Now().UnixMilli()}}
+	a.send(res)
+	a.expect(protocol.TypeAck, nil)
+	got, err := h.store.Command(ctx, cmd.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, tg := range got.Targets {
+		status[tg.Instance] = tg.Status
+	}
+	if status["a1"] != cbdash.TargetApplied || status["a2"] != cbdash.TargetPending {
+		t.Fatalf("targets %+v", got.Targets)
+	}
+	for e := range events {
+		if e.Kind == cbdash.EventCommand && len(e.Command.Targets) == 2 && e.Command.Targets[0].Status == cbdash.TargetApplied {
+			break
+		}
+	}
+
+	// a2 goes offline; a command for it alone waits and arrives right
+	// after the welcome when it reconnects.
+	b.conn.CloseNow()
+	waitFor(t, "a2 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a2"})) == 0 })
+	only, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Instance: "a2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := dialRaw(t, h, h.token)
+	b2.hello("a2", 1)
+	seen := map[string]bool{}
+	for range 2 { // the force (still pending for a2) and the reset
+		var wc protocol.Command
+		b2.expect(protocol.TypeCommand, &wc)
+		seen[wc.ID] = true
+	}
+	if !seen[cmd.ID] || !seen[only.ID] {
+		t.Fatalf("a2 got %v, want both pending commands", seen)
+	}
+}
+
+func TestCommandShareAndValidation(t *testing.T) {
+	h := startHarness(t, "", nil)
+	ctx := context.Background()
+	for _, inst := range []string{"a1", "a2", "a3", "a4"} {
+		dialRaw(t, h, h.token).hello(inst, 1)
+	}
+	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceClosed, TTL: time.Minute, Share: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmd.Targets) != 2 {
+		t.Fatalf("a 50%% share of 4 instances targeted %d", len(cmd.Targets))
+	}
+	again, _ := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionRelease, Share: 50})
+	if again.Targets[0].Instance != cmd.Targets[0].Instance || again.Targets[1].Instance != cmd.Targets[1].Instance {
+		t.Fatalf("the same share picked other instances: %+v then %+v", cmd.Targets, again.Targets)
+	}
+	tests := []struct {
+		name string
+		req  cbdash.CommandRequest
+		want error
+	}{
+		{"force without ttl", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceOpen}, cbdash.ErrInvalid},
+		{"unknown action", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: "explode"}, cbdash.ErrInvalid},
+		{"share above 100", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Share: 150}, cbdash.ErrInvalid},
+		{"instance and share", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Share: 10, Instance: "a1"}, cbdash.ErrInvalid},
+		{"no service", cbdash.CommandRequest{Breaker: "db", Action: protocol.ActionReset}, cbdash.ErrInvalid},
+		{"unknown breaker", cbdash.CommandRequest{Service: "api", Breaker: "queue", Action: protocol.ActionReset}, cbdash.ErrNotFound},
+		{"unknown instance", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Instance: "zz"}, cbdash.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := h.col.Issue(ctx, tt.req); !errors.Is(err, tt.want) {
+				t.Fatalf("err %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnansweredCommandTargetsExpire(t *testing.T) {
+	clk := &fakeClock{t: time.Now()}
+	h := startHarness(t, "", func(c *Config) { c.Now = func() time.Time { return clk.now() } })
+	ctx := context.Background()
+	dialRaw(t, h, h.token).hello("a1", 1) // connected but never answers
+	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(2 * time.Second)
+	h.col.expireCommands(ctx)
+	got, err := h.store.Command(ctx, cmd.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Targets[0].Status != cbdash.TargetExpired {
+		t.Fatalf("target %+v, want expired", got.Targets[0])
+	}
+}
