@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -156,24 +157,35 @@ func buildChart(s chartSpec) templates.Chart {
 	for _, sd := range s.series {
 		ser := templates.Series{Name: sd.name, Class: sd.class}
 		var b strings.Builder
+		pts := 0
+		end := func() {
+			if pts == 1 { // a lone bucket: a short dash, so that it shows
+				last := b.String()
+				b.Reset()
+				xs, ys, _ := strings.Cut(last, ",")
+				xv, _ := strconv.ParseFloat(xs, 64)
+				fmt.Fprintf(&b, "%.1f,%s %.1f,%s", xv-1.5, ys, xv+1.5, ys)
+			}
+			if pts > 0 {
+				ser.Parts = append(ser.Parts, b.String())
+			}
+			b.Reset()
+			pts = 0
+		}
 		for i, v := range sd.v {
 			if math.IsNaN(v) {
-				if b.Len() > 0 {
-					ser.Parts = append(ser.Parts, b.String())
-					b.Reset()
-				}
+				end()
 				continue
 			}
-			if b.Len() > 0 {
+			if pts > 0 {
 				b.WriteByte(' ')
 			}
 			b.WriteString(strconv.FormatFloat(x(i), 'f', 1, 64))
 			b.WriteByte(',')
 			b.WriteString(strconv.FormatFloat(y(v), 'f', 1, 64))
+			pts++
 		}
-		if b.Len() > 0 {
-			ser.Parts = append(ser.Parts, b.String())
-		}
+		end()
 		c.Series = append(c.Series, ser)
 	}
 	for i := range n {

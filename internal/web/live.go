@@ -19,6 +19,7 @@ import (
 const (
 	liveWriteTimeout = 5 * time.Second
 	liveSparkBudget  = 10 * time.Millisecond
+	resubscribePause = time.Second
 )
 
 // liveView is what one open page wants pushed: reset renders every live
@@ -107,7 +108,18 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) er
 		if err != nil {
 			return err
 		}
-		// The collector dropped us as too slow: start again from a snapshot.
+		// The collector dropped us as too slow (or is shutting down): pause,
+		// then start again from a fresh snapshot.
+		pause := time.NewTimer(resubscribePause)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return ctx.Err()
+		case <-s.done:
+			pause.Stop()
+			return errShutdown
+		case <-pause.C:
+		}
 	}
 }
 

@@ -196,6 +196,7 @@ func (s *Server) Mount(e *echo.Echo) {
 	op := g.Group("", s.require(cbdash.RoleOperator))
 	op.POST("/dependency/confirm", s.confirm)
 	op.POST("/dependency/command", s.command)
+	s.mountIncidents(read, op) // incident pages: internal/web/incident.go
 
 	admin := g.Group("", s.require(cbdash.RoleAdmin))
 	admin.GET("/admin", s.adminPage)

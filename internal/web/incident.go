@@ -1,0 +1,317 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+// IncidentStore is what the incident pages read and write. *store.Store
+// implements it; when the Store given to New does not, the incident pages
+// answer 404.
+type IncidentStore interface {
+	incident.Reader
+	Incident(ctx context.Context, id int64) (cbdash.Incident, error)
+	Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash.Incident, error)
+	AddIncidentNote(ctx context.Context, n cbdash.IncidentNote) (cbdash.IncidentNote, error)
+	// Instances gives the last known configuration of every breaker, for
+	// the thresholds of a dependency that is no longer live.
+	Instances(ctx context.Context) ([]cbdash.InstanceBreaker, error)
+}
+
+// mountIncidents registers the incident pages: read for the list and an
+// incident, op for adding a note.
+func (s *Server) mountIncidents(read, op *echo.Group) {
+	read.GET("/incidents", s.incidentsPage)
+	read.GET("/incidents/:id", s.incidentPage)
+	op.POST("/incidents/:id/notes", s.incidentNote)
+}
+
+func (s *Server) incidents() (IncidentStore, error) {
+	is, ok := s.store.(IncidentStore)
+	if !ok {
+		return nil, errorf(cbdash.ErrNotFound, "incidents are not recorded by this server")
+	}
+	return is, nil
+}
+
+const formTime = "2006-01-02T15:04"
+
+// incidentsPage lists incidents newest first; ?fragment=1 answers only the
+// table, which the page polls.
+func (s *Server) incidentsPage(c echo.Context) error {
+	is, err := s.incidents()
+	if err != nil {
+		return err
+	}
+	q, err := incident.ParseQuery(c.QueryParam)
+	if err != nil {
+		return err
+	}
+	list, err := is.Incidents(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	rows := make([]templates.IncidentRow, 0, len(list))
+	for _, inc := range list {
+		rows = append(rows, incidentRow(inc, now))
+	}
+	params := url.Values{}
+	for _, k := range []string{"service", "breaker", "from", "to", "open"} {
+		if v := c.QueryParam(k); v != "" {
+			params.Set(k, v)
+		}
+	}
+	params.Set("fragment", "1")
+	fragment := "/incidents?" + params.Encode()
+	if c.QueryParam("fragment") != "" {
+		return render(c, http.StatusOK, templates.IncidentList(rows, fragment))
+	}
+	f := templates.IncidentFilter{Service: q.Service, Breaker: q.Breaker, Open: q.OpenOnly}
+	if !q.From.IsZero() {
+		f.From = q.From.Format(formTime)
+	}
+	if !q.To.IsZero() {
+		f.To = q.To.Format(formTime)
+	}
+	services := map[string]bool{q.Service: q.Service != ""}
+	for _, d := range s.col.Dependencies() {
+		services[d.Service] = true
+	}
+	for name, ok := range services {
+		if ok {
+			f.Services = append(f.Services, templates.Option{Value: name, Text: name, Selected: name == q.Service})
+		}
+	}
+	slices.SortFunc(f.Services, func(a, b templates.Option) int { return strings.Compare(a.Value, b.Value) })
+	return render(c, http.StatusOK, templates.IncidentsPage(templates.Incidents{
+		Page: s.page(c, "Incidents", "incidents"), Filter: f, Rows: rows, Fragment: fragment,
+	}))
+}
+
+func incidentHref(id int64) string { return "/incidents/" + strconv.FormatInt(id, 10) }
+
+func incidentState(open bool) templates.State {
+	if open {
+		return templates.State{Class: "open", Text: "open"}
+	}
+	return templates.State{Class: "closed", Text: "resolved"}
+}
+
+func incidentRow(inc cbdash.Incident, now time.Time) templates.IncidentRow {
+	return templates.IncidentRow{
+		ID: "#" + strconv.FormatInt(inc.ID, 10), Href: incidentHref(inc.ID),
+		Dependency: inc.DependencyKey.String(), DepHref: depHref(inc.DependencyKey),
+		Start: stamp(inc.Start), Duration: exactDuration(inc.Duration(now)), State: incidentState(inc.Open),
+		Instances: fmt.Sprintf("%d (%s)", len(inc.Instances), strings.Join(inc.Instances, ", ")),
+		Opens:     inc.Opens, Cause: incident.CauseText(inc.FirstCause),
+	}
+}
+
+func incidentID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, errorf(cbdash.ErrNotFound, "incident %q", c.Param("id"))
+	}
+	return id, nil
+}
+
+// incidentPage renders one incident: summary, lanes, charts, timeline.
+func (s *Server) incidentPage(c echo.Context) error {
+	is, err := s.incidents()
+	if err != nil {
+		return err
+	}
+	id, err := incidentID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	inc, err := is.Incident(ctx, id)
+	if err != nil {
+		return err
+	}
+	rep, err := incident.Build(ctx, is, inc, s.now())
+	if err != nil {
+		return err
+	}
+	// Thresholds come from the live configuration when the dependency is
+	// still known; the lanes tell how many instances there were.
+	d, err := s.col.Dependency(inc.DependencyKey)
+	if err != nil {
+		if d, err = storedDependency(ctx, is, inc.DependencyKey, len(rep.Lanes)); err != nil {
+			return err
+		}
+	}
+	p := s.page(c, fmt.Sprintf("Incident %d", id), "incidents")
+	base := "/api/v1/incidents/" + strconv.FormatInt(id, 10)
+	v := templates.Incident{
+		Page: p, ID: "#" + strconv.FormatInt(id, 10), Service: inc.Service, Breaker: inc.Breaker,
+		DepHref: depHref(inc.DependencyKey), State: incidentState(inc.Open),
+		Summary:  summaryItems(rep.Summary),
+		Lanes:    incidentLanes(rep),
+		Charts:   dependencyCharts(rep.Points, rep.From, rep.To, d),
+		Timeline: timelineRows(rep),
+		CanNote:  p.CanOp, NoteAction: incidentHref(id) + "/notes",
+		ExportMD: base + "/export.md", ExportJSON: base + "/export.json",
+		RangeText: stamp(rep.From) + " to " + stamp(rep.To),
+	}
+	for _, n := range inc.Notes {
+		v.Notes = append(v.Notes, templates.NoteView{At: stamp(n.At), Author: n.Author, Text: n.Text})
+	}
+	return render(c, http.StatusOK, templates.IncidentPage(v))
+}
+
+// storedDependency is a dependency rebuilt from the stored instances
+// (configurations only), for a dependency the collector no longer knows.
+func storedDependency(ctx context.Context, is IncidentStore, k cbdash.DependencyKey, instances int) (cbdash.Dependency, error) {
+	d := cbdash.Dependency{DependencyKey: k, Instances: instances}
+	ibs, err := is.Instances(ctx)
+	if err != nil {
+		return d, err
+	}
+	for _, ib := range ibs {
+		if ib.Service == k.Service && ib.Breaker == k.Breaker {
+			d.PerInstance = append(d.PerInstance, ib)
+		}
+	}
+	return d, nil
+}
+
+func summaryItems(s incident.Summary) []templates.SummaryItem {
+	end := "still open"
+	if !s.Open {
+		end = stamp(s.End)
+	}
+	ttfo := "no failures before the trip"
+	if !s.DegradedSince.IsZero() {
+		ttfo = exactDuration(s.TimeToFirstOpen) + " (failures from " + clock(s.DegradedSince) + ")"
+	}
+	return []templates.SummaryItem{
+		{Label: "start", Value: stamp(s.Start), TestID: "sum-start"},
+		{Label: "end", Value: end, TestID: "sum-end"},
+		{Label: "duration", Value: exactDuration(s.Duration), TestID: "sum-duration"},
+		{Label: "time to first open", Value: ttfo, TestID: "sum-ttfo"},
+		{Label: "instances affected", Value: fmt.Sprintf("%d (%s)", len(s.Instances), strings.Join(s.Instances, ", ")), TestID: "sum-instances"},
+		{Label: "opens", Value: strconv.Itoa(s.Opens), TestID: "sum-opens"},
+		{Label: "calls rejected", Value: strconv.FormatInt(s.CallsRejected, 10), TestID: "sum-rejected"},
+		{Label: "fallbacks served", Value: fmt.Sprintf("%d (%d failed)", s.FallbacksServed, s.FallbacksFailed), TestID: "sum-fallbacks"},
+		{Label: "first trip", Value: s.FirstInstance + ": " + s.Cause, TestID: "sum-cause"},
+	}
+}
+
+// Lane geometry, in the charts' viewBox units so that lanes and charts
+// share one time axis.
+const (
+	laneTop  = 40.0 // room for two rows of marker labels
+	laneStep = 30.0 // instance name above a 16-unit bar
+)
+
+func incidentLanes(rep incident.Report) templates.IncidentLanes {
+	span := rep.To.Sub(rep.From)
+	x := func(t time.Time) float64 {
+		if span <= 0 {
+			return chartLeft
+		}
+		f := float64(t.Sub(rep.From)) / float64(span)
+		return chartLeft + max(0, min(1, f))*(chartRight-chartLeft)
+	}
+	l := templates.IncidentLanes{W: chartW, Left: chartLeft, Right: chartRight, Top: laneTop, Step: laneStep}
+	l.H = max(chartH, laneTop+float64(len(rep.Lanes))*laneStep+20)
+	l.Axis = timeTicks(rep.From, rep.To, x)
+	for _, lane := range rep.Lanes {
+		il := templates.IncidentLane{Instance: lane.Instance}
+		for _, sp := range lane.Spans {
+			st := stateView(sp.State)
+			il.Spans = append(il.Spans, templates.Segment{X: x(sp.From), W: max(0.5, x(sp.To)-x(sp.From)), Class: st.Class,
+				Title: fmt.Sprintf("%s: %s from %s to %s (%s)", lane.Instance, st.Text, clock(sp.From), clock(sp.To), exactDuration(sp.To.Sub(sp.From)))})
+		}
+		l.Lanes = append(l.Lanes, il)
+	}
+	l.Markers = append(l.Markers, templates.Marker{X: x(rep.Incident.Start), Kind: "start", Label: "start", Title: "incident start " + stamp(rep.Incident.Start)})
+	if !rep.Incident.Open {
+		l.Markers = append(l.Markers, templates.Marker{X: x(rep.Incident.End), Kind: "end", Label: "end", Title: "last instance closed " + stamp(rep.Incident.End)})
+	}
+	for _, cmd := range rep.Commands {
+		l.Markers = append(l.Markers, templates.Marker{X: x(cmd.IssuedAt), Kind: "command", Label: "cmd",
+			Title: clock(cmd.IssuedAt) + " " + incident.CommandText(cmd)})
+	}
+	for _, cc := range rep.ConfigChanges {
+		l.Markers = append(l.Markers, templates.Marker{X: x(cc.At), Kind: "config", Label: "cfg",
+			Title: clock(cc.At) + " " + cc.Instance + ": configuration changed: " + incident.ConfigDiff(cc.Previous, cc.Config)})
+	}
+	// Labels alternate between two rows so that close markers stay legible.
+	slices.SortStableFunc(l.Markers, func(a, b templates.Marker) int { return cmpFloat(a.X, b.X) })
+	for i := range l.Markers {
+		l.Markers[i].Row = i % 2
+	}
+	return l
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func timelineRows(rep incident.Report) []templates.TimelineRow {
+	rows := make([]templates.TimelineRow, 0, len(rep.Timeline))
+	for _, e := range rep.Timeline {
+		off := e.At.Sub(rep.Incident.Start)
+		sign := "+"
+		if off < 0 {
+			sign, off = "-", -off
+		}
+		rows = append(rows, templates.TimelineRow{At: clock(e.At), Offset: sign + exactDuration(off), Kind: e.Kind, Instance: e.Instance, Text: e.Text})
+	}
+	return rows
+}
+
+// incidentNote adds an operator's note and goes back to the incident.
+func (s *Server) incidentNote(c echo.Context) error {
+	is, err := s.incidents()
+	if err != nil {
+		return err
+	}
+	id, err := incidentID(c)
+	if err != nil {
+		return err
+	}
+	text := strings.TrimSpace(c.FormValue("text"))
+	if text == "" || len(text) > incident.MaxNoteLen {
+		return errorf(cbdash.ErrInvalid, "a note needs 1 to %d characters", incident.MaxNoteLen)
+	}
+	author := "anonymous"
+	if u := userOf(c); u != nil {
+		author = u.Name
+	}
+	if _, err := is.AddIncidentNote(c.Request().Context(), cbdash.IncidentNote{IncidentID: id, At: s.now(), Author: author, Text: text}); err != nil {
+		return err
+	}
+	return redirect(c, incidentHref(id))
+}
+
+// exactDuration prints a duration to the second (to the millisecond under
+// a second), which an incident's timeline needs.
+func exactDuration(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
