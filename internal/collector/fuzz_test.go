@@ -26,14 +26,14 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		clk := &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
 		l := newLive(clk.now, 15*time.Second, 10*time.Minute, newHub(16), nil)
-		l.hello(&hello, 0, nil, clk.now())
+		l.hello(&hello, 0, nil, clk.now(), nil)
 		m, _, err := decode(data)
 		if err != nil {
 			return
 		}
 		if m.Hello != nil {
 			if m.Hello.Validate() == nil {
-				l.hello(m.Hello, 0, nil, clk.now())
+				l.hello(m.Hello, 0, nil, clk.now(), nil)
 			}
 		} else if m.Batch.Validate(&hello, clk.now().UnixMilli()) == nil {
 			l.apply(instKey{"api", "a1"}, m.Batch, clk.now())

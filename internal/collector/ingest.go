@@ -61,7 +61,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 		if err != nil {
 			return fmt.Errorf("last seq: %w", err)
 		}
-		c.live.hello(h, last, nil, now)
+		c.live.hello(h, last, nil, now, nil)
 	}
 	k := instKey{h.Service, h.Instance}
 	c.live.apply(k, b, now)

@@ -155,11 +155,16 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 
 // hello (re)declares an instance. storedSeq is the last sequence number the
 // store holds for (service, instance, startedAt); live state never applies a
-// batch at or below it. It returns the instance's previous session, if any,
-// so the caller can close it outside the lock.
-func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Time) (previous *session) {
+// batch at or below it. welcome, when not nil, runs under the lock before
+// s becomes the instance's session: what it queues precedes any command
+// sent to s. It returns the instance's previous session, if any, so the
+// caller can close it outside the lock.
+func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Time, welcome func()) (previous *session) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if welcome != nil {
+		welcome()
+	}
 	k := instKey{h.Service, h.Instance}
 	inst := l.instances[k]
 	if inst == nil {

@@ -52,9 +52,9 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	drifted := cfg
 	drifted.FailureRateThreshold = 20
-	l.hello(testHello("api", "a", cfg, map[string]string{"region": "eu", "v": "1"}), 0, nil, clk.now())
-	l.hello(testHello("api", "b", cfg, map[string]string{"region": "eu", "v": "2"}), 0, nil, clk.now())
-	l.hello(testHello("api", "c", drifted, map[string]string{"region": "eu"}), 0, nil, clk.now())
+	l.hello(testHello("api", "a", cfg, map[string]string{"region": "eu", "v": "1"}), 0, nil, clk.now(), nil)
+	l.hello(testHello("api", "b", cfg, map[string]string{"region": "eu", "v": "2"}), 0, nil, clk.now(), nil)
+	l.hello(testHello("api", "c", drifted, map[string]string{"region": "eu"}), 0, nil, clk.now(), nil)
 
 	hist := func(b1, b100 int64) []int64 {
 		h := make([]int64, protocol.NumLatencyBuckets)
@@ -122,8 +122,8 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db"}
-	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.now())
-	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.now())
+	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.now(), nil)
+	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.now(), nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
 		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.now().UnixMilli(), Cause: protocol.Cause{Kind: protocol.CauseFailureRate},
@@ -152,7 +152,7 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 
 func TestLiveAppliesABatchOnce(t *testing.T) {
 	l, clk := newTestLive(t)
-	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.now())
+	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.now(), nil)
 	b := &protocol.Batch{Seq: 3, Windows: []protocol.Window{
 		window("db", protocol.StateClosed, clk.now(), protocol.Counts{Admitted: 1, Successes: 1}, protocol.Headroom{}, nil),
 	}}
@@ -166,7 +166,7 @@ func TestLiveAppliesABatchOnce(t *testing.T) {
 	// The same instance restarted (new started_at): seqs start again.
 	h := testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil)
 	h.StartedAt = 2
-	l.hello(h, 0, nil, clk.now())
+	l.hello(h, 0, nil, clk.now(), nil)
 	b.Seq = 1
 	if !l.apply(instKey{"api", "a"}, b, clk.now()) {
 		t.Fatal("seq 1 of a new run not applied")
@@ -179,7 +179,7 @@ func TestLiveAppliesABatchOnce(t *testing.T) {
 
 func TestSubscribeSnapshotThenEvents(t *testing.T) {
 	l, clk := newTestLive(t)
-	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.now())
+	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.now(), nil)
 	snap, sub := l.subscribe()
 	defer l.hub.remove(sub)
 	if len(snap) != 1 || snap[0].State != protocol.StateClosed {

@@ -167,10 +167,12 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		return false
 	}
 	s.key, s.startedAt, s.hello = instKey{h.Service, h.Instance}, h.StartedAt, h
-	s.send(protocol.Welcome{Type: protocol.TypeWelcome, Protocol: protocol.Version, LastSeq: last, ServerTime: now.UnixMilli()})
-	// Registered after the welcome is queued, so a command issued from now
-	// on is sent after it; commands issued before are read below.
-	if prev := c.live.hello(h, last, s, now); prev != nil {
+	// The welcome is queued as the instance is registered: a command issued
+	// from then on is sent after it; commands issued before are read below.
+	welcome := func() {
+		s.send(protocol.Welcome{Type: protocol.TypeWelcome, Protocol: protocol.Version, LastSeq: last, ServerTime: now.UnixMilli()})
+	}
+	if prev := c.live.hello(h, last, s, now, welcome); prev != nil {
 		prev.kill("replaced by a newer connection of the same instance")
 	}
 	cmds, err := c.store.PendingCommands(ctx, h.Service, h.Instance, now)
@@ -252,7 +254,7 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 		return fmt.Errorf("collector could not record the hello: %w", err)
 	}
 	s.hello = h
-	s.c.live.hello(h, 0, s, now)
+	s.c.live.hello(h, 0, s, now, nil)
 	return nil
 }
 
