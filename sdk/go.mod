@@ -3,6 +3,6 @@ module github.com/cbdash/cbdash/sdk
 go 1.26
 
 require (
-	github.com/coder/websocket v1.8.15 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
+	github.com/coder/websocket v1.8.15
+	go.uber.org/goleak v1.3.0
 )

@@ -1,0 +1,261 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cbdash/cbdash/sdk/breaker"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Version is the SDK version the agent reports in its hello.
+const Version = "0.1.0"
+
+// Errors of the Agent's methods.
+var (
+	// ErrClosed is returned by Register, Start and Close after Close.
+	ErrClosed = errors.New("agent: closed")
+	// ErrStarted is returned by a second Start.
+	ErrStarted = errors.New("agent: already started")
+	// ErrDuplicateBreaker is returned by Register for a second breaker
+	// with the same name.
+	ErrDuplicateBreaker = errors.New("agent: a breaker with this name is already registered")
+	// ErrTooManyBreakers is returned by Register beyond
+	// protocol.MaxBreakersPerHello breakers.
+	ErrTooManyBreakers = errors.New("agent: too many breakers")
+	// ErrNotFlushed is wrapped by Close's error when its context ended
+	// before the collector acknowledged everything.
+	ErrNotFlushed = errors.New("agent: not everything reached the collector")
+)
+
+// Agent reports the breakers registered with it to a cbdash collector over
+// one websocket connection, and applies the operator commands the
+// collector sends back. See docs/protocol.md for what goes over the wire.
+//
+// Its methods are safe for concurrent use. The breakers' hot path is never
+// touched: the agent subscribes to transitions (its observer only queues
+// them) and reads each breaker's Snapshot on its own goroutine. Between
+// Start and Close an Agent runs two goroutines, plus one reading the
+// connection while it is up; Close stops and waits for all of them.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	startedAt int64 // Unix ms, identifies this run of the instance together with Instance
+	out       *outbox
+	inbox     inbox
+	queueMu   sync.Mutex // makes inbox-to-outbox moves atomic, see queue
+
+	wake      chan struct{}      // cap 1: the inbox has transitions
+	sendReady chan struct{}      // cap 1: the outbox may have something to write
+	cmds      chan inCommand     // reader -> owner
+	final     chan chan struct{} // Close -> owner: take a last report
+
+	mu       sync.Mutex // guards the fields below
+	breakers []*tracked
+	byName   map[string]*tracked
+	helloGen uint64 // incremented by each Register: the collector must hear a new hello
+	started  bool
+	closed   bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	connected  atomic.Bool
+	reconnects atomic.Uint64
+}
+
+// tracked is a registered breaker. cfg is immutable; the rest is owned by
+// the agent's report goroutine.
+type tracked struct {
+	b     *breaker.Breaker
+	cfg   protocol.BreakerConfig
+	unsub func()
+	rep   reportState
+}
+
+// New returns an Agent for cfg, which is validated (the error names the
+// bad field and wraps ErrInvalidConfig). The agent does nothing until
+// Start.
+func New(cfg Config) (*Agent, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:       c,
+		log:       c.Logger.With("component", "cbdash-agent", "service", c.Service, "instance", c.Instance),
+		startedAt: c.Clock.Now().UnixMilli(),
+		out:       newOutbox(c.BufferBytes),
+		wake:      make(chan struct{}, 1),
+		sendReady: make(chan struct{}, 1),
+		cmds:      make(chan inCommand),
+		final:     make(chan chan struct{}),
+		byName:    map[string]*tracked{},
+	}
+	a.inbox.limit = inboxLimit
+	return a, nil
+}
+
+// Register adds b to the breakers the agent reports. It may be called
+// before or after Start; after Start the agent reconnects so that the
+// collector receives a hello declaring b before any report of it. Its
+// counters are reported from zero: the first window report of b carries
+// everything b counted before it was registered.
+//
+// Errors: ErrDuplicateBreaker, ErrTooManyBreakers, ErrClosed.
+func (a *Agent) Register(b *breaker.Breaker) error {
+	t := &tracked{b: b, cfg: breakerConfig(b.Name(), b.Config())}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.closed:
+		return ErrClosed
+	case a.byName[t.cfg.Name] != nil:
+		return fmt.Errorf("%w: %q", ErrDuplicateBreaker, t.cfg.Name)
+	case len(a.breakers) >= protocol.MaxBreakersPerHello:
+		return fmt.Errorf("%w: at most %d", ErrTooManyBreakers, protocol.MaxBreakersPerHello)
+	}
+	t.rep.since = a.cfg.Clock.Now()
+	a.breakers = append(a.breakers, t)
+	a.byName[t.cfg.Name] = t
+	a.helloGen++
+	// Subscribing under a.mu is safe: b calls the observer outside its own
+	// locks and the observer only touches the inbox.
+	t.unsub = b.Subscribe(a.observe)
+	signal(a.sendReady)
+	return nil
+}
+
+// Start starts the agent's goroutines: it connects to the collector
+// (retrying with backoff while it cannot), reports, and applies commands
+// until Close. It does not block.
+//
+// Errors: ErrStarted, ErrClosed.
+func (a *Agent) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.closed:
+		return ErrClosed
+	case a.started:
+		return ErrStarted
+	}
+	a.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.wg.Add(2)
+	go a.reportLoop(ctx)
+	go a.connLoop(ctx)
+	return nil
+}
+
+// Close stops reporting: it unsubscribes from every breaker, takes a last
+// window report of each, tries to get everything acknowledged by the
+// collector until ctx ends, then closes the connection and stops every
+// goroutine of the agent (it waits for them). It returns an error
+// wrapping ErrNotFlushed and ctx's error if ctx ended first, and
+// ErrClosed when called again.
+func (a *Agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	a.closed = true
+	started := a.started
+	for _, t := range a.breakers {
+		t.unsub()
+	}
+	a.mu.Unlock()
+	if !started {
+		return nil
+	}
+	var err error
+	done := make(chan struct{})
+	select {
+	case a.final <- done:
+		<-done
+		select {
+		case <-a.out.drain():
+		case <-ctx.Done():
+			s := a.out.stats()
+			err = fmt.Errorf("%w: %d reports pending, %d batches unacknowledged: %w",
+				ErrNotFlushed, s.pending, s.unsent, ctx.Err())
+		}
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: %w", ErrNotFlushed, ctx.Err())
+	}
+	a.cancel()
+	a.wg.Wait()
+	return err
+}
+
+// Stats are counters of an agent's delivery since New.
+type Stats struct {
+	Sent  uint64 // batches written, resends included
+	Acked uint64 // batches the collector acknowledged
+	// Dropped counts what was lost: window reports dropped or merged under
+	// buffer pressure, batches the collector refused, and (last resort)
+	// transitions and command results.
+	Dropped       protocol.Dropped
+	Reconnects    uint64 // connections established after the first
+	BufferedBytes int    // encoded bytes held for the collector, <= Config.BufferBytes
+	Connected     bool   // a connection is up and the collector has welcomed the agent
+}
+
+// Stats returns the agent's counters. It is safe to call at any time.
+func (a *Agent) Stats() Stats {
+	s := a.out.stats()
+	return Stats{
+		Sent: s.sent, Acked: s.acked, Dropped: s.dropped,
+		Reconnects: a.reconnects.Load(), BufferedBytes: s.bytes, Connected: a.connected.Load(),
+	}
+}
+
+// hello returns the hello for the breakers registered now, and the
+// generation it describes.
+func (a *Agent) hello() (protocol.Hello, uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := protocol.Hello{
+		Type: protocol.TypeHello, Protocol: protocol.Version,
+		Service: a.cfg.Service, Instance: a.cfg.Instance, SDKVersion: Version,
+		Labels: a.cfg.Labels, StartedAt: a.startedAt,
+		Breakers: make([]protocol.BreakerConfig, 0, len(a.breakers)),
+	}
+	for _, t := range a.breakers {
+		h.Breakers = append(h.Breakers, t.cfg)
+	}
+	return h, a.helloGen
+}
+
+func (a *Agent) currentHelloGen() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.helloGen
+}
+
+// lookup returns the registered breaker called name, or nil.
+func (a *Agent) lookup(name string) *tracked {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.byName[name]
+}
+
+// registered returns the breakers registered now, in registration order.
+func (a *Agent) registered() []*tracked {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*tracked(nil), a.breakers...)
+}
+
+// signal wakes the receiver of c without ever blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

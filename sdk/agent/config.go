@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Config configures an Agent. Only URL and Service are required; every
+// other zero field means its documented default.
+type Config struct {
+	// URL is the collector's agent endpoint, ws:// or wss://, for example
+	// ws://127.0.0.1:8080/api/v1/agent. wss uses TLS (see HTTPClient).
+	URL string
+	// Token is the agent token, sent as "Authorization: Bearer <token>".
+	// Empty sends no Authorization header.
+	Token string
+	// Service names the service this process is an instance of.
+	Service string
+	// Instance identifies this process among the service's instances.
+	// Empty means "<hostname>-<pid>".
+	Instance string
+	// Labels describe the instance (region, version, team...); at most
+	// protocol.MaxLabels.
+	Labels map[string]string
+	// ReportInterval is how often a breaker with activity sends a window
+	// report. 0 means 1s.
+	ReportInterval time.Duration
+	// IdleReportInterval is how often a breaker without calls or state
+	// change still reports its state. 0 means 10s; it is at least
+	// ReportInterval.
+	IdleReportInterval time.Duration
+	// BufferBytes bounds the encoded size of what the agent holds for the
+	// collector (pending reports and unacknowledged batches). 0 means
+	// 4 MiB; at least 64 KiB.
+	BufferBytes int
+	// ReconnectMin and ReconnectMax bound the exponential backoff between
+	// connection attempts (full jitter within [d/2, d]). 0 means 250ms and
+	// 30s.
+	ReconnectMin, ReconnectMax time.Duration
+	// Logger receives what the agent has to say (refused batches, bad
+	// input from the wire, reconnects). nil discards it.
+	Logger *slog.Logger
+	// HTTPClient makes the websocket handshake; set its Transport's
+	// TLSClientConfig for wss with a private CA. nil means a client with
+	// default settings.
+	HTTPClient *http.Client
+	// Clock is the time source for timestamps and report ticks. nil means
+	// the system clock.
+	Clock Clock
+}
+
+// Clock is the agent's time source. A Clock must be safe for concurrent
+// use. Tests inject a virtual clock to drive report ticks.
+type Clock interface {
+	Now() time.Time
+	// NewTicker delivers the time on the returned channel every d until
+	// stop is called, like time.NewTicker (ticks may be dropped for a slow
+	// receiver).
+	NewTicker(d time.Duration) (ticks <-chan time.Time, stop func())
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("agent: invalid config")
+
+const minBufferBytes = 64 << 10
+
+// withDefaults validates c and returns it with defaults applied. The error
+// names the bad field and wraps ErrInvalidConfig.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return bad("URL %q is not a ws:// or wss:// URL", c.URL)
+	}
+	if err := checkName(c.Service); err != nil {
+		return bad("Service: %v", err)
+	}
+	if c.Instance == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "unknown"
+		}
+		c.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if err := checkName(c.Instance); err != nil {
+		return bad("Instance: %v", err)
+	}
+	if len(c.Labels) > protocol.MaxLabels {
+		return bad("Labels: %d labels (at most %d)", len(c.Labels), protocol.MaxLabels)
+	}
+	for k, v := range c.Labels {
+		if err := checkName(k); err != nil {
+			return bad("Labels: key %q: %v", k, err)
+		}
+		if len(v) > protocol.MaxNameLen {
+			return bad("Labels[%q]: longer than %d bytes", k, protocol.MaxNameLen)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"ReportInterval", &c.ReportInterval, time.Second},
+		{"IdleReportInterval", &c.IdleReportInterval, 10 * time.Second},
+		{"ReconnectMin", &c.ReconnectMin, 250 * time.Millisecond},
+		{"ReconnectMax", &c.ReconnectMax, 30 * time.Second},
+	} {
+		if *d.v < 0 {
+			return bad("%s is negative (%v)", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.ReportInterval < time.Millisecond || c.ReportInterval > protocol.MaxWindowMillis*time.Millisecond {
+		return bad("ReportInterval %v is outside 1ms..1h", c.ReportInterval)
+	}
+	c.IdleReportInterval = max(c.IdleReportInterval, c.ReportInterval)
+	if c.IdleReportInterval > protocol.MaxWindowMillis*time.Millisecond {
+		return bad("IdleReportInterval %v is longer than 1h", c.IdleReportInterval)
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		return bad("ReconnectMax %v is shorter than ReconnectMin %v", c.ReconnectMax, c.ReconnectMin)
+	}
+	switch {
+	case c.BufferBytes < 0:
+		return bad("BufferBytes is negative (%d)", c.BufferBytes)
+	case c.BufferBytes == 0:
+		c.BufferBytes = 4 << 20
+	case c.BufferBytes < minBufferBytes:
+		return bad("BufferBytes %d is below %d", c.BufferBytes, minBufferBytes)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{}
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	return c, nil
+}
+
+func checkName(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("empty")
+	}
+	if len(v) > protocol.MaxNameLen {
+		return fmt.Errorf("longer than %d bytes", protocol.MaxNameLen)
+	}
+	return nil
+}

@@ -1,0 +1,296 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Timeouts of the connection. Each write has its own deadline so that a
+// collector that stops reading costs a reconnect, never a stuck agent.
+const (
+	dialTimeout    = 10 * time.Second // handshake, hello and welcome
+	writeTimeout   = 10 * time.Second
+	ackTimeout     = 30 * time.Second // a batch unacknowledged this long means a dead collector
+	closeTimeout   = time.Second      // for the closing handshake
+	ackCheckPeriod = ackTimeout / 4
+)
+
+// Reasons a session ends that are not failures of the collector.
+var (
+	errRehello    = errors.New("new breakers registered: sending a new hello")
+	errAckTimeout = errors.New("no acknowledgement from the collector")
+)
+
+// connLoop is the agent's connection goroutine: it keeps one session with
+// the collector up, reconnecting with exponential backoff and jitter.
+func (a *Agent) connLoop(ctx context.Context) {
+	defer a.wg.Done()
+	backoff := a.cfg.ReconnectMin
+	sessions := 0
+	for ctx.Err() == nil {
+		welcomed, err := a.session(ctx, sessions > 0)
+		if welcomed {
+			sessions++
+			backoff = a.cfg.ReconnectMin
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errRehello) {
+			continue
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		a.log.Warn("collector connection lost, retrying", "error", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, a.cfg.ReconnectMax)
+	}
+}
+
+// session runs one connection: dial, hello, welcome, then batches out and
+// acks and commands in, until the connection fails or ctx ends. welcomed
+// reports whether the collector accepted the hello.
+func (a *Agent) session(ctx context.Context, reconnect bool) (welcomed bool, err error) {
+	hello, gen := a.hello()
+	conn, welcome, err := a.handshake(ctx, &hello)
+	if err != nil {
+		return false, err
+	}
+	defer conn.CloseNow()
+	if reconnect {
+		a.reconnects.Add(1)
+	}
+	if ahead := a.out.welcome(welcome.LastSeq); ahead {
+		a.log.Warn("the collector holds batches this agent did not send; skipping ahead", "last_seq", welcome.LastSeq)
+	}
+	a.connected.Store(true)
+	defer a.connected.Store(false)
+	a.log.Info("connected to the collector", "url", a.cfg.URL, "last_seq", welcome.LastSeq)
+
+	sctx, cancel := context.WithCancel(ctx)
+	readDone := make(chan struct{})
+	var readErr error
+	go func() {
+		defer close(readDone)
+		readErr = a.readLoop(sctx, conn)
+	}()
+	defer func() {
+		cancel()
+		<-readDone
+	}()
+
+	check := time.NewTicker(ackCheckPeriod)
+	defer check.Stop()
+	for {
+		if a.currentHelloGen() != gen {
+			a.closeGracefully(conn, websocket.StatusNormalClosure, "new hello")
+			return true, errRehello
+		}
+		if err := a.writePending(ctx, conn); err != nil {
+			return true, err
+		}
+		select {
+		case <-ctx.Done():
+			a.closeGracefully(conn, websocket.StatusNormalClosure, "agent closing")
+			return true, ctx.Err()
+		case <-readDone:
+			return true, readErr
+		case <-a.sendReady:
+		case <-check.C:
+			if since, ok := a.out.unackedSince(); ok && time.Since(since) > ackTimeout {
+				return true, fmt.Errorf("%w for %v", errAckTimeout, time.Since(since).Round(time.Second))
+			}
+		}
+	}
+}
+
+// handshake dials the collector, sends hello and waits for its welcome.
+func (a *Agent) handshake(ctx context.Context, hello *protocol.Hello) (*websocket.Conn, *protocol.Welcome, error) {
+	hctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	header := http.Header{}
+	if a.cfg.Token != "" {
+		header.Set("Authorization", "Bearer "+a.cfg.Token)
+	}
+	conn, resp, err := websocket.Dial(hctx, a.cfg.URL, &websocket.DialOptions{
+		HTTPClient: a.cfg.HTTPClient, HTTPHeader: header, Subprotocols: []string{protocol.Subprotocol},
+	})
+	if err != nil {
+		if resp != nil {
+			return nil, nil, fmt.Errorf("dial %s: HTTP %d: %w", a.cfg.URL, resp.StatusCode, err)
+		}
+		return nil, nil, fmt.Errorf("dial %s: %w", a.cfg.URL, err)
+	}
+	conn.SetReadLimit(protocol.MaxMessageBytes)
+	fail := func(err error) (*websocket.Conn, *protocol.Welcome, error) {
+		conn.CloseNow()
+		return nil, nil, err
+	}
+	if sp := conn.Subprotocol(); sp != protocol.Subprotocol {
+		return fail(fmt.Errorf("the collector chose subprotocol %q, not %q", sp, protocol.Subprotocol))
+	}
+	data, err := json.Marshal(hello)
+	if err != nil {
+		return fail(fmt.Errorf("encoding hello: %w", err))
+	}
+	if err := conn.Write(hctx, websocket.MessageText, data); err != nil {
+		return fail(fmt.Errorf("sending hello: %w", err))
+	}
+	for {
+		_, data, err := conn.Read(hctx)
+		if err != nil {
+			return fail(fmt.Errorf("waiting for welcome: %w", err))
+		}
+		var env protocol.Envelope
+		if err := json.Unmarshal(data, &env); err != nil {
+			return fail(fmt.Errorf("waiting for welcome: malformed message: %w", err))
+		}
+		switch env.Type {
+		case protocol.TypeWelcome:
+			var w protocol.Welcome
+			if err := json.Unmarshal(data, &w); err != nil {
+				return fail(fmt.Errorf("malformed welcome: %w", err))
+			}
+			if w.Protocol != 0 && w.Protocol != protocol.Version {
+				return fail(fmt.Errorf("the collector speaks protocol %d, not %d", w.Protocol, protocol.Version))
+			}
+			return conn, &w, nil
+		case protocol.TypeError:
+			var e protocol.Error
+			_ = json.Unmarshal(data, &e)
+			return fail(fmt.Errorf("the collector refused the hello: %s", e.Reason))
+		default:
+			a.log.Warn("message before welcome ignored", "type", env.Type)
+		}
+	}
+}
+
+// writePending writes every batch the outbox has for this connection.
+func (a *Agent) writePending(ctx context.Context, conn *websocket.Conn) error {
+	a.queue() // transitions go out from here, without waiting for the report goroutine
+	for {
+		seq, data, ok := a.out.next(a.cfg.Clock.Now().UnixMilli())
+		if !ok {
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		err := conn.Write(wctx, websocket.MessageText, data)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("sending batch %d: %w", seq, err)
+		}
+	}
+}
+
+// closeGracefully runs the websocket closing handshake, but no longer
+// than closeTimeout: a collector that does not answer is cut off.
+func (a *Agent) closeGracefully(conn *websocket.Conn, code websocket.StatusCode, reason string) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = conn.Close(code, reason)
+	}()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		_ = conn.CloseNow()
+		<-done
+	}
+}
+
+// readLoop handles what the collector sends until the connection fails.
+// Bad input is logged and refused; only a broken connection (including a
+// frame over protocol.MaxMessageBytes, which the websocket library refuses
+// by closing with status 1009) or a fatal error ends it.
+func (a *Agent) readLoop(ctx context.Context, conn *websocket.Conn) error {
+	for {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			return fmt.Errorf("reading: %w", err)
+		}
+		if typ != websocket.MessageText {
+			a.log.Warn("binary message from the collector refused", "bytes", len(data))
+			continue
+		}
+		if err := a.handle(ctx, data); err != nil {
+			return err
+		}
+	}
+}
+
+// handle acts on one message from the collector. It returns an error only
+// when the connection must end.
+func (a *Agent) handle(ctx context.Context, data []byte) error {
+	var env protocol.Envelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		a.log.Warn("malformed message from the collector refused", "error", err, "bytes", len(data))
+		return nil
+	}
+	switch env.Type {
+	case protocol.TypeAck:
+		var m protocol.Ack
+		if err := json.Unmarshal(data, &m); err != nil {
+			a.log.Warn("malformed ack refused", "error", err)
+			return nil
+		}
+		a.out.ack(m.Seq)
+		signal(a.sendReady)
+	case protocol.TypeError:
+		var m protocol.Error
+		if err := json.Unmarshal(data, &m); err != nil {
+			a.log.Warn("malformed error message refused", "error", err)
+			return nil
+		}
+		if m.Seq != 0 {
+			known := a.out.refuse(m.Seq)
+			a.log.Error("the collector refused a batch; it is dropped", "seq", m.Seq, "reason", m.Reason, "in_flight", known)
+			signal(a.sendReady)
+		} else {
+			a.log.Error("the collector reported an error", "reason", m.Reason, "fatal", m.Fatal)
+		}
+		if m.Fatal {
+			return fmt.Errorf("fatal error from the collector: %s", m.Reason)
+		}
+	case protocol.TypeCommand:
+		var m protocol.Command
+		in := inCommand{}
+		if err := json.Unmarshal(data, &m); err != nil {
+			// Answer it if at least its id can be read, so the operator
+			// learns why nothing happened.
+			var id struct {
+				ID      string `json:"id"`
+				Breaker string `json:"breaker"`
+			}
+			_ = json.Unmarshal(data, &id)
+			m = protocol.Command{ID: id.ID, Breaker: id.Breaker}
+			in.malformed = err
+		}
+		in.cmd = m
+		select {
+		case a.cmds <- in:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	case protocol.TypeWelcome:
+		a.log.Warn("unexpected welcome ignored")
+	default:
+		a.log.Warn("message of unknown type from the collector ignored", "type", env.Type)
+	}
+	return nil
+}

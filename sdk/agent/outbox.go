@@ -1,0 +1,394 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// item is one upstream record waiting for a batch: exactly one of t, w, r
+// is set. size is its encoded JSON size, the unit of the buffer bound.
+type item struct {
+	t    *protocol.Transition
+	w    *protocol.Window
+	r    *protocol.CommandResult
+	size int
+}
+
+func newItem(t *protocol.Transition, w *protocol.Window, r *protocol.CommandResult) item {
+	var v any
+	switch {
+	case t != nil:
+		v = t
+	case w != nil:
+		v = w
+	default:
+		v = r
+	}
+	data, _ := json.Marshal(v) // plain structs of numbers and strings cannot fail
+	return item{t: t, w: w, r: r, size: len(data) + 1}
+}
+
+// sentBatch is a sequenced, encoded batch that the collector has not
+// acknowledged yet.
+type sentBatch struct {
+	seq  uint64
+	data []byte
+}
+
+// batchOverhead bounds the JSON around the items of a batch (type, seq,
+// sent_at, array brackets, dropped counts).
+const batchOverhead = 512
+
+// outbox holds everything the agent has to say and has not had
+// acknowledged, within a byte bound. Pending items are not sequenced yet;
+// in-flight batches are sequenced and encoded, and are resent verbatim
+// after a reconnect until acknowledged.
+//
+// The bound is split: in-flight batches may use half of it (new batches
+// are not formed beyond that), pending items the rest. When pending items
+// overflow, the oldest window reports are merged into a newer report of
+// the same breaker (counts kept, resolution lost), then the oldest window
+// reports are dropped (counts lost), and only then the oldest transitions
+// and command results. Everything dropped is counted and reported in the
+// next batch's Dropped.
+//
+// An outbox is safe for concurrent use.
+type outbox struct {
+	limit    int // bytes
+	maxBatch int // bytes per batch
+
+	mu            sync.Mutex
+	pending       []item
+	pendingBytes  int
+	inflight      []sentBatch
+	inflightBytes int
+	cursor        int // index into inflight of the next batch to write on this connection
+	nextSeq       uint64
+	unreported    protocol.Dropped // dropped since the last batch formed
+	total         protocol.Dropped // dropped since the start
+	sent, acked   uint64
+	drained       chan struct{} // closed when draining and empty; nil until draining
+	progress      time.Time     // wall time of the last ack, or of the first write after none was unacked
+}
+
+func newOutbox(limit int) *outbox {
+	maxBatch := min(protocol.MaxMessageBytes, limit/2) - batchOverhead
+	return &outbox{limit: limit, maxBatch: maxBatch, nextSeq: 1}
+}
+
+// add appends items in order and enforces the bound.
+func (o *outbox) add(items ...item) {
+	if len(items) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, it := range items {
+		o.pending = append(o.pending, it)
+		o.pendingBytes += it.size
+	}
+	o.compact()
+}
+
+// countDropped records items lost before they reached the outbox.
+func (o *outbox) countDropped(d protocol.Dropped) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	addDropped(&o.unreported, d)
+	addDropped(&o.total, d)
+}
+
+func addDropped(a *protocol.Dropped, b protocol.Dropped) {
+	a.Windows += b.Windows
+	a.Merged += b.Merged
+	a.Batches += b.Batches
+	a.Transitions += b.Transitions
+	a.CommandResults += b.CommandResults
+}
+
+// compact brings pending items within their share of the bound.
+func (o *outbox) compact() {
+	budget := o.limit - o.inflightBytes
+	if o.pendingBytes <= budget {
+		return
+	}
+	var d protocol.Dropped
+	o.mergeOldestWindows(budget, &d)
+	o.dropOldest(budget, &d, func(it item) bool { return it.w != nil })
+	o.dropOldest(budget, &d, func(item) bool { return true })
+	addDropped(&o.unreported, d)
+	addDropped(&o.total, d)
+}
+
+// mergeOldestWindows folds, oldest first, a window report into the next
+// report of the same breaker until pending fits in budget.
+func (o *outbox) mergeOldestWindows(budget int, d *protocol.Dropped) {
+	removed := make([]bool, len(o.pending))
+	last := map[string]int{} // breaker -> index of its latest kept window so far
+	for i := range o.pending {
+		if o.pendingBytes <= budget {
+			break
+		}
+		w := o.pending[i].w
+		if w == nil {
+			continue
+		}
+		if j, ok := last[w.Breaker]; ok && w.Start+w.Millis-o.pending[j].w.Start <= protocol.MaxWindowMillis {
+			merged := mergeWindows(*o.pending[j].w, *w)
+			o.pendingBytes -= o.pending[j].size + o.pending[i].size
+			o.pending[i] = newItem(nil, &merged, nil)
+			o.pendingBytes += o.pending[i].size
+			removed[j] = true
+			d.Merged++
+		}
+		last[w.Breaker] = i
+	}
+	o.removeMarked(removed)
+}
+
+// dropOldest removes the oldest items matching pick until pending fits.
+func (o *outbox) dropOldest(budget int, d *protocol.Dropped, pick func(item) bool) {
+	removed := make([]bool, len(o.pending))
+	for i, it := range o.pending {
+		if o.pendingBytes <= budget {
+			break
+		}
+		if !pick(it) {
+			continue
+		}
+		removed[i] = true
+		o.pendingBytes -= it.size
+		switch {
+		case it.w != nil:
+			d.Windows++
+		case it.t != nil:
+			d.Transitions++
+		default:
+			d.CommandResults++
+		}
+	}
+	o.removeMarked(removed)
+}
+
+func (o *outbox) removeMarked(removed []bool) {
+	kept := o.pending[:0]
+	for i, it := range o.pending {
+		if !removed[i] {
+			kept = append(kept, it)
+		}
+	}
+	clear(o.pending[len(kept):])
+	o.pending = kept
+}
+
+// mergeWindows returns one report covering a (older) and b (newer): counts
+// and histograms add up, the state, in-flight calls and headroom are b's.
+func mergeWindows(a, b protocol.Window) protocol.Window {
+	m := b
+	m.Start = a.Start
+	m.Millis = b.Start + b.Millis - a.Start
+	m.Counts = a.Counts
+	m.Counts.Add(b.Counts)
+	m.LatencySumMs = a.LatencySumMs + b.LatencySumMs
+	switch {
+	case len(a.Latency) == 0:
+		m.Latency = b.Latency
+	case len(b.Latency) == 0:
+		m.Latency = a.Latency
+	default:
+		m.Latency = make([]int64, len(a.Latency))
+		for i := range a.Latency {
+			m.Latency[i] = a.Latency[i] + b.Latency[i]
+		}
+	}
+	return m
+}
+
+// next returns the next batch to write on the current connection: an
+// in-flight batch not yet written on it, or a new batch formed from
+// pending items. ok is false when there is nothing to send, or when
+// in-flight batches fill their share of the bound.
+func (o *outbox) next(sentAt int64) (seq uint64, data []byte, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cursor == 0 || len(o.inflight) == 0 {
+		o.progress = time.Now() // the collector's time to answer starts now
+	}
+	if o.cursor < len(o.inflight) {
+		b := o.inflight[o.cursor]
+		o.cursor++
+		o.sent++
+		return b.seq, b.data, true
+	}
+	room := min(o.maxBatch, o.limit/2-o.inflightBytes-batchOverhead)
+	if len(o.pending) == 0 || o.pending[0].size > room {
+		return 0, nil, false
+	}
+	b := protocol.Batch{Type: protocol.TypeBatch, Seq: o.nextSeq, SentAt: sentAt}
+	n, size := 0, 0
+fill:
+	for _, it := range o.pending {
+		if size+it.size > room {
+			break fill
+		}
+		switch {
+		case it.t != nil:
+			if len(b.Transitions) == protocol.MaxTransitions {
+				break fill
+			}
+			b.Transitions = append(b.Transitions, *it.t)
+		case it.w != nil:
+			if len(b.Windows) == protocol.MaxWindows {
+				break fill
+			}
+			b.Windows = append(b.Windows, *it.w)
+		default:
+			if len(b.CommandResults) == protocol.MaxCommandResults {
+				break fill
+			}
+			b.CommandResults = append(b.CommandResults, *it.r)
+		}
+		n++
+		size += it.size
+	}
+	if o.unreported != (protocol.Dropped{}) {
+		d := o.unreported
+		b.Dropped = &d
+		o.unreported = protocol.Dropped{}
+	}
+	data, err := json.Marshal(&b)
+	if err != nil {
+		panic(fmt.Sprintf("agent: encoding a batch: %v", err)) // plain structs: cannot happen
+	}
+	clear(o.pending[:n])
+	o.pending = o.pending[n:]
+	o.pendingBytes -= size
+	o.inflight = append(o.inflight, sentBatch{seq: b.Seq, data: data})
+	o.inflightBytes += len(data)
+	o.cursor = len(o.inflight)
+	o.nextSeq++
+	o.sent++
+	return b.Seq, data, true
+}
+
+// welcome starts a new connection on which the collector has stored
+// every batch up to lastSeq: those are forgotten, the rest will be
+// resent in order. It reports whether lastSeq is ahead of anything this
+// agent sent (then the agent skips its sequence ahead so that its next
+// batches are not taken for duplicates).
+func (o *outbox) welcome(lastSeq uint64) (ahead bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ackLocked(lastSeq)
+	o.cursor = 0
+	if lastSeq >= o.nextSeq {
+		o.nextSeq = lastSeq + 1
+		return true
+	}
+	return false
+}
+
+// ack forgets every in-flight batch with a sequence number <= seq.
+func (o *outbox) ack(seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ackLocked(seq)
+}
+
+func (o *outbox) ackLocked(seq uint64) {
+	n := 0
+	for n < len(o.inflight) && o.inflight[n].seq <= seq {
+		o.inflightBytes -= len(o.inflight[n].data)
+		n++
+	}
+	o.acked += uint64(n)
+	if n > 0 {
+		o.progress = time.Now()
+	}
+	o.removeInflight(0, n)
+	o.checkDrained()
+}
+
+// refuse forgets the in-flight batch seq, which the collector will never
+// store, and counts it. It reports whether seq was in flight.
+func (o *outbox) refuse(seq uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, b := range o.inflight {
+		if b.seq == seq {
+			o.inflightBytes -= len(b.data)
+			o.removeInflight(i, i+1)
+			d := protocol.Dropped{Batches: 1}
+			addDropped(&o.unreported, d)
+			addDropped(&o.total, d)
+			o.checkDrained()
+			return true
+		}
+	}
+	return false
+}
+
+func (o *outbox) removeInflight(i, j int) {
+	if i == j {
+		return
+	}
+	o.inflight = append(o.inflight[:i], o.inflight[j:]...)
+	switch {
+	case o.cursor >= j:
+		o.cursor -= j - i
+	case o.cursor > i:
+		o.cursor = i
+	}
+}
+
+// unackedSince returns since when the collector owes an acknowledgement
+// for a batch written on this connection; ok is false when it owes none.
+func (o *outbox) unackedSince() (since time.Time, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.progress, o.cursor > 0
+}
+
+// drain returns a channel closed once nothing is pending or in flight.
+func (o *outbox) drain() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.drained == nil {
+		o.drained = make(chan struct{})
+		o.checkDrained()
+	}
+	return o.drained
+}
+
+func (o *outbox) checkDrained() {
+	if o.drained == nil || len(o.pending) > 0 || len(o.inflight) > 0 {
+		return
+	}
+	select {
+	case <-o.drained:
+	default:
+		close(o.drained)
+	}
+}
+
+// outboxStats is a consistent copy of the outbox's counters.
+type outboxStats struct {
+	sent, acked     uint64
+	dropped         protocol.Dropped
+	bytes           int
+	pending, unsent int // items not in a batch; in-flight batches
+}
+
+func (o *outbox) stats() outboxStats {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return outboxStats{
+		sent: o.sent, acked: o.acked, dropped: o.total,
+		bytes:   o.pendingBytes + o.inflightBytes,
+		pending: len(o.pending), unsent: len(o.inflight),
+	}
+}
