@@ -1,0 +1,36 @@
+package loadgen
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// readEvents reads the server-sent event stream until it ends, recording
+// when each transition arrives.
+func (r *run) readEvents(resp *http.Response) {
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		at := time.Now()
+		var e struct {
+			Kind       string `json:"kind"`
+			Transition *struct {
+				Instance   string `json:"instance"`
+				Breaker    string `json:"breaker"`
+				Generation uint64 `json:"generation"`
+			} `json:"transition"`
+		}
+		if json.Unmarshal([]byte(line[6:]), &e) != nil || e.Transition == nil {
+			continue
+		}
+		r.seen(key(e.Transition.Instance, e.Transition.Breaker, e.Transition.Generation), at)
+	}
+}

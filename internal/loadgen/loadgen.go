@@ -1,0 +1,339 @@
+// Package loadgen simulates a fleet of cbdash agents against a collector,
+// over real websockets, speaking the wire protocol directly (no breakers):
+// every instance says hello with its breakers, sends a window report per
+// breaker every Interval, and now and then pushes a transition at once, as
+// a real agent does. It measures the window reports the collector
+// acknowledged per second (acks come after the commit) and how long a
+// transition takes from leaving its agent to reaching a subscriber of
+// GET /api/v1/events.
+//
+// It backs `cbdash loadgen`; Run is safe to call from one goroutine at a
+// time per Config (each call owns its connections).
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/coder/websocket"
+)
+
+// ErrInvalid is wrapped by Config validation errors.
+var ErrInvalid = errors.New("invalid load generator config")
+
+// Config says what fleet to simulate. The zero value of every field but
+// URL and Token works.
+type Config struct {
+	// URL is the collector's base URL (http:// or https://); required.
+	URL string
+	// Token is an agent token (cbdash token create); required.
+	Token string
+	// ReadToken, when set, is sent as a Bearer token to /api/v1/events (a
+	// user API token, when the dashboard requires a login).
+	ReadToken string
+	// Service names the simulated service; "" = "loadgen".
+	Service string
+	// Instances is the number of simulated agents; 0 = 1000.
+	Instances int
+	// BreakersPerInstance is the number of breakers per agent; 0 = 20.
+	BreakersPerInstance int
+	// Interval is the window report period; 0 = 1 s.
+	Interval time.Duration
+	// Duration is how long to measure once every instance is connected;
+	// 0 = 30 s.
+	Duration time.Duration
+	// TransitionEvery is how often, on average, each instance flips one
+	// of its breakers (closed > open or back), pushed at once in its own
+	// batch; 0 = 10 s.
+	TransitionEvery time.Duration
+	// DialConcurrency bounds concurrent websocket dials; 0 = 50.
+	DialConcurrency int
+	// Logger receives progress; nil discards it.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Service == "" {
+		c.Service = "loadgen"
+	}
+	if c.Instances == 0 {
+		c.Instances = 1000
+	}
+	if c.BreakersPerInstance == 0 {
+		c.BreakersPerInstance = 20
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.Duration == 0 {
+		c.Duration = 30 * time.Second
+	}
+	if c.TransitionEvery == 0 {
+		c.TransitionEvery = 10 * time.Second
+	}
+	if c.DialConcurrency == 0 {
+		c.DialConcurrency = 50
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	bad := func(field, why string) error { return fmt.Errorf("%w: %s %s", ErrInvalid, field, why) }
+	switch {
+	case !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://"):
+		return bad("URL", "must start with http:// or https://")
+	case c.Token == "":
+		return bad("Token", "is required")
+	case c.Instances < 0:
+		return bad("Instances", "is negative")
+	case c.BreakersPerInstance < 0 || c.BreakersPerInstance > protocol.MaxBreakersPerHello:
+		return bad("BreakersPerInstance", fmt.Sprintf("must be within 0..%d", protocol.MaxBreakersPerHello))
+	case c.Interval < 0, c.Duration < 0, c.TransitionEvery < 0:
+		return bad("Interval/Duration/TransitionEvery", "is negative")
+	case c.DialConcurrency < 0:
+		return bad("DialConcurrency", "is negative")
+	}
+	return nil
+}
+
+// Result is what a run measured.
+type Result struct {
+	Instances int           `json:"instances"`  // connected instances
+	Breakers  int           `json:"breakers"`   // per instance
+	Measured  time.Duration `json:"measured"`   // length of the measurement
+	Connect   time.Duration `json:"connect"`    // time to connect every instance
+	Windows   int64         `json:"windows"`    // window reports acknowledged while measuring
+	Rate      float64       `json:"rate"`       // acknowledged window reports per second
+	Offered   float64       `json:"offered"`    // window reports per second sent while measuring
+	Refused   int64         `json:"refused"`    // batches refused by the collector
+	Sent      int64         `json:"sent"`       // transitions sent while measuring
+	Seen      int64         `json:"seen"`       // of them, seen by the subscriber
+	P50       time.Duration `json:"p50"`        // transition to subscriber
+	P99       time.Duration `json:"p99"`        // transition to subscriber
+	Max       time.Duration `json:"max"`        // transition to subscriber
+	Errors    int64         `json:"errors"`     // connections lost or refused
+	Dropped   bool          `json:"sub_dropped"` // the subscriber stream ended early
+}
+
+// String formats r as one line per measure.
+func (r Result) String() string {
+	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
+		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
+		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen)",
+		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
+		r.Rate, r.Offered, r.Measured.Round(time.Millisecond), r.Refused, r.Errors,
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent)
+}
+
+// run is the shared state of one Run.
+type run struct {
+	cfg       Config
+	measuring atomic.Bool
+	windows   atomic.Int64 // acked while measuring
+	offered   atomic.Int64 // sent while measuring
+	refused   atomic.Int64
+	errors    atomic.Int64
+	sent      atomic.Int64
+
+	mu        sync.Mutex
+	pending   map[string]time.Time // "instance/breaker/generation" -> sent
+	latencies []time.Duration
+}
+
+// Run connects cfg.Instances simulated agents, waits until all are
+// connected (or failed), measures for cfg.Duration, then closes everything
+// and returns what it measured. It returns early with ctx's error when ctx
+// ends, ErrInvalid for a bad Config, or an error when the event stream or
+// every connection fails.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return Result{}, err
+	}
+	r := &run{cfg: cfg, pending: make(map[string]time.Time)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	sub, err := r.subscribe(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	subDone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(subDone)
+		r.readEvents(sub)
+	}()
+
+	start := time.Now()
+	connected := make(chan *agent, cfg.Instances)
+	sem := make(chan struct{}, cfg.DialConcurrency)
+	var dials sync.WaitGroup
+	for i := range cfg.Instances {
+		dials.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer dials.Done()
+			defer func() { <-sem }()
+			a, err := r.dial(ctx, i)
+			if err != nil {
+				r.errors.Add(1)
+				cfg.Logger.Warn("dial", "instance", i, "err", err)
+				return
+			}
+			connected <- a
+		}()
+	}
+	dials.Wait()
+	close(connected)
+	var agents []*agent
+	for a := range connected {
+		agents = append(agents, a)
+	}
+	res := Result{Instances: len(agents), Breakers: cfg.BreakersPerInstance, Connect: time.Since(start)}
+	if len(agents) == 0 {
+		return res, errors.New("loadgen: no instance could connect")
+	}
+	cfg.Logger.Info("connected", "instances", len(agents), "in", res.Connect)
+	for _, a := range agents {
+		wg.Add(2)
+		go func() { defer wg.Done(); a.readLoop(ctx) }()
+		go func() { defer wg.Done(); a.sendLoop(ctx) }()
+	}
+	// Let every instance send once before measuring.
+	warm := time.NewTimer(cfg.Interval + 500*time.Millisecond)
+	select {
+	case <-ctx.Done():
+		warm.Stop()
+		return res, ctx.Err()
+	case <-warm.C:
+	}
+	r.measuring.Store(true)
+	t0 := time.Now()
+	end := time.NewTimer(cfg.Duration)
+	select {
+	case <-ctx.Done():
+		end.Stop()
+		return res, ctx.Err()
+	case <-end.C:
+	case <-subDone:
+		res.Dropped = true
+	}
+	r.measuring.Store(false)
+	res.Measured = time.Since(t0)
+	// Give transitions sent at the very end a moment to arrive.
+	grace := time.NewTimer(500 * time.Millisecond)
+	select {
+	case <-grace.C:
+	case <-subDone:
+	}
+	cancel()
+	sub.Body.Close()
+	wg.Wait()
+	for _, a := range agents {
+		a.conn.CloseNow()
+	}
+	res.Windows = r.windows.Load()
+	res.Rate = float64(res.Windows) / res.Measured.Seconds()
+	res.Offered = float64(r.offered.Load()) / res.Measured.Seconds()
+	res.Refused = r.refused.Load()
+	res.Errors = r.errors.Load()
+	res.Sent = r.sent.Load()
+	r.mu.Lock()
+	lat := slices.Clone(r.latencies)
+	r.mu.Unlock()
+	res.Seen = int64(len(lat))
+	slices.Sort(lat)
+	if n := len(lat); n > 0 {
+		res.P50, res.P99, res.Max = lat[n*50/100], lat[min(n-1, n*99/100)], lat[n-1]
+	}
+	return res, nil
+}
+
+// subscribe opens the event stream (transitions only).
+func (r *run) subscribe(ctx context.Context) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.cfg.URL, "/")+"/api/v1/events?kind=transition", nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.cfg.ReadToken != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.ReadToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: event stream: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("loadgen: event stream: %s", resp.Status)
+	}
+	return resp, nil
+}
+
+// sentAt records when a transition left its agent.
+func (r *run) sentAt(key string, at time.Time) {
+	if !r.measuring.Load() {
+		return
+	}
+	r.sent.Add(1)
+	r.mu.Lock()
+	r.pending[key] = at
+	r.mu.Unlock()
+}
+
+// seen records a transition's arrival at the subscriber.
+func (r *run) seen(key string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.pending[key]; ok {
+		delete(r.pending, key)
+		r.latencies = append(r.latencies, at.Sub(t))
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+func wsURL(base string) string {
+	base = strings.TrimRight(base, "/")
+	if strings.HasPrefix(base, "https://") {
+		return "wss://" + strings.TrimPrefix(base, "https://") + "/api/v1/agent"
+	}
+	return "ws://" + strings.TrimPrefix(base, "http://") + "/api/v1/agent"
+}
+
+func (r *run) dial(ctx context.Context, i int) (*agent, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(dctx, wsURL(r.cfg.URL), &websocket.DialOptions{
+		Subprotocols: []string{protocol.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + r.cfg.Token}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	conn.SetReadLimit(protocol.MaxMessageBytes)
+	a := newAgent(r, conn, fmt.Sprintf("load-%04d", i))
+	if err := a.handshake(dctx); err != nil {
+		conn.CloseNow()
+		return nil, err
+	}
+	return a, nil
+}
