@@ -119,7 +119,7 @@ func (b *Breaker) newWindow() window {
 	if w.Kind == TimeWindow {
 		return newTimeWindow(int64(w.Duration)/int64(w.Buckets), w.Buckets)
 	}
-	return newCountWindow(w.Size)
+	return newCountWindow(w.Size, b.cfg.MinimumCalls)
 }
 
 // newEpochLocked starts a new generation in state s, with an empty window
@@ -303,8 +303,8 @@ func (b *Breaker) finish(c *Call, o Outcome, end int64) {
 	if !o.recorded() || ep.win == nil || b.ep.Load() != ep {
 		return
 	}
-	s := ep.win.record(end, o.failed(), slow)
-	if ep.state == Closed && b.trips(s) {
+	s, judge := ep.win.record(end, o.failed(), slow, st)
+	if judge && ep.state == Closed && b.trips(s) {
 		b.trip(ep, end)
 	}
 }

@@ -8,9 +8,11 @@ import (
 // window is a sliding window of recorded calls. Times are nanoseconds
 // since the breaker was made. Implementations are safe for concurrent use.
 type window interface {
-	// record adds one call that ended at t and returns the window right
-	// after it.
-	record(t int64, failed, slow bool) counts
+	// record adds one call that ended at t, counted on stripe st (see
+	// stripeHint). It returns the window right after it, and whether the
+	// window needs judging at all: false when the call cannot have made
+	// the breaker trip.
+	record(t int64, failed, slow bool, st uint8) (counts, bool)
 	// stats returns the window as it is at t, without changing it.
 	stats(t int64) counts
 }
@@ -21,81 +23,117 @@ type counts struct{ calls, fails, slow int64 }
 func (c counts) stats() WindowStats { return makeStats(c.calls, c.fails, c.slow) }
 
 const (
-	slotUsed   = 1
-	slotFailed = 2
-	slotSlow   = 4
+	markFailed = 1
+	markSlow   = 2
 )
 
-// countWindow keeps the last size recorded calls in a ring, without a
-// lock: a record claims a position with one atomic add and swaps its mark
-// into the slot, adjusting the failure and slow counts by the difference
-// from the mark it evicted. Under concurrency two records that claim
-// positions size apart may land in the other's order; the counts always
-// match the slots.
+// countWindow keeps the marks (failed, slow) of the last size recorded
+// calls in a ring. Every mark but one goes into the ring under a short
+// lock, in order. The exception is the common case, a plain success
+// (neither failed nor slow) once the window holds enough calls to be
+// judged: such a call cannot make the breaker trip, and its mark is the
+// same as every other plain success's, so it is only counted, on the
+// caller's stripe, without a lock or a shared write. Whoever next takes
+// the lock (a failure, a slow call, a snapshot) first pushes the counted
+// successes into the ring. Sequentially this is exactly the last size
+// calls in order; concurrently, successes counted while a failure is being
+// recorded may land on either side of it, as they would with any lock
+// order.
 type countWindow struct {
 	size   int64
-	stride int64 // slots apart that consecutive calls' marks are kept
-	slots  []atomic.Uint32
-	// pos is written by every call; the padding keeps it off the cache
-	// lines of the fields read by every call, wherever the allocator puts
-	// the struct.
-	_     [64]byte
-	pos   atomic.Int64 // records so far
-	_     [64]byte
-	fails atomic.Int64
-	slow  atomic.Int64
-}
-
-// spreadSlots is the largest window whose consecutive marks are kept on
-// different cache lines (16 slots apart), so that calls ending at the same
-// time on different cores do not write the same line; larger windows pack
-// their marks (64 KiB at most is spent on spreading).
-const spreadSlots = 1024
-
-func newCountWindow(size int) *countWindow {
-	stride := int64(1)
-	if size <= spreadSlots {
-		stride = 16
+	warmAt int64 // from this many calls on, plain successes are only counted
+	_      [64]byte
+	// pending counts plain successes not yet in the ring, per stripe.
+	pending [numStripes]struct {
+		n atomic.Int64
+		_ [56]byte
 	}
-	return &countWindow{size: int64(size), stride: stride, slots: make([]atomic.Uint32, int64(size)*stride)}
+	warm atomic.Bool // pos >= warmAt
+	_    [63]byte
+
+	mu          sync.Mutex
+	marks       []uint8
+	pos         int64 // calls pushed so far
+	fails, slow int64 // marks in the ring
 }
 
-func (w *countWindow) record(_ int64, failed, slow bool) counts {
-	mark := uint32(slotUsed)
+func newCountWindow(size, minCalls int) *countWindow {
+	return &countWindow{size: int64(size), warmAt: int64(min(size, minCalls)), marks: make([]uint8, size)}
+}
+
+func (w *countWindow) record(_ int64, failed, slow bool, st uint8) (counts, bool) {
+	if !failed && !slow && w.warm.Load() {
+		w.pending[st%numStripes].n.Add(1)
+		return counts{}, false
+	}
+	var mark uint8
 	if failed {
-		mark |= slotFailed
+		mark |= markFailed
 	}
 	if slow {
-		mark |= slotSlow
+		mark |= markSlow
 	}
-	p := w.pos.Add(1) - 1
-	old := w.slots[(p%w.size)*w.stride].Swap(mark)
-	if d := int64(mark&slotFailed)>>1 - int64(old&slotFailed)>>1; d != 0 {
-		w.fails.Add(d)
+	w.mu.Lock()
+	w.flushLocked()
+	w.pushLocked(mark, 1)
+	c := w.countsLocked()
+	if w.pos >= w.warmAt {
+		w.warm.Store(true)
 	}
-	if d := int64(mark&slotSlow)>>2 - int64(old&slotSlow)>>2; d != 0 {
-		w.slow.Add(d)
-	}
-	return w.judge(p + 1)
+	w.mu.Unlock()
+	return c, true
 }
 
-func (w *countWindow) judge(n int64) counts {
-	calls := min(n, w.size)
-	return counts{calls, clamp(w.fails.Load(), calls), clamp(w.slow.Load(), calls)}
+// flushLocked pushes the counted plain successes into the ring.
+func (w *countWindow) flushLocked() {
+	var k int64
+	for i := range w.pending {
+		k += w.pending[i].n.Swap(0)
+	}
+	if k > 0 {
+		w.pushLocked(0, k)
+	}
 }
 
-func (w *countWindow) stats(int64) counts { return w.judge(w.pos.Load()) }
+// pushLocked pushes k calls with the same mark.
+func (w *countWindow) pushLocked(mark uint8, k int64) {
+	if k >= w.size { // every mark in the ring is replaced
+		for i := range w.marks {
+			w.marks[i] = mark
+		}
+		w.fails, w.slow = 0, 0
+		if mark&markFailed != 0 {
+			w.fails = w.size
+		}
+		if mark&markSlow != 0 {
+			w.slow = w.size
+		}
+		w.pos += k
+		return
+	}
+	for range k {
+		i := w.pos % w.size
+		if w.pos >= w.size { // evict the oldest
+			old := w.marks[i]
+			w.fails -= int64(old & markFailed)
+			w.slow -= int64(old&markSlow) >> 1
+		}
+		w.marks[i] = mark
+		w.fails += int64(mark & markFailed)
+		w.slow += int64(mark&markSlow) >> 1
+		w.pos++
+	}
+}
 
-// clamp keeps a count read while concurrent records are half done within
-// 0..max.
-func clamp(v, max int64) int64 {
-	if v < 0 {
-		return 0
-	}
-	if v > max {
-		return max
-	}
-	return v
+func (w *countWindow) countsLocked() counts {
+	return counts{min(w.pos, w.size), w.fails, w.slow}
+}
+
+func (w *countWindow) stats(int64) counts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flushLocked()
+	return w.countsLocked()
 }
 
 // timeWindow keeps the calls of the last n buckets of width nanoseconds
@@ -121,7 +159,7 @@ func newTimeWindow(width int64, n int) *timeWindow {
 	return w
 }
 
-func (w *timeWindow) record(t int64, failed, slow bool) counts {
+func (w *timeWindow) record(t int64, failed, slow bool, _ uint8) (counts, bool) {
 	bi := t / w.width
 	n := int64(len(w.buckets))
 	w.mu.Lock()
@@ -140,7 +178,7 @@ func (w *timeWindow) record(t int64, failed, slow bool) counts {
 	}
 	s := w.sumLocked(t)
 	w.mu.Unlock()
-	return s
+	return s, true
 }
 
 func (w *timeWindow) sumLocked(t int64) counts {
