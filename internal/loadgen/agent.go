@@ -141,7 +141,7 @@ func (a *agent) sendWindows(ctx context.Context) error {
 		b.Windows[i] = protocol.Window{
 			Breaker: n, Start: now - a.r.cfg.Interval.Milliseconds(), Millis: max(1, a.r.cfg.Interval.Milliseconds()),
 			State: a.states[i], InFlight: rand.Int64N(4), Latency: lat, LatencySumMs: float64(ok*12 + failed*80),
-			Counts: protocol.Counts{Admitted: ok + failed, Successes: ok, Failures: failed, Errors: failed},
+			Counts:   protocol.Counts{Admitted: ok + failed, Successes: ok, Failures: failed, Errors: failed},
 			Headroom: protocol.Headroom{Calls: 100, Failures: failed * 2, MinimumCalls: 20, FailureRate: float64(failed * 2), FailureRateThreshold: 50},
 		}
 	}

@@ -110,20 +110,20 @@ func (c *Config) validate() error {
 
 // Result is what a run measured.
 type Result struct {
-	Instances int           `json:"instances"`  // connected instances
-	Breakers  int           `json:"breakers"`   // per instance
-	Measured  time.Duration `json:"measured"`   // length of the measurement
-	Connect   time.Duration `json:"connect"`    // time to connect every instance
-	Windows   int64         `json:"windows"`    // window reports acknowledged while measuring
-	Rate      float64       `json:"rate"`       // acknowledged window reports per second
-	Offered   float64       `json:"offered"`    // window reports per second sent while measuring
-	Refused   int64         `json:"refused"`    // batches refused by the collector
-	Sent      int64         `json:"sent"`       // transitions sent while measuring
-	Seen      int64         `json:"seen"`       // of them, seen by the subscriber
-	P50       time.Duration `json:"p50"`        // transition to subscriber
-	P99       time.Duration `json:"p99"`        // transition to subscriber
-	Max       time.Duration `json:"max"`        // transition to subscriber
-	Errors    int64         `json:"errors"`     // connections lost or refused
+	Instances int           `json:"instances"`   // connected instances
+	Breakers  int           `json:"breakers"`    // per instance
+	Measured  time.Duration `json:"measured"`    // length of the measurement
+	Connect   time.Duration `json:"connect"`     // time to connect every instance
+	Windows   int64         `json:"windows"`     // window reports acknowledged while measuring
+	Rate      float64       `json:"rate"`        // acknowledged window reports per second
+	Offered   float64       `json:"offered"`     // window reports per second sent while measuring
+	Refused   int64         `json:"refused"`     // batches refused by the collector
+	Sent      int64         `json:"sent"`        // transitions sent while measuring
+	Seen      int64         `json:"seen"`        // of them, seen by the subscriber
+	P50       time.Duration `json:"p50"`         // transition to subscriber
+	P99       time.Duration `json:"p99"`         // transition to subscriber
+	Max       time.Duration `json:"max"`         // transition to subscriber
+	Errors    int64         `json:"errors"`      // connections lost or refused
 	Dropped   bool          `json:"sub_dropped"` // the subscriber stream ended early
 }
 
