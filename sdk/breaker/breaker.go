@@ -11,12 +11,13 @@ import (
 // with New. All its methods are safe for concurrent use.
 //
 // The state lives in an epoch (one per generation) that is swapped
-// atomically on every transition, so that the closed-state success path
-// takes no lock: it loads the epoch, reads the clock twice (start and end,
-// for the latency histogram) and updates atomic counters and the lock-free
-// count window. Transitions, half-open probes and time windows take a
-// short per-breaker lock; no lock is ever held while user code or an
-// observer runs.
+// atomically on every transition, so that a successful call through a
+// closed breaker with a count window takes no lock and writes no memory
+// shared with other cores: it loads the epoch, reads the clock twice
+// (start and end, for the latency histogram) and adds to counters striped
+// by goroutine. Failures, slow calls, time windows, half-open probes and
+// transitions take a short per-breaker lock; no lock is ever held while
+// user code or an observer runs.
 type Breaker struct {
 	name      string
 	cfg       Config

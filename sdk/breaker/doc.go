@@ -12,8 +12,9 @@
 // Execute (or Do for a call that returns a value, the WithFallback
 // variants for a fallback, or Allow and Call.Done for middleware). For
 // net/http clients, NewTransport wraps an http.RoundTripper with one
-// breaker per host. A Breaker is safe for concurrent use; a successful
-// call through a closed breaker takes no lock and allocates nothing.
+// breaker per host. A Breaker is safe for concurrent use. A successful
+// call through a closed breaker allocates nothing, and with a count window
+// it takes no lock either (a time window takes a short lock per call).
 //
 // # States
 //
