@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/goleak"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// collectorOnLoopback runs a real store and collector on 127.0.0.1 and
+// returns its agent URL, an agent token, and the collector.
+func collectorOnLoopback(t *testing.T) (string, string, *collector.Collector) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col, err := collector.New(collector.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := st.CreateAgentToken(ctx, "checkout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	col.Mount(e, collector.Auth{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: e}
+	go srv.Serve(ln)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); col.Run(runCtx) }()
+	t.Cleanup(func() {
+		srv.Close()
+		stop()
+		<-done
+		st.Close()
+	})
+	return "ws://" + ln.Addr().String() + "/api/v1/agent", token, col
+}
+
+func TestExampleBreakerOpensAndReachesTheCollector(t *testing.T) {
+	agentURL, token, col := collectorOnLoopback(t)
+	// A payments service that is down: every charge fails with a 500.
+	payments := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	})}
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go payments.Serve(pln)
+	defer payments.Close()
+
+	env := map[string]string{
+		"CBDASH_AGENT_URL": agentURL, "CBDASH_AGENT_TOKEN": token,
+		"PAYMENTS_URL": "http://" + pln.Addr().String(), "ADDR": "127.0.0.1:0",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler), ready)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("checkout stopped: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("checkout: %v", err)
+		}
+	}()
+
+	// The breaker's defaults: at least 10 calls, then a failure rate of
+	// 50 % opens it. After that, checkout answers from its fallback.
+	var last string
+	for i := 0; i < 20; i++ {
+		resp, err := http.Get("http://" + addr + "/checkout")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("checkout answered %d %q, want 202 (payment deferred)", resp.StatusCode, b)
+		}
+		last = string(b)
+	}
+	if !strings.Contains(last, "breaker is open") {
+		t.Fatalf("after 20 failed charges checkout says %q, want the open breaker's fallback", last)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+		if err == nil && d.State == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector does not see checkout/payments open within 10s: %+v, %v", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
