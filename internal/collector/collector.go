@@ -196,6 +196,8 @@ func (c *Collector) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-c.live.kick:
+			c.live.flushUrgent()
 		case <-publish.C:
 			c.live.flush()
 		case <-sweep.C:

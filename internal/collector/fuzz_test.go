@@ -38,6 +38,7 @@ func FuzzDecode(f *testing.F) {
 		} else if m.Batch.Validate(&hello, clk.now().UnixMilli()) == nil {
 			l.apply(instKey{"api", "a1"}, m.Batch, clk.now())
 		}
+		l.flushUrgent()
 		l.dependencies()
 		l.services()
 		clk.advance(time.Hour)

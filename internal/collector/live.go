@@ -64,6 +64,10 @@ type live struct {
 	hub        *hub
 	metrics    *metrics // nil-safe
 	day        int64    // UTC day of opensToday
+	// urgent holds dependencies whose state changed: they are published as
+	// soon as the publisher runs (kick wakes it), off the ingest path.
+	urgent map[*dep]struct{}
+	kick   chan struct{}
 }
 
 func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, m *metrics) *live {
@@ -71,6 +75,7 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 		now: now, staleAfter: staleAfter, goneAfter: goneAfter,
 		instances: make(map[instKey]*instance), deps: make(map[cbdash.DependencyKey]*dep),
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
+		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
 	}
 }
 
@@ -270,9 +275,29 @@ func (l *live) apply(k instKey, b *protocol.Batch, at time.Time) bool {
 	}
 	for d := range urgent {
 		l.changedLocked(d)
-		l.publishLocked(d)
+		l.urgent[d] = struct{}{}
+	}
+	if len(urgent) > 0 {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
 	}
 	return true
+}
+
+// flushUrgent publishes the dependencies whose state changed since the
+// last call. The collector runs it whenever kick fires, so computing an
+// aggregate over many instances never delays the batch that changed it.
+func (l *live) flushUrgent() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for d := range l.urgent {
+		delete(l.urgent, d)
+		if l.deps[d.key] == d {
+			l.publishLocked(d)
+		}
+	}
 }
 
 // holdFrom keeps the hold of a forced state from the transition's command
@@ -354,6 +379,7 @@ func (l *live) flush() {
 			l.publishLocked(d)
 		}
 	}
+	clear(l.urgent)
 }
 
 // sweep marks instances stale after staleAfter and forgets them after

@@ -193,6 +193,12 @@ func TestSubscribeSnapshotThenEvents(t *testing.T) {
 	if e.Kind != cbdash.EventTransition || e.Transition.To != protocol.StateForcedOpen {
 		t.Fatalf("first event %+v", e)
 	}
+	select {
+	case <-l.kick:
+	default:
+		t.Fatal("a state change did not wake the publisher")
+	}
+	l.flushUrgent()
 	e = <-sub.ch
 	if e.Kind != cbdash.EventDependency || e.Dependency.State != protocol.StateForcedOpen || e.Dependency.Held == nil || e.Dependency.Held.Actor != "ann" {
 		t.Fatalf("second event %+v", e)
