@@ -57,7 +57,7 @@ type Agent struct {
 	mu       sync.Mutex // guards the fields below
 	breakers []*tracked
 	byName   map[string]*tracked
-	helloGen uint64 // incremented by each Register: the collector must hear a new hello
+	helloGen uint64 // incremented by each Register: the collector must hear a new hello (see item.hello)
 	started  bool
 	closed   bool
 	cancel   context.CancelFunc
@@ -100,8 +100,8 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Register adds b to the breakers the agent reports. It may be called
-// before or after Start; after Start the agent reconnects so that the
-// collector receives a hello declaring b before any report of it. Its
+// before or after Start; after Start the agent sends a new hello on its
+// connection, declaring b, before any report of b. Its
 // counters are reported from zero: the first window report of b carries
 // everything b counted before it was registered.
 //
@@ -125,7 +125,6 @@ func (a *Agent) Register(b *breaker.Breaker) error {
 	// Subscribing under a.mu is safe: b calls the observer outside its own
 	// locks and the observer only touches the inbox.
 	t.unsub = b.Subscribe(a.observe)
-	signal(a.sendReady)
 	return nil
 }
 

@@ -303,6 +303,9 @@ func TestRegisterAfterStartSendsANewHello(t *testing.T) {
 	if errs := f.col.failures(); len(errs) > 0 {
 		t.Fatalf("the collector refused input: %v", errs)
 	}
+	if n := f.agent.Stats().Reconnects; n != 0 {
+		t.Fatalf("%d reconnects: the new hello should go on the open connection", n)
+	}
 }
 
 func TestCommandsAreAppliedOnceAndAnswered(t *testing.T) {

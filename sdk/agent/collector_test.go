@@ -186,6 +186,22 @@ func (c *collector) session(ctx context.Context, conn *websocket.Conn) error {
 		if err != nil {
 			return nil
 		}
+		var env protocol.Envelope
+		if err := json.Unmarshal(data, &env); err != nil {
+			return errors.New("malformed message")
+		}
+		if env.Type == protocol.TypeHello { // declares more breakers; not answered
+			var h protocol.Hello
+			if err := json.Unmarshal(data, &h); err != nil || h.Validate() != nil ||
+				h.Instance != hello.Instance || h.StartedAt != hello.StartedAt {
+				return errors.New("bad hello on an open connection")
+			}
+			hello = h
+			c.mu.Lock()
+			c.hellos = append(c.hellos, h)
+			c.mu.Unlock()
+			continue
+		}
 		var b protocol.Batch
 		if err := json.Unmarshal(data, &b); err != nil || b.Type != protocol.TypeBatch {
 			return errors.New("malformed batch")

@@ -26,7 +26,6 @@ const (
 
 // Reasons a session ends that are not failures of the collector.
 var (
-	errRehello    = errors.New("new breakers registered: sending a new hello")
 	errAckTimeout = errors.New("no acknowledgement from the collector")
 )
 
@@ -44,9 +43,6 @@ func (a *Agent) connLoop(ctx context.Context) {
 		}
 		if ctx.Err() != nil {
 			return
-		}
-		if errors.Is(err, errRehello) {
-			continue
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		a.log.Warn("collector connection lost, retrying", "error", err, "retry_in", wait)
@@ -96,11 +92,7 @@ func (a *Agent) session(ctx context.Context, reconnect bool) (welcomed bool, err
 	check := time.NewTicker(ackCheckPeriod)
 	defer check.Stop()
 	for {
-		if a.currentHelloGen() != gen {
-			a.closeGracefully(conn, websocket.StatusNormalClosure, "new hello")
-			return true, errRehello
-		}
-		if err := a.writePending(ctx, conn); err != nil {
+		if err := a.writePending(ctx, conn, &gen); err != nil {
 			return true, err
 		}
 		select {
@@ -179,11 +171,22 @@ func (a *Agent) handshake(ctx context.Context, hello *protocol.Hello) (*websocke
 	}
 }
 
-// writePending writes every batch the outbox has for this connection.
-func (a *Agent) writePending(ctx context.Context, conn *websocket.Conn) error {
+// writePending writes every batch the outbox has for this connection,
+// which has declared the breakers of hello generation *gen. Before a batch
+// that reports a breaker registered since, it sends a new hello on the
+// same connection (the collector does not answer it).
+func (a *Agent) writePending(ctx context.Context, conn *websocket.Conn, gen *uint64) error {
 	a.queue() // transitions go out from here, without waiting for the report goroutine
 	for {
-		seq, data, ok := a.out.next(a.cfg.Clock.Now().UnixMilli())
+		seq, data, ok, needHello := a.out.next(a.cfg.Clock.Now().UnixMilli(), *gen)
+		if needHello {
+			hello, g := a.hello()
+			if err := a.write(ctx, conn, &hello); err != nil {
+				return fmt.Errorf("sending a new hello: %w", err)
+			}
+			*gen = g
+			continue
+		}
 		if !ok {
 			return nil
 		}
@@ -194,6 +197,17 @@ func (a *Agent) writePending(ctx context.Context, conn *websocket.Conn) error {
 			return fmt.Errorf("sending batch %d: %w", seq, err)
 		}
 	}
+}
+
+// write encodes v and writes it with its own timeout.
+func (a *Agent) write(ctx context.Context, conn *websocket.Conn, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	return conn.Write(wctx, websocket.MessageText, data)
 }
 
 // closeGracefully runs the websocket closing handshake, but no longer

@@ -11,11 +11,14 @@ import (
 
 // item is one upstream record waiting for a batch: exactly one of t, w, r
 // is set. size is its encoded JSON size, the unit of the buffer bound.
+// hello is the hello generation that declares its breaker: it may only go
+// out on a connection that has sent that hello.
 type item struct {
-	t    *protocol.Transition
-	w    *protocol.Window
-	r    *protocol.CommandResult
-	size int
+	t     *protocol.Transition
+	w     *protocol.Window
+	r     *protocol.CommandResult
+	size  int
+	hello uint64
 }
 
 func newItem(t *protocol.Transition, w *protocol.Window, r *protocol.CommandResult) item {
@@ -30,6 +33,11 @@ func newItem(t *protocol.Transition, w *protocol.Window, r *protocol.CommandResu
 	}
 	data, _ := json.Marshal(v) // plain structs of numbers and strings cannot fail
 	return item{t: t, w: w, r: r, size: len(data) + 1}
+}
+
+func (it item) declaredBy(hello uint64) item {
+	it.hello = hello
+	return it
 }
 
 // sentBatch is a sequenced, encoded batch that the collector has not
@@ -140,7 +148,7 @@ func (o *outbox) mergeOldestWindows(budget int, d *protocol.Dropped) {
 		if j, ok := last[w.Breaker]; ok && w.Start+w.Millis-o.pending[j].w.Start <= protocol.MaxWindowMillis {
 			merged := mergeWindows(*o.pending[j].w, *w)
 			o.pendingBytes -= o.pending[j].size + o.pending[i].size
-			o.pending[i] = newItem(nil, &merged, nil)
+			o.pending[i] = newItem(nil, &merged, nil).declaredBy(max(o.pending[i].hello, o.pending[j].hello))
 			o.pendingBytes += o.pending[i].size
 			removed[j] = true
 			d.Merged++
@@ -208,11 +216,13 @@ func mergeWindows(a, b protocol.Window) protocol.Window {
 	return m
 }
 
-// next returns the next batch to write on the current connection: an
-// in-flight batch not yet written on it, or a new batch formed from
-// pending items. ok is false when there is nothing to send, or when
-// in-flight batches fill their share of the bound.
-func (o *outbox) next(sentAt int64) (seq uint64, data []byte, ok bool) {
+// next returns the next batch to write on the current connection, which
+// has declared the breakers of hello generation hello: an in-flight batch
+// not yet written on it, or a new batch formed from pending items. ok is
+// false when there is nothing to send, when in-flight batches fill their
+// share of the bound, or when the next item needs a newer hello (then
+// needHello is true).
+func (o *outbox) next(sentAt int64, hello uint64) (seq uint64, data []byte, ok, needHello bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.cursor == 0 || len(o.inflight) == 0 {
@@ -222,17 +232,20 @@ func (o *outbox) next(sentAt int64) (seq uint64, data []byte, ok bool) {
 		b := o.inflight[o.cursor]
 		o.cursor++
 		o.sent++
-		return b.seq, b.data, true
+		return b.seq, b.data, true, false
 	}
 	room := min(o.maxBatch, o.limit/2-o.inflightBytes-batchOverhead)
 	if len(o.pending) == 0 || o.pending[0].size > room {
-		return 0, nil, false
+		return 0, nil, false, false
+	}
+	if o.pending[0].hello > hello {
+		return 0, nil, false, true
 	}
 	b := protocol.Batch{Type: protocol.TypeBatch, Seq: o.nextSeq, SentAt: sentAt}
 	n, size := 0, 0
 fill:
 	for _, it := range o.pending {
-		if size+it.size > room {
+		if size+it.size > room || it.hello > hello {
 			break fill
 		}
 		switch {
@@ -272,7 +285,7 @@ fill:
 	o.cursor = len(o.inflight)
 	o.nextSeq++
 	o.sent++
-	return b.Seq, data, true
+	return b.Seq, data, true, false
 }
 
 // welcome starts a new connection on which the collector has stored

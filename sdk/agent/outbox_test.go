@@ -37,17 +37,17 @@ func decode(t *testing.T, data []byte) protocol.Batch {
 func TestOutboxSequencesAcksAndResends(t *testing.T) {
 	o := newOutbox(1 << 20)
 	o.add(transitionItem(1))
-	seq1, _, ok := o.next(10)
+	seq1, _, ok := nextBatch(o, 10)
 	if !ok || seq1 != 1 {
 		t.Fatalf("first batch seq %d ok %v", seq1, ok)
 	}
-	if _, _, ok := o.next(10); ok {
+	if _, _, ok := nextBatch(o, 10); ok {
 		t.Fatal("a batch was formed from nothing")
 	}
 	o.add(window("b", 0, 5))
-	seq2, _, _ := o.next(11)
+	seq2, _, _ := nextBatch(o, 11)
 	o.add(window("b", 1000, 6))
-	seq3, data3, _ := o.next(12)
+	seq3, data3, _ := nextBatch(o, 12)
 	if seq2 != 2 || seq3 != 3 {
 		t.Fatalf("seqs %d %d, want 2 3", seq2, seq3)
 	}
@@ -56,11 +56,11 @@ func TestOutboxSequencesAcksAndResends(t *testing.T) {
 	if ahead := o.welcome(2); ahead {
 		t.Fatal("welcome(2) reported the collector ahead")
 	}
-	seq, data, ok := o.next(99)
+	seq, data, ok := nextBatch(o, 99)
 	if !ok || seq != 3 || string(data) != string(data3) {
 		t.Fatalf("resent seq %d (ok %v), want 3 verbatim", seq, ok)
 	}
-	if _, _, ok := o.next(99); ok {
+	if _, _, ok := nextBatch(o, 99); ok {
 		t.Fatal("resent more than was unacknowledged")
 	}
 	o.ack(3)
@@ -80,7 +80,7 @@ func TestOutboxSkipsAheadOfACollectorThatHasMore(t *testing.T) {
 		t.Fatal("welcome(41) on a fresh outbox did not report the collector ahead")
 	}
 	o.add(transitionItem(1))
-	if seq, _, _ := o.next(1); seq != 42 {
+	if seq, _, _ := nextBatch(o, 1); seq != 42 {
 		t.Fatalf("next seq %d, want 42", seq)
 	}
 }
@@ -89,7 +89,7 @@ func TestOutboxRefusedBatchIsDroppedAndCounted(t *testing.T) {
 	o := newOutbox(1 << 20)
 	for i := range 3 {
 		o.add(transitionItem(uint64(i)))
-		o.next(1)
+		nextBatch(o, 1)
 	}
 	if !o.refuse(2) {
 		t.Fatal("refuse(2) did not find batch 2")
@@ -100,7 +100,7 @@ func TestOutboxRefusedBatchIsDroppedAndCounted(t *testing.T) {
 	o.welcome(0)
 	var seqs []uint64
 	for {
-		seq, _, ok := o.next(1)
+		seq, _, ok := nextBatch(o, 1)
 		if !ok {
 			break
 		}
@@ -110,7 +110,7 @@ func TestOutboxRefusedBatchIsDroppedAndCounted(t *testing.T) {
 		t.Fatalf("resent %v, want [1 3]", seqs)
 	}
 	o.add(transitionItem(9))
-	_, data, _ := o.next(2)
+	_, data, _ := nextBatch(o, 2)
 	if b := decode(t, data); b.Dropped == nil || b.Dropped.Batches != 1 {
 		t.Fatalf("next batch reports dropped %+v, want 1 batch", b.Dropped)
 	}
@@ -137,7 +137,7 @@ func TestOutboxUnderPressureMergesOldestWindowsKeepingCountsAndTransitions(t *te
 	var got, transitions int64
 	var dropped *protocol.Dropped
 	for {
-		_, data, ok := o.next(1)
+		_, data, ok := nextBatch(o, 1)
 		if !ok {
 			break
 		}
@@ -186,7 +186,7 @@ func TestMergedWindowsNeverSpanMoreThanAnHour(t *testing.T) {
 		o.add(window("b", int64(i)*60_000, 1)) // one report a minute
 	}
 	for {
-		_, data, ok := o.next(1)
+		_, data, ok := nextBatch(o, 1)
 		if !ok {
 			break
 		}
@@ -199,7 +199,7 @@ func TestInflightBatchesUseAtMostHalfTheBound(t *testing.T) {
 	o := newOutbox(minBufferBytes)
 	for i := range 2000 {
 		o.add(window("b", int64(i)*1000, 1))
-		o.next(1) // never acknowledged
+		nextBatch(o, 1) // never acknowledged
 	}
 	o.mu.Lock()
 	inflight := o.inflightBytes
@@ -209,5 +209,29 @@ func TestInflightBatchesUseAtMostHalfTheBound(t *testing.T) {
 	}
 	if s := o.stats(); s.bytes > minBufferBytes {
 		t.Fatalf("holds %d bytes, bound %d", s.bytes, minBufferBytes)
+	}
+}
+
+// nextBatch is next on a connection that has declared every breaker.
+func nextBatch(o *outbox, sentAt int64) (uint64, []byte, bool) {
+	seq, data, ok, _ := o.next(sentAt, 0)
+	return seq, data, ok
+}
+
+func TestOutboxHoldsItemsBackUntilTheirHelloIsSent(t *testing.T) {
+	o := newOutbox(1 << 20)
+	o.add(transitionItem(1).declaredBy(1), window("new", 0, 1).declaredBy(2))
+	seq, data, ok, need := o.next(1, 1)
+	if !ok || need || seq != 1 {
+		t.Fatalf("next = %d %v %v, want batch 1", seq, ok, need)
+	}
+	if b := decode(t, data); len(b.Transitions) != 1 || len(b.Windows) != 0 {
+		t.Fatalf("batch 1 = %+v, want only the transition of the declared breaker", b)
+	}
+	if _, _, ok, need := o.next(1, 1); ok || !need {
+		t.Fatalf("next = ok %v need %v, want a new hello first", ok, need)
+	}
+	if seq, _, ok, _ := o.next(1, 2); !ok || seq != 2 {
+		t.Fatalf("after the hello next = %d %v, want batch 2", seq, ok)
 	}
 }

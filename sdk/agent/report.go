@@ -102,6 +102,12 @@ func (a *Agent) queue(more ...item) {
 	a.queueMu.Lock()
 	defer a.queueMu.Unlock()
 	items := append(a.takeTransitions(), more...)
+	// Every breaker of these items is declared by the hello generation
+	// read now: items are made after their breaker's Register.
+	gen := a.currentHelloGen()
+	for i := range items {
+		items[i].hello = gen
+	}
 	if len(items) > 0 {
 		a.out.add(items...)
 		signal(a.sendReady)
