@@ -100,6 +100,11 @@ type depState struct {
 	// closedSince is when every instance became closed during an open
 	// incident; zero while one is down.
 	closedSince time.Time
+	// lastUp is the latest time an instance closed during the open
+	// incident: transitions of different instances may arrive out of
+	// order, and the quiet period starts at the last close, not at the
+	// last one to arrive.
+	lastUp time.Time
 }
 
 // NewDetector returns a Detector, or an error wrapping ErrInvalidConfig.
@@ -199,6 +204,9 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 	s.states[tr.Instance] = tr.To
 	if !down(tr.To) {
 		delete(s.trips, tr.Instance)
+		if s.inc != nil && at.After(s.lastUp) {
+			s.lastUp = at
+		}
 		return s.settle(at)
 	}
 	if _, ok := s.trips[tr.Instance]; !ok {
@@ -216,7 +224,7 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 			return out
 		}
 		s.inc = s.start(k)
-		s.closedSince = time.Time{}
+		s.closedSince, s.lastUp = time.Time{}, time.Time{}
 		return append(out, Change{Kind: Opened, Incident: clone(*s.inc)})
 	}
 	s.closedSince = time.Time{}
@@ -277,6 +285,9 @@ func (s *depState) settle(at time.Time) []Change {
 		return nil
 	}
 	s.closedSince = at
+	if s.lastUp.After(at) {
+		s.closedSince = s.lastUp
+	}
 	return nil
 }
 

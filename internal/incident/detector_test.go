@@ -128,6 +128,17 @@ func TestDetector(t *testing.T) {
 			},
 		},
 		{
+			name: "the quiet period starts at the last close even when closes arrive out of order",
+			steps: []step{
+				tr(10, "a:open"), tr(11, "b:open"), tr(30, "b:closed"), tr(25, "a:closed"), tick(149), tick(150),
+			},
+			want: []string{
+				"opened start=10 inst=a opens=1 first=a",
+				"updated start=10 inst=a,b opens=2 first=a",
+				"closed start=10 end=30 inst=a,b opens=2 first=a",
+			},
+		},
+		{
 			name: "the incident stays open while any instance is down",
 			steps: []step{
 				tr(10, "a:open"), tr(12, "b:open"), tr(16, "a:closed"),
@@ -260,6 +271,27 @@ func TestDetectorRestore(t *testing.T) {
 		}
 	})
 }
+
+func TestDetectorResync(t *testing.T) {
+	t.Run("states missed while the feed dropped us are taken from the snapshot", func(t *testing.T) {
+		d, _ := incident.NewDetector(incident.Config{})
+		prev := map[string]string{}
+		if cs := d.Observe(tr(10, "a:open").event(prev)); len(cs) != 1 {
+			t.Fatalf("got %v", cs)
+		}
+		// The close of a was lost; the snapshot says closed.
+		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 1, PerInstance: []cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateClosed}}}}
+		d.Resync(snap, t0.Add(time.Minute))
+		if cs := d.Tick(t0.Add(time.Minute + incident.DefaultQuiet - time.Second)); len(cs) != 0 {
+			t.Fatalf("closed early: %v", cs)
+		}
+		cs := d.Tick(t0.Add(time.Minute + incident.DefaultQuiet))
+		if len(cs) != 1 || cs[0].Kind != incident.Closed || !cs[0].Incident.End.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("got %+v, want closed with end at the resync", cs)
+		}
+	})
+}
+
 
 func TestConfigValidate(t *testing.T) {
 	for _, cfg := range []incident.Config{{Share: -1}, {Share: 101}, {Quiet: -time.Second}} {
