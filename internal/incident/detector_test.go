@@ -292,7 +292,6 @@ func TestDetectorResync(t *testing.T) {
 	})
 }
 
-
 func TestConfigValidate(t *testing.T) {
 	for _, cfg := range []incident.Config{{Share: -1}, {Share: 101}, {Quiet: -time.Second}} {
 		if _, err := incident.NewDetector(cfg); err == nil {
