@@ -22,6 +22,19 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestExtraScenarios replays the project's own scenarios, written in the
+// same format, for rules the shared files do not reach (bulkhead and probe
+// slots, repeated force commands, slow probes with backoff, timeouts and
+// the bulkhead).
+func TestExtraScenarios(t *testing.T) {
+	var out strings.Builder
+	failed, err := replayDir("testdata/scenarios-extra", &out)
+	t.Log("\n" + out.String())
+	if err != nil || failed > 0 {
+		t.Fatalf("%d failed, %v:\n%s", failed, err, out.String())
+	}
+}
+
 // TestReplayerFailsBadScenarios checks that the replayer reports a wrong
 // or malformed file as a FAIL line with the step and what differed,
 // instead of passing or skipping it.
