@@ -72,6 +72,9 @@ func (s *Store) SaveHello(ctx context.Context, h protocol.Hello, at time.Time) e
 		if err != nil {
 			return err
 		}
+		if _, err := x.exec(`UPDATE services SET last_seen = max(last_seen, ?) WHERE id = ?`, now, inst.serviceID); err != nil {
+			return fmt.Errorf("store: update service: %w", err)
+		}
 		if _, err := x.exec(`UPDATE instances SET sdk_version = ?, labels = ?, started_at = ?, last_seen = ? WHERE id = ?`,
 			h.SDKVersion, string(labels), h.StartedAt, now, inst.id); err != nil {
 			return fmt.Errorf("store: update instance: %w", err)
@@ -213,7 +216,9 @@ func (s *Store) LastSeq(ctx context.Context, service, instance string, startedAt
 // returns (false, nil) without writing anything; the check is in the same
 // transaction as the data, so a batch is stored exactly once.
 //
-// The store does not validate the batch beyond what it needs (use
+// A report counts in the second its Start falls in (a report longer than
+// a second, merged by an agent under pressure, is not spread out). The
+// store does not validate the batch beyond what it needs (use
 // protocol.Batch.Validate first). Errors: cbdash.ErrInvalid for an empty
 // service or instance or a zero Seq, ErrClosed after Close, ctx's error
 // (the batch may then still be stored; it is not acknowledged and a resend
