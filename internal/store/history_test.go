@@ -71,6 +71,10 @@ func TestConcurrentBatchesAreGroupCommittedExactly(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	st := s.Stats()
+	if st.Ops < instances*batches || st.Transactions >= st.Ops {
+		t.Errorf("stats %+v: want %d ops in fewer transactions (group commit)", st, instances*batches)
+	}
 	p, err := s.History(context.Background(), cbdash.HistoryQuery{DependencyKey: dbKey, From: t0, To: t0.Add(time.Minute)})
 	if err != nil {
 		t.Fatal(err)

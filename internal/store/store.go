@@ -127,6 +127,9 @@ func dsn(path string, write bool) string {
 	if write {
 		// FULL: a committed (acknowledged) batch survives power loss too.
 		q.Add("_pragma", "synchronous(FULL)")
+		// Truncate the WAL back to 64 MiB after checkpoints, so a burst
+		// does not leave a huge file behind.
+		q.Add("_pragma", "journal_size_limit(67108864)")
 		q.Set("_txlock", "immediate")
 	} else {
 		q.Add("_pragma", "synchronous(NORMAL)")

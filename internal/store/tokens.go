@@ -82,3 +82,55 @@ func jsonStrings(v []any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// AgentToken describes a stored agent token; the token itself is never
+// stored and cannot be listed.
+type AgentToken struct {
+	// ID names the token for listing and revoking: the first 8 bytes of
+	// its SHA-256 in hex (the hash of a random 256-bit secret reveals
+	// nothing of it).
+	ID        string    `json:"id"`
+	Service   string    `json:"service"` // "" = any service
+	CreatedAt time.Time `json:"created_at"`
+	LastUsed  time.Time `json:"last_used"` // zero = never; updated at most once a minute
+}
+
+// AgentTokens lists the agent tokens, oldest first. Errors: ctx's or a
+// wrapped driver error.
+func (s *Store) AgentTokens(ctx context.Context) ([]AgentToken, error) {
+	rows, err := s.rdb.QueryContext(ctx, "SELECT lower(hex(substr(hash, 1, 8))), service, created_at, last_used FROM agent_tokens ORDER BY created_at, hash")
+	if err != nil {
+		return nil, fmt.Errorf("store: agent tokens: %w", err)
+	}
+	defer rows.Close()
+	out := []AgentToken{}
+	for rows.Next() {
+		var t AgentToken
+		var created, used int64
+		if err := rows.Scan(&t.ID, &t.Service, &created, &used); err != nil {
+			return nil, fmt.Errorf("store: agent tokens: %w", err)
+		}
+		t.CreatedAt, t.LastUsed = fromMs(created), fromMs(used)
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: agent tokens: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeAgentToken deletes the agent token with the given ID (see
+// AgentToken.ID); agents using it are refused from their next check on.
+// Errors: cbdash.ErrNotFound, ErrClosed, ctx's or a wrapped driver error.
+func (s *Store) RevokeAgentToken(ctx context.Context, id string) error {
+	return s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec("DELETE FROM agent_tokens WHERE lower(hex(substr(hash, 1, 8))) = lower(?)", id)
+		if err != nil {
+			return fmt.Errorf("store: revoke agent token: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return fmt.Errorf("%w: agent token %q", cbdash.ErrNotFound, id)
+		}
+		return nil
+	}})
+}

@@ -73,3 +73,28 @@ func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestAgentTokensCanBeListedAndRevoked(t *testing.T) {
+	s, _ := openStore(t, store.Options{Now: func() time.Time { return t0 }})
+	ctx := context.Background()
+	tok, err := s.CreateAgentToken(ctx, "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.AgentTokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Service != "pay" || !list[0].CreatedAt.Equal(t0) || len(list[0].ID) != 16 || strings.Contains(tok, list[0].ID) {
+		t.Fatalf("AgentTokens = %+v", list)
+	}
+	if err := s.RevokeAgentToken(ctx, list[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CheckAgentToken(ctx, tok); !errors.Is(err, cbdash.ErrUnauthorized) {
+		t.Fatalf("revoked token checks as %v, want ErrUnauthorized", err)
+	}
+	if err := s.RevokeAgentToken(ctx, list[0].ID); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Fatalf("second revoke: %v, want ErrNotFound", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cbdash/cbdash"
 )
@@ -29,6 +30,9 @@ type writer struct {
 	quit     chan struct{} // closed by stop: accept no more ops
 	stopped  chan struct{} // closed when run returns
 	stopOnce sync.Once
+
+	// Counters for Stats.
+	txs, ops, failed, dropped atomic.Uint64
 
 	// Caches of committed rows, touched only by the writer goroutine and
 	// thrown away whenever a transaction or savepoint is rolled back.
@@ -183,6 +187,7 @@ func (w *writer) try(o *op) bool {
 	case w.queue <- o:
 		return true
 	default:
+		w.dropped.Add(1)
 		return false
 	}
 }
@@ -224,6 +229,7 @@ func (w *writer) commit(group []*op) {
 			failAll(fmt.Errorf("store: commit: %w", err))
 		} else {
 			committed = true
+			w.txs.Add(1)
 		}
 	}
 	if !committed {
@@ -248,6 +254,11 @@ func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
 		w.c.reset()
 	}
 	for i, o := range group {
+		if errs[i] != nil {
+			w.failed.Add(1)
+		} else {
+			w.ops.Add(1)
+		}
 		if errs[i] != nil && o.done == nil {
 			w.log.Error("store: background write failed", "err", errs[i])
 		}
@@ -340,4 +351,21 @@ func (x *wtx) close() {
 	for _, st := range x.stmts {
 		st.Close()
 	}
+}
+
+// WriterStats are the writer's counters, for metrics. Counters only grow.
+type WriterStats struct {
+	Queued       int    // operations waiting for a transaction now
+	QueueCap     int    // Options.QueueSize
+	Transactions uint64 // transactions committed
+	Ops          uint64 // operations committed (a batch, a hello, a command...)
+	FailedOps    uint64 // operations that returned an error
+	Dropped      uint64 // best-effort background writes (token last-used) skipped on a full queue
+}
+
+// Stats returns the writer's counters. Safe for concurrent use; cheap.
+func (s *Store) Stats() WriterStats {
+	w := s.w
+	return WriterStats{Queued: len(w.queue), QueueCap: cap(w.queue), Transactions: w.txs.Load(),
+		Ops: w.ops.Load(), FailedOps: w.failed.Load(), Dropped: w.dropped.Load()}
 }
