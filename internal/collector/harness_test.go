@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -61,6 +62,13 @@ func testErrorHandler(err error, c echo.Context) {
 // collector on it; path "" means a new database in t.TempDir().
 func startHarness(t testing.TB, path string, mod func(*Config)) *harness {
 	t.Helper()
+	return startHarnessOn(t, path, "127.0.0.1:0", mod)
+}
+
+// startHarnessOn is startHarness listening on addr (to restart a collector
+// where its agents expect it).
+func startHarnessOn(t testing.TB, path, addr string, mod func(*Config)) *harness {
+	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "cbdash.db")
 	}
@@ -85,7 +93,15 @@ func startHarness(t testing.TB, path string, mod func(*Config)) *harness {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = testErrorHandler
 	col.Mount(e, Auth{})
-	h := &harness{t: t, path: path, store: st, col: col, srv: httptest.NewServer(e), token: token, done: make(chan error, 1), halted: make(chan struct{})}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(e)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	h := &harness{t: t, path: path, store: st, col: col, srv: srv, token: token, done: make(chan error, 1), halted: make(chan struct{})}
 	rctx, cancel := context.WithCancel(ctx)
 	h.cancel = cancel
 	go func() { h.done <- col.Run(rctx) }()
