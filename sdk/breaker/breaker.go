@@ -219,14 +219,18 @@ func (b *Breaker) current(now int64) *epoch {
 // admit decides whether a call may start now. The returned Call carries
 // the start time and the epoch it was admitted in.
 func (b *Breaker) admit() (Call, error) {
+	st := stripeHint()
 	for {
 		ep := b.ep.Load()
+		if ep.state == ForcedOpen && ep.until.Load() == 0 { // no clock needed
+			b.ctr.add(st, cRejForced)
+			return Call{}, ErrForcedOpen
+		}
 		now := b.now()
 		if ep.due(now) {
 			ep = b.settle(now)
 		}
 		probe := false
-		st := stripeHint()
 		switch ep.state {
 		case Open:
 			b.ctr.add(st, cRejOpen)
