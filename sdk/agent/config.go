@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -104,6 +105,7 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkName(c.Instance); err != nil {
 		return bad("Instance: %v", err)
 	}
+	c.Labels = maps.Clone(c.Labels) // the caller may reuse its map
 	if len(c.Labels) > protocol.MaxLabels {
 		return bad("Labels: %d labels (at most %d)", len(c.Labels), protocol.MaxLabels)
 	}

@@ -76,6 +76,11 @@ func (a *Agent) session(ctx context.Context, reconnect bool) (welcomed bool, err
 	a.connected.Store(true)
 	defer a.connected.Store(false)
 	a.log.Info("connected to the collector", "url", a.cfg.URL, "last_seq", welcome.LastSeq)
+	if skew := time.Duration(welcome.ServerTime-a.cfg.Clock.Now().UnixMilli()) * time.Millisecond; welcome.ServerTime > 0 && skew.Abs() > time.Minute {
+		// The collector refuses times more than protocol.MaxFutureSkewMillis
+		// ahead of its clock.
+		a.log.Warn("this host's clock and the collector's differ", "skew", skew)
+	}
 
 	sctx, cancel := context.WithCancel(ctx)
 	readDone := make(chan struct{})
