@@ -1,0 +1,280 @@
+package web_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/agent"
+	"github.com/cbdash/cbdash/sdk/breaker"
+)
+
+// stack is a real cbdash server (store on SQLite in a temp dir,
+// collector, dashboard) on loopback, with real agents reporting real
+// breakers.
+type stack struct {
+	url      string
+	st       *store.Store
+	col      *collector.Collector
+	breakers map[string]*breaker.Breaker // instance -> the payments breaker
+	password string
+}
+
+func startStack(t *testing.T, instances int) *stack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col, err := collector.New(collector.Config{Store: st, PublishInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := web.New(web.Config{Collector: col, Store: st, LiveInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = web.HTTPErrorHandler
+	col.Mount(e, srv.Auth())
+	srv.Mount(e)
+	hs := httptest.NewServer(e)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = col.Run(ctx) }()
+
+	s := &stack{url: hs.URL, st: st, col: col, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
+	hash, _ := web.HashPassword(s.password)
+	if _, err := st.CreateUser(ctx, "otto", cbdash.RoleOperator, hash); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := st.CreateAgentToken(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agents []*agent.Agent
+	for i := 1; i <= instances; i++ {
+		inst := fmt.Sprintf("checkout-%d", i)
+		b, err := breaker.New("payments", breaker.Config{
+			Window: breaker.Window{Kind: breaker.CountWindow, Size: 20}, MinimumCalls: 5, OpenDuration: time.Hour,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := agent.New(agent.Config{URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/api/v1/agent", Token: tok,
+			Service: "checkout", Instance: inst, Labels: map[string]string{"zone": "a"}, ReportInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Register(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			_ = b.Execute(ctx, func(context.Context) error { return nil })
+		}
+		s.breakers[inst] = b
+		agents = append(agents, a)
+	}
+	t.Cleanup(func() {
+		for _, a := range agents {
+			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = a.Close(cctx)
+			ccancel()
+		}
+		srv.Close()
+		cancel()
+		wg.Wait()
+		hs.Close()
+		st.Close()
+	})
+	return s
+}
+
+// browser starts headless Debian chromium with a fresh profile. Without
+// chromium the test is skipped, unless CI is set: then it fails.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is missing and CI is set: browser tests must run in CI")
+		}
+		t.Skip("chromium is not installed (apt-get install chromium)")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1440, 1000),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { bcancel(); acancel() })
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return bctx
+}
+
+// stepTimeout bounds a browser step that makes no timing claim: generous,
+// since CI machines can be busy. The one timing claim (a tile turns open
+// within a second) is measured separately.
+const stepTimeout = time.Minute
+
+// run runs actions with a deadline.
+func run(t *testing.T, ctx context.Context, d time.Duration, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// get runs one action that returns a value, with a deadline.
+func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// until polls a JavaScript predicate.
+func until(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond))
+}
+
+func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// screenshot saves a full-page PNG into $CBDASH_SCREENSHOTS (when set).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("CBDASH_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png := get(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func login(t *testing.T, ctx context.Context, base, user, password string) {
+	t.Helper()
+	run(t, ctx, stepTimeout, "log in",
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(css(`form[data-testid=login-form]`)),
+		chromedp.SendKeys(css(`input[name=user]`), user),
+		chromedp.SendKeys(css(`input[name=password]`), password),
+		chromedp.Submit(css(`form[data-testid=login-form]`)),
+		chromedp.WaitVisible(css(`[data-testid=fleet]`)),
+	)
+}
+
+func TestBrowserOverviewGoesLiveAndOperatorForcesOpen(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 3)
+	login(t, ctx, s.url, "otto", s.password)
+
+	// The overview fills in from the agents.
+	run(t, ctx, stepTimeout, "overview fills in",
+		chromedp.WaitVisible(css(`article.tile[data-state=closed]`)),
+		until(`document.querySelector("article.tile [data-testid=instances]")?.textContent === "closed on 3 of 3"`),
+	)
+	if !get(t, ctx, "banner hidden", chromedp.Evaluate[bool](`document.getElementById("conn").hidden`)) {
+		t.Error("the disconnected banner shows while connected")
+	}
+
+	// An agent's breaker trips: the tile turns open within a second.
+	b := s.breakers["checkout-1"]
+	for range 10 {
+		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("payments down") })
+	}
+	if b.State() != breaker.Open {
+		t.Fatalf("breaker is %v after failures", b.State())
+	}
+	tripped := time.Now()
+	run(t, ctx, 10*time.Second, "tile turns open",
+		chromedp.WaitVisible(css(`article.tile[data-state=open]`)),
+		until(`document.querySelector("article.tile [data-testid=instances]")?.textContent === "open on 1 of 3"`),
+	)
+	if d := time.Since(tripped); d > time.Second {
+		t.Errorf("the tile turned open %v after the trip, want within 1s", d)
+	} else {
+		t.Logf("tile turned open %v after the trip", d)
+	}
+	screenshot(t, ctx, "overview.png")
+
+	// Force open from the dependency page, with reason and expiry.
+	run(t, ctx, stepTimeout, "force open",
+		chromedp.Click(css(`article.tile a.name`)),
+		chromedp.WaitVisible(css(`form[data-testid=operator-form]`)),
+		chromedp.Click(css(`input[name=action][value=force_open]`)),
+		chromedp.SetValue(css(`input[name=ttl]`), "20"),
+		chromedp.SendKeys(css(`input[name=reason]`), "drill the payments fallback"),
+		chromedp.Click(css(`[data-testid=review]`)),
+		chromedp.WaitVisible(css(`[data-testid=blast]`)),
+	)
+	blast := get(t, ctx, "read blast radius", chromedp.Text(css(`[data-testid=blast]`)))
+	if want := "This will reject calls from 3 instances of checkout to payments for 20 minutes"; !strings.Contains(blast, want) {
+		t.Errorf("blast radius %q, want %q", blast, want)
+	}
+	run(t, ctx, stepTimeout, "confirm and see it applied live",
+		chromedp.Click(css(`[data-testid=confirm-button]`)),
+		chromedp.WaitVisible(css(`[data-testid=dep-commands]`)),
+		until(`document.querySelector("[data-testid=command-summary]")?.textContent === "3 applied"`),
+	)
+	for inst, b := range s.breakers {
+		if b.State() != breaker.ForcedOpen {
+			t.Errorf("%s is %v, want forced open", inst, b.State())
+		}
+	}
+	run(t, ctx, stepTimeout, "header says forced open",
+		until(`document.querySelector("#dep-head [data-testid=state]")?.textContent === "forced open"`),
+		chromedp.WaitVisible(css(`#dep-head [data-testid=held]`)),
+	)
+	screenshot(t, ctx, "dependency.png")
+
+	run(t, ctx, stepTimeout, "audit log",
+		chromedp.Navigate(s.url+"/audit"),
+		chromedp.WaitVisible(css(`[data-testid=audit-row]`)),
+	)
+	audit := get(t, ctx, "read audit log", chromedp.Text(css(`[data-testid=audit]`)))
+	for _, want := range []string{"otto", "force open", "drill the payments fallback", "all instances", "3 applied", "checkout-1"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("audit log lacks %q:\n%s", want, audit)
+		}
+	}
+	screenshot(t, ctx, "audit.png")
+
+	run(t, ctx, stepTimeout, "timeline",
+		chromedp.Navigate(s.url+"/timeline?range=15m"),
+		chromedp.WaitVisible(css(`[data-testid=lane]`)),
+	)
+	screenshot(t, ctx, "timeline.png")
+}
