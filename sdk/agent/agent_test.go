@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -280,6 +281,49 @@ func TestCollectorDownAtStartupIsRetriedAndReachedLater(t *testing.T) {
 	if !f.agent.Stats().Connected {
 		t.Fatal("Stats().Connected is false after delivery")
 	}
+}
+
+func TestWSSUsesTheConfiguredHTTPClient(t *testing.T) {
+	col := startCollector(t, true)
+	b, err := breaker.New("payments", breaker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	start := func(client *http.Client) *agent.Agent {
+		a, err := agent.New(agent.Config{URL: col.url(), Token: col.token, Service: "checkout",
+			HTTPClient: client, Logger: logs.logger(), ReconnectMin: 5 * time.Millisecond, ReconnectMax: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Register(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	closeNow := func(a *agent.Agent) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = a.Close(ctx)
+	}
+
+	untrusting := start(nil) // the default client does not trust the test certificate
+	waitFor(t, 5*time.Second, "a refused certificate", func() bool { return logs.contains("certificate") })
+	closeNow(untrusting)
+	if col.connected() {
+		t.Fatal("connected over TLS without trusting the certificate")
+	}
+
+	a := start(col.client())
+	defer closeNow(a)
+	waitFor(t, 5*time.Second, "a connection over TLS", func() bool { return a.Stats().Connected })
+	if _, err := b.Apply(breaker.Command{ID: "tls", Action: breaker.ActionForceOpen}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the transition over TLS", func() bool { return len(col.transitions()) == 1 })
 }
 
 func TestRegisterAfterStartSendsANewHello(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +26,7 @@ type collector struct {
 	tb    testing.TB
 	token string
 	addr  string
+	tls   bool
 
 	mu       sync.Mutex
 	srv      *httptest.Server
@@ -52,26 +55,47 @@ const (
 	welcomeThenSilent               // answer the hello, then never read
 )
 
-func newCollector(tb testing.TB) *collector {
+func newCollector(tb testing.TB) *collector { return startCollector(tb, false) }
+
+// startCollector starts a collector; with tls it serves wss:// with a
+// self-signed certificate that only client() trusts.
+func startCollector(tb testing.TB, tls bool) *collector {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	c := &collector{tb: tb, token: "agent-secret", addr: ln.Addr().String(),
-		conns: map[*websocket.Conn]context.CancelFunc{}, lastSeq: map[string]uint64{}}
+		conns: map[*websocket.Conn]context.CancelFunc{}, lastSeq: map[string]uint64{}, tls: tls}
 	c.serve(ln)
 	tb.Cleanup(c.stop)
 	return c
 }
 
-func (c *collector) url() string { return "ws://" + c.addr + "/api/v1/agent" }
+func (c *collector) url() string {
+	if c.tls {
+		return "wss://" + c.addr + "/api/v1/agent"
+	}
+	return "ws://" + c.addr + "/api/v1/agent"
+}
+
+// client returns an HTTP client that trusts the collector's certificate.
+func (c *collector) client() *http.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.srv.Client()
+}
 
 func (c *collector) serve(ln net.Listener) {
 	srv := httptest.NewUnstartedServer(c)
 	srv.Listener.Close()
 	srv.Listener = ln
-	srv.Start()
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused TLS handshakes are expected
+	if c.tls {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	c.mu.Lock()
 	c.srv = srv
 	c.mu.Unlock()
