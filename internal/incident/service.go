@@ -41,7 +41,8 @@ type ServiceConfig struct {
 	Tick time.Duration
 	// OnChange, when set, is called (from Run's goroutine, after the
 	// change is stored) for every incident change, e.g. to refresh a live
-	// page. It must not block.
+	// page. It must not block. Updates of open incidents are coalesced and
+	// stored once per Tick.
 	OnChange func(Change)
 }
 
@@ -65,6 +66,11 @@ type Service struct {
 	mu  sync.Mutex // guards det
 	det *Detector
 	cfw *configWatch // used by Run's goroutine only
+	// dirty holds updates of open incidents not stored yet, by ID: they
+	// are written once per tick, so that a storm of transitions makes one
+	// write per incident and tick, not one per transition. Run's goroutine
+	// only.
+	dirty map[int64]cbdash.Incident
 }
 
 // NewService returns a Service, or an error wrapping ErrInvalidConfig
@@ -86,7 +92,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, det: det, cfw: newConfigWatch()}, nil
+	return &Service{cfg: cfg, det: det, cfw: newConfigWatch(), dirty: make(map[int64]cbdash.Incident)}, nil
 }
 
 // Store returns the store the Service writes to.
@@ -117,6 +123,10 @@ func (s *Service) Run(ctx context.Context) error {
 		again := s.consume(ctx, events, t.C)
 		cancel()
 		if !again {
+			// Store what is pending even though ctx is done.
+			fctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			s.flush(fctx)
+			done()
 			return nil
 		}
 		s.cfg.Logger.Warn("incident: live feed dropped us; subscribing again")
@@ -142,6 +152,7 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 				}
 			}
 		case <-tick:
+			s.flush(ctx)
 			s.mu.Lock()
 			cs := s.det.Tick(s.cfg.Now())
 			s.mu.Unlock()
@@ -150,32 +161,56 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 	}
 }
 
+// flush stores the pending updates.
+func (s *Service) flush(ctx context.Context) {
+	for id, inc := range s.dirty {
+		delete(s.dirty, id)
+		s.store(ctx, Change{Kind: Updated, Incident: inc})
+	}
+}
+
+// persist stores new and closed incidents at once and queues updates of
+// stored ones for the next tick.
 func (s *Service) persist(ctx context.Context, cs []Change) {
 	for _, c := range cs {
-		inc := c.Incident
-		var err error
-		if inc.ID == 0 {
-			var id int64
-			id, err = s.cfg.Store.CreateIncident(ctx, inc)
-			if err == nil {
-				inc.ID = id
-				if c.Kind != Closed {
-					s.mu.Lock()
-					s.det.SetID(inc.DependencyKey, id)
-					s.mu.Unlock()
-				}
-			}
-		} else {
-			err = s.cfg.Store.UpdateIncident(ctx, inc)
-		}
-		if err != nil {
-			s.cfg.Logger.Error("incident: store", "dependency", inc.DependencyKey.String(), "change", c.Kind.String(), "err", err)
+		id := c.Incident.ID
+		if c.Kind == Updated && id != 0 {
+			s.dirty[id] = c.Incident
 			continue
 		}
-		s.cfg.Logger.Info("incident "+c.Kind.String(), "id", inc.ID, "dependency", inc.DependencyKey.String(), "instances", inc.Instances)
-		if s.cfg.OnChange != nil {
-			s.cfg.OnChange(Change{Kind: c.Kind, Incident: inc})
+		delete(s.dirty, id) // a closed incident carries the latest state
+		s.store(ctx, c)
+	}
+}
+
+func (s *Service) store(ctx context.Context, c Change) {
+	inc := c.Incident
+	var err error
+	if inc.ID == 0 {
+		var id int64
+		id, err = s.cfg.Store.CreateIncident(ctx, inc)
+		if err == nil {
+			inc.ID = id
+			if c.Kind != Closed {
+				s.mu.Lock()
+				s.det.SetID(inc.DependencyKey, id)
+				s.mu.Unlock()
+			}
 		}
+	} else {
+		err = s.cfg.Store.UpdateIncident(ctx, inc)
+	}
+	if err != nil {
+		s.cfg.Logger.Error("incident: store", "dependency", inc.DependencyKey.String(), "change", c.Kind.String(), "err", err)
+		return
+	}
+	level := slog.LevelInfo
+	if c.Kind == Updated {
+		level = slog.LevelDebug
+	}
+	s.cfg.Logger.Log(ctx, level, "incident "+c.Kind.String(), "id", inc.ID, "dependency", inc.DependencyKey.String(), "instances", inc.Instances)
+	if s.cfg.OnChange != nil {
+		s.cfg.OnChange(Change{Kind: c.Kind, Incident: inc})
 	}
 }
 
