@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/web"
 )
 
@@ -71,9 +72,16 @@ func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 		chromedp.Submit(chromedp.CSS(`form[data-testid=login-form]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=fleet]`)),
 	)
+	incidentDo(t, ctx, "the list", chromedp.Navigate(base+"/incidents"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=incident-row]`)))
+	// A new incident shows up in the open list by itself.
+	if _, err := h.st.CreateIncident(context.Background(), cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "catalog", Breaker: "pricing"},
+		Start: incidentBase.Add(5 * time.Minute), Open: true, Instances: []string{"catalog-1"}, Opens: 1, FirstInstance: "catalog-1"}); err != nil {
+		t.Fatal(err)
+	}
+	incidentDo(t, ctx, "the new incident appears without a reload",
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll("[data-testid=incident-row]").length === 3 && document.body.textContent.includes("catalog/pricing")`,
+			chromedp.WithPollingInterval(100*time.Millisecond)))
 	incidentDo(t, ctx, "open the incident from the list",
-		chromedp.Navigate(base+"/incidents"),
-		chromedp.WaitVisible(chromedp.CSS(`[data-testid=incident-row]`)),
 		chromedp.Click(chromedp.CSS(`a[href="/incidents/`+strconv.FormatInt(id, 10)+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=instance-lane]`)),
 	)
