@@ -20,6 +20,7 @@ const (
 	liveWriteTimeout = 5 * time.Second
 	liveSparkBudget  = 10 * time.Millisecond
 	resubscribePause = time.Second
+	chartsEvery      = 5 * time.Second // how often live charts are redrawn
 )
 
 // liveView is what one open page wants pushed: reset renders every live
@@ -279,7 +280,8 @@ func hash(b []byte) uint64 {
 }
 
 // dependencyLive keeps a dependency page's header, instances, transition
-// log and commands current.
+// log and commands current, and redraws its charts every chartsEvery
+// while the range ends now.
 type dependencyLive struct {
 	s                   *Server
 	key                 cbdash.DependencyKey
@@ -287,6 +289,7 @@ type dependencyLive struct {
 	dep                 cbdash.Dependency
 	head, trans, cmds   bool
 	lastHead, lastInsts uint64
+	chartsAt            time.Time // when the charts were last drawn
 }
 
 func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
@@ -297,6 +300,7 @@ func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency
 	}
 	d.head, d.trans, d.cmds = true, true, true
 	d.lastHead, d.lastInsts = 0, 0
+	d.chartsAt = d.s.now() // the page was just drawn
 	return d.flush(ctx)
 }
 
@@ -334,11 +338,21 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 			buf.Write(part.Bytes())
 		}
 	}
-	if d.trans {
-		sp := d.span
-		if sp.end == "" { // a range ending now moves with the clock
-			sp.from, sp.to = now.Add(sp.from.Sub(sp.to)), now
+	sp := d.span
+	if sp.end == "" { // a range ending now moves with the clock
+		sp.from, sp.to = now.Add(sp.from.Sub(sp.to)), now
+		if d.head && now.Sub(d.chartsAt) >= chartsEvery {
+			d.chartsAt = now
+			pts, err := d.s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: d.key, From: sp.from, To: sp.to})
+			if err != nil {
+				return nil, err
+			}
+			if err := templates.Charts(dependencyCharts(pts, sp.from, sp.to, d.dep)).Render(ctx, &buf); err != nil {
+				return nil, err
+			}
 		}
+	}
+	if d.trans {
 		rows, err := d.s.transitionRows(ctx, d.key, sp)
 		if err != nil {
 			return nil, err
