@@ -2,6 +2,7 @@ package incident_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -297,5 +298,30 @@ func TestConfigValidate(t *testing.T) {
 		if _, err := incident.NewDetector(cfg); err == nil {
 			t.Errorf("NewDetector(%+v) accepted a bad config", cfg)
 		}
+	}
+}
+
+// BenchmarkDetectorObserve feeds dependency events of 1,000 dependencies
+// with 3 instances each, and a transition for every hundredth event.
+func BenchmarkDetectorObserve(b *testing.B) {
+	d, _ := incident.NewDetector(incident.Config{})
+	var evs []cbdash.Event
+	for i := range 1000 {
+		k := cbdash.DependencyKey{Service: "svc", Breaker: "dep-" + strconv.Itoa(i)}
+		dep := cbdash.Dependency{DependencyKey: k, Instances: 3}
+		for j := range 3 {
+			dep.PerInstance = append(dep.PerInstance, cbdash.InstanceBreaker{Instance: "i-" + strconv.Itoa(j), State: protocol.StateClosed})
+		}
+		evs = append(evs, cbdash.Event{Kind: cbdash.EventDependency, At: t0, Dependency: &dep})
+		if i%100 == 0 {
+			to := protocol.StateOpen
+			evs = append(evs, cbdash.Event{Kind: cbdash.EventTransition, At: t0, Transition: &cbdash.TransitionRecord{Service: k.Service, Instance: "i-0",
+				Transition: protocol.Transition{Breaker: k.Breaker, From: protocol.StateClosed, To: to, At: t0.UnixMilli()}}})
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		d.Observe(evs[i%len(evs)])
 	}
 }
