@@ -3,11 +3,12 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
+DEMO_DB ?= ./cbdash-demo.db
 
 .PHONY: demo serve test test-sdk test-server bench generate lint build check-generated
 
 demo:
-	$(GO) run ./cmd/cbdash demo --addr $(ADDR) --db $(DB)
+	$(GO) run ./cmd/cbdash demo --addr $(ADDR) --db $(DEMO_DB)
 
 serve:
 	$(GO) run ./cmd/cbdash serve --addr $(ADDR) --db $(DB)

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/web"
+)
+
+// dbOptions are the flags of the commands that work on the database file
+// directly, on the server's machine.
+type dbOptions struct {
+	DB string
+}
+
+func (o *dbOptions) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&o.DB, "db", "./cbdash.db", "the server's SQLite database file (env CBDASH_DB)")
+}
+
+// open opens an existing database: a mistyped path must not create an
+// empty one.
+func (o dbOptions) open(ctx context.Context) (*store.Store, error) {
+	if _, err := os.Stat(o.DB); err != nil {
+		return nil, fmt.Errorf("no database at %s (flag --db or CBDASH_DB): start `cbdash serve` once, or give the server's --db: %w", o.DB, err)
+	}
+	st, err := store.Open(ctx, o.DB, store.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("opening %s (flag --db or CBDASH_DB): %w", o.DB, err)
+	}
+	return st, nil
+}
+
+type tokenOptions struct {
+	dbOptions
+	Service string
+	User    string
+	Name    string
+}
+
+func newTokenCmd() *cobra.Command {
+	tok := &cobra.Command{Use: "token", Short: "Make tokens for agents (--service) or for the command line (--user)", Args: cobra.NoArgs}
+	var o tokenOptions
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Make a token and print it (it is stored hashed and never shown again)",
+		Long: `Make a token and print it. It is stored hashed in the database and cannot be
+shown again.
+
+  cbdash token create --service checkout   an agent token for the instances of one service
+  cbdash token create --service '*'        an agent token for any service
+  cbdash token create --user alice         an API token for alice, for status/trip/release/reset
+
+Works on the server's database file (--db), also while the server runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (o.Service == "") == (o.User == "") {
+				return usageError{errors.New("give exactly one of --service (an agent token) or --user (an API token)")}
+			}
+			st, err := o.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			token, err := createToken(cmd.Context(), st, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), token)
+			return nil
+		},
+	}
+	o.bind(create.Flags())
+	create.Flags().StringVar(&o.Service, "service", "", `agent token for this service ("*" = any service)`)
+	create.Flags().StringVar(&o.User, "user", "", "API token for this dashboard user")
+	create.Flags().StringVar(&o.Name, "name", "cli", "name of the API token, to recognise it later")
+	tok.AddCommand(create)
+	return tok
+}
+
+func createToken(ctx context.Context, st *store.Store, o tokenOptions) (string, error) {
+	if o.Service != "" {
+		service := o.Service
+		if service == "*" {
+			service = ""
+		}
+		return st.CreateAgentToken(ctx, service)
+	}
+	u, _, err := st.UserByName(ctx, o.User)
+	if errors.Is(err, cbdash.ErrNotFound) {
+		return "", fmt.Errorf("no user %q (add one with `cbdash user add`)", o.User)
+	}
+	if err != nil {
+		return "", err
+	}
+	return st.CreateUserToken(ctx, u.ID, o.Name)
+}
+
+type userOptions struct {
+	dbOptions
+	Role     string
+	Password string
+}
+
+func newUserCmd() *cobra.Command {
+	usr := &cobra.Command{Use: "user", Short: "Manage dashboard accounts", Args: cobra.NoArgs}
+	var o userOptions
+	add := &cobra.Command{
+		Use:   "add NAME",
+		Short: "Add a dashboard account (viewer, operator or admin)",
+		Long: `Add a dashboard account. Without --password a random one is made and printed.
+Works on the server's database file (--db), also while the server runs.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch o.Role {
+			case cbdash.RoleViewer, cbdash.RoleOperator, cbdash.RoleAdmin:
+			default:
+				return usageError{fmt.Errorf("--role %q: want viewer, operator or admin", o.Role)}
+			}
+			pw := o.Password
+			if pw == "" {
+				pw = randomPassword()
+			}
+			hash, err := web.HashPassword(pw)
+			if err != nil {
+				return usageError{fmt.Errorf("--password: %w", err)}
+			}
+			st, err := o.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if _, err := st.CreateUser(cmd.Context(), args[0], o.Role, hash); err != nil {
+				if errors.Is(err, cbdash.ErrConflict) {
+					return fmt.Errorf("user %q exists already", args[0])
+				}
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added %s (%s)", args[0], o.Role)
+			if o.Password == "" {
+				fmt.Fprintf(cmd.OutOrStdout(), " with password %s", pw)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	o.bind(add.Flags())
+	add.Flags().StringVar(&o.Role, "role", cbdash.RoleViewer, "viewer, operator or admin")
+	add.Flags().StringVar(&o.Password, "password", "", "password, 8 to 72 bytes (env CBDASH_PASSWORD; default: random, printed)")
+	usr.AddCommand(add)
+	return usr
+}
+
+// randomPassword returns 18 random bytes, base64url: 24 characters.
+func randomPassword() string {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

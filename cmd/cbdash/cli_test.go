@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cli runs the program with args and env and returns its exit status and
+// output.
+func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	getenv := func(k string) string { return env[k] }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code = run(ctx, args, getenv, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCLIErrorsNameTheCulprit(t *testing.T) {
+	unreachable := map[string]string{"CBDASH_SERVER": "http://127.0.0.1:1", "CBDASH_TOKEN": "t"}
+	tests := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		wantCode int
+		want     []string // substrings of stderr
+	}{
+		{"unknown flag", nil, []string{"serve", "--adr", "x"}, 2, []string{"--adr"}},
+		{"unknown command", nil, []string{"srve"}, 1, []string{`unknown command "srve"`}},
+		{"bad duration flag", nil, []string{"serve", "--retention-seconds", "forever"}, 2, []string{"retention-seconds", "forever"}},
+		{"bad env value names the variable", map[string]string{"CBDASH_RETENTION_HOURS": "soon"}, []string{"serve"}, 2, []string{"CBDASH_RETENTION_HOURS"}},
+		{"bad log level", nil, []string{"serve", "--log-level", "loud"}, 2, []string{"--log-level", "loud"}},
+		{"tls cert without key", nil, []string{"serve", "--tls-cert", "c.pem"}, 2, []string{"--tls-cert", "--tls-key"}},
+		{"bad breaker name", unreachable, []string{"trip", "payments", "--reason", "x"}, 2, []string{`bad breaker name "payments"`, "SERVICE/BREAKER"}},
+		{"empty breaker", unreachable, []string{"reset", "checkout/"}, 2, []string{"SERVICE/BREAKER"}},
+		{"missing token", map[string]string{"CBDASH_SERVER": "http://127.0.0.1:1"}, []string{"trip", "checkout/payments", "--reason", "x"}, 2, []string{"--token", "CBDASH_TOKEN"}},
+		{"trip without reason", unreachable, []string{"trip", "checkout/payments"}, 2, []string{"--reason"}},
+		{"trip without end", unreachable, []string{"trip", "checkout/payments", "--for", "0s", "--reason", "x"}, 2, []string{"--for"}},
+		{"bad share", unreachable, []string{"release", "checkout/payments", "--share", "150"}, 2, []string{"--share"}},
+		{"unreachable server", unreachable, []string{"status"}, 1, []string{"cannot reach", "127.0.0.1:1", "--server", "CBDASH_SERVER"}},
+		{"unreachable server on a command", unreachable, []string{"release", "checkout/payments"}, 1, []string{"cannot reach", "--server"}},
+		{"server not a URL", map[string]string{"CBDASH_SERVER": "localhost:8080"}, []string{"status"}, 2, []string{"--server", "not an http(s) URL"}},
+		{"token needs service or user", nil, []string{"token", "create"}, 2, []string{"--service", "--user"}},
+		{"token on a missing database", nil, []string{"token", "create", "--service", "x", "--db", "/nonexistent/cbdash.db"}, 1, []string{"no database at /nonexistent/cbdash.db", "--db", "CBDASH_DB"}},
+		{"user with a bad role", nil, []string{"user", "add", "bob", "--role", "king"}, 2, []string{"--role", "king"}},
+		{"user with a short password", nil, []string{"user", "add", "bob", "--password", "short"}, 2, []string{"--password"}},
+		{"demo with a bad rate", nil, []string{"demo", "--rate", "0"}, 2, []string{"--rate"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := cli(t, tt.env, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("exit status %d, want %d; stderr: %s", code, tt.wantCode, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q does not mention %q", stderr, w)
+				}
+			}
+		})
+	}
+}
+
+func TestServeRefusesAnAddressInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	code, _, stderr := cli(t, nil, "serve", "--addr", ln.Addr().String(), "--db", t.TempDir()+"/a.db", "--log-level", "error")
+	if code != 1 || !strings.Contains(stderr, "--addr") || !strings.Contains(stderr, "CBDASH_ADDR") {
+		t.Fatalf("exit %d, stderr %q: want an error naming --addr and CBDASH_ADDR", code, stderr)
+	}
+}
+
+func TestDayDuration(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"30d", 30 * 24 * time.Hour, false},
+		{"36h", 36 * time.Hour, false},
+		{"1h30m", 90 * time.Minute, false},
+		{"0", 0, false},
+		{"-1h", 0, true},
+		{"xd", 0, true},
+		{"1.5d", 0, true},
+		{"soon", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			var d time.Duration
+			err := dayDuration{&d}.Set(tt.in)
+			if (err != nil) != tt.wantErr || d != tt.want {
+				t.Fatalf("Set(%q) = %v, %v; want %v, error %v", tt.in, d, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+	d := 48 * time.Hour
+	if s := (dayDuration{&d}).String(); s != "2d" {
+		t.Errorf("String() = %q, want 2d", s)
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	if got := envName("tls-cert"); got != "CBDASH_TLS_CERT" {
+		t.Fatalf("envName(tls-cert) = %q", got)
+	}
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/demo"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/web"
+)
+
+// demoOperator is the demo's operator account, printed on start.
+const demoOperator = "operator"
+
+type demoOptions struct {
+	serveOptions
+	Rate float64 // --rate: requests per second per instance
+}
+
+func newDemoCmd() *cobra.Command {
+	var o demoOptions
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the server with a simulated fleet of services on loopback",
+		Long: `Run the server and, in the same process, a simulated fleet: checkout (3
+instances), search (2) and catalog (2), each instance with its own agent,
+calling real HTTP dependency servers (payments, inventory, pricing,
+recommendations, search) through sdk/breaker. The dependencies follow a
+one-minute fault script that loops: error bursts, an outage, a slow recovery,
+business errors that trip nothing, creeping latency. Breakers open and close
+within the first minute.
+
+Anonymous read-only viewing is on; log in as operator/operator to trip,
+release and reset breakers.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if o.TLSCert != "" {
+				return usageError{errors.New("--tls-cert: the demo runs on loopback without TLS; use serve for TLS")}
+			}
+			if o.Rate <= 0 || o.Rate > 1000 {
+				return usageError{fmt.Errorf("--rate must be within (0, 1000] (got %v)", o.Rate)}
+			}
+			return runDemo(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
+		},
+	}
+	o.bind(cmd.Flags(), true)
+	cmd.Flags().Lookup("db").DefValue = "./cbdash-demo.db"
+	_ = cmd.Flags().Set("db", "./cbdash-demo.db")
+	cmd.Flags().Lookup("db").Changed = false
+	cmd.Flags().Float64Var(&o.Rate, "rate", 25, "requests per second served by each instance of the fleet")
+	return cmd
+}
+
+// runDemo serves with a fleet until ctx is done. The fleet starts once
+// the collector is ready (so that no agent is turned away) and stops
+// first, so that its agents can flush to the collector. ready, if not
+// nil, is told the server's URL and the demo's credentials once
+// everything runs.
+func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer, ready func(url string, d demoSetup)) error {
+	log := o.logger(stderr)
+	srv, err := openServer(ctx, o.serveOptions, log)
+	if err != nil {
+		return err
+	}
+	setup, err := setupDemo(ctx, srv.store)
+	if err != nil {
+		_ = srv.closeStore()
+		return err
+	}
+
+	var (
+		mu      sync.Mutex
+		fleet   *demo.Fleet
+		stopped bool
+	)
+	stopFleet := func(ctx context.Context) {
+		mu.Lock()
+		f := fleet
+		fleet, stopped = nil, true
+		mu.Unlock()
+		if f != nil {
+			if err := f.Close(ctx); err != nil {
+				log.Warn("stopping the demo fleet", "err", err)
+			}
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.run(runCtx, stopFleet) }()
+
+	if err := waitReady(runCtx, srv.URL()+"/readyz"); err != nil {
+		cancel()
+		if runErr := <-done; runErr != nil || ctx.Err() == nil {
+			return errors.Join(err, runErr)
+		}
+		return nil // interrupted while starting
+	}
+	mu.Lock()
+	if !stopped {
+		fleet, err = demo.StartFleet(demo.FleetConfig{
+			CollectorURL: srv.AgentURL(), Token: setup.agentToken, Rate: o.Rate, Logger: log,
+		})
+	}
+	mu.Unlock()
+	if err != nil {
+		cancel()
+		return errors.Join(err, <-done)
+	}
+	printBanner(stdout, srv.URL(), setup, o.Anonymous)
+	if ready != nil {
+		ready(srv.URL(), setup)
+	}
+	return <-done
+}
+
+// waitReady polls url until it answers 200, for at most 30 s.
+func waitReady(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c := &http.Client{Timeout: time.Second}
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the server did not become ready (%s): %w", url, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+type demoSetup struct {
+	agentToken string // for the fleet's agents
+	apiToken   string // the operator's, for the CLI
+	password   string // the operator's
+}
+
+// setupDemo makes an agent token for the fleet, the operator account
+// (unless it exists from an earlier run) and an API token for it.
+func setupDemo(ctx context.Context, st *store.Store) (demoSetup, error) {
+	var d demoSetup
+	var err error
+	if d.agentToken, err = st.CreateAgentToken(ctx, ""); err != nil {
+		return d, fmt.Errorf("demo: agent token: %w", err)
+	}
+	d.password = demoOperator
+	hash, err := web.HashPassword(d.password)
+	if err != nil {
+		return d, err
+	}
+	u, err := st.CreateUser(ctx, demoOperator, cbdash.RoleOperator, hash)
+	if errors.Is(err, cbdash.ErrConflict) {
+		u, _, err = st.UserByName(ctx, demoOperator)
+		d.password = "(as set before)"
+	}
+	if err != nil {
+		return d, fmt.Errorf("demo: operator account: %w", err)
+	}
+	if d.apiToken, err = st.CreateUserToken(ctx, u.ID, "demo CLI"); err != nil {
+		return d, fmt.Errorf("demo: API token: %w", err)
+	}
+	return d, nil
+}
+
+func printBanner(w io.Writer, url string, d demoSetup, anonymous bool) {
+	view := "log in to view"
+	if anonymous {
+		view = "anyone can view it read-only"
+	}
+	fmt.Fprintf(w, `
+cbdash demo: %s  (%s)
+  operator login:  %s / %s   (trip, release and reset breakers)
+  JSON API:        curl %s/api/v1/breakers
+  command line:    CBDASH_SERVER=%s CBDASH_TOKEN=%s \
+                   go run ./cmd/cbdash trip checkout/payments --for 1m --reason "trying it"
+  Breakers open and close within the first minute. Ctrl-C stops the demo.
+
+`, url, view, demoOperator, d.password, url, url, d.apiToken)
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
+)
+
+// runningDemo is a whole demo (store, collector, dashboard, fleet with its
+// agents) running in this process on a loopback port.
+type runningDemo struct {
+	url   string
+	setup demoSetup
+	db    string
+}
+
+// startDemo runs the demo until the test ends, then checks that it shut
+// down cleanly.
+func startDemo(t *testing.T, db string) runningDemo {
+	t.Helper()
+	var o demoOptions
+	o.Addr, o.DB, o.Anonymous, o.LogLevel, o.LogFormat = "127.0.0.1:0", db, true, "warn", "text"
+	o.Rate = 10 // enough to fill the windows, light on a shared CI machine
+	ctx, cancel := context.WithCancel(context.Background())
+	type started struct {
+		url string
+		d   demoSetup
+	}
+	ready := make(chan started, 1)
+	done := make(chan error, 1)
+	var logs logBuffer
+	go func() {
+		done <- runDemo(ctx, o, io.Discard, &logs, func(url string, d demoSetup) { ready <- started{url, d} })
+	}()
+	var s started
+	select {
+	case s = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("demo stopped at once: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("demo did not start within 30s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("demo shutdown: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("demo did not shut down within 30s")
+		}
+		// The demo's log holds no error, and no warning but the admin's
+		// first password.
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "level=ERROR") || (strings.Contains(line, "level=WARN") && !strings.Contains(line, "created the first account")) {
+				t.Errorf("demo log: %s", line)
+			}
+		}
+	})
+	return runningDemo{url: s.url, setup: s.d, db: db}
+}
+
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// openedAndClosed returns a breaker instance whose transitions (newest
+// first) show an opening followed later by a closing.
+func openedAndClosed(ts []cbdash.TransitionRecord) (string, bool) {
+	opened := map[string]bool{}
+	for i := len(ts) - 1; i >= 0; i-- { // oldest first
+		t := ts[i]
+		k := t.Service + "/" + t.Breaker + "@" + t.Instance
+		switch {
+		case t.From == "closed" && t.To == "open":
+			opened[k] = true
+		case t.To == "closed" && opened[k]:
+			return k, true
+		}
+	}
+	return "", false
+}
+
+func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole demo for up to a minute")
+	}
+	d := startDemo(t, filepath.Join(t.TempDir(), "demo.db"))
+	start := time.Now()
+	var which string
+	for {
+		var ts []cbdash.TransitionRecord
+		getJSON(t, d.url+"/api/v1/transitions?limit=1000", &ts)
+		if k, ok := openedAndClosed(ts); ok {
+			which = k
+			break
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("no breaker opened and closed again within 60s (%d transitions)", len(ts))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("%s opened and closed again after %v", which, time.Since(start).Round(time.Second))
+
+	var deps []cbdash.Dependency
+	getJSON(t, d.url+"/api/v1/breakers", &deps)
+	if len(deps) != 8 {
+		t.Errorf("%d dependencies, want 8 (checkout x3 deps, search x2, catalog x3)", len(deps))
+	}
+	opened := 0
+	for _, dep := range deps {
+		opened += dep.OpensToday
+	}
+	if opened == 0 {
+		t.Errorf("no dependency counts an opening today: %+v", deps)
+	}
+
+	t.Run("every automatic cause appears within the first minute", func(t *testing.T) {
+		want := []string{"failure_rate", "slow_call_rate", "open_elapsed", "probe_failed", "probes_succeeded"}
+		for {
+			var ts []cbdash.TransitionRecord
+			getJSON(t, d.url+"/api/v1/transitions?limit=5000", &ts)
+			seen := map[string]bool{}
+			for _, tr := range ts {
+				seen[tr.Cause.Kind] = true
+			}
+			var missing []string
+			for _, k := range want {
+				if !seen[k] {
+					missing = append(missing, k)
+				}
+			}
+			if len(missing) == 0 {
+				return
+			}
+			if time.Since(start) > 60*time.Second {
+				t.Fatalf("after 60s no transition caused by %v", missing)
+			}
+			time.Sleep(time.Second)
+		}
+	})
+	t.Run("status lists the fleet", func(t *testing.T) {
+		code, out, stderr := cli(t, map[string]string{"CBDASH_SERVER": d.url}, "status")
+		if code != 0 || !strings.Contains(out, "checkout/payments") || !strings.Contains(out, "search/search") {
+			t.Fatalf("status: exit %d, out %q, err %q", code, out, stderr)
+		}
+	})
+	t.Run("trip and release reach every instance", func(t *testing.T) {
+		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_TOKEN": d.setup.apiToken}
+		code, out, stderr := cli(t, env, "trip", "checkout/payments", "--for", "1m", "--reason", "demo test")
+		if code != 0 || strings.Count(out, "applied") != 3 || strings.Count(out, "forced_open") != 3 {
+			t.Fatalf("trip: exit %d, out %q, err %q", code, out, stderr)
+		}
+		var dep cbdash.Dependency
+		getJSON(t, d.url+"/api/v1/breakers/checkout/payments", &dep)
+		if dep.Held == nil || dep.Held.Reason != "demo test" || dep.Held.Actor != demoOperator {
+			t.Errorf("after trip, held = %+v; want the operator's hold with its reason", dep.Held)
+		}
+		code, out, stderr = cli(t, env, "release", "checkout/payments")
+		if code != 0 || strings.Count(out, "applied") != 3 {
+			t.Fatalf("release: exit %d, out %q, err %q", code, out, stderr)
+		}
+	})
+	t.Run("unknown breaker is refused", func(t *testing.T) {
+		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_TOKEN": d.setup.apiToken}
+		code, _, stderr := cli(t, env, "reset", "checkout/nosuch")
+		if code != 1 || !strings.Contains(stderr, "not found") {
+			t.Fatalf("reset of an unknown breaker: exit %d, err %q", code, stderr)
+		}
+	})
+	t.Run("a bad token is refused", func(t *testing.T) {
+		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_TOKEN": "nope"}
+		code, _, stderr := cli(t, env, "reset", "checkout/payments")
+		if code != 1 || !strings.Contains(stderr, "--token") {
+			t.Fatalf("reset with a bad token: exit %d, err %q", code, stderr)
+		}
+	})
+	t.Run("loadgen measures the server", func(t *testing.T) {
+		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_AGENT_TOKEN": d.setup.agentToken}
+		code, out, stderr := cli(t, env, "loadgen", "--instances", "5", "--breakers", "3", "--duration", "2s", "--json")
+		if code != 0 {
+			t.Fatalf("loadgen: exit %d, err %q", code, stderr)
+		}
+		var res struct {
+			Instances int   `json:"instances"`
+			Windows   int64 `json:"windows"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil || res.Instances != 5 || res.Windows == 0 {
+			t.Fatalf("loadgen result %q (%v): want 5 instances and stored window reports", out, err)
+		}
+	})
+	t.Run("anonymous viewers cannot operate", func(t *testing.T) {
+		resp, err := http.Post(d.url+"/api/v1/commands", "application/json",
+			strings.NewReader(`{"service":"checkout","breaker":"payments","action":"reset"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("anonymous POST /api/v1/commands: %d, want 401 or 403", resp.StatusCode)
+		}
+	})
+}
+
+// The history survives the process: after the demo stops, the database
+// holds its transitions.
+func TestDemoStopsCleanlyAndKeepsItsHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo")
+	}
+	db := filepath.Join(t.TempDir(), "demo.db")
+	t.Run("run", func(t *testing.T) {
+		d := startDemo(t, db)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var ts []cbdash.TransitionRecord
+			getJSON(t, d.url+"/api/v1/transitions", &ts)
+			if len(ts) > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no transition within 30s")
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	})
+	ctx := context.Background()
+	st, err := store.Open(ctx, db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ts, err := st.Transitions(ctx, cbdash.TransitionQuery{})
+	if err != nil || len(ts) == 0 {
+		t.Fatalf("stored transitions after shutdown: %d, %v", len(ts), err)
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cbdash/cbdash/internal/loadgen"
+)
+
+type loadgenOptions struct {
+	clientOptions
+	AgentToken      string
+	Service         string
+	Instances       int
+	Breakers        int
+	Interval        time.Duration
+	Duration        time.Duration
+	TransitionEvery time.Duration
+	DialConcurrency int
+	JSON            bool
+}
+
+func newLoadgenCmd() *cobra.Command {
+	var o loadgenOptions
+	cmd := &cobra.Command{
+		Use:   "loadgen",
+		Short: "Load a running server with simulated agents and measure it",
+		Long: `Connect many simulated agents (real websockets, the wire protocol, no
+breakers) to a running server, send a window report per breaker every
+--interval and a transition now and then, and measure the window reports the
+server stored per second and how long a transition takes to reach a
+subscriber of /api/v1/events.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.AgentToken == "" {
+				return usageError{errors.New("no agent token: give one with --agent-token or CBDASH_AGENT_TOKEN (cbdash token create --service '*')")}
+			}
+			if _, err := o.client(false); err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			res, err := loadgen.Run(cmd.Context(), loadgen.Config{
+				URL: o.Server, Token: o.AgentToken, ReadToken: o.Token, Service: o.Service,
+				Instances: o.Instances, BreakersPerInstance: o.Breakers, Interval: o.Interval,
+				Duration: o.Duration, TransitionEvery: o.TransitionEvery, DialConcurrency: o.DialConcurrency,
+				Logger: log,
+			})
+			if err != nil {
+				if errors.Is(err, loadgen.ErrInvalid) {
+					return usageError{err}
+				}
+				return fmt.Errorf("loadgen against %s (flag --server or CBDASH_SERVER): %w", o.Server, err)
+			}
+			if o.JSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), res)
+			return nil
+		},
+	}
+	o.bind(cmd.Flags())
+	f := cmd.Flags()
+	f.StringVar(&o.AgentToken, "agent-token", "", "agent token for any service (env CBDASH_AGENT_TOKEN)")
+	f.StringVar(&o.Service, "service", "loadgen", "name of the simulated service")
+	f.IntVar(&o.Instances, "instances", 1000, "simulated agents")
+	f.IntVar(&o.Breakers, "breakers", 20, "breakers per agent")
+	f.DurationVar(&o.Interval, "interval", time.Second, "window report period")
+	f.DurationVar(&o.Duration, "duration", 30*time.Second, "how long to measure once every agent is connected")
+	f.DurationVar(&o.TransitionEvery, "transition-every", 10*time.Second, "how often, on average, each agent flips a breaker")
+	f.IntVar(&o.DialConcurrency, "dial-concurrency", 50, "concurrent websocket dials")
+	f.BoolVar(&o.JSON, "json", false, "print the result as JSON")
+	return cmd
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// serveOptions are the flags of `cbdash serve` and `cbdash demo`.
+type serveOptions struct {
+	Addr string // --addr: listen address
+	DB   string // --db: SQLite file
+	// Retention of each history level (0 = the store's default).
+	Retention struct {
+		PerSecond, PerMinute, PerHour, Transitions time.Duration
+	}
+	TLSCert, TLSKey string // --tls-cert, --tls-key: serve HTTPS when both are set
+	Anonymous       bool   // --anonymous: read-only viewing without login
+	LogLevel        string // --log-level
+	LogFormat       string // --log-format
+	AdminPassword   string // --admin-password: for the first start only
+	MetricsToken    string // --metrics-token
+}
+
+func (o *serveOptions) bind(fs *pflag.FlagSet, anonymous bool) {
+	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port)")
+	fs.StringVar(&o.DB, "db", "./cbdash.db", "SQLite database file (created if missing)")
+	fs.Var(dayDuration{&o.Retention.PerSecond}, "retention-seconds", "how long per-second history is kept (e.g. 24h, 2d; default 24h)")
+	fs.Var(dayDuration{&o.Retention.PerMinute}, "retention-minutes", "how long per-minute history is kept (default 30d)")
+	fs.Var(dayDuration{&o.Retention.PerHour}, "retention-hours", "how long per-hour history is kept (default 365d)")
+	fs.Var(dayDuration{&o.Retention.Transitions}, "retention-transitions", "how long transitions are kept (default 365d)")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve HTTPS")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.BoolVar(&o.Anonymous, "anonymous", anonymous, "let anyone view the dashboard read-only without logging in")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.AdminPassword, "admin-password", "", "password of the admin account made on the first start (default: random, printed once)")
+	fs.StringVar(&o.MetricsToken, "metrics-token", "", "bearer token required by /metrics (default: none required)")
+}
+
+// validate checks what the flags alone can tell, naming the flag.
+func (o *serveOptions) validate() error {
+	if o.Addr == "" {
+		return usageError{fmt.Errorf("--addr is empty")}
+	}
+	if o.DB == "" {
+		return usageError{fmt.Errorf("--db is empty")}
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return usageError{fmt.Errorf("--tls-cert and --tls-key go together (got only one)")}
+	}
+	if _, err := parseLevel(o.LogLevel); err != nil {
+		return usageError{err}
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		return usageError{fmt.Errorf("--log-format %q: want text or json", o.LogFormat)}
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// logger makes the process's logger, the only one: libraries get it
+// passed in.
+func (o *serveOptions) logger(w io.Writer) *slog.Logger {
+	level, _ := parseLevel(o.LogLevel)
+	ho := &slog.HandlerOptions{Level: level}
+	if o.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// dayDuration is a time.Duration flag that also takes whole days ("30d").
+type dayDuration struct{ d *time.Duration }
+
+func (v dayDuration) String() string {
+	if v.d == nil || *v.d == 0 {
+		return ""
+	}
+	if *v.d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(*v.d/(24*time.Hour)), 10) + "d"
+	}
+	return v.d.String()
+}
+
+func (v dayDuration) Set(s string) error {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseUint(days, 10, 32)
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (like 36h or 30d)", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return fmt.Errorf("%q is not a duration (like 36h or 30d)", s)
+		}
+	}
+	if d < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*v.d = d
+	return nil
+}
+
+func (v dayDuration) Type() string { return "duration" }

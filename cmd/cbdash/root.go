@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envPrefix is prepended to a flag's upper-cased name (dashes become
+// underscores) to find its environment variable: --tls-cert reads
+// CBDASH_TLS_CERT. A flag given on the command line wins.
+const envPrefix = "CBDASH_"
+
+// envName is the environment variable that sets flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// run is the whole program: it parses args, runs the command until it
+// ends or SIGINT/SIGTERM arrives, and returns the exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd(getenv, stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "cbdash:", err)
+		var u usageError
+		if errors.As(err, &u) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError is a mistake in the command line (exit status 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func newRootCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cbdash",
+		Short: "A live dashboard for the circuit breakers of a fleet of Go services",
+		Long: `cbdash collects what the circuit breakers of your Go services do (through
+the sdk/agent package), shows it live, keeps its history in one SQLite file,
+and lets operators trip, release and reset breakers.
+
+Every flag can also be set with an environment variable: CBDASH_ and the
+flag's name in capitals, dashes as underscores (--tls-cert: CBDASH_TLS_CERT).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagsFromEnv(cmd.Flags(), getenv)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newServeCmd(),
+		newDemoCmd(),
+		newStatusCmd(),
+		newCommandCmd("trip", "Hold a breaker open (force_open) for a while", actionForceOpen),
+		newCommandCmd("hold-closed", "Hold a breaker closed (force_closed) for a while: it records but never trips", actionForceClosed),
+		newCommandCmd("release", "End an operator's hold on a breaker", actionRelease),
+		newCommandCmd("reset", "Reset a breaker to closed with an empty window", actionReset),
+		newTokenCmd(),
+		newUserCmd(),
+		newLoadgenCmd(),
+	)
+	return root
+}
+
+// flagsFromEnv sets every flag not given on the command line from its
+// environment variable, if that is set. A bad value names the variable.
+func flagsFromEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		v := getenv(envName(f.Name))
+		if v == "" {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = usageError{fmt.Errorf("environment variable %s=%q: %w", envName(f.Name), v, e)}
+		}
+	})
+	return err
+}

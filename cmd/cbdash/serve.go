@@ -1,0 +1,33 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func newServeCmd() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the collector and the dashboard",
+		Long: `Run the collector (agents connect to /api/v1/agent) and the dashboard on one
+address, with history in one SQLite file. The first start creates an "admin"
+account and logs its password once. SIGINT or SIGTERM shut it down cleanly:
+requests in progress finish, agent data in flight is stored, the database is
+closed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			log := o.logger(cmd.ErrOrStderr())
+			srv, err := openServer(cmd.Context(), o, log)
+			if err != nil {
+				return err
+			}
+			log.Info("cbdash is serving", "url", srv.URL(), "db", o.DB, "anonymous", o.Anonymous)
+			return srv.run(cmd.Context(), nil)
+		},
+	}
+	o.bind(cmd.Flags(), false)
+	return cmd
+}

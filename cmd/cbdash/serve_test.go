@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// selfSigned writes a certificate for 127.0.0.1 and its key to dir.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestServeOverTLSThenShutsDownCleanly(t *testing.T) {
+	dir := t.TempDir()
+	var o serveOptions
+	o.Addr, o.DB = "127.0.0.1:0", filepath.Join(dir, "cbdash.db")
+	o.TLSCert, o.TLSKey = selfSigned(t, dir)
+	o.LogLevel, o.LogFormat = "error", "text"
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := openServer(ctx, o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.run(ctx, nil) }()
+
+	if got := srv.AgentURL(); got[:6] != "wss://" {
+		t.Errorf("AgentURL() = %q, want wss://", got)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer client.CloseIdleConnections()
+	var status int
+	deadline := time.Now().Add(10 * time.Second)
+	for status != http.StatusOK && time.Now().Before(deadline) {
+		resp, err := client.Get(srv.URL() + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			status = resp.StatusCode
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if status != http.StatusOK {
+		t.Fatalf("GET %s/readyz over TLS: %d, want 200", srv.URL(), status)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	// The database was closed cleanly: the WAL is checkpointed away.
+	if _, err := os.Stat(o.DB + "-wal"); !os.IsNotExist(err) {
+		t.Errorf("%s-wal still there after shutdown (%v)", o.DB, err)
+	}
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cbdash/cbdash/internal/alert"
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/web"
+)
+
+// shutdownTimeout bounds each step of a graceful shutdown.
+const shutdownTimeout = 10 * time.Second
+
+// server is the collector and the dashboard, wired together on one
+// listener, with the store under both.
+type server struct {
+	log       *slog.Logger
+	store     *store.Store
+	col       *collector.Collector
+	incidents *incident.Service
+	alerts    *alert.Service
+	web       *web.Server
+	http      *http.Server
+	ln        net.Listener
+	tls       bool
+}
+
+// openServer opens the store, builds the collector and the dashboard, and
+// listens on o.Addr. Nothing is served until run. On error, whatever was
+// opened is closed.
+func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *server, err error) {
+	s := &server{log: log, tls: o.TLSCert != ""}
+	defer func() {
+		if err != nil {
+			s.closeStore()
+		}
+	}()
+	s.store, err = store.Open(ctx, o.DB, store.Options{
+		Logger: log.With("component", "store"),
+		Retention: store.Retention{
+			Seconds: o.Retention.PerSecond, Minutes: o.Retention.PerMinute,
+			Hours: o.Retention.PerHour, Transitions: o.Retention.Transitions,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening the database %s (flag --db or CBDASH_DB): %w", o.DB, err)
+	}
+	reg := prometheus.NewRegistry()
+	s.col, err = collector.New(collector.Config{
+		Store: s.store, Logger: log.With("component", "collector"),
+		Registerer: reg, MetricsToken: o.MetricsToken,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.incidents, err = incident.NewService(incident.ServiceConfig{
+		Source: s.col, Store: s.store, Logger: log.With("component", "incident"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert")})
+	if err != nil {
+		return nil, err
+	}
+	s.web, err = web.New(web.Config{
+		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
+		Anonymous: o.Anonymous, Secure: s.tls,
+	})
+	if err != nil {
+		return nil, err
+	}
+	created, pw, err := web.EnsureAdmin(ctx, s.store, o.AdminPassword)
+	if err != nil {
+		return nil, fmt.Errorf("creating the admin account: %w", err)
+	}
+	if created {
+		log.Warn("created the first account: log in and change or keep this password; it is not shown again",
+			"user", web.AdminName, "password", pw)
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = web.HTTPErrorHandler
+	auth := s.web.Auth()
+	s.col.Mount(e, auth)
+	incident.NewAPI(s.store, nil, actor).Mount(e, auth.Read, auth.Operate)
+	alert.NewAPI(s.alerts).Mount(e, auth.Read, auth.Operate)
+	s.web.Mount(e)
+
+	s.http = &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if s.tls {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("loading --tls-cert %s and --tls-key %s: %w", o.TLSCert, o.TLSKey, err)
+		}
+		s.http.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	s.ln, err = net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s (flag --addr or CBDASH_ADDR): %w", o.Addr, err)
+	}
+	return s, nil
+}
+
+// actor is the user an Operate middleware authenticated, for incident
+// notes.
+func actor(c echo.Context) string {
+	name, _ := c.Get(collector.ActorKey).(string)
+	return name
+}
+
+// URL is the server's base URL, from the address it actually listens on.
+func (s *server) URL() string {
+	scheme := "http"
+	if s.tls {
+		scheme = "https"
+	}
+	return scheme + "://" + s.ln.Addr().String()
+}
+
+// AgentURL is the websocket URL agents connect to.
+func (s *server) AgentURL() string {
+	scheme := "ws"
+	if s.tls {
+		scheme = "wss"
+	}
+	return scheme + "://" + s.ln.Addr().String() + "/api/v1/agent"
+}
+
+// run serves until ctx is done (or the listener or a background loop
+// fails), then shuts down in reverse order of dependence: beforeStop (the
+// demo stops its fleet there, so that its agents flush while everything
+// still serves), the dashboard's live sockets, the HTTP server (no new
+// requests; ingest requests in progress finish), the incident and alert
+// services, the collector (agent sessions closed, batches in progress
+// stored), and last the store (its writer drained, the database closed).
+func (s *server) run(ctx context.Context, beforeStop func(context.Context)) error {
+	errc := make(chan error, 4)
+	// The collector's loops outlive the services that feed on it.
+	colCtx, stopCol := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCol()
+	var colWG sync.WaitGroup
+	colWG.Add(1)
+	go func() {
+		defer colWG.Done()
+		if err := s.col.Run(colCtx); err != nil {
+			errc <- fmt.Errorf("collector: %w", err)
+		}
+	}()
+	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSvc()
+	var svcWG sync.WaitGroup
+	for name, loop := range map[string]func(context.Context) error{"incidents": s.incidents.Run, "alerts": s.alerts.Run} {
+		svcWG.Add(1)
+		go func() {
+			defer svcWG.Done()
+			if err := loop(svcCtx); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	var httpWG sync.WaitGroup
+	httpWG.Add(1)
+	go func() {
+		defer httpWG.Done()
+		var err error
+		if s.tls {
+			err = s.http.ServeTLS(s.ln, "", "")
+		} else {
+			err = s.http.Serve(s.ln)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+		}
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down")
+	case runErr = <-errc:
+		s.log.Error("stopping", "err", runErr)
+	}
+	if beforeStop != nil {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		beforeStop(bctx)
+		cancel()
+	}
+	_ = s.web.Close()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := s.http.Shutdown(sctx); err != nil {
+		s.log.Warn("http shutdown", "err", err)
+	}
+	httpWG.Wait()
+	stopSvc()
+	svcWG.Wait()
+	stopCol()
+	colWG.Wait()
+	if err := s.closeStore(); err != nil {
+		return errors.Join(runErr, fmt.Errorf("closing the database: %w", err))
+	}
+	s.log.Info("stopped")
+	return runErr
+}
+
+// closeStore closes the store once (no-op when it was never opened).
+func (s *server) closeStore() error {
+	if s.store == nil {
+		return nil
+	}
+	st := s.store
+	s.store = nil
+	return st.Close()
+}
