@@ -62,6 +62,7 @@ const (
 	Closed                        // the quiet period passed; End is set
 )
 
+// String returns "opened", "updated" or "closed".
 func (k ChangeKind) String() string {
 	switch k {
 	case Opened:
