@@ -131,3 +131,29 @@ func dep2(svc, br string, n int) cbdash.Dependency {
 	}
 	return d
 }
+
+func TestSparklineDrawsCompleteMinutes(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 30, 40, 0, time.UTC)
+	start := time.Date(2026, 3, 1, 12, 15, 0, 0, time.UTC)
+	pt := func(m int, calls, failed int64) cbdash.Point {
+		return cbdash.Point{At: start.Add(time.Duration(m) * time.Minute), Width: time.Minute,
+			Counts: protocol.Counts{Admitted: calls, Failures: failed, Errors: failed, Successes: calls - failed}}
+	}
+	s := sparkOf([]cbdash.Point{pt(-1, 999, 0), pt(0, 100, 0), pt(14, 200, 50), pt(15, 5, 0)}, now)
+	if s.Empty {
+		t.Fatal("empty")
+	}
+	calls := strings.Fields(s.Calls)
+	if len(calls) != 15 || calls[0] != "0.0,12.0" || calls[14] != "100.0,1.0" {
+		t.Errorf("calls %q", calls)
+	}
+	if fails := strings.Fields(s.Failures); fails[14] != "100.0,17.5" {
+		t.Errorf("failures %q", fails)
+	}
+	if s.Title != "15 min: 300 calls (blue), 50 failures (red); peak 200/min" {
+		t.Errorf("title %q", s.Title)
+	}
+	if !sparkOf(nil, now).Empty {
+		t.Error("no history is not empty")
+	}
+}

@@ -138,15 +138,14 @@ func (s *Server) dependency(c echo.Context) error {
 }
 
 func depHeader(d cbdash.Dependency, now time.Time) templates.DepHeader {
-	h := d.Headroom
 	return templates.DepHeader{
 		State:       stateView(d.State),
 		Instances:   instancesText(d),
 		Stale:       staleText(d),
 		Held:        holdView(d.Held, now),
 		RequestRate: perSecond(d.RequestRate),
-		Failure:     rateView("failure rate (window)", h.FailureRate, h.FailureRateThreshold),
-		Slow:        rateView("slow-call rate (window)", h.SlowCallRate, h.SlowCallRateThreshold),
+		Failure:     failureRate(d),
+		Slow:        slowRate(d),
 		P50:         latency(d.P50),
 		P99:         latency(d.P99),
 		OpensToday:  d.OpensToday,

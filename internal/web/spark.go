@@ -64,7 +64,7 @@ func (c *sparkCache) get(ctx context.Context, keys []cbdash.DependencyKey, budge
 			break
 		}
 		pts, err := c.hist.History(ctx, cbdash.HistoryQuery{
-			DependencyKey: k, From: now.Add(-sparkSpan).Truncate(time.Minute), To: now, Resolution: cbdash.ResolutionMinute,
+			DependencyKey: k, From: now.Truncate(time.Minute).Add(-sparkSpan), To: now, Resolution: cbdash.ResolutionMinute,
 		})
 		if err != nil {
 			continue
@@ -80,13 +80,15 @@ func (c *sparkCache) get(ctx context.Context, keys []cbdash.DependencyKey, budge
 
 // sparkOf draws calls and failures per minute over the last 15 minutes
 // into a 100x24 box; both lines share the calls' scale.
+//
+// Only complete minutes are drawn: the current one would look like a drop.
 func sparkOf(pts []cbdash.Point, now time.Time) templates.Spark {
-	start := now.Add(-sparkSpan).Truncate(time.Minute)
-	var calls, fails [sparkBuckets + 1]float64
+	start := now.Truncate(time.Minute).Add(-sparkSpan)
+	var calls, fails [sparkBuckets]float64
 	var any bool
 	for _, p := range pts {
 		i := int(p.At.Sub(start) / time.Minute)
-		if i < 0 || i > sparkBuckets {
+		if p.At.Before(start) || i >= sparkBuckets {
 			continue
 		}
 		calls[i] += float64(p.Counts.Admitted + p.Counts.Rejected())
@@ -105,13 +107,13 @@ func sparkOf(pts []cbdash.Point, now time.Time) templates.Spark {
 	if peak == 0 {
 		peak = 1
 	}
-	line := func(v *[sparkBuckets + 1]float64) string {
+	line := func(v *[sparkBuckets]float64) string {
 		var b strings.Builder
 		for i, y := range v {
 			if i > 0 {
 				b.WriteByte(' ')
 			}
-			b.WriteString(strconv.FormatFloat(float64(i)*100/sparkBuckets, 'f', 1, 64))
+			b.WriteString(strconv.FormatFloat(float64(i)*100/(sparkBuckets-1), 'f', 1, 64))
 			b.WriteByte(',')
 			b.WriteString(strconv.FormatFloat(23-22*y/peak, 'f', 1, 64))
 		}

@@ -233,7 +233,6 @@ func headroomScore(d cbdash.Dependency) float64 {
 
 // tile builds one overview tile.
 func tile(d cbdash.Dependency, spark templates.Spark, now time.Time) templates.Tile {
-	h := d.Headroom
 	return templates.Tile{
 		ID:          tileID(d.DependencyKey),
 		Service:     d.Service,
@@ -243,14 +242,36 @@ func tile(d cbdash.Dependency, spark templates.Spark, now time.Time) templates.T
 		Instances:   instancesText(d),
 		Stale:       staleText(d),
 		RequestRate: perSecond(d.RequestRate),
-		Failure:     rateView("failure rate", h.FailureRate, h.FailureRateThreshold),
-		Slow:        rateView("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold),
+		Failure:     failureRate(d),
+		Slow:        slowRate(d),
 		P99:         latency(d.P99),
 		Spark:       spark,
 		OpensToday:  d.OpensToday,
 		Held:        holdView(d.Held, now),
 		Labels:      labelList(d.Labels),
 	}
+}
+
+// judgedByWindow reports whether a dependency's sliding window is what
+// matters now: while closed (or held closed) it says how close the
+// breaker is to opening. Once open its window starts empty, so the last
+// minute's rates say more.
+func judgedByWindow(d cbdash.Dependency) bool {
+	return d.State == protocol.StateClosed || d.State == protocol.StateForcedClosed || d.State == ""
+}
+
+func failureRate(d cbdash.Dependency) templates.Rate {
+	if judgedByWindow(d) {
+		return rateView("failure rate", d.Headroom.FailureRate, d.Headroom.FailureRateThreshold)
+	}
+	return rateView("failure rate, last min", d.FailureRate, d.Headroom.FailureRateThreshold)
+}
+
+func slowRate(d cbdash.Dependency) templates.Rate {
+	if judgedByWindow(d) {
+		return rateView("slow-call rate", d.Headroom.SlowCallRate, d.Headroom.SlowCallRateThreshold)
+	}
+	return rateView("slow-call rate, last min", d.SlowCallRate, d.Headroom.SlowCallRateThreshold)
 }
 
 // fleet counts dependencies by state and stale instances.
