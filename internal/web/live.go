@@ -21,6 +21,7 @@ const (
 	liveSparkBudget  = 10 * time.Millisecond
 	resubscribePause = time.Second
 	chartsEvery      = 5 * time.Second // how often live charts are redrawn
+	regridEvery      = 5 * time.Second // how often a state change may re-sort the overview
 )
 
 // liveView is what one open page wants pushed: reset renders every live
@@ -179,6 +180,11 @@ type overviewLive struct {
 	sent             map[cbdash.DependencyKey]uint64 // hash of the last tile sent
 	dirty            map[cbdash.DependencyKey]bool
 	regrid, counters bool
+	// reorder is set when a shown tile changed state, which may change
+	// the worst-first order; the grid is then re-sent, at most every
+	// regridEvery (a tile is swapped in place meanwhile).
+	reorder bool
+	gridAt  time.Time
 }
 
 func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
@@ -212,7 +218,8 @@ func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
 			o.sent[k] = hash(tb.Bytes())
 		}
 	}
-	o.regrid, o.counters = false, false
+	o.regrid, o.counters, o.reorder = false, false, false
+	o.gridAt = o.s.now()
 	clear(o.dirty)
 	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
 		return nil, err
@@ -225,16 +232,20 @@ func (o *overviewLive) event(ev cbdash.Event) {
 		return
 	}
 	d := *ev.Dependency
+	old := o.deps[d.DependencyKey]
 	o.deps[d.DependencyKey] = d
 	o.counters = true
 	if o.f.match(d) != o.shown[d.DependencyKey] {
 		o.regrid = true
 	}
+	if o.f.Sort == "worst" && o.shown[d.DependencyKey] && stateRank(old.State) != stateRank(d.State) {
+		o.reorder = true
+	}
 	o.dirty[d.DependencyKey] = true
 }
 
 func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
-	if o.regrid {
+	if o.regrid || (o.reorder && o.s.now().Sub(o.gridAt) >= regridEvery) {
 		return o.grid(ctx)
 	}
 	if !o.counters && len(o.dirty) == 0 {

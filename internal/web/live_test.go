@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,5 +141,38 @@ func TestLiveEndsWithServiceRestartOnClose(t *testing.T) {
 	_, _, err = conn.Read(ctx)
 	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
 		t.Fatalf("close = %v, want 1012 service restart (the page reconnects)", err)
+	}
+}
+
+func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	h := newHarness(t, web.Config{Now: clock}, dep("a-svc", "first", 1, 0), dep("b-svc", "second", 1, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := h.login("vera").dial(ctx, "view=overview", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	first := readUntil(t, ctx, conn, `id="groups-inner"`)
+	if strings.Index(first, "first") > strings.Index(first, "second") {
+		t.Fatal("closed tiles are not sorted by name")
+	}
+	open := dep("b-svc", "second", 1, 1)
+	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &open})
+	msg := readUntil(t, ctx, conn, "open on 1 of 1")
+	if strings.Contains(msg, `id="groups-inner"`) {
+		t.Fatal("the grid was re-sent at once; a tile swap was expected first")
+	}
+	mu.Lock()
+	now = now.Add(6 * time.Second)
+	mu.Unlock()
+	again := open
+	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &again})
+	grid := readUntil(t, ctx, conn, `id="groups-inner"`)
+	if strings.Index(grid, "second") > strings.Index(grid, "first") {
+		t.Error("the open dependency is not first after the re-sort")
 	}
 }
