@@ -151,8 +151,8 @@ func (a *Agent) Start() error {
 	return nil
 }
 
-// Close stops reporting: it unsubscribes from every breaker, takes a last
-// window report of each, tries to get everything acknowledged by the
+// Close stops reporting: it takes a last window report of every breaker,
+// unsubscribes from them, tries to get everything acknowledged by the
 // collector until ctx ends, then closes the connection and stops every
 // goroutine of the agent (it waits for them). It returns an error
 // wrapping ErrNotFlushed and ctx's error if ctx ended first, and
@@ -165,11 +165,9 @@ func (a *Agent) Close(ctx context.Context) error {
 	}
 	a.closed = true
 	started := a.started
-	for _, t := range a.breakers {
-		t.unsub()
-	}
 	a.mu.Unlock()
 	if !started {
+		a.unsubscribe()
 		return nil
 	}
 	var err error
@@ -189,7 +187,16 @@ func (a *Agent) Close(ctx context.Context) error {
 	}
 	a.cancel()
 	a.wg.Wait()
+	a.unsubscribe() // if ctx ended before the last report
 	return err
+}
+
+// unsubscribe stops the transitions of every breaker from reaching the
+// agent. It may be called more than once.
+func (a *Agent) unsubscribe() {
+	for _, t := range a.registered() {
+		t.unsub()
+	}
 }
 
 // Stats are counters of an agent's delivery since New.

@@ -522,3 +522,54 @@ func TestCloseStopsEveryGoroutine(t *testing.T) {
 		})
 	}
 }
+
+func TestConcurrentCallsOnTheRealClockAreReportedExactly(t *testing.T) {
+	col := newCollector(t)
+	b, err := breaker.New("payments", breaker.Config{MinimumCalls: 5, Window: breaker.Window{Size: 10},
+		OpenDuration: time.Millisecond, HalfOpenMaxCalls: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	defer b.Subscribe(rec.observe)()
+	a, err := agent.New(agent.Config{URL: col.url(), Token: col.token, Service: "checkout",
+		ReportInterval: 5 * time.Millisecond, ReconnectMin: 5 * time.Millisecond, ReconnectMax: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Register(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 3000 {
+				calls(b, 1, (i/50+g)%3 == 0) // bursts of failures trip it, then it recovers
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tr := range col.transitions() {
+		got = append(got, fmt.Sprintf("%d:%s>%s", tr.Generation, tr.From, tr.To))
+	}
+	if want := rec.list(); !slices.Equal(got, want) || len(want) == 0 {
+		t.Fatalf("stored %d transitions, want the breaker's %d exactly, in order", len(got), len(want))
+	}
+	counts, _ := col.sum("payments")
+	tot := b.Snapshot().Totals
+	if counts.Admitted != int64(tot.Admitted) || counts.Failures != int64(tot.Failures) ||
+		counts.Successes != int64(tot.Successes) || counts.Rejected() != int64(tot.Rejected()) ||
+		counts.Admitted+counts.Rejected() != 4*3000 {
+		t.Fatalf("stored %+v, breaker totals %+v", counts, tot)
+	}
+	t.Logf("%d transitions, %d windows, %+v", len(got), len(col.windows("payments")), a.Stats())
+}

@@ -285,6 +285,7 @@ fill:
 	o.cursor = len(o.inflight)
 	o.nextSeq++
 	o.sent++
+	o.compact() // the batch's envelope took a little more than its items
 	return b.Seq, data, true, false
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -200,6 +201,9 @@ func TestInflightBatchesUseAtMostHalfTheBound(t *testing.T) {
 	for i := range 2000 {
 		o.add(window("b", int64(i)*1000, 1))
 		nextBatch(o, 1) // never acknowledged
+		if s := o.stats(); s.bytes > minBufferBytes {
+			t.Fatalf("after %d batches the outbox holds %d bytes, bound %d", i+1, s.bytes, minBufferBytes)
+		}
 	}
 	o.mu.Lock()
 	inflight := o.inflightBytes
@@ -233,5 +237,22 @@ func TestOutboxHoldsItemsBackUntilTheirHelloIsSent(t *testing.T) {
 	}
 	if seq, _, ok, _ := o.next(1, 2); !ok || seq != 2 {
 		t.Fatalf("after the hello next = %d %v, want batch 2", seq, ok)
+	}
+}
+
+func TestFormingABatchFromAFullOutboxKeepsTheBound(t *testing.T) {
+	// A batch's envelope takes a few bytes more than its items: from an
+	// outbox filled to just under the bound, forming one must not cross it.
+	for n := 150; n < 300; n++ {
+		o := newOutbox(minBufferBytes)
+		for i := range n { // distinct breakers of varied sizes: nothing merges, the oldest are dropped
+			o.add(window(fmt.Sprint("b", i, strings.Repeat("x", i%61)), 0, 1))
+		}
+		for range 3 {
+			nextBatch(o, 1)
+			if s := o.stats(); s.bytes > minBufferBytes {
+				t.Fatalf("filled with %d windows, the outbox holds %d bytes, bound %d", n, s.bytes, minBufferBytes)
+			}
+		}
 	}
 }

@@ -87,7 +87,11 @@ func (a *Agent) reportLoop(ctx context.Context) {
 			}
 			a.command(c, seen)
 		case done := <-a.final:
+			// Snapshots may make lazy transitions (open -> half-open):
+			// unsubscribe only after them, and queue what came before.
 			a.report(a.cfg.Clock.Now(), true)
+			a.unsubscribe()
+			a.queue()
 			closing = true
 			close(done)
 		}
