@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/labstack/echo/v4"
 
@@ -129,8 +131,39 @@ func browser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1440, 1000),
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { bcancel(); acancel() })
+	// Every page must run under the CSP without a violation and without a
+	// script error: collect both and fail the test at its end.
+	var mu sync.Mutex
+	var problems []string
+	listen := chromedp.WithListener(func(ev any) {
+		var p string
+		switch e := ev.(type) {
+		case *cdplog.EventEntryAdded:
+			if strings.Contains(e.Entry.Text, "Content Security Policy") || strings.Contains(e.Entry.Text, "Refused to") {
+				p = "CSP: " + e.Entry.Text
+			}
+		case *runtime.EventExceptionThrown:
+			p = "script error: " + e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				p += " " + e.ExceptionDetails.Exception.Description
+			}
+		}
+		if p != "" {
+			mu.Lock()
+			problems = append(problems, p)
+			mu.Unlock()
+		}
+	})
+	bctx, bcancel := chromedp.NewContext(actx, listen)
+	t.Cleanup(func() {
+		bcancel()
+		acancel()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range problems {
+			t.Errorf("browser reported %s", p)
+		}
+	})
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("starting chromium: %v", err)
 	}
