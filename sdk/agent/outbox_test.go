@@ -243,7 +243,7 @@ func TestOutboxHoldsItemsBackUntilTheirHelloIsSent(t *testing.T) {
 func TestFormingABatchFromAFullOutboxKeepsTheBound(t *testing.T) {
 	// A batch's envelope takes a few bytes more than its items: from an
 	// outbox filled to just under the bound, forming one must not cross it.
-	for n := 150; n < 300; n++ {
+	for n := 160; n < 200; n++ {
 		o := newOutbox(minBufferBytes)
 		for i := range n { // distinct breakers of varied sizes: nothing merges, the oldest are dropped
 			o.add(window(fmt.Sprint("b", i, strings.Repeat("x", i%61)), 0, 1))
