@@ -108,6 +108,14 @@ func TestDayDuration(t *testing.T) {
 	}
 }
 
+func TestEnvDoesNotFillCommandArguments(t *testing.T) {
+	env := map[string]string{"CBDASH_SERVER": "http://127.0.0.1:1", "CBDASH_TOKEN": "t", "CBDASH_REASON": "stray"}
+	code, _, stderr := cli(t, env, "trip", "checkout/payments")
+	if code != 2 || !strings.Contains(stderr, "--reason is required") {
+		t.Fatalf("trip with CBDASH_REASON set: exit %d, err %q; want --reason still required", code, stderr)
+	}
+}
+
 func TestEnvName(t *testing.T) {
 	if got := envName("tls-cert"); got != "CBDASH_TLS_CERT" {
 		t.Fatalf("envName(tls-cert) = %q", got)

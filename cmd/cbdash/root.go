@@ -18,6 +18,19 @@ import (
 // CBDASH_TLS_CERT. A flag given on the command line wins.
 const envPrefix = "CBDASH_"
 
+// fromEnv reports whether flag name may be set from the environment: the
+// settings of a deployment and the credentials, not the arguments of one
+// command (a stray CBDASH_REASON must not fill in --reason).
+func fromEnv(name string) bool {
+	switch name {
+	case "addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
+		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format",
+		"server", "token", "timeout", "agent-token", "password":
+		return true
+	}
+	return false
+}
+
 // envName is the environment variable that sets flag name.
 func envName(name string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
@@ -54,8 +67,12 @@ func newRootCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Com
 the sdk/agent package), shows it live, keeps its history in one SQLite file,
 and lets operators trip, release and reset breakers.
 
-Every flag can also be set with an environment variable: CBDASH_ and the
-flag's name in capitals, dashes as underscores (--tls-cert: CBDASH_TLS_CERT).`,
+The settings of a deployment and the credentials (--addr, --db, --retention-*,
+--tls-cert, --tls-key, --anonymous, --admin-password, --metrics-token,
+--log-level, --log-format, --server, --token, --timeout, --agent-token,
+--password) can also be set with an environment variable: CBDASH_ and the
+flag's name in capitals, dashes as underscores (--tls-cert: CBDASH_TLS_CERT).
+A flag on the command line wins.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,12 +97,13 @@ flag's name in capitals, dashes as underscores (--tls-cert: CBDASH_TLS_CERT).`,
 	return root
 }
 
-// flagsFromEnv sets every flag not given on the command line from its
-// environment variable, if that is set. A bad value names the variable.
+// flagsFromEnv sets every flag that fromEnv allows and that is not given
+// on the command line from its environment variable, if that is set. A
+// bad value names the variable.
 func flagsFromEnv(fs *pflag.FlagSet, getenv func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || f.Name == "help" {
+		if err != nil || f.Changed || !fromEnv(f.Name) {
 			return
 		}
 		v := getenv(envName(f.Name))
