@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +37,33 @@ type stack struct {
 	col      *collector.Collector
 	breakers map[string]*breaker.Breaker // instance -> the payments breaker
 	password string
+	handler  swapHandler
+	srv      atomic.Pointer[web.Server]
+}
+
+// swapHandler serves with the latest handler stored in it.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*s.h.Load()).ServeHTTP(w, r) }
+
+// restart replaces the dashboard by a new one on the same address, as a
+// process restart would: the old one's live sockets end with 1012.
+func (s *stack) restart(t *testing.T) {
+	t.Helper()
+	srv, err := web.New(web.Config{Collector: s.col, Store: s.st, LiveInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = web.HTTPErrorHandler
+	s.col.Mount(e, srv.Auth())
+	srv.Mount(e)
+	var h http.Handler = e
+	s.handler.h.Store(&h)
+	if old := s.srv.Swap(srv); old != nil {
+		old.Close()
+	}
 }
 
 func startStack(t *testing.T, instances int) *stack {
@@ -48,21 +77,14 @@ func startStack(t *testing.T, instances int) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := web.New(web.Config{Collector: col, Store: st, LiveInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = web.HTTPErrorHandler
-	col.Mount(e, srv.Auth())
-	srv.Mount(e)
-	hs := httptest.NewServer(e)
+	s := &stack{st: st, col: col, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
+	s.restart(t)
+	hs := httptest.NewServer(&s.handler)
+	s.url = hs.URL
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = col.Run(ctx) }()
 
-	s := &stack{url: hs.URL, st: st, col: col, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
 	hash, _ := web.HashPassword(s.password)
 	if _, err := st.CreateUser(ctx, "otto", cbdash.RoleOperator, hash); err != nil {
 		t.Fatal(err)
@@ -103,7 +125,7 @@ func startStack(t *testing.T, instances int) *stack {
 			_ = a.Close(cctx)
 			ccancel()
 		}
-		srv.Close()
+		s.srv.Load().Close()
 		cancel()
 		wg.Wait()
 		hs.Close()
@@ -310,4 +332,32 @@ func TestBrowserOverviewGoesLiveAndOperatorForcesOpen(t *testing.T) {
 		chromedp.WaitVisible(css(`[data-testid=lane]`)),
 	)
 	screenshot(t, ctx, "timeline.png")
+}
+
+func TestBrowserSaysDisconnectedAndReconnects(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 2)
+	login(t, ctx, s.url, "otto", s.password)
+	run(t, ctx, stepTimeout, "overview is live",
+		chromedp.WaitVisible(css(`article.tile[data-state=closed]`)),
+		until(`document.getElementById("conn").hidden === true`),
+	)
+	// The new server is in place before the old one closes its sockets,
+	// so the page may reconnect at once; the banner must still have shown.
+	run(t, ctx, stepTimeout, "watch the banner", chromedp.Evaluate[chromedp.Void](`
+		window.cbdashBannerShown = false;
+		new MutationObserver(() => { if (!document.getElementById("conn").hidden) window.cbdashBannerShown = true; })
+			.observe(document.getElementById("conn"), {attributes: true});`))
+	s.restart(t)
+	run(t, ctx, stepTimeout, "banner shown, then hidden after the reconnect",
+		until(`window.cbdashBannerShown === true`),
+		until(`document.getElementById("conn").hidden === true`),
+	)
+	// The page is live again: a trip reaches it.
+	b := s.breakers["checkout-2"]
+	for range 10 {
+		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
+	}
+	run(t, ctx, stepTimeout, "live after reconnect",
+		until(`document.querySelector("article.tile [data-testid=instances]")?.textContent === "open on 1 of 2"`))
 }
