@@ -44,7 +44,9 @@ type stack struct {
 // swapHandler serves with the latest handler stored in it.
 type swapHandler struct{ h atomic.Pointer[http.Handler] }
 
-func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*s.h.Load()).ServeHTTP(w, r) }
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
 
 // restart replaces the dashboard by a new one on the same address, as a
 // process restart would: the old one's live sockets end with 1012.
