@@ -111,6 +111,9 @@ type Envelope struct {
 
 // Hello is the first message of every connection, agent to collector. It
 // (re)declares the instance and the full configuration of its breakers.
+// An agent may send another Hello with the same Service, Instance and
+// StartedAt on an open connection to declare breakers registered since;
+// the collector does not answer it (no Welcome).
 type Hello struct {
 	Type       string            `json:"type"` // "hello"
 	Protocol   int               `json:"protocol"`
