@@ -140,13 +140,18 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		LastChange:    d.lastChange,
 		PerInstance:   make([]cbdash.InstanceBreaker, 0, len(d.members)),
 	}
-	names := make([]string, 0, len(d.members))
+	if d.names == nil {
+		d.names = make([]string, 0, len(d.members))
+		for name := range d.members {
+			d.names = append(d.names, name)
+		}
+		sort.Strings(d.names)
+	}
+	names := d.names
 	configs := make(map[protocol.BreakerConfig]int, 2)
-	for name, ib := range d.members {
-		names = append(names, name)
+	for _, ib := range d.members {
 		configs[ib.config]++
 	}
-	sort.Strings(names)
 	majority, best := protocol.BreakerConfig{}, 0
 	for _, name := range names {
 		if c := d.members[name].config; configs[c] > best {

@@ -300,20 +300,29 @@ func limit(ec echo.Context, most int) (int, error) {
 	return n, nil
 }
 
+// sseBuffer is the event buffer of a server-sent event stream.
+const sseBuffer = 1024
+
 // streamEvents serves GET /api/v1/events as server-sent events: each
 // cbdash.Event as "event: <kind>" and one JSON line. ?kind= (comma list)
 // filters kinds; ?snapshot=1 first sends the current dependencies as a
 // "snapshot" event. The stream ends when the subscriber is dropped for
 // falling behind; clients reconnect.
 func (c *Collector) streamEvents(ec echo.Context) error {
-	kinds := map[string]bool{}
+	var kinds map[string]bool
 	for k := range strings.SplitSeq(ec.QueryParam("kind"), ",") {
 		if k = strings.TrimSpace(k); k != "" {
+			if kinds == nil {
+				kinds = make(map[string]bool)
+			}
 			kinds[k] = true
 		}
 	}
-	snap, events, cancel := c.Subscribe()
-	defer cancel()
+	// A stream goes through the network: it gets a deeper buffer than an
+	// in-process subscriber, and only the kinds it asked for.
+	snap, sub := c.live.subscribe(kinds, max(c.cfg.SubscriberBuffer, sseBuffer))
+	defer c.hub.remove(sub)
+	events := sub.ch
 	w := ec.Response()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -352,9 +361,6 @@ func (c *Collector) streamEvents(ec echo.Context) error {
 		case e, ok := <-events:
 			if !ok {
 				return nil
-			}
-			if len(kinds) > 0 && !kinds[e.Kind] {
-				continue
 			}
 			if err := write(e.Kind, e); err != nil {
 				return nil

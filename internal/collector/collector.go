@@ -300,6 +300,6 @@ func (c *Collector) Services() []Service { return c.live.services() }
 // when Run returns. Call cancel when done (idempotent). Events' pointers
 // are shared between subscribers and must not be modified.
 func (c *Collector) Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func()) {
-	snap, s := c.live.subscribe()
+	snap, s := c.live.subscribe(nil, 0)
 	return snap, s.ch, func() { c.hub.remove(s) }
 }

@@ -20,6 +20,13 @@ type message struct {
 	Batch *protocol.Batch
 }
 
+// Prefixes of the messages agents normally send (Go encodes "type"
+// first): such a message is decoded in one pass, without an envelope pass.
+var (
+	batchPrefix = []byte(`{"type":"batch"`)
+	helloPrefix = []byte(`{"type":"hello"`)
+)
+
 // decode parses one agent message. It checks size and JSON shape only;
 // the caller validates with the protocol's Validate methods, which need the
 // connection's hello and the server time. For a batch whose body does not
@@ -29,9 +36,28 @@ func decode(data []byte) (m message, seq uint64, err error) {
 	if len(data) > protocol.MaxMessageBytes {
 		return m, 0, fmt.Errorf("%w: %d bytes (at most %d)", errMalformed, len(data), protocol.MaxMessageBytes)
 	}
+	body := bytes.TrimLeft(data, " \t\r\n")
+	switch {
+	case bytes.HasPrefix(body, batchPrefix):
+		var b protocol.Batch
+		err := json.Unmarshal(body, &b)
+		if err == nil && b.Type == protocol.TypeBatch {
+			return message{Batch: &b}, b.Seq, nil
+		}
+	case bytes.HasPrefix(body, helloPrefix):
+		var h protocol.Hello
+		if err := json.Unmarshal(body, &h); err == nil && h.Type == protocol.TypeHello {
+			return message{Hello: &h}, 0, nil
+		}
+	}
+	// Any other field order, or an error: the envelope first.
 	var env protocol.Envelope
 	if err := json.Unmarshal(data, &env); err != nil {
-		return m, 0, fmt.Errorf("%w: %s", errMalformed, jsonReason(err))
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) || te.Field != "type" {
+			return m, 0, fmt.Errorf("%w: %s", errMalformed, jsonReason(err))
+		}
+		return m, 0, fmt.Errorf("%w: the type field must be a string", errMalformed)
 	}
 	switch env.Type {
 	case protocol.TypeHello:

@@ -21,17 +21,22 @@ type hub struct {
 }
 
 type subscriber struct {
-	ch chan cbdash.Event
+	ch    chan cbdash.Event
+	kinds map[string]bool // nil = every kind
 }
 
 func newHub(buffer int) *hub {
 	return &hub{subs: make(map[*subscriber]struct{}), buffer: buffer}
 }
 
-// add registers a subscriber. After close it returns a subscriber whose
-// channel is already closed.
-func (h *hub) add() *subscriber {
-	s := &subscriber{ch: make(chan cbdash.Event, h.buffer)}
+// add registers a subscriber of the given kinds (nil = all) with a channel
+// of buffer events (0 = the hub's default). After close it returns a
+// subscriber whose channel is already closed.
+func (h *hub) add(kinds map[string]bool, buffer int) *subscriber {
+	if buffer <= 0 {
+		buffer = h.buffer
+	}
+	s := &subscriber{ch: make(chan cbdash.Event, buffer), kinds: kinds}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -59,6 +64,9 @@ func (h *hub) publish(e cbdash.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
+		if s.kinds != nil && !s.kinds[e.Kind] {
+			continue
+		}
 		select {
 		case s.ch <- e:
 		default:

@@ -44,6 +44,7 @@ type ibreaker struct {
 type dep struct {
 	key         cbdash.DependencyKey
 	members     map[string]*ibreaker // by instance name
+	names       []string             // sorted member names; nil when members changed
 	recent      recent
 	opensToday  int
 	lastChange  time.Time
@@ -153,6 +154,7 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 		ib = &ibreaker{inst: inst, dep: d, name: name, state: protocol.StateClosed}
 		inst.breakers[name] = ib
 		d.members[inst.key.instance] = ib
+		d.names = nil
 		d.view = nil
 	}
 	return ib
@@ -372,14 +374,24 @@ func (l *live) publishLocked(d *dep) {
 // dashboards without an event per report.
 func (l *live) flush() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.rollDayLocked(l.now())
+	due := make([]*dep, 0, len(l.deps))
 	for _, d := range l.deps {
 		if d.unpublished {
-			l.publishLocked(d)
+			due = append(due, d)
 		}
 	}
-	clear(l.urgent)
+	l.mu.Unlock()
+	// One dependency at a time: aggregating a dependency of many instances
+	// takes a while, and ingest must not wait for all of them.
+	for _, d := range due {
+		l.mu.Lock()
+		if l.deps[d.key] == d && d.unpublished {
+			l.publishLocked(d)
+		}
+		delete(l.urgent, d)
+		l.mu.Unlock()
+	}
 }
 
 // sweep marks instances stale after staleAfter and forgets them after
@@ -423,6 +435,7 @@ func (l *live) dropBreakerLocked(ib *ibreaker) {
 	delete(ib.inst.breakers, ib.name)
 	d := ib.dep
 	delete(d.members, ib.inst.key.instance)
+	d.names = nil
 	l.changedLocked(d)
 	if len(d.members) == 0 {
 		l.publishLocked(d)
@@ -470,10 +483,10 @@ func (l *live) dependency(k cbdash.DependencyKey) (cbdash.Dependency, bool) {
 
 // subscribe registers a subscriber and returns the snapshot it starts
 // from, atomically with respect to every publication.
-func (l *live) subscribe() ([]cbdash.Dependency, *subscriber) {
+func (l *live) subscribe(kinds map[string]bool, buffer int) ([]cbdash.Dependency, *subscriber) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.snapshotLocked(), l.hub.add()
+	return l.snapshotLocked(), l.hub.add(kinds, buffer)
 }
 
 func sortDependencies(ds []cbdash.Dependency) {

@@ -180,7 +180,7 @@ func TestLiveAppliesABatchOnce(t *testing.T) {
 func TestSubscribeSnapshotThenEvents(t *testing.T) {
 	l, clk := newTestLive(t)
 	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.now(), nil)
-	snap, sub := l.subscribe()
+	snap, sub := l.subscribe(nil, 0)
 	defer l.hub.remove(sub)
 	if len(snap) != 1 || snap[0].State != protocol.StateClosed {
 		t.Fatalf("snapshot %+v", snap)
@@ -207,7 +207,7 @@ func TestSubscribeSnapshotThenEvents(t *testing.T) {
 
 func TestHubDropsASlowSubscriber(t *testing.T) {
 	h := newHub(2)
-	slow, fast := h.add(), h.add()
+	slow, fast := h.add(nil, 0), h.add(nil, 0)
 	drops := 0
 	h.onDrop = func() { drops++ }
 	for i := 0; i < 3; i++ {

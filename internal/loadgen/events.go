@@ -2,11 +2,39 @@ package loadgen
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
 )
+
+// follow reads the event stream until ctx ends, reopening it when the
+// collector drops it.
+func (r *run) follow(ctx context.Context, resp *http.Response) {
+	for {
+		stop := context.AfterFunc(ctx, func() { resp.Body.Close() })
+		r.readEvents(resp)
+		stop()
+		if ctx.Err() != nil {
+			return
+		}
+		r.subDrops.Add(1)
+		for {
+			var err error
+			if resp, err = r.subscribe(ctx); err == nil {
+				break
+			}
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
 
 // readEvents reads the server-sent event stream until it ends, recording
 // when each transition arrives.

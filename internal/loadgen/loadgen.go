@@ -110,31 +110,34 @@ func (c *Config) validate() error {
 
 // Result is what a run measured.
 type Result struct {
-	Instances int           `json:"instances"`   // connected instances
-	Breakers  int           `json:"breakers"`    // per instance
-	Measured  time.Duration `json:"measured"`    // length of the measurement
-	Connect   time.Duration `json:"connect"`     // time to connect every instance
-	Windows   int64         `json:"windows"`     // window reports acknowledged while measuring
-	Rate      float64       `json:"rate"`        // acknowledged window reports per second
-	Offered   float64       `json:"offered"`     // window reports per second sent while measuring
-	Refused   int64         `json:"refused"`     // batches refused by the collector
-	Sent      int64         `json:"sent"`        // transitions sent while measuring
-	Seen      int64         `json:"seen"`        // of them, seen by the subscriber
-	P50       time.Duration `json:"p50"`         // transition to subscriber
-	P99       time.Duration `json:"p99"`         // transition to subscriber
-	Max       time.Duration `json:"max"`         // transition to subscriber
-	Errors    int64         `json:"errors"`      // connections lost or refused
-	Dropped   bool          `json:"sub_dropped"` // the subscriber stream ended early
+	Instances int           `json:"instances"` // connected instances
+	Breakers  int           `json:"breakers"`  // per instance
+	Measured  time.Duration `json:"measured"`  // length of the measurement
+	Connect   time.Duration `json:"connect"`   // time to connect every instance
+	Windows   int64         `json:"windows"`   // window reports acknowledged while measuring
+	Rate      float64       `json:"rate"`      // acknowledged window reports per second
+	Offered   float64       `json:"offered"`   // window reports per second sent while measuring
+	Refused   int64         `json:"refused"`   // batches refused by the collector
+	Sent      int64         `json:"sent"`      // transitions sent while measuring
+	Seen      int64         `json:"seen"`      // of them, seen by the subscriber
+	P50       time.Duration `json:"p50"`       // transition to subscriber
+	P99       time.Duration `json:"p99"`       // transition to subscriber
+	Max       time.Duration `json:"max"`       // transition to subscriber
+	Errors    int64         `json:"errors"`    // connections lost or refused
+	// SubscriberDrops counts how often the collector dropped the event
+	// stream for falling behind (it is reopened at once; transitions sent
+	// meanwhile are missed, so Seen < Sent).
+	SubscriberDrops int64 `json:"subscriber_drops"`
 }
 
 // String formats r as one line per measure.
 func (r Result) String() string {
 	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
 		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
-		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen)",
+		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen, event stream dropped %d times)",
 		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
 		r.Rate, r.Offered, r.Measured.Round(time.Millisecond), r.Refused, r.Errors,
-		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent)
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent, r.SubscriberDrops)
 }
 
 // run is the shared state of one Run.
@@ -146,6 +149,7 @@ type run struct {
 	refused   atomic.Int64
 	errors    atomic.Int64
 	sent      atomic.Int64
+	subDrops  atomic.Int64
 
 	mu        sync.Mutex
 	pending   map[string]time.Time // "instance/breaker/generation" -> sent
@@ -173,12 +177,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	subDone := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer close(subDone)
-		r.readEvents(sub)
+		r.follow(ctx, sub)
 	}()
 
 	start := time.Now()
@@ -232,19 +234,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		end.Stop()
 		return res, ctx.Err()
 	case <-end.C:
-	case <-subDone:
-		res.Dropped = true
 	}
 	r.measuring.Store(false)
 	res.Measured = time.Since(t0)
 	// Give transitions sent at the very end a moment to arrive.
-	grace := time.NewTimer(500 * time.Millisecond)
+	grace := time.NewTimer(time.Second)
 	select {
 	case <-grace.C:
-	case <-subDone:
+	case <-ctx.Done():
 	}
 	cancel()
-	sub.Body.Close()
 	wg.Wait()
 	for _, a := range agents {
 		a.conn.CloseNow()
@@ -255,6 +254,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Refused = r.refused.Load()
 	res.Errors = r.errors.Load()
 	res.Sent = r.sent.Load()
+	res.SubscriberDrops = r.subDrops.Load()
 	r.mu.Lock()
 	lat := slices.Clone(r.latencies)
 	r.mu.Unlock()

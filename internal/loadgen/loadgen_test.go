@@ -58,7 +58,7 @@ func TestRunMeasuresAgainstARealCollector(t *testing.T) {
 	}
 	t.Log(res)
 	// 20 instances x 5 breakers every 100 ms offer 1,000 reports a second.
-	if res.Instances != 20 || res.Rate < 500 || res.Refused != 0 || res.Errors != 0 {
+	if res.Instances != 20 || res.Rate < 500 || res.Refused != 0 || res.Errors != 0 || res.SubscriberDrops != 0 {
 		t.Fatalf("result %+v", res)
 	}
 	if res.Seen == 0 || res.Seen < res.Sent*9/10 || res.P99 <= 0 {
