@@ -112,6 +112,15 @@ func startStack(t *testing.T, instances int) *stack {
 		if err := a.Register(b); err != nil {
 			t.Fatal(err)
 		}
+		if i == 1 { // a hostile name, shown as text
+			evil, err := breaker.New(evilName, breaker.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Register(evil); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := a.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -135,6 +144,12 @@ func startStack(t *testing.T, instances int) *stack {
 	})
 	return s
 }
+
+// evilName is a breaker name that would run script if it were markup.
+const evilName = `<script>alert(1)</script><img src=x onerror=alert(2)>'; DROP TABLE x;--`
+
+// payments is a JavaScript expression for the payments tile.
+const payments = `[...document.querySelectorAll("article.tile")].find(t => t.querySelector(".brk").textContent === "payments")`
 
 // browser starts headless Debian chromium with a fresh profile. Without
 // chromium the test is skipped, unless CI is set: then it fails.
@@ -261,8 +276,15 @@ func TestBrowserOverviewGoesLiveAndOperatorForcesOpen(t *testing.T) {
 	// The overview fills in from the agents.
 	run(t, ctx, stepTimeout, "overview fills in",
 		chromedp.WaitVisible(css(`article.tile[data-state=closed]`)),
-		until(`document.querySelector("article.tile [data-testid=instances]")?.textContent === "closed on 3 of 3"`),
+		until(payments+`?.querySelector("[data-testid=instances]").textContent === "closed on 3 of 3"`),
 	)
+	shown := get(t, ctx, "hostile name", chromedp.Evaluate[string](`[...document.querySelectorAll("article.tile .brk")].map(e => e.textContent).join("|")`))
+	if !strings.Contains(shown, evilName) {
+		t.Errorf("the hostile breaker name is not shown as text: %q", shown)
+	}
+	if n := get(t, ctx, "no injected nodes", chromedp.Evaluate[int](`document.querySelectorAll("main script, main img").length`)); n != 0 {
+		t.Errorf("%d script or img elements were injected by a name", n)
+	}
 	if !get(t, ctx, "banner hidden", chromedp.Evaluate[bool](`document.getElementById("conn").hidden`)) {
 		t.Error("the disconnected banner shows while connected")
 	}
@@ -278,7 +300,7 @@ func TestBrowserOverviewGoesLiveAndOperatorForcesOpen(t *testing.T) {
 	tripped := time.Now()
 	run(t, ctx, 10*time.Second, "tile turns open",
 		chromedp.WaitVisible(css(`article.tile[data-state=open]`)),
-		until(`document.querySelector("article.tile [data-testid=instances]")?.textContent === "open on 1 of 3"`),
+		until(payments+`?.querySelector("[data-testid=instances]").textContent === "open on 1 of 3"`),
 	)
 	if d := time.Since(tripped); d > time.Second {
 		t.Errorf("the tile turned open %v after the trip, want within 1s", d)
@@ -289,7 +311,7 @@ func TestBrowserOverviewGoesLiveAndOperatorForcesOpen(t *testing.T) {
 
 	// Force open from the dependency page, with reason and expiry.
 	run(t, ctx, stepTimeout, "force open",
-		chromedp.Click(css(`article.tile a.name`)),
+		chromedp.Evaluate[chromedp.Void](payments+`.querySelector("a.name").click()`),
 		chromedp.WaitVisible(css(`form[data-testid=operator-form]`)),
 		chromedp.Click(css(`input[name=action][value=force_open]`)),
 		chromedp.SetValue(css(`input[name=ttl]`), "20"),
@@ -361,5 +383,5 @@ func TestBrowserSaysDisconnectedAndReconnects(t *testing.T) {
 		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
 	}
 	run(t, ctx, stepTimeout, "live after reconnect",
-		until(`document.querySelector("article.tile [data-testid=instances]")?.textContent === "open on 1 of 2"`))
+		until(payments+`?.querySelector("[data-testid=instances]").textContent === "open on 1 of 2"`))
 }
