@@ -21,7 +21,7 @@ const (
 	liveSparkBudget  = 10 * time.Millisecond
 	resubscribePause = time.Second
 	chartsEvery      = 5 * time.Second // how often live charts are redrawn
-	regridEvery      = 5 * time.Second // how often a state change may re-sort the overview
+	regridEvery      = 2 * time.Second // how often a state change may re-sort the overview
 )
 
 // liveView is what one open page wants pushed: reset renders every live
