@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/breaker"
@@ -11,6 +12,10 @@ import (
 // each command at most once. The collector redelivers a command only
 // until it has its result, so recent ids are enough.
 const commandLogSize = 4096
+
+// maxTTLMillis bounds a command's TTL (100 years, well within
+// time.Duration) so that no ttl_ms from the wire overflows.
+const maxTTLMillis = 100 * 365 * 24 * 3600 * 1000
 
 // commandLog remembers the results of the last commands applied, by id,
 // so that a redelivered command is answered again instead of applied
@@ -70,6 +75,8 @@ func (a *Agent) command(in inCommand, seen *commandLog) {
 		r.Error = err.Error()
 	case t == nil:
 		r.Error = "unknown breaker " + c.Breaker
+	case c.TTLMillis > maxTTLMillis:
+		r.Error = fmt.Sprintf("ttl_ms %d is too large (at most %d)", c.TTLMillis, int64(maxTTLMillis))
 	case c.ExpiresAt != 0 && now.UnixMilli() > c.ExpiresAt:
 		r.Error = "command expired before delivery"
 	default:
