@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -119,5 +120,15 @@ func TestEnvDoesNotFillCommandArguments(t *testing.T) {
 func TestEnvName(t *testing.T) {
 	if got := envName("tls-cert"); got != "CBDASH_TLS_CERT" {
 		t.Fatalf("envName(tls-cert) = %q", got)
+	}
+}
+
+func TestFloorHandlerDropsRecordsBelowItsLevel(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(floorHandler{slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug}), slog.LevelWarn}).With("component", "incident")
+	log.Info("incident updated")
+	log.Warn("store slow")
+	if out := b.String(); strings.Contains(out, "incident updated") || !strings.Contains(out, "store slow") || !strings.Contains(out, "component=incident") {
+		t.Fatalf("log %q: want only the warning, with its attributes", out)
 	}
 }

@@ -69,6 +69,7 @@ release and reset breakers.`,
 // everything runs.
 func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer, ready func(url string, d demoSetup)) error {
 	log := o.logger(stderr)
+	o.quietIncidents = true
 	srv, err := openServer(ctx, o.serveOptions, log)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,11 @@ type serveOptions struct {
 	LogFormat       string // --log-format
 	AdminPassword   string // --admin-password: for the first start only
 	MetricsToken    string // --metrics-token
+
+	// quietIncidents logs only the incident service's warnings and
+	// errors: the demo's looping faults update incidents many times a
+	// minute, which would drown its log.
+	quietIncidents bool
 }
 
 func (o *serveOptions) bind(fs *pflag.FlagSet, anonymous bool) {
@@ -117,3 +123,22 @@ func (v dayDuration) Set(s string) error {
 }
 
 func (v dayDuration) Type() string { return "duration" }
+
+// floorHandler drops records below its level, whatever the level of the
+// handler it wraps.
+type floorHandler struct {
+	slog.Handler
+	floor slog.Level
+}
+
+func (h floorHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.floor && h.Handler.Enabled(ctx, l)
+}
+
+func (h floorHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return floorHandler{h.Handler.WithAttrs(as), h.floor}
+}
+
+func (h floorHandler) WithGroup(name string) slog.Handler {
+	return floorHandler{h.Handler.WithGroup(name), h.floor}
+}

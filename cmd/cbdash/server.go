@@ -66,9 +66,11 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	if err != nil {
 		return nil, err
 	}
-	s.incidents, err = incident.NewService(incident.ServiceConfig{
-		Source: s.col, Store: s.store, Logger: log.With("component", "incident"),
-	})
+	incidentLog := log.With("component", "incident")
+	if o.quietIncidents {
+		incidentLog = slog.New(floorHandler{incidentLog.Handler(), slog.LevelWarn})
+	}
+	s.incidents, err = incident.NewService(incident.ServiceConfig{Source: s.col, Store: s.store, Logger: incidentLog})
 	if err != nil {
 		return nil, err
 	}
