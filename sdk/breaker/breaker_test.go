@@ -294,6 +294,13 @@ func TestFallback(t *testing.T) {
 		t.Errorf("fallbacks %d ok, %d failed; want 1 and 1", tot.FallbackSuccesses, tot.FallbackFailures)
 	}
 
+	f.b.RecordFallback(nil)
+	f.b.RecordFallback(errBoom)
+	tot = f.b.Snapshot().Totals
+	if tot.FallbackSuccesses != 2 || tot.FallbackFailures != 2 || tot.Admitted != 5 {
+		t.Errorf("after RecordFallback: %+v", tot)
+	}
+
 	v, err := breaker.DoWithFallback(ctx, f.b, func(context.Context) (int, error) { return 1, nil },
 		func(_ context.Context, err error) (int, error) { return 2, nil })
 	if v != 2 || err != nil {
