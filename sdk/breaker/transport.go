@@ -105,6 +105,9 @@ func (t *Transport) Breakers() []*Breaker {
 // RoundTrip sends req through its breaker.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	name := req.URL.Host
+	if name == "" {
+		name = req.Host
+	}
 	if t.cfg.BreakerFor != nil {
 		name = t.cfg.BreakerFor(req)
 	}
