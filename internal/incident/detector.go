@@ -233,6 +233,11 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 	if tr.To == protocol.StateOpen {
 		s.inc.Opens++
 		changed = true
+		// Instances report in their own batches: an earlier trip may
+		// arrive after a later one. The incident starts at the earliest.
+		if at.Before(s.inc.Start) {
+			s.inc.Start, s.inc.FirstInstance, s.inc.FirstCause = at, tr.Instance, tr.Cause
+		}
 	}
 	if !changed {
 		return nil

@@ -140,6 +140,17 @@ func TestDetector(t *testing.T) {
 			},
 		},
 		{
+			name: "an earlier trip that arrives late moves the start back",
+			steps: []step{
+				tr(12, "b:open"), tr(11, "a:open"), tr(20, "a:closed"), tr(21, "b:closed"), tick(141),
+			},
+			want: []string{
+				"opened start=12 inst=b opens=1 first=b",
+				"updated start=11 inst=a,b opens=2 first=a",
+				"closed start=11 end=21 inst=a,b opens=2 first=a",
+			},
+		},
+		{
 			name: "the incident stays open while any instance is down",
 			steps: []step{
 				tr(10, "a:open"), tr(12, "b:open"), tr(16, "a:closed"),
