@@ -38,18 +38,23 @@ type session struct {
 	startedAt int64
 	hello     *protocol.Hello
 	service   string // the token's service, "" = any
+	// lastQueued is the highest seq queued to the saver (or stored before
+	// the connection); owned by the reading goroutine.
+	lastQueued uint64
 
 	out  chan []byte
 	mu   sync.Mutex
 	dead bool
 }
 
-// saveItem is a validated batch to commit, or a refusal to send in order.
+// saveItem is a validated batch to commit, or, in order with them, a
+// refusal or the ack of a duplicate.
 type saveItem struct {
-	batch  *protocol.Batch
-	at     time.Time
-	seq    uint64
-	reason string
+	batch   *protocol.Batch
+	at      time.Time
+	seq     uint64
+	reason  string // refused: the reason
+	ackOnly bool   // a duplicate: acknowledged, not stored
 }
 
 // handleAgent serves GET /api/v1/agent.
@@ -166,7 +171,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		s.fatal(ctx, "collector could not read the last sequence number; retry later")
 		return false
 	}
-	s.key, s.startedAt, s.hello = instKey{h.Service, h.Instance}, h.StartedAt, h
+	s.key, s.startedAt, s.hello, s.lastQueued = instKey{h.Service, h.Instance}, h.StartedAt, h, last
 	// The welcome is queued as the instance is registered: a command issued
 	// from then on is sent after it; commands issued before are read below.
 	welcome := func() {
@@ -200,7 +205,9 @@ func (s *session) checkHello(h *protocol.Hello) error {
 }
 
 // readLoop reads messages until the connection ends, validating batches,
-// applying them to live state and queueing them for the saver.
+// applying them to live state and queueing them for the saver. A batch at
+// or below the last one queued on this connection (or stored before it)
+// is a duplicate: it is acknowledged in turn, never stored again.
 func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 	c := s.c
 	for {
@@ -221,11 +228,16 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 			err = m.Batch.Validate(s.hello, now.UnixMilli())
 		}
 		it := saveItem{seq: seq, at: now}
-		if err != nil {
+		switch {
+		case err != nil:
 			c.metrics.batches.WithLabelValues("refused").Inc()
 			it.reason = err.Error()
 			c.log.Info("batch refused", "service", s.key.service, "instance", s.key.instance, "seq", seq, "reason", it.reason)
-		} else {
+		case seq <= s.lastQueued:
+			c.metrics.batches.WithLabelValues("duplicate").Inc()
+			it.ackOnly = true
+		default:
+			s.lastQueued = seq
 			it.batch = m.Batch
 			c.live.apply(s.key, m.Batch, now)
 			c.metrics.queue.Inc()
@@ -258,22 +270,63 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 	return nil
 }
 
-// saveLoop commits batches in order and acknowledges each after its
-// commit (acks are cumulative); refusals are sent in the same order.
+// maxMerge bounds how many queued batches of one connection are stored in
+// one SaveBatch.
+const maxMerge = 64
+
+// saveLoop commits batches in order and acknowledges them after their
+// commit (acks are cumulative); refusals and duplicate acks are sent in the
+// same order. Batches that queued up while the previous commit ran are
+// merged and stored in one SaveBatch under the last one's seq (the store
+// records that every seq up to it is stored, which is then true), so a
+// connection's throughput does not depend on the commit latency.
 func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 	c := s.c
-	for it := range queue {
-		if it.batch == nil {
+	var next *saveItem // an item taken from the queue but not yet handled
+	for {
+		var it saveItem
+		if next != nil {
+			it, next = *next, nil
+		} else {
+			var ok bool
+			if it, ok = <-queue; !ok {
+				return
+			}
+		}
+		switch {
+		case it.reason != "":
 			s.sendWait(ctx, protocol.Error{Type: protocol.TypeError, Seq: it.seq, Reason: it.reason})
 			continue
+		case it.ackOnly:
+			s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: it.seq})
+			continue
 		}
+		group := []*protocol.Batch{it.batch}
+		at := it.at
+	collect:
+		for len(group) < maxMerge {
+			select {
+			case nx, ok := <-queue:
+				if !ok {
+					break collect
+				}
+				if nx.batch == nil {
+					next = &nx
+					break collect
+				}
+				group, at = append(group, nx.batch), nx.at
+			default:
+				break collect
+			}
+		}
+		b := merge(group)
 		start := time.Now()
-		stored, err := c.store.SaveBatch(ctx, s.key.service, s.key.instance, s.startedAt, *it.batch, it.at)
-		c.metrics.queue.Dec()
+		stored, err := c.store.SaveBatch(ctx, s.key.service, s.key.instance, s.startedAt, *b, at)
+		c.metrics.queue.Sub(float64(len(group)))
 		if err != nil {
 			if ctx.Err() == nil {
-				c.metrics.batches.WithLabelValues("failed").Inc()
-				c.log.Error("save batch", "service", s.key.service, "instance", s.key.instance, "seq", it.seq, "err", err)
+				c.metrics.batches.WithLabelValues("failed").Add(float64(len(group)))
+				c.log.Error("save batch", "service", s.key.service, "instance", s.key.instance, "seq", b.Seq, "err", err)
 				s.kill("store error")
 			}
 			for it := range queue { // drain: none of these is acknowledged
@@ -283,20 +336,46 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 			}
 			return
 		}
-		c.afterSave(it.batch, stored, start, s.key.instance)
-		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: it.seq})
+		c.afterSave(b, len(group), stored, start, s.key.instance)
+		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: b.Seq})
 	}
+}
+
+// merge returns the batches as one: everything they carry, in order, under
+// the last one's seq and the first one's sent_at.
+func merge(bs []*protocol.Batch) *protocol.Batch {
+	if len(bs) == 1 {
+		return bs[0]
+	}
+	last := bs[len(bs)-1]
+	m := &protocol.Batch{Type: protocol.TypeBatch, Seq: last.Seq, SentAt: bs[0].SentAt}
+	for _, b := range bs {
+		m.Transitions = append(m.Transitions, b.Transitions...)
+		m.Windows = append(m.Windows, b.Windows...)
+		m.CommandResults = append(m.CommandResults, b.CommandResults...)
+		if d := b.Dropped; d != nil {
+			if m.Dropped == nil {
+				m.Dropped = &protocol.Dropped{}
+			}
+			m.Dropped.Windows += d.Windows
+			m.Dropped.Merged += d.Merged
+			m.Dropped.Batches += d.Batches
+			m.Dropped.Transitions += d.Transitions
+			m.Dropped.CommandResults += d.CommandResults
+		}
+	}
+	return m
 }
 
 // afterSave counts a committed batch and publishes the commands it
 // answered.
-func (c *Collector) afterSave(b *protocol.Batch, stored bool, start time.Time, instance string) {
+func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, instance string) {
 	c.metrics.commit.Observe(time.Since(start).Seconds())
 	if !stored {
-		c.metrics.batches.WithLabelValues("duplicate").Inc()
+		c.metrics.batches.WithLabelValues("duplicate").Add(float64(batches))
 		return
 	}
-	c.metrics.batches.WithLabelValues("stored").Inc()
+	c.metrics.batches.WithLabelValues("stored").Add(float64(batches))
 	c.metrics.windows.Add(float64(len(b.Windows)))
 	c.metrics.transitions.Add(float64(len(b.Transitions)))
 	if b.SentAt > 0 {
