@@ -169,3 +169,35 @@ func BenchmarkReject(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCbdashConfigs is a successful call through cbdash with each
+// setting that changes the hot path: a time window (a short lock per
+// call), slow-call detection (still lock-free while calls are fast), a
+// call timeout (a timer and a derived context per call) and a bulkhead
+// (one shared in-flight counter).
+func BenchmarkCbdashConfigs(b *testing.B) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		cfg  breaker.Config
+	}{
+		{"count", breaker.Config{}},
+		{"time", breaker.Config{Window: breaker.Window{Kind: breaker.TimeWindow, Duration: 10 * time.Second}}},
+		{"slow", breaker.Config{SlowCallDuration: time.Second}},
+		{"timeout", breaker.Config{CallTimeout: time.Second}},
+		{"bulkhead", breaker.Config{MaxConcurrent: 100}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cb, err := breaker.New("bench", c.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := cb.Execute(ctx, ok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
