@@ -208,6 +208,16 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 	return previous
 }
 
+// session returns the connected session of an instance, or nil.
+func (l *live) session(k instKey) *session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if inst := l.instances[k]; inst != nil {
+		return inst.sess
+	}
+	return nil
+}
+
 // disconnect forgets s as the instance's session (if it still is).
 func (l *live) disconnect(k instKey, s *session) {
 	l.mu.Lock()

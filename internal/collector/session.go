@@ -42,6 +42,9 @@ type session struct {
 	// the connection); owned by the reading goroutine.
 	lastQueued uint64
 
+	noMerge bool          // set by the handshake: store batch by batch
+	done    chan struct{} // closed when the session has ended
+
 	out  chan []byte
 	mu   sync.Mutex
 	dead bool
@@ -71,7 +74,8 @@ func (c *Collector) handleAgent(ec echo.Context) error {
 		return nil // Accept has written the response
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	s := &session{c: c, conn: conn, cancel: cancel, out: make(chan []byte, outQueue)}
+	s := &session{c: c, conn: conn, cancel: cancel, out: make(chan []byte, outQueue), done: make(chan struct{})}
+	defer close(s.done)
 	defer cancel()
 	if !c.addSession(s) {
 		conn.Close(websocket.StatusGoingAway, "collector stopping")
@@ -159,6 +163,24 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		s.fatal(ctx, err.Error())
 		return false
 	}
+	// A previous connection of the same instance must be gone, its last
+	// commit finished, before last_seq is read: then the store's last seq
+	// is final and only this connection writes after it (which is what
+	// makes merging queued batches safe).
+	if prev := c.live.session(instKey{h.Service, h.Instance}); prev != nil {
+		prev.kill("replaced by a newer connection of the same instance")
+		wait := time.NewTimer(c.cfg.HelloTimeout)
+		select {
+		case <-prev.done:
+			wait.Stop()
+		case <-wait.C:
+			s.fatal(ctx, "the previous connection of this instance is still closing; retry later")
+			return false
+		case <-ctx.Done():
+			wait.Stop()
+			return false
+		}
+	}
 	now := c.now()
 	if err := c.store.SaveHello(ctx, *h, now); err != nil {
 		c.log.Error("save hello", "err", err)
@@ -178,7 +200,10 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		s.send(protocol.Welcome{Type: protocol.TypeWelcome, Protocol: protocol.Version, LastSeq: last, ServerTime: now.UnixMilli()})
 	}
 	if prev := c.live.hello(h, last, s, now, welcome); prev != nil {
+		// Another connection of the instance came and went meanwhile: its
+		// commits may overlap ours, so this one stores batch by batch.
 		prev.kill("replaced by a newer connection of the same instance")
+		s.noMerge = true
 	}
 	cmds, err := c.store.PendingCommands(ctx, h.Service, h.Instance, now)
 	if err != nil {
@@ -284,6 +309,17 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 	c := s.c
 	var next *saveItem // an item taken from the queue but not yet handled
 	for {
+		if ctx.Err() != nil { // the session ended: nothing more is acknowledged
+			for it := range queue {
+				if it.batch != nil {
+					c.metrics.queue.Dec()
+				}
+			}
+			if next != nil && next.batch != nil {
+				c.metrics.queue.Dec()
+			}
+			return
+		}
 		var it saveItem
 		if next != nil {
 			it, next = *next, nil
@@ -304,7 +340,7 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 		group := []*protocol.Batch{it.batch}
 		at := it.at
 	collect:
-		for len(group) < maxMerge {
+		for len(group) < maxMerge && !s.noMerge {
 			select {
 			case nx, ok := <-queue:
 				if !ok {
@@ -321,7 +357,10 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 		}
 		b := merge(group)
 		start := time.Now()
-		stored, err := c.store.SaveBatch(ctx, s.key.service, s.key.instance, s.startedAt, *b, at)
+		// Not canceled with the session: SaveBatch then returns only once
+		// the batch is committed or refused, so when the session has ended
+		// none of its writes is still pending (see handshake).
+		stored, err := c.store.SaveBatch(context.WithoutCancel(ctx), s.key.service, s.key.instance, s.startedAt, *b, at)
 		c.metrics.queue.Sub(float64(len(group)))
 		if err != nil {
 			if ctx.Err() == nil {
