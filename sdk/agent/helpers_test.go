@@ -102,7 +102,7 @@ type fixtureOptions struct {
 	noStart bool
 }
 
-func newFixture(t *testing.T, o fixtureOptions) *fixture {
+func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	t.Helper()
 	f := &fixture{col: newCollector(t), clock: newClock(), logs: &logBuffer{}}
 	f.col.mode = o.mode
@@ -143,7 +143,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	return f
 }
 
-func (f *fixture) start(t *testing.T) {
+func (f *fixture) start(t testing.TB) {
 	t.Helper()
 	if err := f.agent.Start(); err != nil {
 		t.Fatal(err)
