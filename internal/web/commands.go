@@ -191,7 +191,9 @@ func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 	default:
 		v.Scope = "all instances"
 	}
-	if !cmd.ExpiresAt.IsZero() {
+	// ExpiresAt ends a forced state; for release and reset it is only a
+	// delivery deadline, not worth an "until".
+	if !cmd.ExpiresAt.IsZero() && (cmd.Action == protocol.ActionForceOpen || cmd.Action == protocol.ActionForceClosed) {
 		v.Expires = stamp(cmd.ExpiresAt)
 		if cmd.ExpiresAt.After(now) {
 			v.Expires += " (in " + roughDuration(cmd.ExpiresAt.Sub(now)) + ")"
