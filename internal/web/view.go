@@ -64,7 +64,7 @@ func tileID(k cbdash.DependencyKey) string {
 }
 
 func depHref(k cbdash.DependencyKey) string {
-	return "/dependency?" + url.Values{"service": {k.Service}, "breaker": {k.Breaker}}.Encode()
+	return "/dependency?service=" + url.QueryEscape(k.Service) + "&breaker=" + url.QueryEscape(k.Breaker)
 }
 
 func actionText(a string) string {
