@@ -23,15 +23,20 @@ func TestScenarios(t *testing.T) {
 }
 
 // TestExtraScenarios replays the project's own scenarios, written in the
-// same format, for rules the shared files do not reach (bulkhead and probe
-// slots, repeated force commands, slow probes with backoff, timeouts and
-// the bulkhead).
+// same format, for rules the shared files do not reach: scenarios-extra
+// (bulkhead and probe slots, repeated force commands, slow probes with
+// backoff, timeouts and the bulkhead) and adversarial (written from
+// FORMAT.md alone as an independent oracle; see its README).
 func TestExtraScenarios(t *testing.T) {
-	var out strings.Builder
-	failed, err := replayDir("testdata/scenarios-extra", &out)
-	t.Log("\n" + out.String())
-	if err != nil || failed > 0 {
-		t.Fatalf("%d failed, %v:\n%s", failed, err, out.String())
+	for _, dir := range []string{"testdata/scenarios-extra", "testdata/adversarial"} {
+		t.Run(dir, func(t *testing.T) {
+			var out strings.Builder
+			failed, err := replayDir(dir, &out)
+			t.Log("\n" + out.String())
+			if err != nil || failed > 0 {
+				t.Fatalf("%d failed, %v:\n%s", failed, err, out.String())
+			}
+		})
 	}
 }
 
