@@ -146,29 +146,23 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 			d.names = append(d.names, name)
 		}
 		sort.Strings(d.names)
+		d.shape = nil
 	}
 	names := d.names
-	configs := make(map[protocol.BreakerConfig]int, 2)
-	for _, ib := range d.members {
-		configs[ib.config]++
+	if d.shape == nil {
+		d.shape = shapeOf(d, names)
 	}
-	majority, best := protocol.BreakerConfig{}, 0
-	for _, name := range names {
-		if c := d.members[name].config; configs[c] > best {
-			majority, best = c, configs[c]
-		}
-	}
+	v.Labels = d.shape.labels
 	bestCloseness := -1.0
-	for i, name := range names {
+	for _, name := range names {
 		ib := d.members[name]
 		inst := ib.inst
 		v.PerInstance = append(v.PerInstance, cbdash.InstanceBreaker{
 			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
 			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
-			Config: ib.config, ConfigDiffers: len(configs) > 1 && ib.config != majority,
+			Config: ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
 			Last: ib.last, Held: ib.held,
 		})
-		v.Labels = sharedLabels(v.Labels, inst.labels, i == 0)
 		v.Instances++
 		if inst.stale {
 			v.Stale++
@@ -195,6 +189,31 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	v.P50 = quantile(0.50, hist)
 	v.P99 = quantile(0.99, hist)
 	return v
+}
+
+// shape is what changes only with a hello: configuration drift and the
+// labels all instances share. It is cached per dependency.
+type shape struct {
+	majority protocol.BreakerConfig // the configuration most instances have
+	kinds    int                    // distinct configurations
+	labels   map[string]string      // shared by all instances; read-only
+}
+
+func shapeOf(d *dep, names []string) *shape {
+	configs := make(map[protocol.BreakerConfig]int, 2)
+	for _, ib := range d.members {
+		configs[ib.config]++
+	}
+	sh := &shape{kinds: len(configs)}
+	best := 0
+	for i, name := range names {
+		ib := d.members[name]
+		if c := ib.config; configs[c] > best {
+			sh.majority, best = c, configs[c]
+		}
+		sh.labels = sharedLabels(sh.labels, ib.inst.labels, i == 0)
+	}
+	return sh
 }
 
 // sharedLabels narrows acc to the labels also in m with the same value;

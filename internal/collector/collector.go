@@ -192,12 +192,20 @@ func (c *Collector) Run(ctx context.Context) error {
 	defer sweep.Stop()
 	compact := time.NewTicker(c.cfg.CompactEvery)
 	defer compact.Stop()
+	urgent := time.NewTimer(time.Hour)
+	defer urgent.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-c.live.kick:
-			c.live.flushUrgent()
+			if wait := c.live.flushUrgent(); wait > 0 {
+				urgent.Reset(wait)
+			}
+		case <-urgent.C:
+			if wait := c.live.flushUrgent(); wait > 0 {
+				urgent.Reset(wait)
+			}
 		case <-publish.C:
 			c.live.flush()
 		case <-sweep.C:

@@ -45,11 +45,13 @@ type dep struct {
 	key         cbdash.DependencyKey
 	members     map[string]*ibreaker // by instance name
 	names       []string             // sorted member names; nil when members changed
+	shape       *shape               // nil when a member's hello changed
 	recent      recent
 	opensToday  int
 	lastChange  time.Time
 	view        *cbdash.Dependency // cached aggregate, nil when out of date
 	unpublished bool               // changed since the last dependency event
+	published   time.Time          // monotonic time of the last event (pacing only)
 }
 
 // live is the in-memory state of every breaker of every instance. All
@@ -198,6 +200,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 		declared[c.Name] = true
 		ib := l.breakerLocked(inst, c.Name)
 		ib.config = c
+		ib.dep.shape = nil
 		l.changedLocked(ib.dep)
 	}
 	for name, ib := range inst.breakers {
@@ -298,18 +301,43 @@ func (l *live) apply(k instKey, b *protocol.Batch, at time.Time) bool {
 	return true
 }
 
-// flushUrgent publishes the dependencies whose state changed since the
-// last call. The collector runs it whenever kick fires, so computing an
-// aggregate over many instances never delays the batch that changed it.
-func (l *live) flushUrgent() {
+// urgentEvery is the shortest time between two events of one dependency
+// for state changes: a dependency of a thousand instances whose breakers
+// flip all the time is aggregated at most this often (its transitions are
+// still published one by one, at once).
+const urgentEvery = 250 * time.Millisecond
+
+// flushUrgent publishes the dependencies whose state changed, each at most
+// every urgentEvery (paced on the monotonic clock, whatever Config.Now),
+// one lock hold per dependency so that ingest never waits for more than
+// one aggregate. It returns how long until a dependency it had to leave
+// becomes due, 0 when none is left. The collector runs it whenever kick
+// fires, so aggregating never delays the batch that changed it.
+func (l *live) flushUrgent() time.Duration {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	due := make([]*dep, 0, len(l.urgent))
 	for d := range l.urgent {
-		delete(l.urgent, d)
-		if l.deps[d.key] == d {
-			l.publishLocked(d)
-		}
+		due = append(due, d)
 	}
+	l.mu.Unlock()
+	var wait time.Duration
+	for _, d := range due {
+		l.mu.Lock()
+		if _, ok := l.urgent[d]; ok {
+			if since := time.Since(d.published); since < urgentEvery {
+				if w := urgentEvery - since; wait == 0 || w < wait {
+					wait = w
+				}
+			} else {
+				delete(l.urgent, d)
+				if l.deps[d.key] == d {
+					l.publishLocked(d)
+				}
+			}
+		}
+		l.mu.Unlock()
+	}
+	return wait
 }
 
 // holdFrom keeps the hold of a forced state from the transition's command
@@ -376,6 +404,7 @@ func (l *live) changedLocked(d *dep) {
 func (l *live) publishLocked(d *dep) {
 	v := l.viewLocked(d)
 	d.unpublished = false
+	d.published = time.Now()
 	l.hub.publish(cbdash.Event{Kind: cbdash.EventDependency, At: l.now(), Dependency: v})
 }
 
