@@ -28,20 +28,23 @@ type column struct {
 	open    int
 }
 
-// columns merges history points into at most maxColumns buckets over
-// [from, to); a bucket with no point has has == false (a gap).
-func columns(pts []cbdash.Point, from, to time.Time) ([]column, time.Duration) {
-	span := to.Sub(from)
+// columns merges history points into at most about maxColumns buckets
+// covering [from, to). A bucket is a whole number of point widths,
+// aligned on its width, so that every bucket sums the same number of
+// points; a bucket with no point has has == false (a gap). It returns the
+// buckets, the start of the first and their width.
+func columns(pts []cbdash.Point, from, to time.Time) ([]column, time.Time, time.Duration) {
 	width := time.Second
 	if len(pts) > 0 && pts[0].Width > 0 {
 		width = pts[0].Width
 	}
-	n := int(math.Ceil(float64(span) / float64(width)))
-	n = max(1, min(n, maxColumns))
-	colW := span / time.Duration(n)
+	per := max(1, int(math.Ceil(float64(to.Sub(from))/float64(width)/maxColumns)))
+	colW := width * time.Duration(per)
+	start := from.Truncate(colW)
+	n := max(1, int(math.Ceil(float64(to.Sub(start))/float64(colW))))
 	cols := make([]column, n)
 	for _, p := range pts {
-		i := int(p.At.Sub(from) / colW)
+		i := int(p.At.Sub(start) / colW)
 		if i < 0 || i >= n {
 			continue
 		}
@@ -58,7 +61,7 @@ func columns(pts []cbdash.Point, from, to time.Time) ([]column, time.Duration) {
 		}
 		c.open = max(c.open, p.Open)
 	}
-	return cols, colW
+	return cols, start, colW
 }
 
 // percentile estimates the q-quantile (0..1) in milliseconds from a
@@ -255,14 +258,21 @@ func timeTicks(from, to time.Time, pos func(time.Time) float64) []templates.Tick
 
 // dependencyCharts builds the five charts of a dependency page.
 func dependencyCharts(pts []cbdash.Point, from, to time.Time, d cbdash.Dependency) []templates.Chart {
-	cols, colW := columns(pts, from, to)
-	secs := colW.Seconds()
+	cols, start, colW := columns(pts, from, to)
+	// The last bucket may be cut short by the end of the range.
+	secs := func(i int) float64 {
+		end := start.Add(colW * time.Duration(i+1))
+		if end.After(to) {
+			return max(1, to.Sub(start.Add(colW*time.Duration(i))).Seconds())
+		}
+		return colW.Seconds()
+	}
 	per := func(f func(protocol.Counts) int64) []float64 {
 		v := make([]float64, len(cols))
 		for i, c := range cols {
 			v[i] = math.NaN()
 			if c.has {
-				v[i] = float64(f(c.counts)) / secs
+				v[i] = float64(f(c.counts)) / secs(i)
 			}
 		}
 		return v
@@ -301,21 +311,21 @@ func dependencyCharts(pts []cbdash.Point, from, to time.Time, d cbdash.Dependenc
 		}
 	}
 	return []templates.Chart{
-		buildChart(chartSpec{id: "chart-requests", title: "Request rate by outcome", unit: "calls/s", from: from, colW: colW, minMax: 1,
+		buildChart(chartSpec{id: "chart-requests", title: "Request rate by outcome", unit: "calls/s", from: start, colW: colW, minMax: 1,
 			series: []seriesData{
 				{"successes", "c5", per(func(c protocol.Counts) int64 { return c.Successes })},
 				{"failures", "c2", per(func(c protocol.Counts) int64 { return c.Failures })},
 				{"slow", "c3", per(func(c protocol.Counts) int64 { return c.Slow })},
 				{"rejected", "c4", per(protocol.Counts.Rejected)},
 			}}),
-		buildChart(chartSpec{id: "chart-rates", title: "Failure and slow-call rates", unit: "%", from: from, colW: colW, minMax: 10, thresholds: fthr,
+		buildChart(chartSpec{id: "chart-rates", title: "Failure and slow-call rates", unit: "%", from: start, colW: colW, minMax: 10, thresholds: fthr,
 			series: []seriesData{
 				{"failure rate", "c2", ratio(func(c protocol.Counts) int64 { return c.Failures })},
 				{"slow-call rate", "c3", ratio(func(c protocol.Counts) int64 { return c.Slow })},
 			}}),
-		buildChart(chartSpec{id: "chart-latency", title: "Latency percentiles", unit: "ms", from: from, colW: colW, minMax: 1,
+		buildChart(chartSpec{id: "chart-latency", title: "Latency percentiles", unit: "ms", from: start, colW: colW, minMax: 1,
 			series: []seriesData{{"p50", "c1", quant(0.5)}, {"p90", "c3", quant(0.9)}, {"p99", "c2", quant(0.99)}}}),
-		buildChart(chartSpec{id: "chart-rejections", title: "Rejections and fallbacks", unit: "calls/s", from: from, colW: colW, minMax: 1,
+		buildChart(chartSpec{id: "chart-rejections", title: "Rejections and fallbacks", unit: "calls/s", from: start, colW: colW, minMax: 1,
 			series: []seriesData{
 				{"rejected open", "c2", per(func(c protocol.Counts) int64 { return c.RejectedOpen })},
 				{"rejected half-open full", "c3", per(func(c protocol.Counts) int64 { return c.RejectedHalfOpen })},
@@ -324,7 +334,7 @@ func dependencyCharts(pts []cbdash.Point, from, to time.Time, d cbdash.Dependenc
 				{"fallback ok", "c5", per(func(c protocol.Counts) int64 { return c.FallbackSuccess })},
 				{"fallback failed", "c1", per(func(c protocol.Counts) int64 { return c.FallbackFailure })},
 			}}),
-		buildChart(chartSpec{id: "chart-open", title: "Instances not closed", unit: "instances", from: from, colW: colW,
+		buildChart(chartSpec{id: "chart-open", title: "Instances not closed", unit: "instances", from: start, colW: colW,
 			minMax: float64(max(1, d.Instances)), series: []seriesData{{"not closed", "c2", opens}}}),
 	}
 }

@@ -1,0 +1,86 @@
+package web_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// seed stores a hello and one batch for instance inst of checkout/payments:
+// a minute of one-second windows and a closed > open > half_open run.
+func seed(t *testing.T, h *harness, inst string, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	started := now.Add(-time.Hour).UnixMilli()
+	hello := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: "checkout", Instance: inst,
+		SDKVersion: "test", StartedAt: started, Breakers: []protocol.BreakerConfig{{Name: "payments", WindowKind: "count",
+			WindowSize: 20, FailureRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1}}}
+	if err := h.st.SaveHello(ctx, hello, now); err != nil {
+		t.Fatal(err)
+	}
+	b := protocol.Batch{Type: protocol.TypeBatch, Seq: 1, SentAt: now.UnixMilli()}
+	lat := make([]int64, protocol.NumLatencyBuckets)
+	lat[4] = 10
+	for i := range 60 {
+		at := now.Add(time.Duration(i-60) * time.Second).Truncate(time.Second)
+		b.Windows = append(b.Windows, protocol.Window{Breaker: "payments", Start: at.UnixMilli(), Millis: 1000, State: protocol.StateClosed,
+			Counts: protocol.Counts{Admitted: 10, Successes: 6, Failures: 4, Errors: 4}, Latency: lat, LatencySumMs: 200})
+	}
+	b.Transitions = []protocol.Transition{
+		{Breaker: "payments", From: protocol.StateClosed, To: protocol.StateOpen, At: now.Add(-30 * time.Second).UnixMilli(), Generation: 2,
+			OpenMillis: 5000, Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 55, Threshold: 50, WindowCalls: 20, WindowFailed: 11}},
+		{Breaker: "payments", From: protocol.StateOpen, To: protocol.StateHalfOpen, At: now.Add(-25 * time.Second).UnixMilli(), Generation: 3,
+			Cause: protocol.Cause{Kind: protocol.CauseOpenElapsed}},
+	}
+	if _, err := h.st.SaveBatch(ctx, "checkout", inst, started, b, now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPagesReadTheStore(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
+	now := time.Now()
+	seed(t, h, "checkout-1", now)
+	c := h.login("vera")
+
+	t.Run("dependency page: charts and transitions with causes", func(t *testing.T) {
+		body := c.get("/dependency?service=checkout&breaker=payments&range=15m").body
+		for _, want := range []string{
+			"failure rate 55% reached the 50% threshold (11 of 20 calls failed); open for 5s",
+			"open duration passed, probing", "checkout-1",
+			`class="line c5"`, // the successes series is drawn
+			"failures: 4.00 calls/s",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("dependency page lacks %q", want)
+			}
+		}
+		if strings.Contains(body, "no data in this range") {
+			t.Error("a chart says no data")
+		}
+	})
+	t.Run("timeline: a lane that links to the dependency at that moment", func(t *testing.T) {
+		body := c.get("/timeline?range=15m").body
+		if !strings.Contains(body, `data-testid="lane"`) || !strings.Contains(body, "checkout/payments") {
+			t.Fatalf("no lane for checkout/payments")
+		}
+		if !strings.Contains(body, "open on 1 of 2") || !strings.Contains(body, "half-open on 1 of 2") {
+			t.Errorf("lane lacks its stretches")
+		}
+		if !strings.Contains(body, "/dependency?service=checkout&amp;breaker=payments&amp;end=") {
+			t.Errorf("segments do not link to the dependency at that moment")
+		}
+	})
+	t.Run("a range in the past shows that moment", func(t *testing.T) {
+		end := strconv.FormatInt(now.Add(-2*time.Hour).Unix(), 10)
+		body := c.get("/dependency?service=checkout&breaker=payments&range=15m&end=" + end).body
+		if strings.Contains(body, "open duration passed") || !strings.Contains(body, "No transition in this range") {
+			t.Error("transitions outside the range are shown")
+		}
+	})
+}
