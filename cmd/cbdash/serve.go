@@ -24,7 +24,7 @@ closed.`,
 			if err != nil {
 				return err
 			}
-			log.Info("cbdash is serving", "url", srv.URL(), "db", o.DB, "anonymous", o.Anonymous)
+			log.Info("cbdash is serving", "url", srv.URL(), "agents", srv.AgentURL(), "db", o.DB, "anonymous", o.Anonymous)
 			return srv.run(cmd.Context(), nil)
 		},
 	}
