@@ -54,10 +54,7 @@ release and reset breakers.`,
 			return runDemo(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
 		},
 	}
-	o.bind(cmd.Flags(), true)
-	cmd.Flags().Lookup("db").DefValue = "./cbdash-demo.db"
-	_ = cmd.Flags().Set("db", "./cbdash-demo.db")
-	cmd.Flags().Lookup("db").Changed = false
+	o.bind(cmd.Flags(), "./cbdash-demo.db", true)
 	cmd.Flags().Float64Var(&o.Rate, "rate", 25, "requests per second served by each instance of the fleet")
 	return cmd
 }

@@ -33,9 +33,11 @@ type serveOptions struct {
 	quietIncidents bool
 }
 
-func (o *serveOptions) bind(fs *pflag.FlagSet, anonymous bool) {
+// bind declares the flags on fs; db and anonymous are the defaults of
+// --db and --anonymous, which differ between serve and demo.
+func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool) {
 	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port)")
-	fs.StringVar(&o.DB, "db", "./cbdash.db", "SQLite database file (created if missing)")
+	fs.StringVar(&o.DB, "db", db, "SQLite database file (created if missing)")
 	fs.Var(dayDuration{&o.Retention.PerSecond}, "retention-seconds", "how long per-second history is kept (e.g. 24h, 2d; default 24h)")
 	fs.Var(dayDuration{&o.Retention.PerMinute}, "retention-minutes", "how long per-minute history is kept (default 30d)")
 	fs.Var(dayDuration{&o.Retention.PerHour}, "retention-hours", "how long per-hour history is kept (default 365d)")

@@ -28,6 +28,6 @@ closed.`,
 			return srv.run(cmd.Context(), nil)
 		},
 	}
-	o.bind(cmd.Flags(), false)
+	o.bind(cmd.Flags(), "./cbdash.db", false)
 	return cmd
 }
