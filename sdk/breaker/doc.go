@@ -124,7 +124,9 @@
 // The exact behaviour is fixed by the replay scenarios in
 // testdata/scenarios (FORMAT.md there describes them), each reduced from
 // a real bug in another circuit breaker library; TestScenarios replays
-// every file of a folder:
+// every file of a folder (DIR absolute or relative to sdk/breaker) and
+// prints PASS or FAIL per file (go test shows a passing package's output
+// only with -v):
 //
-//	go test ./breaker -run TestScenarios -args -scenarios=DIR
+//	go test ./breaker -run TestScenarios -v -args -scenarios=DIR
 package breaker
