@@ -340,6 +340,9 @@ func TestAllow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !c.Started().Equal(f.clk.Now()) {
+				t.Errorf("Started() = %v, want %v", c.Started(), f.clk.Now())
+			}
 			f.clk.Advance(3 * time.Millisecond)
 			c.Done(errBoom)
 		}

@@ -1,9 +1,6 @@
 package breaker
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // Apply carries out an operator command and returns the state it leaves
 // the breaker in:
@@ -63,14 +60,4 @@ func (b *Breaker) Apply(cmd Command) (State, error) {
 	b.mu.Unlock()
 	b.deliver()
 	return ep.state, nil
-}
-
-// ExpiresIn is a convenience for building a Command TTL from an absolute
-// deadline: the time from now until t, or 0 (no expiry) if t is zero.
-// A deadline already passed gives 1ns, so the forced state ends at once.
-func ExpiresIn(now, t time.Time) time.Duration {
-	if t.IsZero() {
-		return 0
-	}
-	return max(t.Sub(now), time.Nanosecond)
 }
