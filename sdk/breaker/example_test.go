@@ -121,7 +121,9 @@ func ExampleNewTransport() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	client := &http.Client{Transport: breaker.NewTransport(nil, breaker.TransportConfig{
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: breaker.NewTransport(base, breaker.TransportConfig{
 		Config:     breaker.Config{Window: breaker.Window{Size: 4}, MinimumCalls: 2},
 		BreakerFor: func(*http.Request) string { return "payments" },
 		OnNew:      func(b *breaker.Breaker) { fmt.Println("new breaker", b.Name()) },
