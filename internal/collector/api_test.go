@@ -47,6 +47,7 @@ func TestJSONAPI(t *testing.T) {
 	a.hello("a1", 1)
 	a.send(batch(1, 20, 15, trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	a.expect(protocol.TypeAck, nil)
+	waitForState(t, h, protocol.StateOpen)
 	u := h.srv.URL
 	tests := []struct {
 		name, method, path string
@@ -93,7 +94,7 @@ func TestMetricsStateSeriesIsRewritten(t *testing.T) {
 	}
 	a.send(batch(2, 10, 0, trans(protocol.StateOpen, protocol.StateHalfOpen, 1)))
 	a.expect(protocol.TypeAck, nil)
-	h.col.Dependencies() // computes the aggregate, which rewrites the series
+	waitForState(t, h, protocol.StateHalfOpen) // computing the aggregate rewrites the series
 	_, body := call(t, "GET", h.srv.URL+"/metrics", "s3cret", nil)
 	text := string(body)
 	for _, want := range []string{
@@ -206,4 +207,14 @@ func TestEventStream(t *testing.T) {
 		t.Fatalf("event %s %s", kind, data)
 	}
 	t.Logf("transition to SSE subscriber in %v", time.Since(sent))
+}
+
+// waitForState waits until live state shows api/db in state (it is
+// updated off the connection's goroutine).
+func waitForState(t *testing.T, h *harness, state string) {
+	t.Helper()
+	waitFor(t, "api/db "+state, func() bool {
+		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+		return err == nil && d.State == state
+	})
 }

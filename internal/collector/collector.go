@@ -134,6 +134,9 @@ type Collector struct {
 	stopped  bool // Run has returned (or is returning)
 	running  bool
 	wg       sync.WaitGroup // session goroutines
+
+	applyStop chan struct{} // closed to stop live.applyLoop (after the sessions)
+	applyDone chan struct{} // closed when live.applyLoop has returned
 }
 
 // New returns a Collector. It registers the collector's metrics with
@@ -183,6 +186,11 @@ func (c *Collector) Run(ctx context.Context) error {
 		return err
 	}
 	c.mu.Lock()
+	c.applyStop, c.applyDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.applyDone)
+		c.live.applyLoop(c.applyStop)
+	}()
 	c.ready = true
 	c.mu.Unlock()
 
@@ -251,8 +259,13 @@ func (c *Collector) shutdown() {
 	for s := range c.sessions {
 		s.cancel()
 	}
+	stop, done := c.applyStop, c.applyDone
 	c.mu.Unlock()
 	c.wg.Wait()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
 	c.hub.close()
 }
 

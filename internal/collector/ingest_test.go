@@ -45,6 +45,10 @@ func TestStreamIsStoredAckedAndLive(t *testing.T) {
 			break
 		}
 	}
+	waitFor(t, "live counts", func() bool {
+		d, _ := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+		return d.Recent.Admitted > 0
+	})
 	d, err := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +164,12 @@ func TestResentBatchesAreAckedButCountedOnce(t *testing.T) {
 	if ack.Seq != 3 {
 		t.Fatalf("ack %d", ack.Seq)
 	}
-	d, _ := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
-	if d.Recent.Admitted != 30 {
+	// Live state is updated off the connection's goroutine: wait for it.
+	waitFor(t, "live counts", func() bool {
+		d, _ := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+		return d.Recent.Admitted >= 30
+	})
+	if d, _ := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"}); d.Recent.Admitted != 30 {
 		t.Fatalf("live admitted %d, want 30", d.Recent.Admitted)
 	}
 	pts, err := h.store.History(context.Background(), cbdash.HistoryQuery{

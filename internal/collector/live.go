@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"maps"
 	"reflect"
 	"slices"
@@ -71,6 +72,71 @@ type live struct {
 	// soon as the publisher runs (kick wakes it), off the ingest path.
 	urgent map[*dep]struct{}
 	kick   chan struct{}
+	// applies queues batches from the connections to applyLoop, the one
+	// goroutine that applies them: a thousand readers contending for mu
+	// would convoy behind every aggregate computed under it.
+	applies chan applyReq
+}
+
+// applyReq is a validated batch of an instance, received at at.
+type applyReq struct {
+	k  instKey
+	b  *protocol.Batch
+	at time.Time
+}
+
+// applyQueue bounds the batches waiting for applyLoop; readers wait when
+// it is full.
+const applyQueue = 4096
+
+// maxApplyGroup bounds how many queued batches applyLoop applies under one
+// lock hold.
+const maxApplyGroup = 64
+
+// enqueue hands a validated batch to applyLoop; false when ctx ended first.
+func (l *live) enqueue(ctx context.Context, k instKey, b *protocol.Batch, at time.Time) bool {
+	select {
+	case l.applies <- applyReq{k, b, at}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// applyLoop applies queued batches until stop is closed, then applies what
+// is left and returns.
+func (l *live) applyLoop(stop <-chan struct{}) {
+	for {
+		select {
+		case r := <-l.applies:
+			l.applyGroup(r)
+		case <-stop:
+			for {
+				select {
+				case r := <-l.applies:
+					l.applyGroup(r)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// applyGroup applies r and whatever else is queued (up to maxApplyGroup)
+// under one lock hold.
+func (l *live) applyGroup(r applyReq) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.applyLocked(r.k, r.b, r.at)
+	for range maxApplyGroup - 1 {
+		select {
+		case r := <-l.applies:
+			l.applyLocked(r.k, r.b, r.at)
+		default:
+			return
+		}
+	}
 }
 
 func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, m *metrics) *live {
@@ -79,6 +145,7 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 		instances: make(map[instKey]*instance), deps: make(map[cbdash.DependencyKey]*dep),
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
 		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
+		applies: make(chan applyReq, applyQueue),
 	}
 }
 
@@ -236,6 +303,10 @@ func (l *live) disconnect(k instKey, s *session) {
 func (l *live) apply(k instKey, b *protocol.Batch, at time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.applyLocked(k, b, at)
+}
+
+func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 	inst := l.instances[k]
 	if inst == nil || b.Seq <= inst.liveSeq {
 		return false

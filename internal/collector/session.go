@@ -264,7 +264,9 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 		default:
 			s.lastQueued = seq
 			it.batch = m.Batch
-			c.live.apply(s.key, m.Batch, now)
+			if !c.live.enqueue(ctx, s.key, m.Batch, now) {
+				return
+			}
 			c.metrics.queue.Inc()
 		}
 		select {

@@ -51,14 +51,15 @@ func (r *run) readEvents(resp *http.Response) {
 		var e struct {
 			Kind       string `json:"kind"`
 			Transition *struct {
-				Instance   string `json:"instance"`
-				Breaker    string `json:"breaker"`
-				Generation uint64 `json:"generation"`
+				Instance   string    `json:"instance"`
+				Breaker    string    `json:"breaker"`
+				Generation uint64    `json:"generation"`
+				ReceivedAt time.Time `json:"received_at"`
 			} `json:"transition"`
 		}
 		if json.Unmarshal([]byte(line[6:]), &e) != nil || e.Transition == nil {
 			continue
 		}
-		r.seen(key(e.Transition.Instance, e.Transition.Breaker, e.Transition.Generation), at)
+		r.seen(key(e.Transition.Instance, e.Transition.Breaker, e.Transition.Generation), e.Transition.ReceivedAt, at)
 	}
 }

@@ -124,6 +124,15 @@ type Result struct {
 	P99       time.Duration `json:"p99"`       // transition to subscriber
 	Max       time.Duration `json:"max"`       // transition to subscriber
 	Errors    int64         `json:"errors"`    // connections lost or refused
+	// The latency split at the moment the collector read the transition's
+	// frame (its received_at): Inbound is agent to collector (socket,
+	// and the wait for the collector's reader to be scheduled), Fanout is
+	// the collector's decode, validation, live update and publication, and
+	// the event stream to the subscriber.
+	InboundP50 time.Duration `json:"inbound_p50"`
+	InboundP99 time.Duration `json:"inbound_p99"`
+	FanoutP50  time.Duration `json:"fanout_p50"`
+	FanoutP99  time.Duration `json:"fanout_p99"`
 	// SubscriberDrops counts how often the collector dropped the event
 	// stream for falling behind (it is reopened at once; transitions sent
 	// meanwhile are missed, so Seen < Sent).
@@ -134,10 +143,12 @@ type Result struct {
 func (r Result) String() string {
 	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
 		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
-		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen, event stream dropped %d times)",
+		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen, event stream dropped %d times)\n"+
+		"  agent to collector p50 %v p99 %v; collector to subscriber p50 %v p99 %v",
 		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
 		r.Rate, r.Offered, r.Measured.Round(time.Millisecond), r.Refused, r.Errors,
-		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent, r.SubscriberDrops)
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent, r.SubscriberDrops,
+		r.InboundP50.Round(10*time.Microsecond), r.InboundP99.Round(10*time.Microsecond), r.FanoutP50.Round(10*time.Microsecond), r.FanoutP99.Round(10*time.Microsecond))
 }
 
 // run is the shared state of one Run.
@@ -153,7 +164,9 @@ type run struct {
 
 	mu        sync.Mutex
 	pending   map[string]time.Time // "instance/breaker/generation" -> sent
-	latencies []time.Duration
+	latencies []time.Duration      // sent -> subscriber
+	inbound   []time.Duration      // sent -> read by the collector (received_at)
+	fanout    []time.Duration      // read by the collector -> subscriber
 }
 
 // Run connects cfg.Instances simulated agents, waits until all are
@@ -256,13 +269,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Sent = r.sent.Load()
 	res.SubscriberDrops = r.subDrops.Load()
 	r.mu.Lock()
-	lat := slices.Clone(r.latencies)
+	lat, in, out := slices.Clone(r.latencies), slices.Clone(r.inbound), slices.Clone(r.fanout)
 	r.mu.Unlock()
 	res.Seen = int64(len(lat))
-	slices.Sort(lat)
-	if n := len(lat); n > 0 {
-		res.P50, res.P99, res.Max = lat[n*50/100], lat[min(n-1, n*99/100)], lat[n-1]
-	}
+	res.P50, res.P99, res.Max = percentiles(lat)
+	res.InboundP50, res.InboundP99, _ = percentiles(in)
+	res.FanoutP50, res.FanoutP99, _ = percentiles(out)
 	return res, nil
 }
 
@@ -297,14 +309,28 @@ func (r *run) sentAt(key string, at time.Time) {
 	r.mu.Unlock()
 }
 
-// seen records a transition's arrival at the subscriber.
-func (r *run) seen(key string, at time.Time) {
+// seen records a transition's arrival at the subscriber, and when the
+// collector read it (same machine, same clock).
+func (r *run) seen(key string, received, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t, ok := r.pending[key]; ok {
 		delete(r.pending, key)
 		r.latencies = append(r.latencies, at.Sub(t))
+		if !received.IsZero() {
+			r.inbound = append(r.inbound, received.Sub(t))
+			r.fanout = append(r.fanout, at.Sub(received))
+		}
 	}
+}
+
+// percentiles returns the p50, p99 and max of ds (which it sorts).
+func percentiles(ds []time.Duration) (p50, p99, most time.Duration) {
+	slices.Sort(ds)
+	if n := len(ds); n > 0 {
+		return ds[n*50/100], ds[min(n-1, n*99/100)], ds[n-1]
+	}
+	return 0, 0, 0
 }
 
 func jitter(d time.Duration) time.Duration {

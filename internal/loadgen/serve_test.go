@@ -6,6 +6,7 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -52,6 +53,7 @@ func TestServeForLoad(t *testing.T) {
 		}
 	}
 	if p := os.Getenv("CBDASH_LOADGEN_PPROF"); p != "" {
+		runtime.SetMutexProfileFraction(10)
 		prof := &http.Server{Addr: p, Handler: http.DefaultServeMux}
 		go prof.ListenAndServe() //nolint:errcheck // closed below
 		defer prof.Close()
