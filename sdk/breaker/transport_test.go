@@ -154,6 +154,32 @@ func TestTransport(t *testing.T) {
 			t.Errorf("totals %+v, want one timeout", tot)
 		}
 	})
+	t.Run("a response in time keeps its body readable after the deadline", func(t *testing.T) {
+		clk := breakertest.NewClock(t0)
+		srv := statusServer(t)
+		cfg := small
+		cfg.Clock = clk
+		cfg.CallTimeout = time.Second
+		tr := breaker.NewTransport(srv.Client().Transport, breaker.TransportConfig{Config: cfg})
+		resp, err := get(t, &http.Client{Transport: tr}, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Hour) // the call ended with its headers: no timeout any more
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || string(body) != "hello" {
+			t.Errorf("body %q, %v", body, err)
+		}
+		if err := resp.Body.Close(); err != nil {
+			t.Error(err)
+		}
+		if tot := tr.Breakers()[0].Snapshot().Totals; tot.Successes != 1 || tot.Timeouts != 0 {
+			t.Errorf("totals %+v", tot)
+		}
+		if resp.Request.Context().Err() == nil {
+			t.Error("closing the body did not release the call's context")
+		}
+	})
 	t.Run("an invalid config fails every request", func(t *testing.T) {
 		tr := breaker.NewTransport(nil, breaker.TransportConfig{Config: breaker.Config{FailureRateThreshold: 200}})
 		_, err := tr.RoundTrip(httptest.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil))
