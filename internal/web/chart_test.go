@@ -103,7 +103,7 @@ func TestTimelineLanesReplayTransitions(t *testing.T) {
 		tr("search", "index", "s-1", 10, protocol.StateClosed, protocol.StateHalfOpen),
 	}
 	deps := []cbdash.Dependency{dep2("checkout", "payments", 3), dep2("checkout", "stock", 2), dep2("search", "index", 1)}
-	lanes, quiet := lanes(recs, deps, "", sp, now)
+	lanes, quiet := lanes(recs, deps, "", sp, now, nil)
 	if len(lanes) != 2 || quiet != 1 {
 		t.Fatalf("%d lanes, %d quiet", len(lanes), quiet)
 	}
@@ -121,6 +121,44 @@ func TestTimelineLanesReplayTransitions(t *testing.T) {
 	}
 	if s := lanes[1].Segments; len(s) != 1 || s[0].Class != "half-open" || !strings.Contains(s[0].Title, "12:50:00–13:00:00") {
 		t.Errorf("search lane %+v", s)
+	}
+}
+
+func TestTimelineLaneEndsWhereReportsOfNotClosedStop(t *testing.T) {
+	// c-1 opened 50 minutes ago and then stopped reporting 45 minutes ago
+	// (its process died while open); it came back 10 minutes ago and
+	// closed 5 minutes ago. The lane shows open only while it reported so.
+	now := time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC)
+	sp := span{name: "1h", from: now.Add(-time.Hour), to: now}
+	at := func(minAgo int) time.Time { return now.Add(-time.Duration(minAgo) * time.Minute) }
+	recs := []cbdash.TransitionRecord{
+		{Service: "checkout", Instance: "c-1", Transition: protocol.Transition{Breaker: "payments", From: protocol.StateOpen, To: protocol.StateClosed, At: at(5).UnixMilli()}},
+		{Service: "checkout", Instance: "c-1", Transition: protocol.Transition{Breaker: "payments", From: protocol.StateClosed, To: protocol.StateOpen, At: at(50).UnixMilli()}},
+	}
+	var pts []cbdash.Point
+	for m := 50; m > 5; m-- {
+		if m > 45 || m <= 10 {
+			pts = append(pts, cbdash.Point{At: at(m), Width: time.Minute, Open: 1})
+		}
+	}
+	k := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
+	alive := map[cbdash.DependencyKey][]interval{k: openStretches(pts, now)}
+	ls, _ := lanes(recs, []cbdash.Dependency{dep2("checkout", "payments", 1)}, "", sp, now, alive)
+	if len(ls) != 1 {
+		t.Fatalf("%d lanes", len(ls))
+	}
+	var got []string
+	for _, s := range ls[0].Segments {
+		got = append(got, s.Title)
+	}
+	want := []string{"open on 1 of 1 · 12:10:00–12:15:00 UTC", "open on 1 of 1 · 12:50:00–12:55:00 UTC"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("segments %q, want %q", got, want)
+	}
+	// Without the reports the lane would stay open through the gap.
+	ls, _ = lanes(recs, []cbdash.Dependency{dep2("checkout", "payments", 1)}, "", sp, now, nil)
+	if len(ls[0].Segments) != 1 || !strings.Contains(ls[0].Segments[0].Title, "12:10:00–12:55:00") {
+		t.Errorf("unmasked lane %+v", ls[0].Segments)
 	}
 }
 

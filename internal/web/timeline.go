@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"sort"
@@ -54,7 +55,11 @@ func (s *Server) timeline(c echo.Context) error {
 	for _, n := range names {
 		v.Services = append(v.Services, templates.Option{Value: n, Text: n, Selected: n == svc})
 	}
-	v.Lanes, v.Quiet = lanes(recs, deps, svc, sp, now)
+	alive, err := s.notClosedSpans(c.Request().Context(), recs, deps, svc, sp, now)
+	if err != nil {
+		return err
+	}
+	v.Lanes, v.Quiet = lanes(recs, deps, svc, sp, now, alive)
 	v.H = templates.LaneTop + float64(len(v.Lanes))*templates.LaneStep
 	return render(c, http.StatusOK, templates.TimelinePage(v))
 }
@@ -72,7 +77,13 @@ type laneData struct {
 // lanes replays each dependency's transitions over the range. An
 // instance's state at the start is the From of its first transition in
 // the range, or its current state when it has none.
-func lanes(recs []cbdash.TransitionRecord, deps []cbdash.Dependency, svc string, sp span, now time.Time) ([]templates.Lane, int) {
+//
+// alive, when it has an entry for a dependency, holds the stretches in
+// which its instances reported a state other than closed (from the stored
+// window reports); a lane is drawn only inside them, so an instance that
+// stopped reporting while open does not paint the lane open until it
+// comes back.
+func lanes(recs []cbdash.TransitionRecord, deps []cbdash.Dependency, svc string, sp span, now time.Time, alive map[cbdash.DependencyKey][]interval) ([]templates.Lane, int) {
 	byDep := map[cbdash.DependencyKey][]cbdash.TransitionRecord{}
 	for _, r := range recs {
 		k := cbdash.DependencyKey{Service: r.Service, Breaker: r.Breaker}
@@ -94,7 +105,11 @@ func lanes(recs []cbdash.TransitionRecord, deps []cbdash.Dependency, svc string,
 	}
 	var out []laneData
 	for k, rs := range byDep {
-		if l, ok := lane(k, rs, current[k], sp, now); ok {
+		mask, masked := alive[k]
+		if !masked {
+			mask = nil
+		}
+		if l, ok := lane(k, rs, current[k], sp, now, mask, masked); ok {
 			out = append(out, l)
 		}
 	}
@@ -114,7 +129,7 @@ func lanes(recs []cbdash.TransitionRecord, deps []cbdash.Dependency, svc string,
 	return res, max(0, max(total, len(byDep))-len(res))
 }
 
-func lane(k cbdash.DependencyKey, rs []cbdash.TransitionRecord, d cbdash.Dependency, sp span, now time.Time) (laneData, bool) {
+func lane(k cbdash.DependencyKey, rs []cbdash.TransitionRecord, d cbdash.Dependency, sp span, now time.Time, mask []interval, masked bool) (laneData, bool) {
 	sort.Slice(rs, func(i, j int) bool { return rs[i].At < rs[j].At })
 	state := map[string]string{}
 	for _, in := range d.PerInstance {
@@ -148,16 +163,22 @@ func lane(k cbdash.DependencyKey, rs []cbdash.TransitionRecord, d cbdash.Depende
 		if n == 0 {
 			return
 		}
-		if ld.first.IsZero() {
-			ld.first = at
-		}
 		sv := stateView(worst)
-		end := earliest(now, until.Add(30*time.Minute)).Unix()
-		ld.lane.Segments = append(ld.lane.Segments, templates.Segment{
-			X: xOf(at, sp), W: max(1, xOf(until, sp)-xOf(at, sp)), Class: sv.Class,
-			Title: sv.Text + " on " + strconv.Itoa(n) + " of " + strconv.Itoa(instances) + " · " + clock(at) + "–" + clock(until) + " UTC",
-			Href:  depHref(k) + "&" + url.Values{"range": {"1h"}, "end": {strconv.FormatInt(end, 10)}}.Encode(),
-		})
+		parts := []interval{{at, until}}
+		if masked {
+			parts = clip(interval{at, until}, mask)
+		}
+		for _, p := range parts {
+			if ld.first.IsZero() {
+				ld.first = p.from
+			}
+			end := earliest(now, p.to.Add(30*time.Minute)).Unix()
+			ld.lane.Segments = append(ld.lane.Segments, templates.Segment{
+				X: xOf(p.from, sp), W: max(1, xOf(p.to, sp)-xOf(p.from, sp)), Class: sv.Class,
+				Title: sv.Text + " on " + strconv.Itoa(n) + " of " + strconv.Itoa(instances) + " · " + clock(p.from) + "–" + clock(p.to) + " UTC",
+				Href:  depHref(k) + "&" + url.Values{"range": {"1h"}, "end": {strconv.FormatInt(end, 10)}}.Encode(),
+			})
+		}
 	}
 	for _, r := range rs {
 		t := time.UnixMilli(r.At)
@@ -179,4 +200,81 @@ func earliest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// interval is a stretch of time [from, to).
+type interval struct{ from, to time.Time }
+
+// clip returns the parts of iv inside the sorted, disjoint intervals of mask.
+func clip(iv interval, mask []interval) []interval {
+	var out []interval
+	for _, m := range mask {
+		from, to := iv.from, iv.to
+		if m.from.After(from) {
+			from = m.from
+		}
+		if m.to.Before(to) {
+			to = m.to
+		}
+		if to.After(from) {
+			out = append(out, interval{from, to})
+		}
+	}
+	return out
+}
+
+// notClosedSpans reads, for each dependency that has transitions in the
+// range, the stretches in which at least one instance reported a state
+// other than closed, at minute resolution (seconds for ranges of 15
+// minutes or less). A stretch that reaches the last stored bucket is
+// extended to now when that bucket is recent, since the newest seconds
+// may not be stored yet.
+func (s *Server) notClosedSpans(ctx context.Context, recs []cbdash.TransitionRecord, deps []cbdash.Dependency, svc string, sp span, now time.Time) (map[cbdash.DependencyKey][]interval, error) {
+	keys := map[cbdash.DependencyKey]bool{}
+	for _, r := range recs {
+		keys[cbdash.DependencyKey{Service: r.Service, Breaker: r.Breaker}] = true
+	}
+	for _, d := range deps {
+		if (svc == "" || d.Service == svc) && d.State != "" && d.State != protocol.StateClosed {
+			keys[d.DependencyKey] = true
+		}
+	}
+	if len(keys) > maxLanes {
+		return nil, nil // too many to look up; lanes stay unmasked
+	}
+	res := cbdash.ResolutionMinute
+	if sp.to.Sub(sp.from) <= 15*time.Minute {
+		res = cbdash.ResolutionSecond
+	}
+	out := make(map[cbdash.DependencyKey][]interval, len(keys))
+	for k := range keys {
+		pts, err := s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to, Resolution: res})
+		if err != nil {
+			return nil, err
+		}
+		out[k] = openStretches(pts, now)
+	}
+	return out, nil
+}
+
+// openStretches merges the buckets with Open > 0 into sorted intervals.
+func openStretches(pts []cbdash.Point, now time.Time) []interval {
+	var out []interval
+	for _, p := range pts {
+		if p.Open <= 0 {
+			continue
+		}
+		iv := interval{p.At, p.At.Add(p.Width)}
+		if n := len(out); n > 0 && !iv.from.After(out[n-1].to) {
+			if iv.to.After(out[n-1].to) {
+				out[n-1].to = iv.to
+			}
+			continue
+		}
+		out = append(out, iv)
+	}
+	if n := len(out); n > 0 && now.Sub(out[n-1].to) < 10*time.Second && now.After(out[n-1].to) {
+		out[n-1].to = now
+	}
+	return out
 }
