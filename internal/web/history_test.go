@@ -28,7 +28,14 @@ func seed(t *testing.T, h *harness, inst string, now time.Time) {
 	lat[4] = 10
 	for i := range 60 {
 		at := now.Add(time.Duration(i-60) * time.Second).Truncate(time.Second)
-		b.Windows = append(b.Windows, protocol.Window{Breaker: "payments", Start: at.UnixMilli(), Millis: 1000, State: protocol.StateClosed,
+		state := protocol.StateClosed // as the transitions below say
+		switch {
+		case i >= 35:
+			state = protocol.StateHalfOpen
+		case i >= 30:
+			state = protocol.StateOpen
+		}
+		b.Windows = append(b.Windows, protocol.Window{Breaker: "payments", Start: at.UnixMilli(), Millis: 1000, State: state,
 			Counts: protocol.Counts{Admitted: 10, Successes: 6, Failures: 4, Errors: 4}, Latency: lat, LatencySumMs: 200})
 	}
 	b.Transitions = []protocol.Transition{
