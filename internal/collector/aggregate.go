@@ -140,23 +140,22 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		LastChange:    d.lastChange,
 		PerInstance:   make([]cbdash.InstanceBreaker, 0, len(d.members)),
 	}
-	if d.names == nil {
-		d.names = make([]string, 0, len(d.members))
-		for name := range d.members {
-			d.names = append(d.names, name)
+	if d.sorted == nil {
+		d.sorted = make([]*ibreaker, 0, len(d.members))
+		for _, ib := range d.members {
+			d.sorted = append(d.sorted, ib)
 		}
-		sort.Strings(d.names)
+		sort.Slice(d.sorted, func(i, j int) bool { return d.sorted[i].inst.key.instance < d.sorted[j].inst.key.instance })
 		d.shape = nil
 	}
-	names := d.names
 	if d.shape == nil {
-		d.shape = shapeOf(d, names)
+		d.shape = shapeOf(d.sorted)
 	}
 	v.Labels = d.shape.labels
 	bestCloseness := -1.0
-	for _, name := range names {
-		ib := d.members[name]
+	for _, ib := range d.sorted {
 		inst := ib.inst
+		name := inst.key.instance
 		v.PerInstance = append(v.PerInstance, cbdash.InstanceBreaker{
 			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
 			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
@@ -199,15 +198,14 @@ type shape struct {
 	labels   map[string]string      // shared by all instances; read-only
 }
 
-func shapeOf(d *dep, names []string) *shape {
+func shapeOf(sorted []*ibreaker) *shape {
 	configs := make(map[protocol.BreakerConfig]int, 2)
-	for _, ib := range d.members {
+	for _, ib := range sorted {
 		configs[ib.config]++
 	}
 	sh := &shape{kinds: len(configs)}
 	best := 0
-	for i, name := range names {
-		ib := d.members[name]
+	for i, ib := range sorted {
 		if c := ib.config; configs[c] > best {
 			sh.majority, best = c, configs[c]
 		}

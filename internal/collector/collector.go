@@ -318,8 +318,9 @@ func (c *Collector) Services() []Service { return c.live.services() }
 // change, atomically: no change is both in the snapshot and an event, and
 // none is missed. The channel is bounded (Config.SubscriberBuffer); a
 // subscriber that lets it fill is dropped and the channel closed, as it is
-// when Run returns. Call cancel when done (idempotent). Events' pointers
-// are shared between subscribers and must not be modified.
+// when Run returns. Call cancel when done (idempotent). The snapshot's and
+// the events' slices, maps and pointers are shared between subscribers
+// and must not be modified.
 func (c *Collector) Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func()) {
 	snap, s := c.live.subscribe(nil, 0)
 	return snap, s.ch, func() { c.hub.remove(s) }

@@ -45,7 +45,7 @@ type ibreaker struct {
 type dep struct {
 	key         cbdash.DependencyKey
 	members     map[string]*ibreaker // by instance name
-	names       []string             // sorted member names; nil when members changed
+	sorted      []*ibreaker          // members by instance name; nil when members changed
 	shape       *shape               // nil when a member's hello changed
 	recent      recent
 	opensToday  int
@@ -223,7 +223,7 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 		ib = &ibreaker{inst: inst, dep: d, name: name, state: protocol.StateClosed}
 		inst.breakers[name] = ib
 		d.members[inst.key.instance] = ib
-		d.names = nil
+		d.sorted = nil
 		d.view = nil
 	}
 	return ib
@@ -545,7 +545,7 @@ func (l *live) dropBreakerLocked(ib *ibreaker) {
 	delete(ib.inst.breakers, ib.name)
 	d := ib.dep
 	delete(d.members, ib.inst.key.instance)
-	d.names = nil
+	d.sorted = nil
 	l.changedLocked(d)
 	if len(d.members) == 0 {
 		l.publishLocked(d)
@@ -564,17 +564,24 @@ func (l *live) viewLocked(d *dep) *cbdash.Dependency {
 	return d.view
 }
 
-// dependencies returns copies of every dependency, worst first.
+// dependencies returns copies of every dependency, worst first. Views
+// are immutable once computed, so they are copied outside the lock.
 func (l *live) dependencies() []cbdash.Dependency {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.snapshotLocked()
+	out := l.snapshotLocked()
+	l.mu.Unlock()
+	for i := range out {
+		out[i] = cloneDependency(&out[i])
+	}
+	return out
 }
 
+// snapshotLocked returns every dependency's current view, worst first,
+// sharing the views' slices and maps (read-only, as in events).
 func (l *live) snapshotLocked() []cbdash.Dependency {
 	out := make([]cbdash.Dependency, 0, len(l.deps))
 	for _, d := range l.deps {
-		out = append(out, cloneDependency(l.viewLocked(d)))
+		out = append(out, *l.viewLocked(d))
 	}
 	sortDependencies(out)
 	return out
@@ -583,16 +590,19 @@ func (l *live) snapshotLocked() []cbdash.Dependency {
 // dependency returns a copy of one dependency; ok is false when unknown.
 func (l *live) dependency(k cbdash.DependencyKey) (cbdash.Dependency, bool) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	d := l.deps[k]
 	if d == nil {
+		l.mu.Unlock()
 		return cbdash.Dependency{}, false
 	}
-	return cloneDependency(l.viewLocked(d)), true
+	v := l.viewLocked(d)
+	l.mu.Unlock()
+	return cloneDependency(v), true
 }
 
 // subscribe registers a subscriber and returns the snapshot it starts
-// from, atomically with respect to every publication.
+// from, atomically with respect to every publication. The snapshot shares
+// the views' slices and maps, like events: read-only.
 func (l *live) subscribe(kinds map[string]bool, buffer int) ([]cbdash.Dependency, *subscriber) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
