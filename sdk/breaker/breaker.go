@@ -32,6 +32,8 @@ type Breaker struct {
 
 	ctr      *counters    // apart, so that it starts on a cache line
 	inflight atomic.Int64 // kept only when MaxConcurrent > 0 (the bulkhead)
+	tq       timeoutQueue // calls with a CallTimeout in flight
+	expireFn func()       // b.expire, made once
 
 	mu         sync.Mutex // guards the fields below and every epoch transition
 	gen        uint64
@@ -94,6 +96,7 @@ func New(name string, cfg Config) (*Breaker, error) {
 		b.timers = c.Clock
 		b.base = c.Clock.Now()
 	}
+	b.expireFn = b.expire
 	b.ep.Store(b.newEpochLocked(Closed))
 	return b, nil
 }

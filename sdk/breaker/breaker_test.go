@@ -199,15 +199,58 @@ func TestExecute(t *testing.T) {
 			t.Errorf("%d timers left", f.clk.Pending())
 		}
 	})
-	t.Run("stops the timer of a call that ends in time", func(t *testing.T) {
+	t.Run("does not time out a call that ended in time", func(t *testing.T) {
 		cfg := small
 		cfg.CallTimeout = time.Second
 		f := newFixture(t, cfg)
 		if err := f.run(10*time.Millisecond, nil); err != nil {
 			t.Fatal(err)
 		}
+		f.clk.Advance(time.Hour)
+		if tot := f.b.Snapshot().Totals; tot.Successes != 1 || tot.Timeouts != 0 {
+			t.Errorf("totals %+v", tot)
+		}
 		if f.clk.Pending() != 0 {
-			t.Errorf("%d timers left", f.clk.Pending())
+			t.Errorf("%d timers left with no call in flight", f.clk.Pending())
+		}
+	})
+	t.Run("times out calls in order of their deadlines, with one timer", func(t *testing.T) {
+		cfg := small
+		cfg.CallTimeout = 100 * time.Millisecond
+		cfg.Window.Size = 10
+		cfg.MinimumCalls = 10
+		f := newFixture(t, cfg)
+		var calls []breaker.Call
+		for range 5 {
+			c, err := f.b.Allow()
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, c)
+			f.clk.Advance(30 * time.Millisecond)
+		}
+		if n := f.clk.Pending(); n != 1 {
+			t.Errorf("%d timers for 5 calls, want 1", n)
+		}
+		// Calls started at 0, 30, 60, 90 and 120ms; now it is 150ms.
+		calls[0].Done(nil) // timed out at 100ms: thrown away
+		calls[3].Done(nil) // in time (deadline 190ms)
+		s := f.b.Snapshot()
+		if s.Totals.Timeouts != 2 || s.Totals.Successes != 1 || s.InFlight != 2 {
+			t.Errorf("at 150ms: totals %+v in flight %d", s.Totals, s.InFlight)
+		}
+		f.clk.Advance(60 * time.Millisecond) // 210ms: the call of 60ms (deadline 160) is past
+		s = f.b.Snapshot()
+		if s.Totals.Timeouts != 3 || s.InFlight != 1 {
+			t.Errorf("at 220ms: totals %+v in flight %d", s.Totals, s.InFlight)
+		}
+		f.clk.Advance(time.Second)
+		s = f.b.Snapshot()
+		if s.Totals.Timeouts != 4 || s.InFlight != 0 || f.clk.Pending() != 0 {
+			t.Errorf("at the end: totals %+v in flight %d, %d timers", s.Totals, s.InFlight, f.clk.Pending())
+		}
+		if s.LatencySum != 4*100*time.Millisecond+60*time.Millisecond {
+			t.Errorf("latency sum %v: timeouts must end exactly at their deadlines", s.LatencySum)
 		}
 	})
 	t.Run("uses Classify", func(t *testing.T) {

@@ -2,7 +2,6 @@ package breaker
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 )
 
@@ -18,13 +17,6 @@ type Call struct {
 	probe  bool
 	stripe uint8
 	t      *timedCall
-}
-
-// timedCall is a call with a CallTimeout armed: whichever of the timer and
-// the caller ends it first wins, the other is thrown away.
-type timedCall struct {
-	done  atomic.Bool
-	timer Timer
 }
 
 // Done ends the call with the outcome Config.Classify gives err.
@@ -56,32 +48,20 @@ func (c *Call) report(o Outcome) bool {
 	if o > Canceled {
 		o = Failure
 	}
+	b := c.b
+	now := b.now()
 	if t := c.t; t != nil {
 		if !t.done.CompareAndSwap(false, true) {
+			return false // the timeout ended it
+		}
+		b.tq.remove(t)
+		if now >= t.deadline { // past its deadline, whether or not the timer has fired yet
+			b.timeOut(t)
 			return false
 		}
-		t.timer.Stop()
 	}
-	c.b.finish(c, o, c.b.now())
+	b.finish(c, o, now)
 	return true
-}
-
-// arm starts the CallTimeout timer of c. When it fires before the call
-// ends, the call is recorded as a Timeout that ended exactly at its
-// deadline, and then cancel (if not nil) is called with ErrTimeout.
-func (b *Breaker) arm(c *Call, cancel context.CancelCauseFunc) {
-	t := &timedCall{}
-	c.t = t
-	cc := *c
-	t.timer = b.timers.AfterFunc(time.Duration(b.timeoutNs), func() {
-		if !t.done.CompareAndSwap(false, true) {
-			return
-		}
-		b.finish(&cc, Timeout, cc.start+b.timeoutNs)
-		if cancel != nil {
-			cancel(ErrTimeout)
-		}
-	})
 }
 
 // Allow asks to start a call: it returns a Call to end with Done or Report
