@@ -34,8 +34,10 @@ type TransportConfig struct {
 // failures, every other response a success, and the caller giving up
 // (its request context done) is not counted. It never reads the response
 // body; the call ends when the response headers arrive. A rejected
-// request returns a *RejectedError wrapping the rejection. It is safe for
-// concurrent use.
+// request returns a *RejectedError wrapping the rejection. Breakers are
+// made on first use and kept for the Transport's life, one per name, so
+// BreakerFor should map requests to a bounded set of names. It is safe
+// for concurrent use.
 type Transport struct {
 	base http.RoundTripper
 	cfg  TransportConfig
