@@ -85,9 +85,6 @@ func New(name string, cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.OpenBackoff.Max > 0 && c.OpenBackoff.Max < c.OpenDuration {
-		return nil, invalidf("OpenBackoff.Max (%v) is shorter than OpenDuration (%v)", c.OpenBackoff.Max, c.OpenDuration)
-	}
 	b := &Breaker{name: name, cfg: c, clock: c.Clock, ctr: new(counters), slowNs: int64(c.SlowCallDuration), timeoutNs: int64(c.CallTimeout)}
 	if c.Clock == nil {
 		b.timers = systemClock{}

@@ -48,7 +48,7 @@ type Window struct {
 // goes back to Config.OpenDuration when the breaker closes.
 type Backoff struct {
 	Multiplier float64       // 0 or 1: no backoff; otherwise >= 1
-	Max        time.Duration // cap on the open duration; 0 = no cap
+	Max        time.Duration // cap on each backed-off open duration (a cap below OpenDuration applies from the first failed probe on); 0 = no cap
 	// Jitter spreads each open duration uniformly within +/- Jitter of
 	// itself (0..1, a fraction), so that a fleet of instances does not
 	// probe a recovering dependency in lockstep. 0 = none (tests and

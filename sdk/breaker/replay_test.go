@@ -268,10 +268,14 @@ func newReplayer(cfg breaker.Config, timeoutMs int64) *replayer {
 	return r
 }
 
-// advance moves the virtual clock to ms, firing the timers due by then.
+// advance moves the virtual clock to ms, firing the timers due by then:
+// the call timeouts (real timers on the virtual clock) and the breaker's
+// lazy ones (open duration elapsed, forced-state expiry), which FORMAT.md
+// counts as timers too and which fire when something looks at the state.
 func (r *replayer) advance(ms int64) {
 	r.clk.Set(r.t0.Add(time.Duration(ms) * time.Millisecond))
 	r.nowMs = ms
+	r.b.State()
 }
 
 func (r *replayer) step(raw json.RawMessage) error {
