@@ -113,3 +113,32 @@ func TestCollectorRestartMidStreamLosesNothingAndDuplicatesNothing(t *testing.T)
 		t.Fatalf("stored admitted %d failures %d, want %d and %d", admitted, failures, 10*total, total)
 	}
 }
+
+// TestLiveStateIsRestoredFromTheStore: after a restart the collector knows
+// the instances and their last state before any agent reconnects, and
+// marks them stale once they have been silent for StaleAfter.
+func TestLiveStateIsRestoredFromTheStore(t *testing.T) {
+	h := startHarness(t, "", nil)
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	a.send(batch(1, 10, 10, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	a.expect(protocol.TypeAck, nil)
+	a.conn.CloseNow()
+	h.stop()
+
+	clk := &fakeClock{t: time.Now()}
+	h2 := startHarness(t, h.path, func(c *Config) { c.Now = clk.now })
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	d, err := h2.col.Dependency(k)
+	if err != nil {
+		t.Fatalf("after a restart: %v", err)
+	}
+	if d.Instances != 1 || d.PerInstance[0].State != protocol.StateOpen || d.OpensToday != 1 {
+		t.Fatalf("restored %d instances, state %q, opens %d", d.Instances, d.PerInstance[0].State, d.OpensToday)
+	}
+	clk.advance(20 * time.Second)
+	h2.col.live.sweep()
+	if d, _ = h2.col.Dependency(k); d.Stale != 1 || d.State != "" {
+		t.Fatalf("silent instance: stale %d, state %q; want stale and no state", d.Stale, d.State)
+	}
+}
