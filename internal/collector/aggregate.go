@@ -174,7 +174,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		if c := closeness(ib.last.Headroom); c > bestCloseness {
 			bestCloseness, v.Headroom = c, ib.last.Headroom
 		}
-		if ib.held != nil && (v.Held == nil || ib.held.Until.After(v.Held.Until)) {
+		if ib.held != nil && (v.Held == nil || outlasts(ib.held, v.Held)) {
 			v.Held = ib.held
 		}
 	}
@@ -212,6 +212,17 @@ func shapeOf(sorted []*ibreaker) *shape {
 		sh.labels = sharedLabels(sh.labels, ib.inst.labels, i == 0)
 	}
 	return sh
+}
+
+// outlasts reports whether hold a ends after b (no expiry is the latest).
+func outlasts(a, b *cbdash.Hold) bool {
+	switch {
+	case b.Until.IsZero():
+		return false
+	case a.Until.IsZero():
+		return true
+	}
+	return a.Until.After(b.Until)
 }
 
 // sharedLabels narrows acc to the labels also in m with the same value;
