@@ -240,3 +240,22 @@ type APIToken struct {
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
 }
+
+// StateRank orders breaker states worst first, as Dependency.State
+// documents: open 0, half_open 1, forced_open 2, forced_closed 3,
+// closed 4, anything else 5.
+func StateRank(s string) int {
+	switch s {
+	case protocol.StateOpen:
+		return 0
+	case protocol.StateHalfOpen:
+		return 1
+	case protocol.StateForcedOpen:
+		return 2
+	case protocol.StateForcedClosed:
+		return 3
+	case protocol.StateClosed:
+		return 4
+	}
+	return 5
+}

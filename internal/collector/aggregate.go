@@ -77,38 +77,13 @@ func (r *recent) sum(now int64) (c protocol.Counts, hist []int64, span int64) {
 }
 
 // quantile estimates the q-quantile of a histogram over
-// protocol.LatencyBoundsMillis by linear interpolation inside the bucket
-// that holds it (as Prometheus' histogram_quantile does); the overflow
-// bucket reports the last bound. It returns 0 for an empty histogram.
+// protocol.LatencyBoundsMillis (protocol.QuantileMillis); 0 when empty.
 func quantile(q float64, hist []int64) time.Duration {
-	var total int64
-	for _, n := range hist {
-		total += n
-	}
-	if total == 0 {
+	ms, ok := protocol.QuantileMillis(hist, q)
+	if !ok {
 		return 0
 	}
-	bounds := protocol.LatencyBoundsMillis
-	rank := q * float64(total)
-	var cum float64
-	for i, n := range hist {
-		if n == 0 {
-			continue
-		}
-		if cum+float64(n) >= rank {
-			if i >= len(bounds) {
-				return millis(bounds[len(bounds)-1])
-			}
-			lower := 0.0
-			if i > 0 {
-				lower = bounds[i-1]
-			}
-			frac := (rank - cum) / float64(n)
-			return millis(lower + (bounds[i]-lower)*frac)
-		}
-		cum += float64(n)
-	}
-	return millis(bounds[len(bounds)-1])
+	return millis(ms)
 }
 
 func millis(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }

@@ -149,22 +149,7 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 	}
 }
 
-// stateRank orders states worst first, as Dependency.State documents.
-func stateRank(s string) int {
-	switch s {
-	case protocol.StateOpen:
-		return 0
-	case protocol.StateHalfOpen:
-		return 1
-	case protocol.StateForcedOpen:
-		return 2
-	case protocol.StateForcedClosed:
-		return 3
-	case protocol.StateClosed:
-		return 4
-	}
-	return 5
-}
+func stateRank(s string) int { return cbdash.StateRank(s) }
 
 func forced(s string) bool { return s == protocol.StateForcedOpen || s == protocol.StateForcedClosed }
 

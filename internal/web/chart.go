@@ -65,36 +65,14 @@ func columns(pts []cbdash.Point, from, to time.Time) ([]column, time.Time, time.
 }
 
 // percentile estimates the q-quantile (0..1) in milliseconds from a
-// histogram over protocol.LatencyBoundsMillis, interpolating linearly in
-// the bucket; NaN when empty.
+// histogram over protocol.LatencyBoundsMillis (protocol.QuantileMillis);
+// NaN when empty.
 func percentile(h []int64, q float64) float64 {
-	var total int64
-	for _, n := range h {
-		total += n
-	}
-	if total == 0 {
+	ms, ok := protocol.QuantileMillis(h, q)
+	if !ok {
 		return math.NaN()
 	}
-	target := q * float64(total)
-	var cum float64
-	bounds := protocol.LatencyBoundsMillis
-	for i, n := range h {
-		if n == 0 {
-			continue
-		}
-		if cum+float64(n) >= target {
-			if i >= len(bounds) {
-				return bounds[len(bounds)-1]
-			}
-			lo := 0.0
-			if i > 0 {
-				lo = bounds[i-1]
-			}
-			return lo + (bounds[i]-lo)*(target-cum)/float64(n)
-		}
-		cum += float64(n)
-	}
-	return bounds[len(bounds)-1]
+	return ms
 }
 
 type seriesData struct {

@@ -35,22 +35,7 @@ func stateView(s string) templates.State {
 	return templates.State{Class: "none", Text: s}
 }
 
-// stateRank orders states worst first.
-func stateRank(s string) int {
-	switch s {
-	case protocol.StateOpen:
-		return 0
-	case protocol.StateHalfOpen:
-		return 1
-	case protocol.StateForcedOpen:
-		return 2
-	case protocol.StateForcedClosed:
-		return 3
-	case protocol.StateClosed:
-		return 4
-	}
-	return 5
-}
+func stateRank(s string) int { return cbdash.StateRank(s) }
 
 // elementID is a stable, valid HTML id for any name: names may hold
 // any character, so they are hashed.

@@ -578,3 +578,38 @@ func (c *Command) Validate() error {
 	}
 	return nil
 }
+
+// QuantileMillis estimates the q-quantile (0..1) of a latency histogram
+// over LatencyBoundsMillis, in milliseconds, by linear interpolation inside
+// the bucket that holds it (as Prometheus' histogram_quantile does); the
+// overflow bucket reports the last bound. ok is false for an empty
+// histogram.
+func QuantileMillis(hist []int64, q float64) (ms float64, ok bool) {
+	var total int64
+	for _, n := range hist {
+		total += n
+	}
+	if total == 0 {
+		return 0, false
+	}
+	bounds := LatencyBoundsMillis
+	rank := q * float64(total)
+	var cum float64
+	for i, n := range hist {
+		if n == 0 {
+			continue
+		}
+		if cum+float64(n) >= rank {
+			if i >= len(bounds) {
+				break
+			}
+			lower := 0.0
+			if i > 0 {
+				lower = bounds[i-1]
+			}
+			return lower + (bounds[i]-lower)*(rank-cum)/float64(n), true
+		}
+		cum += float64(n)
+	}
+	return bounds[len(bounds)-1], true
+}

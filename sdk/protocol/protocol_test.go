@@ -219,3 +219,24 @@ func TestCountsAddAndRejected(t *testing.T) {
 		t.Fatalf("Rejected = %d, want 16", got)
 	}
 }
+
+func TestQuantileMillisInterpolatesInsideTheBucket(t *testing.T) {
+	h := make([]int64, protocol.NumLatencyBuckets)
+	h[2] = 10 // 10 calls in (2, 5] ms
+	h[3] = 10 // 10 calls in (5, 10] ms
+	for _, c := range []struct {
+		q    float64
+		want float64
+	}{{0.25, 3.5}, {0.5, 5}, {0.75, 7.5}, {1, 10}} {
+		if got, ok := protocol.QuantileMillis(h, c.q); !ok || got != c.want {
+			t.Errorf("q%v = %v, %v; want %v", c.q, got, ok, c.want)
+		}
+	}
+	h[protocol.NumLatencyBuckets-1] = 1000 // slower than the last bound
+	if got, _ := protocol.QuantileMillis(h, 0.99); got != protocol.LatencyBoundsMillis[len(protocol.LatencyBoundsMillis)-1] {
+		t.Errorf("overflow q99 = %v", got)
+	}
+	if _, ok := protocol.QuantileMillis(make([]int64, protocol.NumLatencyBuckets), 0.5); ok {
+		t.Error("an empty histogram has a quantile")
+	}
+}
