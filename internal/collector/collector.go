@@ -43,7 +43,8 @@ type Config struct {
 	// <token>" on /metrics; "" leaves /metrics open like any exporter.
 	MetricsToken string
 	// SubscriberBuffer is the event channel size of each subscriber; a
-	// subscriber that lets it fill is dropped. 0 = 64.
+	// subscriber that lets it fill is dropped. 0 = 4096, room for a
+	// whole fleet's once-a-second republish of ~1,000 dependencies.
 	SubscriberBuffer int
 	// PublishInterval is how often dependencies whose counts changed are
 	// published (state changes are published at once); 0 = 1 s.
@@ -80,7 +81,7 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 	if c.SubscriberBuffer == 0 {
-		c.SubscriberBuffer = 64
+		c.SubscriberBuffer = 4096
 	}
 	if c.Registerer == nil {
 		reg := prometheus.NewRegistry()
