@@ -98,7 +98,7 @@ type Dependency struct {
 	Headroom    protocol.Headroom `json:"headroom"`
 	P50         time.Duration     `json:"p50"`
 	P99         time.Duration     `json:"p99"`
-	OpensToday  int               `json:"opens_today"`
+	OpensToday  int               `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
 	Held        *Hold             `json:"held,omitempty"`
 	LastChange  time.Time         `json:"last_change"`
 	PerInstance []InstanceBreaker `json:"per_instance"`

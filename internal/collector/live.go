@@ -320,7 +320,7 @@ func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 		if ts.After(ib.dep.lastChange) {
 			ib.dep.lastChange = ts
 		}
-		if t.To == protocol.StateOpen {
+		if t.From == protocol.StateClosed && t.To == protocol.StateOpen { // a trip, as store.OpensSince counts
 			ib.dep.opensToday++
 		}
 		urgent[ib.dep] = true

@@ -80,13 +80,14 @@ func (s *Store) Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cb
 	return out, nil
 }
 
-// OpensSince counts, per dependency, the transitions to open (the
-// breaker tripping: protocol.StateOpen, not forced_open) whose At is at or
-// after since. Dependencies without any are absent from the map. Errors:
+// OpensSince counts, per dependency, the trips (transitions from closed
+// to open; not a failed probe's half_open > open, which continues the same
+// open episode, nor an operator's forced_open) whose At is at or after
+// since. Dependencies without any are absent from the map. Errors:
 // ctx's or a wrapped driver error.
 func (s *Store) OpensSince(ctx context.Context, since time.Time) (map[cbdash.DependencyKey]int, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT service, breaker, count(*) FROM transitions
-		WHERE at >= ? AND to_state = ? GROUP BY service, breaker`, ms(since), protocol.StateOpen)
+		WHERE at >= ? AND to_state = ? AND from_state = ? GROUP BY service, breaker`, ms(since), protocol.StateOpen, protocol.StateClosed)
 	if err != nil {
 		return nil, fmt.Errorf("store: opens: %w", err)
 	}
