@@ -411,6 +411,9 @@ func (h *Hello) Validate() error {
 	if err := checkName("service", h.Service); err != nil {
 		return err
 	}
+	if strings.Contains(h.Service, "/") {
+		return invalid("service %q contains a slash (dependencies are named service/breaker)", h.Service)
+	}
 	if err := checkName("instance", h.Instance); err != nil {
 		return err
 	}

@@ -56,6 +56,7 @@ func TestHelloValidate(t *testing.T) {
 		{"refuses another protocol version", func(h *protocol.Hello) { h.Protocol = 2 }, "protocol 2"},
 		{"refuses a missing service", func(h *protocol.Hello) { h.Service = " " }, "service is required"},
 		{"refuses a missing instance", func(h *protocol.Hello) { h.Instance = "" }, "instance is required"},
+		{"refuses a slash in the service name", func(h *protocol.Hello) { h.Service = "shop/checkout" }, "contains a slash"},
 		{"refuses a long instance", func(h *protocol.Hello) { h.Instance = long }, "instance is longer"},
 		{"refuses an empty label key", func(h *protocol.Hello) { h.Labels[""] = "x" }, "label key"},
 		{"refuses a long label value", func(h *protocol.Hello) { h.Labels["team"] = long }, `label "team"`},
