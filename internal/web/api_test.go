@@ -56,6 +56,11 @@ func TestJSONAPIAuth(t *testing.T) {
 		{"unknown token", "GET", "/api/v1/breakers", "cbdash_ut_nope", "", 401},
 		{"viewer reads", "GET", "/api/v1/breakers", veraTok, "", 200},
 		{"viewer cannot command", "POST", "/api/v1/commands", veraTok, cmd, 403},
+		{"unknown route, no credentials", "GET", "/api/v1/breakers/checkout", "", "", 404},
+		{"unknown route, operator", "GET", "/api/v1/breakers/checkout", ottoTok, "", 404},
+		{"unknown api, no credentials", "GET", "/api/v1/nosuch", "", "", 404},
+		{"unknown api, operator", "POST", "/api/v1/nosuch", ottoTok, "{}", 404},
+		{"unknown page, operator token", "GET", "/nosuchpage", ottoTok, "", 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if st, body := call(hc, tc.method, tc.path, tc.token, tc.body, nil); st != tc.status {

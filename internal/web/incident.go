@@ -32,7 +32,7 @@ type IncidentStore interface {
 
 // mountIncidents registers the incident pages: read for the list and an
 // incident, op for adding a note.
-func (s *Server) mountIncidents(read, op *echo.Group) {
+func (s *Server) mountIncidents(read, op routes) {
 	read.GET("/incidents", s.incidentsPage)
 	read.GET("/incidents/:id", s.incidentPage)
 	op.POST("/incidents/:id/notes", s.incidentNote)

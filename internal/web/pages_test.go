@@ -87,6 +87,10 @@ func TestPagesPerRole(t *testing.T) {
 		{"ada", "/admin", http.StatusOK, "Add a user"},
 		{"vera", "/dependency?service=checkout&breaker=nope", http.StatusNotFound, "not found"},
 		{"vera", "/dependency?service=checkout", http.StatusBadRequest, "required"},
+		{"", "/nosuchpage", http.StatusNotFound, "Not Found"},
+		{"otto", "/nosuchpage", http.StatusNotFound, "Not Found"},
+		{"ada", "/api/v1/nosuch", http.StatusNotFound, `"error"`},
+		{"", "/admin/nosuch", http.StatusNotFound, "Not Found"},
 		{"vera", depPath + "&range=2y", http.StatusBadRequest, "range"},
 	} {
 		t.Run(tc.user+tc.path, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -181,29 +182,50 @@ func (s *Server) Mount(e *echo.Echo) {
 	e.Use(s.securityHeaders, s.withLogger)
 	mountStatic(e)
 
-	g := e.Group("", s.identify, s.csrf())
+	g := routes{e: e, mw: []echo.MiddlewareFunc{s.identify, s.csrf()}}
 	g.GET("/login", s.loginPage)
 	g.POST("/login", s.login)
 	g.POST("/logout", s.logout)
 
-	read := g.Group("", s.require(cbdash.RoleViewer))
+	read := g.with(s.require(cbdash.RoleViewer))
 	read.GET("/", s.overview)
 	read.GET("/dependency", s.dependency)
 	read.GET("/timeline", s.timeline)
 	read.GET("/audit", s.audit)
 	read.GET("/live", s.live)
 
-	op := g.Group("", s.require(cbdash.RoleOperator))
+	op := g.with(s.require(cbdash.RoleOperator))
 	op.POST("/dependency/confirm", s.confirm)
 	op.POST("/dependency/command", s.command)
 	s.mountIncidents(read, op) // incident pages: internal/web/incident.go
 
-	admin := g.Group("", s.require(cbdash.RoleAdmin))
+	admin := g.with(s.require(cbdash.RoleAdmin))
 	admin.GET("/admin", s.adminPage)
 	admin.POST("/admin/users", s.addUser)
 	admin.POST("/admin/tokens", s.addUserToken)
 	admin.POST("/admin/agent-tokens", s.addAgentToken)
 }
+
+// routes registers handlers on an echo.Echo with middlewares applied to
+// each route. It replaces echo.Group on purpose: a Group with middlewares
+// registers catch-all "not found" routes that run those middlewares, so
+// with an empty prefix every unknown path (even /api/v1/nosuch) answered
+// 401, 403 or a login redirect instead of 404.
+type routes struct {
+	e  *echo.Echo
+	mw []echo.MiddlewareFunc
+}
+
+// with returns routes that run r's middlewares, then ms.
+func (r routes) with(ms ...echo.MiddlewareFunc) routes {
+	return routes{e: r.e, mw: append(slices.Clip(r.mw), ms...)}
+}
+
+// GET registers a GET route behind r's middlewares.
+func (r routes) GET(path string, h echo.HandlerFunc) { r.e.GET(path, h, r.mw...) }
+
+// POST registers a POST route behind r's middlewares.
+func (r routes) POST(path string, h echo.HandlerFunc) { r.e.POST(path, h, r.mw...) }
 
 // errorf wraps a sentinel with a message: errorf(cbdash.ErrInvalid,
 // "reason is required").
