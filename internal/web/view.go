@@ -259,10 +259,26 @@ func slowRate(d cbdash.Dependency) templates.Rate {
 	return rateView("slow-call rate, last min", d.SlowCallRate, d.Headroom.SlowCallRateThreshold)
 }
 
-// fleet counts dependencies by state and stale instances.
+// fleet counts dependencies by state and stale instances. An instance
+// is counted once however many of its breakers are stale: distinct
+// (service, instance) pairs over PerInstance. A dependency that carries
+// Stale but no PerInstance rows counts as that many instances of its
+// service (the largest such number per service), never summed over
+// breakers.
 func fleet(deps []cbdash.Dependency) templates.Fleet {
 	f := templates.Fleet{Dependencies: len(deps)}
+	type inst struct{ service, instance string }
+	stale := map[inst]bool{}
+	bare := map[string]int{} // service -> stale count of dependencies without rows
 	for _, d := range deps {
+		if len(d.PerInstance) == 0 {
+			bare[d.Service] = max(bare[d.Service], d.Stale)
+		}
+		for _, ib := range d.PerInstance {
+			if ib.Stale {
+				stale[inst{ib.Service, ib.Instance}] = true
+			}
+		}
 		switch d.State {
 		case protocol.StateOpen:
 			f.Open++
@@ -271,7 +287,16 @@ func fleet(deps []cbdash.Dependency) templates.Fleet {
 		case protocol.StateForcedOpen, protocol.StateForcedClosed:
 			f.Forced++
 		}
-		f.StaleInst += d.Stale
+	}
+	f.StaleInst = len(stale)
+	for svc, n := range bare {
+		known := 0
+		for k := range stale {
+			if k.service == svc {
+				known++
+			}
+		}
+		f.StaleInst += max(n-known, 0)
 	}
 	return f
 }
