@@ -49,7 +49,7 @@ func BenchmarkOverview1000(b *testing.B) {
 	var size int
 	for b.Loop() {
 		w := &countWriter{}
-		v := overviewModel(page, deps, parseFilter(nil), sparks, now)
+		v := overviewModel(page, deps, parseFilter(nil), sparks, nil, now)
 		if err := templates.OverviewPage(v).Render(context.Background(), w); err != nil {
 			b.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -113,6 +114,7 @@ func (s *Server) dependency(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	causes := s.trips(ctx, []cbdash.Dependency{d})[k]
 	base := url.Values{"service": {k.Service}, "breaker": {k.Breaker}}
 	p := s.page(c, k.String(), "overview")
 	live := url.Values{"view": {"dependency"}, "service": {k.Service}, "breaker": {k.Breaker}, "range": {sp.name}}
@@ -122,11 +124,11 @@ func (s *Server) dependency(c echo.Context) error {
 	p.LiveURL = "/live?" + live.Encode()
 	v := templates.Dependency{
 		Page: p, Service: k.Service, Breaker: k.Breaker,
-		Header:      depHeader(d, s.now()),
+		Header:      depHeader(d, causes, s.now()),
 		Ranges:      rangeLinks("/dependency", base, sp.name),
 		RangeText:   sp.text(),
 		Charts:      dependencyCharts(pts, sp.from, sp.to, d),
-		Instances:   instanceRows(d, s.now()),
+		Instances:   instanceRows(d, causes, s.now()),
 		Transitions: trs,
 		Commands:    cmds,
 		AuditHref:   "/audit?" + url.Values{"service": {k.Service}}.Encode(),
@@ -137,15 +139,18 @@ func (s *Server) dependency(c echo.Context) error {
 	return render(c, http.StatusOK, templates.DependencyPage(v))
 }
 
-func depHeader(d cbdash.Dependency, now time.Time) templates.DepHeader {
+// depHeader is the dependency page's header; its rates follow rates, so
+// they agree with the instance rows (instanceRows) of the same causes.
+func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time) templates.DepHeader {
+	failure, slow := rates(d, causes)
 	return templates.DepHeader{
 		State:       stateView(d.State),
 		Instances:   instancesText(d),
 		Stale:       staleText(d),
 		Held:        holdView(d.Held, now),
 		RequestRate: perSecond(d.RequestRate),
-		Failure:     failureRate(d),
-		Slow:        slowRate(d),
+		Failure:     failure,
+		Slow:        slow,
 		P50:         latency(d.P50),
 		P99:         latency(d.P99),
 		OpensToday:  d.OpensToday,
@@ -153,7 +158,11 @@ func depHeader(d cbdash.Dependency, now time.Time) templates.DepHeader {
 	}
 }
 
-func instanceRows(d cbdash.Dependency, now time.Time) []templates.InstanceRow {
+// instanceRows are the instance table's rows. Rates are the instance's
+// sliding window; an open or half-open instance whose trip is in causes
+// shows the rates at its trip instead ("tripped at 52% of 50%"), since
+// its window restarts empty when it opens.
+func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time) []templates.InstanceRow {
 	rows := make([]templates.InstanceRow, 0, len(d.PerInstance))
 	for _, in := range d.PerInstance {
 		w := in.Last
@@ -161,13 +170,20 @@ func instanceRows(d cbdash.Dependency, now time.Time) []templates.InstanceRow {
 		if w.Millis > 0 {
 			reqs = float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
 		}
+		failure := rateView("", w.Headroom.FailureRate, w.Headroom.FailureRateThreshold).Text
+		slow := rateView("", w.Headroom.SlowCallRate, w.Headroom.SlowCallRateThreshold).Text
+		if c, ok := causes[in.Instance]; ok && !in.Stale && tripped(in.State) {
+			if f, s, ok := tripRates(c, w.Headroom.FailureRateThreshold, w.Headroom.SlowCallRateThreshold); ok {
+				failure, slow = cellText(f), cellText(s)
+			}
+		}
 		rows = append(rows, templates.InstanceRow{
 			Instance:       in.Instance,
 			State:          stateView(in.State),
 			Stale:          in.Stale,
 			Requests:       perSecond(reqs),
-			Failure:        rateView("", w.Headroom.FailureRate, w.Headroom.FailureRateThreshold).Text,
-			Slow:           rateView("", w.Headroom.SlowCallRate, w.Headroom.SlowCallRateThreshold).Text,
+			Failure:        failure,
+			Slow:           slow,
 			LastTransition: ago(now, in.LastTransition),
 			LastSeen:       ago(now, in.LastSeen),
 			Config:         configText(in.Config),
@@ -176,6 +192,13 @@ func instanceRows(d cbdash.Dependency, now time.Time) []templates.InstanceRow {
 		})
 	}
 	return rows
+}
+
+// cellText drops the rate's name from its label for a table cell whose
+// column names it: "tripped at 52% of 50%".
+func cellText(r templates.Rate) string {
+	_, l, _ := strings.Cut(r.Label, ", ")
+	return l + " " + r.Text
 }
 
 func configText(c protocol.BreakerConfig) string {

@@ -203,7 +203,7 @@ func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
 		all = append(all, d)
 	}
 	sparks := o.s.sparks.get(ctx, keysOf(all), liveSparkBudget)
-	v := overviewModel(templates.Page{}, all, o.f, sparks, o.s.now())
+	v := overviewModel(templates.Page{}, all, o.f, sparks, o.s.trips(ctx, all), o.s.now())
 	o.shown = map[cbdash.DependencyKey]bool{}
 	o.sent = map[cbdash.DependencyKey]uint64{}
 	var buf bytes.Buffer
@@ -268,10 +268,15 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 		}
 	}
 	sparks := o.s.sparks.get(ctx, keys, liveSparkBudget)
+	changed := make([]cbdash.Dependency, len(keys))
+	for i, k := range keys {
+		changed[i] = o.deps[k]
+	}
+	tr := o.s.trips(ctx, changed)
 	var tb bytes.Buffer
 	for _, k := range keys {
 		tb.Reset()
-		if err := templates.TileView(tile(o.deps[k], sparks[k], o.s.now())).Render(ctx, &tb); err != nil {
+		if err := templates.TileView(tile(o.deps[k], sparks[k], tr[k], o.s.now())).Render(ctx, &tb); err != nil {
 			return nil, err
 		}
 		if h := hash(tb.Bytes()); h != o.sent[k] {
@@ -332,8 +337,9 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 	var buf bytes.Buffer
 	now := d.s.now()
 	if d.head {
+		causes := d.s.trips(ctx, []cbdash.Dependency{d.dep})[d.key]
 		var part bytes.Buffer
-		if err := templates.DepHeaderView(depHeader(d.dep, now)).Render(ctx, &part); err != nil {
+		if err := templates.DepHeaderView(depHeader(d.dep, causes, now)).Render(ctx, &part); err != nil {
 			return nil, err
 		}
 		if h := hash(part.Bytes()); h != d.lastHead {
@@ -341,7 +347,7 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 			buf.Write(part.Bytes())
 		}
 		part.Reset()
-		if err := templates.InstancesTable(instanceRows(d.dep, now)).Render(ctx, &part); err != nil {
+		if err := templates.InstancesTable(instanceRows(d.dep, causes, now)).Render(ctx, &part); err != nil {
 			return nil, err
 		}
 		if h := hash(part.Bytes()); h != d.lastInsts {

@@ -22,7 +22,7 @@ func (s *Server) overview(c echo.Context) error {
 	p.LiveURL = "/live?" + withView(f.values(), "overview").Encode()
 	deps := s.col.Dependencies()
 	sparks := s.sparks.get(c.Request().Context(), keysOf(deps), pageSparkBudget)
-	return render(c, http.StatusOK, templates.OverviewPage(overviewModel(p, deps, f, sparks, s.now())))
+	return render(c, http.StatusOK, templates.OverviewPage(overviewModel(p, deps, f, sparks, s.trips(c.Request().Context(), deps), s.now())))
 }
 
 func keysOf(deps []cbdash.Dependency) []cbdash.DependencyKey {

@@ -217,7 +217,8 @@ func headroomScore(d cbdash.Dependency) float64 {
 }
 
 // tile builds one overview tile.
-func tile(d cbdash.Dependency, spark templates.Spark, now time.Time) templates.Tile {
+func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol.Cause, now time.Time) templates.Tile {
+	failure, slow := rates(d, causes)
 	return templates.Tile{
 		ID:          tileID(d.DependencyKey),
 		Service:     d.Service,
@@ -227,8 +228,8 @@ func tile(d cbdash.Dependency, spark templates.Spark, now time.Time) templates.T
 		Instances:   instancesText(d),
 		Stale:       staleText(d),
 		RequestRate: perSecond(d.RequestRate),
-		Failure:     failureRate(d),
-		Slow:        slowRate(d),
+		Failure:     failure,
+		Slow:        slow,
 		P99:         latency(d.P99),
 		Spark:       spark,
 		OpensToday:  d.OpensToday,
@@ -243,6 +244,19 @@ func tile(d cbdash.Dependency, spark templates.Spark, now time.Time) templates.T
 // minute's rates say more.
 func judgedByWindow(d cbdash.Dependency) bool {
 	return d.State == protocol.StateClosed || d.State == protocol.StateForcedClosed || d.State == ""
+}
+
+// rates are the failure and slow-call rates shown for a dependency: its
+// sliding window while closed; for an open or half-open one whose trip is
+// in causes, the rates at the trip (what tripped it, against the
+// threshold it crossed); otherwise the last minute's rates.
+func rates(d cbdash.Dependency, causes map[string]protocol.Cause) (failure, slow templates.Rate) {
+	if c, ok := depTrip(d, causes); ok {
+		if f, s, ok := tripRates(c, d.Headroom.FailureRateThreshold, d.Headroom.SlowCallRateThreshold); ok {
+			return f, s
+		}
+	}
+	return failureRate(d), slowRate(d)
 }
 
 func failureRate(d cbdash.Dependency) templates.Rate {
@@ -385,7 +399,7 @@ func sortDeps(deps []cbdash.Dependency, how string) {
 }
 
 // overviewModel filters, sorts and groups dependencies into tiles.
-func overviewModel(p templates.Page, all []cbdash.Dependency, f filter, sparks map[cbdash.DependencyKey]templates.Spark, now time.Time) templates.Overview {
+func overviewModel(p templates.Page, all []cbdash.Dependency, f filter, sparks map[cbdash.DependencyKey]templates.Spark, tr trips, now time.Time) templates.Overview {
 	deps := make([]cbdash.Dependency, 0, len(all))
 	services := map[string]bool{}
 	for _, d := range all {
@@ -414,7 +428,7 @@ func overviewModel(p templates.Page, all []cbdash.Dependency, f filter, sparks m
 	}
 	tiles := make([]templates.Tile, len(deps))
 	for i, d := range deps {
-		tiles[i] = tile(d, sparks[d.DependencyKey], now)
+		tiles[i] = tile(d, sparks[d.DependencyKey], tr[d.DependencyKey], now)
 	}
 	if !f.Group {
 		v.Groups = []templates.Group{{Tiles: tiles}}

@@ -1,0 +1,91 @@
+package web
+
+import (
+	"context"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/cbdash/cbdash/web/templates"
+)
+
+// tripLookback bounds how many of a dependency's newest transitions are
+// searched for the trips of its open instances.
+const tripLookback = 200
+
+// trips maps an open or half-open dependency to the cause of each of its
+// instances' last trip (closed > open on a failure or slow-call rate),
+// by instance name.
+type trips map[cbdash.DependencyKey]map[string]protocol.Cause
+
+// tripped reports whether a state is one a breaker reaches by tripping.
+func tripped(state string) bool {
+	return state == protocol.StateOpen || state == protocol.StateHalfOpen
+}
+
+// trips reads, for each open or half-open dependency of deps, the causes
+// of its instances' last trips: one store query per such dependency,
+// none for closed ones. A store error leaves that dependency out (its
+// view falls back to the last minute's rates).
+func (s *Server) trips(ctx context.Context, deps []cbdash.Dependency) trips {
+	out := trips{}
+	for _, d := range deps {
+		if !tripped(d.State) {
+			continue
+		}
+		recs, err := s.store.Transitions(ctx, cbdash.TransitionQuery{Service: d.Service, Breaker: d.Breaker, Limit: tripLookback})
+		if err != nil {
+			continue
+		}
+		if m := tripCauses(recs); len(m) > 0 {
+			out[d.DependencyKey] = m
+		}
+	}
+	return out
+}
+
+// tripCauses picks from recs (newest first) each instance's last
+// closed > open transition caused by a rate.
+func tripCauses(recs []cbdash.TransitionRecord) map[string]protocol.Cause {
+	m := map[string]protocol.Cause{}
+	for _, r := range recs {
+		if _, seen := m[r.Instance]; seen || r.From != protocol.StateClosed || r.To != protocol.StateOpen {
+			continue
+		}
+		if r.Cause.Kind == protocol.CauseFailureRate || r.Cause.Kind == protocol.CauseSlowCallRate {
+			m[r.Instance] = r.Cause
+		}
+	}
+	return m
+}
+
+// depTrip is the trip that explains an open or half-open dependency: the
+// cause of the first live open or half-open instance (PerInstance order)
+// whose trip is known.
+func depTrip(d cbdash.Dependency, causes map[string]protocol.Cause) (protocol.Cause, bool) {
+	if !tripped(d.State) {
+		return protocol.Cause{}, false
+	}
+	for _, in := range d.PerInstance {
+		if in.Stale || !tripped(in.State) {
+			continue
+		}
+		if c, ok := causes[in.Instance]; ok {
+			return c, true
+		}
+	}
+	return protocol.Cause{}, false
+}
+
+// tripRates are the failure and slow-call rates of a tripped breaker: the
+// one that tripped it at the moment it tripped ("tripped at 52% of
+// 50%"), the other from the same window. ok is false when the cause is
+// not a rate.
+func tripRates(c protocol.Cause, failThreshold, slowThreshold float64) (failure, slow templates.Rate, ok bool) {
+	switch c.Kind {
+	case protocol.CauseFailureRate:
+		return rateView("failure rate, tripped at", c.FailureRate, c.Threshold), rateView("slow-call rate, at trip", c.SlowCallRate, slowThreshold), true
+	case protocol.CauseSlowCallRate:
+		return rateView("failure rate, at trip", c.FailureRate, failThreshold), rateView("slow-call rate, tripped at", c.SlowCallRate, c.Threshold), true
+	}
+	return templates.Rate{}, templates.Rate{}, false
+}
