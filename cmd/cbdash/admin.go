@@ -155,7 +155,46 @@ Works on the server's database file (--db), also while the server runs.`,
 	o.bind(add.Flags())
 	add.Flags().StringVar(&o.Role, "role", cbdash.RoleViewer, "viewer, operator or admin")
 	add.Flags().StringVar(&o.Password, "password", "", "password, 8 to 72 bytes (env CBDASH_PASSWORD; default: random, printed)")
-	usr.AddCommand(add)
+	var po userOptions
+	passwd := &cobra.Command{
+		Use:   "passwd NAME",
+		Short: "Set a dashboard account's password (and end its sessions)",
+		Long: `Set the password of an existing account, for instance the admin account
+whose one-time password was lost. Without --password a random one is made
+and printed. Works on the server's database file (--db), also while the
+server runs; the account's open sessions end.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pw := po.Password
+			if pw == "" {
+				pw = randomPassword()
+			}
+			hash, err := web.HashPassword(pw)
+			if err != nil {
+				return usageError{fmt.Errorf("--password: %w", err)}
+			}
+			st, err := po.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := st.SetPassword(cmd.Context(), args[0], hash); err != nil {
+				if errors.Is(err, cbdash.ErrNotFound) {
+					return fmt.Errorf("no user %q (cbdash user add %s --role ... makes one)", args[0], args[0])
+				}
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "set the password of %s", args[0])
+			if po.Password == "" {
+				fmt.Fprintf(cmd.OutOrStdout(), " to %s", pw)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	po.bind(passwd.Flags())
+	passwd.Flags().StringVar(&po.Password, "password", "", "new password, 8 to 72 bytes (env CBDASH_PASSWORD; default: random, printed)")
+	usr.AddCommand(add, passwd)
 	return usr
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/cbdash/cbdash/internal/store"
 )
 
@@ -30,6 +32,14 @@ func TestUserAddAndTokenCreateOnTheDatabase(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "with password ") {
 		t.Fatalf("user add without --password: exit %d, out %q; want a printed random password", code, out)
 	}
+	code, out, stderr = cli(t, nil, "user", "passwd", "bob", "--password", "battery staple", "--db", db)
+	if code != 0 || !strings.Contains(out, "set the password of bob") || strings.Contains(out, "staple") {
+		t.Fatalf("user passwd: exit %d, out %q, err %q", code, out, stderr)
+	}
+	code, _, stderr = cli(t, nil, "user", "passwd", "nobody", "--db", db)
+	if code != 1 || !strings.Contains(stderr, `no user "nobody"`) {
+		t.Fatalf("user passwd for an unknown user: exit %d, err %q", code, stderr)
+	}
 	code, apiToken, stderr := cli(t, map[string]string{"CBDASH_DB": db}, "token", "create", "--user", "bob")
 	if code != 0 {
 		t.Fatalf("token create --user: exit %d, err %q", code, stderr)
@@ -48,6 +58,9 @@ func TestUserAddAndTokenCreateOnTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	if _, hash, err := st.UserByName(ctx, "bob"); err != nil || bcrypt.CompareHashAndPassword(hash, []byte("battery staple")) != nil {
+		t.Errorf("bob's password is not the one user passwd set (%v)", err)
+	}
 	u, err := st.UserByToken(ctx, strings.TrimSpace(apiToken))
 	if err != nil || u.Name != "bob" || u.Role != "operator" {
 		t.Errorf("API token belongs to %+v (%v), want bob the operator", u, err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cbdash/cbdash/internal/store"
 )
 
 // cli runs the program with args and env and returns its exit status and
@@ -73,9 +75,20 @@ func TestServeRefusesAnAddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	code, _, stderr := cli(t, nil, "serve", "--addr", ln.Addr().String(), "--db", t.TempDir()+"/a.db", "--log-level", "error")
+	db := t.TempDir() + "/a.db"
+	code, _, stderr := cli(t, nil, "serve", "--addr", ln.Addr().String(), "--db", db, "--log-level", "error")
 	if code != 1 || !strings.Contains(stderr, "--addr") || !strings.Contains(stderr, "CBDASH_ADDR") {
 		t.Fatalf("exit %d, stderr %q: want an error naming --addr and CBDASH_ADDR", code, stderr)
+	}
+	// The failed first start made no admin account, so the next start
+	// still makes one and shows its password.
+	st, err := store.Open(context.Background(), db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if n, err := st.CountUsers(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d accounts after a start that could not listen (%v), want 0", n, err)
 	}
 }
 

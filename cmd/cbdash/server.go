@@ -85,15 +85,6 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	if err != nil {
 		return nil, err
 	}
-	created, pw, err := web.EnsureAdmin(ctx, s.store, o.AdminPassword)
-	if err != nil {
-		return nil, fmt.Errorf("creating the admin account: %w", err)
-	}
-	if created {
-		log.Warn("created the first account: log in and change or keep this password; it is not shown again",
-			"user", web.AdminName, "password", pw)
-	}
-
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.HTTPErrorHandler
@@ -118,6 +109,17 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	s.ln, err = net.Listen("tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s (flag --addr or CBDASH_ADDR): %w", o.Addr, err)
+	}
+	// Only once the server can start: a first start that fails must not
+	// make the admin account and spend its one-time password.
+	created, pw, err := web.EnsureAdmin(ctx, s.store, o.AdminPassword)
+	if err != nil {
+		s.ln.Close()
+		return nil, fmt.Errorf("creating the admin account: %w", err)
+	}
+	if created {
+		log.Warn("created the first account; it is not shown again (cbdash user passwd admin sets a new one)",
+			"user", web.AdminName, "password", pw)
 	}
 	return s, nil
 }

@@ -78,6 +78,33 @@ func (s *Store) CreateUser(ctx context.Context, name, role string, passwordHash 
 	return u, nil
 }
 
+// SetPassword replaces a user's password hash and ends the user's
+// sessions, so a leaked password stops working at once. Errors:
+// cbdash.ErrInvalid for an empty hash, cbdash.ErrNotFound for an unknown
+// user, ErrClosed, ctx's or a wrapped driver error.
+func (s *Store) SetPassword(ctx context.Context, name string, passwordHash []byte) error {
+	if len(passwordHash) == 0 {
+		return fmt.Errorf("store: set password: %w: password hash is required", cbdash.ErrInvalid)
+	}
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec("UPDATE users SET password_hash = ? WHERE name = ?", passwordHash, strings.TrimSpace(name))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return fmt.Errorf("user %q: %w", name, cbdash.ErrNotFound)
+		}
+		_, err = x.exec("DELETE FROM sessions WHERE user_id = (SELECT id FROM users WHERE name = ?)", strings.TrimSpace(name))
+		return err
+	}})
+	if err != nil {
+		return fmt.Errorf("store: set password: %w", err)
+	}
+	return nil
+}
+
 // UserByName returns an account and its password hash. Errors:
 // cbdash.ErrNotFound for an unknown name, ctx's or a wrapped driver error.
 func (s *Store) UserByName(ctx context.Context, name string) (cbdash.User, []byte, error) {

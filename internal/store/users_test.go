@@ -95,3 +95,32 @@ func TestUsers(t *testing.T) {
 		}
 	})
 }
+
+func TestSetPasswordReplacesTheHashAndEndsSessions(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	s, _ := openStore(t, store.Options{Now: func() time.Time { return now }})
+	u, err := s.CreateUser(ctx, "admin", cbdash.RoleAdmin, []byte("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.CreateSession(ctx, u.ID, now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPassword(ctx, "admin", []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if _, hash, err := s.UserByName(ctx, "admin"); err != nil || string(hash) != "new" {
+		t.Fatalf("hash after SetPassword = %q, %v", hash, err)
+	}
+	if _, err := s.SessionUser(ctx, sess, now); !errors.Is(err, cbdash.ErrUnauthorized) {
+		t.Fatalf("old session after SetPassword: %v, want ErrUnauthorized", err)
+	}
+	if err := s.SetPassword(ctx, "nobody", []byte("x")); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Fatalf("SetPassword(nobody) = %v, want ErrNotFound", err)
+	}
+	if err := s.SetPassword(ctx, "admin", nil); !errors.Is(err, cbdash.ErrInvalid) {
+		t.Fatalf("SetPassword with no hash = %v, want ErrInvalid", err)
+	}
+}
