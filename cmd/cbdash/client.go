@@ -45,7 +45,7 @@ func (o clientOptions) client(needToken bool) (*apiClient, error) {
 		return nil, usageError{fmt.Errorf("--server %q is not an http(s) URL (flag --server or CBDASH_SERVER)", o.Server)}
 	}
 	if needToken && o.Token == "" {
-		return nil, usageError{errors.New("no API token: give one with --token or CBDASH_TOKEN (an operator's API token, made on the dashboard's account page)")}
+		return nil, usageError{errors.New("no API token: give one with --token or CBDASH_TOKEN (an operator's API token: cbdash token create --user NAME on the server, or the admin page of the dashboard)")}
 	}
 	return &apiClient{
 		base:  strings.TrimRight(u.String(), "/"),

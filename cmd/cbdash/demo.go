@@ -54,7 +54,7 @@ release and reset breakers.`,
 			return runDemo(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
 		},
 	}
-	o.bind(cmd.Flags(), "./cbdash-demo.db", true)
+	o.bind(cmd.Flags(), "./cbdash-demo.db", true, 20*time.Second) // the demo's script has 30 s of calm a loop
 	cmd.Flags().Float64Var(&o.Rate, "rate", 25, "requests per second served by each instance of the fleet")
 	return cmd
 }

@@ -141,7 +141,7 @@ func newCommandCmd(use, short, action string) *cobra.Command {
 	}
 	o.bind(cmd.Flags())
 	if forced {
-		cmd.Flags().DurationVar(&o.For, "for", 10*time.Minute, "how long the hold lasts")
+		cmd.Flags().DurationVar(&o.For, "for", 15*time.Minute, "how long the hold lasts before it is released by itself (as on the dashboard)")
 	}
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
 	cmd.Flags().StringVar(&o.Instance, "instance", "", "only this instance (default: all live instances)")

@@ -20,12 +20,13 @@ type serveOptions struct {
 	Retention struct {
 		PerSecond, PerMinute, PerHour, Transitions time.Duration
 	}
-	TLSCert, TLSKey string // --tls-cert, --tls-key: serve HTTPS when both are set
-	Anonymous       bool   // --anonymous: read-only viewing without login
-	LogLevel        string // --log-level
-	LogFormat       string // --log-format
-	AdminPassword   string // --admin-password: for the first start only
-	MetricsToken    string // --metrics-token
+	TLSCert, TLSKey string        // --tls-cert, --tls-key: serve HTTPS when both are set
+	Anonymous       bool          // --anonymous: read-only viewing without login
+	LogLevel        string        // --log-level
+	LogFormat       string        // --log-format
+	AdminPassword   string        // --admin-password: for the first start only
+	MetricsToken    string        // --metrics-token
+	IncidentQuiet   time.Duration // --incident-quiet
 
 	// quietIncidents logs only the incident service's warnings and
 	// errors: the demo's looping faults update incidents many times a
@@ -33,9 +34,10 @@ type serveOptions struct {
 	quietIncidents bool
 }
 
-// bind declares the flags on fs; db and anonymous are the defaults of
-// --db and --anonymous, which differ between serve and demo.
-func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool) {
+// bind declares the flags on fs; db, anonymous and quiet are the defaults
+// of --db, --anonymous and --incident-quiet, which differ between serve
+// and demo.
+func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet time.Duration) {
 	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port)")
 	fs.StringVar(&o.DB, "db", db, "SQLite database file (created if missing)")
 	fs.Var(dayDuration{&o.Retention.PerSecond}, "retention-seconds", "how long per-second history is kept (e.g. 24h, 2d; default 24h)")
@@ -49,6 +51,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool) {
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.AdminPassword, "admin-password", "", "password of the admin account made on the first start (default: random, printed once)")
 	fs.StringVar(&o.MetricsToken, "metrics-token", "", "bearer token required by /metrics (default: none required)")
+	fs.DurationVar(&o.IncidentQuiet, "incident-quiet", quiet, "how long every instance must stay closed before an incident ends")
 }
 
 // validate checks what the flags alone can tell, naming the flag.
@@ -64,6 +67,9 @@ func (o *serveOptions) validate() error {
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {
 		return usageError{err}
+	}
+	if o.IncidentQuiet < 0 {
+		return usageError{fmt.Errorf("--incident-quiet must not be negative (got %v)", o.IncidentQuiet)}
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.LogFormat)}

@@ -24,7 +24,7 @@ const envPrefix = "CBDASH_"
 func fromEnv(name string) bool {
 	switch name {
 	case "addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
-		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format",
+		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet",
 		"server", "token", "timeout", "agent-token", "password":
 		return true
 	}

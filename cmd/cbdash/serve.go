@@ -2,6 +2,8 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/cbdash/cbdash/internal/incident"
 )
 
 func newServeCmd() *cobra.Command {
@@ -28,6 +30,6 @@ closed.`,
 			return srv.run(cmd.Context(), nil)
 		},
 	}
-	o.bind(cmd.Flags(), "./cbdash.db", false)
+	o.bind(cmd.Flags(), "./cbdash.db", false, incident.DefaultQuiet)
 	return cmd
 }

@@ -70,7 +70,9 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	if o.quietIncidents {
 		incidentLog = slog.New(floorHandler{incidentLog.Handler(), slog.LevelWarn})
 	}
-	s.incidents, err = incident.NewService(incident.ServiceConfig{Source: s.col, Store: s.store, Logger: incidentLog})
+	s.incidents, err = incident.NewService(incident.ServiceConfig{
+		Source: s.col, Store: s.store, Logger: incidentLog, Detector: incident.Config{Quiet: o.IncidentQuiet},
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -150,7 +150,8 @@ func (s Script) Scaled(k float64) Script {
 // gives, for one dependency: a failure-rate trip in the error burst,
 // failed probes during the outage, probes that succeed in the slow
 // recovery, business errors that trip nothing, and a slow-call trip at the
-// end of the creeping latency.
+// end of the creeping latency. Then 30 s of calm, so that the breakers
+// stay closed long enough for the incidents they made to end.
 func DefaultScript() Script {
 	ms := time.Millisecond
 	s := time.Second
@@ -168,5 +169,6 @@ func DefaultScript() Script {
 			Fault:  Fault{Latency: 20 * ms},
 			RampTo: &Fault{Latency: 600 * ms}},
 		{Name: "recovered", Duration: 4 * s, Fault: Fault{Latency: 15 * ms}},
+		{Name: "calm", Duration: 30 * s, Fault: Fault{Latency: 10 * ms}},
 	}}
 }
