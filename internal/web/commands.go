@@ -169,12 +169,70 @@ func (s *Server) depCommands(ctx context.Context, k cbdash.DependencyKey) ([]tem
 	return commandViews(cmds, s.now()), nil
 }
 
+// commandViews renders cmds (newest first). A hold (force open or
+// closed) that a later command in cmds on the same breaker and scope
+// ended before it expired says so: "19:16 — released 19:07 by otto".
 func commandViews(cmds []cbdash.Command, now time.Time) []templates.CommandView {
 	out := make([]templates.CommandView, len(cmds))
 	for i, cmd := range cmds {
 		out[i] = commandView(cmd, now)
+		if !holds(cmd) {
+			continue
+		}
+		if end, ok := endOf(cmd, cmds[:i]); ok {
+			out[i].Expires = holdEnd(cmd, end)
+		} else if !cmd.ExpiresAt.IsZero() && !cmd.ExpiresAt.After(now) {
+			out[i].Expires = stamp(cmd.ExpiresAt) + " — expired"
+		}
 	}
 	return out
+}
+
+// holds reports whether cmd puts a breaker in a forced state.
+func holds(cmd cbdash.Command) bool {
+	return cmd.Action == protocol.ActionForceOpen || cmd.Action == protocol.ActionForceClosed
+}
+
+// endOf finds, among later commands (newer, newest first), the first one
+// issued after hold on the same breaker that covers hold's scope: a
+// release, a reset or another hold, issued before hold expired.
+func endOf(hold cbdash.Command, later []cbdash.Command) (cbdash.Command, bool) {
+	for i := len(later) - 1; i >= 0; i-- {
+		c := later[i]
+		if c.Service != hold.Service || c.Breaker != hold.Breaker || c.IssuedAt.Before(hold.IssuedAt) {
+			continue
+		}
+		if !hold.ExpiresAt.IsZero() && !c.IssuedAt.Before(hold.ExpiresAt) {
+			continue
+		}
+		all := c.Instance == "" && (c.Share <= 0 || c.Share >= 100)
+		if all || (hold.Instance != "" && c.Instance == hold.Instance) {
+			return c, true
+		}
+	}
+	return cbdash.Command{}, false
+}
+
+// holdEnd is the "until" of a hold that end ended early.
+func holdEnd(hold, end cbdash.Command) string {
+	verb := "released"
+	switch end.Action {
+	case protocol.ActionReset:
+		verb = "reset"
+	case protocol.ActionForceOpen, protocol.ActionForceClosed:
+		verb = "replaced by " + actionText(end.Action)
+	}
+	until := "no expiry"
+	if !hold.ExpiresAt.IsZero() {
+		until = stamp(hold.ExpiresAt)
+	}
+	at := stamp(end.IssuedAt)
+	if y, m, d := end.IssuedAt.UTC().Date(); !hold.ExpiresAt.IsZero() {
+		if y2, m2, d2 := hold.ExpiresAt.UTC().Date(); y == y2 && m == m2 && d == d2 {
+			at = clock(end.IssuedAt)
+		}
+	}
+	return until + " — " + verb + " " + at + " by " + end.Actor
 }
 
 func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
