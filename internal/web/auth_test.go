@@ -142,7 +142,9 @@ func TestHTTPErrorHandler(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{fmt.Errorf("breaker x: %w", cbdash.ErrNotFound), 404, "breaker x: not found"},
+		{fmt.Errorf("breaker x: %w", cbdash.ErrNotFound), 404, "breaker x not found"},
+		{fmt.Errorf("store: incident 99999: %w", cbdash.ErrNotFound), 404, "incident 99999 not found"},
+		{fmt.Errorf("%w: incident %s", cbdash.ErrNotFound, "abc"), 404, "incident abc not found"},
 		{fmt.Errorf("%w: reason is required", cbdash.ErrInvalid), 400, "invalid input: reason is required"},
 		{cbdash.ErrUnauthorized, 401, "unauthorized"},
 		{cbdash.ErrForbidden, 403, "forbidden"},

@@ -83,6 +83,7 @@ type seriesData struct {
 type thresholdData struct {
 	v     float64
 	label string
+	class string // t2 failure (red, long dashes), t3 slow call (amber, short dashes), t0 both
 }
 
 type chartSpec struct {
@@ -133,7 +134,7 @@ func buildChart(s chartSpec) templates.Chart {
 		return chartLeft + float64(t.Sub(s.from))/float64(to.Sub(s.from))*(chartRight-chartLeft)
 	})
 	for _, t := range s.thresholds {
-		c.Thresholds = append(c.Thresholds, templates.Threshold{Y: y(t.v), Label: t.label})
+		c.Thresholds = append(c.Thresholds, templates.Threshold{Y: y(t.v), Label: t.label, Class: t.class})
 	}
 	for _, sd := range s.series {
 		ser := templates.Series{Name: sd.name, Class: sd.class}
@@ -281,12 +282,7 @@ func dependencyCharts(pts []cbdash.Point, from, to time.Time, d cbdash.Dependenc
 	}
 	var fthr []thresholdData
 	if cfg, ok := firstConfig(d); ok {
-		if cfg.FailureRateThreshold > 0 {
-			fthr = append(fthr, thresholdData{cfg.FailureRateThreshold, "failure threshold " + pct(cfg.FailureRateThreshold)})
-		}
-		if cfg.SlowCallDurationMillis > 0 && cfg.SlowCallRateThreshold > 0 {
-			fthr = append(fthr, thresholdData{cfg.SlowCallRateThreshold, "slow-call threshold " + pct(cfg.SlowCallRateThreshold)})
-		}
+		fthr = rateThresholds(cfg)
 	}
 	return []templates.Chart{
 		buildChart(chartSpec{id: "chart-requests", title: "Request rate by outcome", unit: "calls/s", from: start, colW: colW, minMax: 1,
@@ -318,6 +314,25 @@ func dependencyCharts(pts []cbdash.Point, from, to time.Time, d cbdash.Dependenc
 }
 
 // firstConfig is the configuration of the first live instance (or any).
+// rateThresholds are the rate chart's threshold lines, each in its
+// series' colour with its own dashes; equal thresholds are one line
+// ("failure and slow-call threshold 50%") rather than two drawn on top
+// of each other.
+func rateThresholds(cfg protocol.BreakerConfig) []thresholdData {
+	slow := cfg.SlowCallDurationMillis > 0 && cfg.SlowCallRateThreshold > 0
+	if slow && cfg.FailureRateThreshold == cfg.SlowCallRateThreshold {
+		return []thresholdData{{cfg.FailureRateThreshold, "failure and slow-call threshold " + pct(cfg.FailureRateThreshold), "t0"}}
+	}
+	var out []thresholdData
+	if cfg.FailureRateThreshold > 0 {
+		out = append(out, thresholdData{cfg.FailureRateThreshold, "failure threshold " + pct(cfg.FailureRateThreshold), "t2"})
+	}
+	if slow {
+		out = append(out, thresholdData{cfg.SlowCallRateThreshold, "slow-call threshold " + pct(cfg.SlowCallRateThreshold), "t3"})
+	}
+	return out
+}
+
 func firstConfig(d cbdash.Dependency) (protocol.BreakerConfig, bool) {
 	for _, in := range d.PerInstance {
 		if !in.Stale {

@@ -79,10 +79,35 @@ func statusOf(err error) (int, string) {
 		{cbdash.ErrConflict, http.StatusConflict},
 	} {
 		if errors.Is(err, m.err) {
-			return m.status, err.Error()
+			return m.status, userMessage(err)
 		}
 	}
 	return http.StatusInternalServerError, ""
+}
+
+// internalPrefixes are package prefixes of error messages that mean
+// nothing to a user ("store: incident 7: not found").
+var internalPrefixes = []string{"store: ", "collector: ", "web: "}
+
+// userMessage is err's message as a user should read it: without a
+// leading package prefix, and a not-found error reads "incident 7 not
+// found" rather than "incident 7: not found" or "not found: incident 7".
+func userMessage(err error) string {
+	msg := err.Error()
+	for _, p := range internalPrefixes {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	if !errors.Is(err, cbdash.ErrNotFound) {
+		return msg
+	}
+	nf := cbdash.ErrNotFound.Error()
+	if rest, ok := strings.CutSuffix(msg, ": "+nf); ok {
+		return rest + " " + nf
+	}
+	if rest, ok := strings.CutPrefix(msg, nf+": "); ok {
+		return rest + " " + nf
+	}
+	return msg
 }
 
 func wantsJSON(r *http.Request) bool {

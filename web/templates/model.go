@@ -135,6 +135,7 @@ type Series struct {
 type Threshold struct {
 	Y     float64
 	Label string
+	Class string // t2 failure, t3 slow call, t0 both (colour and dashes)
 }
 
 // HoverCol is an invisible column over one bucket whose title element is
