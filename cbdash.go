@@ -73,6 +73,10 @@ type InstanceBreaker struct {
 	// Last is the last window report (normally one second).
 	Last protocol.Window `json:"last"`
 	Held *Hold           `json:"held,omitempty"`
+	// LastTrip is the instance's last closed > open transition seen live
+	// (its cause says which rate tripped it, and the window then); nil
+	// when none was seen since the collector started.
+	LastTrip *protocol.Transition `json:"last_trip,omitempty"`
 }
 
 // Dependency is the live state of one breaker name of one service,

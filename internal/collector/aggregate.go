@@ -135,7 +135,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
 			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
 			Config: ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
-			Last: ib.last, Held: ib.held,
+			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip,
 		})
 		v.Instances++
 		if inst.stale {

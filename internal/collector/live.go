@@ -39,6 +39,7 @@ type ibreaker struct {
 	lastTransition time.Time
 	last           protocol.Window
 	held           *cbdash.Hold
+	lastTrip       *protocol.Transition
 }
 
 // dep is one dependency (service + breaker name) across instances.
@@ -322,6 +323,10 @@ func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 		}
 		if t.From == protocol.StateClosed && t.To == protocol.StateOpen { // a trip, as store.OpensSince counts
 			ib.dep.opensToday++
+			if ib.lastTrip == nil || t.At >= ib.lastTrip.At {
+				trip := *t
+				ib.lastTrip = &trip
+			}
 		}
 		urgent[ib.dep] = true
 		rec := &cbdash.TransitionRecord{Service: k.service, Instance: k.instance, Transition: *t, ReceivedAt: at}

@@ -128,8 +128,14 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
 		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.now().UnixMilli(), Cause: protocol.Cause{Kind: protocol.CauseFailureRate},
 	}}}, clk.now())
-	if d, _ := l.dependency(k); d.State != protocol.StateOpen || d.OpensToday != 1 {
+	d, _ := l.dependency(k)
+	if d.State != protocol.StateOpen || d.OpensToday != 1 {
 		t.Fatalf("state %q opens %d, want open 1", d.State, d.OpensToday)
+	}
+	for _, in := range d.PerInstance {
+		if tr := in.LastTrip; (in.Instance == "a") != (tr != nil) || (tr != nil && tr.Cause.Kind != protocol.CauseFailureRate) {
+			t.Fatalf("instance %s last trip %+v, want a's failure-rate trip only", in.Instance, tr)
+		}
 	}
 	// b keeps reporting; a goes silent.
 	for i := 0; i < 16; i++ {
@@ -139,7 +145,7 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 		}}, clk.now())
 	}
 	l.sweep()
-	d, _ := l.dependency(k)
+	d, _ = l.dependency(k)
 	if d.State != protocol.StateClosed || d.Stale != 1 || d.ByState[protocol.StateOpen] != 0 {
 		t.Fatalf("state %q stale %d by %v: a stale open must not count", d.State, d.Stale, d.ByState)
 	}

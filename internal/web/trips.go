@@ -22,21 +22,37 @@ func tripped(state string) bool {
 	return state == protocol.StateOpen || state == protocol.StateHalfOpen
 }
 
-// trips reads, for each open or half-open dependency of deps, the causes
-// of its instances' last trips: one store query per such dependency,
-// none for closed ones. A store error leaves that dependency out (its
-// view falls back to the last minute's rates).
+// trips gives, for each open or half-open dependency of deps, the causes
+// of its instances' last trips: from the live state (the collector keeps
+// each instance's last trip), and from the store (one query for that
+// dependency) only when a tripped instance's trip was not seen live, as
+// after a restart. A store error leaves that dependency out (its view
+// falls back to the last minute's rates).
 func (s *Server) trips(ctx context.Context, deps []cbdash.Dependency) trips {
 	out := trips{}
 	for _, d := range deps {
 		if !tripped(d.State) {
 			continue
 		}
-		recs, err := s.store.Transitions(ctx, cbdash.TransitionQuery{Service: d.Service, Breaker: d.Breaker, Limit: tripLookback})
-		if err != nil {
-			continue
+		m, missing := map[string]protocol.Cause{}, false
+		for _, in := range d.PerInstance {
+			if t := in.LastTrip; t != nil && (t.Cause.Kind == protocol.CauseFailureRate || t.Cause.Kind == protocol.CauseSlowCallRate) {
+				m[in.Instance] = t.Cause
+			} else if !in.Stale && tripped(in.State) {
+				missing = true
+			}
 		}
-		if m := tripCauses(recs); len(m) > 0 {
+		if missing {
+			recs, err := s.store.Transitions(ctx, cbdash.TransitionQuery{Service: d.Service, Breaker: d.Breaker, Limit: tripLookback})
+			if err == nil {
+				for inst, c := range tripCauses(recs) {
+					if _, ok := m[inst]; !ok {
+						m[inst] = c
+					}
+				}
+			}
+		}
+		if len(m) > 0 {
 			out[d.DependencyKey] = m
 		}
 	}

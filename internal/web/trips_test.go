@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"testing"
 
 	"github.com/cbdash/cbdash"
@@ -53,5 +54,23 @@ func TestOpenBreakerShowsTheRateThatTrippedIt(t *testing.T) {
 	d.State = protocol.StateClosed
 	if f, _ := rates(d, causes); f.Label != "failure rate" {
 		t.Fatalf("closed = %+v, want the window", f)
+	}
+}
+
+func TestTripsComeFromLiveStateWithoutAStoreQuery(t *testing.T) {
+	d := cbdash.Dependency{
+		DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
+		State:         protocol.StateOpen,
+		PerInstance: []cbdash.InstanceBreaker{
+			{Instance: "checkout-1", State: protocol.StateClosed},
+			{Instance: "checkout-2", State: protocol.StateOpen, LastTrip: &protocol.Transition{
+				From: protocol.StateClosed, To: protocol.StateOpen,
+				Cause: protocol.Cause{Kind: protocol.CauseSlowCallRate, SlowCallRate: 85, Threshold: 80}}},
+		},
+	}
+	s := &Server{} // no store: a query would panic
+	got := s.trips(context.Background(), []cbdash.Dependency{d})[d.DependencyKey]
+	if c, ok := got["checkout-2"]; !ok || c.SlowCallRate != 85 {
+		t.Fatalf("trips = %+v, want checkout-2's live trip at 85%%", got)
 	}
 }
