@@ -147,7 +147,10 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 			s.mu.Unlock()
 			s.persist(ctx, cs)
 			for _, cc := range s.cfw.observe(ev) {
-				if _, err := s.cfg.Store.SaveConfigChange(ctx, cc); err != nil {
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second) // as in store
+				_, err := s.cfg.Store.SaveConfigChange(wctx, cc)
+				cancel()
+				if err != nil {
 					s.cfg.Logger.Error("incident: store config change", "dependency", cc.DependencyKey.String(), "instance", cc.Instance, "err", err)
 				}
 			}
@@ -184,6 +187,11 @@ func (s *Service) persist(ctx context.Context, cs []Change) {
 }
 
 func (s *Service) store(ctx context.Context, c Change) {
+	// A write that has begun finishes even when shutdown cancels ctx
+	// meanwhile: an incident's last update must not be lost (or logged as
+	// an error) because the server is stopping.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	inc := c.Incident
 	var err error
 	if inc.ID == 0 {
