@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -220,7 +221,7 @@ func holdEnd(hold, end cbdash.Command) string {
 	case protocol.ActionReset:
 		verb = "reset"
 	case protocol.ActionForceOpen, protocol.ActionForceClosed:
-		verb = "replaced by " + actionText(end.Action)
+		verb = "replaced by " + incident.ActionText(end.Action)
 	}
 	until := "no expiry"
 	if !hold.ExpiresAt.IsZero() {
@@ -238,7 +239,7 @@ func holdEnd(hold, end cbdash.Command) string {
 func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 	k := cbdash.DependencyKey{Service: cmd.Service, Breaker: cmd.Breaker}
 	v := templates.CommandView{
-		ID: elementID("c-", cmd.ID), IssuedAt: stamp(cmd.IssuedAt), Actor: cmd.Actor, Action: actionText(cmd.Action),
+		ID: elementID("c-", cmd.ID), IssuedAt: stamp(cmd.IssuedAt), Actor: cmd.Actor, Action: incident.ActionText(cmd.Action),
 		Service: cmd.Service, Breaker: cmd.Breaker, Href: depHref(k), Reason: cmd.Reason,
 	}
 	switch {

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -247,7 +248,7 @@ func causeText(t protocol.Transition) string {
 	case protocol.CauseProbesSucceeded:
 		return "probes succeeded"
 	case protocol.CauseCommand:
-		s := "command " + actionText(c.Action) + " by " + c.Actor
+		s := "command " + incident.ActionText(c.Action) + " by " + c.Actor
 		if c.Reason != "" {
 			s += ": " + c.Reason
 		}

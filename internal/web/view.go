@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -50,16 +51,6 @@ func tileID(k cbdash.DependencyKey) string {
 
 func depHref(k cbdash.DependencyKey) string {
 	return "/dependency?service=" + url.QueryEscape(k.Service) + "&breaker=" + url.QueryEscape(k.Breaker)
-}
-
-func actionText(a string) string {
-	switch a {
-	case protocol.ActionForceOpen:
-		return "force open"
-	case protocol.ActionForceClosed:
-		return "force closed"
-	}
-	return a
 }
 
 func clock(t time.Time) string {
@@ -103,7 +94,7 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 	if h == nil {
 		return nil
 	}
-	v := &templates.Hold{Action: actionText(h.Action) + "", Actor: h.Actor, Reason: h.Reason}
+	v := &templates.Hold{Action: incident.ActionText(h.Action) + "", Actor: h.Actor, Reason: h.Reason}
 	if h.Action == protocol.ActionForceOpen {
 		v.Action = "held open"
 	} else if h.Action == protocol.ActionForceClosed {
