@@ -171,7 +171,7 @@ func (s *Server) login(c echo.Context) error {
 	}
 	c.SetCookie(&http.Cookie{
 		Name: sessionCookie, Value: tok, Path: "/", HttpOnly: true, Secure: s.cfg.Secure,
-		SameSite: http.SameSiteLaxMode, Expires: s.now().Add(s.cfg.SessionTTL),
+		SameSite: http.SameSiteLaxMode, MaxAge: int(s.cfg.SessionTTL / time.Second),
 	})
 	return redirect(c, next)
 }

@@ -182,7 +182,7 @@ func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}) }
 func start(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harness {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{Now: cfg.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
