@@ -110,3 +110,42 @@ func (c *Clock) Pending() int {
 	defer c.mu.Unlock()
 	return len(c.timers)
 }
+
+// NewTicker delivers the clock's time on the returned channel every d of
+// virtual time until stop is called, as time.NewTicker does: the channel
+// holds one tick, and a tick that finds it full is dropped. It makes
+// Clock satisfy agent.Clock (and the server's clock), so one virtual clock
+// can drive a breaker, an agent and a collector in the same test.
+// It panics if d <= 0, like time.NewTicker.
+func (c *Clock) NewTicker(d time.Duration) (ticks <-chan time.Time, stop func()) {
+	if d <= 0 {
+		panic("breakertest: non-positive interval for NewTicker")
+	}
+	ch := make(chan time.Time, 1)
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       breaker.Timer
+	)
+	var tick func()
+	tick = func() {
+		select {
+		case ch <- c.Now():
+		default:
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t = c.AfterFunc(d, tick)
+		}
+	}
+	mu.Lock()
+	t = c.AfterFunc(d, tick)
+	mu.Unlock()
+	return ch, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
+}
