@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
 DEMO_DB ?= ./cbdash-demo.db
 
-.PHONY: demo serve test test-sdk test-server bench generate lint build check-generated
+.PHONY: demo serve test test-sdk test-server bench generate lint build check-generated check-tidy check
 
 demo:
 	$(GO) run ./cmd/cbdash demo --addr $(ADDR) --db $(DEMO_DB)
@@ -32,12 +32,26 @@ bench:
 generate:
 	$(GO) tool templ generate
 
+# Fails when the committed templ output is not what the generator makes
+# (new or changed files alike).
 check-generated: generate
-	git diff --exit-code -- web/templates
+	@test -z "$$(git status --porcelain -- 'web/templates/*_templ.go')" || { git status --short -- 'web/templates/*_templ.go'; \
+		echo "generated templ files are not current: run 'make generate' and commit"; exit 1; }
+
+# Fails when 'go mod tidy' would change go.mod or go.sum of any module.
+MODULES = . sdk bench
+check-tidy:
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || \
+		{ echo "go mod tidy would change module '$$m': run it there and commit"; exit 1; }; done
+
+# Everything CI checks besides the tests.
+check: lint check-generated check-tidy
 
 lint:
-	test -z "$$(gofmt -l . | grep -v '_templ.go$$')" || (gofmt -l . ; exit 1)
+	@test -z "$$(gofmt -l . | grep -v '_templ.go$$')" || { echo "gofmt would change:"; gofmt -l . | grep -v '_templ.go$$'; exit 1; }
 	$(GO) vet ./...
 	cd sdk && $(GO) vet ./...
+	cd bench && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd sdk && $(GO) run $(STATICCHECK) ./...
+	cd bench && $(GO) run $(STATICCHECK) ./...
