@@ -98,8 +98,9 @@ type Dependency struct {
 	FailureRate  float64         `json:"failure_rate"`   // percent of recorded calls in Recent
 	SlowCallRate float64         `json:"slow_call_rate"` // percent of recorded calls in Recent
 	// Headroom is the sliding window of the instance closest to opening
-	// (highest rate relative to its threshold).
+	// (highest Closeness score); Closeness is ClosenessOf(Headroom).
 	Headroom    protocol.Headroom `json:"headroom"`
+	Closeness   Closeness         `json:"closeness"`
 	P50         time.Duration     `json:"p50"`
 	P99         time.Duration     `json:"p99"`
 	OpensToday  int               `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC

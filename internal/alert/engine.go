@@ -267,7 +267,7 @@ func headroomCondition(d cbdash.Dependency, r cbdash.AlertRule) (string, bool) {
 		margin = DefaultMargin
 	}
 	h := d.Headroom
-	if h.Calls == 0 || h.Calls < h.MinimumCalls {
+	if !cbdash.ClosenessOf(h).Judged { // below the minimum calls the breaker cannot open
 		return "", false
 	}
 	if h.FailureRateThreshold > 0 && h.FailureRate >= h.FailureRateThreshold-margin {

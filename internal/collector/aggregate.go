@@ -88,23 +88,6 @@ func quantile(q float64, hist []int64) time.Duration {
 
 func millis(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
-// closeness is how near a sliding window is to opening: its highest rate
-// relative to that rate's threshold, scaled down while it has fewer than
-// the minimum calls (it cannot open before).
-func closeness(h protocol.Headroom) float64 {
-	var r float64
-	if h.FailureRateThreshold > 0 {
-		r = h.FailureRate / h.FailureRateThreshold
-	}
-	if h.SlowCallRateThreshold > 0 {
-		r = max(r, h.SlowCallRate/h.SlowCallRateThreshold)
-	}
-	if h.MinimumCalls > 0 && h.Calls < h.MinimumCalls {
-		r *= float64(h.Calls) / float64(h.MinimumCalls)
-	}
-	return r
-}
-
 // compute builds d's aggregate at now. Stale instances are listed but do
 // not count in State, ByState or Headroom.
 func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
@@ -146,7 +129,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		if stateRank(ib.state) < stateRank(v.State) {
 			v.State = ib.state
 		}
-		if c := closeness(ib.last.Headroom); c > bestCloseness {
+		if c := cbdash.ClosenessOf(ib.last.Headroom).Score; c > bestCloseness {
 			bestCloseness, v.Headroom = c, ib.last.Headroom
 		}
 		if ib.held != nil && (v.Held == nil || outlasts(ib.held, v.Held)) {
@@ -162,6 +145,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	}
 	v.P50 = quantile(0.50, hist)
 	v.P99 = quantile(0.99, hist)
+	v.Closeness = cbdash.ClosenessOf(v.Headroom)
 	return v
 }
 

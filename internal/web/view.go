@@ -125,6 +125,19 @@ func rateView(label string, value, threshold float64) templates.Rate {
 	return r
 }
 
+// windowRate is a rate of a closed breaker's sliding window: as rateView
+// while the window is judged; below the minimum number of calls the
+// breaker cannot open, so the rate says "not judged yet (1 of 20 calls)"
+// and is never drawn in the alarm colours (cbdash.Closeness).
+func windowRate(label string, value, threshold float64, h protocol.Headroom) templates.Rate {
+	r := rateView(label, value, threshold)
+	if c := cbdash.ClosenessOf(h); !c.Judged {
+		r.Level = "idle"
+		r.Text = "not judged yet (" + c.NotJudgedText() + ")"
+	}
+	return r
+}
+
 func pct(v float64) string {
 	if v == math.Trunc(v) {
 		return strconv.FormatFloat(v, 'f', 0, 64) + "%"
@@ -193,20 +206,6 @@ func labelList(m map[string]string) []string {
 	return out
 }
 
-// headroomScore is how close a dependency is to opening: the larger of
-// its failure and slow-call rates relative to their thresholds.
-func headroomScore(d cbdash.Dependency) float64 {
-	h := d.Headroom
-	var s float64
-	if h.FailureRateThreshold > 0 {
-		s = h.FailureRate / h.FailureRateThreshold
-	}
-	if h.SlowCallRateThreshold > 0 {
-		s = math.Max(s, h.SlowCallRate/h.SlowCallRateThreshold)
-	}
-	return s
-}
-
 // tile builds one overview tile.
 func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol.Cause, now time.Time) templates.Tile {
 	failure, slow := rates(d, causes)
@@ -252,14 +251,14 @@ func rates(d cbdash.Dependency, causes map[string]protocol.Cause) (failure, slow
 
 func failureRate(d cbdash.Dependency) templates.Rate {
 	if judgedByWindow(d) {
-		return rateView("failure rate", d.Headroom.FailureRate, d.Headroom.FailureRateThreshold)
+		return windowRate("failure rate", d.Headroom.FailureRate, d.Headroom.FailureRateThreshold, d.Headroom)
 	}
 	return rateView("failure rate, last min", d.FailureRate, d.Headroom.FailureRateThreshold)
 }
 
 func slowRate(d cbdash.Dependency) templates.Rate {
 	if judgedByWindow(d) {
-		return rateView("slow-call rate", d.Headroom.SlowCallRate, d.Headroom.SlowCallRateThreshold)
+		return windowRate("slow-call rate", d.Headroom.SlowCallRate, d.Headroom.SlowCallRateThreshold, d.Headroom)
 	}
 	return rateView("slow-call rate, last min", d.SlowCallRate, d.Headroom.SlowCallRateThreshold)
 }
@@ -378,7 +377,7 @@ func sortDeps(deps []cbdash.Dependency, how string) {
 			if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
 				return ra < rb
 			}
-			if ha, hb := headroomScore(a), headroomScore(b); ha != hb {
+			if ha, hb := cbdash.ClosenessOf(a.Headroom).Score, cbdash.ClosenessOf(b.Headroom).Score; ha != hb {
 				return ha > hb
 			}
 		}

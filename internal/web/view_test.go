@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // staleDep is a dependency of service whose instances 1..n are stale
@@ -40,5 +41,28 @@ func TestFleetCountsDistinctStaleInstances(t *testing.T) {
 	}
 	if got := fleet(bare).StaleInst; got != 2 {
 		t.Fatalf("stale instances without rows = %d, want 2", got)
+	}
+}
+
+func TestWindowRatesBelowTheMinimumCallsAreNotJudged(t *testing.T) {
+	dep := func(name string, h protocol.Headroom) cbdash.Dependency {
+		return cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: "s", Breaker: name}, State: protocol.StateClosed, Headroom: h}
+	}
+	// One failed call of a minimum 20: 100% of 50%, but the breaker cannot open.
+	one := dep("one-failure", protocol.Headroom{Calls: 1, Failures: 1, MinimumCalls: 20, FailureRate: 100, FailureRateThreshold: 50})
+	// A full window at 40% of 50%: judged, and closer to opening.
+	full := dep("full-window", protocol.Headroom{Calls: 40, Failures: 16, MinimumCalls: 20, FailureRate: 40, FailureRateThreshold: 50})
+
+	r := failureRate(one)
+	if r.Level != "idle" || r.Text != "not judged yet (1 of 20 calls)" {
+		t.Errorf("one failed call of 20: level %q text %q, want idle and \"not judged yet (1 of 20 calls)\"", r.Level, r.Text)
+	}
+	if r := failureRate(full); r.Level != "warn" || r.Text != "40% of 50%" {
+		t.Errorf("full window: level %q text %q, want warn and \"40%% of 50%%\"", r.Level, r.Text)
+	}
+	deps := []cbdash.Dependency{one, full}
+	sortDeps(deps, "")
+	if deps[0].Breaker != "full-window" {
+		t.Errorf("worst first put %s first; the judged window at 80%% of its threshold is closer to opening than 1 call of 20", deps[0].Breaker)
 	}
 }

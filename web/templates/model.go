@@ -44,7 +44,7 @@ type Rate struct {
 	Threshold float64 // percent; 0 = no threshold (slow-call detection off)
 	Text      string  // "12.0% of 50%"
 	Fill      float64 // bar fill 0..100 (Value/Threshold)
-	Level     string  // ok, warn, bad
+	Level     string  // ok, warn, bad; idle while not judged (below the minimum calls)
 }
 
 // Spark is a 15-minute sparkline: polyline points in a 100x24 viewBox.
