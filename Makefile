@@ -7,11 +7,13 @@ DEMO_DB ?= ./cbdash-demo.db
 
 .PHONY: demo serve test test-sdk test-server bench generate lint build check-generated check-tidy check
 
-demo:
-	$(GO) run ./cmd/cbdash demo --addr $(ADDR) --db $(DEMO_DB)
+# demo and serve run the built binary rather than `go run`, which exits 1
+# when Ctrl-C stops its child (make then printed "Error 1" after a clean stop).
+demo: build
+	./bin/cbdash demo --addr $(ADDR) --db $(DEMO_DB)
 
-serve:
-	$(GO) run ./cmd/cbdash serve --addr $(ADDR) --db $(DB)
+serve: build
+	./bin/cbdash serve --addr $(ADDR) --db $(DB)
 
 build:
 	$(GO) build -o bin/cbdash ./cmd/cbdash

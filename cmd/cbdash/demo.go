@@ -190,7 +190,7 @@ cbdash demo: %s  (%s)
   operator login:  %s / %s   (trip, release and reset breakers)
   JSON API:        curl %s/api/v1/breakers
   command line:    CBDASH_SERVER=%s CBDASH_TOKEN=%s \
-                   go run ./cmd/cbdash trip checkout/payments --for 1m --reason "trying it"
+                   ./bin/cbdash trip checkout/payments --for 1m --reason "trying it"
   Breakers open and close within the first minute. Ctrl-C stops the demo.
 
 `, url, view, demoOperator, d.password, url, url, d.apiToken)
