@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
 DEMO_DB ?= ./cbdash-demo.db
 
-.PHONY: demo serve test test-sdk test-server bench generate lint build check-generated check-tidy check
+.PHONY: demo serve test test-sdk test-adapters test-server bench generate lint build check-generated check-tidy check
 
 # demo and serve run the built binary rather than `go run`, which exits 1
 # when Ctrl-C stops its child (make then printed "Error 1" after a clean stop).
@@ -18,12 +18,19 @@ serve: build
 build:
 	$(GO) build -o bin/cbdash ./cmd/cbdash
 
-# Both modules (the SDK is its own module), with the race detector,
-# including the scenario replay and the browser tests.
-test: test-sdk test-server
+# Every module (the SDK, each breaker adapter, the adapters' end-to-end
+# tests and the retry example are modules of their own), with the race
+# detector, including the scenario replay and the browser tests.
+test: test-sdk test-adapters test-server
 
 test-sdk:
 	cd sdk && $(GO) test -race -count=1 -timeout 15m ./...
+
+# Modules beside the SDK and the server: breaker adapters, their end-to-end
+# test against a real collector, runnable examples with their own deps.
+EXTRA_MODULES = sdk/adapter/gobreaker sdk/adapter/failsafe sdk/adapter/e2e examples/retry
+test-adapters:
+	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 
 test-server:
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -41,7 +48,7 @@ check-generated: generate
 		echo "generated templ files are not current: run 'make generate' and commit"; exit 1; }
 
 # Fails when 'go mod tidy' would change go.mod or go.sum of any module.
-MODULES = . sdk bench
+MODULES = . sdk bench $(EXTRA_MODULES)
 check-tidy:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || \
 		{ echo "go mod tidy would change module '$$m': run it there and commit"; exit 1; }; done
@@ -54,6 +61,8 @@ lint:
 	$(GO) vet ./...
 	cd sdk && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) run $(STATICCHECK) ./...
 	cd sdk && $(GO) run $(STATICCHECK) ./...
 	cd bench && $(GO) run $(STATICCHECK) ./...
+	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) run $(STATICCHECK) ./...) || exit 1; done

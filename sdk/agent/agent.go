@@ -67,14 +67,55 @@ type Agent struct {
 	reconnects atomic.Uint64
 }
 
-// tracked is a registered breaker. cfg is immutable; the rest is owned by
-// the agent's report goroutine.
+// tracked is a registered breaker. src, cmd and cfg are immutable; rep is
+// owned by the agent's report goroutine.
 type tracked struct {
-	b     *breaker.Breaker
+	src   Source
+	cmd   Commander // nil: the breaker cannot apply commands
 	cfg   protocol.BreakerConfig
 	unsub func()
 	rep   reportState
 }
+
+// Source is a circuit breaker of another library that an agent reports:
+// an adapter (module sdk/adapter/<library>) implements it around the
+// library's breaker and registers it with RegisterSource. An sdk/breaker
+// Breaker needs no Source: Register takes it as it is.
+//
+// Its methods may be called from any goroutine and must be safe for
+// concurrent use; none may block.
+type Source interface {
+	// Describe returns the breaker's name and configuration for the hello:
+	// the protocol fields the library has an equivalent for, Library and
+	// the library's own Settings. RegisterSource calls it once.
+	// HoldsUnsupported is set by the agent (see Commander).
+	Describe() protocol.BreakerConfig
+	// Snapshot returns the breaker's state and cumulative counters now,
+	// as breaker.Breaker.Snapshot does: Totals and Latency (counts per
+	// breaker.LatencyBounds bucket, or nil) never decrease. The agent
+	// reports their deltas every Config.ReportInterval.
+	Snapshot() breaker.Snapshot
+	// Subscribe registers fn to be told of every transition from now on,
+	// as it happens, and returns a function that unsubscribes it; the
+	// contract of breaker.Breaker.Subscribe (in order, outside locks,
+	// never again after cancel returns). fn only queues.
+	Subscribe(fn func(breaker.Transition)) (cancel func())
+}
+
+// Commander is implemented by a Source whose library can apply operator
+// commands (holds): Apply has the contract of breaker.Breaker.Apply, and
+// the resulting state and any transition it made are reported as for an
+// sdk/breaker Breaker. A Source that is not a Commander is declared with
+// holds_unsupported in the hello, and the agent refuses its commands
+// ("holds not supported").
+type Commander interface {
+	Apply(cmd breaker.Command) (breaker.State, error)
+}
+
+// native is an sdk/breaker Breaker as a Source.
+type native struct{ *breaker.Breaker }
+
+func (n native) Describe() protocol.BreakerConfig { return breakerConfig(n.Name(), n.Config()) }
 
 // New returns an Agent for cfg, which is validated (the error names the
 // bad field and wraps ErrInvalidConfig). The agent does nothing until
@@ -107,7 +148,28 @@ func New(cfg Config) (*Agent, error) {
 //
 // Errors: ErrDuplicateBreaker, ErrTooManyBreakers, ErrClosed.
 func (a *Agent) Register(b *breaker.Breaker) error {
-	t := &tracked{b: b, cfg: breakerConfig(b.Name(), b.Config())}
+	return a.register(&tracked{src: native{b}, cmd: b, cfg: native{b}.Describe()})
+}
+
+// RegisterSource adds a breaker of another library, seen through an
+// adapter, to the breakers the agent reports, as Register does for an
+// sdk/breaker Breaker. Operator commands for it are applied when s is also
+// a Commander, and refused otherwise (the hello then says
+// holds_unsupported).
+//
+// Errors: ErrInvalidConfig (a bad name from Describe), ErrDuplicateBreaker,
+// ErrTooManyBreakers, ErrClosed.
+func (a *Agent) RegisterSource(s Source) error {
+	t := &tracked{src: s, cfg: s.Describe()}
+	t.cmd, _ = s.(Commander)
+	t.cfg.HoldsUnsupported = t.cmd == nil
+	if err := checkName(t.cfg.Name); err != nil {
+		return fmt.Errorf("%w: breaker name: %v", ErrInvalidConfig, err)
+	}
+	return a.register(t)
+}
+
+func (a *Agent) register(t *tracked) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -122,9 +184,9 @@ func (a *Agent) Register(b *breaker.Breaker) error {
 	a.breakers = append(a.breakers, t)
 	a.byName[t.cfg.Name] = t
 	a.helloGen++
-	// Subscribing under a.mu is safe: b calls the observer outside its own
-	// locks and the observer only touches the inbox.
-	t.unsub = b.Subscribe(a.observe)
+	// Subscribing under a.mu is safe: sources call the observer outside
+	// their own locks and the observer only touches the inbox.
+	t.unsub = t.src.Subscribe(a.observe)
 	return nil
 }
 

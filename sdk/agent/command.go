@@ -79,8 +79,11 @@ func (a *Agent) command(in inCommand, seen *commandLog) {
 		r.Error = fmt.Sprintf("ttl_ms %d is too large (at most %d)", c.TTLMillis, int64(maxTTLMillis))
 	case c.ExpiresAt != 0 && now.UnixMilli() > c.ExpiresAt:
 		r.Error = "command expired before delivery"
+	case t.cmd == nil:
+		r.Error = "holds not supported: " + holdsName(t.cfg) + " cannot be held open or closed"
+		r.State = t.src.Snapshot().State.String()
 	default:
-		state, err := t.b.Apply(breaker.Command{
+		state, err := t.cmd.Apply(breaker.Command{
 			ID: c.ID, Action: breaker.Action(c.Action), TTL: time.Duration(c.TTLMillis) * time.Millisecond,
 			Reason: c.Reason, Actor: c.Actor,
 		})
@@ -100,4 +103,12 @@ func (a *Agent) command(in inCommand, seen *commandLog) {
 	seen.put(r)
 	// Apply made its transition synchronously: it goes before the result.
 	a.queue(newItem(nil, nil, &r))
+}
+
+// holdsName names what cannot apply commands, for a refusal.
+func holdsName(c protocol.BreakerConfig) string {
+	if c.Library != "" {
+		return "a " + c.Library + " breaker"
+	}
+	return "this breaker"
 }

@@ -151,7 +151,7 @@ func (a *Agent) report(now time.Time, final bool) {
 // window computes t's report for the period ending now from the deltas of
 // its cumulative counters. ok is false when there is nothing to say yet.
 func (a *Agent) window(t *tracked, now time.Time, final bool) (protocol.Window, bool) {
-	s := t.b.Snapshot()
+	s := t.src.Snapshot()
 	r := &t.rep
 	if now.Before(r.since) { // a late tick
 		now = r.since

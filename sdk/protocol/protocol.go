@@ -30,6 +30,7 @@ const (
 	MaxBreakersPerHello = 1000
 	MaxNameLen          = 200 // service, instance, breaker names and label keys/values
 	MaxLabels           = 32
+	MaxSettings         = 64    // BreakerConfig.Settings entries per breaker
 	MaxTransitions      = 10000 // per batch
 	MaxWindows          = 10000 // per batch
 	MaxCommandResults   = 1000  // per batch
@@ -93,6 +94,10 @@ const (
 	CauseProbesSucceeded = "probes_succeeded" // half_open > closed
 	CauseCommand         = "command"          // any > forced_*, or release/reset
 	CauseExpired         = "expired"          // forced_* > closed: the command's TTL ran out
+	// CauseLibraryRule is closed > open by the own trip rule of a breaker
+	// library fed through an adapter (gobreaker's ReadyToTrip); the
+	// window figures are what that library had counted.
+	CauseLibraryRule = "library_rule"
 )
 
 // LatencyBoundsMillis are the upper bounds (inclusive, milliseconds) of the
@@ -147,6 +152,19 @@ type BreakerConfig struct {
 	HalfOpenSuccessThreshold int     `json:"half_open_success_threshold"`
 	CallTimeoutMillis        int64   `json:"call_timeout_ms,omitempty"`
 	MaxConcurrent            int     `json:"max_concurrent,omitempty"` // 0 = no bulkhead
+	// Library names the breaker library when the breaker is not an
+	// sdk/breaker one but fed to the agent by an adapter (for example
+	// "sony/gobreaker v2" or "failsafe-go"); empty for sdk/breaker. The
+	// fields above are then zero where the library has no such setting.
+	Library string `json:"library,omitempty"`
+	// Settings are the library's own settings, in its terms (for
+	// gobreaker: MaxRequests, Interval, Timeout...); empty for sdk/breaker.
+	Settings Settings `json:"settings,omitzero"`
+	// HoldsUnsupported is set when the breaker cannot apply operator
+	// commands (force open, force closed, release, reset): its library
+	// has no way to hold it. The agent refuses such commands; false (and
+	// absent, as from older agents) means commands are applied.
+	HoldsUnsupported bool `json:"holds_unsupported,omitempty"`
 }
 
 // Batch is the unit of upstream data: everything an agent has to say since
@@ -444,6 +462,12 @@ func (h *Hello) Validate() error {
 			return err
 		}
 		if err := checkPercent(fmt.Sprintf("breakers[%d].slow_call_rate_threshold", i), b.SlowCallRateThreshold); err != nil {
+			return err
+		}
+		if len(b.Library) > MaxNameLen {
+			return invalid("breakers[%d].library is longer than %d bytes", i, MaxNameLen)
+		}
+		if err := b.Settings.validate(fmt.Sprintf("breakers[%d].settings", i)); err != nil {
 			return err
 		}
 	}

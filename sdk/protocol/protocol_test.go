@@ -65,6 +65,25 @@ func TestHelloValidate(t *testing.T) {
 		{"refuses too many breakers", func(h *protocol.Hello) {
 			h.Breakers = make([]protocol.BreakerConfig, protocol.MaxBreakersPerHello+1)
 		}, "breakers (at most"},
+		{"accepts a foreign library's settings", func(h *protocol.Hello) {
+			h.Breakers[0].Library = "sony/gobreaker v2"
+			h.Breakers[0].Settings = protocol.NewSettings(map[string]string{"MaxRequests": "1", "Timeout": "30s"})
+			h.Breakers[0].HoldsUnsupported = true
+		}, ""},
+		{"refuses an empty setting name", func(h *protocol.Hello) {
+			h.Breakers[0].Settings = protocol.NewSettings(map[string]string{"": "1"})
+		}, "breakers[0].settings key is required"},
+		{"refuses a long setting value", func(h *protocol.Hello) {
+			h.Breakers[0].Settings = protocol.NewSettings(map[string]string{"ReadyToTrip": long})
+		}, `breakers[0].settings["ReadyToTrip"] is longer`},
+		{"refuses too many settings", func(h *protocol.Hello) {
+			m := map[string]string{}
+			for i := range protocol.MaxSettings + 1 {
+				m[strings.Repeat("k", i+1)] = "v"
+			}
+			h.Breakers[0].Settings = protocol.NewSettings(m)
+		}, "at most 64"},
+		{"refuses a long library name", func(h *protocol.Hello) { h.Breakers[0].Library = long }, "breakers[0].library"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,5 +258,40 @@ func TestQuantileMillisInterpolatesInsideTheBucket(t *testing.T) {
 	}
 	if _, ok := protocol.QuantileMillis(make([]int64, protocol.NumLatencyBuckets), 0.5); ok {
 		t.Error("an empty histogram has a quantile")
+	}
+}
+
+func TestSettingsRoundTripAndCompare(t *testing.T) {
+	a := protocol.NewSettings(map[string]string{"Timeout": "30s", "MaxRequests": "1"})
+	b := protocol.NewSettings(map[string]string{"MaxRequests": "1", "Timeout": "30s"})
+	if a != b {
+		t.Fatalf("equal settings compare unequal: %v vs %v", a, b)
+	}
+	if got, want := a.String(), "MaxRequests=1, Timeout=30s"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	cfg := protocol.BreakerConfig{Name: "db", Library: "x", Settings: a, HoldsUnsupported: true}
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"settings":{"MaxRequests":"1","Timeout":"30s"}`) || !strings.Contains(string(data), `"holds_unsupported":true`) {
+		t.Errorf("wire form %s lacks the settings object or the capability flag", data)
+	}
+	var back protocol.BreakerConfig
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back != cfg {
+		t.Errorf("round trip: got %+v, want %+v", back, cfg)
+	}
+	plain, _ := json.Marshal(protocol.BreakerConfig{Name: "db"})
+	for _, f := range []string{"library", "settings", "holds_unsupported"} {
+		if strings.Contains(string(plain), f) {
+			t.Errorf("an sdk/breaker config carries %q: %s", f, plain)
+		}
+	}
+	if err := json.Unmarshal([]byte(`{"name":"db","settings":{"a":1}}`), &back); err == nil {
+		t.Error("a setting that is not a string was accepted")
 	}
 }

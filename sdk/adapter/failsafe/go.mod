@@ -1,0 +1,15 @@
+module github.com/cbdash/cbdash/sdk/adapter/failsafe
+
+go 1.26
+
+require (
+	github.com/cbdash/cbdash/sdk v0.0.0
+	github.com/failsafe-go/failsafe-go v0.9.8
+)
+
+require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/coder/websocket v1.8.15 // indirect
+)
+
+replace github.com/cbdash/cbdash/sdk => ../..
