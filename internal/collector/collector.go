@@ -258,7 +258,7 @@ func (c *Collector) shutdown() {
 	c.mu.Lock()
 	c.stopped, c.ready = true, false
 	for s := range c.sessions {
-		s.cancel()
+		s.goingAway("collector stopping")
 	}
 	stop, done := c.applyStop, c.applyDone
 	c.mu.Unlock()

@@ -116,3 +116,12 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// decodeIngest parses the body of POST /api/v1/ingest.
+func decodeIngest(body []byte) (protocol.IngestRequest, error) {
+	var req protocol.IngestRequest
+	if err := strictUnmarshal(body, &req); err != nil {
+		return req, errors.New(jsonReason(err))
+	}
+	return req, nil
+}

@@ -218,8 +218,13 @@ func TestNewerConnectionReplacesOlder(t *testing.T) {
 	old.hello("a1", 1)
 	fresh := dialRaw(t, h, h.token)
 	fresh.hello("a1", 1)
-	if _, _, err := old.next(); err == nil {
-		t.Fatal("the older connection of the same instance is still open")
+	var e protocol.Error
+	old.expect(protocol.TypeError, &e)
+	if !e.Fatal || !e.Retry || !strings.Contains(e.Reason, "replaced by a newer connection") {
+		t.Fatalf("error %+v, want a fatal retry error naming the replacement", e)
+	}
+	if _, _, err := old.next(); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("the older connection: %v, want close 1001", err)
 	}
 	fresh.send(batch(1, 1, 0))
 	fresh.expect(protocol.TypeAck, nil)

@@ -332,13 +332,18 @@ type Ack struct {
 
 // Error refuses a message. When Seq is set, the batch with that sequence
 // number was refused and will never be stored; the agent logs Reason, drops
-// that batch and goes on. Fatal errors (bad token, bad hello) close the
-// connection.
+// that batch and goes on. Fatal errors close the connection: without
+// Retry they are permanent (bad token, a token of another service, an
+// invalid hello: reconnecting with the same token and hello is refused
+// again), with Retry the collector's own trouble or a normal close (store
+// error, shutting down, replaced by a newer connection): reconnect with
+// backoff.
 type Error struct {
 	Type   string `json:"type"` // "error"
 	Seq    uint64 `json:"seq,omitempty"`
 	Reason string `json:"reason"`
 	Fatal  bool   `json:"fatal,omitempty"`
+	Retry  bool   `json:"retry,omitempty"`
 }
 
 // Command is an operator command, collector to agent. An agent applies a

@@ -1,0 +1,216 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// The ingest pipeline. Both transports, the agent websocket (session.go)
+// and POST /api/v1/ingest (ingest.go), run the same steps, in this order,
+// so that an agent is judged, stored and answered alike whichever it uses:
+//
+//  1. authorize: the agent token, and the service it is limited to;
+//  2. admitHello: the hello's validation (protocol rules, the
+//     transport's own) and the token's service;
+//  3. register: record the hello, read the last stored seq, declare the
+//     instance to live state (the transport says whether it has a
+//     session to attach and a welcome to queue);
+//  4. admitBatch: a batch's validation against the hello at the
+//     collector's time (duplicates, at or below the last seq, are the
+//     transport's to recognise: the websocket knows what it has queued);
+//  5. toLive: apply it to live state;
+//  6. save: commit it, then afterSave (metrics, command results);
+//  7. pending: the commands waiting for the instance.
+//
+// Every refusal is a *refusal: permanent ones (bad token, another
+// service, invalid input) wrap cbdash.ErrUnauthorized, ErrForbidden or
+// ErrInvalid; errRetryLater marks the ones that say nothing about the
+// agent's input (the collector could not do its part now).
+
+// errRetryLater is wrapped by refusals that are the collector's trouble:
+// the same message may succeed later.
+var errRetryLater = errors.New("retry later")
+
+// refusal is a step's answer when it does not go on: what the agent is
+// told (Reason, which names the field where it can) and what kind of
+// trouble it is (Kind: one of cbdash.ErrUnauthorized, ErrForbidden,
+// ErrInvalid, or errRetryLater). Cause, when set, is the underlying error,
+// for the log only.
+type refusal struct {
+	Kind   error
+	Reason string
+	Cause  error
+}
+
+func (r *refusal) Error() string { return r.Reason }
+
+// Unwrap lets errors.Is see the kind (and the cause).
+func (r *refusal) Unwrap() []error {
+	if r.Cause != nil {
+		return []error{r.Kind, r.Cause}
+	}
+	return []error{r.Kind}
+}
+
+// Permanent reports whether the same message will be refused again.
+func (r *refusal) Permanent() bool { return !errors.Is(r.Kind, errRetryLater) }
+
+func refuse(kind error, format string, args ...any) *refusal {
+	return &refusal{Kind: kind, Reason: fmt.Sprintf(format, args...)}
+}
+
+// retryLater is a refusal of the collector's own trouble.
+func retryLater(cause error, format string, args ...any) *refusal {
+	return &refusal{Kind: errRetryLater, Reason: fmt.Sprintf(format, args...) + "; retry later", Cause: cause}
+}
+
+// invalidInput wraps a validation error as a permanent refusal; prefix
+// (for example "hello: ") says which part of the message it is about.
+func invalidInput(prefix string, err error) *refusal {
+	return &refusal{Kind: cbdash.ErrInvalid, Reason: truncate(prefix+err.Error(), 500)}
+}
+
+// transport says which transport feeds the pipeline; a few rules differ.
+type transport int
+
+const (
+	overWebsocket transport = iota
+	overHTTP
+)
+
+// authorize checks an agent token and returns the service it is limited
+// to ("" = any).
+func (c *Collector) authorize(ctx context.Context, token string) (string, *refusal) {
+	svc, err := c.store.CheckAgentToken(ctx, token)
+	switch {
+	case err == nil:
+		return svc, nil
+	case errors.Is(err, cbdash.ErrUnauthorized):
+		return "", refuse(cbdash.ErrUnauthorized, "bad or missing agent token (unauthorized)")
+	default:
+		c.log.Error("check agent token", "err", err)
+		return "", retryLater(err, "collector error checking the token")
+	}
+}
+
+// admitHello validates a hello and that the token (limited to
+// tokenService, "" = any) may speak for its service.
+func (c *Collector) admitHello(h *protocol.Hello, tokenService string, tr transport) *refusal {
+	if err := h.Validate(); err != nil {
+		return invalidInput("hello: ", err)
+	}
+	if h.StartedAt < 0 {
+		return invalidInput("hello: ", fmt.Errorf("%w: started_at is negative", protocol.ErrInvalid))
+	}
+	if tr == overHTTP && len(h.Breakers) == 0 {
+		// A websocket agent may connect before it has a breaker; an HTTP
+		// request carries a batch about declared breakers, and an empty
+		// list would forget every breaker of the instance.
+		return invalidInput("hello: ", fmt.Errorf("%w: breakers is empty (HTTP ingest needs the breakers the batch reports)", protocol.ErrInvalid))
+	}
+	if tokenService != "" && h.Service != tokenService {
+		return refuse(cbdash.ErrForbidden, "the agent token is limited to service %q, not %q (forbidden)", tokenService, h.Service)
+	}
+	return nil
+}
+
+// register records a hello received at now and declares the instance to
+// live state with session s (nil for HTTP ingest). welcome, when not nil,
+// is called with the last stored seq under live state's lock, before s
+// becomes the instance's session (see live.hello). It returns that seq and
+// the instance's previous session, if another one was attached meanwhile.
+func (c *Collector) register(ctx context.Context, h *protocol.Hello, s *session, now time.Time, welcome func(last uint64)) (uint64, *session, *refusal) {
+	if err := c.store.SaveHello(ctx, *h, now); err != nil {
+		c.log.Error("save hello", "err", err)
+		return 0, nil, retryLater(err, "collector could not record the hello")
+	}
+	last, err := c.store.LastSeq(ctx, h.Service, h.Instance, h.StartedAt)
+	if err != nil {
+		c.log.Error("last seq", "err", err)
+		return 0, nil, retryLater(err, "collector could not read the last sequence number")
+	}
+	var w func()
+	if welcome != nil {
+		w = func() { welcome(last) }
+	}
+	prev := c.live.hello(h, last, s, now, w)
+	return last, prev, nil
+}
+
+// admitBatch validates a batch of the agent process that sent hello h,
+// received at now.
+func (c *Collector) admitBatch(h *protocol.Hello, b *protocol.Batch, now time.Time) *refusal {
+	if err := b.Validate(h, now.UnixMilli()); err != nil {
+		c.metrics.batches.WithLabelValues("refused").Inc()
+		return invalidInput("", err)
+	}
+	return nil
+}
+
+// toLive applies a validated batch to live state: queued to the apply
+// loop (websocket: false when ctx ended first), or at once (HTTP: the
+// response then reflects it).
+func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at time.Time, tr transport) bool {
+	if tr == overHTTP {
+		c.live.apply(k, b, at)
+		return true
+	}
+	return c.live.enqueue(ctx, k, b, at)
+}
+
+// save commits batch b (n batches merged into one) of the agent process
+// (k, startedAt), received at at, and then counts it and publishes the
+// commands it answered. stored is false for a duplicate.
+func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *protocol.Batch, n int, at time.Time) (stored bool, r *refusal) {
+	start := time.Now()
+	stored, err := c.store.SaveBatch(ctx, k.service, k.instance, startedAt, *b, at)
+	c.metrics.queue.Sub(float64(n))
+	if err != nil {
+		c.metrics.batches.WithLabelValues("failed").Add(float64(n))
+		if ctx.Err() == nil {
+			c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "err", err)
+		}
+		return false, retryLater(err, "collector could not store batch %d", b.Seq)
+	}
+	c.afterSave(b, n, stored, start, k.instance)
+	return stored, nil
+}
+
+// pending returns the commands waiting for an instance, as sent at now.
+func (c *Collector) pending(ctx context.Context, k instKey, now time.Time) []protocol.Command {
+	cmds, err := c.store.PendingCommands(ctx, k.service, k.instance, now)
+	if err != nil {
+		c.log.Error("pending commands", "err", err)
+		return nil
+	}
+	out := make([]protocol.Command, 0, len(cmds))
+	for _, cmd := range cmds {
+		out = append(out, wireCommand(cmd, now))
+	}
+	return out
+}
+
+// afterSave counts a committed batch and publishes the commands it
+// answered.
+func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, instance string) {
+	c.metrics.commit.Observe(time.Since(start).Seconds())
+	if !stored {
+		c.metrics.batches.WithLabelValues("duplicate").Add(float64(batches))
+		return
+	}
+	c.metrics.batches.WithLabelValues("stored").Add(float64(batches))
+	c.metrics.windows.Add(float64(len(b.Windows)))
+	c.metrics.transitions.Add(float64(len(b.Transitions)))
+	if b.SentAt > 0 {
+		c.metrics.lag.Observe(max(0, float64(c.now().UnixMilli()-b.SentAt)/1000))
+	}
+	c.metrics.agentDropped(b.Dropped)
+	if len(b.CommandResults) > 0 {
+		c.commandResults(instance, b.CommandResults)
+	}
+}
