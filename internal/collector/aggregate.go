@@ -49,7 +49,7 @@ func (r *recent) add(w *protocol.Window, now int64) {
 			s.latency = append(s.latency, make([]int64, protocol.NumLatencyBuckets)...)
 		}
 		for i, n := range w.Latency {
-			s.latency[i] += n
+			s.latency[i] = protocol.SatAdd(s.latency[i], n)
 		}
 	}
 	s.latencySum += w.LatencySumMs
@@ -66,7 +66,7 @@ func (r *recent) sum(now int64) (c protocol.Counts, hist []int64, span int64) {
 		}
 		c.Add(s.counts)
 		for j, n := range s.latency {
-			hist[j] += n
+			hist[j] = protocol.SatAdd(hist[j], n)
 		}
 	}
 	span = recentSeconds
@@ -155,7 +155,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	}
 	counts, hist, span := d.recent.sum(now.Unix())
 	v.Recent = counts
-	v.RequestRate = float64(counts.Admitted+counts.Rejected()) / float64(span)
+	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
 	if recorded := counts.Successes + counts.Failures; recorded > 0 {
 		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
 		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)

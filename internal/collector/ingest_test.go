@@ -70,7 +70,7 @@ func TestRefusedBatchKeepsTheConnectionAndEarlierData(t *testing.T) {
 	undeclared := batch(3, 10, 0)
 	undeclared.Windows[0].Breaker = "queue"
 	future := batch(4, 10, 0)
-	future.SentAt = time.Now().Add(time.Hour).UnixMilli()
+	future.Windows[0].Start = time.Now().Add(time.Hour).UnixMilli() // ahead of its own sent_at
 	tests := []struct {
 		name   string
 		send   any

@@ -101,11 +101,8 @@ func (c *Collector) authorize(ctx context.Context, token string) (string, *refus
 // admitHello validates a hello and that the token (limited to
 // tokenService, "" = any) may speak for its service.
 func (c *Collector) admitHello(h *protocol.Hello, tokenService string, tr transport) *refusal {
-	if err := h.Validate(); err != nil {
+	if err := h.ValidateAt(c.now().UnixMilli()); err != nil {
 		return invalidInput("hello: ", err)
-	}
-	if h.StartedAt < 0 {
-		return invalidInput("hello: ", fmt.Errorf("%w: started_at is negative", protocol.ErrInvalid))
 	}
 	if tr == overHTTP && len(h.Breakers) == 0 {
 		// A websocket agent may connect before it has a breaker; an HTTP
