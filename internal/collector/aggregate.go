@@ -26,10 +26,11 @@ type slot struct {
 	latencySum float64
 }
 
-// add counts w in the slot of its end time, clamped to now (agent clocks
-// may run ahead); reports that ended more than a minute ago are ignored.
-func (r *recent) add(w *protocol.Window, now int64) {
-	sec := min((w.Start+w.Millis)/1000, now)
+// add counts w in the slot of its end time plus late ms (an agent's clock
+// behind the collector's), clamped to now (agent clocks may run ahead);
+// reports that ended more than a minute ago are ignored.
+func (r *recent) add(w *protocol.Window, late, now int64) {
+	sec := min((w.Start+w.Millis+late)/1000, now)
 	if sec <= now-recentSeconds || sec <= 0 {
 		return
 	}
@@ -135,7 +136,8 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
 			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
 			Config: ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
-			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip,
+			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
+			ClockSkewMillis: inst.skewMs,
 		})
 		v.Instances++
 		if inst.stale {

@@ -128,6 +128,7 @@ type Collector struct {
 	hub     *hub
 	metrics *metrics
 	cmds    *pendingCommands
+	skews   sync.Map // instKey -> *skewEst
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}

@@ -61,9 +61,10 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 			return c.ingestRefused(ec, rf)
 		}
 	}
-	c.toLive(ctx, k, b, now, overHTTP)
+	cb, skew := c.correctClock(k, b, now)
+	c.toLive(ctx, k, cb, now, skew, overHTTP)
 	c.metrics.queue.Inc()
-	stored, rf := c.save(ctx, k, h.StartedAt, b, 1, now)
+	stored, rf := c.save(ctx, k, h.StartedAt, cb, 1, now)
 	if rf != nil {
 		return c.ingestRefused(ec, rf)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -23,7 +25,9 @@ import (
 //  4. admitBatch: a batch's validation against the hello at the
 //     collector's time (duplicates, at or below the last seq, are the
 //     transport's to recognise: the websocket knows what it has queued);
-//  5. toLive: apply it to live state;
+//  5. correctClock: measure the agent's clock skew, and move the times of
+//     an agent far ahead to the collector's clock;
+//     toLive: apply it to live state;
 //  6. save: commit it, then afterSave (metrics, command results);
 //  7. pending: the commands waiting for the instance.
 //
@@ -152,12 +156,13 @@ func (c *Collector) admitBatch(h *protocol.Hello, b *protocol.Batch, now time.Ti
 // toLive applies a validated batch to live state: queued to the apply
 // loop (websocket: false when ctx ended first), or at once (HTTP: the
 // response then reflects it).
-func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at time.Time, tr transport) bool {
+func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at time.Time, skew int64, tr transport) bool {
+	r := applyReq{k: k, b: b, at: at, skew: skew}
 	if tr == overHTTP {
-		c.live.apply(k, b, at)
+		c.live.applyNow(r)
 		return true
 	}
-	return c.live.enqueue(ctx, k, b, at)
+	return c.live.enqueue(ctx, r)
 }
 
 // save commits batch b (n batches merged into one) of the agent process
@@ -210,4 +215,112 @@ func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start
 	if len(b.CommandResults) > 0 {
 		c.commandResults(instance, b.CommandResults)
 	}
+}
+
+// Clock skew. An agent's clock is its own: the collector measures it from
+// every batch, as sent_at against the batch's receipt (which includes the
+// network delay, so the largest sample of the last minute or two is the
+// estimate: resent batches keep their first sent_at and only lower it).
+// An agent ahead of the collector by more than skewTolerance has its
+// batch's times moved back by the estimate before they are applied and
+// stored (its reports then land in the seconds the collector received
+// them in, not minutes in the future). An agent behind is stored as it
+// reports (late data is merged exactly), and live state counts its
+// reports in the seconds they were received, so it does not drop out of
+// the last minute. Nothing is refused for the skew alone (see
+// protocol.Batch.Validate).
+
+// skewTolerance is the skew below which an agent's times are used as they
+// are.
+const skewTolerance = time.Second
+
+// skewPeriod is how long one period of the estimate lasts; the estimate
+// is the largest sample of the current and the previous period.
+const skewPeriod = time.Minute
+
+// skewEst is the skew estimate of one instance.
+type skewEst struct {
+	mu        sync.Mutex
+	period    int64 // receipt (Unix ms) that started the current period
+	cur, prev int64
+	started   bool
+	hasPrev   bool
+}
+
+// observe adds the sample of a batch sent at sentAt (agent ms) and
+// received at at (collector ms) and returns the estimate: the agent's
+// clock minus the collector's, in ms.
+func (e *skewEst) observe(sentAt, at int64) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sample := sentAt - at
+	switch {
+	case !e.started:
+		e.started, e.period, e.cur = true, at, sample
+	case at-e.period >= skewPeriod.Milliseconds():
+		e.prev, e.hasPrev = e.cur, true
+		e.period, e.cur = at, sample
+	default:
+		e.cur = max(e.cur, sample)
+	}
+	if e.hasPrev {
+		return max(e.cur, e.prev)
+	}
+	return e.cur
+}
+
+// skewOf returns the skew estimate of an instance, made on first use.
+func (c *Collector) skewOf(k instKey) *skewEst {
+	if e, ok := c.skews.Load(k); ok {
+		return e.(*skewEst)
+	}
+	e, _ := c.skews.LoadOrStore(k, &skewEst{})
+	return e.(*skewEst)
+}
+
+// correctClock measures the skew of the agent process that sent b (at
+// receipt time at) and returns the batch to apply and store: b itself, or
+// for an agent ahead by more than skewTolerance a copy with every time
+// moved back by the skew. skew is the estimate (agent minus collector, ms),
+// 0 when b has no sent_at.
+func (c *Collector) correctClock(k instKey, b *protocol.Batch, at time.Time) (out *protocol.Batch, skew int64) {
+	if b.SentAt <= 0 {
+		return b, 0
+	}
+	skew = c.skewOf(k).observe(b.SentAt, at.UnixMilli())
+	if skew <= skewTolerance.Milliseconds() {
+		return b, skew
+	}
+	c.metrics.batches.WithLabelValues("clock_corrected").Inc()
+	return shiftTimes(b, skew), skew
+}
+
+// shiftTimes returns a copy of b with every time moved back by d ms
+// (never below 0).
+func shiftTimes(b *protocol.Batch, d int64) *protocol.Batch {
+	back := func(t int64) int64 {
+		if t <= 0 {
+			return t
+		}
+		return max(0, t-d)
+	}
+	o := *b
+	o.SentAt = back(b.SentAt)
+	o.Transitions = slices.Clone(b.Transitions)
+	for i := range o.Transitions {
+		t := &o.Transitions[i]
+		t.At = back(t.At)
+		t.Cause.ExpiresAt = back(t.Cause.ExpiresAt)
+	}
+	o.Windows = slices.Clone(b.Windows)
+	for i := range o.Windows {
+		w := &o.Windows[i]
+		w.Start = back(w.Start)
+		w.ForcedUntil = back(w.ForcedUntil)
+	}
+	o.CommandResults = slices.Clone(b.CommandResults)
+	for i := range o.CommandResults {
+		o.CommandResults[i].At = back(o.CommandResults[i].At)
+	}
+	return &o
 }

@@ -268,8 +268,9 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 			it.ackOnly = true
 		default:
 			s.lastQueued = seq
-			it.batch = m.Batch
-			if !c.toLive(ctx, s.key, m.Batch, now, overWebsocket) {
+			b, skew := c.correctClock(s.key, m.Batch, now)
+			it.batch = b
+			if !c.toLive(ctx, s.key, b, now, skew, overWebsocket) {
 				return
 			}
 			c.metrics.queue.Inc()
