@@ -130,6 +130,9 @@ type Collector struct {
 	cmds    *pendingCommands
 	skews   sync.Map // instKey -> *skewEst
 
+	failMu   sync.Mutex
+	failures map[failKey]int // batches that failed to be stored, by attempts
+
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	ready    bool // Run has restored live state

@@ -65,6 +65,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	c.toLive(ctx, k, cb, now, skew, overHTTP)
 	c.metrics.queue.Inc()
 	stored, rf := c.save(ctx, k, h.StartedAt, cb, 1, now)
+	c.metrics.queue.Dec()
 	if rf != nil {
 		return c.ingestRefused(ec, rf)
 	}

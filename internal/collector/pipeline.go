@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -49,6 +50,10 @@ type refusal struct {
 	Kind   error
 	Reason string
 	Cause  error
+	// From save: split says a merged group failed for a batch's sake (store
+	// them one by one to find it); giveUp that this batch alone is refused
+	// for good (Kind is then cbdash.ErrInvalid).
+	split, giveUp bool
 }
 
 func (r *refusal) Error() string { return r.Reason }
@@ -165,22 +170,74 @@ func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at
 	return c.live.enqueue(ctx, r)
 }
 
+// maxStoreAttempts is how many times one batch may fail to be stored,
+// with an error the same batch will meet again (store.Transient false),
+// before it is refused for good: the agent then drops it (counting it in
+// dropped.batches) and the batches after it are stored.
+const maxStoreAttempts = 3
+
+// failKey names one batch of one agent process.
+type failKey struct {
+	k         instKey
+	startedAt int64
+	seq       uint64
+}
+
+// maxFailKeys bounds the failed batches remembered.
+const maxFailKeys = 10000
+
 // save commits batch b (n batches merged into one) of the agent process
 // (k, startedAt), received at at, and then counts it and publishes the
-// commands it answered. stored is false for a duplicate.
+// commands it answered. stored is false for a duplicate. A failure is
+// retry-later (the agent resends), except a batch alone (n == 1) that
+// failed maxStoreAttempts times with an error that is not transient: that
+// one is refused for good (giveUp). A merged group that fails so is to be
+// split (split) and stored batch by batch to find the one at fault.
 func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *protocol.Batch, n int, at time.Time) (stored bool, r *refusal) {
 	start := time.Now()
 	stored, err := c.store.SaveBatch(ctx, k.service, k.instance, startedAt, *b, at)
-	c.metrics.queue.Sub(float64(n))
-	if err != nil {
-		c.metrics.batches.WithLabelValues("failed").Add(float64(n))
-		if ctx.Err() == nil {
-			c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "err", err)
+	if err == nil {
+		if n == 1 {
+			c.forgetFailure(failKey{k, startedAt, b.Seq})
 		}
-		return false, retryLater(err, "collector could not store batch %d", b.Seq)
+		c.afterSave(b, n, stored, start, k.instance)
+		return stored, nil
 	}
-	c.afterSave(b, n, stored, start, k.instance)
-	return stored, nil
+	c.metrics.batches.WithLabelValues("failed").Add(float64(n))
+	if ctx.Err() == nil {
+		c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "batches", n, "err", err)
+	}
+	rf := retryLater(err, "collector could not store batch %d", b.Seq)
+	if ctx.Err() != nil || store.Transient(err) {
+		return false, rf
+	}
+	if n > 1 {
+		rf.split = true
+		return false, rf
+	}
+	if c.countFailure(failKey{k, startedAt, b.Seq}) >= maxStoreAttempts {
+		c.metrics.batches.WithLabelValues("refused").Inc()
+		return false, &refusal{Kind: cbdash.ErrInvalid, giveUp: true, Cause: err,
+			Reason: truncate(fmt.Sprintf("batch %d could not be stored in %d attempts (%v); it is refused for good", b.Seq, maxStoreAttempts, err), 500)}
+	}
+	return false, rf
+}
+
+// countFailure counts one more failure of a batch and returns the count.
+func (c *Collector) countFailure(f failKey) int {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if c.failures == nil || len(c.failures) >= maxFailKeys {
+		c.failures = make(map[failKey]int)
+	}
+	c.failures[f]++
+	return c.failures[f]
+}
+
+func (c *Collector) forgetFailure(f failKey) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	delete(c.failures, f)
 }
 
 // pending returns the commands waiting for an instance, as sent at now.

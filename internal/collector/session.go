@@ -364,19 +364,8 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 				break collect
 			}
 		}
-		b := merge(group)
-		// Not canceled with the session: SaveBatch then returns only once
-		// the batch is committed or refused, so when the session has ended
-		// none of its writes is still pending (see handshake).
-		stored, rf := c.save(context.WithoutCancel(ctx), s.key, s.startedAt, b, len(group), at)
-		if rf != nil {
-			if ctx.Err() == nil {
-				// The agent keeps the batch and resends it on its next
-				// connection; the others queued behind it are not lost
-				// either (none of them is acknowledged).
-				s.fatal(ctx, rf)
-				s.kill("store error")
-			}
+		c.metrics.queue.Sub(float64(len(group)))
+		if !s.store(ctx, group, at) {
 			for it := range queue { // drain: none of these is acknowledged
 				if it.batch != nil {
 					c.metrics.queue.Dec()
@@ -384,11 +373,46 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 			}
 			return
 		}
-		if stored {
-			s.lastStored = b.Seq
-		}
-		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: s.lastStored})
 	}
+}
+
+// store commits a group of batches (merged into one) and acknowledges it.
+// A group that fails for one batch's sake is stored batch by batch; a
+// batch refused for good (see Collector.save) is answered with an error
+// naming its seq, and the ones after it go on. On any other failure the
+// agent is told to retry later and the session ends: it reports false.
+func (s *session) store(ctx context.Context, group []*protocol.Batch, at time.Time) bool {
+	c := s.c
+	b := merge(group)
+	// Not canceled with the session: SaveBatch then returns only once the
+	// batch is committed or refused, so when the session has ended none of
+	// its writes is still pending (see handshake).
+	stored, rf := c.save(context.WithoutCancel(ctx), s.key, s.startedAt, b, len(group), at)
+	switch {
+	case rf == nil:
+		_ = stored // a duplicate (stored by another connection) is acknowledged too
+		s.lastStored = max(s.lastStored, b.Seq)
+		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: s.lastStored})
+		return true
+	case ctx.Err() != nil:
+		return false
+	case rf.split:
+		for _, one := range group {
+			if !s.store(ctx, []*protocol.Batch{one}, at) {
+				return false
+			}
+		}
+		return true
+	case rf.giveUp:
+		c.log.Warn("batch refused for good after failing to be stored", "service", s.key.service, "instance", s.key.instance, "seq", b.Seq, "err", rf.Cause)
+		s.sendWait(ctx, protocol.Error{Type: protocol.TypeError, Seq: b.Seq, Reason: rf.Reason})
+		return true
+	}
+	// The agent keeps the batch and resends it on its next connection; the
+	// others queued behind it are not lost either (none is acknowledged).
+	s.fatal(ctx, rf)
+	s.kill("store error")
+	return false
 }
 
 // merge returns the batches as one: everything they carry, in order, under

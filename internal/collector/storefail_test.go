@@ -1,12 +1,16 @@
 package collector
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/disktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
@@ -68,5 +72,62 @@ func TestFullDiskIsNotReadyAndTheAgentIsToldToRetry(t *testing.T) {
 	}
 	if status, body := readyz(t, h); status != 200 {
 		t.Fatalf("readyz after freeing space: %d %s", status, body)
+	}
+}
+
+// TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn: with a column of
+// the transitions table renamed under the collector, a batch with a
+// transition can never be stored. It is retried (the agent told to retry
+// later) maxStoreAttempts times, then refused for good with its seq, and
+// the window report behind it is stored.
+func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
+	h := startHarness(t, "", nil)
+	db, err := sql.Open("sqlite", h.path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
+		t.Fatal(err)
+	}
+	one := batch(1, 10, 0, trans(protocol.StateClosed, protocol.StateOpen, 1))
+	two := batch(2, 7, 0)
+	for attempt := 1; attempt <= maxStoreAttempts; attempt++ {
+		a := dialRaw(t, h, h.token)
+		if w := a.hello("a1", 1); w.LastSeq != 0 {
+			t.Fatalf("attempt %d: last_seq %d", attempt, w.LastSeq)
+		}
+		a.send(one)
+		a.send(two)
+		var e protocol.Error
+		a.expect(protocol.TypeError, &e)
+		if attempt < maxStoreAttempts {
+			if !e.Fatal || !e.Retry || !strings.Contains(e.Reason, "could not store batch") {
+				t.Fatalf("attempt %d: %+v, want a fatal retry-later", attempt, e)
+			}
+			continue
+		}
+		if e.Fatal || e.Seq != 1 || !strings.Contains(e.Reason, "batch 1 could not be stored in 3 attempts") || !strings.Contains(e.Reason, "refused for good") {
+			t.Fatalf("attempt %d: %+v, want batch 1 refused for good", attempt, e)
+		}
+		var ack protocol.Ack
+		a.expect(protocol.TypeAck, &ack)
+		if ack.Seq != 2 {
+			t.Fatalf("ack %d, want 2", ack.Seq)
+		}
+	}
+	pts, err := h.store.History(context.Background(), cbdash.HistoryQuery{
+		DependencyKey: cbdash.DependencyKey{Service: "api", Breaker: "db"},
+		From:          time.Now().Add(-time.Minute), To: time.Now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted int64
+	for _, p := range pts {
+		admitted += p.Counts.Admitted
+	}
+	if admitted != 7 {
+		t.Fatalf("stored admitted %d, want batch 2's 7", admitted)
 	}
 }

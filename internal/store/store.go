@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrClosed is returned by writes after Close has been called.
@@ -293,4 +294,26 @@ func migrationsFS() fs.FS {
 		panic(err) // a constant, valid path: cannot happen
 	}
 	return f
+}
+
+// Transient reports whether err, from a write, is the environment's
+// trouble that may pass (a full disk, an I/O error, a read-only file, a
+// busy or locked database, the store closed or a canceled context), as
+// opposed to one the same write will meet again (a constraint, a schema
+// the statement does not fit).
+func Transient(err error) bool {
+	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return true // not the database's word: do not give anything up for it
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_BUSY,
+		sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL,
+		sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_PERM:
+		return true
+	}
+	return false
 }
