@@ -128,7 +128,7 @@ func decodeIngest(body []byte) (protocol.IngestRequest, error) {
 		return req, err
 	}
 	if err := strictUnmarshal(body, &req); err != nil {
-		return req, errors.New(jsonReason(err))
+		return req, fmt.Errorf("%w: ingest request: %s", errMalformed, jsonReason(err))
 	}
 	return req, nil
 }

@@ -45,7 +45,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	}
 	req, err := decodeIngest(body)
 	if err != nil {
-		return invalidf("ingest request: %s", err)
+		return invalidf("%s", err)
 	}
 	h, b := &req.Hello, &req.Batch
 	if rf := c.admitHello(h, svc, overHTTP); rf != nil {
