@@ -77,6 +77,15 @@ type InstanceBreaker struct {
 	// (its cause says which rate tripped it, and the window then); nil
 	// when none was seen since the collector started.
 	LastTrip *protocol.Transition `json:"last_trip,omitempty"`
+	// LastTripReceivedAt is when the collector received LastTrip: trips
+	// of several instances are ordered by it (their agents' clocks
+	// differ). Zero with LastTrip nil.
+	LastTripReceivedAt time.Time `json:"last_trip_received_at,omitzero"`
+	// ClockSkewMillis is the instance's agent clock minus the collector's,
+	// in milliseconds, measured from its batches (sent_at against receipt,
+	// so it includes the network delay); 0 until measured. An agent more
+	// than a second ahead has its times moved to the collector's clock.
+	ClockSkewMillis int64 `json:"clock_skew_ms"`
 }
 
 // Dependency is the live state of one breaker name of one service,

@@ -26,10 +26,11 @@ type slot struct {
 	latencySum float64
 }
 
-// add counts w in the slot of its end time, clamped to now (agent clocks
-// may run ahead); reports that ended more than a minute ago are ignored.
-func (r *recent) add(w *protocol.Window, now int64) {
-	sec := min((w.Start+w.Millis)/1000, now)
+// add counts w in the slot of its end time plus late ms (an agent's clock
+// behind the collector's), clamped to now (agent clocks may run ahead);
+// reports that ended more than a minute ago are ignored.
+func (r *recent) add(w *protocol.Window, late, now int64) {
+	sec := min((w.Start+w.Millis+late)/1000, now)
 	if sec <= now-recentSeconds || sec <= 0 {
 		return
 	}
@@ -49,7 +50,7 @@ func (r *recent) add(w *protocol.Window, now int64) {
 			s.latency = append(s.latency, make([]int64, protocol.NumLatencyBuckets)...)
 		}
 		for i, n := range w.Latency {
-			s.latency[i] += n
+			s.latency[i] = protocol.SatAdd(s.latency[i], n)
 		}
 	}
 	s.latencySum += w.LatencySumMs
@@ -66,7 +67,7 @@ func (r *recent) sum(now int64) (c protocol.Counts, hist []int64, span int64) {
 		}
 		c.Add(s.counts)
 		for j, n := range s.latency {
-			hist[j] += n
+			hist[j] = protocol.SatAdd(hist[j], n)
 		}
 	}
 	span = recentSeconds
@@ -118,7 +119,8 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
 			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
 			Config: ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
-			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip,
+			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
+			ClockSkewMillis: inst.skewMs,
 		})
 		v.Instances++
 		if inst.stale {
@@ -138,7 +140,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	}
 	counts, hist, span := d.recent.sum(now.Unix())
 	v.Recent = counts
-	v.RequestRate = float64(counts.Admitted+counts.Rejected()) / float64(span)
+	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
 	if recorded := counts.Successes + counts.Failures; recorded > 0 {
 		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
 		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)

@@ -74,13 +74,20 @@ func (c *Collector) healthz(ec echo.Context) error {
 	return ec.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz is 200 once Run has restored live state and the store answers.
+// readyz is 200 {"status": "ready"} once Run has restored live state
+// while the store answers and can commit (store.Writable); else 503 with
+// {"status": ..., "error": why}.
 func (c *Collector) readyz(ec echo.Context) error {
 	if !c.isReady() {
 		return ec.JSON(http.StatusServiceUnavailable, map[string]string{"status": "starting or stopping"})
 	}
-	if _, err := c.store.LastSeq(ec.Request().Context(), "", "", 0); err != nil {
-		return ec.JSON(http.StatusServiceUnavailable, map[string]string{"status": "store unavailable"})
+	ctx := ec.Request().Context()
+	if _, err := c.store.LastSeq(ctx, "", "", 0); err != nil {
+		return ec.JSON(http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+	}
+	if err := c.store.Writable(ctx); err != nil {
+		c.log.Warn("readiness: the store cannot commit", "err", err)
+		return ec.JSON(http.StatusServiceUnavailable, map[string]string{"status": "store cannot commit", "error": err.Error()})
 	}
 	return ec.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -128,6 +128,10 @@ type Collector struct {
 	hub     *hub
 	metrics *metrics
 	cmds    *pendingCommands
+	skews   sync.Map // instKey -> *skewEst
+
+	failMu   sync.Mutex
+	failures map[failKey]int // batches that failed to be stored, by attempts
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -258,7 +262,7 @@ func (c *Collector) shutdown() {
 	c.mu.Lock()
 	c.stopped, c.ready = true, false
 	for s := range c.sessions {
-		s.cancel()
+		s.goingAway("collector stopping")
 	}
 	stop, done := c.applyStop, c.applyDone
 	c.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -35,6 +36,9 @@ var (
 func decode(data []byte) (m message, seq uint64, err error) {
 	if len(data) > protocol.MaxMessageBytes {
 		return m, 0, fmt.Errorf("%w: %d bytes (at most %d)", errMalformed, len(data), protocol.MaxMessageBytes)
+	}
+	if err := checkUTF8(data); err != nil {
+		return m, 0, err
 	}
 	body := bytes.TrimLeft(data, " \t\r\n")
 	switch {
@@ -115,4 +119,34 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// decodeIngest parses the body of POST /api/v1/ingest.
+func decodeIngest(body []byte) (protocol.IngestRequest, error) {
+	var req protocol.IngestRequest
+	if err := checkUTF8(body); err != nil {
+		return req, err
+	}
+	if err := strictUnmarshal(body, &req); err != nil {
+		return req, fmt.Errorf("%w: ingest request: %s", errMalformed, jsonReason(err))
+	}
+	return req, nil
+}
+
+// checkUTF8 refuses a message that is not valid UTF-8: decoding would
+// replace the bad bytes with U+FFFD silently, and two names could become
+// one.
+func checkUTF8(data []byte) error {
+	if utf8.Valid(data) {
+		return nil
+	}
+	off := 0
+	for off < len(data) {
+		r, n := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		off += n
+	}
+	return fmt.Errorf("%w: the message is not valid UTF-8 (first bad byte at offset %d)", errMalformed, off)
 }

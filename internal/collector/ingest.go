@@ -5,29 +5,35 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
+	"strconv"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/labstack/echo/v4"
 )
 
+// retryAfterSeconds is the Retry-After of a 503 answer to an agent.
+const retryAfterSeconds = 5
+
 // handleIngest serves POST /api/v1/ingest: a protocol.IngestRequest (the
 // hello naming the instance and one batch) with the agent token as
-// "Authorization: Bearer". It answers protocol.IngestResponse after the
-// batch is committed (a duplicate is acknowledged without being stored
-// again), with the commands pending for the instance. Errors: 401 bad
-// token, 403 token limited to another service, 400 (ErrInvalid) for a
-// malformed or invalid request (nothing of it is stored), 503 before Run.
+// "Authorization: Bearer". It runs the ingest pipeline (see pipeline.go)
+// and answers protocol.IngestResponse after the batch is committed (a
+// duplicate is acknowledged without being stored again, with the highest
+// seq stored), with the commands pending for the instance. Errors, as
+// {"error": reason}: 401 bad token, 403 token limited to another service,
+// 400 (ErrInvalid) for a malformed or invalid request (nothing of it is
+// stored; the same body is refused again), 503 with Retry-After before Run
+// or when the store cannot commit now (retry the same body).
 func (c *Collector) handleIngest(ec echo.Context) error {
 	r := ec.Request()
 	ctx := r.Context()
 	if !c.isReady() {
-		return echo.NewHTTPError(http.StatusServiceUnavailable, "collector is not ready")
+		return c.ingestRefused(ec, retryLater(nil, "collector is not ready"))
 	}
-	svc, err := c.store.CheckAgentToken(ctx, bearer(r))
-	if err != nil {
-		return fmt.Errorf("agent token: %w", err)
+	svc, rf := c.authorize(ctx, bearer(r))
+	if rf != nil {
+		return c.ingestRefused(ec, rf)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(ec.Response(), r.Body, protocol.MaxMessageBytes))
 	if err != nil {
@@ -37,50 +43,49 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 		}
 		return invalidf("reading the body: %v", err)
 	}
-	var req protocol.IngestRequest
-	if err := strictUnmarshal(body, &req); err != nil {
-		return invalidf("ingest request: %s", jsonReason(err))
+	req, err := decodeIngest(body)
+	if err != nil {
+		return invalidf("%s", err)
 	}
 	h, b := &req.Hello, &req.Batch
-	if err := h.Validate(); err != nil {
-		return fmt.Errorf("%w: hello: %v", cbdash.ErrInvalid, err)
-	}
-	if svc != "" && h.Service != svc {
-		return fmt.Errorf("the agent token is limited to service %q: %w", svc, cbdash.ErrForbidden)
+	if rf := c.admitHello(h, svc, overHTTP); rf != nil {
+		return c.ingestRefused(ec, rf)
 	}
 	now := c.now()
-	if err := b.Validate(h, now.UnixMilli()); err != nil {
-		c.metrics.batches.WithLabelValues("refused").Inc()
-		return fmt.Errorf("%w: batch %d: %v", cbdash.ErrInvalid, b.Seq, err)
-	}
-	if !c.live.sameHello(h) {
-		if err := c.store.SaveHello(ctx, *h, now); err != nil {
-			return fmt.Errorf("record hello: %w", err)
-		}
-		last, err := c.store.LastSeq(ctx, h.Service, h.Instance, h.StartedAt)
-		if err != nil {
-			return fmt.Errorf("last seq: %w", err)
-		}
-		c.live.hello(h, last, nil, now, nil)
+	if rf := c.admitBatch(h, b, now); rf != nil {
+		return c.ingestRefused(ec, refuse(cbdash.ErrInvalid, "batch %d: %s", b.Seq, rf.Reason))
 	}
 	k := instKey{h.Service, h.Instance}
-	c.live.apply(k, b, now)
-	start := time.Now()
+	if !c.live.sameHello(h) {
+		if _, _, rf := c.register(ctx, h, nil, now, nil); rf != nil {
+			return c.ingestRefused(ec, rf)
+		}
+	}
+	cb, skew := c.correctClock(k, b, now)
+	c.toLive(ctx, k, cb, now, skew, overHTTP)
 	c.metrics.queue.Inc()
-	stored, err := c.store.SaveBatch(ctx, h.Service, h.Instance, h.StartedAt, *b, now)
+	stored, rf := c.save(ctx, k, h.StartedAt, cb, 1, now)
 	c.metrics.queue.Dec()
-	if err != nil {
-		c.metrics.batches.WithLabelValues("failed").Inc()
-		return fmt.Errorf("store batch: %w", err)
+	if rf != nil {
+		return c.ingestRefused(ec, rf)
 	}
-	c.afterSave(b, 1, stored, start, h.Instance)
 	resp := protocol.IngestResponse{AckedSeq: b.Seq}
-	cmds, err := c.store.PendingCommands(ctx, h.Service, h.Instance, now)
-	if err != nil {
-		c.log.Error("pending commands", "err", err)
+	if !stored {
+		// A duplicate: acknowledged with the highest seq stored.
+		if last, err := c.store.LastSeq(ctx, h.Service, h.Instance, h.StartedAt); err == nil {
+			resp.AckedSeq = max(last, b.Seq)
+		}
 	}
-	for _, cmd := range cmds {
-		resp.Commands = append(resp.Commands, wireCommand(cmd, now))
-	}
+	resp.Commands = c.pending(ctx, k, now)
 	return ec.JSON(http.StatusOK, resp)
+}
+
+// ingestRefused answers a refusal: its kind's status (a retry-later one is
+// 503 with Retry-After) and its reason.
+func (c *Collector) ingestRefused(ec echo.Context, rf *refusal) error {
+	if !rf.Permanent() {
+		ec.Response().Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		return echo.NewHTTPError(http.StatusServiceUnavailable, rf.Reason)
+	}
+	return fmt.Errorf("%w", rf)
 }

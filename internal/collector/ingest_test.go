@@ -70,7 +70,7 @@ func TestRefusedBatchKeepsTheConnectionAndEarlierData(t *testing.T) {
 	undeclared := batch(3, 10, 0)
 	undeclared.Windows[0].Breaker = "queue"
 	future := batch(4, 10, 0)
-	future.SentAt = time.Now().Add(time.Hour).UnixMilli()
+	future.Windows[0].Start = time.Now().Add(time.Hour).UnixMilli() // ahead of its own sent_at
 	tests := []struct {
 		name   string
 		send   any
@@ -218,8 +218,13 @@ func TestNewerConnectionReplacesOlder(t *testing.T) {
 	old.hello("a1", 1)
 	fresh := dialRaw(t, h, h.token)
 	fresh.hello("a1", 1)
-	if _, _, err := old.next(); err == nil {
-		t.Fatal("the older connection of the same instance is still open")
+	var e protocol.Error
+	old.expect(protocol.TypeError, &e)
+	if !e.Fatal || !e.Retry || !strings.Contains(e.Reason, "replaced by a newer connection") {
+		t.Fatalf("error %+v, want a fatal retry error naming the replacement", e)
+	}
+	if _, _, err := old.next(); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("the older connection: %v, want close 1001", err)
 	}
 	fresh.send(batch(1, 1, 0))
 	fresh.expect(protocol.TypeAck, nil)

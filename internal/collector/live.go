@@ -26,6 +26,7 @@ type instance struct {
 	stale     bool
 	breakers  map[string]*ibreaker
 	sess      *session // connected websocket session, nil when offline
+	skewMs    int64    // the agent's clock minus the collector's (ms), measured from its batches
 }
 
 // ibreaker is one breaker on one instance.
@@ -40,6 +41,7 @@ type ibreaker struct {
 	last           protocol.Window
 	held           *cbdash.Hold
 	lastTrip       *protocol.Transition
+	lastTripAt     time.Time // when lastTrip was received
 }
 
 // dep is one dependency (service + breaker name) across instances.
@@ -79,11 +81,14 @@ type live struct {
 	applies chan applyReq
 }
 
-// applyReq is a validated batch of an instance, received at at.
+// applyReq is a validated batch of an instance, received at at, from an
+// agent whose clock is skew ms ahead of the collector's (negative:
+// behind; see correctClock).
 type applyReq struct {
-	k  instKey
-	b  *protocol.Batch
-	at time.Time
+	k    instKey
+	b    *protocol.Batch
+	at   time.Time
+	skew int64
 }
 
 // applyQueue bounds the batches waiting for applyLoop; readers wait when
@@ -95,9 +100,9 @@ const applyQueue = 4096
 const maxApplyGroup = 64
 
 // enqueue hands a validated batch to applyLoop; false when ctx ended first.
-func (l *live) enqueue(ctx context.Context, k instKey, b *protocol.Batch, at time.Time) bool {
+func (l *live) enqueue(ctx context.Context, r applyReq) bool {
 	select {
-	case l.applies <- applyReq{k, b, at}:
+	case l.applies <- r:
 		return true
 	case <-ctx.Done():
 		return false
@@ -129,11 +134,11 @@ func (l *live) applyLoop(stop <-chan struct{}) {
 func (l *live) applyGroup(r applyReq) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.applyLocked(r.k, r.b, r.at)
+	l.applyLocked(r)
 	for range maxApplyGroup - 1 {
 		select {
 		case r := <-l.applies:
-			l.applyLocked(r.k, r.b, r.at)
+			l.applyLocked(r)
 		default:
 			return
 		}
@@ -287,18 +292,33 @@ func (l *live) disconnect(k instKey, s *session) {
 // most once per instance run: seq must be above the highest applied one.
 // It reports whether the batch was applied.
 func (l *live) apply(k instKey, b *protocol.Batch, at time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.applyLocked(k, b, at)
+	return l.applyNow(applyReq{k: k, b: b, at: at})
 }
 
-func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
+// applyNow is apply with the request's skew.
+func (l *live) applyNow(r applyReq) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.applyLocked(r)
+}
+
+func (l *live) applyLocked(r applyReq) bool {
+	k, b, at := r.k, r.b, r.at
 	inst := l.instances[k]
 	if inst == nil || b.Seq <= inst.liveSeq {
 		return false
 	}
 	inst.liveSeq = b.Seq
 	inst.lastSeen = at
+	if b.SentAt > 0 {
+		inst.skewMs = r.skew
+	}
+	// An agent behind the collector: its reports count in the last minute
+	// by the time they were received (one ahead had its times corrected).
+	var late int64
+	if r.skew < -skewTolerance.Milliseconds() {
+		late = -r.skew
+	}
 	urgent := make(map[*dep]bool)
 	if inst.stale {
 		inst.stale = false
@@ -323,10 +343,10 @@ func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 		}
 		if t.From == protocol.StateClosed && t.To == protocol.StateOpen { // a trip, as store.OpensSince counts
 			ib.dep.opensToday++
-			if ib.lastTrip == nil || t.At >= ib.lastTrip.At {
-				trip := *t
-				ib.lastTrip = &trip
-			}
+			// The last trip is the last received: agents' clocks differ,
+			// the collector's is one.
+			trip := *t
+			ib.lastTrip, ib.lastTripAt = &trip, at
 		}
 		urgent[ib.dep] = true
 		rec := &cbdash.TransitionRecord{Service: k.service, Instance: k.instance, Transition: *t, ReceivedAt: at}
@@ -344,7 +364,7 @@ func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 			ib.held = holdFromWindow(w, ib.held)
 		}
 		ib.last = *w
-		ib.dep.recent.add(w, nowSec)
+		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
 		ib.dep.unpublished = true
 		l.metrics.addCalls(ib.dep.key, &w.Counts)

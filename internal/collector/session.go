@@ -3,8 +3,6 @@ package collector
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -41,13 +39,24 @@ type session struct {
 	// lastQueued is the highest seq queued to the saver (or stored before
 	// the connection); owned by the reading goroutine.
 	lastQueued uint64
+	// lastStored is the highest seq stored (before the connection, or
+	// committed on it); owned by the saver after the handshake.
+	lastStored uint64
 
 	noMerge bool          // set by the handshake: store batch by batch
 	done    chan struct{} // closed when the session has ended
+	// quiet is closed when the session reads and writes nothing more of
+	// the store (its last commit has returned), which may be before its
+	// closing handshake with the agent has ended.
+	quiet     chan struct{}
+	quietOnce sync.Once
 
-	out  chan []byte
-	mu   sync.Mutex
-	dead bool
+	out    chan []byte
+	goAway chan struct{} // signalled by goingAway
+	mu     sync.Mutex
+	dead   bool
+	// closing is the reason of a goingAway in progress, "" when none.
+	closing string
 }
 
 // saveItem is a validated batch to commit, or, in order with them, a
@@ -74,7 +83,7 @@ func (c *Collector) handleAgent(ec echo.Context) error {
 		return nil // Accept has written the response
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	s := &session{c: c, conn: conn, cancel: cancel, out: make(chan []byte, outQueue), done: make(chan struct{})}
+	s := &session{c: c, conn: conn, cancel: cancel, out: make(chan []byte, outQueue), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
 	defer close(s.done)
 	defer cancel()
 	if !c.addSession(s) {
@@ -97,6 +106,7 @@ func bearer(r *http.Request) string {
 
 func (s *session) run(ctx context.Context, token string) {
 	defer s.conn.CloseNow()
+	defer s.markQuiet()
 	if s.conn.Subprotocol() != protocol.Subprotocol {
 		s.conn.Close(websocket.StatusPolicyViolation, "subprotocol "+protocol.Subprotocol+" required")
 		return
@@ -114,53 +124,61 @@ func (s *session) run(ctx context.Context, token string) {
 	if !s.handshake(ctx, token) {
 		return
 	}
-	defer s.c.live.disconnect(s.key, s)
 	s.c.log.Debug("agent connected", "service", s.key.service, "instance", s.key.instance)
 
 	queue := make(chan saveItem, saveQueue)
-	wg.Add(1)
+	saved := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(saved)
 		s.saveLoop(ctx, queue)
 	}()
 	s.readLoop(ctx, queue)
 	close(queue)
+	<-saved
+	// Nothing of this connection is read or written to the store from
+	// here on: a newer connection of the instance may go on (see
+	// handshake), while this one finishes its closing handshake.
+	s.c.live.disconnect(s.key, s)
+	s.markQuiet()
 }
 
-// handshake checks the token and the hello, records the hello and sends the
-// welcome and the commands pending for the instance. On failure it has sent
-// a fatal error and closed the connection.
+// markQuiet closes s.quiet once.
+func (s *session) markQuiet() { s.quietOnce.Do(func() { close(s.quiet) }) }
+
+// handshake runs the pipeline's first steps for a connection (authorize,
+// admitHello, register) and sends the welcome and the commands pending for
+// the instance. On failure it has sent a fatal error and closed the
+// connection.
 func (s *session) handshake(ctx context.Context, token string) bool {
 	c := s.c
-	svc, err := c.store.CheckAgentToken(ctx, token)
-	if err != nil {
-		if errors.Is(err, cbdash.ErrUnauthorized) {
-			s.fatal(ctx, "bad or missing agent token")
-		} else {
-			c.log.Error("check agent token", "err", err)
-			s.fatal(ctx, "collector error checking the token; retry later")
-		}
+	svc, rf := c.authorize(ctx, token)
+	if rf != nil {
+		s.fatal(ctx, rf)
 		return false
 	}
 	s.service = svc
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.HelloTimeout)
-	_, data, err := s.conn.Read(hctx)
+	typ, data, err := s.conn.Read(hctx)
 	cancel()
 	if err != nil {
 		return false
 	}
+	if typ != websocket.MessageText {
+		s.fatal(ctx, refuse(cbdash.ErrInvalid, "%s", binaryReason))
+		return false
+	}
 	m, _, err := decode(data)
 	if err != nil {
-		s.fatal(ctx, err.Error())
+		s.fatal(ctx, invalidInput("", err))
 		return false
 	}
 	if m.Hello == nil {
-		s.fatal(ctx, "the first message must be a hello")
+		s.fatal(ctx, refuse(cbdash.ErrInvalid, "the first message must be a hello"))
 		return false
 	}
 	h := m.Hello
-	if err := s.checkHello(h); err != nil {
-		s.fatal(ctx, err.Error())
+	if rf := c.admitHello(h, s.service, overWebsocket); rf != nil {
+		s.fatal(ctx, rf)
 		return false
 	}
 	// A previous connection of the same instance must be gone, its last
@@ -168,13 +186,13 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	// is final and only this connection writes after it (which is what
 	// makes merging queued batches safe).
 	if prev := c.live.session(instKey{h.Service, h.Instance}); prev != nil {
-		prev.kill("replaced by a newer connection of the same instance")
+		prev.replaced()
 		wait := time.NewTimer(c.cfg.HelloTimeout)
 		select {
-		case <-prev.done:
+		case <-prev.quiet:
 			wait.Stop()
 		case <-wait.C:
-			s.fatal(ctx, "the previous connection of this instance is still closing; retry later")
+			s.fatal(ctx, retryLater(nil, "the previous connection of this instance is still closing"))
 			return false
 		case <-ctx.Done():
 			wait.Stop()
@@ -182,52 +200,31 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		}
 	}
 	now := c.now()
-	if err := c.store.SaveHello(ctx, *h, now); err != nil {
-		c.log.Error("save hello", "err", err)
-		s.fatal(ctx, "collector could not record the hello; retry later")
-		return false
-	}
-	last, err := c.store.LastSeq(ctx, h.Service, h.Instance, h.StartedAt)
-	if err != nil {
-		c.log.Error("last seq", "err", err)
-		s.fatal(ctx, "collector could not read the last sequence number; retry later")
-		return false
-	}
-	s.key, s.startedAt, s.hello, s.lastQueued = instKey{h.Service, h.Instance}, h.StartedAt, h, last
+	s.key, s.startedAt, s.hello = instKey{h.Service, h.Instance}, h.StartedAt, h
 	// The welcome is queued as the instance is registered: a command issued
 	// from then on is sent after it; commands issued before are read below.
-	welcome := func() {
+	last, prev, rf := c.register(ctx, h, s, now, func(last uint64) {
 		s.send(protocol.Welcome{Type: protocol.TypeWelcome, Protocol: protocol.Version, LastSeq: last, ServerTime: now.UnixMilli()})
+	})
+	if rf != nil {
+		s.fatal(ctx, rf)
+		return false
 	}
-	if prev := c.live.hello(h, last, s, now, welcome); prev != nil {
+	s.lastQueued, s.lastStored = last, last
+	if prev != nil {
 		// Another connection of the instance came and went meanwhile: its
 		// commits may overlap ours, so this one stores batch by batch.
-		prev.kill("replaced by a newer connection of the same instance")
+		prev.replaced()
 		s.noMerge = true
 	}
-	cmds, err := c.store.PendingCommands(ctx, h.Service, h.Instance, now)
-	if err != nil {
-		c.log.Error("pending commands", "err", err)
-	}
-	for _, cmd := range cmds {
-		s.send(wireCommand(cmd, now))
+	for _, cmd := range c.pending(ctx, s.key, now) {
+		s.send(cmd)
 	}
 	return true
 }
 
-// checkHello validates a hello and that the token may speak for its service.
-func (s *session) checkHello(h *protocol.Hello) error {
-	if err := h.Validate(); err != nil {
-		return err
-	}
-	if h.StartedAt < 0 {
-		return fmt.Errorf("%w: started_at is negative", protocol.ErrInvalid)
-	}
-	if s.service != "" && h.Service != s.service {
-		return fmt.Errorf("the agent token is limited to service %q, not %q", s.service, h.Service)
-	}
-	return nil
-}
+// binaryReason refuses a binary frame.
+const binaryReason = "binary frames are refused: send every message as one JSON text frame"
 
 // readLoop reads messages until the connection ends, validating batches,
 // applying them to live state and queueing them for the saver. A batch at
@@ -236,35 +233,44 @@ func (s *session) checkHello(h *protocol.Hello) error {
 func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 	c := s.c
 	for {
-		_, data, err := s.conn.Read(ctx)
+		typ, data, err := s.conn.Read(ctx)
 		if err != nil {
 			return
 		}
 		now := c.now()
-		m, seq, err := decode(data)
-		if err == nil && m.Hello != nil {
-			if err := s.rehello(ctx, m.Hello, now); err != nil {
-				s.fatal(ctx, err.Error())
+		var m message
+		var seq uint64
+		var rf *refusal
+		if typ != websocket.MessageText {
+			c.metrics.batches.WithLabelValues("refused").Inc()
+			rf = refuse(cbdash.ErrInvalid, "%s", binaryReason)
+		} else if m, seq, err = decode(data); err != nil {
+			c.metrics.batches.WithLabelValues("refused").Inc()
+			rf = invalidInput("", err)
+		}
+		if rf == nil && m.Hello != nil {
+			if rf := s.rehello(ctx, m.Hello, now); rf != nil {
+				s.fatal(ctx, rf)
 				return
 			}
 			continue
 		}
-		if err == nil {
-			err = m.Batch.Validate(s.hello, now.UnixMilli())
+		if rf == nil {
+			rf = c.admitBatch(s.hello, m.Batch, now)
 		}
 		it := saveItem{seq: seq, at: now}
 		switch {
-		case err != nil:
-			c.metrics.batches.WithLabelValues("refused").Inc()
-			it.reason = err.Error()
+		case rf != nil:
+			it.reason = rf.Reason
 			c.log.Info("batch refused", "service", s.key.service, "instance", s.key.instance, "seq", seq, "reason", it.reason)
 		case seq <= s.lastQueued:
 			c.metrics.batches.WithLabelValues("duplicate").Inc()
 			it.ackOnly = true
 		default:
 			s.lastQueued = seq
-			it.batch = m.Batch
-			if !c.live.enqueue(ctx, s.key, m.Batch, now) {
+			b, skew := c.correctClock(s.key, m.Batch, now)
+			it.batch = b
+			if !c.toLive(ctx, s.key, b, now, skew, overWebsocket) {
 				return
 			}
 			c.metrics.queue.Inc()
@@ -282,18 +288,17 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 
 // rehello accepts a new hello on an open connection when it names the same
 // agent process (for example after it registered another breaker).
-func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time) error {
+func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time) *refusal {
 	if h.Service != s.key.service || h.Instance != s.key.instance || h.StartedAt != s.startedAt {
-		return fmt.Errorf("%w: a hello on an open connection must name the same service, instance and started_at", protocol.ErrInvalid)
+		return refuse(cbdash.ErrInvalid, "%v: a hello on an open connection must name the same service, instance and started_at", protocol.ErrInvalid)
 	}
-	if err := s.checkHello(h); err != nil {
-		return err
+	if rf := s.c.admitHello(h, s.service, overWebsocket); rf != nil {
+		return rf
 	}
-	if err := s.c.store.SaveHello(ctx, *h, now); err != nil {
-		return fmt.Errorf("collector could not record the hello: %w", err)
+	if _, _, rf := s.c.register(ctx, h, s, now, nil); rf != nil {
+		return rf
 	}
 	s.hello = h
-	s.c.live.hello(h, 0, s, now, nil)
 	return nil
 }
 
@@ -336,7 +341,9 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 			s.sendWait(ctx, protocol.Error{Type: protocol.TypeError, Seq: it.seq, Reason: it.reason})
 			continue
 		case it.ackOnly:
-			s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: it.seq})
+			// Every batch before it is stored (or refused) by now: the
+			// ack names the highest stored seq, as a welcome does.
+			s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: max(s.lastStored, it.seq)})
 			continue
 		}
 		group := []*protocol.Batch{it.batch}
@@ -357,19 +364,8 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 				break collect
 			}
 		}
-		b := merge(group)
-		start := time.Now()
-		// Not canceled with the session: SaveBatch then returns only once
-		// the batch is committed or refused, so when the session has ended
-		// none of its writes is still pending (see handshake).
-		stored, err := c.store.SaveBatch(context.WithoutCancel(ctx), s.key.service, s.key.instance, s.startedAt, *b, at)
 		c.metrics.queue.Sub(float64(len(group)))
-		if err != nil {
-			if ctx.Err() == nil {
-				c.metrics.batches.WithLabelValues("failed").Add(float64(len(group)))
-				c.log.Error("save batch", "service", s.key.service, "instance", s.key.instance, "seq", b.Seq, "err", err)
-				s.kill("store error")
-			}
+		if !s.store(ctx, group, at) {
 			for it := range queue { // drain: none of these is acknowledged
 				if it.batch != nil {
 					c.metrics.queue.Dec()
@@ -377,9 +373,46 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 			}
 			return
 		}
-		c.afterSave(b, len(group), stored, start, s.key.instance)
-		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: b.Seq})
 	}
+}
+
+// store commits a group of batches (merged into one) and acknowledges it.
+// A group that fails for one batch's sake is stored batch by batch; a
+// batch refused for good (see Collector.save) is answered with an error
+// naming its seq, and the ones after it go on. On any other failure the
+// agent is told to retry later and the session ends: it reports false.
+func (s *session) store(ctx context.Context, group []*protocol.Batch, at time.Time) bool {
+	c := s.c
+	b := merge(group)
+	// Not canceled with the session: SaveBatch then returns only once the
+	// batch is committed or refused, so when the session has ended none of
+	// its writes is still pending (see handshake).
+	stored, rf := c.save(context.WithoutCancel(ctx), s.key, s.startedAt, b, len(group), at)
+	switch {
+	case rf == nil:
+		_ = stored // a duplicate (stored by another connection) is acknowledged too
+		s.lastStored = max(s.lastStored, b.Seq)
+		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: s.lastStored})
+		return true
+	case ctx.Err() != nil:
+		return false
+	case rf.split:
+		for _, one := range group {
+			if !s.store(ctx, []*protocol.Batch{one}, at) {
+				return false
+			}
+		}
+		return true
+	case rf.giveUp:
+		c.log.Warn("batch refused for good after failing to be stored", "service", s.key.service, "instance", s.key.instance, "seq", b.Seq, "err", rf.Cause)
+		s.sendWait(ctx, protocol.Error{Type: protocol.TypeError, Seq: b.Seq, Reason: rf.Reason})
+		return true
+	}
+	// The agent keeps the batch and resends it on its next connection; the
+	// others queued behind it are not lost either (none is acknowledged).
+	s.fatal(ctx, rf)
+	s.kill("store error")
+	return false
 }
 
 // merge returns the batches as one: everything they carry, in order, under
@@ -408,41 +441,61 @@ func merge(bs []*protocol.Batch) *protocol.Batch {
 	return m
 }
 
-// afterSave counts a committed batch and publishes the commands it
-// answered.
-func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, instance string) {
-	c.metrics.commit.Observe(time.Since(start).Seconds())
-	if !stored {
-		c.metrics.batches.WithLabelValues("duplicate").Add(float64(batches))
-		return
-	}
-	c.metrics.batches.WithLabelValues("stored").Add(float64(batches))
-	c.metrics.windows.Add(float64(len(b.Windows)))
-	c.metrics.transitions.Add(float64(len(b.Transitions)))
-	if b.SentAt > 0 {
-		c.metrics.lag.Observe(max(0, float64(c.now().UnixMilli()-b.SentAt)/1000))
-	}
-	c.metrics.agentDropped(b.Dropped)
-	if len(b.CommandResults) > 0 {
-		c.commandResults(instance, b.CommandResults)
-	}
-}
+// closeGrace bounds how long a session that goes away waits for the
+// agent's answer to its close frame.
+const closeGrace = time.Second
 
 // writeLoop writes queued messages, each with its own timeout, until ctx
-// is done; a failed write ends the session.
+// is done; a failed write ends the session. On goingAway it writes what is
+// queued (the error naming why last), sends a close frame with status 1001
+// and ends the session.
 func (s *session) writeLoop(ctx context.Context) {
+	write := func(data []byte) bool {
+		wctx, cancel := context.WithTimeout(ctx, s.c.cfg.WriteTimeout)
+		err := s.conn.Write(wctx, websocket.MessageText, data)
+		cancel()
+		if err != nil {
+			s.cancel()
+			return false
+		}
+		return true
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case data := <-s.out:
-			wctx, cancel := context.WithTimeout(ctx, s.c.cfg.WriteTimeout)
-			err := s.conn.Write(wctx, websocket.MessageText, data)
-			cancel()
-			if err != nil {
-				s.cancel()
+			if !write(data) {
 				return
 			}
+		case <-s.goAway:
+			for drained := false; !drained; {
+				select {
+				case data := <-s.out:
+					if !write(data) {
+						return
+					}
+				default:
+					drained = true
+				}
+			}
+			s.mu.Lock()
+			reason := s.closing
+			s.mu.Unlock()
+			closed := make(chan struct{})
+			go func() {
+				defer close(closed)
+				_ = s.conn.Close(websocket.StatusGoingAway, truncate(reason, 100))
+			}()
+			t := time.NewTimer(closeGrace)
+			select {
+			case <-closed:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			s.kill(reason)
+			return
 		}
 	}
 }
@@ -477,15 +530,52 @@ func (s *session) sendWait(ctx context.Context, v any) {
 	}
 }
 
-// fatal sends a fatal error directly and closes the connection.
-func (s *session) fatal(ctx context.Context, reason string) {
-	reason = truncate(reason, 500)
-	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true})
-	wctx, cancel := context.WithTimeout(ctx, s.c.cfg.WriteTimeout)
+// fatal sends a fatal error directly and closes the connection: with
+// status 1008 (policy violation) when the refusal is permanent, 1011
+// (internal error) when it is the collector's trouble and the agent should
+// retry later.
+func (s *session) fatal(ctx context.Context, rf *refusal) {
+	reason := truncate(rf.Reason, 500)
+	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: !rf.Permanent()})
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.cfg.WriteTimeout)
 	defer cancel()
-	if s.conn.Write(wctx, websocket.MessageText, data) == nil {
-		s.conn.Close(websocket.StatusPolicyViolation, truncate(reason, 100))
+	code := websocket.StatusPolicyViolation
+	if !rf.Permanent() {
+		code = websocket.StatusInternalError
 	}
+	if s.conn.Write(wctx, websocket.MessageText, data) == nil {
+		s.conn.Close(code, truncate(reason, 100))
+	}
+}
+
+// goingAway ends the session with an error naming why and close status
+// 1001 (going away): the collector is shutting down, or a newer connection
+// of the instance replaced this one. The writer goroutine owns writes, so
+// the error is queued to it; the close follows once it is written (or
+// after WriteTimeout).
+func (s *session) goingAway(reason string) {
+	s.mu.Lock()
+	if s.dead || s.closing != "" {
+		s.mu.Unlock()
+		return
+	}
+	s.closing = reason
+	s.mu.Unlock()
+	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: true})
+	select {
+	case s.out <- data:
+	default:
+	}
+	select {
+	case s.goAway <- struct{}{}:
+	default:
+	}
+}
+
+// replaced ends a session that a newer connection of the same instance
+// replaces.
+func (s *session) replaced() {
+	s.goingAway("replaced by a newer connection of the same instance")
 }
 
 // kill ends the session without blocking the caller.

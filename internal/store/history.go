@@ -154,7 +154,7 @@ func readSpan(ctx context.Context, tx *sql.Tx, src, dst level, dep, from, to int
 			p := &points[n-1]
 			p.Counts.Add(cur.counts)
 			p.Latency = addHist(p.Latency, cur.lat)
-			p.LatencySumMs += cur.latSum
+			p.LatencySumMs = finite(p.LatencySumMs + cur.latSum)
 			p.InFlight = max(p.InFlight, cur.inFlight)
 			p.Open = max(p.Open, int(cur.open))
 			return

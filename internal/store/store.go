@@ -9,14 +9,77 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pressly/goose/v3"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrClosed is returned by writes after Close has been called.
 var ErrClosed = errors.New("store: closed")
+
+// ErrNewerSchema is wrapped by Open's error for a database whose schema is
+// newer than this build's migrations.
+var ErrNewerSchema = errors.New("newer schema")
+
+// checkPath explains the usual reasons a database file cannot be opened
+// for writing before SQLite reports them all as "unable to open database
+// file": a directory, a missing folder, a read-only file system, no
+// permission. Paths SQLite treats specially (":memory:", "file:" URIs)
+// are left to it.
+func checkPath(path string) error {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(path)
+	switch {
+	case err == nil && st.IsDir():
+		return fmt.Errorf("store: %s is a directory, not a database file (give a file path, such as %s)", path, filepath.Join(path, "cbdash.db"))
+	case err != nil && errors.Is(err, fs.ErrNotExist):
+		dst, derr := os.Stat(dir)
+		switch {
+		case derr != nil && errors.Is(derr, fs.ErrNotExist):
+			return fmt.Errorf("store: the folder %s of the database %s does not exist (create it first)", dir, path)
+		case derr == nil && !dst.IsDir():
+			return fmt.Errorf("store: %s is not a folder, so the database %s cannot be created in it", dir, path)
+		}
+	}
+	explain := func(what string, err error) error {
+		switch {
+		case errors.Is(err, syscall.EROFS):
+			return fmt.Errorf("store: %s is on a read-only file system; the database must be writable", what)
+		case errors.Is(err, fs.ErrPermission):
+			return fmt.Errorf("store: no permission to write %s (check its owner and mode)", what)
+		}
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		if e := explain(path, err); e != nil {
+			return e
+		}
+		return nil // SQLite will say what it is
+	}
+	f.Close()
+	// SQLite writes its -wal and -shm files beside the database.
+	probe, err := os.CreateTemp(dir, ".cbdash-probe-*")
+	if err != nil {
+		if e := explain("the folder "+dir, err); e != nil {
+			return e
+		}
+		return nil
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return nil
+}
 
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -115,6 +178,10 @@ type Store struct {
 	rdb  *sql.DB // read-only pool
 	wdb  *sql.DB // the writer's single connection
 	w    *writer
+
+	healthMu  sync.Mutex // Writable's cache
+	healthAt  time.Time
+	healthErr error
 }
 
 // dsn builds a modernc DSN whose PRAGMAs apply to every connection the pool
@@ -141,8 +208,11 @@ func dsn(path string, write bool) string {
 // Open opens (creating if needed) the database at path, migrates it to the
 // latest schema (each migration in its own transaction) and starts the
 // writer goroutine. The ctx bounds the migrations only. Errors: an
-// invalid option (naming the field), or the driver's error
-// wrapped with the step that failed.
+// invalid option (naming the field); a path that is a directory, whose
+// folder does not exist, on a read-only file system or not writable
+// (each its own message, naming the path); a database written by a newer
+// cbdash (naming both schema versions); or the driver's error wrapped
+// with the step that failed.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -156,7 +226,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
 	wdb.SetConnMaxIdleTime(0)
-	if err := migrate(ctx, wdb, opts.Logger); err != nil {
+	if err := checkPath(path); err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	if err := migrate(ctx, wdb, path, opts.Logger); err != nil {
 		wdb.Close()
 		return nil, err
 	}
@@ -181,11 +255,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 // migrate applies the embedded migrations that the database lacks. Out of
 // order application is allowed because several packages own number ranges
 // (see docs: 00001-00009 store, 00010-00019 users, 00020-00029 incidents).
-func migrate(ctx context.Context, db *sql.DB, log *slog.Logger) error {
+func migrate(ctx context.Context, db *sql.DB, path string, log *slog.Logger) error {
 	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrationsFS(),
 		goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true), goose.WithSlog(log))
 	if err != nil {
 		return fmt.Errorf("store: migrations: %w", err)
+	}
+	sources := p.ListSources()
+	known := sources[len(sources)-1].Version
+	if have, err := p.GetDBVersion(ctx); err == nil && have > known {
+		return fmt.Errorf("store: %w: the database %s was written by a newer cbdash: its schema is at version %d, this build knows versions up to %d (run the newer cbdash, or open another database)",
+			ErrNewerSchema, path, have, known)
 	}
 	res, err := p.Up(ctx)
 	if err != nil {
@@ -214,4 +294,26 @@ func migrationsFS() fs.FS {
 		panic(err) // a constant, valid path: cannot happen
 	}
 	return f
+}
+
+// Transient reports whether err, from a write, is the environment's
+// trouble that may pass (a full disk, an I/O error, a read-only file, a
+// busy or locked database, the store closed or a canceled context), as
+// opposed to one the same write will meet again (a constraint, a schema
+// the statement does not fit).
+func Transient(err error) bool {
+	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return true // not the database's word: do not give anything up for it
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_BUSY,
+		sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL,
+		sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_PERM:
+		return true
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -63,12 +64,15 @@ type row struct {
 
 // add merges o into r when both describe the same bucket (reports of
 // different instances, or more reports of the same second): everything sums.
+//
+// Every sum saturates (protocol.SatAdd: a total never wraps to negative)
+// and latency sums stay finite (finite), whatever was stored before.
 func (r *row) add(o *row) {
 	r.counts.Add(o.counts)
-	r.inFlight += o.inFlight
-	r.open += o.open
-	r.reports += o.reports
-	r.latSum += o.latSum
+	r.inFlight = protocol.SatAdd(r.inFlight, o.inFlight)
+	r.open = protocol.SatAdd(r.open, o.open)
+	r.reports = protocol.SatAdd(r.reports, o.reports)
+	r.latSum = finite(r.latSum + o.latSum)
 	r.lat = addHist(r.lat, o.lat)
 }
 
@@ -78,19 +82,33 @@ func (r *row) roll(o *row) {
 	r.counts.Add(o.counts)
 	r.inFlight = max(r.inFlight, o.inFlight)
 	r.open = max(r.open, o.open)
-	r.reports += o.reports
-	r.latSum += o.latSum
+	r.reports = protocol.SatAdd(r.reports, o.reports)
+	r.latSum = finite(r.latSum + o.latSum)
 	r.lat = addHist(r.lat, o.lat)
 }
 
+// addHist adds src to dst bucket by bucket, saturating.
 func addHist(dst, src []int64) []int64 {
 	if len(src) > len(dst) {
 		dst = append(dst, make([]int64, len(src)-len(dst))...)
 	}
 	for i, v := range src {
-		dst[i] += v
+		dst[i] = protocol.SatAdd(dst[i], v)
 	}
 	return dst
+}
+
+// finite keeps a latency sum a number JSON can carry: NaN and -Inf (which
+// validation refuses, but a row stored before it may hold) read 0, +Inf
+// reads math.MaxFloat64.
+func finite(v float64) float64 {
+	switch {
+	case math.IsNaN(v), math.IsInf(v, -1):
+		return 0
+	case math.IsInf(v, 1):
+		return math.MaxFloat64
+	}
+	return v
 }
 
 // fromWindow turns one window report into a second-level row.
@@ -150,6 +168,7 @@ func scanRow(sc interface{ Scan(...any) error }, r *row, lead ...any) error {
 	if err := sc.Scan(dest...); err != nil {
 		return err
 	}
+	r.latSum = finite(r.latSum)
 	h, err := decodeHist(blob)
 	r.lat = h
 	return err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cbdash/cbdash"
 )
@@ -19,6 +20,9 @@ import (
 type op struct {
 	run  func(x *wtx) error
 	done chan error
+	// probe marks Store.Writable's write: its success says nothing of the
+	// writes that failed before it.
+	probe bool
 }
 
 // writer is the single goroutine that owns every write.
@@ -33,6 +37,11 @@ type writer struct {
 
 	// Counters for Stats.
 	txs, ops, failed, dropped atomic.Uint64
+
+	// failing is the error of the last write that failed for the
+	// database's sake (not its input), nil once a later write committed.
+	failMu  sync.Mutex
+	failing error
 
 	// Caches of committed rows, touched only by the writer goroutine and
 	// thrown away whenever a transaction or savepoint is rolled back.
@@ -259,6 +268,16 @@ func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
 		} else {
 			w.ops.Add(1)
 		}
+		switch {
+		case errs[i] != nil && storageError(errs[i]):
+			w.failMu.Lock()
+			w.failing = errs[i]
+			w.failMu.Unlock()
+		case errs[i] == nil && !o.probe:
+			w.failMu.Lock()
+			w.failing = nil
+			w.failMu.Unlock()
+		}
 		if errs[i] != nil && o.done == nil {
 			w.log.Error("store: background write failed", "err", errs[i])
 		}
@@ -368,4 +387,54 @@ func (s *Store) Stats() WriterStats {
 	w := s.w
 	return WriterStats{Queued: len(w.queue), QueueCap: cap(w.queue), Transactions: w.txs.Load(),
 		Ops: w.ops.Load(), FailedOps: w.failed.Load(), Dropped: w.dropped.Load()}
+}
+
+// storageError reports whether err is the database's trouble rather than
+// the input's (a refusal wrapping a cbdash sentinel) or the caller's (its
+// ctx).
+func storageError(err error) bool {
+	for _, e := range []error{cbdash.ErrInvalid, cbdash.ErrNotFound, cbdash.ErrConflict, cbdash.ErrForbidden,
+		cbdash.ErrUnauthorized, context.Canceled, context.DeadlineExceeded, ErrClosed} {
+		if errors.Is(err, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// writableEvery is how long Store.Writable's answer is reused.
+const writableEvery = time.Second
+
+// Writable reports whether the store can commit now: nil, or why not (a
+// read-only file or file system, a full disk, a schema the writes do not
+// fit). It fails while the last write that failed for the database's
+// sake has not been followed by one that committed; otherwise it commits a
+// one-row write through the writer (at most once per second: that answer
+// is reused meanwhile). Errors: that write's or the probe's error,
+// wrapped; ctx's.
+func (s *Store) Writable(ctx context.Context) error {
+	s.w.failMu.Lock()
+	f := s.w.failing
+	s.w.failMu.Unlock()
+	if f != nil {
+		return fmt.Errorf("store: the last write failed: %w", f)
+	}
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if !s.healthAt.IsZero() && time.Since(s.healthAt) < writableEvery {
+		return s.healthErr
+	}
+	err := s.w.do(ctx, &op{probe: true, run: func(x *wtx) error {
+		_, err := x.exec(`INSERT INTO store_health (id, checked_at) VALUES (1, ?)
+			ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at`, s.opts.Now().UnixMilli())
+		return err
+	}})
+	if ctx.Err() != nil {
+		return ctx.Err() // not an answer: not cached
+	}
+	if err != nil {
+		err = fmt.Errorf("store: cannot commit: %w", err)
+	}
+	s.healthAt, s.healthErr = time.Now(), err
+	return err
 }

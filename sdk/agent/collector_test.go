@@ -43,6 +43,9 @@ type collector struct {
 	// afterStore runs after a batch is stored and before it is
 	// acknowledged; returning false cuts the connection instead.
 	afterStore func(protocol.Batch) bool
+	// beforeStore runs before a batch is stored; returning false cuts the
+	// connection without storing it (a store that cannot commit).
+	beforeStore func(protocol.Batch) bool
 	// refuse returns a reason to refuse a batch (Error{Seq}), or "".
 	refuse func(protocol.Batch) string
 }
@@ -238,6 +241,12 @@ func (c *collector) session(ctx context.Context, conn *websocket.Conn) error {
 				return nil
 			}
 			continue
+		}
+		c.mu.Lock()
+		before := c.beforeStore
+		c.mu.Unlock()
+		if before != nil && !before(b) {
+			return nil
 		}
 		c.mu.Lock()
 		if b.Seq > c.lastSeq[key] {

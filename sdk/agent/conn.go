@@ -36,9 +36,15 @@ func (a *Agent) connLoop(ctx context.Context) {
 	backoff := a.cfg.ReconnectMin
 	sessions := 0
 	for ctx.Err() == nil {
-		welcomed, err := a.session(ctx, sessions > 0)
+		welcomed, progressed, err := a.session(ctx, sessions > 0)
 		if welcomed {
 			sessions++
+		}
+		// The backoff starts again only after a session that did its job:
+		// welcomed is not enough when the collector then fails every batch
+		// (a store that cannot commit): that agent backs off as when the
+		// collector is down.
+		if progressed {
 			backoff = a.cfg.ReconnectMin
 		}
 		if ctx.Err() != nil {
@@ -59,8 +65,15 @@ func (a *Agent) connLoop(ctx context.Context) {
 
 // session runs one connection: dial, hello, welcome, then batches out and
 // acks and commands in, until the connection fails or ctx ends. welcomed
-// reports whether the collector accepted the hello.
-func (a *Agent) session(ctx context.Context, reconnect bool) (welcomed bool, err error) {
+// reports whether the collector accepted the hello; progressed that it
+// also acknowledged a batch sent on the connection, or that no batch was
+// waiting for an acknowledgement when the connection ended.
+func (a *Agent) session(ctx context.Context, reconnect bool) (welcomed, progressed bool, err error) {
+	welcomed, err = a.run(ctx, reconnect, &progressed)
+	return welcomed, progressed, err
+}
+
+func (a *Agent) run(ctx context.Context, reconnect bool, progressed *bool) (welcomed bool, err error) {
 	hello, gen := a.hello()
 	conn, welcome, err := a.handshake(ctx, &hello)
 	if err != nil {
@@ -73,6 +86,11 @@ func (a *Agent) session(ctx context.Context, reconnect bool) (welcomed bool, err
 	if ahead := a.out.welcome(welcome.LastSeq); ahead {
 		a.log.Warn("the collector holds batches this agent did not send; skipping ahead", "last_seq", welcome.LastSeq)
 	}
+	acked := a.out.stats().acked
+	defer func() {
+		_, waiting := a.out.unackedSince()
+		*progressed = a.out.stats().acked > acked || !waiting
+	}()
 	a.connected.Store(true)
 	defer a.connected.Store(false)
 	a.log.Info("connected to the collector", "url", a.cfg.URL, "last_seq", welcome.LastSeq)

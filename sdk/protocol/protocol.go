@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // Subprotocol is the websocket subprotocol an agent must offer and the
@@ -36,6 +37,30 @@ const (
 	MaxCommandResults   = 1000  // per batch
 	MaxFutureSkewMillis = 5 * 60 * 1000
 	MaxWindowMillis     = 3600 * 1000 // longest Window.Millis (one hour)
+	// MaxSeq is the largest batch sequence number: the largest integer a
+	// JSON number carries exactly in every language (2^53-1), far below
+	// the 2^63 a store's signed integers hold.
+	MaxSeq = 1<<53 - 1
+	// MaxCount bounds every count of one window report (each counter,
+	// latency bucket, in-flight and headroom count): 2^40, about 1.1e12,
+	// a million million calls in at most an hour. Sums of many reports
+	// then stay far from int64's limit.
+	MaxCount = 1 << 40
+	// MaxLatencySumMillis bounds a window's latency_sum_ms: 1e15 ms, the
+	// time of MaxCount calls of about 15 minutes each.
+	MaxLatencySumMillis = 1e15
+	// MaxStartedAtAheadMillis is how far a hello's started_at may be ahead
+	// of the collector's clock: one day. A clock merely ahead is skew (the
+	// collector copes); beyond a day the value is not a start time.
+	MaxStartedAtAheadMillis = 24 * 3600 * 1000
+	// MaxTextLen bounds free text: reasons, actors, errors, sdk_version.
+	MaxTextLen = 1000
+)
+
+// Window kinds, BreakerConfig.WindowKind.
+const (
+	WindowCount = "count"
+	WindowTime  = "time"
 )
 
 // Message types, the value of the "type" field of every message.
@@ -137,7 +162,7 @@ type Hello struct {
 // Zero values mean what they mean in sdk/breaker.Config.
 type BreakerConfig struct {
 	Name                     string  `json:"name"`
-	WindowKind               string  `json:"window_kind"`         // "count" or "time"
+	WindowKind               string  `json:"window_kind"`         // "count" or "time"; may be "" only when Library is set
 	WindowSize               int     `json:"window_size"`         // calls, for count windows
 	WindowMillis             int64   `json:"window_ms,omitempty"` // for time windows
 	WindowBuckets            int     `json:"window_buckets,omitempty"`
@@ -251,22 +276,36 @@ func (c Counts) Rejected() int64 {
 	return c.RejectedOpen + c.RejectedHalfOpen + c.RejectedForced + c.RejectedBulkhead
 }
 
-// Add adds o to c field by field.
+// Add adds o to c field by field. A sum that would overflow int64 stays
+// at math.MaxInt64 (saturating: a total never wraps to negative).
 func (c *Counts) Add(o Counts) {
-	c.Admitted += o.Admitted
-	c.Successes += o.Successes
-	c.Failures += o.Failures
-	c.Errors += o.Errors
-	c.Timeouts += o.Timeouts
-	c.Panics += o.Panics
-	c.Slow += o.Slow
-	c.Ignored += o.Ignored
-	c.RejectedOpen += o.RejectedOpen
-	c.RejectedHalfOpen += o.RejectedHalfOpen
-	c.RejectedForced += o.RejectedForced
-	c.RejectedBulkhead += o.RejectedBulkhead
-	c.FallbackSuccess += o.FallbackSuccess
-	c.FallbackFailure += o.FallbackFailure
+	c.Admitted = SatAdd(c.Admitted, o.Admitted)
+	c.Successes = SatAdd(c.Successes, o.Successes)
+	c.Failures = SatAdd(c.Failures, o.Failures)
+	c.Errors = SatAdd(c.Errors, o.Errors)
+	c.Timeouts = SatAdd(c.Timeouts, o.Timeouts)
+	c.Panics = SatAdd(c.Panics, o.Panics)
+	c.Slow = SatAdd(c.Slow, o.Slow)
+	c.Ignored = SatAdd(c.Ignored, o.Ignored)
+	c.RejectedOpen = SatAdd(c.RejectedOpen, o.RejectedOpen)
+	c.RejectedHalfOpen = SatAdd(c.RejectedHalfOpen, o.RejectedHalfOpen)
+	c.RejectedForced = SatAdd(c.RejectedForced, o.RejectedForced)
+	c.RejectedBulkhead = SatAdd(c.RejectedBulkhead, o.RejectedBulkhead)
+	c.FallbackSuccess = SatAdd(c.FallbackSuccess, o.FallbackSuccess)
+	c.FallbackFailure = SatAdd(c.FallbackFailure, o.FallbackFailure)
+}
+
+// SatAdd returns a+b, saturated at math.MaxInt64 and math.MinInt64
+// instead of wrapping.
+func SatAdd(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
 }
 
 func (c Counts) validate() error {
@@ -283,6 +322,9 @@ func (c Counts) validate() error {
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("counts.%s is negative (%d)", f.n, f.v)
+		}
+		if f.v > MaxCount {
+			return fmt.Errorf("counts.%s is %d, above the largest count of a window (%d)", f.n, f.v, int64(MaxCount))
 		}
 	}
 	if c.Errors+c.Timeouts+c.Panics != c.Failures {
@@ -350,13 +392,18 @@ type Ack struct {
 
 // Error refuses a message. When Seq is set, the batch with that sequence
 // number was refused and will never be stored; the agent logs Reason, drops
-// that batch and goes on. Fatal errors (bad token, bad hello) close the
-// connection.
+// that batch and goes on. Fatal errors close the connection: without
+// Retry they are permanent (bad token, a token of another service, an
+// invalid hello: reconnecting with the same token and hello is refused
+// again), with Retry the collector's own trouble or a normal close (store
+// error, shutting down, replaced by a newer connection): reconnect with
+// backoff.
 type Error struct {
 	Type   string `json:"type"` // "error"
 	Seq    uint64 `json:"seq,omitempty"`
 	Reason string `json:"reason"`
 	Fatal  bool   `json:"fatal,omitempty"`
+	Retry  bool   `json:"retry,omitempty"`
 }
 
 // Command is an operator command, collector to agent. An agent applies a
@@ -400,6 +447,37 @@ func checkName(field, v string) error {
 	if len(v) > MaxNameLen {
 		return invalid("%s is longer than %d bytes", field, MaxNameLen)
 	}
+	return checkChars(field, v)
+}
+
+// checkText checks optional free text (reasons, errors, actors).
+func checkText(field, v string) error {
+	if len(v) > MaxTextLen {
+		return invalid("%s is longer than %d bytes", field, MaxTextLen)
+	}
+	return checkChars(field, v)
+}
+
+// checkChars refuses what would make a name or a text lie or collide when
+// shown: invalid UTF-8 (and U+FFFD, what a decoder makes of it or of an
+// unpaired surrogate escape, so two names cannot become one), control
+// characters (C0, DEL, C1: NUL and the like) and the bidirectional
+// overrides and isolates U+202A..U+202E and U+2066..U+2069 (which make
+// "pay\u202egnp.exe" display as "payexe.png").
+func checkChars(field, v string) error {
+	if !utf8.ValidString(v) {
+		return invalid("%s is not valid UTF-8", field)
+	}
+	for i, r := range v {
+		switch {
+		case r == utf8.RuneError:
+			return invalid("%s contains U+FFFD at byte %d (invalid UTF-8 or an unpaired surrogate escape)", field, i)
+		case r < 0x20 || (r >= 0x7f && r <= 0x9f):
+			return invalid("%s contains the control character U+%04X at byte %d", field, r, i)
+		case (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
+			return invalid("%s contains the bidirectional control U+%04X at byte %d", field, r, i)
+		}
+	}
 	return nil
 }
 
@@ -421,7 +499,7 @@ func checkTime(field string, v, now int64) error {
 }
 
 // Validate checks a Hello. It returns an error wrapping ErrInvalid that
-// names the bad field.
+// names the bad field. It does not know the time: see ValidateAt.
 func (h *Hello) Validate() error {
 	if h.Protocol != Version {
 		return invalid("protocol %d is not supported (want %d)", h.Protocol, Version)
@@ -435,6 +513,12 @@ func (h *Hello) Validate() error {
 	if err := checkName("instance", h.Instance); err != nil {
 		return err
 	}
+	if err := checkText("sdk_version", h.SDKVersion); err != nil {
+		return err
+	}
+	if h.StartedAt <= 0 {
+		return invalid("started_at is required (Unix ms when the agent started, > 0)")
+	}
 	if len(h.Labels) > MaxLabels {
 		return invalid("more than %d labels", MaxLabels)
 	}
@@ -442,8 +526,14 @@ func (h *Hello) Validate() error {
 		if err := checkName("label key", k); err != nil {
 			return err
 		}
+		if strings.TrimSpace(v) == "" {
+			return invalid("label %q has a blank value", k)
+		}
 		if len(v) > MaxNameLen {
 			return invalid("label %q is longer than %d bytes", k, MaxNameLen)
+		}
+		if err := checkChars(fmt.Sprintf("label %q", k), v); err != nil {
+			return err
 		}
 	}
 	if len(h.Breakers) > MaxBreakersPerHello {
@@ -451,17 +541,15 @@ func (h *Hello) Validate() error {
 	}
 	seen := make(map[string]bool, len(h.Breakers))
 	for i, b := range h.Breakers {
-		if err := checkName(fmt.Sprintf("breakers[%d].name", i), b.Name); err != nil {
+		p := fmt.Sprintf("breakers[%d]", i)
+		if err := checkName(p+".name", b.Name); err != nil {
 			return err
 		}
 		if seen[b.Name] {
 			return invalid("breaker %q is declared twice", b.Name)
 		}
 		seen[b.Name] = true
-		if err := checkPercent(fmt.Sprintf("breakers[%d].failure_rate_threshold", i), b.FailureRateThreshold); err != nil {
-			return err
-		}
-		if err := checkPercent(fmt.Sprintf("breakers[%d].slow_call_rate_threshold", i), b.SlowCallRateThreshold); err != nil {
+		if err := b.validate(p); err != nil {
 			return err
 		}
 		if len(b.Library) > MaxNameLen {
@@ -474,12 +562,63 @@ func (h *Hello) Validate() error {
 	return nil
 }
 
+// ValidateAt is Validate, and checks started_at against the collector's
+// clock now (Unix ms): at most MaxStartedAtAheadMillis ahead.
+func (h *Hello) ValidateAt(now int64) error {
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	if now > 0 && h.StartedAt > now+MaxStartedAtAheadMillis {
+		return invalid("started_at is %d ms ahead of the collector's clock (at most %d)", h.StartedAt-now, MaxStartedAtAheadMillis)
+	}
+	return nil
+}
+
+func (b *BreakerConfig) validate(p string) error {
+	// A breaker of another library (Library set) may have no sliding
+	// window in our sense: its window_kind may be empty, never unknown.
+	if b.WindowKind != WindowCount && b.WindowKind != WindowTime && (b.Library == "" || b.WindowKind != "") {
+		return invalid("%s.window_kind %q is not %q or %q", p, truncate(b.WindowKind, 40), WindowCount, WindowTime)
+	}
+	for _, f := range []struct {
+		n string
+		v int64
+	}{
+		{"window_size", int64(b.WindowSize)}, {"window_ms", b.WindowMillis}, {"window_buckets", int64(b.WindowBuckets)},
+		{"slow_call_duration_ms", b.SlowCallDurationMillis}, {"minimum_calls", int64(b.MinimumCalls)},
+		{"open_duration_ms", b.OpenDurationMillis}, {"open_backoff_max_ms", b.OpenBackoffMaxMillis},
+		{"half_open_max_calls", int64(b.HalfOpenMaxCalls)}, {"half_open_success_threshold", int64(b.HalfOpenSuccessThreshold)},
+		{"call_timeout_ms", b.CallTimeoutMillis}, {"max_concurrent", int64(b.MaxConcurrent)},
+	} {
+		if f.v < 0 {
+			return invalid("%s.%s is negative (%d)", p, f.n, f.v)
+		}
+	}
+	if m := b.OpenBackoffMultiplier; math.IsNaN(m) || math.IsInf(m, 0) || m < 0 {
+		return invalid("%s.open_backoff_multiplier must be a finite number >= 0 (got %v)", p, m)
+	}
+	if err := checkPercent(p+".failure_rate_threshold", b.FailureRateThreshold); err != nil {
+		return err
+	}
+	return checkPercent(p+".slow_call_rate_threshold", b.SlowCallRateThreshold)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
 // Validate checks a Batch against the breakers declared in hello (nil
 // skips that check) at server time now (Unix ms; 0 skips the future check).
 // It returns an error wrapping ErrInvalid that names the bad field.
 func (b *Batch) Validate(hello *Hello, now int64) error {
 	if b.Seq == 0 {
 		return invalid("seq is required (starts at 1)")
+	}
+	if b.Seq > MaxSeq {
+		return invalid("seq %d is above the largest sequence number (%d)", b.Seq, int64(MaxSeq))
 	}
 	if len(b.Transitions) > MaxTransitions {
 		return invalid("%d transitions (at most %d)", len(b.Transitions), MaxTransitions)
@@ -490,8 +629,28 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 	if len(b.CommandResults) > MaxCommandResults {
 		return invalid("%d command results (at most %d)", len(b.CommandResults), MaxCommandResults)
 	}
-	if err := checkTime("sent_at", b.SentAt, now); err != nil {
-		return err
+	if b.SentAt < 0 {
+		return invalid("sent_at is negative")
+	}
+	if now > 0 && b.SentAt > now+MaxStartedAtAheadMillis {
+		return invalid("sent_at is %d ms ahead of the collector's clock (at most %d)", b.SentAt-now, MaxStartedAtAheadMillis)
+	}
+	// The agent's clock may be ahead of the collector's: the batch's times
+	// are judged against its own sent_at then (the collector corrects for
+	// the skew), never refused for the skew alone.
+	ref := now
+	if now > 0 {
+		ref = max(now, b.SentAt)
+	}
+	if d := b.Dropped; d != nil {
+		for _, f := range []struct {
+			n string
+			v int64
+		}{{"windows", d.Windows}, {"merged", d.Merged}, {"batches", d.Batches}, {"transitions", d.Transitions}, {"command_results", d.CommandResults}} {
+			if f.v < 0 {
+				return invalid("dropped.%s is negative (%d)", f.n, f.v)
+			}
+		}
 	}
 	var known map[string]bool
 	if hello != nil {
@@ -509,24 +668,27 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		}
 		return nil
 	}
+	checkCount := func(field string, v int64) error {
+		if v < 0 {
+			return invalid("%s is negative (%d)", field, v)
+		}
+		if v > MaxCount {
+			return invalid("%s is %d, above the largest count of a window (%d)", field, v, int64(MaxCount))
+		}
+		return nil
+	}
 	for i, t := range b.Transitions {
 		p := fmt.Sprintf("transitions[%d]", i)
 		if err := checkBreaker(p+".breaker", t.Breaker); err != nil {
 			return err
 		}
 		if !ValidState(t.From) || !ValidState(t.To) {
-			return invalid("%s: unknown state %q > %q", p, t.From, t.To)
+			return invalid("%s: unknown state %q > %q", p, truncate(t.From, 40), truncate(t.To, 40))
 		}
-		if err := checkTime(p+".at", t.At, now); err != nil {
+		if err := checkTime(p+".at", t.At, ref); err != nil {
 			return err
 		}
-		if t.Cause.Kind == "" {
-			return invalid("%s.cause.kind is required", p)
-		}
-		if err := checkPercent(p+".cause.failure_rate", t.Cause.FailureRate); err != nil {
-			return err
-		}
-		if err := checkPercent(p+".cause.slow_call_rate", t.Cause.SlowCallRate); err != nil {
+		if err := t.Cause.validate(p + ".cause"); err != nil {
 			return err
 		}
 		if t.OpenMillis < 0 {
@@ -539,9 +701,9 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 			return err
 		}
 		if !ValidState(w.State) {
-			return invalid("%s.state %q is unknown", p, w.State)
+			return invalid("%s.state %q is unknown", p, truncate(w.State, 40))
 		}
-		if err := checkTime(p+".start", w.Start, now); err != nil {
+		if err := checkTime(p+".start", w.Start, ref); err != nil {
 			return err
 		}
 		if w.Millis <= 0 || w.Millis > MaxWindowMillis {
@@ -550,23 +712,31 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		if err := w.Counts.validate(); err != nil {
 			return invalid("%s.%v", p, err)
 		}
-		if w.InFlight < 0 {
-			return invalid("%s.in_flight is negative", p)
+		if err := checkCount(p+".in_flight", w.InFlight); err != nil {
+			return err
 		}
 		if len(w.Latency) != 0 && len(w.Latency) != NumLatencyBuckets {
 			return invalid("%s.latency has %d buckets (want %d)", p, len(w.Latency), NumLatencyBuckets)
 		}
 		for j, n := range w.Latency {
-			if n < 0 {
-				return invalid("%s.latency[%d] is negative", p, j)
+			if err := checkCount(fmt.Sprintf("%s.latency[%d]", p, j), n); err != nil {
+				return err
 			}
 		}
-		if math.IsNaN(w.LatencySumMs) || w.LatencySumMs < 0 {
-			return invalid("%s.latency_sum_ms is negative", p)
+		if v := w.LatencySumMs; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxLatencySumMillis {
+			return invalid("%s.latency_sum_ms must be a finite number within 0..%g (got %v)", p, MaxLatencySumMillis, v)
+		}
+		if w.ForcedUntil < 0 {
+			return invalid("%s.forced_until is negative", p)
 		}
 		h := w.Headroom
-		if h.Calls < 0 || h.Failures < 0 || h.Slow < 0 || h.MinimumCalls < 0 {
-			return invalid("%s.headroom has a negative count", p)
+		for _, f := range []struct {
+			n string
+			v int64
+		}{{"calls", h.Calls}, {"failures", h.Failures}, {"slow", h.Slow}, {"minimum_calls", h.MinimumCalls}} {
+			if err := checkCount(p+".headroom."+f.n, f.v); err != nil {
+				return err
+			}
 		}
 		for _, f := range []struct {
 			n string
@@ -579,11 +749,54 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 	}
 	for i, r := range b.CommandResults {
 		p := fmt.Sprintf("command_results[%d]", i)
-		if r.ID == "" {
+		if strings.TrimSpace(r.ID) == "" {
 			return invalid("%s.id is required", p)
 		}
+		if err := checkText(p+".id", r.ID); err != nil {
+			return err
+		}
+		if err := checkText(p+".breaker", r.Breaker); err != nil {
+			return err
+		}
 		if r.State != "" && !ValidState(r.State) {
-			return invalid("%s.state %q is unknown", p, r.State)
+			return invalid("%s.state %q is unknown", p, truncate(r.State, 40))
+		}
+		if err := checkText(p+".error", r.Error); err != nil {
+			return err
+		}
+		if err := checkTime(p+".at", r.At, ref); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cause) validate(p string) error {
+	if strings.TrimSpace(c.Kind) == "" {
+		return invalid("%s.kind is required", p)
+	}
+	for _, f := range []struct{ n, v string }{
+		{"kind", c.Kind}, {"probe_outcome", c.ProbeOutcome}, {"command_id", c.CommandID},
+		{"action", c.Action}, {"reason", c.Reason}, {"actor", c.Actor},
+	} {
+		if err := checkText(p+"."+f.n, f.v); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct {
+		n string
+		v float64
+	}{{"failure_rate", c.FailureRate}, {"slow_call_rate", c.SlowCallRate}, {"threshold", c.Threshold}} {
+		if err := checkPercent(p+"."+f.n, f.v); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct {
+		n string
+		v int64
+	}{{"window_calls", c.WindowCalls}, {"window_failures", c.WindowFailed}, {"window_slow", c.WindowSlow}, {"expires_at", c.ExpiresAt}} {
+		if f.v < 0 {
+			return invalid("%s.%s is negative (%d)", p, f.n, f.v)
 		}
 	}
 	return nil

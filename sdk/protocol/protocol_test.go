@@ -3,6 +3,7 @@ package protocol_test
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -62,6 +63,17 @@ func TestHelloValidate(t *testing.T) {
 		{"refuses a long label value", func(h *protocol.Hello) { h.Labels["team"] = long }, `label "team"`},
 		{"refuses a breaker declared twice", func(h *protocol.Hello) { h.Breakers = append(h.Breakers, h.Breakers[0]) }, "declared twice"},
 		{"refuses a threshold above 100", func(h *protocol.Hello) { h.Breakers[0].FailureRateThreshold = 101 }, "breakers[0].failure_rate_threshold"},
+		{"refuses a blank label value", func(h *protocol.Hello) { h.Labels["team"] = " " }, `label "team" has a blank value`},
+		{"refuses an unknown window kind", func(h *protocol.Hello) { h.Breakers[0].WindowKind = "sliding" }, `breakers[0].window_kind "sliding" is not "count" or "time"`},
+		{"refuses a negative window size", func(h *protocol.Hello) { h.Breakers[0].WindowSize = -5 }, "breakers[0].window_size is negative (-5)"},
+		{"refuses a negative minimum", func(h *protocol.Hello) { h.Breakers[0].MinimumCalls = -1 }, "breakers[0].minimum_calls is negative"},
+		{"refuses a NaN backoff", func(h *protocol.Hello) { h.Breakers[0].OpenBackoffMultiplier = math.NaN() }, "open_backoff_multiplier must be a finite number"},
+		{"refuses a missing started_at", func(h *protocol.Hello) { h.StartedAt = 0 }, "started_at is required"},
+		{"refuses NUL in a breaker name", func(h *protocol.Hello) { h.Breakers[0].Name = "pay\x00ments" }, "breakers[0].name contains the control character U+0000"},
+		{"refuses a bidi override in a breaker name", func(h *protocol.Hello) { h.Breakers[0].Name = "pay\u202egnp.exe" }, "breakers[0].name contains the bidirectional control U+202E"},
+		{"refuses an isolate in a label value", func(h *protocol.Hello) { h.Labels["team"] = "a\u2066b" }, "U+2066"},
+		{"refuses invalid UTF-8 in the instance", func(h *protocol.Hello) { h.Instance = "a\xffb" }, "instance is not valid UTF-8"},
+		{"refuses U+FFFD in the service", func(h *protocol.Hello) { h.Service = "a\ufffdb" }, "service contains U+FFFD"},
 		{"refuses too many breakers", func(h *protocol.Hello) {
 			h.Breakers = make([]protocol.BreakerConfig, protocol.MaxBreakersPerHello+1)
 		}, "breakers (at most"},
@@ -103,7 +115,22 @@ func TestBatchValidate(t *testing.T) {
 	}{
 		{"accepts a complete batch", func(*protocol.Batch) {}, ""},
 		{"refuses seq 0", func(b *protocol.Batch) { b.Seq = 0 }, "seq is required"},
-		{"refuses a time too far in the future", func(b *protocol.Batch) { b.SentAt = now + protocol.MaxFutureSkewMillis + 1 }, "sent_at is"},
+		{"refuses a time too far ahead of sent_at and the server", func(b *protocol.Batch) { b.Windows[0].Start = now + protocol.MaxFutureSkewMillis + 1 }, "windows[0].start is"},
+		{"accepts an agent clock ahead: times judged against its sent_at", func(b *protocol.Batch) {
+			b.SentAt = now + 3_600_000
+			b.Windows[0].Start = now + 3_599_000
+			b.Transitions[0].At = now + 3_599_990
+		}, ""},
+		{"refuses a sent_at more than a day ahead", func(b *protocol.Batch) { b.SentAt = now + protocol.MaxStartedAtAheadMillis + 1 }, "sent_at is"},
+		{"refuses seq above 2^53-1", func(b *protocol.Batch) { b.Seq = 1 << 63 }, "seq 9223372036854775808 is above"},
+		{"refuses a count above MaxCount", func(b *protocol.Batch) { b.Windows[0].Counts.Admitted = 9e18 }, "counts.admitted is 9000000000000000000, above"},
+		{"refuses a huge latency sum", func(b *protocol.Batch) { b.Windows[0].LatencySumMs = 1e308 }, "windows[0].latency_sum_ms must be a finite number"},
+		{"refuses a huge bucket", func(b *protocol.Batch) { b.Windows[0].Latency[2] = 1 << 50 }, "latency[2] is"},
+		{"refuses a huge in_flight", func(b *protocol.Batch) { b.Windows[0].InFlight = 1 << 41 }, "in_flight is"},
+		{"refuses negative dropped counts", func(b *protocol.Batch) { b.Dropped = &protocol.Dropped{Windows: -1} }, "dropped.windows is negative"},
+		{"refuses a bidi override in a cause reason", func(b *protocol.Batch) { b.Transitions[0].Cause.Reason = "pay\u202egnp.exe" }, "cause.reason contains the bidirectional control U+202E"},
+		{"refuses NUL in a command result error", func(b *protocol.Batch) { b.CommandResults[0].Error = "a\x00b" }, "command_results[0].error contains the control character U+0000"},
+		{"refuses a negative window count in a cause", func(b *protocol.Batch) { b.Transitions[0].Cause.WindowCalls = -1 }, "cause.window_calls is negative"},
 		{"refuses an undeclared breaker", func(b *protocol.Batch) { b.Windows[0].Breaker = "ledger" }, "not declared in hello"},
 		{"refuses an unknown state", func(b *protocol.Batch) { b.Transitions[0].To = "ajar" }, "unknown state"},
 		{"refuses a transition without cause", func(b *protocol.Batch) { b.Transitions[0].Cause.Kind = "" }, "cause.kind is required"},
@@ -293,5 +320,21 @@ func TestSettingsRoundTripAndCompare(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"name":"db","settings":{"a":1}}`), &back); err == nil {
 		t.Error("a setting that is not a string was accepted")
+	}
+}
+
+func TestHelloValidateAt(t *testing.T) {
+	h := validHello()
+	h.StartedAt = now + protocol.MaxStartedAtAheadMillis + 1
+	checkErr(t, h.ValidateAt(now), "started_at is 86400001 ms ahead")
+	h.StartedAt = now + 10*60_000 // a clock ten minutes ahead is skew, not a refusal
+	checkErr(t, h.ValidateAt(now), "")
+}
+
+func TestCountsAddSaturates(t *testing.T) {
+	c := protocol.Counts{Admitted: math.MaxInt64 - 1}
+	c.Add(protocol.Counts{Admitted: 9e18})
+	if c.Admitted != math.MaxInt64 {
+		t.Fatalf("admitted %d, want math.MaxInt64", c.Admitted)
 	}
 }
