@@ -189,8 +189,8 @@ type CommandTarget struct {
 type Command struct {
 	ID string `json:"id"`
 	CommandRequest
-	IssuedAt  time.Time       `json:"issued_at"`
-	ExpiresAt time.Time       `json:"expires_at,omitempty"` // forced state ends (zero = none)
+	IssuedAt  time.Time `json:"issued_at"`
+	ExpiresAt time.Time `json:"expires_at,omitempty"` // forced state ends (zero = none)
 	// HoldID names the hold this command applies or releases; "" for a
 	// command of its own (a reset, a release of no hold).
 	HoldID  string          `json:"hold_id,omitempty"`
