@@ -77,6 +77,9 @@ type live struct {
 	// goroutine that applies them: a thousand readers contending for mu
 	// would convoy behind every aggregate computed under it.
 	applies chan applyReq
+	// onWindows, when set, sees the window reports of every applied batch
+	// (under mu; it must not call back into live).
+	onWindows func(k instKey, ws []protocol.Window)
 }
 
 // applyReq is a validated batch of an instance, received at at.
@@ -349,6 +352,9 @@ func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 		ib.dep.unpublished = true
 		l.metrics.addCalls(ib.dep.key, &w.Counts)
 	}
+	if l.onWindows != nil && len(b.Windows) > 0 {
+		l.onWindows(k, b.Windows)
+	}
 	for d := range urgent {
 		l.changedLocked(d)
 		l.urgent[d] = struct{}{}
@@ -410,6 +416,7 @@ func holdFrom(t *protocol.Transition, prev *cbdash.Hold) *cbdash.Hold {
 	h := &cbdash.Hold{
 		CommandID: t.Cause.CommandID, Action: t.Cause.Action, Actor: t.Cause.Actor, Reason: t.Cause.Reason,
 	}
+	h.HoldID, _ = cbdash.HoldOfCommand(h.CommandID)
 	if h.Action == "" {
 		h.Action = actionOf(t.To)
 	}

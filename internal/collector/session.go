@@ -212,6 +212,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	for _, cmd := range cmds {
 		s.send(wireCommand(cmd, now))
 	}
+	c.holds.hello(ctx, s.key)
 	return true
 }
 
@@ -294,6 +295,7 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 	}
 	s.hello = h
 	s.c.live.hello(h, 0, s, now, nil)
+	s.c.holds.hello(ctx, s.key)
 	return nil
 }
 
