@@ -78,8 +78,8 @@ type coverSpan struct {
 }
 
 type statKey struct {
-	holdID string
-	k      instKey
+	holdID  string
+	k       instKey
 	breaker string
 }
 
@@ -314,7 +314,9 @@ func (c *Collector) holdsCovering(k cbdash.DependencyKey) []cbdash.HoldRecord {
 // HoldsCovering returns the live holds that cover breakers of dependency
 // k, the governing one first where several match the same breakers (the
 // most recently created wins).
-func (c *Collector) HoldsCovering(k cbdash.DependencyKey) []cbdash.HoldRecord { return c.holdsCovering(k) }
+func (c *Collector) HoldsCovering(k cbdash.DependencyKey) []cbdash.HoldRecord {
+	return c.holdsCovering(k)
+}
 
 func (m *holdManager) listLocked() []cbdash.HoldRecord {
 	out := make([]cbdash.HoldRecord, 0, len(m.holds))
