@@ -362,3 +362,73 @@ func (c *HoldCounts) AddWindow(w protocol.Window) {
 	c.LatencySumMs += w.LatencySumMs
 	c.Windows++
 }
+
+// HoldReport is the drill report of a hold: what it covered and what the
+// covered breakers and their callers saw while it held.
+type HoldReport struct {
+	Hold HoldRecord `json:"hold"`
+	// Start and End bound the hold; Ongoing is true while it is live
+	// (End is then its planned expiry).
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Ongoing bool      `json:"ongoing"`
+	// Instances has one row per covered instance breaker, sorted.
+	Instances []HoldInstanceReport `json:"instances"`
+	// Total sums Instances.
+	Total HoldPeriod `json:"total"`
+	// Dependencies compares each covered dependency (summed over all its
+	// instances, covered or not) before the hold (a span as long as the
+	// hold, at most an hour, ending at Start) and during it.
+	Dependencies []HoldDependencyReport `json:"dependencies"`
+}
+
+// HoldInstanceReport is one covered instance breaker in a drill report.
+type HoldInstanceReport struct {
+	Service    string     `json:"service"`
+	Instance   string     `json:"instance"`
+	Breaker    string     `json:"breaker"`
+	CoveredAt  time.Time  `json:"covered_at"`
+	JoinedLate bool       `json:"joined_late"`
+	Status     string     `json:"status"` // the breaker's answer (Target*)
+	State      string     `json:"state,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	During     HoldPeriod `json:"during"`
+}
+
+// HoldDependencyReport compares one dependency before and during a hold.
+type HoldDependencyReport struct {
+	DependencyKey
+	Before HoldPeriod `json:"before"`
+	During HoldPeriod `json:"during"`
+}
+
+// HoldPeriod is what breakers counted over a period, with the rates their
+// callers saw.
+type HoldPeriod struct {
+	Counts protocol.Counts `json:"counts"`
+	// Calls is every call made: admitted plus rejected.
+	Calls int64 `json:"calls"`
+	// ErrorRate is the percent of calls that ended in an error for the
+	// caller: failures and rejections, less those a fallback answered
+	// (Failures + Rejected - FallbackSuccess over Calls); 0 without calls.
+	ErrorRate float64 `json:"error_rate"`
+	// P50 and P99 are the latencies of admitted calls (0 when none).
+	P50 time.Duration `json:"p50"`
+	P99 time.Duration `json:"p99"`
+}
+
+// NewHoldPeriod computes the rates of counts and a latency histogram
+// (protocol.LatencyBoundsMillis).
+func NewHoldPeriod(c protocol.Counts, latency []int64) HoldPeriod {
+	p := HoldPeriod{Counts: c, Calls: c.Admitted + c.Rejected()}
+	if p.Calls > 0 {
+		p.ErrorRate = 100 * float64(max(0, c.Failures+c.Rejected()-c.FallbackSuccess)) / float64(p.Calls)
+	}
+	if ms, ok := protocol.QuantileMillis(latency, 0.5); ok {
+		p.P50 = time.Duration(ms * float64(time.Millisecond))
+	}
+	if ms, ok := protocol.QuantileMillis(latency, 0.99); ok {
+		p.P99 = time.Duration(ms * float64(time.Millisecond))
+	}
+	return p
+}

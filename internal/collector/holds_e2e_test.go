@@ -2,8 +2,12 @@ package collector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,6 +259,23 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 				d.RejectedForcedOpen-b.RejectedForcedOpen, d.FallbackSuccesses-b.FallbackSuccesses)
 		}
 	}
+	rep, err := h.col.HoldReport(ctx, hold.ID)
+	if err != nil {
+		t.Fatalf("HoldReport: %v", err)
+	}
+	if tc := rep.Total.Counts; tc.RejectedForced != want.RejectedForced || tc.FallbackSuccess != want.FallbackSuccess ||
+		tc.FallbackFailure != want.FallbackFailure || rep.Ongoing || len(rep.Instances) != 6 {
+		t.Fatalf("report total %+v over %d instances (ongoing %v), want %+v", tc, len(rep.Instances), rep.Ongoing, want)
+	}
+	late := 0
+	for _, in := range rep.Instances {
+		if in.JoinedLate {
+			late++
+		}
+	}
+	if late != 3 { // checkout-new, checkout-1b, checkout-late
+		t.Fatalf("%d instances joined later, want 3: %+v", late, rep.Instances)
+	}
 	for _, m := range fleet { // before the second collector stops (cleanups run in reverse)
 		m.close(t)
 	}
@@ -266,4 +287,167 @@ func sumCounts(cs []cbdash.HoldCounts) protocol.Counts {
 		sum.Add(c.Counts)
 	}
 	return sum
+}
+
+func TestFleetSelectorsCoverWhatTheySayAndShareKeepsItsSideAcrossRestarts(t *testing.T) {
+	clk := clocktest.NewRunning()
+	h := startHarness(t, "", func(c *Config) { c.Now = clk.Now })
+	ctx := context.Background()
+	eu, us := map[string]string{"region": "eu"}, map[string]string{"region": "us"}
+	// ShareBucket: checkout-1 4.07 (in a 50% share), checkout-2 86.18 (out).
+	c1 := startHoldMember(t, h, clk, "checkout", "checkout-1", eu, "inventory", "payments")
+	c2 := startHoldMember(t, h, clk, "checkout", "checkout-2", us, "inventory", "payments")
+	k1 := startHoldMember(t, h, clk, "catalog", "catalog-1", eu, "inventory", "pricing")
+	s1 := startHoldMember(t, h, clk, "search", "search-1", eu, "index")
+	waitFor(t, "four instances", func() bool { return len(h.col.live.holdInstances()) == 4 })
+
+	req := func(sel cbdash.Selector, action string) cbdash.HoldRequest {
+		return cbdash.HoldRequest{Selector: sel, Action: action, TTL: 10 * time.Minute, Reason: "inventory is down", Actor: "ann"}
+	}
+	plan, err := h.col.PlanHold(req(cbdash.Selector{Service: "*", Breaker: "inventory"}, protocol.ActionForceOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(plan.Services) != "[catalog checkout]" || len(plan.Instances) != 3 || plan.Eligible != 3 {
+		t.Fatalf("plan of */inventory = %+v", plan)
+	}
+	fleetHold, err := h.col.CreateHold(ctx, req(cbdash.Selector{Service: "*", Breaker: "inventory"}, protocol.ActionForceOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*holdMember{c1, c2, k1} {
+		forcedWithin(t, m, "inventory", breaker.ForcedOpen, time.Now())
+	}
+	for name, st := range map[string]breaker.State{"payments": c1.state("payments"), "pricing": k1.state("pricing"), "index": s1.state("index")} {
+		if st != breaker.Closed {
+			t.Fatalf("%s is %v: */inventory trips only breakers named inventory", name, st)
+		}
+	}
+
+	// A newer hold narrowed by label takes precedence where it matches.
+	euHold, err := h.col.CreateHold(ctx, req(cbdash.Selector{Service: "*", Breaker: "inventory", Labels: eu}, protocol.ActionForceClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forcedWithin(t, c1, "inventory", breaker.ForcedClosed, time.Now())
+	forcedWithin(t, k1, "inventory", breaker.ForcedClosed, time.Now())
+	if c2.state("inventory") != breaker.ForcedOpen {
+		t.Fatalf("checkout-2 (region us) inventory is %v, want still forced open by %s", c2.state("inventory"), fleetHold.ID)
+	}
+	if hs := h.col.HoldsCovering(cbdash.DependencyKey{Service: "checkout", Breaker: "inventory"}); len(hs) != 2 || hs[0].ID != euHold.ID {
+		t.Fatalf("holds covering checkout/inventory = %v, want the label hold first", hs)
+	}
+	// Its release gives the fleet hold back to the instances it had taken.
+	if _, err := h.col.ReleaseHold(ctx, euHold.ID, "ann", "eu is fine"); err != nil {
+		t.Fatal(err)
+	}
+	forcedWithin(t, c1, "inventory", breaker.ForcedOpen, time.Now())
+	forcedWithin(t, k1, "inventory", breaker.ForcedOpen, time.Now())
+	if _, err := h.col.ReleaseHold(ctx, fleetHold.ID, "ann", "inventory is back"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*holdMember{c1, c2, k1} {
+		forcedWithin(t, m, "inventory", breaker.Closed, time.Now())
+	}
+
+	// A 50% share by hash: checkout-1 is in, checkout-2 out, and each keeps
+	// its side when it restarts under the same id.
+	share, err := h.col.CreateHold(ctx, req(cbdash.Selector{Service: "checkout", Breaker: "payments", Share: 50}, protocol.ActionForceOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forcedWithin(t, c1, "payments", breaker.ForcedOpen, time.Now())
+	if c2.state("payments") != breaker.Closed {
+		t.Fatalf("checkout-2 (bucket %.2f) is %v in a 50%% share", cbdash.ShareBucket("checkout-2"), c2.state("payments"))
+	}
+	c1.close(t)
+	c2.close(t)
+	c1 = startHoldMember(t, h, clk, "checkout", "checkout-1", eu, "inventory", "payments")
+	c2 = startHoldMember(t, h, clk, "checkout", "checkout-2", us, "inventory", "payments")
+	forcedWithin(t, c1, "payments", breaker.ForcedOpen, time.Now())
+	waitFor(t, "checkout-2 back", func() bool { return c2.ag.Stats().Connected })
+	if c2.state("payments") != breaker.Closed {
+		t.Fatalf("restarted checkout-2 is %v, want still outside the share", c2.state("payments"))
+	}
+	got, err := h.col.Hold(ctx, share.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := 0
+	for _, c := range got.Coverage {
+		if c.Instance != "checkout-1" {
+			t.Fatalf("share hold covered %s", c.Instance)
+		}
+		if c.JoinedLate {
+			late++
+		}
+	}
+	if len(got.Coverage) != 2 || late != 1 {
+		t.Fatalf("coverage %+v, want checkout-1 twice (its restart joined late)", got.Coverage)
+	}
+}
+
+func TestHoldAPIRefusesHoldsOverTheMaximumAndShowsTheBlastRadius(t *testing.T) {
+	h := startHarness(t, "", func(c *Config) { c.MaxHold = time.Hour })
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	post := func(path, body string) (int, string) {
+		t.Helper()
+		res, err := http.Post(h.srv.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, path := range []string{"/api/v1/holds", "/api/v1/holds?dry_run=1"} {
+		code, body := post(path, `{"selector":{"service":"api","breaker":"db"},"action":"force_open","ttl":"8760h","reason":"x"}`)
+		if code != http.StatusBadRequest || !strings.Contains(body, "maximum hold duration 1h0m0s") {
+			t.Fatalf("POST %s of a year: %d %s, want 400 naming the limit", path, code, body)
+		}
+	}
+	code, body := post("/api/v1/commands", `{"service":"api","breaker":"db","action":"force_open","ttl":"2h","reason":"x"}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "maximum hold duration 1h0m0s") {
+		t.Fatalf("POST /api/v1/commands of 2h: %d %s, want 400 naming the limit", code, body)
+	}
+	code, body = post("/api/v1/holds?dry_run=1", `{"selector":{"service":"*","breaker":"db"},"action":"force_open","ttl":"10m","reason":"x"}`)
+	var plan cbdash.HoldPlan
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &plan) != nil || len(plan.Instances) != 1 || plan.Instances[0] != "api/a1" {
+		t.Fatalf("dry run: %d %s", code, body)
+	}
+	if hs, _ := h.col.Holds(context.Background(), false, 0); len(hs) != 0 {
+		t.Fatalf("a dry run created %v", hs)
+	}
+	code, body = post("/api/v1/holds", `{"selector":{"service":"*","breaker":"db"},"action":"force_open","ttl":"10m","reason":"drill","actor":"ann"}`)
+	var hold cbdash.HoldRecord
+	if code != http.StatusCreated || json.Unmarshal([]byte(body), &hold) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var wc protocol.Command
+	a.expect(protocol.TypeCommand, &wc)
+	if id, _ := cbdash.HoldOfCommand(wc.ID); id != hold.ID || wc.Action != protocol.ActionForceOpen {
+		t.Fatalf("wire command %+v for hold %s", wc, hold.ID)
+	}
+	if code, body = post("/api/v1/holds/"+hold.ID+"/release", `{}`); code != http.StatusBadRequest || !strings.Contains(body, "reason") {
+		t.Fatalf("release without reason: %d %s", code, body)
+	}
+	if code, body = post("/api/v1/holds/"+hold.ID+"/release", `{"reason":"done","actor":"rita"}`); code != http.StatusOK {
+		t.Fatalf("release: %d %s", code, body)
+	}
+	a.expect(protocol.TypeCommand, &wc)
+	if wc.Action != protocol.ActionRelease || wc.Actor != "rita" {
+		t.Fatalf("release wire command %+v", wc)
+	}
+	res, err := http.Get(h.srv.URL + "/api/v1/holds/" + hold.ID + "/report?format=md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{"# Drill report: force open \\*/db", "released by rita: done", "Instances covered: 1 (0 joined later)", "api/a1"} {
+		if !strings.Contains(string(md), strings.ReplaceAll(want, "\\\\", "\\")) {
+			t.Fatalf("Markdown report lacks %q:\n%s", want, md)
+		}
+	}
 }
