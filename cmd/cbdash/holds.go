@@ -44,8 +44,8 @@ func newHoldCmd(use, action string) *cobra.Command {
 	var o holdOptions
 	words := actionWords(action)
 	cmd := &cobra.Command{
-		Use:   use + " SERVICE/BREAKER|*/BREAKER",
-		Args:  cobra.ExactArgs(1),
+		Use:  use + " SERVICE/BREAKER|*/BREAKER",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel, err := parseSelectorArg(args[0])
 			if err != nil {

@@ -170,7 +170,6 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c.live = newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
 	c.holds = newHoldManager(c)
-	c.live.onWindows = c.holds.observe
 	return c, nil
 }
 

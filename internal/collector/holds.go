@@ -49,8 +49,7 @@ type holdManager struct {
 	applied map[instKey]map[string]appliedHold // by instance, then breaker
 	cmds    map[string]bool                    // command ids known to be in the store
 
-	// statsMu guards cover and stats; it is taken under live.mu (window
-	// reports) and takes nothing else.
+	// statsMu guards cover and stats; it takes nothing else.
 	statsMu sync.Mutex
 	cover   map[coverKey][]coverSpan
 	stats   map[statKey]*cbdash.HoldCounts

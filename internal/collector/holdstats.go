@@ -79,8 +79,9 @@ func (m *holdManager) pruneSpans(now time.Time) {
 
 // observe counts window reports for the holds covering their breakers: a
 // report counts for a hold when its period ends after the hold was sent to
-// the breaker and starts before the hold ended. Called by live state with
-// each applied batch (once per batch, under live.mu).
+// the breaker and starts before the hold ended. Called with each stored
+// batch (after its commit: a resent batch is not stored, nor counted,
+// twice).
 func (m *holdManager) observe(k instKey, ws []protocol.Window) {
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()

@@ -73,7 +73,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 		c.metrics.batches.WithLabelValues("failed").Inc()
 		return fmt.Errorf("store batch: %w", err)
 	}
-	c.afterSave(b, 1, stored, start, h.Instance)
+	c.afterSave(b, 1, stored, start, instKey{h.Service, h.Instance})
 	resp := protocol.IngestResponse{AckedSeq: b.Seq}
 	cmds, err := c.store.PendingCommands(ctx, h.Service, h.Instance, now)
 	if err != nil {

@@ -77,9 +77,6 @@ type live struct {
 	// goroutine that applies them: a thousand readers contending for mu
 	// would convoy behind every aggregate computed under it.
 	applies chan applyReq
-	// onWindows, when set, sees the window reports of every applied batch
-	// (under mu; it must not call back into live).
-	onWindows func(k instKey, ws []protocol.Window)
 }
 
 // applyReq is a validated batch of an instance, received at at.
@@ -351,9 +348,6 @@ func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 		ib.dep.view = nil
 		ib.dep.unpublished = true
 		l.metrics.addCalls(ib.dep.key, &w.Counts)
-	}
-	if l.onWindows != nil && len(b.Windows) > 0 {
-		l.onWindows(k, b.Windows)
 	}
 	for d := range urgent {
 		l.changedLocked(d)

@@ -379,7 +379,7 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 			}
 			return
 		}
-		c.afterSave(b, len(group), stored, start, s.key.instance)
+		c.afterSave(b, len(group), stored, start, s.key)
 		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: b.Seq})
 	}
 }
@@ -410,9 +410,11 @@ func merge(bs []*protocol.Batch) *protocol.Batch {
 	return m
 }
 
-// afterSave counts a committed batch and publishes the commands it
-// answered.
-func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, instance string) {
+// afterSave counts a committed batch (for the holds covering its breakers
+// too: counted once it is stored, so exactly once) and publishes the
+// commands it answered.
+func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, k instKey) {
+	instance := k.instance
 	c.metrics.commit.Observe(time.Since(start).Seconds())
 	if !stored {
 		c.metrics.batches.WithLabelValues("duplicate").Add(float64(batches))
@@ -425,6 +427,9 @@ func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start
 		c.metrics.lag.Observe(max(0, float64(c.now().UnixMilli()-b.SentAt)/1000))
 	}
 	c.metrics.agentDropped(b.Dropped)
+	if len(b.Windows) > 0 {
+		c.holds.observe(k, b.Windows)
+	}
 	if len(b.CommandResults) > 0 {
 		c.commandResults(instance, b.CommandResults)
 	}
