@@ -47,7 +47,8 @@ func (k DependencyKey) String() string { return k.Service + "/" + k.Breaker }
 // state (force_open or force_closed).
 type Hold struct {
 	CommandID string    `json:"command_id"`
-	Action    string    `json:"action"` // protocol.ActionForceOpen or ActionForceClosed
+	HoldID    string    `json:"hold_id,omitempty"` // the stored hold (HoldRecord) the command applied, if any
+	Action    string    `json:"action"`            // protocol.ActionForceOpen or ActionForceClosed
 	Actor     string    `json:"actor"`
 	Reason    string    `json:"reason"`
 	Until     time.Time `json:"until"` // zero = no expiry
@@ -198,9 +199,12 @@ type CommandTarget struct {
 type Command struct {
 	ID string `json:"id"`
 	CommandRequest
-	IssuedAt  time.Time       `json:"issued_at"`
-	ExpiresAt time.Time       `json:"expires_at,omitempty"` // forced state ends (zero = none)
-	Targets   []CommandTarget `json:"targets"`
+	IssuedAt  time.Time `json:"issued_at"`
+	ExpiresAt time.Time `json:"expires_at,omitempty"` // forced state ends (zero = none)
+	// HoldID names the hold this command applies or releases; "" for a
+	// command of its own (a reset, a release of no hold).
+	HoldID  string          `json:"hold_id,omitempty"`
+	Targets []CommandTarget `json:"targets"`
 }
 
 // CommandQuery selects commands, newest first.

@@ -71,7 +71,7 @@ func (e *apiError) Error() string {
 }
 
 // do sends in (if not nil) as JSON and decodes the answer into out (if
-// not nil).
+// not nil; a *[]byte receives the answer undecoded).
 func (c *apiClient) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
@@ -117,6 +117,10 @@ func (c *apiClient) do(ctx context.Context, method, path string, in, out any) er
 		return &apiError{Status: resp.StatusCode, Message: e.Error}
 	}
 	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*[]byte); ok { // not JSON: the answer as is
+		*raw = data
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {

@@ -170,30 +170,43 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 	})
 	t.Run("trip and release reach every instance", func(t *testing.T) {
 		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_TOKEN": d.setup.apiToken}
-		code, out, stderr := cli(t, env, "trip", "checkout/payments", "--for", "1m", "--reason", "demo test")
-		if code != 0 || strings.Count(out, "applied") != 3 || strings.Count(out, "forced_open") != 3 {
+		code, out, stderr := cli(t, env, "trip", "*/payments", "--for", "1m", "--reason", "demo test", "--dry-run")
+		if code != 0 || !strings.Contains(out, "dry run: force open */payments") || !strings.Contains(out, "3 of 3 instance(s)") ||
+			!strings.Contains(out, "nothing was changed") {
+			t.Fatalf("trip --dry-run: exit %d, out %q, err %q", code, out, stderr)
+		}
+		code, _, stderr = cli(t, env, "trip", "checkout/payments", "--for", "25h", "--reason", "demo test")
+		if code != 1 || !strings.Contains(stderr, "maximum hold duration 24h0m0s") {
+			t.Fatalf("trip for 25h: exit %d, err %q; want the limit named", code, stderr)
+		}
+		code, out, stderr = cli(t, env, "trip", "checkout/payments", "--for", "1m", "--reason", "demo test")
+		if code != 0 || strings.Count(out, "applied") != 3 || strings.Count(out, "forced_open") != 3 || !strings.Contains(out, "force open checkout/payments: hold") {
 			t.Fatalf("trip: exit %d, out %q, err %q", code, out, stderr)
+		}
+		code, out, stderr = cli(t, env, "holds")
+		if code != 0 || !strings.Contains(out, "force open") || !strings.Contains(out, "3 applied") {
+			t.Fatalf("holds: exit %d, out %q, err %q", code, out, stderr)
 		}
 		var dep cbdash.Dependency
 		getJSON(t, d.url+"/api/v1/breakers/checkout/payments", &dep)
 		if dep.Held == nil || dep.Held.Reason != "demo test" || dep.Held.Actor != demoOperator {
 			t.Errorf("after trip, held = %+v; want the operator's hold with its reason", dep.Held)
 		}
-		code, out, stderr = cli(t, env, "release", "checkout/payments")
+		code, out, stderr = cli(t, env, "release", "checkout/payments", "--reason", "demo test over")
 		if code != 0 || strings.Count(out, "applied") != 3 {
 			t.Fatalf("release: exit %d, out %q, err %q", code, out, stderr)
 		}
 	})
 	t.Run("unknown breaker is refused", func(t *testing.T) {
 		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_TOKEN": d.setup.apiToken}
-		code, _, stderr := cli(t, env, "reset", "checkout/nosuch")
+		code, _, stderr := cli(t, env, "reset", "checkout/nosuch", "--reason", "x")
 		if code != 1 || !strings.Contains(stderr, "not found") {
 			t.Fatalf("reset of an unknown breaker: exit %d, err %q", code, stderr)
 		}
 	})
 	t.Run("a bad token is refused", func(t *testing.T) {
 		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_TOKEN": "nope"}
-		code, _, stderr := cli(t, env, "reset", "checkout/payments")
+		code, _, stderr := cli(t, env, "reset", "checkout/payments", "--reason", "x")
 		if code != 1 || !strings.Contains(stderr, "--token") {
 			t.Fatalf("reset with a bad token: exit %d, err %q", code, stderr)
 		}

@@ -75,7 +75,7 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, w io.
 	for _, d := range deps {
 		held := "-"
 		if d.Held != nil {
-			held = d.Held.Action + " by " + d.Held.Actor
+			held = actionWords(d.Held.Action) + " by " + d.Held.Actor
 			if !d.Held.Until.IsZero() {
 				held += " until " + d.Held.Until.Local().Format(time.TimeOnly)
 			}
@@ -97,55 +97,56 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, w io.
 
 type commandOptions struct {
 	clientOptions
-	For      time.Duration
 	Reason   string
 	Instance string
 	Share    float64
 	Wait     time.Duration
 }
 
-// newCommandCmd makes one of the operator commands (trip, hold-closed,
-// release, reset): they differ only in the action they send.
+// newCommandCmd makes release and reset, which stay commands (force open
+// and force closed are holds: newHoldCmd). Both require --reason, as the
+// dashboard does. release takes a hold id too.
 func newCommandCmd(use, short, action string) *cobra.Command {
 	var o commandOptions
-	forced := action == actionForceOpen || action == actionForceClosed
+	target := "SERVICE/BREAKER"
+	if action == actionRelease {
+		target = "SERVICE/BREAKER|HOLD-ID"
+	}
 	cmd := &cobra.Command{
-		Use:   use + " SERVICE/BREAKER",
+		Use:   use + " " + target,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			service, breaker, err := parseTarget(args[0])
-			if err != nil {
-				return err
-			}
-			if forced && o.For <= 0 {
-				return usageError{fmt.Errorf("--for must be > 0 (got %v): a hold always has an end", o.For)}
-			}
-			if forced && o.Reason == "" {
-				return usageError{fmt.Errorf("--reason is required for %s: it goes into the audit log", use)}
+			byID := action == actionRelease && holdIDPattern.MatchString(args[0])
+			var service, breaker string
+			if !byID {
+				var err error
+				if service, breaker, err = parseTarget(args[0]); err != nil {
+					return err
+				}
 			}
 			if o.Share < 0 || o.Share > 100 {
 				return usageError{fmt.Errorf("--share must be within 0..100 (got %v)", o.Share)}
+			}
+			if strings.TrimSpace(o.Reason) == "" {
+				return usageError{fmt.Errorf("--reason is required for %s: it goes into the audit log", use)}
 			}
 			c, err := o.client(true)
 			if err != nil {
 				return err
 			}
+			if byID {
+				return releaseHold(cmd.Context(), c, args[0], o.Reason, o.Wait, cmd.OutOrStdout())
+			}
 			req := cbdash.CommandRequest{Service: service, Breaker: breaker, Action: action,
 				Instance: o.Instance, Share: o.Share, Reason: o.Reason}
-			if forced {
-				req.TTL = o.For
-			}
 			return issue(cmd.Context(), c, req, o.Wait, cmd.OutOrStdout())
 		},
 	}
 	o.bind(cmd.Flags())
-	if forced {
-		cmd.Flags().DurationVar(&o.For, "for", 15*time.Minute, "how long the hold lasts before it is released by itself (as on the dashboard)")
-	}
-	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
+	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log (required)")
 	cmd.Flags().StringVar(&o.Instance, "instance", "", "only this instance (default: all live instances)")
-	cmd.Flags().Float64Var(&o.Share, "share", 0, "only this percentage of the live instances (0 or 100 = all)")
+	cmd.Flags().Float64Var(&o.Share, "share", 0, "only this percentage of the live instances, by a stable hash of the instance id (0 or 100 = all)")
 	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "how long to wait for the instances to confirm (0 = do not wait)")
 	return cmd
 }
@@ -168,7 +169,10 @@ func issue(ctx context.Context, c *apiClient, req cbdash.CommandRequest, wait ti
 			return err
 		}
 	}
-	fmt.Fprintf(w, "%s %s/%s: command %s, %d instance(s)\n", cmd.Action, cmd.Service, cmd.Breaker, cmd.ID, len(cmd.Targets))
+	fmt.Fprintf(w, "%s %s/%s: command %s, %d instance(s)\n", actionWords(cmd.Action), cmd.Service, cmd.Breaker, cmd.ID, len(cmd.Targets))
+	if cmd.HoldID != "" {
+		fmt.Fprintf(w, "it ended hold %s (cbdash holds report %s)\n", cmd.HoldID, cmd.HoldID)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	failed := 0
 	for _, t := range cmd.Targets {

@@ -27,6 +27,7 @@ type serveOptions struct {
 	AdminPassword   string        // --admin-password: for the first start only
 	MetricsToken    string        // --metrics-token
 	IncidentQuiet   time.Duration // --incident-quiet
+	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
 
 	// quietIncidents logs only the incident service's warnings and
 	// errors: the demo's looping faults update incidents many times a
@@ -52,6 +53,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.StringVar(&o.AdminPassword, "admin-password", "", "password of the admin account made on the first start (default: random, printed once)")
 	fs.StringVar(&o.MetricsToken, "metrics-token", "", "bearer token required by /metrics (default: none required)")
 	fs.DurationVar(&o.IncidentQuiet, "incident-quiet", quiet, "how long every instance must stay closed before an incident ends")
+	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
 }
 
 // validate checks what the flags alone can tell, naming the flag.
@@ -70,6 +72,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.IncidentQuiet < 0 {
 		return usageError{fmt.Errorf("--incident-quiet must not be negative (got %v)", o.IncidentQuiet)}
+	}
+	if o.MaxHold < 0 {
+		return usageError{fmt.Errorf("--max-hold must not be negative (got %v): every hold ends by itself", o.MaxHold)}
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.LogFormat)}

@@ -61,7 +61,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	reg := prometheus.NewRegistry()
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
-		Registerer: reg, MetricsToken: o.MetricsToken,
+		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold,
 	})
 	if err != nil {
 		return nil, err

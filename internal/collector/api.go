@@ -37,6 +37,7 @@ const ActorKey = "cbdash.actor"
 //	     /breakers/:service/:breaker/history, /transitions, /commands,
 //	     /commands/:id, /events (server-sent events)   auth.Read
 //	POST /api/v1/commands                              auth.Operate
+//	/api/v1/holds...                                   see mountHolds
 //
 // Handlers return errors wrapping cbdash.ErrInvalid, ErrNotFound,
 // ErrUnauthorized or ErrForbidden; e's HTTPErrorHandler maps them to
@@ -57,6 +58,7 @@ func (c *Collector) Mount(e *echo.Echo, auth Auth) {
 	e.POST("/api/v1/commands", c.postCommand, operate)
 	e.GET("/api/v1/commands/:id", c.getCommand, read)
 	e.GET("/api/v1/events", c.streamEvents, read)
+	c.mountHolds(e, read, operate)
 }
 
 func orPass(m echo.MiddlewareFunc) echo.MiddlewareFunc {

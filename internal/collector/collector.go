@@ -59,6 +59,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// HelloTimeout bounds the wait for an agent's hello; 0 = 10 s.
 	HelloTimeout time.Duration
+	// MaxHold is the longest hold (force open or force closed) accepted,
+	// from the API, the CLI and the dashboard alike; 0 =
+	// cbdash.DefaultMaxHold (24 h).
+	MaxHold time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -77,6 +81,7 @@ func (c *Config) setDefaults() {
 	def(&c.CommandDelivery, 10*time.Minute)
 	def(&c.WriteTimeout, 10*time.Second)
 	def(&c.HelloTimeout, 10*time.Second)
+	def(&c.MaxHold, cbdash.DefaultMaxHold)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -110,6 +115,8 @@ func (c *Config) validate() error {
 		return bad("SubscriberBuffer", "is negative")
 	case c.PublishInterval < 0, c.CompactEvery < 0, c.CommandDelivery < 0, c.WriteTimeout < 0, c.HelloTimeout < 0:
 		return bad("PublishInterval/CompactEvery/CommandDelivery/WriteTimeout/HelloTimeout", "is negative")
+	case c.MaxHold < 0:
+		return bad("MaxHold", "is negative")
 	case c.Gatherer == nil:
 		return bad("Gatherer", "is required when Registerer is not a Gatherer")
 	}
@@ -132,6 +139,7 @@ type Collector struct {
 
 	failMu   sync.Mutex
 	failures map[failKey]int // batches that failed to be stored, by attempts
+	holds   *holdManager
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -165,6 +173,7 @@ func New(cfg Config) (*Collector, error) {
 		sessions: make(map[*session]struct{}),
 	}
 	c.live = newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
+	c.holds = newHoldManager(c)
 	return c, nil
 }
 
@@ -172,7 +181,7 @@ func New(cfg Config) (*Collector, error) {
 func (c *Collector) Store() *store.Store { return c.store }
 
 // Run restores live state from the store, then runs the background loops
-// (publishing changed dependencies, the stale sweep, command expiry, store
+// (publishing changed dependencies, the stale sweep, command and hold expiry, store
 // compaction every CompactEvery) until ctx is done. On return every agent
 // connection has been closed and every subscriber dropped. Agents that
 // connect before Run has restored state, or after it returned, are refused
@@ -224,6 +233,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		case <-sweep.C:
 			c.live.sweep()
 			c.expireCommands(ctx)
+			c.holds.sweep(ctx)
 		case <-compact.C:
 			if err := c.store.Compact(ctx, c.now()); err != nil && ctx.Err() == nil {
 				c.log.Error("compact", "err", err)
@@ -253,6 +263,9 @@ func (c *Collector) restore(ctx context.Context) error {
 	for _, cmd := range cmds {
 		c.cmds.track(cmd)
 	}
+	if err := c.holds.restore(ctx); err != nil {
+		return fmt.Errorf("collector: restore holds: %w", err)
+	}
 	return nil
 }
 
@@ -271,6 +284,7 @@ func (c *Collector) shutdown() {
 		close(stop)
 		<-done
 	}
+	c.holds.flushStats(context.Background()) // every window applied is in
 	c.hub.close()
 }
 

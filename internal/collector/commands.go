@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,14 +20,24 @@ import (
 // instances that are connected; the others receive it when they reconnect,
 // unless it expired. Targets: req.Instance names one instance; otherwise
 // req.Share percent of the live instances (0 or 100: every known instance,
-// stale ones included), chosen by a stable hash of the instance name so the
-// same share picks the same instances. A force_* command needs a TTL (the
-// forced state ends then); release and reset may be delivered until their
-// TTL, or Config.CommandDelivery when it is 0. The actor is req.Actor.
+// stale ones included), each instance in or out by the stable hash of its
+// id (cbdash.InShare), so a share stays a share as the fleet changes. The
+// actor is req.Actor.
+//
+// Force open and force closed are holds: Issue creates one (see
+// CreateHold) for the breaker, scoped to req.Instance or req.Share, and
+// returns the command it was sent as to req.Service. Release and reset
+// stay commands: a release of a dependency that live holds cover releases
+// those holds (the release command of the newest is returned), unless one
+// of them spans every service or the release is scoped to part of the
+// instances (then cbdash.ErrConflict names the holds to release by id); a
+// reset of a held dependency is refused with cbdash.ErrConflict, since the
+// hold would be applied again at the next hello. Release and reset may be
+// delivered until their TTL, or Config.CommandDelivery when it is 0.
 //
 // Errors: cbdash.ErrInvalid naming the bad field, cbdash.ErrNotFound for
-// a breaker or instance the collector does not know, or the store's error
-// (then nothing was sent).
+// a breaker or instance the collector does not know, cbdash.ErrConflict
+// as above, or the store's error (then nothing was sent).
 func (c *Collector) Issue(ctx context.Context, req cbdash.CommandRequest) (cbdash.Command, error) {
 	if err := validateRequest(&req); err != nil {
 		return cbdash.Command{}, err
@@ -35,6 +46,19 @@ func (c *Collector) Issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 	targets, err := c.live.targets(k, req.Instance, req.Share)
 	if err != nil {
 		return cbdash.Command{}, err
+	}
+	switch req.Action {
+	case protocol.ActionForceOpen, protocol.ActionForceClosed:
+		return c.issueHold(ctx, req)
+	case protocol.ActionRelease:
+		if cmd, ok, err := c.releaseHolds(ctx, req); ok || err != nil {
+			return cmd, err
+		}
+	case protocol.ActionReset:
+		if hs := c.holdsCovering(k); len(hs) > 0 {
+			return cbdash.Command{}, fmt.Errorf("%w: %s is held by %s; release the hold first, or it is applied again at the next hello",
+				cbdash.ErrConflict, k, holdList(hs))
+		}
 	}
 	now := c.now().UTC()
 	cmd := cbdash.Command{ID: newID(), CommandRequest: req, IssuedAt: now}
@@ -57,6 +81,78 @@ func (c *Collector) Issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 		s.send(wire)
 	}
 	return cmd, nil
+}
+
+// issueHold creates the hold a force command asks for and returns the
+// command it was sent as to req.Service.
+func (c *Collector) issueHold(ctx context.Context, req cbdash.CommandRequest) (cbdash.Command, error) {
+	hr := cbdash.HoldRequest{Selector: cbdash.Selector{Service: req.Service, Breaker: req.Breaker, Share: req.Share},
+		Action: req.Action, TTL: req.TTL, Reason: req.Reason, Actor: req.Actor}
+	if req.Instance != "" {
+		hr.Selector.Instances = []string{req.Instance}
+	}
+	h, err := c.CreateHold(ctx, hr)
+	if err != nil {
+		return cbdash.Command{}, err
+	}
+	return c.holdCommand(ctx, serviceCommandID(h.ID, req.Service), h, req.Service, req.Breaker, req.Action, h.Reason, h.Actor, h.CreatedAt)
+}
+
+// releaseHolds releases the live holds covering req's dependency; ok is
+// false when none does.
+func (c *Collector) releaseHolds(ctx context.Context, req cbdash.CommandRequest) (cbdash.Command, bool, error) {
+	k := cbdash.DependencyKey{Service: req.Service, Breaker: req.Breaker}
+	hs := c.holdsCovering(k)
+	if len(hs) == 0 {
+		return cbdash.Command{}, false, nil
+	}
+	for _, h := range hs {
+		if h.Selector.Service == cbdash.AnyService || req.Instance != "" || (req.Share > 0 && req.Share < 100) {
+			return cbdash.Command{}, true, fmt.Errorf("%w: %s is held by %s; release a hold by its id (cbdash release HOLD-ID)",
+				cbdash.ErrConflict, k, holdList(hs))
+		}
+	}
+	reason := req.Reason
+	if strings.TrimSpace(reason) == "" {
+		reason = "released from " + k.String()
+	}
+	var last cbdash.HoldRecord
+	for _, h := range hs {
+		r, err := c.ReleaseHold(ctx, h.ID, req.Actor, reason)
+		if err != nil {
+			return cbdash.Command{}, true, err
+		}
+		last = r
+	}
+	cmd, err := c.holdCommand(ctx, last.ID+"-r"+serviceHash(req.Service), last, req.Service, req.Breaker,
+		protocol.ActionRelease, last.ReleaseReason, last.ReleasedBy, last.ReleasedAt)
+	return cmd, true, err
+}
+
+// holdCommand returns a hold's command from the audit log, or, when no
+// instance was reached (so none was recorded), the command as it would be.
+func (c *Collector) holdCommand(ctx context.Context, id string, h cbdash.HoldRecord, service, breaker, action, reason, actor string, at time.Time) (cbdash.Command, error) {
+	cmd, err := c.store.Command(ctx, id)
+	if err == nil {
+		return cmd, nil
+	}
+	if !errors.Is(err, cbdash.ErrNotFound) {
+		return cbdash.Command{}, err
+	}
+	cmd = cbdash.Command{ID: id, HoldID: h.ID, IssuedAt: at, Targets: []cbdash.CommandTarget{},
+		CommandRequest: cbdash.CommandRequest{Service: service, Breaker: breaker, Action: action, Reason: reason, Actor: actor}}
+	if action != protocol.ActionRelease {
+		cmd.ExpiresAt, cmd.TTL = h.Until, h.TTL
+	}
+	return cmd, nil
+}
+
+func holdList(hs []cbdash.HoldRecord) string {
+	parts := make([]string, len(hs))
+	for i, h := range hs {
+		parts[i] = "hold " + h.ID + " (" + h.Selector.String() + ")"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func validateRequest(r *cbdash.CommandRequest) error {
@@ -132,15 +228,17 @@ func (l *live) targets(k cbdash.DependencyKey, instance string, share float64) (
 		sort.Strings(names)
 		return names, nil
 	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("no live instance of breaker %s: %w", k, cbdash.ErrNotFound)
+	in := names[:0]
+	for _, n := range names {
+		if cbdash.InShare(n, share) {
+			in = append(in, n)
+		}
 	}
-	h := func(s string) uint64 { f := fnv.New64a(); f.Write([]byte(s)); return f.Sum64() }
-	sort.Slice(names, func(i, j int) bool { return h(names[i]) < h(names[j]) })
-	n := max(1, int(math.Ceil(share/100*float64(len(names)))))
-	names = names[:n]
-	sort.Strings(names)
-	return names, nil
+	if len(in) == 0 {
+		return nil, fmt.Errorf("no live instance of breaker %s falls in a %v%% share: %w", k, share, cbdash.ErrNotFound)
+	}
+	sort.Strings(in)
+	return in, nil
 }
 
 // sessions returns the connected sessions of the named instances.

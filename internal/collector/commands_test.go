@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
 	// after the welcome when it reconnects.
 	b.conn.CloseNow()
 	waitFor(t, "a2 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a2"})) == 0 })
-	only, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Instance: "a2"})
+	only, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,16 +94,25 @@ func TestCommandShareAndValidation(t *testing.T) {
 	for _, inst := range []string{"a1", "a2", "a3", "a4"} {
 		dialRaw(t, h, h.token).hello(inst, 1)
 	}
-	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceClosed, TTL: time.Minute, Share: 50})
+	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceClosed, TTL: time.Minute, Share: 50, Reason: "drill"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cmd.Targets) != 2 {
-		t.Fatalf("a 50%% share of 4 instances targeted %d", len(cmd.Targets))
+	var want []string // each instance is in or out by the hash of its id
+	for _, inst := range []string{"a1", "a2", "a3", "a4"} {
+		if cbdash.InShare(inst, 50) {
+			want = append(want, inst)
+		}
 	}
-	again, _ := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionRelease, Share: 50})
-	if again.Targets[0].Instance != cmd.Targets[0].Instance || again.Targets[1].Instance != cmd.Targets[1].Instance {
-		t.Fatalf("the same share picked other instances: %+v then %+v", cmd.Targets, again.Targets)
+	if got := targetNames(cmd); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("a 50%% share targeted %v, want %v (by hash)", got, want)
+	}
+	again, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Share: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := targetNames(again), targetNames(cmd); strings.Join(a, ",") != strings.Join(b, ",") {
+		t.Fatalf("the same share picked other instances: %v then %v", b, a)
 	}
 	tests := []struct {
 		name string
@@ -110,6 +120,10 @@ func TestCommandShareAndValidation(t *testing.T) {
 		want error
 	}{
 		{"force without ttl", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceOpen}, cbdash.ErrInvalid},
+		{"force without reason", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceOpen, TTL: time.Minute}, cbdash.ErrInvalid},
+		{"force longer than the maximum hold", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceOpen, TTL: 8760 * time.Hour, Reason: "x"}, cbdash.ErrInvalid},
+		{"reset of a held breaker", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset}, cbdash.ErrConflict},
+		{"release of part of a hold", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionRelease, Instance: "a1"}, cbdash.ErrConflict},
 		{"unknown action", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: "explode"}, cbdash.ErrInvalid},
 		{"share above 100", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Share: 150}, cbdash.ErrInvalid},
 		{"instance and share", cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Share: 10, Instance: "a1"}, cbdash.ErrInvalid},
@@ -124,6 +138,14 @@ func TestCommandShareAndValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+func targetNames(cmd cbdash.Command) []string {
+	var out []string
+	for _, t := range cmd.Targets {
+		out = append(out, t.Instance)
+	}
+	return out
 }
 
 func TestUnansweredCommandTargetsExpire(t *testing.T) {

@@ -430,6 +430,7 @@ func holdFrom(t *protocol.Transition, prev *cbdash.Hold) *cbdash.Hold {
 	h := &cbdash.Hold{
 		CommandID: t.Cause.CommandID, Action: t.Cause.Action, Actor: t.Cause.Actor, Reason: t.Cause.Reason,
 	}
+	h.HoldID, _ = cbdash.HoldOfCommand(h.CommandID)
 	if h.Action == "" {
 		h.Action = actionOf(t.To)
 	}

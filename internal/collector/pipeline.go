@@ -200,7 +200,7 @@ func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *pro
 		if n == 1 {
 			c.forgetFailure(failKey{k, startedAt, b.Seq})
 		}
-		c.afterSave(b, n, stored, start, k.instance)
+		c.afterSave(b, n, stored, start, k)
 		return stored, nil
 	}
 	c.metrics.batches.WithLabelValues("failed").Add(float64(n))
@@ -254,9 +254,10 @@ func (c *Collector) pending(ctx context.Context, k instKey, now time.Time) []pro
 	return out
 }
 
-// afterSave counts a committed batch and publishes the commands it
-// answered.
-func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, instance string) {
+// afterSave counts a committed batch (for the holds covering its breakers
+// too: counted once it is stored, so exactly once) and publishes the
+// commands it answered.
+func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, k instKey) {
 	c.metrics.commit.Observe(time.Since(start).Seconds())
 	if !stored {
 		c.metrics.batches.WithLabelValues("duplicate").Add(float64(batches))
@@ -269,8 +270,11 @@ func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start
 		c.metrics.lag.Observe(max(0, float64(c.now().UnixMilli()-b.SentAt)/1000))
 	}
 	c.metrics.agentDropped(b.Dropped)
+	if len(b.Windows) > 0 {
+		c.holds.observe(k, b.Windows)
+	}
 	if len(b.CommandResults) > 0 {
-		c.commandResults(instance, b.CommandResults)
+		c.commandResults(k.instance, b.CommandResults)
 	}
 }
 

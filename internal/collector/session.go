@@ -220,6 +220,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	for _, cmd := range c.pending(ctx, s.key, now) {
 		s.send(cmd)
 	}
+	c.holds.hello(ctx, s.key)
 	return true
 }
 
@@ -299,6 +300,7 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 		return rf
 	}
 	s.hello = h
+	s.c.holds.hello(ctx, s.key)
 	return nil
 }
 

@@ -45,9 +45,9 @@ func (s *Store) CreateCommand(ctx context.Context, c cbdash.Command) error {
 		if n > 0 {
 			return fmt.Errorf("%w: command %q exists", cbdash.ErrConflict, c.ID)
 		}
-		if _, err := x.exec(`INSERT INTO commands (id, service, breaker, action, instance, share, ttl_ms, reason, actor, issued_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, c.Service, c.Breaker, c.Action, c.Instance, c.Share,
-			c.TTL.Milliseconds(), c.Reason, c.Actor, ms(c.IssuedAt), ms(c.ExpiresAt)); err != nil {
+		if _, err := x.exec(`INSERT INTO commands (id, service, breaker, action, instance, share, ttl_ms, reason, actor, issued_at, expires_at, hold_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, c.Service, c.Breaker, c.Action, c.Instance, c.Share,
+			c.TTL.Milliseconds(), c.Reason, c.Actor, ms(c.IssuedAt), ms(c.ExpiresAt), c.HoldID); err != nil {
 			return fmt.Errorf("store: create command: %w", err)
 		}
 		for _, t := range c.Targets {
@@ -103,12 +103,12 @@ func (s *Store) SetCommandTarget(ctx context.Context, commandID string, t cbdash
 	}})
 }
 
-const commandColumns = `id, service, breaker, action, instance, share, ttl_ms, reason, actor, issued_at, expires_at`
+const commandColumns = `id, service, breaker, action, instance, share, ttl_ms, reason, actor, issued_at, expires_at, hold_id`
 
 func scanCommand(sc interface{ Scan(...any) error }) (cbdash.Command, error) {
 	var c cbdash.Command
 	var ttl, issued, expires int64
-	err := sc.Scan(&c.ID, &c.Service, &c.Breaker, &c.Action, &c.Instance, &c.Share, &ttl, &c.Reason, &c.Actor, &issued, &expires)
+	err := sc.Scan(&c.ID, &c.Service, &c.Breaker, &c.Action, &c.Instance, &c.Share, &ttl, &c.Reason, &c.Actor, &issued, &expires, &c.HoldID)
 	c.TTL = time.Duration(ttl) * time.Millisecond
 	c.IssuedAt, c.ExpiresAt = fromMs(issued), fromMs(expires)
 	c.Targets = []cbdash.CommandTarget{}

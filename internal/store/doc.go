@@ -1,7 +1,11 @@
 // Package store is cbdash's SQLite storage (modernc.org/sqlite, WAL): the
 // services, instances and breakers agents declare, their transitions, their
 // window reports at three resolutions, the operator command audit log and
-// the agent tokens.
+// the agent tokens, and holds (operator trips kept as desired state, the
+// instance breakers each covered and what they counted while held).
+//
+// Migrations are numbered by area: 00001-00009 ingest and commands,
+// 00010-00019 users, 00020-00029 incidents and alerts, 00030-00039 holds.
 //
 // # Writes
 //

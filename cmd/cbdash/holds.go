@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/spf13/cobra"
+)
+
+// actionWords is the dashboard's name of an action: one vocabulary.
+func actionWords(a string) string {
+	switch a {
+	case actionForceOpen:
+		return "force open"
+	case actionForceClosed:
+		return "force closed"
+	}
+	return a
+}
+
+type holdOptions struct {
+	clientOptions
+	For       time.Duration
+	Reason    string
+	Labels    map[string]string
+	Instances []string
+	Share     float64
+	DryRun    bool
+	Wait      time.Duration
+}
+
+// newHoldCmd makes trip (force open) and hold-closed (force closed): a
+// hold on every breaker the target and flags select, kept as desired
+// state on the server and applied to instances that start later too.
+func newHoldCmd(use, action string) *cobra.Command {
+	var o holdOptions
+	words := actionWords(action)
+	cmd := &cobra.Command{
+		Use:  use + " SERVICE/BREAKER|*/BREAKER",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel, err := parseSelectorArg(args[0])
+			if err != nil {
+				return err
+			}
+			sel.Labels, sel.Instances, sel.Share = o.Labels, o.Instances, o.Share
+			if o.Share < 0 || o.Share > 100 {
+				return usageError{fmt.Errorf("--share must be within 0..100 (got %v)", o.Share)}
+			}
+			if o.For <= 0 {
+				return usageError{fmt.Errorf("--for must be > 0 (got %v): a hold always has an end", o.For)}
+			}
+			if strings.TrimSpace(o.Reason) == "" {
+				return usageError{fmt.Errorf("--reason is required to %s: it goes into the audit log", words)}
+			}
+			c, err := o.client(!o.DryRun)
+			if err != nil {
+				return err
+			}
+			req := cbdash.HoldRequest{Selector: sel, Action: action, TTL: o.For, Reason: o.Reason}
+			if o.DryRun {
+				return planHold(cmd.Context(), c, req, cmd.OutOrStdout())
+			}
+			return createHold(cmd.Context(), c, req, o.Wait, cmd.OutOrStdout())
+		},
+	}
+	switch action {
+	case actionForceOpen:
+		cmd.Short = "Force open: every call through the selected breakers is rejected, on instances that start later too, until --for ends"
+	default:
+		cmd.Short = "Force closed: every call through the selected breakers passes and they never trip, until --for ends"
+	}
+	o.bind(cmd.Flags())
+	cmd.Flags().DurationVar(&o.For, "for", 15*time.Minute, "how long the hold lasts before it ends by itself (at most the server's --max-hold)")
+	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log (required)")
+	cmd.Flags().StringToStringVar(&o.Labels, "label", nil, "only instances with this label, KEY=VALUE (repeatable: all must match)")
+	cmd.Flags().StringArrayVar(&o.Instances, "instance", nil, "only this instance (repeatable)")
+	cmd.Flags().Float64Var(&o.Share, "share", 0, "only this percent of the instances, chosen by a stable hash of the instance id (0 or 100 = all)")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the blast radius (services, instances, calls per second) and change nothing")
+	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "how long to wait for the instances to answer (0 = do not wait)")
+	return cmd
+}
+
+// parseSelectorArg reads SERVICE/BREAKER or */BREAKER.
+func parseSelectorArg(s string) (cbdash.Selector, error) {
+	sel, err := cbdash.ParseSelector(s)
+	if err != nil {
+		return sel, usageError{fmt.Errorf("bad breaker name %q: want SERVICE/BREAKER (checkout/payments) or */BREAKER (every service's inventory: */inventory)", s)}
+	}
+	return sel, nil
+}
+
+func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Writer) error {
+	var p cbdash.HoldPlan
+	if err := c.do(ctx, "POST", "/api/v1/holds?dry_run=1", req, &p); err != nil {
+		return err
+	}
+	verb := "rejected"
+	if req.Action == actionForceClosed {
+		verb = "let through without judging"
+	}
+	reached := 0.0
+	if p.Eligible > 0 {
+		reached = 100 * float64(len(p.Instances)) / float64(p.Eligible)
+	}
+	fmt.Fprintf(w, "dry run: %s %s for %v would cover %d service(s) %v, %d of %d instance(s) now (%.0f%% reached), about %.1f calls/s %s\n",
+		actionWords(req.Action), req.Selector, req.TTL, len(p.Services), p.Services, len(p.Instances), p.Eligible, reached, p.CallsPerSecond, verb)
+	for _, inst := range p.Instances {
+		fmt.Fprintf(w, "  %s\n", inst)
+	}
+	if len(p.Superseded) > 0 {
+		fmt.Fprintf(w, "it would take precedence (most recent wins) over hold(s) %s where both match\n", strings.Join(p.Superseded, ", "))
+	}
+	fmt.Fprintln(w, "nothing was changed")
+	return nil
+}
+
+func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait time.Duration, w io.Writer) error {
+	var h cbdash.HoldRecord
+	if err := c.do(ctx, "POST", "/api/v1/holds", req, &h); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(wait)
+	for holdPending(h) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := c.do(ctx, "GET", "/api/v1/holds/"+url.PathEscape(h.ID), nil, &h); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "%s %s: hold %s until %s, %d instance(s) now; instances that start later are covered too\n",
+		actionWords(h.Action), h.Selector, h.ID, h.Until.Local().Format(time.TimeOnly), len(h.Coverage))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	failed := 0
+	for _, cv := range h.Coverage {
+		detail := cv.State
+		if cv.Error != "" {
+			detail = cv.Error
+			failed++
+		}
+		fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", cv.Service, cv.Instance, cv.Breaker, cv.Status, detail)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "follow it: cbdash holds; end it: cbdash release %s --reason ...\n", h.ID)
+	if failed > 0 {
+		return fmt.Errorf("%d instance(s) could not apply the hold", failed)
+	}
+	return nil
+}
+
+func holdPending(h cbdash.HoldRecord) bool {
+	for _, c := range h.Coverage {
+		if c.Status == cbdash.TargetPending {
+			return true
+		}
+	}
+	return false
+}
+
+var holdIDPattern = regexp.MustCompile(`^h[0-9a-f]{16}$`)
+
+// releaseHold ends a hold by id and prints each instance's answer to the
+// release.
+func releaseHold(ctx context.Context, c *apiClient, id, reason string, wait time.Duration, w io.Writer) error {
+	var h cbdash.HoldRecord
+	if err := c.do(ctx, "POST", "/api/v1/holds/"+url.PathEscape(id)+"/release", map[string]string{"reason": reason}, &h); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "released hold %s (%s %s), by %s: %s\n", h.ID, actionWords(h.Action), h.Selector, h.ReleasedBy, h.ReleaseReason)
+	var cmds []cbdash.Command
+	deadline := time.Now().Add(wait)
+	for {
+		if err := c.do(ctx, "GET", "/api/v1/commands?limit=200", nil, &cmds); err != nil {
+			return err
+		}
+		busy := false
+		for _, cmd := range cmds {
+			if cmd.HoldID == id && cmd.Action == actionRelease && pending(cmd) {
+				busy = true
+			}
+		}
+		if !busy || !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, cmd := range cmds {
+		if cmd.HoldID != id || cmd.Action != actionRelease {
+			continue
+		}
+		for _, t := range cmd.Targets {
+			detail := t.State
+			if t.Error != "" {
+				detail = t.Error
+			}
+			fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", cmd.Service, t.Instance, cmd.Breaker, t.Status, detail)
+		}
+	}
+	return tw.Flush()
+}
+
+type holdsOptions struct {
+	clientOptions
+	All  bool
+	JSON bool
+}
+
+// newHoldsCmd lists holds and prints drill reports.
+func newHoldsCmd() *cobra.Command {
+	var o holdsOptions
+	cmd := &cobra.Command{
+		Use:   "holds",
+		Short: "List the holds (force open / force closed) in force, with their expiry and coverage",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client(false)
+			if err != nil {
+				return err
+			}
+			path := "/api/v1/holds?live=1"
+			if o.All {
+				path = "/api/v1/holds?limit=100"
+			}
+			var hs []cbdash.HoldRecord
+			if err := c.do(cmd.Context(), "GET", path, nil, &hs); err != nil {
+				return err
+			}
+			if o.JSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(hs)
+			}
+			return printHolds(cmd.OutOrStdout(), hs, time.Now())
+		},
+	}
+	o.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&o.All, "all", false, "also the holds that ended (the newest 100)")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the server's JSON")
+	var ro clientOptions
+	var asJSON bool
+	report := &cobra.Command{
+		Use:   "report HOLD-ID",
+		Short: "Print the drill report of a hold as Markdown (--json: as JSON)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := ro.client(false)
+			if err != nil {
+				return err
+			}
+			path := "/api/v1/holds/" + url.PathEscape(args[0]) + "/report"
+			if !asJSON {
+				path += "?format=md"
+			}
+			var out []byte
+			if err := c.do(cmd.Context(), "GET", path, nil, &out); err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	ro.bind(report.Flags())
+	report.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.AddCommand(report)
+	return cmd
+}
+
+func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOLD\tACTION\tSELECTOR\tBY\tWHY\tUNTIL\tCOVERAGE")
+	for _, h := range hs {
+		until := h.Until.Local().Format(time.TimeOnly)
+		switch {
+		case !h.ReleasedAt.IsZero() && h.ReleasedAt.Before(h.Until):
+			until = "released " + h.ReleasedAt.Local().Format(time.TimeOnly) + " by " + h.ReleasedBy
+		case h.Until.After(now):
+			until += " (in " + h.Until.Sub(now).Round(time.Second).String() + ")"
+		default:
+			until += " (expired)"
+		}
+		counts := map[string]int{}
+		for _, c := range h.Coverage {
+			counts[c.Status]++
+		}
+		cov := fmt.Sprintf("%d instance(s)", len(h.Coverage))
+		for _, st := range []string{cbdash.TargetApplied, cbdash.TargetPending, cbdash.TargetFailed} {
+			if counts[st] > 0 {
+				cov += fmt.Sprintf(", %d %s", counts[st], st)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.ID, actionWords(h.Action), h.Selector, h.Actor, h.Reason, until, cov)
+	}
+	if len(hs) == 0 {
+		fmt.Fprintln(tw, "(no hold in force)\t\t\t\t\t\t")
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,434 @@
+package cbdash
+
+import (
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// AnyService is the Selector.Service that matches every service: "*/inventory"
+// is the breaker named inventory in every service that has one.
+const AnyService = "*"
+
+// DefaultMaxHold is the longest hold a server accepts unless configured
+// otherwise (cbdash serve --max-hold).
+const DefaultMaxHold = 24 * time.Hour
+
+// Selector says which breakers of which instances a hold covers. A breaker
+// is covered when its name is Breaker, its service is Service (or Service
+// is AnyService), and its instance passes every narrowing that is set:
+// it has every label in Labels, it is one of Instances, and it falls in
+// Share by its stable hash (see InShare). The zero value of each narrowing
+// (nil, empty, 0) narrows nothing.
+type Selector struct {
+	Service   string            `json:"service"` // a service name or AnyService
+	Breaker   string            `json:"breaker"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Instances []string          `json:"instances,omitempty"`
+	// Share is a percent of the instances, 0..100 (0 or 100 = all),
+	// chosen by the instance id's hash, so a share stays a share as the
+	// fleet changes and an instance restarted under the same id keeps its
+	// side.
+	Share float64 `json:"share,omitempty"`
+}
+
+// ParseSelector reads "service/breaker" or "*/breaker". Errors wrap
+// ErrInvalid and quote the input.
+func ParseSelector(s string) (Selector, error) {
+	svc, br, ok := strings.Cut(s, "/")
+	if !ok || strings.TrimSpace(svc) == "" || strings.TrimSpace(br) == "" || strings.Contains(br, "/") {
+		return Selector{}, fmt.Errorf("%w: target %q is not SERVICE/BREAKER or */BREAKER", ErrInvalid, s)
+	}
+	return Selector{Service: svc, Breaker: br}, nil
+}
+
+// Validate checks the selector; errors wrap ErrInvalid and name the field.
+func (s Selector) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: selector: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case strings.TrimSpace(s.Service) == "":
+		return bad("service is required (a name or %q for every service)", AnyService)
+	case strings.TrimSpace(s.Breaker) == "":
+		return bad("breaker is required")
+	case len(s.Service) > protocol.MaxNameLen || len(s.Breaker) > protocol.MaxNameLen:
+		return bad("service and breaker are at most %d bytes", protocol.MaxNameLen)
+	case math.IsNaN(s.Share) || s.Share < 0 || s.Share > 100:
+		return bad("share must be within 0..100 (percent)")
+	case len(s.Labels) > protocol.MaxLabels:
+		return bad("at most %d labels", protocol.MaxLabels)
+	case len(s.Instances) > 1000:
+		return bad("at most 1000 instances")
+	}
+	for k := range s.Labels {
+		if strings.TrimSpace(k) == "" {
+			return bad("a label key is empty")
+		}
+	}
+	for _, i := range s.Instances {
+		if strings.TrimSpace(i) == "" {
+			return bad("an instance name is empty")
+		}
+	}
+	return nil
+}
+
+// String writes the selector the way the CLI reads it:
+// "*/inventory region=eu instances=a,b share=50%".
+func (s Selector) String() string {
+	var b strings.Builder
+	b.WriteString(s.Service + "/" + s.Breaker)
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		b.WriteString(" " + k + "=" + s.Labels[k])
+	}
+	if len(s.Instances) > 0 {
+		b.WriteString(" instances=" + strings.Join(s.Instances, ","))
+	}
+	if s.partial() {
+		b.WriteString(" share=" + strconv.FormatFloat(s.Share, 'f', -1, 64) + "%")
+	}
+	return b.String()
+}
+
+func (s Selector) partial() bool { return s.Share > 0 && s.Share < 100 }
+
+// CoversDependency reports whether the selector can cover breakers of k
+// (service and breaker name; instance narrowings aside).
+func (s Selector) CoversDependency(k DependencyKey) bool {
+	return s.Breaker == k.Breaker && (s.Service == AnyService || s.Service == k.Service)
+}
+
+// InstanceRef is what selector matching knows of an instance.
+type InstanceRef struct {
+	Service  string
+	Instance string
+	Labels   map[string]string
+}
+
+// Matches reports whether the selector covers breaker on inst.
+func (s Selector) Matches(inst InstanceRef, breaker string) bool {
+	if !s.CoversDependency(DependencyKey{Service: inst.Service, Breaker: breaker}) {
+		return false
+	}
+	for k, v := range s.Labels {
+		if got, ok := inst.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	if len(s.Instances) > 0 && !slices.Contains(s.Instances, inst.Instance) {
+		return false
+	}
+	return !s.partial() || InShare(inst.Instance, s.Share)
+}
+
+// ShareBucket places an instance id on a scale of 0 (inclusive) to 100
+// (exclusive) by a stable hash (FNV-1a, 64 bit) of the id alone: the same
+// id always gets the same bucket, whatever the rest of the fleet is.
+func ShareBucket(instance string) float64 {
+	h := fnv.New64a()
+	h.Write([]byte(instance))
+	return float64(h.Sum64()%10000) / 100
+}
+
+// InShare reports whether instance falls within share percent (0 or 100 =
+// every instance): its ShareBucket is below share.
+func InShare(instance string, share float64) bool {
+	if share <= 0 || share >= 100 {
+		return true
+	}
+	return ShareBucket(instance) < share
+}
+
+// HoldRequest is what an operator asks for when holding breakers in a
+// forced state.
+type HoldRequest struct {
+	Selector Selector `json:"selector"`
+	// Action is protocol.ActionForceOpen or protocol.ActionForceClosed.
+	Action string `json:"action"`
+	// TTL is how long the hold lasts, > 0 and at most the server's
+	// maximum hold duration.
+	TTL    time.Duration `json:"ttl"`
+	Reason string        `json:"reason"`
+	Actor  string        `json:"actor"`
+}
+
+// Validate checks the request against maxHold (0 = DefaultMaxHold); errors
+// wrap ErrInvalid and name the field (and the limit).
+func (r HoldRequest) Validate(maxHold time.Duration) error {
+	if maxHold <= 0 {
+		maxHold = DefaultMaxHold
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if err := r.Selector.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case r.Action != protocol.ActionForceOpen && r.Action != protocol.ActionForceClosed:
+		return bad("action %q is not force_open or force_closed", truncate(r.Action, 40))
+	case r.TTL <= 0:
+		return bad("ttl is required: a hold always ends by itself")
+	case r.TTL > maxHold:
+		return bad("ttl %v is longer than the maximum hold duration %v (--max-hold)", r.TTL, maxHold)
+	case strings.TrimSpace(r.Reason) == "":
+		return bad("reason is required: it goes into the audit log")
+	case len(r.Reason) > 1000:
+		return bad("reason is longer than 1000 bytes")
+	case len(r.Actor) > protocol.MaxNameLen:
+		return bad("actor is longer than %d bytes", protocol.MaxNameLen)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// HoldRecord is a stored hold: desired state that the collector applies to
+// every instance it covers, including instances that say hello later,
+// until Until or until it is released.
+type HoldRecord struct {
+	ID string `json:"id"`
+	HoldRequest
+	CreatedAt time.Time `json:"created_at"`
+	Until     time.Time `json:"until"`
+	// Released* are set when an operator ended the hold before Until.
+	ReleasedAt    time.Time `json:"released_at,omitzero"`
+	ReleasedBy    string    `json:"released_by,omitempty"`
+	ReleaseReason string    `json:"release_reason,omitempty"`
+	// Coverage lists every instance breaker the hold was applied to, with
+	// the breaker's answer; filled by the store's Hold and Holds.
+	Coverage []HoldCoverage `json:"coverage"`
+}
+
+// LiveAt reports whether the hold is in force at t: created, not
+// released, not expired.
+func (h HoldRecord) LiveAt(t time.Time) bool {
+	return !t.Before(h.CreatedAt) && t.Before(h.Until) && (h.ReleasedAt.IsZero() || t.Before(h.ReleasedAt))
+}
+
+// End is when the hold ended or will end: its release or its expiry.
+func (h HoldRecord) End() time.Time {
+	if !h.ReleasedAt.IsZero() && h.ReleasedAt.Before(h.Until) {
+		return h.ReleasedAt
+	}
+	return h.Until
+}
+
+// Superseded reports whether other takes precedence over h where both
+// match one breaker: the most recently created hold wins (ties: the
+// greater ID). This is the one precedence rule; see Governing.
+func (h HoldRecord) Superseded(other HoldRecord) bool {
+	if !other.CreatedAt.Equal(h.CreatedAt) {
+		return other.CreatedAt.After(h.CreatedAt)
+	}
+	return other.ID > h.ID
+}
+
+// Governing returns the hold that decides the state of breaker on inst at
+// t among holds: of those live at t whose selector matches, the most
+// recently created (HoldRecord.Superseded). ok is false when none does:
+// the breaker runs on its own.
+func Governing(holds []HoldRecord, inst InstanceRef, breaker string, t time.Time) (h HoldRecord, ok bool) {
+	for _, c := range holds {
+		if !c.LiveAt(t) || !c.Selector.Matches(inst, breaker) {
+			continue
+		}
+		if !ok || h.Superseded(c) {
+			h, ok = c, true
+		}
+	}
+	return h, ok
+}
+
+// HoldCoverage is one instance breaker a hold was applied to.
+type HoldCoverage struct {
+	Service  string `json:"service"`
+	Instance string `json:"instance"`
+	Breaker  string `json:"breaker"`
+	// StartedAt is the agent process's start (Unix ms, from its hello):
+	// an instance restarted under the same id is covered again.
+	StartedAt int64 `json:"started_at"`
+	// CommandID is the command the hold was sent as.
+	CommandID string `json:"command_id"`
+	// CoveredAt is when the collector sent the hold to the instance.
+	CoveredAt time.Time `json:"covered_at"`
+	// JoinedLate is true when the instance said hello after the hold was
+	// created (a new instance, or a restart).
+	JoinedLate bool `json:"joined_late"`
+	// Status, State, Error and AnsweredAt are the breaker's answer
+	// (TargetPending until it comes).
+	Status     string    `json:"status"`
+	State      string    `json:"state,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	AnsweredAt time.Time `json:"answered_at,omitzero"`
+}
+
+// HoldQuery selects holds, newest first.
+type HoldQuery struct {
+	// LiveAt, when set, keeps the holds live at that time.
+	LiveAt time.Time
+	Limit  int // 0 = 200
+}
+
+// HoldOfCommand returns the hold a command was sent for, from the command
+// id the collector gave it ("<hold id>-<suffix>"); ok is false for a
+// command that is not a hold's.
+func HoldOfCommand(commandID string) (holdID string, ok bool) {
+	if !strings.HasPrefix(commandID, "h") {
+		return "", false
+	}
+	id, _, ok := strings.Cut(commandID, "-")
+	if !ok || len(id) < 2 {
+		return "", false
+	}
+	return id, true
+}
+
+// HoldPlan is the blast radius of a hold: what it would cover now.
+type HoldPlan struct {
+	Selector Selector `json:"selector"`
+	Action   string   `json:"action"`
+	// Services that have a matching breaker on a live instance, sorted.
+	Services []string `json:"services"`
+	// Instances matching now, by "service/instance", sorted.
+	Instances []string `json:"instances"`
+	// Eligible counts the live instances with the breaker before the
+	// share and instance narrowings: Instances/Eligible is the share
+	// actually reached.
+	Eligible int `json:"eligible"`
+	// CallsPerSecond is the calls per second the matching breakers
+	// passed or rejected in their last report: what force open rejects.
+	CallsPerSecond float64 `json:"calls_per_second"`
+	// Superseded lists the live holds this one would take precedence
+	// over on at least one matching breaker.
+	Superseded []string `json:"superseded,omitempty"`
+}
+
+// SortCoverage orders coverage by service, instance, breaker, then start.
+func SortCoverage(cs []HoldCoverage) {
+	sort.Slice(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if a.Service != b.Service {
+			return a.Service < b.Service
+		}
+		if a.Instance != b.Instance {
+			return a.Instance < b.Instance
+		}
+		if a.Breaker != b.Breaker {
+			return a.Breaker < b.Breaker
+		}
+		return a.StartedAt < b.StartedAt
+	})
+}
+
+// HoldCounts is what one breaker of one instance counted while a hold
+// covered it: the sum of its window reports from the moment the hold was
+// sent to it until the hold ended.
+type HoldCounts struct {
+	Service      string          `json:"service"`
+	Instance     string          `json:"instance"`
+	Breaker      string          `json:"breaker"`
+	Counts       protocol.Counts `json:"counts"`
+	Latency      []int64         `json:"latency,omitempty"` // histogram, protocol.LatencyBoundsMillis
+	LatencySumMs float64         `json:"latency_sum_ms"`
+	Windows      int64           `json:"windows"` // window reports summed
+}
+
+// AddWindow adds one window report to c.
+func (c *HoldCounts) AddWindow(w protocol.Window) {
+	c.Counts.Add(w.Counts)
+	if len(w.Latency) > 0 {
+		if len(c.Latency) < len(w.Latency) {
+			c.Latency = append(c.Latency, make([]int64, len(w.Latency)-len(c.Latency))...)
+		}
+		for i, n := range w.Latency {
+			c.Latency[i] += n
+		}
+	}
+	c.LatencySumMs += w.LatencySumMs
+	c.Windows++
+}
+
+// HoldReport is the drill report of a hold: what it covered and what the
+// covered breakers and their callers saw while it held.
+type HoldReport struct {
+	Hold HoldRecord `json:"hold"`
+	// Start and End bound the hold; Ongoing is true while it is live
+	// (End is then its planned expiry).
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Ongoing bool      `json:"ongoing"`
+	// Instances has one row per covered instance breaker, sorted.
+	Instances []HoldInstanceReport `json:"instances"`
+	// Total sums Instances.
+	Total HoldPeriod `json:"total"`
+	// Dependencies compares each covered dependency (summed over all its
+	// instances, covered or not) before the hold (a span as long as the
+	// hold, at most an hour, ending at Start) and during it.
+	Dependencies []HoldDependencyReport `json:"dependencies"`
+}
+
+// HoldInstanceReport is one covered instance breaker in a drill report.
+type HoldInstanceReport struct {
+	Service    string     `json:"service"`
+	Instance   string     `json:"instance"`
+	Breaker    string     `json:"breaker"`
+	CoveredAt  time.Time  `json:"covered_at"`
+	JoinedLate bool       `json:"joined_late"`
+	Status     string     `json:"status"` // the breaker's answer (Target*)
+	State      string     `json:"state,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	During     HoldPeriod `json:"during"`
+}
+
+// HoldDependencyReport compares one dependency before and during a hold.
+type HoldDependencyReport struct {
+	DependencyKey
+	Before HoldPeriod `json:"before"`
+	During HoldPeriod `json:"during"`
+}
+
+// HoldPeriod is what breakers counted over a period, with the rates their
+// callers saw.
+type HoldPeriod struct {
+	Counts protocol.Counts `json:"counts"`
+	// Calls is every call made: admitted plus rejected.
+	Calls int64 `json:"calls"`
+	// ErrorRate is the percent of calls that ended in an error for the
+	// caller: failures and rejections, less those a fallback answered
+	// (Failures + Rejected - FallbackSuccess over Calls); 0 without calls.
+	ErrorRate float64 `json:"error_rate"`
+	// P50 and P99 are the latencies of admitted calls (0 when none).
+	P50 time.Duration `json:"p50"`
+	P99 time.Duration `json:"p99"`
+}
+
+// NewHoldPeriod computes the rates of counts and a latency histogram
+// (protocol.LatencyBoundsMillis).
+func NewHoldPeriod(c protocol.Counts, latency []int64) HoldPeriod {
+	p := HoldPeriod{Counts: c, Calls: c.Admitted + c.Rejected()}
+	if p.Calls > 0 {
+		p.ErrorRate = 100 * float64(max(0, c.Failures+c.Rejected()-c.FallbackSuccess)) / float64(p.Calls)
+	}
+	if ms, ok := protocol.QuantileMillis(latency, 0.5); ok {
+		p.P50 = time.Duration(ms * float64(time.Millisecond))
+	}
+	if ms, ok := protocol.QuantileMillis(latency, 0.99); ok {
+		p.P99 = time.Duration(ms * float64(time.Millisecond))
+	}
+	return p
+}

@@ -1,0 +1,159 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// HoldReport builds the drill report of hold id: its coverage, what each
+// covered breaker counted while held (exactly the sum of its window
+// reports from the moment the hold was sent to it until the hold ended),
+// and each covered dependency before and during the hold from stored
+// history. Errors: cbdash.ErrNotFound, or the store's error.
+func (c *Collector) HoldReport(ctx context.Context, id string) (cbdash.HoldReport, error) {
+	h, err := c.store.Hold(ctx, id)
+	if err != nil {
+		return cbdash.HoldReport{}, err
+	}
+	now := c.now().UTC()
+	r := cbdash.HoldReport{Hold: h, Start: h.CreatedAt, End: h.End(), Ongoing: h.LiveAt(now),
+		Instances: []cbdash.HoldInstanceReport{}, Dependencies: []cbdash.HoldDependencyReport{}}
+	counts := c.holds.holdCounts(id)
+	if counts == nil {
+		if counts, err = c.store.HoldStats(ctx, id); err != nil {
+			return cbdash.HoldReport{}, err
+		}
+	}
+	byKey := make(map[[3]string]cbdash.HoldCounts, len(counts))
+	for _, hc := range counts {
+		byKey[[3]string{hc.Service, hc.Instance, hc.Breaker}] = hc
+	}
+	var total cbdash.HoldCounts
+	deps := map[cbdash.DependencyKey]bool{}
+	seen := map[[3]string]int{} // a restart under the same id is one row, its latest answer
+	for _, cv := range h.Coverage {
+		key := [3]string{cv.Service, cv.Instance, cv.Breaker}
+		row := cbdash.HoldInstanceReport{Service: cv.Service, Instance: cv.Instance, Breaker: cv.Breaker,
+			CoveredAt: cv.CoveredAt, JoinedLate: cv.JoinedLate, Status: cv.Status, State: cv.State, Error: cv.Error}
+		if i, ok := seen[key]; ok {
+			row.CoveredAt, row.JoinedLate = r.Instances[i].CoveredAt, r.Instances[i].JoinedLate
+			row.During = r.Instances[i].During
+			r.Instances[i] = row
+			continue
+		}
+		hc := byKey[key]
+		row.During = cbdash.NewHoldPeriod(hc.Counts, hc.Latency)
+		total.Counts.Add(hc.Counts)
+		total.AddWindow(protocol.Window{Latency: hc.Latency})
+		seen[key] = len(r.Instances)
+		r.Instances = append(r.Instances, row)
+		deps[cbdash.DependencyKey{Service: cv.Service, Breaker: cv.Breaker}] = true
+	}
+	r.Total = cbdash.NewHoldPeriod(total.Counts, total.Latency)
+	end := r.End
+	if now.Before(end) {
+		end = now
+	}
+	span := min(end.Sub(r.Start), time.Hour)
+	for k := range deps {
+		dr := cbdash.HoldDependencyReport{DependencyKey: k}
+		if dr.Before, err = c.period(ctx, k, r.Start.Add(-span), r.Start); err != nil {
+			return cbdash.HoldReport{}, err
+		}
+		if dr.During, err = c.period(ctx, k, r.Start, end); err != nil {
+			return cbdash.HoldReport{}, err
+		}
+		r.Dependencies = append(r.Dependencies, dr)
+	}
+	sort.Slice(r.Dependencies, func(i, j int) bool { return r.Dependencies[i].String() < r.Dependencies[j].String() })
+	return r, nil
+}
+
+// period sums the stored history of k over [from, to).
+func (c *Collector) period(ctx context.Context, k cbdash.DependencyKey, from, to time.Time) (cbdash.HoldPeriod, error) {
+	if !from.Before(to) {
+		return cbdash.HoldPeriod{}, nil
+	}
+	pts, err := c.store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: from, To: to})
+	if err != nil {
+		return cbdash.HoldPeriod{}, err
+	}
+	var sum cbdash.HoldCounts
+	for _, p := range pts {
+		sum.AddWindow(protocol.Window{Counts: p.Counts, Latency: p.Latency})
+	}
+	return cbdash.NewHoldPeriod(sum.Counts, sum.Latency), nil
+}
+
+// HoldReportMarkdown renders a drill report as Markdown.
+func HoldReportMarkdown(r cbdash.HoldReport) []byte {
+	var b bytes.Buffer
+	h := r.Hold
+	fmt.Fprintf(&b, "# Drill report: %s %s\n\n", actionWords(h.Action), mdText(h.Selector.String()))
+	fmt.Fprintf(&b, "- Hold: `%s`\n- Who: %s\n- Why: %s\n- Start: %s\n", h.ID, mdText(h.Actor), mdText(h.Reason), stampUTC(r.Start))
+	switch {
+	case r.Ongoing:
+		fmt.Fprintf(&b, "- End: ongoing, expires %s\n", stampUTC(h.Until))
+	case !h.ReleasedAt.IsZero() && h.ReleasedAt.Before(h.Until):
+		fmt.Fprintf(&b, "- End: %s, released by %s: %s\n", stampUTC(r.End), mdText(h.ReleasedBy), mdText(h.ReleaseReason))
+	default:
+		fmt.Fprintf(&b, "- End: %s, expired\n", stampUTC(r.End))
+	}
+	late := 0
+	for _, in := range r.Instances {
+		if in.JoinedLate {
+			late++
+		}
+	}
+	fmt.Fprintf(&b, "- Instances covered: %d (%d joined later)\n\n", len(r.Instances), late)
+	b.WriteString("## During the hold\n\n| Instance | Breaker | Covered | Answer | Calls | Rejected | Fallbacks served | Fallbacks failed | Error rate | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	row := func(inst, br, covered, answer string, p cbdash.HoldPeriod) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %d | %d | %.1f%% | %s | %s |\n", inst, br, covered, answer,
+			p.Calls, p.Counts.Rejected(), p.Counts.FallbackSuccess, p.Counts.FallbackFailure, p.ErrorRate, p.P50, p.P99)
+	}
+	for _, in := range r.Instances {
+		covered := clockUTC(in.CoveredAt)
+		if in.JoinedLate {
+			covered += " (joined later)"
+		}
+		answer := in.Status
+		if in.State != "" {
+			answer += ", " + in.State
+		}
+		if in.Error != "" {
+			answer += ": " + in.Error
+		}
+		row(mdText(in.Service+"/"+in.Instance), mdText(in.Breaker), covered, mdText(answer), in.During)
+	}
+	row("**total**", "", "", "", r.Total)
+	b.WriteString("\n## Callers before and during\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
+	for _, d := range r.Dependencies {
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.1f%% | %s | %s |\n", mdText(d.String()), d.Before.Calls, d.During.Calls,
+			d.Before.ErrorRate, d.During.ErrorRate, d.Before.P99, d.During.P99)
+	}
+	return b.Bytes()
+}
+
+func actionWords(a string) string {
+	switch a {
+	case protocol.ActionForceOpen:
+		return "force open"
+	case protocol.ActionForceClosed:
+		return "force closed"
+	}
+	return a
+}
+
+func stampUTC(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+func clockUTC(t time.Time) string { return t.UTC().Format("15:04:05") }
+
+var mdReplacer = strings.NewReplacer("|", "\\|", "*", "\\*", "_", "\\_", "`", "\\`", "\n", " ")
+
+func mdText(s string) string { return mdReplacer.Replace(s) }

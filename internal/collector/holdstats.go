@@ -1,0 +1,158 @@
+package collector
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// spanRetention is how long a finished cover span still counts late
+// window reports (a report ends at most a report interval after the
+// period it covers, plus delivery).
+const spanRetention = time.Minute
+
+// cover1 starts a cover span of a breaker; a span of the same hold that is
+// still open goes on (a reconnection does not restart the count).
+func (m *holdManager) cover1(ck coverKey, sp coverSpan) {
+	m.statsMu.Lock()
+	defer m.statsMu.Unlock()
+	spans := m.cover[ck]
+	for i := range spans {
+		if spans[i].to > sp.from {
+			if spans[i].holdID == sp.holdID {
+				return
+			}
+			spans[i].to = sp.from // another hold governs from now on
+		}
+	}
+	m.cover[ck] = append(spans, sp)
+}
+
+// endSpans ends every span of hold id at at (its release).
+func (m *holdManager) endSpans(id string, at time.Time) {
+	m.statsMu.Lock()
+	defer m.statsMu.Unlock()
+	for ck, spans := range m.cover {
+		for i := range spans {
+			if spans[i].holdID == id && spans[i].to > at.UnixMilli() {
+				spans[i].to = at.UnixMilli()
+			}
+		}
+		m.cover[ck] = spans
+	}
+}
+
+// pruneSpans forgets spans that ended more than spanRetention ago.
+func (m *holdManager) pruneSpans(now time.Time) {
+	cut := now.Add(-spanRetention).UnixMilli()
+	m.statsMu.Lock()
+	defer m.statsMu.Unlock()
+	for ck, spans := range m.cover {
+		kept := spans[:0]
+		for _, sp := range spans {
+			if sp.to > cut {
+				kept = append(kept, sp)
+			}
+		}
+		if len(kept) == 0 {
+			delete(m.cover, ck)
+		} else {
+			m.cover[ck] = kept
+		}
+	}
+	// Counts of holds no span refers to any more are final and saved.
+	referenced := make(map[string]bool)
+	for _, spans := range m.cover {
+		for _, sp := range spans {
+			referenced[sp.holdID] = true
+		}
+	}
+	for sk := range m.stats {
+		if !referenced[sk.holdID] && !m.dirty[sk.holdID] {
+			delete(m.stats, sk)
+		}
+	}
+}
+
+// observe counts window reports for the holds covering their breakers: a
+// report counts for a hold when its period ends after the hold was sent to
+// the breaker and starts before the hold ended. Called with each stored
+// batch (after its commit: a resent batch is not stored, nor counted,
+// twice).
+func (m *holdManager) observe(k instKey, ws []protocol.Window) {
+	m.statsMu.Lock()
+	defer m.statsMu.Unlock()
+	if len(m.cover) == 0 {
+		return
+	}
+	for i := range ws {
+		w := &ws[i]
+		for _, sp := range m.cover[coverKey{k, w.Breaker}] {
+			if w.Start+w.Millis <= sp.from || w.Start >= sp.to {
+				continue
+			}
+			sk := statKey{sp.holdID, k, w.Breaker}
+			st := m.stats[sk]
+			if st == nil {
+				st = &cbdash.HoldCounts{Service: k.service, Instance: k.instance, Breaker: w.Breaker}
+				m.stats[sk] = st
+			}
+			st.AddWindow(*w)
+			m.dirty[sp.holdID] = true
+		}
+	}
+}
+
+// flushStats saves the counts of holds that changed.
+func (m *holdManager) flushStats(ctx context.Context) {
+	m.statsMu.Lock()
+	byHold := make(map[string][]cbdash.HoldCounts, len(m.dirty))
+	for sk, st := range m.stats {
+		if m.dirty[sk.holdID] {
+			c := *st
+			c.Latency = append([]int64(nil), st.Latency...)
+			byHold[sk.holdID] = append(byHold[sk.holdID], c)
+		}
+	}
+	m.dirty = make(map[string]bool)
+	m.statsMu.Unlock()
+	for id, rows := range byHold {
+		if err := m.c.store.SaveHoldStats(ctx, id, rows); err != nil {
+			if ctx.Err() == nil {
+				m.c.log.Error("save hold stats", "hold", id, "err", err)
+			}
+			m.statsMu.Lock()
+			m.dirty[id] = true
+			m.statsMu.Unlock()
+		}
+	}
+}
+
+// holdCounts returns the counts of hold id as they are now in memory (the
+// store's may lag by a sweep), sorted; nil when none are in memory.
+func (m *holdManager) holdCounts(id string) []cbdash.HoldCounts {
+	m.statsMu.Lock()
+	defer m.statsMu.Unlock()
+	var out []cbdash.HoldCounts
+	for sk, st := range m.stats {
+		if sk.holdID == id {
+			c := *st
+			c.Latency = append([]int64(nil), st.Latency...)
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Service != b.Service {
+			return a.Service < b.Service
+		}
+		if a.Instance != b.Instance {
+			return a.Instance < b.Instance
+		}
+		return a.Breaker < b.Breaker
+	})
+	return out
+}

@@ -1,0 +1,311 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// maxHolds caps HoldQuery.Limit.
+const maxHolds = 5000
+
+// CreateHold records a hold (desired state). Its Coverage is not stored
+// here (see AddHoldCoverage). Errors: cbdash.ErrInvalid for a missing id,
+// a bad selector or action, or a zero CreatedAt or Until;
+// cbdash.ErrConflict when the id exists; ErrClosed, ctx's or a wrapped
+// driver error.
+func (s *Store) CreateHold(ctx context.Context, h cbdash.HoldRecord) error {
+	if err := checkNames("id", h.ID); err != nil {
+		return err
+	}
+	if err := h.Selector.Validate(); err != nil {
+		return err
+	}
+	if h.Action != protocol.ActionForceOpen && h.Action != protocol.ActionForceClosed {
+		return fmt.Errorf("%w: hold action %q is not force_open or force_closed", cbdash.ErrInvalid, h.Action)
+	}
+	if h.CreatedAt.IsZero() || h.Until.IsZero() {
+		return fmt.Errorf("%w: hold created_at and until are required", cbdash.ErrInvalid)
+	}
+	sel, err := json.Marshal(h.Selector)
+	if err != nil {
+		return fmt.Errorf("%w: selector: %v", cbdash.ErrInvalid, err)
+	}
+	return s.w.do(ctx, &op{run: func(x *wtx) error {
+		q, err := x.queryRow("SELECT count(*) FROM holds WHERE id = ?", h.ID)
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := q.Scan(&n); err != nil {
+			return fmt.Errorf("store: create hold: %w", err)
+		}
+		if n > 0 {
+			return fmt.Errorf("%w: hold %q exists", cbdash.ErrConflict, h.ID)
+		}
+		if _, err := x.exec(`INSERT INTO holds (id, selector, service, breaker, action, ttl_ms, reason, actor, created_at, until)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, h.ID, string(sel), h.Selector.Service, h.Selector.Breaker, h.Action,
+			h.TTL.Milliseconds(), h.Reason, h.Actor, ms(h.CreatedAt), ms(h.Until)); err != nil {
+			return fmt.Errorf("store: create hold: %w", err)
+		}
+		return nil
+	}})
+}
+
+// ReleaseHold records that by ended hold id at at, for reason, and
+// returns the hold as released. Errors: cbdash.ErrNotFound for an unknown
+// id; cbdash.ErrConflict when the hold was already released or had
+// expired at at; ErrClosed, ctx's or a wrapped driver error.
+func (s *Store) ReleaseHold(ctx context.Context, id string, at time.Time, by, reason string) (cbdash.HoldRecord, error) {
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		q, err := x.queryRow("SELECT until, released_at FROM holds WHERE id = ?", id)
+		if err != nil {
+			return err
+		}
+		var until, released int64
+		switch err := q.Scan(&until, &released); {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, id)
+		case err != nil:
+			return fmt.Errorf("store: release hold: %w", err)
+		case released != 0:
+			return fmt.Errorf("%w: hold %q was already released at %s", cbdash.ErrConflict, id, fromMs(released).Format(time.RFC3339))
+		case until <= ms(at):
+			return fmt.Errorf("%w: hold %q expired at %s", cbdash.ErrConflict, id, fromMs(until).Format(time.RFC3339))
+		}
+		if _, err := x.exec("UPDATE holds SET released_at = ?, released_by = ?, release_reason = ? WHERE id = ?",
+			ms(at), by, reason, id); err != nil {
+			return fmt.Errorf("store: release hold: %w", err)
+		}
+		return nil
+	}})
+	if err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	return s.Hold(ctx, id)
+}
+
+// AddHoldCoverage records that hold holdID was sent to c's instance
+// breaker (replacing the record of an earlier send to the same agent
+// process). Errors: cbdash.ErrInvalid for missing names,
+// cbdash.ErrNotFound for an unknown hold, ErrClosed, ctx's or a wrapped
+// driver error.
+func (s *Store) AddHoldCoverage(ctx context.Context, holdID string, c cbdash.HoldCoverage) error {
+	if err := checkNames("service", c.Service, "instance", c.Instance, "breaker", c.Breaker, "command id", c.CommandID); err != nil {
+		return err
+	}
+	return s.w.do(ctx, &op{run: func(x *wtx) error {
+		q, err := x.queryRow("SELECT count(*) FROM holds WHERE id = ?", holdID)
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := q.Scan(&n); err != nil {
+			return fmt.Errorf("store: hold coverage: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, holdID)
+		}
+		if _, err := x.exec(`INSERT INTO hold_coverage (hold_id, service, instance, breaker, started_at, command_id, covered_at, joined_late)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hold_id, service, instance, breaker, started_at) DO UPDATE SET
+			command_id = excluded.command_id, covered_at = excluded.covered_at`,
+			holdID, c.Service, c.Instance, c.Breaker, c.StartedAt, c.CommandID, ms(c.CoveredAt), c.JoinedLate); err != nil {
+			return fmt.Errorf("store: hold coverage: %w", err)
+		}
+		return nil
+	}})
+}
+
+const holdColumns = `id, selector, action, ttl_ms, reason, actor, created_at, until, released_at, released_by, release_reason`
+
+func scanHold(sc interface{ Scan(...any) error }) (cbdash.HoldRecord, error) {
+	var h cbdash.HoldRecord
+	var sel string
+	var ttl, created, until, released int64
+	if err := sc.Scan(&h.ID, &sel, &h.Action, &ttl, &h.Reason, &h.Actor, &created, &until, &released,
+		&h.ReleasedBy, &h.ReleaseReason); err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal([]byte(sel), &h.Selector); err != nil {
+		return h, fmt.Errorf("selector of hold %q: %w", h.ID, err)
+	}
+	h.TTL = time.Duration(ttl) * time.Millisecond
+	h.CreatedAt, h.Until, h.ReleasedAt = fromMs(created), fromMs(until), fromMs(released)
+	h.Coverage = []cbdash.HoldCoverage{}
+	return h, nil
+}
+
+// Hold returns one hold with its coverage (each instance breaker it was
+// sent to, with the breaker's answer). Errors: cbdash.ErrNotFound, ctx's
+// or a wrapped driver error.
+func (s *Store) Hold(ctx context.Context, id string) (cbdash.HoldRecord, error) {
+	h, err := scanHold(s.rdb.QueryRowContext(ctx, "SELECT "+holdColumns+" FROM holds WHERE id = ?", id))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return cbdash.HoldRecord{}, fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, id)
+	case err != nil:
+		return cbdash.HoldRecord{}, fmt.Errorf("store: hold: %w", err)
+	}
+	hs := []cbdash.HoldRecord{h}
+	if err := s.loadCoverage(ctx, hs); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	return hs[0], nil
+}
+
+// Holds returns the holds matching q, newest first, with their coverage.
+// Limit 0 means 200 and is capped at 5,000. Errors: cbdash.ErrInvalid for
+// a negative limit, ctx's or a wrapped driver error.
+func (s *Store) Holds(ctx context.Context, q cbdash.HoldQuery) ([]cbdash.HoldRecord, error) {
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("%w: limit is negative", cbdash.ErrInvalid)
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = 200
+	}
+	limit = min(limit, maxHolds)
+	query, args := "SELECT "+holdColumns+" FROM holds", []any{}
+	if !q.LiveAt.IsZero() {
+		at := ms(q.LiveAt)
+		query += " WHERE created_at <= ? AND until > ? AND (released_at = 0 OR released_at > ?)"
+		args = append(args, at, at, at)
+	}
+	query += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	rows, err := s.rdb.QueryContext(ctx, query, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("store: holds: %w", err)
+	}
+	defer rows.Close()
+	out := []cbdash.HoldRecord{}
+	for rows.Next() {
+		h, err := scanHold(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: holds: %w", err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: holds: %w", err)
+	}
+	rows.Close()
+	if err := s.loadCoverage(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// loadCoverage fills the coverage of hs, with each target's answer, in
+// one query.
+func (s *Store) loadCoverage(ctx context.Context, hs []cbdash.HoldRecord) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	idx := make(map[string]int, len(hs))
+	args := make([]any, len(hs))
+	for i, h := range hs {
+		idx[h.ID] = i
+		args[i] = h.ID
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT v.hold_id, v.service, v.instance, v.breaker, v.started_at, v.command_id,
+		v.covered_at, v.joined_late, coalesce(t.status, ''), coalesce(t.state, ''), coalesce(t.error, ''), coalesce(t.at, 0)
+		FROM hold_coverage v LEFT JOIN command_targets t ON t.command_id = v.command_id AND t.instance = v.instance
+		WHERE v.hold_id IN (SELECT value FROM json_each(?))
+		ORDER BY v.hold_id, v.service, v.instance, v.breaker, v.started_at`, jsonStrings(args))
+	if err != nil {
+		return fmt.Errorf("store: hold coverage: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var c cbdash.HoldCoverage
+		var covered, at int64
+		if err := rows.Scan(&id, &c.Service, &c.Instance, &c.Breaker, &c.StartedAt, &c.CommandID, &covered,
+			&c.JoinedLate, &c.Status, &c.State, &c.Error, &at); err != nil {
+			return fmt.Errorf("store: hold coverage: %w", err)
+		}
+		c.CoveredAt = fromMs(covered)
+		if c.Status == "" {
+			c.Status = cbdash.TargetPending
+		}
+		if c.Status != cbdash.TargetPending {
+			c.AnsweredAt = fromMs(at)
+		}
+		if i, ok := idx[id]; ok {
+			hs[i].Coverage = append(hs[i].Coverage, c)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: hold coverage: %w", err)
+	}
+	return nil
+}
+
+// SaveHoldStats records what the instance breakers covered by hold holdID
+// counted so far (each row replaces the previous one of its instance
+// breaker). Errors: cbdash.ErrInvalid for missing names, ErrClosed, ctx's
+// or a wrapped driver error.
+func (s *Store) SaveHoldStats(ctx context.Context, holdID string, stats []cbdash.HoldCounts) error {
+	type row struct {
+		c       cbdash.HoldCounts
+		counts  []byte
+		latency []byte
+	}
+	rs := make([]row, 0, len(stats))
+	for _, c := range stats {
+		if err := checkNames("hold id", holdID, "service", c.Service, "instance", c.Instance, "breaker", c.Breaker); err != nil {
+			return err
+		}
+		counts, _ := json.Marshal(c.Counts)
+		lat, _ := json.Marshal(c.Latency)
+		rs = append(rs, row{c, counts, lat})
+	}
+	return s.w.do(ctx, &op{run: func(x *wtx) error {
+		for _, r := range rs {
+			if _, err := x.exec(`INSERT INTO hold_stats (hold_id, service, instance, breaker, counts, latency, latency_sum_ms, windows)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hold_id, service, instance, breaker) DO UPDATE SET
+				counts = excluded.counts, latency = excluded.latency, latency_sum_ms = excluded.latency_sum_ms, windows = excluded.windows`,
+				holdID, r.c.Service, r.c.Instance, r.c.Breaker, string(r.counts), string(r.latency), r.c.LatencySumMs, r.c.Windows); err != nil {
+				return fmt.Errorf("store: hold stats: %w", err)
+			}
+		}
+		return nil
+	}})
+}
+
+// HoldStats returns what the instance breakers covered by hold holdID
+// counted, sorted by service, instance and breaker. Errors: ctx's or a
+// wrapped driver error.
+func (s *Store) HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCounts, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT service, instance, breaker, counts, latency, latency_sum_ms, windows
+		FROM hold_stats WHERE hold_id = ? ORDER BY service, instance, breaker`, holdID)
+	if err != nil {
+		return nil, fmt.Errorf("store: hold stats: %w", err)
+	}
+	defer rows.Close()
+	out := []cbdash.HoldCounts{}
+	for rows.Next() {
+		var c cbdash.HoldCounts
+		var counts, lat string
+		if err := rows.Scan(&c.Service, &c.Instance, &c.Breaker, &counts, &lat, &c.LatencySumMs, &c.Windows); err != nil {
+			return nil, fmt.Errorf("store: hold stats: %w", err)
+		}
+		if err := json.Unmarshal([]byte(counts), &c.Counts); err != nil {
+			return nil, fmt.Errorf("store: hold stats counts: %w", err)
+		}
+		if err := json.Unmarshal([]byte(lat), &c.Latency); err != nil {
+			return nil, fmt.Errorf("store: hold stats latency: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: hold stats: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,129 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+func TestHoldsAreStoredDesiredStateWithCoverageAndRelease(t *testing.T) {
+	ctx := context.Background()
+	s, path := openStore(t, store.Options{})
+	at := clocktest.Epoch()
+	h := cbdash.HoldRecord{ID: "h01", HoldRequest: cbdash.HoldRequest{
+		Selector: cbdash.Selector{Service: "*", Breaker: "inventory", Labels: map[string]string{"region": "eu"}, Share: 50},
+		Action:   protocol.ActionForceOpen, TTL: 10 * time.Minute, Reason: "drill", Actor: "otto"},
+		CreatedAt: at, Until: at.Add(10 * time.Minute)}
+	if err := s.CreateHold(ctx, h); err != nil {
+		t.Fatalf("CreateHold: %v", err)
+	}
+	if err := s.CreateHold(ctx, h); !errors.Is(err, cbdash.ErrConflict) {
+		t.Fatalf("CreateHold twice = %v, want ErrConflict", err)
+	}
+	bad := h
+	bad.ID, bad.Action = "h02", protocol.ActionRelease
+	if err := s.CreateHold(ctx, bad); !errors.Is(err, cbdash.ErrInvalid) {
+		t.Fatalf("CreateHold of a release = %v, want ErrInvalid", err)
+	}
+
+	// The hold is sent as a command; the breaker's answer arrives in a batch.
+	cmd := cbdash.Command{ID: "h01-aa", HoldID: "h01", CommandRequest: cbdash.CommandRequest{Service: "checkout", Breaker: "inventory",
+		Action: protocol.ActionForceOpen, TTL: 10 * time.Minute}, IssuedAt: at, ExpiresAt: h.Until,
+		Targets: []cbdash.CommandTarget{{Instance: "c1", Status: cbdash.TargetPending}}}
+	if err := s.CreateCommand(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	cov := cbdash.HoldCoverage{Service: "checkout", Instance: "c1", Breaker: "inventory", StartedAt: 7, CommandID: "h01-aa", CoveredAt: at.Add(time.Second), JoinedLate: true}
+	if err := s.AddHoldCoverage(ctx, "h01", cov); err != nil {
+		t.Fatalf("AddHoldCoverage: %v", err)
+	}
+	if err := s.AddHoldCoverage(ctx, "nope", cov); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Fatalf("AddHoldCoverage of an unknown hold = %v, want ErrNotFound", err)
+	}
+	if err := s.SaveHello(ctx, hello("checkout", "c1", 7, "inventory"), at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SaveBatch(ctx, "checkout", "c1", 7, protocol.Batch{Seq: 1, CommandResults: []protocol.CommandResult{
+		{ID: "h01-aa", Breaker: "inventory", OK: true, State: protocol.StateForcedOpen, At: at.Add(1500 * time.Millisecond).UnixMilli()}}}, at); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Hold(ctx, "h01")
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	if got.Selector.String() != h.Selector.String() || got.Action != h.Action || !got.Until.Equal(h.Until) || got.Actor != "otto" {
+		t.Fatalf("Hold = %+v, want %+v", got, h)
+	}
+	if len(got.Coverage) != 1 {
+		t.Fatalf("coverage = %+v, want one row", got.Coverage)
+	}
+	c := got.Coverage[0]
+	if c.Status != cbdash.TargetApplied || c.State != protocol.StateForcedOpen || !c.JoinedLate ||
+		!c.AnsweredAt.Equal(at.Add(1500*time.Millisecond)) || !c.CoveredAt.Equal(at.Add(time.Second)) {
+		t.Fatalf("coverage = %+v", c)
+	}
+	if c, err := s.Command(ctx, "h01-aa"); err != nil || c.HoldID != "h01" {
+		t.Fatalf("Command(h01-aa) = %+v, %v; want hold_id h01", c, err)
+	}
+
+	live, err := s.Holds(ctx, cbdash.HoldQuery{LiveAt: at.Add(time.Minute)})
+	if err != nil || len(live) != 1 {
+		t.Fatalf("live holds = %v, %v", live, err)
+	}
+	if live, _ := s.Holds(ctx, cbdash.HoldQuery{LiveAt: at.Add(11 * time.Minute)}); len(live) != 0 {
+		t.Fatalf("holds live after their expiry: %v", live)
+	}
+
+	rel, err := s.ReleaseHold(ctx, "h01", at.Add(2*time.Minute), "rita", "drill over")
+	if err != nil {
+		t.Fatalf("ReleaseHold: %v", err)
+	}
+	if rel.ReleasedBy != "rita" || rel.ReleaseReason != "drill over" || !rel.End().Equal(at.Add(2*time.Minute)) {
+		t.Fatalf("released hold = %+v", rel)
+	}
+	if _, err := s.ReleaseHold(ctx, "h01", at.Add(3*time.Minute), "rita", "again"); !errors.Is(err, cbdash.ErrConflict) {
+		t.Fatalf("second release = %v, want ErrConflict", err)
+	}
+	if _, err := s.ReleaseHold(ctx, "nope", at, "rita", "x"); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Fatalf("release of an unknown hold = %v, want ErrNotFound", err)
+	}
+	if live, _ := s.Holds(ctx, cbdash.HoldQuery{LiveAt: at.Add(3 * time.Minute)}); len(live) != 0 {
+		t.Fatalf("holds live after their release: %v", live)
+	}
+
+	stats := []cbdash.HoldCounts{{Service: "checkout", Instance: "c1", Breaker: "inventory"}}
+	stats[0].AddWindow(protocol.Window{Counts: protocol.Counts{RejectedForced: 7, FallbackSuccess: 5, FallbackFailure: 2},
+		Latency: []int64{1, 2}, LatencySumMs: 3})
+	if err := s.SaveHoldStats(ctx, "h01", stats); err != nil {
+		t.Fatalf("SaveHoldStats: %v", err)
+	}
+	stats[0].AddWindow(protocol.Window{Counts: protocol.Counts{RejectedForced: 1}})
+	if err := s.SaveHoldStats(ctx, "h01", stats); err != nil {
+		t.Fatalf("SaveHoldStats again: %v", err)
+	}
+
+	// Everything survives a reopen, and the audit rows cannot be deleted.
+	s.Close()
+	s2, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	again, err := s2.Hold(ctx, "h01")
+	if err != nil || again.ReleasedBy != "rita" || len(again.Coverage) != 1 {
+		t.Fatalf("after reopen: %+v, %v", again, err)
+	}
+	st, err := s2.HoldStats(ctx, "h01")
+	if err != nil || len(st) != 1 || st[0].Counts.RejectedForced != 8 || st[0].Counts.FallbackSuccess != 5 || st[0].Windows != 2 {
+		t.Fatalf("HoldStats after reopen = %+v, %v", st, err)
+	}
+	if _, err := rawDB(t, path).Exec("DELETE FROM holds"); err == nil {
+		t.Fatal("deleting holds succeeded; they are part of the audit log")
+	}
+}
