@@ -139,7 +139,7 @@ type Collector struct {
 
 	failMu   sync.Mutex
 	failures map[failKey]int // batches that failed to be stored, by attempts
-	holds   *holdManager
+	holds    *holdManager
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
