@@ -19,11 +19,23 @@ type Call struct {
 	t      *timedCall
 }
 
-// Done ends the call with the outcome Config.Classify gives err.
+// Done ends the call with the outcome Config.Classify gives err. If
+// Classify panics, the call is recorded as a Panic (a failure, which frees
+// its bulkhead and probe slots) and the panic goes on to the caller, as
+// it does for a panicking call in Execute.
 func (c Call) Done(err error) {
-	if c.b != nil {
-		c.report(c.b.cfg.Classify(err))
+	if c.b == nil {
+		return
 	}
+	ended := false
+	defer func() {
+		if !ended { // Classify panicked
+			c.report(Panic)
+		}
+	}()
+	o := c.b.cfg.Classify(err)
+	ended = true
+	c.report(o)
 }
 
 // Report ends the call with outcome o. An outcome outside the Outcome
@@ -85,7 +97,8 @@ func (b *Breaker) Allow() (Call, error) {
 //   - if ctx is done when fn returns an error, the caller gave up:
 //     Canceled, not a failure, whatever the error;
 //   - otherwise Config.Classify(err) decides (DefaultClassify by default);
-//   - if fn panics, the call is recorded as Panic and the panic goes on;
+//   - if fn panics, or Classify does, the call is recorded as Panic (a
+//     failure) and the panic goes on;
 //   - with CallTimeout set, fn's context is canceled at the deadline with
 //     cause ErrTimeout, the call is recorded as a Timeout at that moment,
 //     and Execute returns ErrTimeout when fn returns, discarding fn's
@@ -109,13 +122,13 @@ func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (
 	}
 	ended := false
 	defer func() {
-		if !ended {
+		if !ended { // fn or Classify panicked
 			call.report(Panic)
 		}
 	}()
 	err = fn(ctx)
-	ended = true
 	o := b.outcome(ctx, err)
+	ended = true
 	call.report(o)
 	return o, false, err
 }
@@ -126,13 +139,13 @@ func (b *Breaker) executeTimed(ctx context.Context, call Call, fn func(context.C
 	b.arm(&call, cancel)
 	ended := false
 	defer func() {
-		if !ended {
+		if !ended { // fn or Classify panicked
 			call.report(Panic)
 		}
 	}()
 	err := fn(cctx)
-	ended = true
 	o := b.outcome(ctx, err)
+	ended = true
 	if !call.report(o) {
 		return Timeout, false, ErrTimeout
 	}

@@ -103,7 +103,9 @@
 //     failure; the breaker's own timeout is; an error marked with
 //     Ignorable (a 404, a validation error, a declined card) is not
 //     recorded at all (resilience4j's ignoreExceptions, Polly's
-//     ShouldHandle).
+//     ShouldHandle). A Classify that panics costs the call a Panic
+//     outcome and the panic goes on to the caller; it never leaves a
+//     probe or bulkhead slot taken (resilience4j's issue 2324).
 //   - Clock (default the system's monotonic clock): breakertest.Clock is a
 //     virtual clock for tests, which never sleep.
 //

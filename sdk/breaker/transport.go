@@ -25,7 +25,9 @@ type TransportConfig struct {
 	// not call back into the Transport.
 	OnNew func(*Breaker)
 	// Classify decides a response's outcome. nil means: 5xx is Failure,
-	// every other status Success.
+	// every other status Success. If it panics, the call is recorded as a
+	// Panic, the response body is closed and the panic goes on to the
+	// caller of RoundTrip.
 	Classify func(*http.Response) Outcome
 }
 
@@ -131,18 +133,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.WithContext(cctx)
 		b.arm(&call, cancel)
 	}
+	var resp *http.Response
 	ended := false
 	defer func() {
-		if !ended {
+		if !ended { // the base transport or Classify panicked
 			call.report(Panic)
+			if resp != nil {
+				resp.Body.Close()
+			}
 			if cancel != nil {
 				cancel(nil)
 			}
 		}
 	}()
-	resp, err := t.base.RoundTrip(req)
-	ended = true
+	resp, err = t.base.RoundTrip(req)
 	o := t.outcome(ctx, resp, err)
+	ended = true
 	if !call.report(o) {
 		// The breaker's timeout ended the call first.
 		if resp != nil {
