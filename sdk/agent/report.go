@@ -203,6 +203,7 @@ func countsDelta(cur, prev breaker.Totals) protocol.Counts {
 		RejectedBulkhead: d(cur.RejectedBulkhead, prev.RejectedBulkhead),
 		FallbackSuccess:  d(cur.FallbackSuccesses, prev.FallbackSuccesses),
 		FallbackFailure:  d(cur.FallbackFailures, prev.FallbackFailures),
+		Misuse:           d(cur.Misuse, prev.Misuse),
 	}
 }
 

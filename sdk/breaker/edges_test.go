@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +151,132 @@ func TestAPanickingTransportClassifyIsRecordedAndFreesTheProbe(t *testing.T) {
 	if s := b.Snapshot(); s.State != breaker.Closed || s.InFlight != 0 {
 		t.Fatalf("after a good probe: state %v, in flight %d", s.State, s.InFlight)
 	}
+}
+
+func TestEndingACallTwiceChangesNothingButTheMisuseCount(t *testing.T) {
+	t.Run("with a bulkhead of 1, a second Done frees no second slot and counts no second success", func(t *testing.T) {
+		cfg := small
+		cfg.MaxConcurrent = 1
+		f := newFixture(t, cfg)
+		c, err := f.b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Done(nil)
+		c.Done(nil)
+		held, err := f.b.Allow()
+		if err != nil {
+			t.Fatalf("Allow after the call ended = %v", err)
+		}
+		if _, err := f.b.Allow(); !errors.Is(err, breaker.ErrBulkheadFull) {
+			t.Fatalf("second Allow with one call in flight = %v, want ErrBulkheadFull", err)
+		}
+		s := f.b.Snapshot()
+		if s.Totals.Successes != 1 || s.Totals.Misuse != 1 || s.InFlight != 1 || s.Window.Calls != 1 {
+			t.Fatalf("totals %+v, in flight %d, window %+v; want 1 success, 1 misuse, 1 in flight", s.Totals, s.InFlight, s.Window)
+		}
+		held.Done(nil)
+	})
+	t.Run("half-open with one probe slot, a second Done neither frees the slot nor counts a second good probe", func(t *testing.T) {
+		cfg := small
+		cfg.HalfOpenMaxCalls = 1
+		cfg.HalfOpenSuccessThreshold = 2
+		f := newFixture(t, cfg)
+		f.trip(t)
+		f.clk.Advance(time.Second)
+		probe, err := f.b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe.Done(nil)
+		probe.Done(nil) // would be the second consecutive success that closes it
+		if s := f.b.State(); s != breaker.HalfOpen {
+			t.Fatalf("state %v: one probe counted as two", s)
+		}
+		next, err := f.b.Allow()
+		if err != nil {
+			t.Fatalf("the second probe = %v, want it admitted", err)
+		}
+		if _, err := f.b.Allow(); !errors.Is(err, breaker.ErrHalfOpenFull) {
+			t.Fatalf("a third call with the probe in flight = %v, want ErrHalfOpenFull", err)
+		}
+		next.Done(nil)
+		s := f.b.Snapshot()
+		if s.State != breaker.Closed || s.Totals.Successes != 2 || s.Totals.Misuse != 1 || s.InFlight != 0 {
+			t.Fatalf("state %v, totals %+v, in flight %d", s.State, s.Totals, s.InFlight)
+		}
+	})
+	t.Run("a copy of an ended Call is ended too, whichever method ends it", func(t *testing.T) {
+		f := newFixture(t, small)
+		c, err := f.b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied := c
+		c.Done(nil)
+		copied.Report(breaker.Failure)
+		copied.Done(errBoom)
+		if tot := f.b.Snapshot().Totals; tot.Successes != 1 || tot.Failures != 0 || tot.Misuse != 2 {
+			t.Fatalf("totals %+v; want the first end only, and 2 misuses", tot)
+		}
+	})
+	t.Run("a stale Call does not end the call that reuses its bookkeeping", func(t *testing.T) {
+		f := newFixture(t, small)
+		for range 100 { // tickets are pooled: some later call gets the stale one's
+			stale, err := f.b.Allow()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stale.Done(nil)
+			fresh, err := f.b.Allow()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stale.Done(errBoom)
+			fresh.Done(nil)
+		}
+		if tot := f.b.Snapshot().Totals; tot.Successes != 200 || tot.Failures != 0 || tot.Misuse != 100 {
+			t.Fatalf("totals %+v; want 200 successes and 100 misuses", tot)
+		}
+	})
+	t.Run("a Done after the call timeout ended the call is not misuse; a second one is", func(t *testing.T) {
+		cfg := small
+		cfg.CallTimeout = time.Second
+		f := newFixture(t, cfg)
+		c, err := f.b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.clk.Advance(time.Second)
+		c.Done(nil)
+		if tot := f.b.Snapshot().Totals; tot.Timeouts != 1 || tot.Successes != 0 || tot.Misuse != 0 {
+			t.Fatalf("totals %+v; want the timeout, the late Done thrown away", tot)
+		}
+		c.Done(nil)
+		if tot := f.b.Snapshot().Totals; tot.Misuse != 1 {
+			t.Fatalf("totals %+v; want the second Done counted as misuse", tot)
+		}
+	})
+	t.Run("concurrent ends of copies record the call once", func(t *testing.T) {
+		cfg := small
+		cfg.MaxConcurrent = 1
+		f := newFixture(t, cfg)
+		c, err := f.b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				c.Done(nil)
+			})
+		}
+		close(start)
+		wg.Wait()
+		if s := f.b.Snapshot(); s.Totals.Successes != 1 || s.Totals.Misuse != 7 || s.InFlight != 0 {
+			t.Fatalf("totals %+v, in flight %d", s.Totals, s.InFlight)
+		}
+	})
 }

@@ -226,6 +226,10 @@ type Counts struct {
 	RejectedBulkhead int64 `json:"rejected_bulkhead"`
 	FallbackSuccess  int64 `json:"fallback_successes"`
 	FallbackFailure  int64 `json:"fallback_failures"`
+	// Misuse counts ends of calls that had already ended (a service
+	// bug: a second Done of one call), each ignored by the breaker.
+	// Optional: omitted when 0, and by agents that do not count it.
+	Misuse int64 `json:"misuse,omitempty"`
 }
 
 // Rejected is the sum of every rejection reason.
@@ -249,6 +253,7 @@ func (c *Counts) Add(o Counts) {
 	c.RejectedBulkhead += o.RejectedBulkhead
 	c.FallbackSuccess += o.FallbackSuccess
 	c.FallbackFailure += o.FallbackFailure
+	c.Misuse += o.Misuse
 }
 
 func (c Counts) validate() error {
@@ -261,7 +266,7 @@ func (c Counts) validate() error {
 		{"slow", c.Slow}, {"ignored", c.Ignored}, {"rejected_open", c.RejectedOpen},
 		{"rejected_half_open_full", c.RejectedHalfOpen}, {"rejected_forced_open", c.RejectedForced},
 		{"rejected_bulkhead", c.RejectedBulkhead}, {"fallback_successes", c.FallbackSuccess},
-		{"fallback_failures", c.FallbackFailure},
+		{"fallback_failures", c.FallbackFailure}, {"misuse", c.Misuse},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("counts.%s is negative (%d)", f.n, f.v)
