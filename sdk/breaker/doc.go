@@ -12,7 +12,8 @@
 // Execute (or Do for a call that returns a value, the WithFallback
 // variants for a fallback, or Allow and Call.Done for middleware). For
 // net/http clients, NewTransport wraps an http.RoundTripper with one
-// breaker per host. A Breaker is safe for concurrent use. A successful
+// breaker per host (at most TransportConfig.MaxBreakers of them, idle ones
+// evicted, counted in Transport.Stats). A Breaker is safe for concurrent use. A successful
 // call through a closed breaker allocates nothing, and with a count window
 // it takes no lock either (a time window takes a short lock per call).
 //
