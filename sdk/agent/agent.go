@@ -25,8 +25,12 @@ var (
 	// with the same name.
 	ErrDuplicateBreaker = errors.New("agent: a breaker with this name is already registered")
 	// ErrTooManyBreakers is returned by Register beyond
-	// protocol.MaxBreakersPerHello breakers.
+	// protocol.MaxBreakersPerHello breakers (counting unregistered ones
+	// whose last reports are not yet acknowledged).
 	ErrTooManyBreakers = errors.New("agent: too many breakers")
+	// ErrNotRegistered is returned by Unregister for a breaker that is not
+	// registered.
+	ErrNotRegistered = errors.New("agent: breaker not registered")
 	// ErrNotFlushed is wrapped by Close's error when its context ended
 	// before the collector acknowledged everything.
 	ErrNotFlushed = errors.New("agent: not everything reached the collector")
@@ -54,14 +58,16 @@ type Agent struct {
 	cmds      chan inCommand     // reader -> owner
 	final     chan chan struct{} // Close -> owner: take a last report
 
-	mu       sync.Mutex // guards the fields below
-	breakers []*tracked
-	byName   map[string]*tracked
-	helloGen uint64 // incremented by each Register: the collector must hear a new hello (see item.hello)
-	started  bool
-	closed   bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	mu        sync.Mutex // guards the fields below; taken after queueMu when both are
+	breakers  []*tracked
+	byName    map[string]*tracked
+	retired   []*tracked // unregistered, still declared in hellos (see retire.go)
+	forgotten forgottenReports
+	helloGen  uint64 // incremented when the declared breakers change: the collector must hear a new hello (see item.hello)
+	started   bool
+	closed    bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	connected  atomic.Bool
 	reconnects atomic.Uint64
@@ -74,6 +80,7 @@ type tracked struct {
 	cfg   protocol.BreakerConfig
 	unsub func()
 	rep   reportState
+	final bool // unregistered and its last report taken; guarded by Agent.mu
 }
 
 // New returns an Agent for cfg, which is validated (the error names the
@@ -103,28 +110,46 @@ func New(cfg Config) (*Agent, error) {
 // before or after Start; after Start the agent sends a new hello on its
 // connection, declaring b, before any report of b. Its
 // counters are reported from zero: the first window report of b carries
-// everything b counted before it was registered.
+// everything b counted before it was registered. A breaker registered
+// again after Unregister goes on from its last report instead, so that no
+// call is reported twice (its first report then covers the time it was
+// not registered).
 //
 // Errors: ErrDuplicateBreaker, ErrTooManyBreakers, ErrClosed.
 func (a *Agent) Register(b *breaker.Breaker) error {
-	t := &tracked{b: b, cfg: breakerConfig(b.Name(), b.Config())}
+	a.queueMu.Lock() // for pruneRetiredLocked
+	defer a.queueMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	name := b.Name()
 	switch {
 	case a.closed:
 		return ErrClosed
-	case a.byName[t.cfg.Name] != nil:
-		return fmt.Errorf("%w: %q", ErrDuplicateBreaker, t.cfg.Name)
-	case len(a.breakers) >= protocol.MaxBreakersPerHello:
-		return fmt.Errorf("%w: at most %d", ErrTooManyBreakers, protocol.MaxBreakersPerHello)
+	case a.byName[name] != nil:
+		return fmt.Errorf("%w: %q", ErrDuplicateBreaker, name)
 	}
-	t.rep.since = a.cfg.Clock.Now()
+	t := a.reviveLocked(b)
+	if t == nil {
+		if a.declaredLocked(name) == nil && a.declaredCountLocked() >= protocol.MaxBreakersPerHello {
+			a.pruneRetiredLocked()
+		}
+		if a.declaredLocked(name) == nil && a.declaredCountLocked() >= protocol.MaxBreakersPerHello {
+			return fmt.Errorf("%w: at most %d", ErrTooManyBreakers, protocol.MaxBreakersPerHello)
+		}
+		t = &tracked{b: b, cfg: breakerConfig(name, b.Config())}
+		if rep, ok := a.forgotten.take(b); ok {
+			t.rep = rep
+		} else {
+			t.rep.since = a.cfg.Clock.Now()
+		}
+	}
 	a.breakers = append(a.breakers, t)
-	a.byName[t.cfg.Name] = t
+	a.byName[name] = t
 	a.helloGen++
 	// Subscribing under a.mu is safe: b calls the observer outside its own
 	// locks and the observer only touches the inbox.
 	t.unsub = b.Subscribe(a.observe)
+	signal(a.sendReady) // the connection goroutine sends the new hello
 	return nil
 }
 
@@ -221,8 +246,9 @@ func (a *Agent) Stats() Stats {
 	}
 }
 
-// hello returns the hello for the breakers registered now, and the
-// generation it describes.
+// hello returns the hello for the breakers declared now (registered, or
+// unregistered with reports still to deliver), and the generation it
+// describes.
 func (a *Agent) hello() (protocol.Hello, uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -230,11 +256,9 @@ func (a *Agent) hello() (protocol.Hello, uint64) {
 		Type: protocol.TypeHello, Protocol: protocol.Version,
 		Service: a.cfg.Service, Instance: a.cfg.Instance, SDKVersion: Version,
 		Labels: a.cfg.Labels, StartedAt: a.startedAt,
-		Breakers: make([]protocol.BreakerConfig, 0, len(a.breakers)),
+		Breakers: make([]protocol.BreakerConfig, 0, len(a.breakers)+len(a.retired)),
 	}
-	for _, t := range a.breakers {
-		h.Breakers = append(h.Breakers, t.cfg)
-	}
+	a.eachDeclaredLocked(func(t *tracked) { h.Breakers = append(h.Breakers, t.cfg) })
 	return h, a.helloGen
 }
 
