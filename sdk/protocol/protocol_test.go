@@ -6,10 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-const now = int64(1_750_000_000_000) // a fixed server time, Unix ms
+// now is the server's time in these tests, Unix ms: the test epoch, which
+// CBDASH_TEST_EPOCH moves (breakertest.Epoch).
+var now = breakertest.Epoch().UnixMilli()
 
 func validHello() protocol.Hello {
 	return protocol.Hello{
