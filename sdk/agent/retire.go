@@ -162,7 +162,14 @@ func (a *Agent) pruneRetiredLocked() {
 // safe for concurrent use.
 type forgottenReports struct {
 	mu sync.Mutex
-	m  map[weak.Pointer[breaker.Breaker]]reportState
+	m  map[weak.Pointer[breaker.Breaker]]*forgotten
+}
+
+// forgotten is one entry: it lives as long as its breaker, so that each
+// breaker gets one cleanup however often it is registered again.
+type forgotten struct {
+	rep reportState
+	ok  bool // rep is where the reports stopped; false once taken back
 }
 
 func (f *forgottenReports) put(b *breaker.Breaker, rep reportState) {
@@ -170,22 +177,28 @@ func (f *forgottenReports) put(b *breaker.Breaker, rep reportState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {
-		f.m = make(map[weak.Pointer[breaker.Breaker]]reportState)
+		f.m = make(map[weak.Pointer[breaker.Breaker]]*forgotten)
 	}
-	if _, ok := f.m[key]; !ok {
+	e := f.m[key]
+	if e == nil {
+		e = &forgotten{}
+		f.m[key] = e
 		runtime.AddCleanup(b, f.forget, key)
 	}
-	f.m[key] = rep
+	e.rep, e.ok = rep, true
 }
 
-// take returns and forgets where b's reports stopped, if it was pruned.
+// take returns where b's reports stopped, if it was pruned since it was
+// last registered.
 func (f *forgottenReports) take(b *breaker.Breaker) (reportState, bool) {
-	key := weak.Make(b)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rep, ok := f.m[key]
-	delete(f.m, key)
-	return rep, ok
+	e := f.m[weak.Make(b)]
+	if e == nil || !e.ok {
+		return reportState{}, false
+	}
+	e.ok = false
+	return e.rep, true
 }
 
 func (f *forgottenReports) forget(key weak.Pointer[breaker.Breaker]) {

@@ -39,4 +39,8 @@ func TestForgottenReportsDoNotKeepBreakersAlive(t *testing.T) {
 	if _, ok := f.take(kept); ok {
 		t.Fatal("take did not forget")
 	}
+	f.put(kept, reportState{inFlight: 8}) // unregistered again
+	if rep, ok := f.take(kept); !ok || rep.inFlight != 8 || f.len() != 1 {
+		t.Fatalf("after a second put: %+v, %v, %d remembered", rep, ok, f.len())
+	}
 }
