@@ -40,6 +40,12 @@ type TransportConfig struct {
 	// IdleTimeout*9/8 after its last use. 0 means 10 minutes. Negative is
 	// invalid. An evicted name gets a new breaker (new state, counters
 	// from zero) on its next request.
+	//
+	// Idle breakers are evicted only if the Transport can tell whoever
+	// OnNew gave them to: with OnNew set and OnEvict nil, no breaker is
+	// evicted for idleness (a rarely used dependency would otherwise come
+	// back as a second breaker of its name, which an agent refuses to
+	// register). Eviction to stay within MaxBreakers happens regardless.
 	IdleTimeout time.Duration
 	// OnNew is called once with each breaker the transport makes, before
 	// its first call (for example to register it with an agent:
@@ -48,7 +54,7 @@ type TransportConfig struct {
 	// OnEvict is called once with each breaker the transport evicts,
 	// after it is forgotten and before a new breaker of the same name is
 	// made (for example to unregister it from an agent:
-	// agent.Unregister).
+	// agent.Unregister). Set it whenever OnNew is set (see IdleTimeout).
 	//
 	// OnNew and OnEvict run with the Transport's lock held, so that they
 	// see the breakers of one name in order: they must not call back into

@@ -62,7 +62,7 @@ func (t *Transport) acquire(name string) (*kept, error) {
 	if t.err != nil {
 		return nil, t.err
 	}
-	if now.Sub(t.swept) >= t.cfg.IdleTimeout/8 {
+	if now.Sub(t.swept) >= t.cfg.IdleTimeout/8 && (t.cfg.OnEvict != nil || t.cfg.OnNew == nil) {
 		t.evictIdleLocked(now)
 	}
 	k := t.breakers[name]

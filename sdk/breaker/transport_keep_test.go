@@ -330,3 +330,37 @@ func TestTransportConfigNamesTheBadField(t *testing.T) {
 		}
 	}
 }
+
+func TestTransportEvictsIdleBreakersOnlyIfItCanTellTheirOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		onNew, onEvi bool
+		evicted      bool
+	}{
+		{"no hooks: nobody to tell", false, false, true},
+		{"OnNew and OnEvict", true, true, true},
+		{"OnNew without OnEvict: kept", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := breakertest.NewEpochClock()
+			cfg := breaker.TransportConfig{Config: breaker.Config{Clock: clk}, IdleTimeout: time.Minute}
+			if tc.onNew {
+				cfg.OnNew = func(*breaker.Breaker) {}
+			}
+			if tc.onEvi {
+				cfg.OnEvict = func(*breaker.Breaker) {}
+			}
+			tr := breaker.NewTransport(nil, cfg)
+			if _, err := tr.Breaker("rarely-used"); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(time.Hour)
+			if _, err := tr.Breaker("busy"); err != nil {
+				t.Fatal(err)
+			}
+			if s := tr.Stats(); (s.IdleEvictions == 1) != tc.evicted || s.Breakers != 2-int(s.IdleEvictions) {
+				t.Fatalf("stats %+v, want evicted: %v", s, tc.evicted)
+			}
+		})
+	}
+}
