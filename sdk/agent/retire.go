@@ -68,8 +68,13 @@ func (a *Agent) eachDeclaredLocked(fn func(*tracked)) {
 	for _, t := range a.breakers {
 		fn(t)
 	}
-	for i, t := range a.retired {
-		if a.byName[t.cfg.Name] == nil && !slices.ContainsFunc(a.retired[:i], func(o *tracked) bool { return o.cfg.Name == t.cfg.Name }) {
+	if len(a.retired) == 0 {
+		return
+	}
+	seen := make(map[string]bool, len(a.retired))
+	for _, t := range a.retired {
+		if a.byName[t.cfg.Name] == nil && !seen[t.cfg.Name] {
+			seen[t.cfg.Name] = true
 			fn(t)
 		}
 	}

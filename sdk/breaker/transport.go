@@ -11,8 +11,8 @@ import (
 )
 
 // TransportConfig configures a Transport. The zero value works: one
-// breaker per host, each with the zero Config, at most 100 of them, each
-// forgotten after 10 minutes without a request.
+// breaker per host, each with the zero Config, at most 100 of them, idle
+// ones evicted after 10 minutes (see IdleTimeout).
 type TransportConfig struct {
 	// Config is the configuration of every breaker the transport makes.
 	Config Config
