@@ -57,7 +57,21 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger, read
 	payments := &http.Client{Transport: breaker.NewTransport(nil, breaker.TransportConfig{
 		Config:     breaker.Config{FailureRateThreshold: 50, OpenDuration: 10 * time.Second, CallTimeout: 2 * time.Second},
 		BreakerFor: func(*http.Request) string { return "payments" },
-		OnNew:      func(b *breaker.Breaker) { _ = a.Register(b) },
+		// A breaker the agent cannot report still guards the calls; say
+		// why it is missing from the dashboard (for example more breakers
+		// than the agent may declare).
+		OnNew: func(b *breaker.Breaker) {
+			if err := a.Register(b); err != nil {
+				log.Error("breaker not reported to cbdash", "breaker", b.Name(), "error", err)
+			}
+		},
+		// With BreakerFor keyed by host, idle per-host breakers are evicted
+		// (TransportConfig.MaxBreakers, IdleTimeout): stop reporting them.
+		OnEvict: func(b *breaker.Breaker) {
+			if err := a.Unregister(b); err != nil {
+				log.Warn("evicted breaker not unregistered", "breaker", b.Name(), "error", err)
+			}
+		},
 	})}
 	if err := a.Start(); err != nil {
 		return err

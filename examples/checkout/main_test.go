@@ -60,6 +60,8 @@ func collectorOnLoopback(t *testing.T) (string, string, *collector.Collector) {
 
 func TestExampleBreakerOpensAndReachesTheCollector(t *testing.T) {
 	agentURL, token, col := collectorOnLoopback(t)
+	snapshot, events, unsubscribe := col.Subscribe()
+	defer unsubscribe()
 	// A payments service that is down: every charge fails with a 500.
 	payments := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
@@ -114,15 +116,37 @@ func TestExampleBreakerOpensAndReachesTheCollector(t *testing.T) {
 		t.Fatalf("after 20 failed charges checkout says %q, want the open breaker's fallback", last)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
+	// The collector tells its subscribers of every change: wait for the one
+	// that shows the breaker open, or give up after 10 s.
+	key := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
+	giveUp := time.After(10 * time.Second)
 	for {
-		d, err := col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
-		if err == nil && d.State == "open" {
-			break
+		if isOpen(snapshot, key) {
+			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("the collector dropped the test's subscription")
+			}
+			if ev.Dependency != nil {
+				snapshot = []cbdash.Dependency{*ev.Dependency}
+			} else {
+				snapshot = nil
+			}
+		case <-giveUp:
+			d, err := col.Dependency(key)
 			t.Fatalf("the collector does not see checkout/payments open within 10s: %+v, %v", d, err)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// isOpen reports whether ds shows the dependency key open.
+func isOpen(ds []cbdash.Dependency, key cbdash.DependencyKey) bool {
+	for _, d := range ds {
+		if d.DependencyKey == key && d.State == "open" {
+			return true
+		}
+	}
+	return false
 }

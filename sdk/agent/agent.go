@@ -25,8 +25,12 @@ var (
 	// with the same name.
 	ErrDuplicateBreaker = errors.New("agent: a breaker with this name is already registered")
 	// ErrTooManyBreakers is returned by Register beyond
-	// protocol.MaxBreakersPerHello breakers.
+	// protocol.MaxBreakersPerHello breakers (counting unregistered ones
+	// whose last reports are not yet acknowledged).
 	ErrTooManyBreakers = errors.New("agent: too many breakers")
+	// ErrNotRegistered is returned by Unregister for a breaker that is not
+	// registered.
+	ErrNotRegistered = errors.New("agent: breaker not registered")
 	// ErrNotFlushed is wrapped by Close's error when its context ended
 	// before the collector acknowledged everything.
 	ErrNotFlushed = errors.New("agent: not everything reached the collector")
@@ -54,14 +58,16 @@ type Agent struct {
 	cmds      chan inCommand     // reader -> owner
 	final     chan chan struct{} // Close -> owner: take a last report
 
-	mu       sync.Mutex // guards the fields below
-	breakers []*tracked
-	byName   map[string]*tracked
-	helloGen uint64 // incremented by each Register: the collector must hear a new hello (see item.hello)
-	started  bool
-	closed   bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	mu        sync.Mutex // guards the fields below; taken after queueMu when both are
+	breakers  []*tracked
+	byName    map[string]*tracked
+	retired   []*tracked // unregistered, still declared in hellos (see retire.go)
+	forgotten forgottenReports
+	helloGen  uint64 // incremented when the declared breakers change: the collector must hear a new hello (see item.hello)
+	started   bool
+	closed    bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	connected  atomic.Bool
 	reconnects atomic.Uint64
@@ -71,10 +77,12 @@ type Agent struct {
 // owned by the agent's report goroutine.
 type tracked struct {
 	src   Source
-	cmd   Commander // nil: the breaker cannot apply commands
+	cmd   Commander        // nil: the breaker cannot apply commands
+	b     *breaker.Breaker // the sdk/breaker Breaker, nil for a Source of another library
 	cfg   protocol.BreakerConfig
 	unsub func()
 	rep   reportState
+	final bool // unregistered and its last report taken; guarded by Agent.mu
 }
 
 // Source is a circuit breaker of another library that an agent reports:
@@ -144,49 +152,79 @@ func New(cfg Config) (*Agent, error) {
 // before or after Start; after Start the agent sends a new hello on its
 // connection, declaring b, before any report of b. Its
 // counters are reported from zero: the first window report of b carries
-// everything b counted before it was registered.
+// everything b counted before it was registered. A breaker registered
+// again after Unregister goes on from its last report instead, so that no
+// call is reported twice (its first report then covers the time it was
+// not registered).
 //
 // Errors: ErrDuplicateBreaker, ErrTooManyBreakers, ErrClosed.
 func (a *Agent) Register(b *breaker.Breaker) error {
-	return a.register(&tracked{src: native{b}, cmd: b, cfg: native{b}.Describe()})
+	return a.register(b.Name(), b, func() *tracked {
+		return &tracked{src: native{b}, cmd: b, b: b, cfg: native{b}.Describe()}
+	})
 }
 
 // RegisterSource adds a breaker of another library, seen through an
 // adapter, to the breakers the agent reports, as Register does for an
 // sdk/breaker Breaker. Operator commands for it are applied when s is also
 // a Commander, and refused otherwise (the hello then says
-// holds_unsupported).
+// holds_unsupported). A Source is not revived by registering it again: its
+// reports start from its counters then.
 //
 // Errors: ErrInvalidConfig (a bad name from Describe), ErrDuplicateBreaker,
 // ErrTooManyBreakers, ErrClosed.
 func (a *Agent) RegisterSource(s Source) error {
-	t := &tracked{src: s, cfg: s.Describe()}
-	t.cmd, _ = s.(Commander)
-	t.cfg.HoldsUnsupported = t.cmd == nil
-	if err := checkName(t.cfg.Name); err != nil {
+	cfg := s.Describe()
+	cmd, _ := s.(Commander)
+	cfg.HoldsUnsupported = cmd == nil
+	if err := checkName(cfg.Name); err != nil {
 		return fmt.Errorf("%w: breaker name: %v", ErrInvalidConfig, err)
 	}
-	return a.register(t)
+	return a.register(cfg.Name, nil, func() *tracked { return &tracked{src: s, cmd: cmd, cfg: cfg} })
 }
 
-func (a *Agent) register(t *tracked) error {
+// register adds the breaker named name: b, when it is an sdk/breaker one
+// (which may be revived from the retired ones), else the one mk makes.
+func (a *Agent) register(name string, b *breaker.Breaker, mk func() *tracked) error {
+	a.queueMu.Lock() // for pruneRetiredLocked
+	defer a.queueMu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.closed:
 		return ErrClosed
-	case a.byName[t.cfg.Name] != nil:
-		return fmt.Errorf("%w: %q", ErrDuplicateBreaker, t.cfg.Name)
-	case len(a.breakers) >= protocol.MaxBreakersPerHello:
-		return fmt.Errorf("%w: at most %d", ErrTooManyBreakers, protocol.MaxBreakersPerHello)
+	case a.byName[name] != nil:
+		return fmt.Errorf("%w: %q", ErrDuplicateBreaker, name)
 	}
-	t.rep.since = a.cfg.Clock.Now()
+	var t *tracked
+	if b != nil {
+		t = a.reviveLocked(b)
+	}
+	if t == nil {
+		if a.declaredLocked(name) == nil && a.declaredCountLocked() >= protocol.MaxBreakersPerHello {
+			a.pruneRetiredLocked()
+		}
+		if a.declaredLocked(name) == nil && a.declaredCountLocked() >= protocol.MaxBreakersPerHello {
+			return fmt.Errorf("%w: at most %d", ErrTooManyBreakers, protocol.MaxBreakersPerHello)
+		}
+		t = mk()
+		rep, ok := reportState{}, false
+		if b != nil {
+			rep, ok = a.forgotten.take(b)
+		}
+		if ok {
+			t.rep = rep
+		} else {
+			t.rep.since = a.cfg.Clock.Now()
+		}
+	}
 	a.breakers = append(a.breakers, t)
-	a.byName[t.cfg.Name] = t
+	a.byName[name] = t
 	a.helloGen++
 	// Subscribing under a.mu is safe: sources call the observer outside
 	// their own locks and the observer only touches the inbox.
 	t.unsub = t.src.Subscribe(a.observe)
+	signal(a.sendReady) // the connection goroutine sends the new hello
 	return nil
 }
 
@@ -283,8 +321,9 @@ func (a *Agent) Stats() Stats {
 	}
 }
 
-// hello returns the hello for the breakers registered now, and the
-// generation it describes.
+// hello returns the hello for the breakers declared now (registered, or
+// unregistered with reports still to deliver), and the generation it
+// describes.
 func (a *Agent) hello() (protocol.Hello, uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -292,11 +331,9 @@ func (a *Agent) hello() (protocol.Hello, uint64) {
 		Type: protocol.TypeHello, Protocol: protocol.Version,
 		Service: a.cfg.Service, Instance: a.cfg.Instance, SDKVersion: Version,
 		Labels: a.cfg.Labels, StartedAt: a.startedAt,
-		Breakers: make([]protocol.BreakerConfig, 0, len(a.breakers)),
+		Breakers: make([]protocol.BreakerConfig, 0, len(a.breakers)+len(a.retired)),
 	}
-	for _, t := range a.breakers {
-		h.Breakers = append(h.Breakers, t.cfg)
-	}
+	a.eachDeclaredLocked(func(t *tracked) { h.Breakers = append(h.Breakers, t.cfg) })
 	return h, a.helloGen
 }
 

@@ -279,6 +279,21 @@ func TestIdleBreakerReportsAtTheIdleRateAndShowsHalfOpen(t *testing.T) {
 	}
 }
 
+func TestASecondEndOfACallIsReportedAsMisuse(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	c, err := f.b.Allow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Done(nil)
+	c.Done(nil)
+	f.tick()
+	waitFor(t, 5*time.Second, "the report of the call", func() bool { return len(f.col.windows("payments")) == 1 })
+	if got := f.col.windows("payments")[0].Counts; got.Admitted != 1 || got.Successes != 1 || got.Misuse != 1 {
+		t.Fatalf("reported counts %+v, want 1 admitted, 1 success, 1 misuse", got)
+	}
+}
+
 func TestCollectorDownAtStartupIsRetriedAndReachedLater(t *testing.T) {
 	f := newFixture(t, fixtureOptions{noStart: true})
 	f.col.stop()

@@ -127,15 +127,10 @@ func (c *collector) restart() {
 	c.tb.Helper()
 	var ln net.Listener
 	var err error
-	for range 100 { // the old socket may linger for a moment
-		if ln, err = net.Listen("tcp", c.addr); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
-		c.tb.Fatalf("restarting the collector on %s: %v", c.addr, err)
-	}
+	waitFor(c.tb, time.Second, "the collector's address to be free again: "+c.addr, func() bool {
+		ln, err = net.Listen("tcp", c.addr) // the old socket may linger for a moment
+		return err == nil
+	})
 	c.serve(ln)
 }
 
@@ -381,16 +376,4 @@ func (c *collector) windows(name string) []protocol.Window {
 		}
 	}
 	return ws
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -195,13 +195,23 @@ func (a *Agent) handshake(ctx context.Context, hello *protocol.Hello) (*websocke
 }
 
 // writePending writes every batch the outbox has for this connection,
-// which has declared the breakers of hello generation *gen. Before a batch
-// that reports a breaker registered since, it sends a new hello on the
-// same connection (the collector does not answer it).
+// which has declared the breakers of hello generation *gen. When the
+// declared breakers have changed since (a Register, or an unregistered
+// breaker pruned), it first sends a new hello on the same connection (the
+// collector does not answer it).
 func (a *Agent) writePending(ctx context.Context, conn *websocket.Conn, gen *uint64) error {
 	a.queue() // transitions go out from here, without waiting for the report goroutine
+	a.prune()
 	for {
-		seq, data, ok, needHello := a.out.next(a.cfg.Clock.Now().UnixMilli(), *gen)
+		needHello := a.currentHelloGen() > *gen
+		var (
+			seq  uint64
+			data []byte
+			ok   bool
+		)
+		if !needHello {
+			seq, data, ok, needHello = a.out.next(a.cfg.Clock.Now().UnixMilli(), *gen)
+		}
 		if needHello {
 			hello, g := a.hello()
 			if err := a.write(ctx, conn, &hello); err != nil {

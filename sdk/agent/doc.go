@@ -32,6 +32,10 @@
 // merges, then drops, the oldest window reports and keeps transitions and
 // command results, counting whatever it loses (Stats, Batch.Dropped).
 //
+// Unregister stops reporting a breaker (a breaker.Transport's OnEvict
+// calls it for the per-host breakers it evicts): its last counts are
+// still delivered, and the collector forgets the breaker once they are.
+//
 // Commands (force open, force closed, release, reset) are applied to the
 // named breaker at most once per command id and answered with the
 // resulting state or with the reason they were refused.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,54 +15,54 @@ import (
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
-// clock is a virtual clock for both the breakers (breaker.Clock) and the
-// agent (agent.Clock): its tickers fire when the test advances it.
+// clock is the virtual clock of a fixture's breakers and agent: a
+// breakertest.Clock (its NewTicker makes it an agent.Clock too) that
+// remembers the tickers it gives the agent, so that a test can wait until
+// the agent has made its ticker and has taken each tick (a tick that finds
+// the previous one untaken is dropped, as with time.Ticker).
 type clock struct {
 	*breakertest.Clock
+	mu      sync.Mutex
+	tickers []<-chan time.Time
 }
 
 var (
-	_ agent.Clock   = clock{}
-	_ breaker.Clock = clock{}
+	_ agent.Clock   = (*clock)(nil)
+	_ breaker.Clock = (*clock)(nil)
 )
 
-func newClock() clock {
-	return clock{breakertest.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))}
+func newClock() *clock { return &clock{Clock: breakertest.NewEpochClock()} }
+
+func (c *clock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	ticks, stop := c.Clock.NewTicker(d)
+	c.mu.Lock()
+	c.tickers = append(c.tickers, ticks)
+	c.mu.Unlock()
+	return ticks, func() {
+		stop()
+		c.mu.Lock()
+		c.tickers = slices.DeleteFunc(c.tickers, func(t <-chan time.Time) bool { return t == ticks })
+		c.mu.Unlock()
+	}
 }
 
-func (c clock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	// Unbuffered, and each tick waits to be taken: every Advance by d is
-	// seen by the agent, at the tick's exact time, so tests are
-	// deterministic.
-	ch := make(chan time.Time)
-	stopped := make(chan struct{})
-	var mu sync.Mutex
-	var t breaker.Timer
-	var tick func()
-	tick = func() {
-		select {
-		case ch <- c.Now():
-		case <-stopped:
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case <-stopped:
-		default:
-			t = c.AfterFunc(d, tick)
+// ticking reports whether the agent's report ticker exists.
+func (c *clock) ticking() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.tickers) > 0
+}
+
+// taken reports whether every tick delivered so far has been received.
+func (c *clock) taken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.tickers {
+		if len(t) > 0 {
+			return false
 		}
 	}
-	t = c.AfterFunc(d, tick)
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			close(stopped)
-			mu.Lock()
-			defer mu.Unlock()
-			t.Stop()
-		})
-	}
+	return true
 }
 
 // logBuffer collects an agent's log lines for assertions.
@@ -88,10 +89,11 @@ func (l *logBuffer) logger() *slog.Logger {
 
 // fixture is an agent reporting one breaker to a test collector.
 type fixture struct {
+	tb    testing.TB
 	col   *collector
 	agent *agent.Agent
 	b     *breaker.Breaker
-	clock clock
+	clock *clock
 	logs  *logBuffer
 }
 
@@ -104,7 +106,7 @@ type fixtureOptions struct {
 
 func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	t.Helper()
-	f := &fixture{col: newCollector(t), clock: newClock(), logs: &logBuffer{}}
+	f := &fixture{tb: t, col: newCollector(t), clock: newClock(), logs: &logBuffer{}}
 	f.col.mode = o.mode
 	bc := o.breaker
 	bc.Clock = f.clock
@@ -148,6 +150,9 @@ func (f *fixture) start(t testing.TB) {
 	if err := f.agent.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A tick before the report goroutine has made its ticker would be
+	// lost.
+	waitFor(t, 5*time.Second, "the agent's report ticker", f.clock.ticking)
 	if f.col.mode == normal {
 		waitFor(t, 5*time.Second, "the agent to connect", f.col.connected)
 	}
@@ -164,8 +169,12 @@ func (f *fixture) close(t *testing.T) {
 	}
 }
 
-// tick advances the virtual clock by one report interval.
-func (f *fixture) tick() { f.clock.Advance(time.Second) }
+// tick advances the virtual clock by one report interval and waits until
+// the agent has taken the tick, so that no tick of a test is dropped.
+func (f *fixture) tick() {
+	f.clock.Advance(time.Second)
+	waitFor(f.tb, 5*time.Second, "the agent to take its report tick", f.clock.taken)
+}
 
 // calls runs n calls through b that succeed or fail.
 func calls(b *breaker.Breaker, n int, fail bool) {
@@ -184,3 +193,30 @@ var errBoom = errorString("boom")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// waitFor checks cond every millisecond until it holds, and fails the test
+// if it does not within timeout. The timeout is real time: waitFor waits
+// for other goroutines and real sockets, never for the virtual clock.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	if cond() {
+		return
+	}
+	poll := time.NewTicker(time.Millisecond)
+	defer poll.Stop()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-poll.C:
+			if cond() {
+				return
+			}
+		case <-deadline.C:
+			if cond() {
+				return
+			}
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,19 @@ func newItem(t *protocol.Transition, w *protocol.Window, r *protocol.CommandResu
 	return item{t: t, w: w, r: r, size: len(data) + 1}
 }
 
+// breaker returns the name of the breaker a transition or window report
+// is about, "" for a command result (which the collector does not check
+// against the hello).
+func (it item) breaker() string {
+	switch {
+	case it.t != nil:
+		return it.t.Breaker
+	case it.w != nil:
+		return it.w.Breaker
+	}
+	return ""
+}
+
 func (it item) declaredBy(hello uint64) item {
 	it.hello = hello
 	return it
@@ -43,8 +57,9 @@ func (it item) declaredBy(hello uint64) item {
 // sentBatch is a sequenced, encoded batch that the collector has not
 // acknowledged yet.
 type sentBatch struct {
-	seq  uint64
-	data []byte
+	seq      uint64
+	data     []byte
+	breakers []string // the breakers its transitions and windows are about, each once
 }
 
 // batchOverhead bounds the JSON around the items of a batch (type, seq,
@@ -277,16 +292,40 @@ fill:
 	if err != nil {
 		panic(fmt.Sprintf("agent: encoding a batch: %v", err)) // plain structs: cannot happen
 	}
+	var names []string
+	for _, it := range o.pending[:n] {
+		if name := it.breaker(); name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
 	clear(o.pending[:n])
 	o.pending = o.pending[n:]
 	o.pendingBytes -= size
-	o.inflight = append(o.inflight, sentBatch{seq: b.Seq, data: data})
+	o.inflight = append(o.inflight, sentBatch{seq: b.Seq, data: data, breakers: names})
 	o.inflightBytes += len(data)
 	o.cursor = len(o.inflight)
 	o.nextSeq++
 	o.sent++
 	o.compact() // the batch's envelope took a little more than its items
 	return b.Seq, data, true, false
+}
+
+// mentions reports whether a pending item or an unacknowledged batch is
+// about the breaker called name.
+func (o *outbox) mentions(name string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, it := range o.pending {
+		if it.breaker() == name {
+			return true
+		}
+	}
+	for _, b := range o.inflight {
+		if slices.Contains(b.breakers, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // welcome starts a new connection on which the collector has stored

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,14 @@ func (in *inbox) push(t breaker.Transition) {
 		in.dropped++
 	}
 	in.queue = append(in.queue, t)
+}
+
+// mentions reports whether a transition of the breaker called name waits
+// in the inbox.
+func (in *inbox) mentions(name string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.ContainsFunc(in.queue, func(t breaker.Transition) bool { return t.Breaker == name })
 }
 
 func (in *inbox) take() ([]breaker.Transition, int64) {
@@ -75,6 +84,7 @@ func (a *Agent) reportLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.wake:
+			a.retire(a.cfg.Clock.Now())
 			a.queue()
 		case now := <-ticks:
 			if !closing {
@@ -89,7 +99,9 @@ func (a *Agent) reportLoop(ctx context.Context) {
 		case done := <-a.final:
 			// Snapshots may make lazy transitions (open -> half-open):
 			// unsubscribe only after them, and queue what came before.
-			a.report(a.cfg.Clock.Now(), true)
+			now := a.cfg.Clock.Now()
+			a.retire(now)
+			a.report(now, true)
 			a.unsubscribe()
 			a.queue()
 			closing = true
@@ -107,8 +119,31 @@ func (a *Agent) queue(more ...item) {
 	defer a.queueMu.Unlock()
 	items := append(a.takeTransitions(), more...)
 	// Every breaker of these items is declared by the hello generation
-	// read now: items are made after their breaker's Register.
-	gen := a.currentHelloGen()
+	// read now: items are made after their breaker's Register, and a
+	// retired breaker stays declared while anything about it is queued.
+	// Only a transition that a breaker's observer queued after the agent
+	// had forgotten the breaker (a call already under way when
+	// Unregister unsubscribed) is not: it is dropped and counted, since
+	// the collector would refuse its whole batch.
+	var undeclared protocol.Dropped
+	a.mu.Lock()
+	gen := a.helloGen
+	items = slices.DeleteFunc(items, func(it item) bool {
+		if name := it.breaker(); name != "" && a.declaredLocked(name) == nil {
+			if it.t != nil {
+				undeclared.Transitions++
+			} else {
+				undeclared.Windows++
+			}
+			return true
+		}
+		return false
+	})
+	a.mu.Unlock()
+	if undeclared != (protocol.Dropped{}) {
+		a.out.countDropped(undeclared)
+		a.log.Warn("reports of an unregistered breaker dropped", "transitions", undeclared.Transitions, "windows", undeclared.Windows)
+	}
 	for i := range items {
 		items[i].hello = gen
 	}
@@ -203,6 +238,7 @@ func countsDelta(cur, prev breaker.Totals) protocol.Counts {
 		RejectedBulkhead: d(cur.RejectedBulkhead, prev.RejectedBulkhead),
 		FallbackSuccess:  d(cur.FallbackSuccesses, prev.FallbackSuccesses),
 		FallbackFailure:  d(cur.FallbackFailures, prev.FallbackFailures),
+		Misuse:           d(cur.Misuse, prev.Misuse),
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// t0 is when every fixture's virtual clock starts: the test epoch, which
+// CBDASH_TEST_EPOCH moves (breakertest.Epoch).
+var t0 = breakertest.Epoch()
 
 // fixture is a breaker on a virtual clock that records its transitions.
 type fixture struct {

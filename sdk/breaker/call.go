@@ -2,14 +2,19 @@ package breaker
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Call is one admitted call in the two-step form (Allow, then Done or
 // Report), for middleware that cannot wrap the call in a function. End
 // every admitted call exactly once: a call never ended holds its bulkhead
-// and probe slots for good (unless CallTimeout ends it). The zero Call
-// (returned with a rejection) ignores Done and Report.
+// and probe slots for good (unless CallTimeout ends it). Ending it again,
+// through the same Call or a copy, is a no-op counted in Totals.Misuse
+// (it would otherwise free a slot another call holds and count one call
+// twice). The zero Call (returned with a rejection) ignores Done and
+// Report. A Call may be ended from any goroutine.
 type Call struct {
 	b      *Breaker
 	ep     *epoch
@@ -17,19 +22,58 @@ type Call struct {
 	probe  bool
 	stripe uint8
 	t      *timedCall
+	tk     *ticket // set by Allow: makes the first end the only one
+	tkGen  uint64  // tk.gen when the call was admitted
 }
 
-// Done ends the call with the outcome Config.Classify gives err.
-func (c Call) Done(err error) {
-	if c.b != nil {
-		c.report(c.b.cfg.Classify(err))
+// ticket tells the first end of a two-step call from later ones, whatever
+// copies of the Call exist. Tickets are pooled, so Allow allocates
+// nothing: each end moves gen on, so a stale copy of an ended Call never
+// matches the ticket again, even after another call has reused it.
+type ticket struct{ gen atomic.Uint64 }
+
+var tickets = sync.Pool{New: func() any { return new(ticket) }}
+
+// claim reports whether this is the first end of c; a later end is
+// counted as misuse.
+func (c *Call) claim() bool {
+	if c.tk == nil {
+		return true
 	}
+	if !c.tk.gen.CompareAndSwap(c.tkGen, c.tkGen+1) {
+		c.b.ctr.add(stripeHint(), cMisuse)
+		return false
+	}
+	tickets.Put(c.tk)
+	return true
+}
+
+// Done ends the call with the outcome Config.Classify gives err. If
+// Classify panics, the call is recorded as a Panic (a failure, which frees
+// its bulkhead and probe slots) and the panic goes on to the caller, as
+// it does for a panicking call in Execute. A second Done or Report of the
+// same call does nothing but count in Totals.Misuse (Classify does not
+// run).
+func (c Call) Done(err error) {
+	if c.b == nil || !c.claim() {
+		return
+	}
+	ended := false
+	defer func() {
+		if !ended { // Classify panicked
+			c.report(Panic)
+		}
+	}()
+	o := c.b.cfg.Classify(err)
+	ended = true
+	c.report(o)
 }
 
 // Report ends the call with outcome o. An outcome outside the Outcome
-// constants counts as Failure.
+// constants counts as Failure. Like Done, it does nothing but count in
+// Totals.Misuse when the call has already been ended.
 func (c Call) Report(o Outcome) {
-	if c.b != nil {
+	if c.b != nil && c.claim() {
 		c.report(o)
 	}
 }
@@ -72,10 +116,15 @@ func (c *Call) report(o Outcome) bool {
 // interrupted (use Execute for that).
 func (b *Breaker) Allow() (Call, error) {
 	c, err := b.admit()
-	if err == nil && b.timeoutNs > 0 {
+	if err != nil {
+		return c, err
+	}
+	c.tk = tickets.Get().(*ticket)
+	c.tkGen = c.tk.gen.Load()
+	if b.timeoutNs > 0 {
 		b.arm(&c, nil)
 	}
-	return c, err
+	return c, nil
 }
 
 // Execute runs fn through the breaker. A rejected call does not run and
@@ -85,7 +134,8 @@ func (b *Breaker) Allow() (Call, error) {
 //   - if ctx is done when fn returns an error, the caller gave up:
 //     Canceled, not a failure, whatever the error;
 //   - otherwise Config.Classify(err) decides (DefaultClassify by default);
-//   - if fn panics, the call is recorded as Panic and the panic goes on;
+//   - if fn panics, or Classify does, the call is recorded as Panic (a
+//     failure) and the panic goes on;
 //   - with CallTimeout set, fn's context is canceled at the deadline with
 //     cause ErrTimeout, the call is recorded as a Timeout at that moment,
 //     and Execute returns ErrTimeout when fn returns, discarding fn's
@@ -109,13 +159,13 @@ func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (
 	}
 	ended := false
 	defer func() {
-		if !ended {
+		if !ended { // fn or Classify panicked
 			call.report(Panic)
 		}
 	}()
 	err = fn(ctx)
-	ended = true
 	o := b.outcome(ctx, err)
+	ended = true
 	call.report(o)
 	return o, false, err
 }
@@ -126,13 +176,13 @@ func (b *Breaker) executeTimed(ctx context.Context, call Call, fn func(context.C
 	b.arm(&call, cancel)
 	ended := false
 	defer func() {
-		if !ended {
+		if !ended { // fn or Classify panicked
 			call.report(Panic)
 		}
 	}()
 	err := fn(cctx)
-	ended = true
 	o := b.outcome(ctx, err)
+	ended = true
 	if !call.report(o) {
 		return Timeout, false, ErrTimeout
 	}

@@ -98,7 +98,11 @@ type Config struct {
 	// bulkhead.
 	MaxConcurrent int
 	// Classify maps a call's error to its outcome. nil means
-	// DefaultClassify.
+	// DefaultClassify. It must be safe for concurrent use. If it panics,
+	// the call is recorded as a Panic (a failure: a probe that ends so
+	// reopens the breaker) and the panic goes on to the caller, as
+	// gobreaker does for a panicking IsSuccessful; the breaker is never
+	// left holding the call's slots.
 	Classify func(error) Outcome
 	// Clock is the time source. nil means the system's monotonic clock.
 	Clock Clock

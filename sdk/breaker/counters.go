@@ -20,6 +20,7 @@ const (
 	cRejBulkhead
 	cFallbackOK
 	cFallbackFailed
+	cMisuse
 	numCounters
 )
 
@@ -80,6 +81,7 @@ func (c *counters) totals() Totals {
 		RejectedOpen: c.sum(cRejOpen), RejectedHalfOpenFull: c.sum(cRejHalfOpen),
 		RejectedForcedOpen: c.sum(cRejForced), RejectedBulkhead: c.sum(cRejBulkhead),
 		FallbackSuccesses: c.sum(cFallbackOK), FallbackFailures: c.sum(cFallbackFailed),
+		Misuse: c.sum(cMisuse),
 	}
 	t.Failures = t.Errors + t.Timeouts + t.Panics
 	t.Admitted = c.sum(cAdmitted)

@@ -12,7 +12,8 @@
 // Execute (or Do for a call that returns a value, the WithFallback
 // variants for a fallback, or Allow and Call.Done for middleware). For
 // net/http clients, NewTransport wraps an http.RoundTripper with one
-// breaker per host. A Breaker is safe for concurrent use. A successful
+// breaker per host (at most TransportConfig.MaxBreakers of them, idle ones
+// evicted, counted in Transport.Stats). A Breaker is safe for concurrent use. A successful
 // call through a closed breaker allocates nothing, and with a count window
 // it takes no lock either (a time window takes a short lock per call).
 //
@@ -103,7 +104,9 @@
 //     failure; the breaker's own timeout is; an error marked with
 //     Ignorable (a 404, a validation error, a declined card) is not
 //     recorded at all (resilience4j's ignoreExceptions, Polly's
-//     ShouldHandle).
+//     ShouldHandle). A Classify that panics costs the call a Panic
+//     outcome and the panic goes on to the caller; it never leaves a
+//     probe or bulkhead slot taken (resilience4j's issue 2324).
 //   - Clock (default the system's monotonic clock): breakertest.Clock is a
 //     virtual clock for tests, which never sleep.
 //

@@ -83,12 +83,13 @@ func ExampleBreaker_Allow() {
 // Observers get each transition with its cause. A virtual clock makes the
 // example's timing exact.
 func ExampleBreaker_Subscribe() {
-	clk := breakertest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := breakertest.NewEpochClock()
+	start := clk.Now()
 	b, _ := breaker.New("inventory", breaker.Config{
 		Window: breaker.Window{Size: 4}, MinimumCalls: 4, OpenDuration: time.Second, Clock: clk,
 	})
 	cancel := b.Subscribe(func(t breaker.Transition) {
-		fmt.Printf("%s %v>%v %s at %s\n", t.Breaker, t.From, t.To, t.Cause.Kind, t.At.Format("15:04:05"))
+		fmt.Printf("%s %v>%v %s at +%v\n", t.Breaker, t.From, t.To, t.Cause.Kind, t.At.Sub(start))
 	})
 	defer cancel()
 	for _, err := range []error{nil, nil, errors.New("down"), errors.New("down")} {
@@ -97,9 +98,9 @@ func ExampleBreaker_Subscribe() {
 	clk.Advance(time.Second)
 	_ = b.Execute(context.Background(), func(context.Context) error { return nil })
 	// Output:
-	// inventory closed>open failure_rate at 00:00:00
-	// inventory open>half_open open_elapsed at 00:00:01
-	// inventory half_open>closed probes_succeeded at 00:00:01
+	// inventory closed>open failure_rate at +0s
+	// inventory open>half_open open_elapsed at +1s
+	// inventory half_open>closed probes_succeeded at +1s
 }
 
 // Operator commands hold a state for a while.

@@ -253,7 +253,7 @@ type replayer struct {
 }
 
 func newReplayer(cfg breaker.Config, timeoutMs int64) *replayer {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t0 := breakertest.Epoch()
 	r := &replayer{
 		clk: breakertest.NewClock(t0), t0: t0, timeoutMs: timeoutMs,
 		inFlight: map[string]breaker.Call{}, begun: map[string]bool{},

@@ -161,6 +161,11 @@ type Totals struct {
 
 	FallbackSuccesses uint64 // fallbacks that returned no error
 	FallbackFailures  uint64 // fallbacks that returned an error
+
+	// Misuse counts ends of two-step calls that had already ended (a
+	// second Done or Report of one Call): a bug in the caller, each one
+	// ignored and counted here only.
+	Misuse uint64
 }
 
 // Rejected is the sum of every rejection reason.

@@ -269,6 +269,10 @@ type Counts struct {
 	RejectedBulkhead int64 `json:"rejected_bulkhead"`
 	FallbackSuccess  int64 `json:"fallback_successes"`
 	FallbackFailure  int64 `json:"fallback_failures"`
+	// Misuse counts ends of calls that had already ended (a service
+	// bug: a second Done of one call), each ignored by the breaker.
+	// Optional: omitted when 0, and by agents that do not count it.
+	Misuse int64 `json:"misuse,omitempty"`
 }
 
 // Rejected is the sum of every rejection reason.
@@ -293,6 +297,7 @@ func (c *Counts) Add(o Counts) {
 	c.RejectedBulkhead = SatAdd(c.RejectedBulkhead, o.RejectedBulkhead)
 	c.FallbackSuccess = SatAdd(c.FallbackSuccess, o.FallbackSuccess)
 	c.FallbackFailure = SatAdd(c.FallbackFailure, o.FallbackFailure)
+	c.Misuse = SatAdd(c.Misuse, o.Misuse)
 }
 
 // SatAdd returns a+b, saturated at math.MaxInt64 and math.MinInt64
@@ -318,7 +323,7 @@ func (c Counts) validate() error {
 		{"slow", c.Slow}, {"ignored", c.Ignored}, {"rejected_open", c.RejectedOpen},
 		{"rejected_half_open_full", c.RejectedHalfOpen}, {"rejected_forced_open", c.RejectedForced},
 		{"rejected_bulkhead", c.RejectedBulkhead}, {"fallback_successes", c.FallbackSuccess},
-		{"fallback_failures", c.FallbackFailure},
+		{"fallback_failures", c.FallbackFailure}, {"misuse", c.Misuse},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("counts.%s is negative (%d)", f.n, f.v)

@@ -7,10 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-const now = int64(1_750_000_000_000) // a fixed server time, Unix ms
+// now is the server's time in these tests, Unix ms: the test epoch, which
+// CBDASH_TEST_EPOCH moves (breakertest.Epoch).
+var now = breakertest.Epoch().UnixMilli()
 
 func validHello() protocol.Hello {
 	return protocol.Hello{
@@ -139,6 +142,8 @@ func TestBatchValidate(t *testing.T) {
 		{"refuses a window longer than an hour", func(b *protocol.Batch) { b.Windows[0].Millis = protocol.MaxWindowMillis + 1 }, "duration_ms"},
 		{"refuses failures that are not errors+timeouts+panics", func(b *protocol.Batch) { b.Windows[0].Counts.Failures = 7 }, "counts.failures"},
 		{"refuses a negative count", func(b *protocol.Batch) { b.Windows[0].Counts.Slow = -1 }, "counts.slow"},
+		{"accepts a misuse count", func(b *protocol.Batch) { b.Windows[0].Counts.Misuse = 2 }, ""},
+		{"refuses a negative misuse count", func(b *protocol.Batch) { b.Windows[0].Counts.Misuse = -1 }, "counts.misuse"},
 		{"refuses a histogram of the wrong length", func(b *protocol.Batch) { b.Windows[0].Latency = []int64{1} }, "buckets"},
 		{"refuses a negative bucket", func(b *protocol.Batch) { b.Windows[0].Latency[3] = -1 }, "latency[3]"},
 		{"refuses a rate above 100", func(b *protocol.Batch) { b.Windows[0].Headroom.FailureRate = 100.5 }, "headroom.failure_rate"},
@@ -257,8 +262,8 @@ func FuzzDecodeValidate(f *testing.F) {
 
 func TestCountsAddAndRejected(t *testing.T) {
 	a := protocol.Counts{Admitted: 1, RejectedOpen: 2, RejectedHalfOpen: 3}
-	a.Add(protocol.Counts{Admitted: 4, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7})
-	want := protocol.Counts{Admitted: 5, RejectedOpen: 2, RejectedHalfOpen: 3, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7}
+	a.Add(protocol.Counts{Admitted: 4, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7, Misuse: 8})
+	want := protocol.Counts{Admitted: 5, RejectedOpen: 2, RejectedHalfOpen: 3, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7, Misuse: 8}
 	if a != want {
 		t.Fatalf("Add = %+v, want %+v", a, want)
 	}
