@@ -93,7 +93,7 @@ type AgentToken struct {
 	ID        string    `json:"id"`
 	Service   string    `json:"service"` // "" = any service
 	CreatedAt time.Time `json:"created_at"`
-	LastUsed  time.Time `json:"last_used"` // zero = never; updated at most once a minute
+	LastUsed  time.Time `json:"last_used"`  // zero = never; updated at most once a minute
 	ExpiresAt time.Time `json:"expires_at"` // zero = never
 }
 
@@ -120,4 +120,3 @@ func (s *Store) AgentTokens(ctx context.Context) ([]AgentToken, error) {
 	}
 	return out, nil
 }
-
