@@ -220,6 +220,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		case <-sweep.C:
 			c.live.sweep()
 			c.expireCommands(ctx)
+			c.closeRevokedSessions(ctx)
 		case <-compact.C:
 			if err := c.store.Compact(ctx, c.now()); err != nil && ctx.Err() == nil {
 				c.log.Error("compact", "err", err)

@@ -447,3 +447,68 @@ func serviceText(svc string) string {
 	}
 	return "service " + svc
 }
+
+// IssueUserToken creates an API token acting as the user, valid until
+// expires (zero: no expiry), logs it as actor's, and returns the secret
+// (shown once) and the token's reference ("ut-12"). Errors: as
+// CreateUserToken, and cbdash.ErrInvalid without actor.
+func (s *Store) IssueUserToken(ctx context.Context, actor string, userID int64, name string, expires time.Time) (token, ref string, err error) {
+	if strings.TrimSpace(name) == "" || len(name) > 100 {
+		return "", "", fmt.Errorf("%w: token name must be 1 to 100 bytes", cbdash.ErrInvalid)
+	}
+	tok, err := newSecret(userTokenPrefix)
+	if err != nil {
+		return "", "", err
+	}
+	now := ms(s.opts.Now())
+	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+		row, err := x.queryRow("SELECT name FROM users WHERE id = ?", userID)
+		if err != nil {
+			return err
+		}
+		var user string
+		if err := row.Scan(&user); err != nil {
+			return fmt.Errorf("%w: user %d", cbdash.ErrNotFound, userID)
+		}
+		res, err := x.exec("INSERT INTO user_tokens (hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+			hashToken(tok), userID, name, now, ms(expires))
+		if err != nil {
+			return err
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		ref = UserTokenRef(id)
+		return x.logEvent(now, actor, cbdash.AccountTokenCreate, ref, fmt.Sprintf("%s for %s, %s", name, user, expiryText(expires)))
+	}})
+	if err != nil {
+		return "", "", fmt.Errorf("store: create user token: %w", err)
+	}
+	return tok, ref, nil
+}
+
+// IssueAgentToken creates an agent token limited to service ("" = any),
+// valid until expires (zero: no expiry), logs it as actor's, and returns
+// the secret (shown once) and the token's reference ("at-..."). Errors:
+// cbdash.ErrInvalid without actor, ErrClosed, ctx's or a wrapped driver
+// error.
+func (s *Store) IssueAgentToken(ctx context.Context, actor, service string, expires time.Time) (token, ref string, err error) {
+	tok, err := newSecret(agentTokenPrefix)
+	if err != nil {
+		return "", "", err
+	}
+	ref = AgentTokenRef(AgentTokenID(tok))
+	now := ms(s.opts.Now())
+	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at, expires_at) VALUES (?, ?, ?, ?)",
+			hashToken(tok), service, now, ms(expires)); err != nil {
+			return err
+		}
+		return x.logEvent(now, actor, cbdash.AccountAgentToken, ref, serviceText(service)+", "+expiryText(expires))
+	}})
+	if err != nil {
+		return "", "", fmt.Errorf("store: create agent token: %w", err)
+	}
+	return tok, ref, nil
+}

@@ -158,6 +158,9 @@ func (s *Server) login(c echo.Context) error {
 		return render(c, http.StatusTooManyRequests, templates.Login(csrf, next, name, "Too many attempts. Wait a minute and try again."))
 	}
 	u, err := s.checkPassword(ctx, name, c.FormValue("password"))
+	if errors.Is(err, errDisabled) {
+		return render(c, http.StatusForbidden, templates.Login(csrf, next, name, "This account is disabled. Ask an admin."))
+	}
 	if errors.Is(err, cbdash.ErrUnauthorized) {
 		s.logins.failed(c.RealIP(), name, s.now())
 		return render(c, http.StatusUnauthorized, templates.Login(csrf, next, name, "Wrong user name or password."))
@@ -176,6 +179,9 @@ func (s *Server) login(c echo.Context) error {
 	return redirect(c, next)
 }
 
+// errDisabled is checkPassword's answer for a disabled account.
+var errDisabled = errorf(cbdash.ErrForbidden, "the account is disabled")
+
 // dummyHash keeps the time of a failed login the same whether or not the
 // user exists.
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("cbdash: no such user"), bcrypt.DefaultCost)
@@ -191,6 +197,9 @@ func (s *Server) checkPassword(ctx context.Context, name, password string) (cbda
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil {
 		return cbdash.User{}, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
+	}
+	if u.Disabled { // said only to whoever knows the password
+		return cbdash.User{}, errDisabled
 	}
 	return u, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
 )
 
 // Collector is what the dashboard needs from the live state: a snapshot
@@ -61,6 +62,30 @@ type Accounts interface {
 	CreateUserToken(ctx context.Context, userID int64, name string) (token string, err error)
 	UserByToken(ctx context.Context, token string) (cbdash.User, error)
 	CreateAgentToken(ctx context.Context, service string) (token string, err error)
+	AccountLifecycle
+}
+
+// AccountLifecycle changes accounts and tokens after their creation and
+// keeps the account log; *store.Store implements it. Every change names
+// its actor and is logged by the store in the same transaction (the
+// unlogged creations of Accounts are for tests and the first start;
+// RecordAccountEvent logs the others, such as a new user). Unknown users or
+// tokens are cbdash.ErrNotFound, changes that would leave no enabled
+// admin cbdash.ErrConflict.
+type AccountLifecycle interface {
+	SetUserRole(ctx context.Context, actor, name, role string) error
+	SetUserDisabled(ctx context.Context, actor, name string, disabled bool) error
+	DeleteUser(ctx context.Context, actor, name string) error
+	AllUserTokens(ctx context.Context) ([]cbdash.APIToken, error)
+	IssueUserToken(ctx context.Context, actor string, userID int64, name string, expires time.Time) (token, ref string, err error)
+	IssueAgentToken(ctx context.Context, actor, service string, expires time.Time) (token, ref string, err error)
+	RevokeUserToken(ctx context.Context, actor string, id int64) error
+	ExpireUserToken(ctx context.Context, actor string, id int64, at time.Time) error
+	AgentTokens(ctx context.Context) ([]store.AgentToken, error)
+	RevokeAgentToken(ctx context.Context, actor, id string) error
+	ExpireAgentToken(ctx context.Context, actor, id string, at time.Time) error
+	RecordAccountEvent(ctx context.Context, ev cbdash.AccountEvent) error
+	AccountEvents(ctx context.Context, limit int) ([]cbdash.AccountEvent, error)
 }
 
 // Store is everything the dashboard needs from *store.Store.
@@ -204,6 +229,11 @@ func (s *Server) Mount(e *echo.Echo) {
 	admin.POST("/admin/users", s.addUser)
 	admin.POST("/admin/tokens", s.addUserToken)
 	admin.POST("/admin/agent-tokens", s.addAgentToken)
+	admin.POST("/admin/users/role", s.setRole)
+	admin.POST("/admin/users/disable", s.disableUser)
+	admin.POST("/admin/users/enable", s.enableUser)
+	admin.POST("/admin/users/delete", s.deleteUser)
+	admin.POST("/admin/tokens/revoke", s.revokeToken)
 }
 
 // routes registers handlers on an echo.Echo with middlewares applied to
