@@ -5,16 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"golang.org/x/crypto/bcrypt"
-	"golang.org/x/time/rate"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/web/templates"
@@ -154,15 +154,23 @@ func (s *Server) login(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("user"))
 	next := localPath(c.FormValue("next"))
 	csrf, _ := c.Get(csrfKey).(string)
-	if s.logins.blocked(c.RealIP(), name, s.now()) {
+	addr := c.RealIP()
+	ticket, refused, wait := s.logins.reserve(name, addr, s.now())
+	if refused != "" {
+		s.metrics.loginRefused.WithLabelValues(refused).Inc()
+		s.log.Warn("login refused by the limiter", "limit", refused, "user", name, "addr", addr, "retry_after", wait.Round(time.Second))
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		return render(c, http.StatusTooManyRequests, templates.Login(csrf, next, name, "Too many attempts. Wait a minute and try again."))
 	}
 	u, err := s.checkPassword(ctx, name, c.FormValue("password"))
+	if err == nil {
+		ticket.Succeeded(s.now())
+	}
+	s.metrics.loginResult(err)
 	if errors.Is(err, errDisabled) {
 		return render(c, http.StatusForbidden, templates.Login(csrf, next, name, "This account is disabled. Ask an admin."))
 	}
 	if errors.Is(err, cbdash.ErrUnauthorized) {
-		s.logins.failed(c.RealIP(), name, s.now())
 		return render(c, http.StatusUnauthorized, templates.Login(csrf, next, name, "Wrong user name or password."))
 	}
 	if err != nil {
@@ -186,7 +194,20 @@ var errDisabled = errorf(cbdash.ErrForbidden, "the account is disabled")
 // user exists.
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("cbdash: no such user"), bcrypt.DefaultCost)
 
+// checkPassword compares a password with the user's bcrypt hash. At most
+// Config.MaxHashing comparisons run at once; a login that waits longer
+// than hashWait for its turn is refused (503) instead of starving the
+// server's other requests of CPU.
 func (s *Server) checkPassword(ctx context.Context, name, password string) (cbdash.User, error) {
+	wait, cancel := context.WithTimeout(ctx, hashWait)
+	defer cancel()
+	select {
+	case s.hashing <- struct{}{}:
+		defer func() { <-s.hashing }()
+	case <-wait.Done():
+		s.metrics.loginRefused.WithLabelValues("busy").Inc()
+		return cbdash.User{}, echo.NewHTTPError(http.StatusServiceUnavailable, "too many logins at once; try again in a moment")
+	}
 	u, hash, err := s.store.UserByName(ctx, name)
 	if errors.Is(err, cbdash.ErrNotFound) {
 		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
@@ -224,53 +245,6 @@ func localPath(p string) string {
 		return "/"
 	}
 	return p
-}
-
-// loginLimiter is a token bucket per client IP and user name that
-// failed logins drain: once empty, every attempt is refused until it
-// refills. It forgets buckets that are full again once it holds more
-// than maxBuckets.
-type loginLimiter struct {
-	mu      sync.Mutex
-	burst   int
-	every   time.Duration
-	buckets map[string]*rate.Limiter
-}
-
-const maxBuckets = 10000
-
-func newLoginLimiter(burst int, every time.Duration) *loginLimiter {
-	return &loginLimiter{burst: burst, every: every, buckets: make(map[string]*rate.Limiter)}
-}
-
-func limiterKey(ip, user string) string { return ip + "\x00" + strings.ToLower(user) }
-
-// blocked reports whether the bucket of ip and user is empty.
-func (l *loginLimiter) blocked(ip, user string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[limiterKey(ip, user)]
-	return ok && b.TokensAt(now) < 1
-}
-
-// failed takes a token from the bucket of ip and user.
-func (l *loginLimiter) failed(ip, user string, now time.Time) {
-	key := limiterKey(ip, user)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[key]
-	if !ok {
-		if len(l.buckets) >= maxBuckets {
-			for k, v := range l.buckets {
-				if v.TokensAt(now) >= float64(l.burst) {
-					delete(l.buckets, k)
-				}
-			}
-		}
-		b = rate.NewLimiter(rate.Every(l.every), l.burst)
-		l.buckets[key] = b
-	}
-	b.AllowN(now, 1)
 }
 
 // HashPassword hashes a password with bcrypt (default cost) for

@@ -64,7 +64,10 @@ func (s *Server) credentialCheck(c echo.Context) func(context.Context) bool {
 		if err != nil {
 			return nil
 		}
-		return func(ctx context.Context) bool { _, err := s.store.SessionUser(ctx, ck.Value, s.now()); return !refused(err) }
+		return func(ctx context.Context) bool {
+			_, err := s.store.SessionUser(ctx, ck.Value, s.now())
+			return !refused(err)
+		}
 	}
 	return nil
 }
