@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,5 +42,17 @@ func TestTrustedProxyFlagIsChecked(t *testing.T) {
 	o.TrustedProxies = []string{"nonsense"}
 	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--trusted-proxy") {
 		t.Errorf("validate with a bad --trusted-proxy: %v", err)
+	}
+}
+
+func TestLoopbackOnly(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:80": true, "[::1]:80": true, "0.0.0.0:80": false, "192.0.2.1:80": false} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := loopbackOnly(a); got != want {
+			t.Errorf("loopbackOnly(%s) = %v, want %v", addr, got, want)
+		}
 	}
 }

@@ -239,9 +239,16 @@ func (s *Server) clearSession(c echo.Context) {
 	c.SetCookie(&http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.cfg.Secure, SameSite: http.SameSiteLaxMode})
 }
 
-// localPath keeps only local redirect targets ("/..." but not "//...").
+// localPath keeps only local redirect targets: "/..." but not "//...",
+// and nothing with a backslash or a control character anywhere, which
+// browsers drop or read as a slash ("/\t/host" and "/\\host" are
+// "//host" to them).
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+	bad := func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' }
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.IndexFunc(p, bad) >= 0 {
+		return "/"
+	}
+	if u, err := url.Parse(p); err != nil || u.Host != "" || u.Scheme != "" {
 		return "/"
 	}
 	return p

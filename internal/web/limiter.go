@@ -92,7 +92,7 @@ func (k *bucket) wait(now time.Time) time.Duration {
 // tokens back.
 type loginTicket struct {
 	l          *loginLimiter
-	user, addr *rate.Reservation
+	user, addr *bucket
 }
 
 // Succeeded gives the attempt's tokens back: a successful login does not
@@ -100,8 +100,22 @@ type loginTicket struct {
 func (t loginTicket) Succeeded(now time.Time) {
 	t.l.mu.Lock()
 	defer t.l.mu.Unlock()
-	t.user.CancelAt(now)
-	t.addr.CancelAt(now)
+	t.user.refund(now)
+	t.addr.refund(now)
+}
+
+// refund adds a token to k (up to its burst). rate.Limiter cannot add
+// tokens (a Reservation can only be cancelled before its time), so k
+// gets a new limiter holding one token more than the old one (rounded
+// down).
+func (k *bucket) refund(now time.Time) {
+	burst := k.lim.Burst()
+	have := int(math.Floor(k.lim.TokensAt(now)))
+	lim := rate.NewLimiter(rate.Every(k.every), burst)
+	if take := burst - have - 1; take > 0 {
+		lim.AllowN(now, take)
+	}
+	k.lim = lim
 }
 
 // reserve takes one token from the buckets of user and addr, or refuses
@@ -120,7 +134,9 @@ func (l *loginLimiter) reserve(user, addr string, now time.Time) (t loginTicket,
 		a.backOff(now)
 		return t, "address", a.wait(now)
 	}
-	return loginTicket{l: l, user: u.lim.ReserveN(now, 1), addr: a.lim.ReserveN(now, 1)}, "", 0
+	u.lim.AllowN(now, 1)
+	a.lim.AllowN(now, 1)
+	return loginTicket{l: l, user: u, addr: a}, "", 0
 }
 
 // ipExtractor is how the server finds a client's address: the socket's

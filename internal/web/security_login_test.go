@@ -153,3 +153,17 @@ func counter(t *testing.T, g prometheus.Gatherer, name, label string) float64 {
 	}
 	return 0
 }
+
+func TestSecurityLoginRedirectStaysLocal(t *testing.T) {
+	h := newHarness(t, web.Config{})
+	for _, next := range []string{"/\t/evil.example", "/\n/evil.example", "/\\evil.example", "/a\\b", "//evil.example", "https://evil.example/", "/\x7f/evil.example"} {
+		res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {h.users["vera"]}, "next": {next}})
+		if res.status != http.StatusSeeOther || res.header.Get("Location") != "/" {
+			t.Errorf("next=%q: %d to %q, want a redirect to /", next, res.status, res.header.Get("Location"))
+		}
+	}
+	res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {h.users["vera"]}, "next": {"/timeline?range=1h"}})
+	if res.header.Get("Location") != "/timeline?range=1h" {
+		t.Errorf("a local next went to %q", res.header.Get("Location"))
+	}
+}

@@ -234,12 +234,15 @@ func (s *Server) Close() error {
 }
 
 // Mount registers the dashboard on e: how client addresses are found
-// (Config.TrustedProxies, as e.IPExtractor), security headers on every
+// (Config.TrustedProxies, as e.IPExtractor), request body limits on every
+// route, collector's and others' included (before routing), security
+// headers on every
 // response, static assets, login and logout, the pages (behind the
 // viewer role, or open when Anonymous), operator commands (operator
 // role, CSRF-checked), admin pages (admin role) and the live websocket.
 func (s *Server) Mount(e *echo.Echo) {
 	e.IPExtractor = ipExtractor(s.cfg.TrustedProxies)
+	e.Pre(s.limitBodies)
 	e.Use(s.securityHeaders, s.withLogger)
 	mountStatic(e)
 
