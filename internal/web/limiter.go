@@ -22,10 +22,9 @@ import (
 // completely is back at its normal rate. Buckets that are full are
 // forgotten once more than maxBuckets are held.
 type loginLimiter struct {
-	mu      sync.Mutex
-	user    bucketSet
-	addr    bucketSet
-	buckets int
+	mu   sync.Mutex
+	user bucketSet
+	addr bucketSet
 }
 
 const (

@@ -41,7 +41,7 @@ func (c *client) loginFrom(user, password, xff string) int {
 func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
 	clk := &settableNow{t: clocktest.Epoch()}
 	reg := prometheus.NewRegistry()
-	h := newHarness(t, web.Config{LoginBurst: 3, Now: clk.now, Registerer: reg})
+	h := newHarness(t, web.Config{LoginBurst: 3, MaxHashing: 3, Now: clk.now, Registerer: reg}) // the 3 evaluated attempts never wait for bcrypt
 
 	t.Run("8 tries with 8 forged X-Forwarded-For are limited like 8 plain ones", func(t *testing.T) {
 		c := h.client()
@@ -113,7 +113,8 @@ func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
 }
 
 func TestSecurityTrustedProxyAddressesAreBelieved(t *testing.T) {
-	h := newHarness(t, web.Config{LoginBurst: 1, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	clk := &settableNow{t: clocktest.Epoch()} // does not move: no bucket refills during the test
+	h := newHarness(t, web.Config{LoginBurst: 1, Now: clk.now, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	c := h.client()
 	for i := range 6 {
 		if s := c.loginFrom(fmt.Sprintf("nobody-%d", i), "guess", fmt.Sprintf("198.51.100.%d", i)); s != http.StatusUnauthorized {
