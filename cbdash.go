@@ -236,6 +236,9 @@ type User struct {
 	Name      string    `json:"name"`
 	Role      string    `json:"role"` // RoleViewer, RoleOperator or RoleAdmin
 	CreatedAt time.Time `json:"created_at"`
+	// Disabled accounts cannot log in; their sessions and API tokens are
+	// refused (401) from the moment they are disabled.
+	Disabled bool `json:"disabled"`
 }
 
 // ValidRole reports whether r is one of the Role constants.
@@ -255,8 +258,43 @@ func RoleAllows(role, need string) bool {
 type APIToken struct {
 	ID        int64     `json:"id"`
 	UserID    int64     `json:"user_id"`
+	User      string    `json:"user"` // the account's name
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	// LastUsed is zero when never used; it is updated at most once a
+	// minute.
+	LastUsed time.Time `json:"last_used"`
+	// ExpiresAt is zero for a token that does not expire; from then on the
+	// token is refused.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Account log actions (AccountEvent.Action).
+const (
+	AccountUserAdd         = "user add"
+	AccountUserPassword    = "user passwd"
+	AccountUserRole        = "user role"
+	AccountUserDisable     = "user disable"
+	AccountUserEnable      = "user enable"
+	AccountUserDelete      = "user delete"
+	AccountTokenCreate     = "token create"
+	AccountTokenRevoke     = "token revoke"
+	AccountTokenExpire     = "token expire"
+	AccountAgentToken      = "agent token create"
+	AccountAgentRevoke     = "agent token revoke"
+	AccountAgentExpire     = "agent token expire"
+	AccountUserTokensEnded = "user tokens revoke"
+)
+
+// AccountEvent is one entry of the account log: who changed which
+// account or token, and how. The log is append-only.
+type AccountEvent struct {
+	ID      int64     `json:"id"`
+	At      time.Time `json:"at"`
+	Actor   string    `json:"actor"`   // a user name, or "cli" for the command line on the server's machine
+	Action  string    `json:"action"`  // one of the Account* constants
+	Subject string    `json:"subject"` // a user name or a token ID
+	Detail  string    `json:"detail,omitempty"`
 }
 
 // StateRank orders breaker states worst first, as Dependency.State

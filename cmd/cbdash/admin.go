@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -44,7 +45,12 @@ type tokenOptions struct {
 	Service string
 	User    string
 	Name    string
+	Expires time.Duration // --expires: 0 = never
 }
+
+// cliActor is the account log's actor for changes made with the command
+// line on the server's machine (whoever can write the database file).
+const cliActor = "cli"
 
 func newTokenCmd() *cobra.Command {
 	tok := &cobra.Command{Use: "token", Short: "Make tokens for agents (--service) or for the command line (--user)", Args: cobra.NoArgs}
@@ -70,11 +76,12 @@ Works on the server's database file (--db), also while the server runs.`,
 				return err
 			}
 			defer st.Close()
-			token, err := createToken(cmd.Context(), st, o)
+			token, ref, err := createToken(cmd.Context(), st, o)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), token)
+			fmt.Fprintf(cmd.ErrOrStderr(), "made %s (cbdash token revoke %s ends it)\n", ref, ref)
 			return nil
 		},
 	}
@@ -82,26 +89,31 @@ Works on the server's database file (--db), also while the server runs.`,
 	create.Flags().StringVar(&o.Service, "service", "", `agent token for this service ("*" = any service)`)
 	create.Flags().StringVar(&o.User, "user", "", "API token for this dashboard user")
 	create.Flags().StringVar(&o.Name, "name", "cli", "name of the API token, to recognise it later")
-	tok.AddCommand(create)
+	create.Flags().Var(dayDuration{&o.Expires}, "expires", "the token stops working after this long (e.g. 720h, 90d; default: never)")
+	tok.AddCommand(create, newTokenListCmd(), newTokenRevokeCmd(), newTokenExpireCmd())
 	return tok
 }
 
-func createToken(ctx context.Context, st *store.Store, o tokenOptions) (string, error) {
+func createToken(ctx context.Context, st *store.Store, o tokenOptions) (token, ref string, err error) {
+	var until time.Time
+	if o.Expires > 0 {
+		until = time.Now().Add(o.Expires)
+	}
 	if o.Service != "" {
 		service := o.Service
 		if service == "*" {
 			service = ""
 		}
-		return st.CreateAgentToken(ctx, service)
+		return st.IssueAgentToken(ctx, cliActor, service, until)
 	}
 	u, _, err := st.UserByName(ctx, o.User)
 	if errors.Is(err, cbdash.ErrNotFound) {
-		return "", fmt.Errorf("no user %q (add one with `cbdash user add`)", o.User)
+		return "", "", fmt.Errorf("no user %q (add one with `cbdash user add`)", o.User)
 	}
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return st.CreateUserToken(ctx, u.ID, o.Name)
+	return st.IssueUserToken(ctx, cliActor, u.ID, o.Name, until)
 }
 
 type userOptions struct {
@@ -144,6 +156,9 @@ Works on the server's database file (--db), also while the server runs.`,
 				}
 				return err
 			}
+			if err := st.RecordAccountEvent(cmd.Context(), cbdash.AccountEvent{Actor: cliActor, Action: cbdash.AccountUserAdd, Subject: args[0], Detail: o.Role}); err != nil {
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "added %s (%s)", args[0], o.Role)
 			if o.Password == "" {
 				fmt.Fprintf(cmd.OutOrStdout(), " with password %s", pw)
@@ -156,13 +171,15 @@ Works on the server's database file (--db), also while the server runs.`,
 	add.Flags().StringVar(&o.Role, "role", cbdash.RoleViewer, "viewer, operator or admin")
 	add.Flags().StringVar(&o.Password, "password", "", "password, 8 to 72 bytes (env CBDASH_PASSWORD; default: random, printed)")
 	var po userOptions
+	var revokeTokens bool
 	passwd := &cobra.Command{
 		Use:   "passwd NAME",
 		Short: "Set a dashboard account's password (and end its sessions)",
 		Long: `Set the password of an existing account, for instance the admin account
 whose one-time password was lost. Without --password a random one is made
 and printed. Works on the server's database file (--db), also while the
-server runs; the account's open sessions end.`,
+server runs; the account's open sessions end. Its API tokens keep working
+unless --revoke-tokens is given (do give it when the password leaked).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pw := po.Password
@@ -184,17 +201,39 @@ server runs; the account's open sessions end.`,
 				}
 				return err
 			}
+			if err := st.RecordAccountEvent(cmd.Context(), cbdash.AccountEvent{Actor: cliActor, Action: cbdash.AccountUserPassword, Subject: args[0]}); err != nil {
+				return err
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "set the password of %s", args[0])
 			if po.Password == "" {
 				fmt.Fprintf(cmd.OutOrStdout(), " to %s", pw)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
+			if revokeTokens {
+				n, err := st.RevokeUserTokens(cmd.Context(), cliActor, args[0])
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked %d API tokens of %s\n", n, args[0])
+			} else if list, err := st.AllUserTokens(cmd.Context()); err == nil {
+				n := 0
+				for _, t := range list {
+					if t.User == args[0] {
+						n++
+					}
+				}
+				if n > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s still has %d API tokens; --revoke-tokens ends them (cbdash token list shows them)\n", args[0], n)
+				}
+			}
 			return nil
 		},
 	}
 	po.bind(passwd.Flags())
 	passwd.Flags().StringVar(&po.Password, "password", "", "new password, 8 to 72 bytes (env CBDASH_PASSWORD; default: random, printed)")
-	usr.AddCommand(add, passwd)
+	passwd.Flags().BoolVar(&revokeTokens, "revoke-tokens", false, "also revoke every API token of the account")
+	usr.AddCommand(add, passwd, newUserListCmd())
+	usr.AddCommand(newUserChangeCmds()...)
 	return usr
 }
 

@@ -85,10 +85,10 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, w io.
 			state = "no live instance"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d (%d stale)\t%.1f\t%.1f%%\t%.1f%%\t%d\t%s\n",
-			d.DependencyKey, state, d.Instances, d.Stale, d.RequestRate, d.FailureRate, d.SlowCallRate, d.OpensToday, held)
+			clean(d.DependencyKey.String()), clean(state), d.Instances, d.Stale, d.RequestRate, d.FailureRate, d.SlowCallRate, d.OpensToday, clean(held))
 		if filter != "" && strings.Contains(filter, "/") {
 			for _, ib := range d.PerInstance {
-				fmt.Fprintf(tw, "  %s\t%s\t\t\t\t\t\t\n", ib.Instance, ib.State)
+				fmt.Fprintf(tw, "  %s\t%s\t\t\t\t\t\t\n", clean(ib.Instance), clean(ib.State))
 			}
 		}
 	}
@@ -169,9 +169,9 @@ func issue(ctx context.Context, c *apiClient, req cbdash.CommandRequest, wait ti
 			return err
 		}
 	}
-	fmt.Fprintf(w, "%s %s/%s: command %s, %d instance(s)\n", actionWords(cmd.Action), cmd.Service, cmd.Breaker, cmd.ID, len(cmd.Targets))
+	fmt.Fprintf(w, "%s %s/%s: command %s, %d instance(s)\n", actionWords(cmd.Action), clean(cmd.Service), clean(cmd.Breaker), clean(cmd.ID), len(cmd.Targets))
 	if cmd.HoldID != "" {
-		fmt.Fprintf(w, "it ended hold %s (cbdash holds report %s)\n", cmd.HoldID, cmd.HoldID)
+		fmt.Fprintf(w, "it ended hold %s (cbdash holds report %s)\n", clean(cmd.HoldID), clean(cmd.HoldID))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	failed := 0
@@ -181,7 +181,7 @@ func issue(ctx context.Context, c *apiClient, req cbdash.CommandRequest, wait ti
 			detail = t.Error
 			failed++
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", t.Instance, t.Status, detail)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", clean(t.Instance), t.Status, clean(detail))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,8 @@ type serveOptions struct {
 	MetricsToken    string        // --metrics-token
 	IncidentQuiet   time.Duration // --incident-quiet
 	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
+	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
+	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
 
 	// quietIncidents logs only the incident service's warnings and
 	// errors: the demo's looping faults update incidents many times a
@@ -54,6 +57,25 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.StringVar(&o.MetricsToken, "metrics-token", "", "bearer token required by /metrics (default: none required)")
 	fs.DurationVar(&o.IncidentQuiet, "incident-quiet", quiet, "how long every instance must stay closed before an incident ends")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
+	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
+	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
+}
+
+// trustedProxies parses --trusted-proxy.
+func (o *serveOptions) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range o.TrustedProxies {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			a, aerr := netip.ParseAddr(strings.TrimSpace(s))
+			if aerr != nil {
+				return nil, usageError{fmt.Errorf("--trusted-proxy %q: want a CIDR such as 10.0.0.0/8 or an address", s)}
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // validate checks what the flags alone can tell, naming the flag.
@@ -75,6 +97,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.MaxHold < 0 {
 		return usageError{fmt.Errorf("--max-hold must not be negative (got %v): every hold ends by itself", o.MaxHold)}
+	}
+	if _, err := o.trustedProxies(); err != nil {
+		return err
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.LogFormat)}

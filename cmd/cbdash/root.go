@@ -25,6 +25,7 @@ func fromEnv(name string) bool {
 	switch name {
 	case "addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
 		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet",
+		"trusted-proxy", "secure-cookies",
 		"server", "token", "timeout", "agent-token", "password":
 		return true
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net"
+
 	"github.com/spf13/cobra"
 
 	"github.com/cbdash/cbdash/internal/incident"
@@ -27,9 +29,19 @@ closed.`,
 				return err
 			}
 			log.Info("cbdash is serving", "url", srv.URL(), "agents", srv.AgentURL(), "db", o.DB, "anonymous", o.Anonymous)
+			if o.MetricsToken == "" && !loopbackOnly(srv.ln.Addr()) {
+				log.Warn("/metrics is open to anyone who can reach this address; --metrics-token closes it", "addr", srv.ln.Addr().String())
+			}
 			return srv.run(cmd.Context(), nil)
 		},
 	}
 	o.bind(cmd.Flags(), "./cbdash.db", false, incident.DefaultQuiet)
 	return cmd
+}
+
+// loopbackOnly reports whether addr can only be reached from this
+// machine.
+func loopbackOnly(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

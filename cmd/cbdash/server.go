@@ -80,9 +80,14 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	if err != nil {
 		return nil, err
 	}
+	proxies, err := o.trustedProxies()
+	if err != nil {
+		return nil, err
+	}
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
-		Anonymous: o.Anonymous, Secure: s.tls,
+		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
+		TrustedProxies: proxies, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
@@ -119,7 +124,10 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 		s.ln.Close()
 		return nil, fmt.Errorf("creating the admin account: %w", err)
 	}
-	if created {
+	switch {
+	case created && o.AdminPassword != "": // the operator knows it: never write it to a log
+		log.Info("created the first account with the password of --admin-password", "user", web.AdminName)
+	case created:
 		log.Warn("created the first account; it is not shown again (cbdash user passwd admin sets a new one)",
 			"user", web.AdminName, "password", pw)
 	}

@@ -234,6 +234,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			c.live.sweep()
 			c.expireCommands(ctx)
 			c.holds.sweep(ctx)
+			c.closeRevokedSessions(ctx)
 		case <-compact.C:
 			if err := c.store.Compact(ctx, c.now()); err != nil && ctx.Err() == nil {
 				c.log.Error("compact", "err", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -36,6 +37,7 @@ type session struct {
 	startedAt int64
 	hello     *protocol.Hello
 	service   string // the token's service, "" = any
+	tokenID   string // store.AgentTokenID of the connection's token (see tokens.go)
 	// lastQueued is the highest seq queued to the saver (or stored before
 	// the connection); owned by the reading goroutine.
 	lastQueued uint64
@@ -84,6 +86,7 @@ func (c *Collector) handleAgent(ec echo.Context) error {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	s := &session{c: c, conn: conn, cancel: cancel, out: make(chan []byte, outQueue), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
+	s.tokenID = store.AgentTokenID(bearer(r))
 	defer close(s.done)
 	defer cancel()
 	if !c.addSession(s) {

@@ -52,20 +52,21 @@ func (s *Store) CreateAgentToken(ctx context.Context, service string) (string, e
 
 // CheckAgentToken returns the service the token is limited to ("" = any
 // service). Its last-used time is recorded in the background, at most once
-// a minute. Errors: cbdash.ErrUnauthorized for an unknown token, ctx's or
-// a wrapped driver error.
+// a minute. Errors: cbdash.ErrUnauthorized for an unknown, revoked or
+// expired token, ctx's or a wrapped driver error.
 func (s *Store) CheckAgentToken(ctx context.Context, token string) (string, error) {
 	h := hashToken(token)
 	var service string
 	var lastUsed int64
-	err := s.rdb.QueryRowContext(ctx, "SELECT service, last_used FROM agent_tokens WHERE hash = ?", h).Scan(&service, &lastUsed)
+	now := ms(s.opts.Now())
+	err := s.rdb.QueryRowContext(ctx, "SELECT service, last_used FROM agent_tokens WHERE hash = ? AND (expires_at = 0 OR expires_at > ?)",
+		h, now).Scan(&service, &lastUsed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return "", fmt.Errorf("%w: unknown agent token", cbdash.ErrUnauthorized)
+		return "", fmt.Errorf("%w: unknown, revoked or expired agent token", cbdash.ErrUnauthorized)
 	case err != nil:
 		return "", fmt.Errorf("store: check token: %w", err)
 	}
-	now := ms(s.opts.Now())
 	if now-lastUsed >= tokenTouchEvery.Milliseconds() {
 		// Best effort: dropped when the writer is saturated.
 		s.w.try(&op{run: func(x *wtx) error {
@@ -92,13 +93,14 @@ type AgentToken struct {
 	ID        string    `json:"id"`
 	Service   string    `json:"service"` // "" = any service
 	CreatedAt time.Time `json:"created_at"`
-	LastUsed  time.Time `json:"last_used"` // zero = never; updated at most once a minute
+	LastUsed  time.Time `json:"last_used"`  // zero = never; updated at most once a minute
+	ExpiresAt time.Time `json:"expires_at"` // zero = never
 }
 
 // AgentTokens lists the agent tokens, oldest first. Errors: ctx's or a
 // wrapped driver error.
 func (s *Store) AgentTokens(ctx context.Context) ([]AgentToken, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT lower(hex(substr(hash, 1, 8))), service, created_at, last_used FROM agent_tokens ORDER BY created_at, hash")
+	rows, err := s.rdb.QueryContext(ctx, "SELECT lower(hex(substr(hash, 1, 8))), service, created_at, last_used, expires_at FROM agent_tokens ORDER BY created_at, hash")
 	if err != nil {
 		return nil, fmt.Errorf("store: agent tokens: %w", err)
 	}
@@ -106,31 +108,15 @@ func (s *Store) AgentTokens(ctx context.Context) ([]AgentToken, error) {
 	out := []AgentToken{}
 	for rows.Next() {
 		var t AgentToken
-		var created, used int64
-		if err := rows.Scan(&t.ID, &t.Service, &created, &used); err != nil {
+		var created, used, expires int64
+		if err := rows.Scan(&t.ID, &t.Service, &created, &used, &expires); err != nil {
 			return nil, fmt.Errorf("store: agent tokens: %w", err)
 		}
-		t.CreatedAt, t.LastUsed = fromMs(created), fromMs(used)
+		t.CreatedAt, t.LastUsed, t.ExpiresAt = fromMs(created), fromMs(used), fromMs(expires)
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: agent tokens: %w", err)
 	}
 	return out, nil
-}
-
-// RevokeAgentToken deletes the agent token with the given ID (see
-// AgentToken.ID); agents using it are refused from their next check on.
-// Errors: cbdash.ErrNotFound, ErrClosed, ctx's or a wrapped driver error.
-func (s *Store) RevokeAgentToken(ctx context.Context, id string) error {
-	return s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec("DELETE FROM agent_tokens WHERE lower(hex(substr(hash, 1, 8))) = lower(?)", id)
-		if err != nil {
-			return fmt.Errorf("store: revoke agent token: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return fmt.Errorf("%w: agent token %q", cbdash.ErrNotFound, id)
-		}
-		return nil
-	}})
 }

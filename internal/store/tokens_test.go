@@ -88,13 +88,13 @@ func TestAgentTokensCanBeListedAndRevoked(t *testing.T) {
 	if len(list) != 1 || list[0].Service != "pay" || !list[0].CreatedAt.Equal(t0) || len(list[0].ID) != 16 || strings.Contains(tok, list[0].ID) {
 		t.Fatalf("AgentTokens = %+v", list)
 	}
-	if err := s.RevokeAgentToken(ctx, list[0].ID); err != nil {
+	if err := s.RevokeAgentToken(ctx, "test", list[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CheckAgentToken(ctx, tok); !errors.Is(err, cbdash.ErrUnauthorized) {
 		t.Fatalf("revoked token checks as %v, want ErrUnauthorized", err)
 	}
-	if err := s.RevokeAgentToken(ctx, list[0].ID); !errors.Is(err, cbdash.ErrNotFound) {
+	if err := s.RevokeAgentToken(ctx, "test", list[0].ID); !errors.Is(err, cbdash.ErrNotFound) {
 		t.Fatalf("second revoke: %v, want ErrNotFound", err)
 	}
 }

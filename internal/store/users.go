@@ -105,27 +105,28 @@ func (s *Store) SetPassword(ctx context.Context, name string, passwordHash []byt
 	return nil
 }
 
-// UserByName returns an account and its password hash. Errors:
+// UserByName returns an account (disabled or not: see User.Disabled) and
+// its password hash. Errors:
 // cbdash.ErrNotFound for an unknown name, ctx's or a wrapped driver error.
 func (s *Store) UserByName(ctx context.Context, name string) (cbdash.User, []byte, error) {
 	var u cbdash.User
 	var hash []byte
-	var created int64
-	err := s.rdb.QueryRowContext(ctx, "SELECT id, name, role, password_hash, created_at FROM users WHERE name = ?", name).
-		Scan(&u.ID, &u.Name, &u.Role, &hash, &created)
+	var created, disabled int64
+	err := s.rdb.QueryRowContext(ctx, "SELECT id, name, role, password_hash, created_at, disabled_at FROM users WHERE name = ?", name).
+		Scan(&u.ID, &u.Name, &u.Role, &hash, &created, &disabled)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return u, nil, fmt.Errorf("%w: user %q", cbdash.ErrNotFound, name)
 	case err != nil:
 		return u, nil, fmt.Errorf("store: user: %w", err)
 	}
-	u.CreatedAt = fromMs(created)
+	u.CreatedAt, u.Disabled = fromMs(created), disabled != 0
 	return u, hash, nil
 }
 
 // Users lists every account by name.
 func (s *Store) Users(ctx context.Context) ([]cbdash.User, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT id, name, role, created_at FROM users ORDER BY name")
+	rows, err := s.rdb.QueryContext(ctx, "SELECT id, name, role, created_at, disabled_at FROM users ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("store: users: %w", err)
 	}
@@ -133,11 +134,11 @@ func (s *Store) Users(ctx context.Context) ([]cbdash.User, error) {
 	var out []cbdash.User
 	for rows.Next() {
 		var u cbdash.User
-		var created int64
-		if err := rows.Scan(&u.ID, &u.Name, &u.Role, &created); err != nil {
+		var created, disabled int64
+		if err := rows.Scan(&u.ID, &u.Name, &u.Role, &created, &disabled); err != nil {
 			return nil, fmt.Errorf("store: users: %w", err)
 		}
-		u.CreatedAt = fromMs(created)
+		u.CreatedAt, u.Disabled = fromMs(created), disabled != 0
 		out = append(out, u)
 	}
 	if err := rows.Err(); err != nil {
@@ -149,7 +150,7 @@ func (s *Store) Users(ctx context.Context) ([]cbdash.User, error) {
 // CreateSession starts a login session for a user until expires and
 // returns its secret (the cookie value); only its SHA-256 is stored.
 // Expired sessions are deleted on the way. Errors: cbdash.ErrNotFound for
-// an unknown user, ErrClosed, ctx's or a wrapped driver error.
+// an unknown or disabled user, ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Time) (string, error) {
 	tok, err := newSecret(sessionPrefix)
 	if err != nil {
@@ -160,7 +161,7 @@ func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Ti
 		if _, err := x.exec("DELETE FROM sessions WHERE expires_at <= ?", now); err != nil {
 			return err
 		}
-		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = ?", userID)
+		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = ? AND disabled_at = 0", userID)
 		if err != nil {
 			return err
 		}
@@ -169,7 +170,7 @@ func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Ti
 			return err
 		}
 		if n == 0 {
-			return fmt.Errorf("%w: user %d", cbdash.ErrNotFound, userID)
+			return fmt.Errorf("%w: user %d (or the account is disabled)", cbdash.ErrNotFound, userID)
 		}
 		_, err = x.exec("INSERT INTO sessions (hash, user_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
 			hashToken(tok), userID, now, ms(expires))
@@ -182,13 +183,13 @@ func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Ti
 }
 
 // SessionUser returns the user of an unexpired session at now. Errors:
-// cbdash.ErrUnauthorized for an unknown or expired session, ctx's or a
-// wrapped driver error.
+// cbdash.ErrUnauthorized for an unknown or expired session or a disabled
+// user, ctx's or a wrapped driver error.
 func (s *Store) SessionUser(ctx context.Context, token string, now time.Time) (cbdash.User, error) {
 	var u cbdash.User
 	var created int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT u.id, u.name, u.role, u.created_at FROM sessions s JOIN users u ON u.id = s.user_id
-		WHERE s.hash = ? AND s.expires_at > ?`, hashToken(token), ms(now)).Scan(&u.ID, &u.Name, &u.Role, &created)
+		WHERE s.hash = ? AND s.expires_at > ? AND u.disabled_at = 0`, hashToken(token), ms(now)).Scan(&u.ID, &u.Name, &u.Role, &created)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return u, fmt.Errorf("%w: unknown or expired session", cbdash.ErrUnauthorized)
@@ -248,22 +249,23 @@ func (s *Store) CreateUserToken(ctx context.Context, userID int64, name string) 
 
 // UserByToken returns the user an API token acts as; its last-used time
 // is recorded in the background at most once a minute. Errors:
-// cbdash.ErrUnauthorized for an unknown token, ctx's or a wrapped driver
-// error.
+// cbdash.ErrUnauthorized for an unknown, revoked or expired token or a
+// disabled user, ctx's or a wrapped driver error.
 func (s *Store) UserByToken(ctx context.Context, token string) (cbdash.User, error) {
 	h := hashToken(token)
 	var u cbdash.User
 	var created, lastUsed int64
+	now := ms(s.opts.Now())
 	err := s.rdb.QueryRowContext(ctx, `SELECT u.id, u.name, u.role, u.created_at, t.last_used FROM user_tokens t
-		JOIN users u ON u.id = t.user_id WHERE t.hash = ?`, h).Scan(&u.ID, &u.Name, &u.Role, &created, &lastUsed)
+		JOIN users u ON u.id = t.user_id WHERE t.hash = ? AND u.disabled_at = 0 AND (t.expires_at = 0 OR t.expires_at > ?)`,
+		h, now).Scan(&u.ID, &u.Name, &u.Role, &created, &lastUsed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return u, fmt.Errorf("%w: unknown API token", cbdash.ErrUnauthorized)
+		return u, fmt.Errorf("%w: unknown, revoked or expired API token", cbdash.ErrUnauthorized)
 	case err != nil:
 		return u, fmt.Errorf("store: user token: %w", err)
 	}
 	u.CreatedAt = fromMs(created)
-	now := ms(s.opts.Now())
 	if now-lastUsed >= tokenTouchEvery.Milliseconds() {
 		s.w.try(&op{run: func(x *wtx) error {
 			_, err := x.exec("UPDATE user_tokens SET last_used = max(last_used, ?) WHERE hash = ?", now, h)
@@ -275,23 +277,5 @@ func (s *Store) UserByToken(ctx context.Context, token string) (cbdash.User, err
 
 // UserTokens lists a user's API tokens (without their secrets).
 func (s *Store) UserTokens(ctx context.Context, userID int64) ([]cbdash.APIToken, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT id, user_id, name, created_at FROM user_tokens WHERE user_id = ? ORDER BY id", userID)
-	if err != nil {
-		return nil, fmt.Errorf("store: user tokens: %w", err)
-	}
-	defer rows.Close()
-	var out []cbdash.APIToken
-	for rows.Next() {
-		var t cbdash.APIToken
-		var created int64
-		if err := rows.Scan(&t.ID, &t.UserID, &t.Name, &created); err != nil {
-			return nil, fmt.Errorf("store: user tokens: %w", err)
-		}
-		t.CreatedAt = fromMs(created)
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: user tokens: %w", err)
-	}
-	return out, nil
+	return s.userTokens(ctx, "WHERE t.user_id = ?", userID)
 }

@@ -5,16 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"golang.org/x/crypto/bcrypt"
-	"golang.org/x/time/rate"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/web/templates"
@@ -154,12 +154,23 @@ func (s *Server) login(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("user"))
 	next := localPath(c.FormValue("next"))
 	csrf, _ := c.Get(csrfKey).(string)
-	if s.logins.blocked(c.RealIP(), name, s.now()) {
+	addr := c.RealIP()
+	ticket, refused, wait := s.logins.reserve(name, addr, s.now())
+	if refused != "" {
+		s.metrics.loginRefused.WithLabelValues(refused).Inc()
+		s.log.Warn("login refused by the limiter", "limit", refused, "user", name, "addr", addr, "retry_after", wait.Round(time.Second))
+		c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		return render(c, http.StatusTooManyRequests, templates.Login(csrf, next, name, "Too many attempts. Wait a minute and try again."))
 	}
 	u, err := s.checkPassword(ctx, name, c.FormValue("password"))
+	if err == nil {
+		ticket.Succeeded(s.now())
+	}
+	s.metrics.loginResult(err)
+	if errors.Is(err, errDisabled) {
+		return render(c, http.StatusForbidden, templates.Login(csrf, next, name, "This account is disabled. Ask an admin."))
+	}
 	if errors.Is(err, cbdash.ErrUnauthorized) {
-		s.logins.failed(c.RealIP(), name, s.now())
 		return render(c, http.StatusUnauthorized, templates.Login(csrf, next, name, "Wrong user name or password."))
 	}
 	if err != nil {
@@ -176,11 +187,27 @@ func (s *Server) login(c echo.Context) error {
 	return redirect(c, next)
 }
 
+// errDisabled is checkPassword's answer for a disabled account.
+var errDisabled = errorf(cbdash.ErrForbidden, "the account is disabled")
+
 // dummyHash keeps the time of a failed login the same whether or not the
 // user exists.
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("cbdash: no such user"), bcrypt.DefaultCost)
 
+// checkPassword compares a password with the user's bcrypt hash. At most
+// Config.MaxHashing comparisons run at once; a login that waits longer
+// than hashWait for its turn is refused (503) instead of starving the
+// server's other requests of CPU.
 func (s *Server) checkPassword(ctx context.Context, name, password string) (cbdash.User, error) {
+	wait, cancel := context.WithTimeout(ctx, hashWait)
+	defer cancel()
+	select {
+	case s.hashing <- struct{}{}:
+		defer func() { <-s.hashing }()
+	case <-wait.Done():
+		s.metrics.loginRefused.WithLabelValues("busy").Inc()
+		return cbdash.User{}, echo.NewHTTPError(http.StatusServiceUnavailable, "too many logins at once; try again in a moment")
+	}
 	u, hash, err := s.store.UserByName(ctx, name)
 	if errors.Is(err, cbdash.ErrNotFound) {
 		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
@@ -191,6 +218,9 @@ func (s *Server) checkPassword(ctx context.Context, name, password string) (cbda
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil {
 		return cbdash.User{}, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
+	}
+	if u.Disabled { // said only to whoever knows the password
+		return cbdash.User{}, errDisabled
 	}
 	return u, nil
 }
@@ -209,59 +239,19 @@ func (s *Server) clearSession(c echo.Context) {
 	c.SetCookie(&http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.cfg.Secure, SameSite: http.SameSiteLaxMode})
 }
 
-// localPath keeps only local redirect targets ("/..." but not "//...").
+// localPath keeps only local redirect targets: "/..." but not "//...",
+// and nothing with a backslash or a control character anywhere, which
+// browsers drop or read as a slash ("/\t/host" and "/\\host" are
+// "//host" to them).
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+	bad := func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' }
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.IndexFunc(p, bad) >= 0 {
+		return "/"
+	}
+	if u, err := url.Parse(p); err != nil || u.Host != "" || u.Scheme != "" {
 		return "/"
 	}
 	return p
-}
-
-// loginLimiter is a token bucket per client IP and user name that
-// failed logins drain: once empty, every attempt is refused until it
-// refills. It forgets buckets that are full again once it holds more
-// than maxBuckets.
-type loginLimiter struct {
-	mu      sync.Mutex
-	burst   int
-	every   time.Duration
-	buckets map[string]*rate.Limiter
-}
-
-const maxBuckets = 10000
-
-func newLoginLimiter(burst int, every time.Duration) *loginLimiter {
-	return &loginLimiter{burst: burst, every: every, buckets: make(map[string]*rate.Limiter)}
-}
-
-func limiterKey(ip, user string) string { return ip + "\x00" + strings.ToLower(user) }
-
-// blocked reports whether the bucket of ip and user is empty.
-func (l *loginLimiter) blocked(ip, user string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[limiterKey(ip, user)]
-	return ok && b.TokensAt(now) < 1
-}
-
-// failed takes a token from the bucket of ip and user.
-func (l *loginLimiter) failed(ip, user string, now time.Time) {
-	key := limiterKey(ip, user)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[key]
-	if !ok {
-		if len(l.buckets) >= maxBuckets {
-			for k, v := range l.buckets {
-				if v.TokensAt(now) >= float64(l.burst) {
-					delete(l.buckets, k)
-				}
-			}
-		}
-		b = rate.NewLimiter(rate.Every(l.every), l.burst)
-		l.buckets[key] = b
-	}
-	b.AllowN(now, 1)
 }
 
 // HashPassword hashes a password with bcrypt (default cost) for

@@ -57,9 +57,11 @@ func (s *Server) live(c echo.Context) error {
 		return nil // Accept has answered (403 for a foreign origin)
 	}
 	defer conn.CloseNow()
-	ctx := conn.CloseRead(c.Request().Context())
+	ctx, revoked := s.whileAuthorized(conn.CloseRead(c.Request().Context()), c)
 	err = s.pump(ctx, conn, lv)
 	switch {
+	case revoked():
+		conn.Close(websocket.StatusPolicyViolation, "logged out: the session or token is no longer valid")
 	case errors.Is(err, errShutdown):
 		conn.Close(websocket.StatusServiceRestart, "server shutting down")
 	case ctx.Err() == nil && err != nil:

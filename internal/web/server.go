@@ -14,13 +14,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
 )
 
 // Collector is what the dashboard needs from the live state: a snapshot
@@ -61,6 +65,30 @@ type Accounts interface {
 	CreateUserToken(ctx context.Context, userID int64, name string) (token string, err error)
 	UserByToken(ctx context.Context, token string) (cbdash.User, error)
 	CreateAgentToken(ctx context.Context, service string) (token string, err error)
+	AccountLifecycle
+}
+
+// AccountLifecycle changes accounts and tokens after their creation and
+// keeps the account log; *store.Store implements it. Every change names
+// its actor and is logged by the store in the same transaction (the
+// unlogged creations of Accounts are for tests and the first start;
+// RecordAccountEvent logs the others, such as a new user). Unknown users or
+// tokens are cbdash.ErrNotFound, changes that would leave no enabled
+// admin cbdash.ErrConflict.
+type AccountLifecycle interface {
+	SetUserRole(ctx context.Context, actor, name, role string) error
+	SetUserDisabled(ctx context.Context, actor, name string, disabled bool) error
+	DeleteUser(ctx context.Context, actor, name string) error
+	AllUserTokens(ctx context.Context) ([]cbdash.APIToken, error)
+	IssueUserToken(ctx context.Context, actor string, userID int64, name string, expires time.Time) (token, ref string, err error)
+	IssueAgentToken(ctx context.Context, actor, service string, expires time.Time) (token, ref string, err error)
+	RevokeUserToken(ctx context.Context, actor string, id int64) error
+	ExpireUserToken(ctx context.Context, actor string, id int64, at time.Time) error
+	AgentTokens(ctx context.Context) ([]store.AgentToken, error)
+	RevokeAgentToken(ctx context.Context, actor, id string) error
+	ExpireAgentToken(ctx context.Context, actor, id string, at time.Time) error
+	RecordAccountEvent(ctx context.Context, ev cbdash.AccountEvent) error
+	AccountEvents(ctx context.Context, limit int) ([]cbdash.AccountEvent, error)
 }
 
 // Store is everything the dashboard needs from *store.Store.
@@ -90,11 +118,26 @@ type Config struct {
 	// LiveInterval is the minimum time between two live updates sent to
 	// one client (coalescing); 0 = 250 ms, at most 4 updates a second.
 	LiveInterval time.Duration
-	// LoginBurst and LoginEvery limit login attempts per client IP and
-	// user name (token bucket): LoginBurst attempts at once, then one
-	// per LoginEvery. 0 = 5 and 12 seconds.
+	// LoginBurst and LoginEvery limit failed login attempts (token
+	// buckets counted before the password is checked): LoginBurst per
+	// user name and 4 x LoginBurst per client address at once, then one
+	// per LoginEvery, backing off while attempts keep coming. 0 = 5 and
+	// 12 seconds.
 	LoginBurst int
 	LoginEvery time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
+	// believed: for a request from one of them, the client address is the
+	// right-most address of the header that is not a trusted proxy. Empty
+	// (the default) = the address of the socket's peer, whatever the
+	// headers say. Mount installs this as e.IPExtractor.
+	TrustedProxies []netip.Prefix
+	// MaxHashing bounds how many bcrypt password checks run at once (a
+	// login waiting more than 2 s for its turn gets 503); 0 = half the
+	// CPUs, at least 1.
+	MaxHashing int
+	// Registerer receives the dashboard's Prometheus series (logins and
+	// limiter refusals); nil = a private registry.
+	Registerer prometheus.Registerer
 }
 
 func (c Config) validate() error {
@@ -109,6 +152,8 @@ func (c Config) validate() error {
 		return errors.New("web: Config.LiveInterval is negative")
 	case c.LoginBurst < 0 || c.LoginEvery < 0:
 		return errors.New("web: Config.LoginBurst or LoginEvery is negative")
+	case c.MaxHashing < 0:
+		return errors.New("web: Config.MaxHashing is negative")
 	}
 	return nil
 }
@@ -117,13 +162,15 @@ func (c Config) validate() error {
 // server's goroutines; it starts no goroutine of its own: each live
 // socket lives in its request's handler until the client leaves or Close.
 type Server struct {
-	col    Collector
-	store  Store
-	log    *slog.Logger
-	now    func() time.Time
-	cfg    Config
-	logins *loginLimiter
-	sparks *sparkCache
+	col     Collector
+	store   Store
+	log     *slog.Logger
+	now     func() time.Time
+	cfg     Config
+	logins  *loginLimiter
+	hashing chan struct{} // one slot per bcrypt comparison that may run
+	metrics *metrics
+	sparks  *sparkCache
 
 	done      chan struct{} // closed by Close: live sockets end
 	closeOnce sync.Once
@@ -152,14 +199,26 @@ func New(cfg Config) (*Server, error) {
 	if cfg.LoginEvery == 0 {
 		cfg.LoginEvery = 12 * time.Second
 	}
+	if cfg.MaxHashing == 0 {
+		cfg.MaxHashing = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("web: metrics: %w", err)
+	}
 	s := &Server{
-		col:    cfg.Collector,
-		store:  cfg.Store,
-		log:    cfg.Logger,
-		now:    cfg.Now,
-		cfg:    cfg,
-		logins: newLoginLimiter(cfg.LoginBurst, cfg.LoginEvery),
-		done:   make(chan struct{}),
+		col:     cfg.Collector,
+		store:   cfg.Store,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		cfg:     cfg,
+		logins:  newLoginLimiter(cfg.LoginBurst, 4*cfg.LoginBurst, cfg.LoginEvery),
+		hashing: make(chan struct{}, cfg.MaxHashing),
+		metrics: m,
+		done:    make(chan struct{}),
 	}
 	s.sparks = newSparkCache(cfg.Store, cfg.Now)
 	return s, nil
@@ -174,11 +233,16 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Mount registers the dashboard on e: security headers on every
+// Mount registers the dashboard on e: how client addresses are found
+// (Config.TrustedProxies, as e.IPExtractor), request body limits on every
+// route, collector's and others' included (before routing), security
+// headers on every
 // response, static assets, login and logout, the pages (behind the
 // viewer role, or open when Anonymous), operator commands (operator
 // role, CSRF-checked), admin pages (admin role) and the live websocket.
 func (s *Server) Mount(e *echo.Echo) {
+	e.IPExtractor = ipExtractor(s.cfg.TrustedProxies)
+	e.Pre(s.limitBodies)
 	e.Use(s.securityHeaders, s.withLogger)
 	mountStatic(e)
 
@@ -204,6 +268,11 @@ func (s *Server) Mount(e *echo.Echo) {
 	admin.POST("/admin/users", s.addUser)
 	admin.POST("/admin/tokens", s.addUserToken)
 	admin.POST("/admin/agent-tokens", s.addAgentToken)
+	admin.POST("/admin/users/role", s.setRole)
+	admin.POST("/admin/users/disable", s.disableUser)
+	admin.POST("/admin/users/enable", s.enableUser)
+	admin.POST("/admin/users/delete", s.deleteUser)
+	admin.POST("/admin/tokens/revoke", s.revokeToken)
 }
 
 // routes registers handlers on an echo.Echo with middlewares applied to

@@ -316,17 +316,38 @@ type Timeline struct {
 	Quiet     int // dependencies with no open instance in the range
 }
 
-// UserRow is one account on the admin page.
+// UserRow is one account on the admin page; Roles are the role choices
+// with the user's own selected.
 type UserRow struct {
 	Name, Role, Created string
+	Disabled            bool
+	Roles               []Option
 }
 
-// Admin is the admin page: accounts, user API tokens and agent tokens. A
-// secret just created is shown once in Secret.
+// TokenRow is one user API token or agent token on the admin page. Ref
+// is its reference ("ut-12", "at-3f9c..."), Owner the user or the
+// service it acts for; LastUsed and Expires are UTC stamps or "never".
+type TokenRow struct {
+	Ref, Owner, Name, Created, LastUsed, Expires string
+	Expired                                      bool
+}
+
+// AccountEventRow is one entry of the account log.
+type AccountEventRow struct {
+	At, Actor, Action, Subject, Detail string
+}
+
+// Admin is the admin page: accounts, user API tokens, agent tokens and
+// the account log. A secret just created is shown once in Secret; Notice
+// says what the last action did.
 type Admin struct {
 	Page        Page
 	Users       []UserRow
 	Roles       []Option
 	Secret      string
 	SecretLabel string
+	Notice      string
+	APITokens   []TokenRow
+	AgentTokens []TokenRow
+	Events      []AccountEventRow
 }

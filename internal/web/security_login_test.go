@@ -1,0 +1,170 @@
+package web_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/web"
+)
+
+// settableNow is a web.Config.Now the test moves.
+type settableNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (s *settableNow) now() time.Time      { s.mu.Lock(); defer s.mu.Unlock(); return s.t }
+func (s *settableNow) add(d time.Duration) { s.mu.Lock(); s.t = s.t.Add(d); s.mu.Unlock() }
+
+// loginFrom posts a login for user with a forged X-Forwarded-For (none
+// when xff is "") and returns the status.
+func (c *client) loginFrom(user, password, xff string) int {
+	form := url.Values{"user": {user}, "password": {password}, "_csrf": {c.csrf()}}
+	req, _ := http.NewRequest(http.MethodPost, c.h.http.URL+"/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+		req.Header.Set("X-Real-IP", xff)
+	}
+	return c.do(req).status
+}
+
+func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
+	clk := &settableNow{t: clocktest.Epoch()}
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, web.Config{LoginBurst: 3, MaxHashing: 3, Now: clk.now, Registerer: reg}) // the 3 evaluated attempts never wait for bcrypt
+
+	t.Run("8 tries with 8 forged X-Forwarded-For are limited like 8 plain ones", func(t *testing.T) {
+		c := h.client()
+		var got []int
+		for i := range 8 {
+			got = append(got, c.loginFrom("otto", "guess", fmt.Sprintf("198.51.100.%d", i+1)))
+		}
+		want := []int{401, 401, 401, 429, 429, 429, 429, 429}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("statuses %v, want %v", got, want)
+		}
+		if s := c.loginFrom("otto", h.users["otto"], "203.0.113.9"); s != http.StatusTooManyRequests {
+			t.Errorf("the right password from another forged address while the user is locked = %d, want 429", s)
+		}
+	})
+
+	t.Run("refusals back off: waiting one interval is not enough", func(t *testing.T) {
+		c := h.client()
+		clk.add(12 * time.Second)
+		if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
+			t.Errorf("one interval after 6 refusals = %d, want 429", s)
+		}
+		clk.add(maxWait)
+		if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusSeeOther {
+			t.Errorf("after the back-off = %d, want 303", s)
+		}
+	})
+
+	t.Run("40 parallel attempts: only the burst is evaluated", func(t *testing.T) {
+		clk.add(maxWait)
+		before := counter(t, reg, "cbdash_logins_total", "failed")
+		c := h.client()
+		c.csrf()
+		var wg sync.WaitGroup
+		statuses := make(chan int, 40)
+		for range 40 {
+			wg.Go(func() { statuses <- c.loginFrom("vera", "guess", "") })
+		}
+		wg.Wait()
+		close(statuses)
+		n := map[int]int{}
+		for s := range statuses {
+			n[s]++
+		}
+		if n[401] != 3 || n[429] != 37 {
+			t.Errorf("statuses %v, want 3 x 401 and 37 x 429", n)
+		}
+		if d := counter(t, reg, "cbdash_logins_total", "failed") - before; d != 3 {
+			t.Errorf("%v passwords were checked, want 3", d)
+		}
+		if r := counter(t, reg, "cbdash_login_refused_total", "user"); r < 37 {
+			t.Errorf("cbdash_login_refused_total{limit=user} = %v, want at least 37", r)
+		}
+	})
+
+	t.Run("one address cannot try many users", func(t *testing.T) {
+		clk.add(maxWait)
+		c := h.client()
+		var refused int
+		for i := range 13 {
+			if c.loginFrom(fmt.Sprintf("nobody-%d", i), "guess", fmt.Sprintf("198.51.100.%d", i)) == http.StatusTooManyRequests {
+				refused++
+			}
+		}
+		if refused != 1 {
+			t.Errorf("%d of 13 tries for 13 users from one address were refused, want the 13th (burst 12)", refused)
+		}
+	})
+}
+
+func TestSecurityTrustedProxyAddressesAreBelieved(t *testing.T) {
+	clk := &settableNow{t: clocktest.Epoch()} // does not move: no bucket refills during the test
+	h := newHarness(t, web.Config{LoginBurst: 1, Now: clk.now, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	c := h.client()
+	for i := range 6 {
+		if s := c.loginFrom(fmt.Sprintf("nobody-%d", i), "guess", fmt.Sprintf("198.51.100.%d", i)); s != http.StatusUnauthorized {
+			t.Errorf("try %d from its own address behind the trusted proxy = %d, want 401", i, s)
+		}
+	}
+	for i := range 5 {
+		s := c.loginFrom(fmt.Sprintf("other-%d", i), "guess", "198.51.100.200")
+		if want := map[bool]int{true: 401, false: 429}[i < 4]; s != want {
+			t.Errorf("try %d from one address behind the proxy = %d, want %d", i, s, want)
+		}
+	}
+}
+
+// maxWait is more than the longest back-off.
+const maxWait = 16 * time.Minute
+
+// counter reads the value of counter name with a label of value label
+// (0 when it has none yet).
+func counter(t *testing.T, g prometheus.Gatherer, name, label string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func TestSecurityLoginRedirectStaysLocal(t *testing.T) {
+	h := newHarness(t, web.Config{})
+	for _, next := range []string{"/\t/evil.example", "/\n/evil.example", "/\\evil.example", "/a\\b", "//evil.example", "https://evil.example/", "/\x7f/evil.example"} {
+		res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {h.users["vera"]}, "next": {next}})
+		if res.status != http.StatusSeeOther || res.header.Get("Location") != "/" {
+			t.Errorf("next=%q: %d to %q, want a redirect to /", next, res.status, res.header.Get("Location"))
+		}
+	}
+	res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {h.users["vera"]}, "next": {"/timeline?range=1h"}})
+	if res.header.Get("Location") != "/timeline?range=1h" {
+		t.Errorf("a local next went to %q", res.header.Get("Location"))
+	}
+}
