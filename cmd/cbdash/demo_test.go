@@ -119,7 +119,7 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 		t.Skip("runs the whole demo for up to a minute")
 	}
 	d := startDemo(t, filepath.Join(t.TempDir(), "demo.db"))
-	start := time.Now()
+	start := time.Now() // real time: the fault script runs on it
 	var which string
 	// Real time: the fault script opens and closes breakers within its
 	// first minute.
