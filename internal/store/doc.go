@@ -1,7 +1,18 @@
 // Package store is cbdash's SQLite storage (modernc.org/sqlite, WAL): the
 // services, instances and breakers agents declare, their transitions, their
-// window reports at three resolutions, the operator command audit log and
-// the agent tokens.
+// window reports at three resolutions, the operator command audit log, the
+// agent tokens, the dashboard's users with their sessions and API tokens,
+// incidents with their notes and the configuration changes they show, and
+// alert rules with their delivery log.
+//
+// Migrations are embedded and each runs in its own transaction; their
+// numbers are ranges owned by area: 00001-00009 instances, windows,
+// commands and agent tokens, 00010-00019 users, 00020-00029 incidents,
+// alerts and configuration changes.
+//
+// Times the caller does not pass (creation of users, tokens and alert
+// rules, token use, the sweep of expired sessions) are read from
+// Options.Clock, the server's one clock.
 //
 // # Writes
 //
