@@ -143,7 +143,8 @@ func TestRealAgentBatchRefusedEarlierDataStays(t *testing.T) {
 		_ = m.br.Execute(context.Background(), func(context.Context) error { return errBoom })
 	}
 	eventually.True(t, "the refusal", func() bool { return m.ag.Stats().Dropped.Batches >= 1 })
-	if !strings.Contains(logs.String(), "future") {
+	// The agent counts the drop, then logs it: wait for the line.
+	if !eventually.Wait(eventually.Timeout, func() bool { return strings.Contains(logs.String(), "future") }) {
 		t.Fatalf("the agent's log does not carry the collector's reason:\n%s", logs.String())
 	}
 	if got := len(storedTransitions(t, h, "skewed")); got != 3 {
