@@ -1,12 +1,18 @@
 // Package cbdash holds the domain types of the cbdash server: dependencies
 // (a breaker of a service, aggregated over its instances), their history,
-// transitions, operator commands and the live events the dashboard shows.
+// transitions, operator commands and holds, the live events the dashboard
+// shows, users and API tokens, incidents and their notes, alert rules and
+// deliveries, and configuration changes.
 //
 // It depends on nothing but the standard library and the wire protocol
-// types of the SDK. Implementations live in internal/ (store: SQLite;
-// collector: ingest, live state and command routing; web: the dashboard),
-// and wiring only in cmd/cbdash. All types are plain values, safe to copy;
-// none has methods that mutate shared state.
+// types of the SDK. Implementations live in internal/: store (SQLite),
+// collector (ingest, live state and command routing), web (the dashboard
+// and its JSON API), incident (incidents from transitions, their reports),
+// alert (rules and webhooks), demo (a simulated fleet), loadgen (simulated
+// agents for load tests) and clock (the server's one clock); wiring lives
+// only in cmd/cbdash. Tests share clocktest, eventually, storetest and
+// stacktest. All types are plain values, safe to copy; none has methods
+// that mutate shared state.
 package cbdash
 
 import (

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
 )
 
 func TestServeDoesNotLogAGivenAdminPassword(t *testing.T) {
@@ -16,7 +18,7 @@ func TestServeDoesNotLogAGivenAdminPassword(t *testing.T) {
 			o.Addr, o.DB = "127.0.0.1:0", filepath.Join(t.TempDir(), "cbdash.db")
 			o.LogLevel, o.LogFormat, o.AdminPassword = "info", "text", given
 			var logs logBuffer
-			srv, err := openServer(context.Background(), o, slog.New(slog.NewTextHandler(&logs, nil)))
+			srv, err := openServer(context.Background(), o, slog.New(slog.NewTextHandler(&logs, nil)), clocktest.NewRunning())
 			if err != nil {
 				t.Fatal(err)
 			}

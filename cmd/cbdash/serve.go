@@ -5,10 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/incident"
 )
 
-func newServeCmd() *cobra.Command {
+func newServeCmd(clk clock.Clock) *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -24,7 +25,7 @@ closed.`,
 				return err
 			}
 			log := o.logger(cmd.ErrOrStderr())
-			srv, err := openServer(cmd.Context(), o, log)
+			srv, err := openServer(cmd.Context(), o, log, clk)
 			if err != nil {
 				return err
 			}

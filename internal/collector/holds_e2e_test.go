@@ -13,6 +13,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -84,20 +85,20 @@ func (m *holdMember) drive(name string, n, f int) {
 // how long it took from since.
 func forcedWithin(t *testing.T, m *holdMember, name string, want breaker.State, since time.Time) time.Duration {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%s %v", name, want), func() bool { return m.state(name) == want })
+	eventually.True(t, fmt.Sprintf("%s %v", name, want), func() bool { return m.state(name) == want })
 	return time.Since(since)
 }
 
 func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *testing.T) {
 	clk := clocktest.NewRunning()
-	mod := func(c *Config) { c.Now = clk.Now }
+	mod := func(c *Config) { c.Clock = clk }
 	h := startHarness(t, "", mod)
 	ctx := context.Background()
 	fleet := map[string]*holdMember{}
 	for _, inst := range []string{"checkout-1", "checkout-2", "checkout-3"} {
 		fleet[inst] = startHoldMember(t, h, clk, "checkout", inst, nil, "payments", "inventory")
 	}
-	waitFor(t, "three instances", func() bool {
+	eventually.True(t, "three instances", func() bool {
 		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
 		return err == nil && d.Instances == 3
 	})
@@ -152,7 +153,7 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 	// ... the collector restarts: the hold is still there and applied to
 	// the instances that come back and to one that is new.
 	addr := h.srv.Listener.Addr().String()
-	waitFor(t, "counts before the restart", func() bool {
+	eventually.True(t, "counts before the restart", func() bool {
 		return sumCounts(h.col.holds.holdCounts(hold.ID)).RejectedForced == want.RejectedForced
 	})
 	h.stop()
@@ -167,7 +168,7 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 	t.Logf("after the collector restart: a new instance forced open %v after start", lateTook)
 	snap(fleet["checkout-late"], "checkout-late")
 	for inst, m := range fleet {
-		waitFor(t, inst+" reconnected", func() bool { return m.ag.Stats().Connected })
+		eventually.True(t, inst+" reconnected", func() bool { return m.ag.Stats().Connected })
 		if m.state("payments") != breaker.ForcedOpen {
 			t.Fatalf("%s payments is %v after the collector restart", inst, m.state("payments"))
 		}
@@ -176,7 +177,7 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 		want.FallbackSuccess++
 		want.FallbackFailure++
 	}
-	waitFor(t, "every instance answered", func() bool {
+	eventually.True(t, "every instance answered", func() bool {
 		got, err := h.col.Hold(ctx, hold.ID)
 		if err != nil {
 			return false
@@ -191,7 +192,7 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 
 	// Release: every instance returns to its automatic state, and the audit
 	// log says who released it and why.
-	waitFor(t, "counts before the release", func() bool {
+	eventually.True(t, "counts before the release", func() bool {
 		return sumCounts(h.col.holds.holdCounts(hold.ID)).RejectedForced == want.RejectedForced
 	})
 	if _, err := h.col.ReleaseHold(ctx, hold.ID, "rita", ""); !errors.Is(err, cbdash.ErrInvalid) {
@@ -219,7 +220,7 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 	if len(cmds) == 0 || cmds[0].Action != protocol.ActionRelease || cmds[0].Actor != "rita" || cmds[0].Reason != "drill over" || cmds[0].HoldID != hold.ID {
 		t.Fatalf("newest audit entry %+v, want rita's release of %s", cmds[0], hold.ID)
 	}
-	waitFor(t, "release answered", func() bool {
+	eventually.True(t, "release answered", func() bool {
 		c, err := h.store.Command(ctx, cmds[0].ID)
 		if err != nil {
 			return false
@@ -234,7 +235,7 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 
 	// The drill's totals are what the breakers counted, exactly: per
 	// instance as their own totals moved during the hold, and in sum.
-	waitFor(t, "final counts", func() bool {
+	eventually.True(t, "final counts", func() bool {
 		return sumCounts(h.col.holds.holdCounts(hold.ID)).RejectedForced == want.RejectedForced
 	})
 	h.col.holds.flushStats(ctx)
@@ -291,7 +292,7 @@ func sumCounts(cs []cbdash.HoldCounts) protocol.Counts {
 
 func TestFleetSelectorsCoverWhatTheySayAndShareKeepsItsSideAcrossRestarts(t *testing.T) {
 	clk := clocktest.NewRunning()
-	h := startHarness(t, "", func(c *Config) { c.Now = clk.Now })
+	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	ctx := context.Background()
 	eu, us := map[string]string{"region": "eu"}, map[string]string{"region": "us"}
 	// ShareBucket: checkout-1 4.07 (in a 50% share), checkout-2 86.18 (out).
@@ -299,7 +300,7 @@ func TestFleetSelectorsCoverWhatTheySayAndShareKeepsItsSideAcrossRestarts(t *tes
 	c2 := startHoldMember(t, h, clk, "checkout", "checkout-2", us, "inventory", "payments")
 	k1 := startHoldMember(t, h, clk, "catalog", "catalog-1", eu, "inventory", "pricing")
 	s1 := startHoldMember(t, h, clk, "search", "search-1", eu, "index")
-	waitFor(t, "four instances", func() bool { return len(h.col.live.holdInstances()) == 4 })
+	eventually.True(t, "four instances", func() bool { return len(h.col.live.holdInstances()) == 4 })
 
 	req := func(sel cbdash.Selector, action string) cbdash.HoldRequest {
 		return cbdash.HoldRequest{Selector: sel, Action: action, TTL: 10 * time.Minute, Reason: "inventory is down", Actor: "ann"}
@@ -365,7 +366,7 @@ func TestFleetSelectorsCoverWhatTheySayAndShareKeepsItsSideAcrossRestarts(t *tes
 	c1 = startHoldMember(t, h, clk, "checkout", "checkout-1", eu, "inventory", "payments")
 	c2 = startHoldMember(t, h, clk, "checkout", "checkout-2", us, "inventory", "payments")
 	forcedWithin(t, c1, "payments", breaker.ForcedOpen, time.Now())
-	waitFor(t, "checkout-2 back", func() bool { return c2.ag.Stats().Connected })
+	eventually.True(t, "checkout-2 back", func() bool { return c2.ag.Stats().Connected })
 	if c2.state("payments") != breaker.Closed {
 		t.Fatalf("restarted checkout-2 is %v, want still outside the share", c2.state("payments"))
 	}

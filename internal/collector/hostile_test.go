@@ -138,7 +138,7 @@ func (g *goodAgent) run(clk *clocktest.Running) error {
 			return nil
 		default:
 		}
-		b := batch(seq, 5, 1)
+		b := batchAt(clk.Now(), seq, 5, 1)
 		at := clk.Now().UnixMilli()
 		b.SentAt, b.Windows[0].Start = at, at-1000
 		data, _ := json.Marshal(b)
@@ -161,7 +161,7 @@ func (g *goodAgent) run(clk *clocktest.Running) error {
 
 func TestHostileAgents(t *testing.T) {
 	clk := clocktest.NewRunning()
-	h := startHarness(t, "", func(c *Config) { c.Now = clk.Now })
+	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	limited, err := h.store.CreateAgentToken(t.Context(), "billing")
 	if err != nil {
 		t.Fatal(err)

@@ -190,6 +190,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	// makes merging queued batches safe).
 	if prev := c.live.session(instKey{h.Service, h.Instance}); prev != nil {
 		prev.replaced()
+		// Real time: the wait is for a socket to close, not a logical delay.
 		wait := time.NewTimer(c.cfg.HelloTimeout)
 		select {
 		case <-prev.quiet:

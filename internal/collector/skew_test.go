@@ -7,6 +7,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -46,13 +47,13 @@ func perInstance(t *testing.T, h *harness) map[string]cbdash.InstanceBreaker {
 // stamped with its receipt time.
 func TestClockSkewIsMeasuredAndNeverRefused(t *testing.T) {
 	clk := clocktest.NewRunning()
-	h := startHarness(t, "", func(c *Config) { c.Now = clk.Now })
+	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	started := clocktest.Epoch().Add(-time.Hour).UnixMilli()
 	ahead, behind := dialRaw(t, h, h.token), dialRaw(t, h, h.token)
 	ahead.hello("ahead", started)
 	behind.hello("behind", started)
 
-	trip := trans(protocol.StateClosed, protocol.StateOpen, 1)
+	trip := h.trans(protocol.StateClosed, protocol.StateOpen, 1)
 	for seq := uint64(1); seq <= 3; seq++ {
 		b := skewedBatch(clk.Now(), 10*time.Minute, seq, 10)
 		if seq == 3 {
@@ -74,7 +75,7 @@ func TestClockSkewIsMeasuredAndNeverRefused(t *testing.T) {
 		behind.send(b)
 		behind.expect(protocol.TypeAck, nil)
 	}
-	waitFor(t, "both instances applied", func() bool {
+	eventually.True(t, "both instances applied", func() bool {
 		m := perInstance(t, h)
 		return m["ahead"].LastTrip != nil && m["behind"].LastTrip != nil
 	})
@@ -118,7 +119,7 @@ func TestClockSkewIsMeasuredAndNeverRefused(t *testing.T) {
 // TestHTTPIngestAheadIsAccepted: the same over HTTP ingest.
 func TestHTTPIngestAheadIsAccepted(t *testing.T) {
 	clk := clocktest.NewRunning()
-	h := startHarness(t, "", func(c *Config) { c.Now = clk.Now })
+	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	req := protocol.IngestRequest{Hello: rawHello("h1", clk.Now().Add(-time.Hour).UnixMilli()), Batch: skewedBatch(clk.Now(), 30*time.Minute, 1, 5)}
 	status, body := call(t, "POST", h.srv.URL+"/api/v1/ingest", h.token, req)
 	if status != 200 {

@@ -41,9 +41,9 @@ func TestFullDiskIsNotReadyAndTheAgentIsToldToRetry(t *testing.T) {
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
 	free := disktest.Fill(t, dir)
-	big := batch(1, 10, 0)
+	big := h.batch(1, 10, 0)
 	for i := range 1500 {
-		tr := trans(protocol.StateClosed, protocol.StateOpen, uint64(i+1))
+		tr := h.trans(protocol.StateClosed, protocol.StateOpen, uint64(i+1))
 		tr.Cause.Reason = strings.Repeat("x", 300)
 		big.Transitions = append(big.Transitions, tr)
 	}
@@ -90,8 +90,8 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 	if _, err := db.Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
 		t.Fatal(err)
 	}
-	one := batch(1, 10, 0, trans(protocol.StateClosed, protocol.StateOpen, 1))
-	two := batch(2, 7, 0)
+	one := h.batch(1, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1))
+	two := h.batch(2, 7, 0)
 	for attempt := 1; attempt <= maxStoreAttempts; attempt++ {
 		a := dialRaw(t, h, h.token)
 		if w := a.hello("a1", 1); w.LastSeq != 0 {

@@ -57,7 +57,7 @@ func TestRevokingAnAgentTokenClosesItsConnections(t *testing.T) {
 		}
 	})
 	t.Run("the other token's connection stays open", func(t *testing.T) {
-		b.send(batch(1, 10, 0))
+		b.send(h.batch(1, 10, 0))
 		b.expect(protocol.TypeAck, nil)
 	})
 	t.Run("revoked in the database by another process: closed within the sweep", func(t *testing.T) {

@@ -114,7 +114,7 @@ func (s *Store) RecordAccountEvent(ctx context.Context, ev cbdash.AccountEvent) 
 	}
 	at := ms(ev.At)
 	if ev.At.IsZero() {
-		at = ms(s.opts.Now())
+		at = ms(s.opts.Clock.Now())
 	}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		return x.logEvent(at, ev.Actor, ev.Action, ev.Subject, ev.Detail)
@@ -161,7 +161,7 @@ func (s *Store) SetUserRole(ctx context.Context, actor, name, role string) error
 	if !cbdash.ValidRole(role) {
 		return fmt.Errorf("store: set role: %w: role %q is not viewer, operator or admin", cbdash.ErrInvalid, role)
 	}
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		_, old, disabled, err := x.userRow(name)
 		if err != nil {
@@ -191,7 +191,7 @@ func (s *Store) SetUserRole(ctx context.Context, actor, name, role string) error
 // cbdash.ErrConflict when disabling the last enabled admin, ErrClosed,
 // ctx's or a wrapped driver error.
 func (s *Store) SetUserDisabled(ctx context.Context, actor, name string, disabled bool) error {
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		id, role, was, err := x.userRow(name)
 		if err != nil {
@@ -228,7 +228,7 @@ func (s *Store) SetUserDisabled(ctx context.Context, actor, name string, disable
 // Errors: cbdash.ErrNotFound, cbdash.ErrConflict when deleting the last
 // enabled admin, ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) DeleteUser(ctx context.Context, actor, name string) error {
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		id, role, disabled, err := x.userRow(name)
 		if err != nil {
@@ -285,7 +285,7 @@ func (s *Store) userTokens(ctx context.Context, where string, args ...any) ([]cb
 // is refused from the next request on. Errors: cbdash.ErrNotFound,
 // ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) RevokeUserToken(ctx context.Context, actor string, id int64) error {
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		row, err := x.queryRow("SELECT u.name, t.name FROM user_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ?", id)
 		if err != nil {
@@ -310,7 +310,7 @@ func (s *Store) RevokeUserToken(ctx context.Context, actor string, id int64) err
 // actor's and returns how many there were. Errors: cbdash.ErrNotFound,
 // ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) RevokeUserTokens(ctx context.Context, actor, name string) (int, error) {
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	var n int64
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		id, _, _, err := x.userRow(name)
@@ -336,7 +336,7 @@ func (s *Store) RevokeUserTokens(ctx context.Context, actor, name string) (int, 
 // before now: at once; zero: never) and logs it as actor's. Errors:
 // cbdash.ErrNotFound, ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) ExpireUserToken(ctx context.Context, actor string, id int64, at time.Time) error {
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		res, err := x.exec("UPDATE user_tokens SET expires_at = ? WHERE id = ?", ms(at), id)
 		if err != nil {
@@ -361,7 +361,7 @@ func (s *Store) ExpireUserToken(ctx context.Context, actor string, id int64, at 
 // (collector.Collector.RevokeAgentToken does both). Errors:
 // cbdash.ErrNotFound, ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) RevokeAgentToken(ctx context.Context, actor, id string) error {
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		row, err := x.queryRow("SELECT service FROM agent_tokens WHERE lower(hex(substr(hash, 1, 8))) = lower(?)", id)
 		if err != nil {
@@ -386,7 +386,7 @@ func (s *Store) RevokeAgentToken(ctx context.Context, actor, id string) error {
 // now: at once; zero: never) and logs it as actor's. Errors:
 // cbdash.ErrNotFound, ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) ExpireAgentToken(ctx context.Context, actor, id string, at time.Time) error {
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		res, err := x.exec("UPDATE agent_tokens SET expires_at = ? WHERE lower(hex(substr(hash, 1, 8))) = lower(?)", ms(at), id)
 		if err != nil {
@@ -460,7 +460,7 @@ func (s *Store) IssueUserToken(ctx context.Context, actor string, userID int64, 
 	if err != nil {
 		return "", "", err
 	}
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		row, err := x.queryRow("SELECT name FROM users WHERE id = ?", userID)
 		if err != nil {
@@ -499,7 +499,7 @@ func (s *Store) IssueAgentToken(ctx context.Context, actor, service string, expi
 		return "", "", err
 	}
 	ref = AgentTokenRef(AgentTokenID(tok))
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at, expires_at) VALUES (?, ?, ?, ?)",
 			hashToken(tok), service, now, ms(expires)); err != nil {

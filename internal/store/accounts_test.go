@@ -3,29 +3,19 @@ package store_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
-// movingNow is a settable store clock at the test epoch.
-type movingNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (m *movingNow) now() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return m.t }
-
-func (m *movingNow) add(d time.Duration) { m.mu.Lock(); m.t = m.t.Add(d); m.mu.Unlock() }
-
 func TestAccountLifecycle(t *testing.T) {
 	ctx := context.Background()
-	clk := &movingNow{t: clocktest.Epoch()}
-	s, _ := openStore(t, store.Options{Now: clk.now})
+	clk := clocktest.Virtual()
+	s, _ := openStore(t, store.Options{Clock: clk})
 	mk := func(name, role string) cbdash.User {
 		t.Helper()
 		u, err := s.CreateUser(ctx, name, role, []byte("hash-"+name))
@@ -37,7 +27,7 @@ func TestAccountLifecycle(t *testing.T) {
 	ada, otto := mk("ada", cbdash.RoleAdmin), mk("otto", cbdash.RoleOperator)
 
 	t.Run("disabling ends sessions and API tokens at once, enabling brings back tokens only", func(t *testing.T) {
-		sess, err := s.CreateSession(ctx, otto.ID, clk.now().Add(time.Hour))
+		sess, err := s.CreateSession(ctx, otto.ID, clk.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,13 +38,13 @@ func TestAccountLifecycle(t *testing.T) {
 		if err := s.SetUserDisabled(ctx, "ada", "otto", true); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.SessionUser(ctx, sess, clk.now()); !errors.Is(err, cbdash.ErrUnauthorized) {
+		if _, err := s.SessionUser(ctx, sess, clk.Now()); !errors.Is(err, cbdash.ErrUnauthorized) {
 			t.Errorf("session of a disabled user: %v, want ErrUnauthorized", err)
 		}
 		if _, err := s.UserByToken(ctx, tok); !errors.Is(err, cbdash.ErrUnauthorized) {
 			t.Errorf("API token of a disabled user: %v, want ErrUnauthorized", err)
 		}
-		if _, err := s.CreateSession(ctx, otto.ID, clk.now().Add(time.Hour)); !errors.Is(err, cbdash.ErrNotFound) {
+		if _, err := s.CreateSession(ctx, otto.ID, clk.Now().Add(time.Hour)); !errors.Is(err, cbdash.ErrNotFound) {
 			t.Errorf("new session of a disabled user: %v, want ErrNotFound", err)
 		}
 		if u, _, _ := s.UserByName(ctx, "otto"); !u.Disabled {
@@ -66,7 +56,7 @@ func TestAccountLifecycle(t *testing.T) {
 		if _, err := s.UserByToken(ctx, tok); err != nil {
 			t.Errorf("API token after enabling: %v", err)
 		}
-		if _, err := s.SessionUser(ctx, sess, clk.now()); !errors.Is(err, cbdash.ErrUnauthorized) {
+		if _, err := s.SessionUser(ctx, sess, clk.Now()); !errors.Is(err, cbdash.ErrUnauthorized) {
 			t.Errorf("a session ended by disabling came back: %v", err)
 		}
 	})
@@ -104,7 +94,7 @@ func TestAccountLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		var mine cbdash.APIToken
-		waitFor(t, "last use recorded", func() bool {
+		eventually.True(t, "last use recorded", func() bool {
 			list, err := s.AllUserTokens(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -114,15 +104,15 @@ func TestAccountLifecycle(t *testing.T) {
 					mine = x
 				}
 			}
-			return mine.LastUsed.Equal(clk.now())
+			return mine.LastUsed.Equal(clk.Now())
 		})
-		if err := s.ExpireUserToken(ctx, "otto", mine.ID, clk.now().Add(time.Minute)); err != nil {
+		if err := s.ExpireUserToken(ctx, "otto", mine.ID, clk.Now().Add(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.UserByToken(ctx, tok); err != nil {
 			t.Errorf("before its expiry: %v", err)
 		}
-		clk.add(time.Minute)
+		clk.Advance(time.Minute)
 		if _, err := s.UserByToken(ctx, tok); !errors.Is(err, cbdash.ErrUnauthorized) {
 			t.Errorf("after its expiry: %v, want ErrUnauthorized", err)
 		}
@@ -146,20 +136,20 @@ func TestAccountLifecycle(t *testing.T) {
 		a, _ := s.CreateAgentToken(ctx, "checkout")
 		b, _ := s.CreateAgentToken(ctx, "")
 		ia, ib := store.AgentTokenID(a), store.AgentTokenID(b)
-		if err := s.ExpireAgentToken(ctx, "ada", ia, clk.now()); err != nil {
+		if err := s.ExpireAgentToken(ctx, "ada", ia, clk.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.CheckAgentToken(ctx, a); !errors.Is(err, cbdash.ErrUnauthorized) {
 			t.Errorf("expired agent token: %v, want ErrUnauthorized", err)
 		}
-		live, err := s.LiveAgentTokens(ctx, []string{ia, ib, "0000000000000000"}, clk.now())
+		live, err := s.LiveAgentTokens(ctx, []string{ia, ib, "0000000000000000"}, clk.Now())
 		if err != nil || live[ia] || !live[ib] || len(live) != 1 {
 			t.Errorf("LiveAgentTokens = %v, %v; want only %s", live, err, ib)
 		}
 		list, _ := s.AgentTokens(ctx)
 		var found bool
 		for _, x := range list {
-			found = found || (x.ID == ia && x.ExpiresAt.Equal(clk.now()))
+			found = found || (x.ID == ia && x.ExpiresAt.Equal(clk.Now()))
 		}
 		if !found {
 			t.Errorf("AgentTokens does not show %s expiring: %+v", ia, list)

@@ -1,11 +1,21 @@
 // Package store is cbdash's SQLite storage (modernc.org/sqlite, WAL): the
 // services, instances and breakers agents declare, their transitions, their
-// window reports at three resolutions, the operator command audit log and
-// the agent tokens, and holds (operator trips kept as desired state, the
-// instance breakers each covered and what they counted while held).
+// window reports at three resolutions, the operator command audit log, the
+// agent tokens, the dashboard's users with their sessions, API tokens and
+// account log, incidents with their notes and the configuration changes
+// they show, alert rules with their delivery log, and holds (operator
+// trips kept as desired state, the instance breakers each covered and what
+// they counted while held).
 //
-// Migrations are numbered by area: 00001-00009 ingest and commands,
-// 00010-00019 users, 00020-00029 incidents and alerts, 00030-00039 holds.
+// Migrations are embedded and each runs in its own transaction; their
+// numbers are ranges owned by area: 00001-00009 instances, windows,
+// commands, agent tokens and the store's health probe, 00010-00019 users
+// and accounts, 00020-00029 incidents, alerts and configuration changes,
+// 00030-00039 holds.
+//
+// Times the caller does not pass (creation of users, tokens and alert
+// rules, token use, the sweep of expired sessions) are read from
+// Options.Clock, the server's one clock.
 //
 // # Writes
 //

@@ -36,7 +36,7 @@ func (s *Store) CreateAgentToken(ctx context.Context, service string) (string, e
 		return "", fmt.Errorf("store: token: %w", err)
 	}
 	token := agentTokenPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at) VALUES (?, ?, ?)",
 			hashToken(token), service, now); err != nil {
@@ -58,7 +58,7 @@ func (s *Store) CheckAgentToken(ctx context.Context, token string) (string, erro
 	h := hashToken(token)
 	var service string
 	var lastUsed int64
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.rdb.QueryRowContext(ctx, "SELECT service, last_used FROM agent_tokens WHERE hash = ? AND (expires_at = 0 OR expires_at > ?)",
 		h, now).Scan(&service, &lastUsed)
 	switch {

@@ -51,7 +51,7 @@ func (s *Store) CreateUser(ctx context.Context, name, role string, passwordHash 
 	case len(passwordHash) == 0:
 		return cbdash.User{}, fmt.Errorf("%w: password hash is required", cbdash.ErrInvalid)
 	}
-	u := cbdash.User{Name: name, Role: role, CreatedAt: fromMs(ms(s.opts.Now()))}
+	u := cbdash.User{Name: name, Role: role, CreatedAt: fromMs(ms(s.opts.Clock.Now()))}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		row, err := x.queryRow("SELECT count(*) FROM users WHERE name = ?", name)
 		if err != nil {
@@ -156,7 +156,7 @@ func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Ti
 	if err != nil {
 		return "", err
 	}
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		if _, err := x.exec("DELETE FROM sessions WHERE expires_at <= ?", now); err != nil {
 			return err
@@ -224,7 +224,7 @@ func (s *Store) CreateUserToken(ctx context.Context, userID int64, name string) 
 	if err != nil {
 		return "", err
 	}
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = ?", userID)
 		if err != nil {
@@ -255,7 +255,7 @@ func (s *Store) UserByToken(ctx context.Context, token string) (cbdash.User, err
 	h := hashToken(token)
 	var u cbdash.User
 	var created, lastUsed int64
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.rdb.QueryRowContext(ctx, `SELECT u.id, u.name, u.role, u.created_at, t.last_used FROM user_tokens t
 		JOIN users u ON u.id = t.user_id WHERE t.hash = ? AND u.disabled_at = 0 AND (t.expires_at = 0 OR t.expires_at > ?)`,
 		h, now).Scan(&u.ID, &u.Name, &u.Role, &created, &lastUsed)

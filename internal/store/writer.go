@@ -426,7 +426,7 @@ func (s *Store) Writable(ctx context.Context) error {
 	}
 	err := s.w.do(ctx, &op{probe: true, run: func(x *wtx) error {
 		_, err := x.exec(`INSERT INTO store_health (id, checked_at) VALUES (1, ?)
-			ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at`, s.opts.Now().UnixMilli())
+			ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at`, s.opts.Clock.Now().UnixMilli())
 		return err
 	}})
 	if ctx.Err() != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -182,7 +183,7 @@ func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}) }
 func start(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harness {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{Now: cfg.Now})
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{Clock: cfg.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +208,18 @@ func start(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harness {
 	})
 	return h
 }
+
+// nowClock reads its time from now and schedules on the system clock: the
+// stopgap that kept these tests' pinned times when web.Config.Now became
+// Config.Clock.
+type nowClock struct {
+	clock.Clock
+	now func() time.Time
+}
+
+func clockAt(now func() time.Time) clock.Clock { return nowClock{clock.System(), now} }
+
+func (c nowClock) Now() time.Time { return c.now() }
 
 // client is a browser-like HTTP client: cookie jar, no redirects followed.
 type client struct {

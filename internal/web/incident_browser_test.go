@@ -61,7 +61,7 @@ func incidentEval[T any](t *testing.T, ctx context.Context, expr string) T {
 
 func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 	ctx := incidentBrowser(t)
-	h := newHarness(t, web.Config{Now: func() time.Time { return incidentBase.Add(10 * time.Minute) }})
+	h := newHarness(t, web.Config{Clock: clockAt(func() time.Time { return incidentBase.Add(10 * time.Minute) })})
 	id := recordIncident(t, h.st, incidentBase)
 	base := h.http.URL
 	incidentDo(t, ctx, "log in",

@@ -104,7 +104,7 @@ func recordIncident(t *testing.T, st *store.Store, base time.Time) int64 {
 var incidentBase = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func TestIncidentPages(t *testing.T) {
-	h := newHarness(t, web.Config{Now: func() time.Time { return incidentBase.Add(10 * time.Minute) }})
+	h := newHarness(t, web.Config{Clock: clockAt(func() time.Time { return incidentBase.Add(10 * time.Minute) })})
 	id := recordIncident(t, h.st, incidentBase)
 	path := "/incidents/" + strconv.FormatInt(id, 10)
 	vera, otto := h.login("vera"), h.login("otto")

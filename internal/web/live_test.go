@@ -148,7 +148,7 @@ func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	h := newHarness(t, web.Config{Now: clock}, dep("a-svc", "first", 1, 0), dep("b-svc", "second", 1, 0))
+	h := newHarness(t, web.Config{Clock: clockAt(clock)}, dep("a-svc", "first", 1, 0), dep("b-svc", "second", 1, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, _, err := h.login("vera").dial(ctx, "view=overview", "")

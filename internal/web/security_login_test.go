@@ -16,15 +16,6 @@ import (
 	"github.com/cbdash/cbdash/internal/web"
 )
 
-// settableNow is a web.Config.Now the test moves.
-type settableNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (s *settableNow) now() time.Time      { s.mu.Lock(); defer s.mu.Unlock(); return s.t }
-func (s *settableNow) add(d time.Duration) { s.mu.Lock(); s.t = s.t.Add(d); s.mu.Unlock() }
-
 // loginFrom posts a login for user with a forged X-Forwarded-For (none
 // when xff is "") and returns the status.
 func (c *client) loginFrom(user, password, xff string) int {
@@ -39,9 +30,9 @@ func (c *client) loginFrom(user, password, xff string) int {
 }
 
 func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
-	clk := &settableNow{t: clocktest.Epoch()}
+	clk := clocktest.Virtual()
 	reg := prometheus.NewRegistry()
-	h := newHarness(t, web.Config{LoginBurst: 3, MaxHashing: 3, Now: clk.now, Registerer: reg}) // the 3 evaluated attempts never wait for bcrypt
+	h := newHarness(t, web.Config{LoginBurst: 3, MaxHashing: 3, Clock: clk, Registerer: reg}) // the 3 evaluated attempts never wait for bcrypt
 
 	t.Run("8 tries with 8 forged X-Forwarded-For are limited like 8 plain ones", func(t *testing.T) {
 		c := h.client()
@@ -60,18 +51,18 @@ func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
 
 	t.Run("refusals back off: waiting one interval is not enough", func(t *testing.T) {
 		c := h.client()
-		clk.add(12 * time.Second)
+		clk.Advance(12 * time.Second)
 		if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
 			t.Errorf("one interval after 6 refusals = %d, want 429", s)
 		}
-		clk.add(maxWait)
+		clk.Advance(maxWait)
 		if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusSeeOther {
 			t.Errorf("after the back-off = %d, want 303", s)
 		}
 	})
 
 	t.Run("40 parallel attempts: only the burst is evaluated", func(t *testing.T) {
-		clk.add(maxWait)
+		clk.Advance(maxWait)
 		before := counter(t, reg, "cbdash_logins_total", "failed")
 		c := h.client()
 		c.csrf()
@@ -98,7 +89,7 @@ func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
 	})
 
 	t.Run("one address cannot try many users", func(t *testing.T) {
-		clk.add(maxWait)
+		clk.Advance(maxWait)
 		c := h.client()
 		var refused int
 		for i := range 13 {
@@ -113,8 +104,8 @@ func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
 }
 
 func TestSecurityTrustedProxyAddressesAreBelieved(t *testing.T) {
-	clk := &settableNow{t: clocktest.Epoch()} // does not move: no bucket refills during the test
-	h := newHarness(t, web.Config{LoginBurst: 1, Now: clk.now, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	clk := clocktest.Virtual() // does not move: no bucket refills during the test
+	h := newHarness(t, web.Config{LoginBurst: 1, Clock: clk, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	c := h.client()
 	for i := range 6 {
 		if s := c.loginFrom(fmt.Sprintf("nobody-%d", i), "guess", fmt.Sprintf("198.51.100.%d", i)); s != http.StatusUnauthorized {

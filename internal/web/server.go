@@ -25,6 +25,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
 // Collector is what the dashboard needs from the live state: a snapshot
@@ -111,8 +112,10 @@ type Config struct {
 	// Secure marks cookies Secure; set it when the dashboard is served
 	// over TLS (directly or behind a TLS-terminating proxy).
 	Secure bool
-	// Now is the clock; nil = time.Now.
-	Now func() time.Time
+	// Clock is the dashboard's time: session expiry, the login limiter,
+	// "now" on every page and the live re-sort ticker read it; nil =
+	// clock.System(). The server passes its one clock.
+	Clock clock.Clock
 	// SessionTTL is how long a login lasts; 0 = 12 hours.
 	SessionTTL time.Duration
 	// LiveInterval is the minimum time between two live updates sent to
@@ -184,9 +187,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.OrSystem(cfg.Clock)
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 12 * time.Hour
 	}
@@ -213,14 +214,14 @@ func New(cfg Config) (*Server, error) {
 		col:     cfg.Collector,
 		store:   cfg.Store,
 		log:     cfg.Logger,
-		now:     cfg.Now,
+		now:     cfg.Clock.Now,
 		cfg:     cfg,
 		logins:  newLoginLimiter(cfg.LoginBurst, 4*cfg.LoginBurst, cfg.LoginEvery),
 		hashing: make(chan struct{}, cfg.MaxHashing),
 		metrics: m,
 		done:    make(chan struct{}),
 	}
-	s.sparks = newSparkCache(cfg.Store, cfg.Now)
+	s.sparks = newSparkCache(cfg.Store, cfg.Clock.Now)
 	return s, nil
 }
 

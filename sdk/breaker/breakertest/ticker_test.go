@@ -1,0 +1,103 @@
+package breakertest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
+)
+
+// tick returns the tick waiting on ch, if any.
+func tick(ch <-chan time.Time) (time.Time, bool) {
+	select {
+	case at := <-ch:
+		return at, true
+	default:
+		return time.Time{}, false
+	}
+}
+
+func TestClockNewTicker(t *testing.T) {
+	t.Run("ticks every d of virtual time with the clock's time", func(t *testing.T) {
+		c := breakertest.NewClock(t0)
+		ticks, stop := c.NewTicker(time.Second)
+		defer stop()
+		for i := 1; i <= 3; i++ {
+			c.Advance(999 * time.Millisecond)
+			if at, ok := tick(ticks); ok {
+				t.Fatalf("tick %d early, at %v", i, at)
+			}
+			c.Advance(time.Millisecond)
+			at, ok := tick(ticks)
+			if want := t0.Add(time.Duration(i) * time.Second); !ok || !at.Equal(want) {
+				t.Fatalf("tick %d: %v at %v, want at %v", i, ok, at, want)
+			}
+		}
+	})
+	t.Run("holds one tick and drops the others for a slow receiver", func(t *testing.T) {
+		c := breakertest.NewClock(t0)
+		ticks, stop := c.NewTicker(time.Second)
+		defer stop()
+		c.Advance(10 * time.Second)
+		at, ok := tick(ticks)
+		if !ok || !at.Equal(t0.Add(time.Second)) {
+			t.Fatalf("first tick %v at %v, want the one at 1s", ok, at)
+		}
+		if at, ok := tick(ticks); ok {
+			t.Fatalf("a second tick queued (at %v), want it dropped", at)
+		}
+		c.Advance(time.Second)
+		if _, ok := tick(ticks); !ok {
+			t.Fatal("no tick after the receiver caught up")
+		}
+	})
+	t.Run("stop ends the ticks and leaves no timer", func(t *testing.T) {
+		c := breakertest.NewClock(t0)
+		ticks, stop := c.NewTicker(time.Second)
+		stop()
+		stop() // idempotent
+		c.Advance(time.Minute)
+		if _, ok := tick(ticks); ok {
+			t.Fatal("ticked after stop")
+		}
+		if n := c.Pending(); n != 0 {
+			t.Fatalf("%d timers pending after stop, want 0", n)
+		}
+	})
+	t.Run("a non-positive interval panics", func(t *testing.T) {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("NewTicker(0) did not panic")
+			}
+		}()
+		breakertest.NewClock(t0).NewTicker(0)
+	})
+}
+
+func TestEpoch(t *testing.T) {
+	t.Run("is DefaultEpoch when the variable is empty", func(t *testing.T) {
+		t.Setenv(breakertest.EpochEnv, "")
+		if got := breakertest.Epoch(); !got.Equal(breakertest.DefaultEpoch) {
+			t.Fatalf("Epoch() = %v, want %v", got, breakertest.DefaultEpoch)
+		}
+	})
+	t.Run("is moved by the variable, in UTC", func(t *testing.T) {
+		t.Setenv(breakertest.EpochEnv, "2041-06-15T05:00:00+02:00")
+		want := time.Date(2041, 6, 15, 3, 0, 0, 0, time.UTC)
+		if got := breakertest.Epoch(); !got.Equal(want) || got.Location() != time.UTC {
+			t.Fatalf("Epoch() = %v, want %v", got, want)
+		}
+		if got := breakertest.NewEpochClock().Now(); !got.Equal(want) {
+			t.Fatalf("NewEpochClock() reads %v, want %v", got, want)
+		}
+	})
+	t.Run("panics on a value that is not RFC 3339", func(t *testing.T) {
+		t.Setenv(breakertest.EpochEnv, "next tuesday")
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Epoch() accepted a bad value")
+			}
+		}()
+		breakertest.Epoch()
+	})
+}
