@@ -118,7 +118,7 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 	}
 	pts, err := h.store.History(context.Background(), cbdash.HistoryQuery{
 		DependencyKey: cbdash.DependencyKey{Service: "api", Breaker: "db"},
-		From:          time.Now().Add(-time.Minute), To: time.Now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
+		From:          h.now().Add(-time.Minute), To: h.now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,8 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/store"
 )
 
 // Collector is what the dashboard needs from the live state: a snapshot
