@@ -13,7 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/web"
 )
 
 // incidentBrowser starts headless Debian chromium; without it the test is
@@ -61,8 +60,7 @@ func incidentEval[T any](t *testing.T, ctx context.Context, expr string) T {
 
 func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 	ctx := incidentBrowser(t)
-	h := newHarness(t, web.Config{Now: func() time.Time { return incidentBase.Add(10 * time.Minute) }})
-	id := recordIncident(t, h.st, incidentBase)
+	h, id, start := newIncidentHarness(t)
 	base := h.http.URL
 	incidentDo(t, ctx, "log in",
 		chromedp.Navigate(base+"/login"),
@@ -75,7 +73,7 @@ func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 	incidentDo(t, ctx, "the list", chromedp.Navigate(base+"/incidents"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=incident-row]`)))
 	// A new incident shows up in the open list by itself.
 	if _, err := h.st.CreateIncident(context.Background(), cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "catalog", Breaker: "pricing"},
-		Start: incidentBase.Add(5 * time.Minute), Open: true, Instances: []string{"catalog-1"}, Opens: 1, FirstInstance: "catalog-1"}); err != nil {
+		Start: start.Add(5 * time.Minute), Open: true, Instances: []string{"catalog-1"}, Opens: 1, FirstInstance: "catalog-1"}); err != nil {
 		t.Fatal(err)
 	}
 	incidentDo(t, ctx, "the new incident appears without a reload",

@@ -101,11 +101,23 @@ func recordIncident(t *testing.T, st *store.Store, base time.Time) int64 {
 	return id
 }
 
-var incidentBase = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+// newIncidentHarness starts a harness, records the incident of
+// recordIncident starting at the clock's epoch and moves the clock ten
+// minutes on, after its end. It returns the incident's ID and its base.
+func newIncidentHarness(t *testing.T) (*harness, int64, time.Time) {
+	t.Helper()
+	h := newHarness(t, web.Config{})
+	base := h.clock.Now()
+	id := recordIncident(t, h.st, base)
+	h.virtual().Advance(10 * time.Minute)
+	return h, id, base
+}
+
+// formTime is the layout of the incident list's from and to fields.
+const formTime = "2006-01-02T15:04"
 
 func TestIncidentPages(t *testing.T) {
-	h := newHarness(t, web.Config{Now: func() time.Time { return incidentBase.Add(10 * time.Minute) }})
-	id := recordIncident(t, h.st, incidentBase)
+	h, id, base := newIncidentHarness(t)
 	path := "/incidents/" + strconv.FormatInt(id, 10)
 	vera, otto := h.login("vera"), h.login("otto")
 
@@ -118,7 +130,7 @@ func TestIncidentPages(t *testing.T) {
 			t.Errorf("not newest first: search/index at %d, checkout/payments at %d", i, j)
 		}
 		for q, want := range map[string]string{"?open=true": "search/index", "?service=checkout": "checkout/payments",
-			"?breaker=payments&from=2026-11-29T12:00&to=2026-11-29T12:02": "checkout/payments"} {
+			"?breaker=payments&from=" + base.Format(formTime) + "&to=" + base.Add(2*time.Minute).Format(formTime): "checkout/payments"} {
 			res := vera.get("/incidents" + q)
 			if res.status != http.StatusOK || strings.Count(res.body, `data-testid="incident-row"`) != 1 || !strings.Contains(res.body, want) {
 				t.Errorf("GET /incidents%s: %d, want only %s", q, res.status, want)
@@ -145,7 +157,7 @@ func TestIncidentPages(t *testing.T) {
 				t.Errorf("%s appears %d times, want %d", want, got, n)
 			}
 		}
-		for _, want := range []string{"2026-11-29 12:01:00", "40s", "checkout-1: failure rate 70.0% reached the threshold 50%",
+		for _, want := range []string{base.Add(time.Minute).Format("2006-01-02 15:04:05"), "40s", "checkout-1: failure rate 70.0% reached the threshold 50%",
 			"serve the cached prices", "failure rate threshold 50 → 40", `href="/api/v1/incidents/` + strconv.FormatInt(id, 10) + `/export.md"`} {
 			if !strings.Contains(res.body, want) {
 				t.Errorf("page lacks %q", want)

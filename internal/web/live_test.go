@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +42,42 @@ func readUntil(t *testing.T, ctx context.Context, conn *websocket.Conn, want str
 	}
 }
 
+// readAll reads messages until one contains want, or the deadline, and
+// returns every message read.
+func readAll(t *testing.T, ctx context.Context, conn *websocket.Conn, want string) []string {
+	t.Helper()
+	var msgs []string
+	for {
+		_, msg, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %q: %v", want, err)
+		}
+		msgs = append(msgs, string(msg))
+		if strings.Contains(string(msg), want) {
+			return msgs
+		}
+	}
+}
+
+// published waits until the collector publishes an event of dependency k
+// on events.
+func published(t *testing.T, ctx context.Context, events <-chan cbdash.Event, k cbdash.DependencyKey) {
+	t.Helper()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("the collector dropped the subscription")
+			}
+			if ev.Kind == cbdash.EventDependency && ev.Dependency.DependencyKey == k {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no event of %s: %v", k, ctx.Err())
+		}
+	}
+}
+
 func TestLiveOverviewPushesChangedTiles(t *testing.T) {
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 6, 0), dep("checkout", "stock", 2, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -54,11 +89,11 @@ func TestLiveOverviewPushesChangedTiles(t *testing.T) {
 	defer conn.CloseNow()
 	first := readUntil(t, ctx, conn, `id="groups-inner"`)
 	if !strings.Contains(first, `id="fleet"`) || !strings.Contains(first, "closed on 6 of 6") {
-		t.Fatalf("first message is not the full overview: %.300s", first)
+		t.Fatalf("first message is not the full overview: %s", first)
 	}
 
-	open := dep("checkout", "payments", 6, 2)
-	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &open})
+	h.report("checkout", "payments", "checkout-1", protocol.StateOpen)
+	h.report("checkout", "payments", "checkout-2", protocol.StateOpen)
 	msg := readUntil(t, ctx, conn, "open on 2 of 6")
 	if !strings.Contains(msg, `data-state="open"`) || !strings.Contains(msg, `id="fleet"`) {
 		t.Errorf("update lacks the open tile or the counters: %.400s", msg)
@@ -67,19 +102,24 @@ func TestLiveOverviewPushesChangedTiles(t *testing.T) {
 		t.Error("an unchanged tile was sent again")
 	}
 
-	// An event that changes nothing visible sends no tile.
-	same := open
-	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &same})
-	stock := dep("checkout", "stock", 2, 1)
-	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &stock})
-	msg = readUntil(t, ctx, conn, "open on 1 of 2")
-	if strings.Contains(msg, "open on 2 of 6") {
-		t.Error("the unchanged payments tile was sent again")
+	// A report that changes nothing visible (a second without calls)
+	// publishes payments again, but sends no tile.
+	_, events, unsubscribe := h.col.Subscribe()
+	defer unsubscribe()
+	idle := protocol.Window{Breaker: "payments", Start: h.clock.Now().Add(-time.Second).UnixMilli(), Millis: 1000, State: protocol.StateOpen,
+		Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, Slow: 10,
+			SlowCallRate: 10, SlowCallRateThreshold: 80, MinimumCalls: 10}}
+	h.ingest("checkout", "checkout-1", protocol.Batch{Windows: []protocol.Window{idle}})
+	published(t, ctx, events, cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+	h.report("checkout", "stock", "checkout-1", protocol.StateOpen)
+	for _, msg := range readAll(t, ctx, conn, "open on 1 of 2") {
+		if strings.Contains(msg, "open on 2 of 6") {
+			t.Errorf("the unchanged payments tile was sent again: %.400s", msg)
+		}
 	}
 
 	// A new dependency re-sends the grid.
-	fresh := dep("search", "index", 1, 0)
-	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &fresh})
+	h.fleet(dep("search", "index", 1, 0))
 	readUntil(t, ctx, conn, `id="groups-inner"`)
 }
 
@@ -111,16 +151,26 @@ func TestLiveDependencyShowsCommandResults(t *testing.T) {
 	}
 	defer conn.CloseNow()
 	readUntil(t, ctx, conn, `id="dep-commands"`)
-	cmd, err := h.live.Issue(ctx, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Action: protocol.ActionForceOpen,
+	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Action: protocol.ActionForceOpen,
 		TTL: 15 * time.Minute, Reason: "drill", Actor: "otto"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	readUntil(t, ctx, conn, "2 pending")
-	if err := h.st.SetCommandTarget(ctx, cmd.ID, cbdash.CommandTarget{Instance: "checkout-1", Status: cbdash.TargetApplied, State: protocol.StateForcedOpen, At: time.Now()}); err != nil {
-		t.Fatal(err)
+
+	// checkout-1 receives the command with its next report and answers it
+	// in the one after, as an agent on HTTP ingest does.
+	res := h.report("checkout", "payments", "checkout-1", protocol.StateClosed)
+	if len(res.Commands) != 1 || res.Commands[0].ID != cmd.ID {
+		t.Fatalf("commands pending for checkout-1: %+v, want %s", res.Commands, cmd.ID)
 	}
-	h.live.publish(cbdash.Event{Kind: cbdash.EventCommand, At: time.Now(), Command: &cmd})
+	now := h.clock.Now()
+	h.ingest("checkout", "checkout-1", protocol.Batch{
+		Transitions: []protocol.Transition{{Breaker: "payments", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: now.UnixMilli(),
+			Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: cmd.ID, Action: cmd.Action, Actor: cmd.Actor, Reason: cmd.Reason,
+				ExpiresAt: cmd.ExpiresAt.UnixMilli()}}},
+		CommandResults: []protocol.CommandResult{{ID: cmd.ID, Breaker: "payments", OK: true, State: protocol.StateForcedOpen, At: now.UnixMilli()}},
+	})
 	msg := readUntil(t, ctx, conn, "1 applied, 1 pending")
 	if !strings.Contains(msg, "now forced open") {
 		t.Errorf("result lacks the state after the command: %.500s", msg)
@@ -137,7 +187,7 @@ func TestLiveEndsWithServiceRestartOnClose(t *testing.T) {
 	}
 	defer conn.CloseNow()
 	readUntil(t, ctx, conn, `id="audit"`)
-	h.srv.Close()
+	h.srv.Load().Close()
 	_, _, err = conn.Read(ctx)
 	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
 		t.Fatalf("close = %v, want 1012 service restart (the page reconnects)", err)
@@ -145,10 +195,7 @@ func TestLiveEndsWithServiceRestartOnClose(t *testing.T) {
 }
 
 func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	h := newHarness(t, web.Config{Now: clock}, dep("a-svc", "first", 1, 0), dep("b-svc", "second", 1, 0))
+	h := newHarness(t, web.Config{}, dep("a-svc", "first", 1, 0), dep("b-svc", "second", 1, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, _, err := h.login("vera").dial(ctx, "view=overview", "")
@@ -160,17 +207,12 @@ func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
 	if strings.Index(first, "first") > strings.Index(first, "second") {
 		t.Fatal("closed tiles are not sorted by name")
 	}
-	open := dep("b-svc", "second", 1, 1)
-	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &open})
+	h.report("b-svc", "second", "b-svc-1", protocol.StateOpen)
 	msg := readUntil(t, ctx, conn, "open on 1 of 1")
 	if strings.Contains(msg, `id="groups-inner"`) {
 		t.Fatal("the grid was re-sent at once; a tile swap was expected first")
 	}
-	mu.Lock()
-	now = now.Add(6 * time.Second)
-	mu.Unlock()
-	again := open
-	h.live.publish(cbdash.Event{Kind: cbdash.EventDependency, At: time.Now(), Dependency: &again})
+	h.virtual().Advance(6 * time.Second)
 	grid := readUntil(t, ctx, conn, `id="groups-inner"`)
 	if strings.Index(grid, "second") > strings.Index(grid, "first") {
 		t.Error("the open dependency is not first after the re-sort")
