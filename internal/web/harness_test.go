@@ -67,13 +67,22 @@ func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // fleet is a dependency as a harness reports it: instances
-// <service>-1..<service>-n, the first `open` of them open.
+// <service>-1..<service>-n, the first `open` of them open, each with
+// `calls` calls in the second before the report (see reportCalls).
 type fleet struct {
 	service, breaker string
 	n, open          int
+	calls            int64
 }
 
-func dep(service, breaker string, n, open int) fleet { return fleet{service, breaker, n, open} }
+func dep(service, breaker string, n, open int) fleet { return fleet{service, breaker, n, open, 40} }
+
+// quiet is f without calls: nothing on its tile (rates, latencies) moves
+// as the clock does.
+func quiet(f fleet) fleet {
+	f.calls = 0
+	return f
+}
 
 // newHarness starts a dashboard on a virtual clock at the test epoch with
 // three users, vera (viewer), otto (operator) and ada (admin), and
@@ -227,26 +236,38 @@ func (h *harness) fleet(f fleet) {
 		if i < f.open {
 			state = protocol.StateOpen
 		}
-		h.report(f.service, f.breaker, fmt.Sprintf("%s-%d", f.service, i+1), state)
+		h.reportCalls(f.service, f.breaker, fmt.Sprintf("%s-%d", f.service, i+1), state, f.calls)
 	}
 }
 
-// report ingests one batch for instance: the second that ends now, in
-// which its breaker admitted 40 calls (39 succeeded, 1 failed; 30 took
-// 10-25 ms, 10 took 250-500 ms) and ended in state, with a sliding window
-// of 100 calls of which 3 failed. When the state differs from the one
-// last reported (closed at first), the batch carries the transition,
-// half a second ago: a trip (failure rate 55% of 50%) into open.
+// report is reportCalls with 40 calls.
 func (h *harness) report(service, breaker, instance, state string) protocol.IngestResponse {
 	h.t.Helper()
+	return h.reportCalls(service, breaker, instance, state, 40)
+}
+
+// reportCalls ingests one batch for instance: the second that ends now,
+// in which its breaker ended in state, with a sliding window of 100 calls
+// of which 3 failed and 10 were slow. calls must be 0 or a multiple of 40:
+// per 40 calls, 39 succeeded and 1 failed; 30 took 10-25 ms, 10 took
+// 250-500 ms (slow). When the state differs from the one last reported
+// (closed at first), the batch carries the transition, half a second ago:
+// into open, a trip (failure rate 55% of 50%).
+func (h *harness) reportCalls(service, breaker, instance, state string, calls int64) protocol.IngestResponse {
+	h.t.Helper()
+	if calls%40 != 0 {
+		h.t.Fatalf("reportCalls: %d calls is not a multiple of 40", calls)
+	}
 	now := h.clock.Now()
-	lat := make([]int64, protocol.NumLatencyBuckets)
-	lat[4], lat[8] = 30, 10
 	w := protocol.Window{Breaker: breaker, Start: now.Add(-time.Second).UnixMilli(), Millis: 1000, State: state,
-		Counts:  protocol.Counts{Admitted: 40, Successes: 39, Failures: 1, Errors: 1, Slow: 10},
-		Latency: lat, LatencySumMs: 30*20 + 10*400,
 		Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, Slow: 10,
 			SlowCallRate: 10, SlowCallRateThreshold: 80, MinimumCalls: 10}}
+	if n := calls / 40; n > 0 {
+		w.Counts = protocol.Counts{Admitted: 40 * n, Successes: 39 * n, Failures: n, Errors: n, Slow: 10 * n}
+		w.Latency = make([]int64, protocol.NumLatencyBuckets)
+		w.Latency[4], w.Latency[8] = 30*n, 10*n
+		w.LatencySumMs = float64(n * (30*20 + 10*400))
+	}
 	b := protocol.Batch{Windows: []protocol.Window{w}}
 	if from := h.stateOf(service, instance, breaker); from != state {
 		tr := protocol.Transition{Breaker: breaker, From: from, To: state, At: now.Add(-500 * time.Millisecond).UnixMilli()}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -28,41 +29,83 @@ func (c *client) dial(ctx context.Context, query string, origin string) (*websoc
 	return websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.h.http.URL, "http")+"/live?"+query, &websocket.DialOptions{HTTPHeader: hdr})
 }
 
-// readUntil reads messages until one contains want, or the deadline.
-func readUntil(t *testing.T, ctx context.Context, conn *websocket.Conn, want string) string {
-	t.Helper()
-	for {
-		_, msg, err := conn.Read(ctx)
-		if err != nil {
-			t.Fatalf("waiting for %q: %v", want, err)
+// liveSocket is a page's live socket as a test reads it: one goroutine
+// reads every message into msgs (and the error that ends the socket into
+// end).
+type liveSocket struct {
+	h    *harness
+	conn *websocket.Conn
+	msgs chan string
+	end  chan error
+}
+
+// live opens the live socket of a page as the client's user; the socket
+// is closed when the test ends.
+func (c *client) live(ctx context.Context, query string) *liveSocket {
+	c.h.t.Helper()
+	conn, _, err := c.dial(ctx, query, "")
+	if err != nil {
+		c.h.t.Fatalf("live socket %s: %v", query, err)
+	}
+	s := &liveSocket{h: c.h, conn: conn, msgs: make(chan string, 64), end: make(chan error, 1)}
+	go func() {
+		for {
+			_, msg, err := conn.Read(ctx)
+			if err != nil {
+				s.end <- err
+				return
+			}
+			s.msgs <- string(msg)
 		}
-		if strings.Contains(string(msg), want) {
-			return string(msg)
+	}()
+	c.h.t.Cleanup(func() { conn.CloseNow() })
+	return s
+}
+
+// until reads messages until one contains want and returns every message
+// read, that one last. While it waits it moves the harness's virtual clock
+// on by the live interval every 20 ms of real time, as time would pass,
+// so that whatever runs on the clock (live ticks, re-sorts) happens. It
+// fails the test when the socket ends or after 10 s.
+func (s *liveSocket) until(want string) []string {
+	s.h.t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var read []string
+	for {
+		select {
+		case msg := <-s.msgs:
+			read = append(read, msg)
+			if strings.Contains(msg, want) {
+				return read
+			}
+		case err := <-s.end:
+			s.h.t.Fatalf("waiting for %q: the socket ended: %v", want, err)
+		case <-deadline.C:
+			s.h.t.Fatalf("waiting for %q: no such message in 10s (%d others)", want, len(read))
+		case <-tick.C:
+			if v, ok := s.h.clock.(*breakertest.Clock); ok {
+				v.Advance(s.h.cfg.LiveInterval)
+			}
 		}
 	}
 }
 
-// readAll reads messages until one contains want, or the deadline, and
-// returns every message read.
-func readAll(t *testing.T, ctx context.Context, conn *websocket.Conn, want string) []string {
-	t.Helper()
-	var msgs []string
-	for {
-		_, msg, err := conn.Read(ctx)
-		if err != nil {
-			t.Fatalf("waiting for %q: %v", want, err)
-		}
-		msgs = append(msgs, string(msg))
-		if strings.Contains(string(msg), want) {
-			return msgs
-		}
-	}
+// next is the last message of until(want): the one that contains want.
+func (s *liveSocket) next(want string) string {
+	s.h.t.Helper()
+	read := s.until(want)
+	return read[len(read)-1]
 }
 
 // published waits until the collector publishes an event of dependency k
 // on events.
-func published(t *testing.T, ctx context.Context, events <-chan cbdash.Event, k cbdash.DependencyKey) {
+func published(t *testing.T, events <-chan cbdash.Event, k cbdash.DependencyKey) {
 	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
 	for {
 		select {
 		case ev, ok := <-events:
@@ -72,29 +115,25 @@ func published(t *testing.T, ctx context.Context, events <-chan cbdash.Event, k 
 			if ev.Kind == cbdash.EventDependency && ev.Dependency.DependencyKey == k {
 				return
 			}
-		case <-ctx.Done():
-			t.Fatalf("no event of %s: %v", k, ctx.Err())
+		case <-deadline.C:
+			t.Fatalf("no event of %s in 10s", k)
 		}
 	}
 }
 
 func TestLiveOverviewPushesChangedTiles(t *testing.T) {
-	h := newHarness(t, web.Config{}, dep("checkout", "payments", 6, 0), dep("checkout", "stock", 2, 0))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, _, err := h.login("vera").dial(ctx, "view=overview", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.CloseNow()
-	first := readUntil(t, ctx, conn, `id="groups-inner"`)
+	// Quiet fleets: no tile changes as the clock moves on, only with
+	// what the instances report.
+	h := newHarness(t, web.Config{}, quiet(dep("checkout", "payments", 6, 0)), quiet(dep("checkout", "stock", 2, 0)))
+	sock := h.login("vera").live(context.Background(), "view=overview")
+	first := sock.next(`id="groups-inner"`)
 	if !strings.Contains(first, `id="fleet"`) || !strings.Contains(first, "closed on 6 of 6") {
-		t.Fatalf("first message is not the full overview: %s", first)
+		t.Fatalf("first message is not the full overview: %.300s", first)
 	}
 
-	h.report("checkout", "payments", "checkout-1", protocol.StateOpen)
-	h.report("checkout", "payments", "checkout-2", protocol.StateOpen)
-	msg := readUntil(t, ctx, conn, "open on 2 of 6")
+	h.reportCalls("checkout", "payments", "checkout-1", protocol.StateOpen, 0)
+	h.reportCalls("checkout", "payments", "checkout-2", protocol.StateOpen, 0)
+	msg := sock.next("open on 2 of 6")
 	if !strings.Contains(msg, `data-state="open"`) || !strings.Contains(msg, `id="fleet"`) {
 		t.Errorf("update lacks the open tile or the counters: %.400s", msg)
 	}
@@ -102,17 +141,14 @@ func TestLiveOverviewPushesChangedTiles(t *testing.T) {
 		t.Error("an unchanged tile was sent again")
 	}
 
-	// A report that changes nothing visible (a second without calls)
-	// publishes payments again, but sends no tile.
+	// A report that changes nothing visible publishes payments again, but
+	// sends no tile.
 	_, events, unsubscribe := h.col.Subscribe()
 	defer unsubscribe()
-	idle := protocol.Window{Breaker: "payments", Start: h.clock.Now().Add(-time.Second).UnixMilli(), Millis: 1000, State: protocol.StateOpen,
-		Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, Slow: 10,
-			SlowCallRate: 10, SlowCallRateThreshold: 80, MinimumCalls: 10}}
-	h.ingest("checkout", "checkout-1", protocol.Batch{Windows: []protocol.Window{idle}})
-	published(t, ctx, events, cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
-	h.report("checkout", "stock", "checkout-1", protocol.StateOpen)
-	for _, msg := range readAll(t, ctx, conn, "open on 1 of 2") {
+	h.reportCalls("checkout", "payments", "checkout-1", protocol.StateOpen, 0)
+	published(t, events, cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+	h.reportCalls("checkout", "stock", "checkout-1", protocol.StateOpen, 0)
+	for _, msg := range sock.until("open on 1 of 2") {
 		if strings.Contains(msg, "open on 2 of 6") {
 			t.Errorf("the unchanged payments tile was sent again: %.400s", msg)
 		}
@@ -120,7 +156,7 @@ func TestLiveOverviewPushesChangedTiles(t *testing.T) {
 
 	// A new dependency re-sends the grid.
 	h.fleet(dep("search", "index", 1, 0))
-	readUntil(t, ctx, conn, `id="groups-inner"`)
+	sock.next(`id="groups-inner"`)
 }
 
 func TestLiveRefusesForeignOriginsAndStrangers(t *testing.T) {
@@ -143,20 +179,15 @@ func TestLiveRefusesForeignOriginsAndStrangers(t *testing.T) {
 
 func TestLiveDependencyShowsCommandResults(t *testing.T) {
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, _, err := h.login("vera").dial(ctx, "view=dependency&service=checkout&breaker=payments", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.CloseNow()
-	readUntil(t, ctx, conn, `id="dep-commands"`)
+	ctx := context.Background()
+	sock := h.login("vera").live(ctx, "view=dependency&service=checkout&breaker=payments")
+	sock.next(`id="dep-commands"`)
 	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Action: protocol.ActionForceOpen,
 		TTL: 15 * time.Minute, Reason: "drill", Actor: "otto"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	readUntil(t, ctx, conn, "2 pending")
+	sock.next("2 pending")
 
 	// checkout-1 receives the command with its next report and answers it
 	// in the one after, as an agent on HTTP ingest does.
@@ -171,7 +202,7 @@ func TestLiveDependencyShowsCommandResults(t *testing.T) {
 				ExpiresAt: cmd.ExpiresAt.UnixMilli()}}},
 		CommandResults: []protocol.CommandResult{{ID: cmd.ID, Breaker: "payments", OK: true, State: protocol.StateForcedOpen, At: now.UnixMilli()}},
 	})
-	msg := readUntil(t, ctx, conn, "1 applied, 1 pending")
+	msg := sock.next("1 applied, 1 pending")
 	if !strings.Contains(msg, "now forced open") {
 		t.Errorf("result lacks the state after the command: %.500s", msg)
 	}
@@ -179,41 +210,34 @@ func TestLiveDependencyShowsCommandResults(t *testing.T) {
 
 func TestLiveEndsWithServiceRestartOnClose(t *testing.T) {
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, _, err := h.login("vera").dial(ctx, "view=audit", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.CloseNow()
-	readUntil(t, ctx, conn, `id="audit"`)
+	sock := h.login("vera").live(context.Background(), "view=audit")
+	sock.next(`id="audit"`)
 	h.srv.Load().Close()
-	_, _, err = conn.Read(ctx)
-	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
-		t.Fatalf("close = %v, want 1012 service restart (the page reconnects)", err)
+	select {
+	case err := <-sock.end:
+		if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
+			t.Fatalf("close = %v, want 1012 service restart (the page reconnects)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the socket is still open 10s after Close")
 	}
 }
 
 func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
 	h := newHarness(t, web.Config{}, dep("a-svc", "first", 1, 0), dep("b-svc", "second", 1, 0))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, _, err := h.login("vera").dial(ctx, "view=overview", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.CloseNow()
-	first := readUntil(t, ctx, conn, `id="groups-inner"`)
+	sock := h.login("vera").live(context.Background(), "view=overview")
+	first := sock.next(`id="groups-inner"`)
 	if strings.Index(first, "first") > strings.Index(first, "second") {
 		t.Fatal("closed tiles are not sorted by name")
 	}
 	h.report("b-svc", "second", "b-svc-1", protocol.StateOpen)
-	msg := readUntil(t, ctx, conn, "open on 1 of 1")
-	if strings.Contains(msg, `id="groups-inner"`) {
-		t.Fatal("the grid was re-sent at once; a tile swap was expected first")
+	for _, msg := range sock.until("open on 1 of 1") {
+		if strings.Contains(msg, `id="groups-inner"`) {
+			t.Fatal("the grid was re-sent at once; a tile swap was expected first")
+		}
 	}
 	h.virtual().Advance(6 * time.Second)
-	grid := readUntil(t, ctx, conn, `id="groups-inner"`)
+	grid := sock.next(`id="groups-inner"`)
 	if strings.Index(grid, "second") > strings.Index(grid, "first") {
 		t.Error("the open dependency is not first after the re-sort")
 	}
