@@ -184,6 +184,16 @@ func (h *harness) virtual() *breakertest.Clock {
 	return c
 }
 
+// tick moves a virtual harness clock on by the live interval (20 ms
+// unless the test set one), the collector's publish interval: one tick
+// of each. Tests that wait for something the clock drives call it while
+// they wait; on a running clock it does nothing.
+func (h *harness) tick() {
+	if v, ok := h.clock.(*breakertest.Clock); ok {
+		v.Advance(h.cfg.LiveInterval)
+	}
+}
+
 func (h *harness) status(path string) int {
 	h.t.Helper()
 	res, err := http.Get(h.http.URL + path)

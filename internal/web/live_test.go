@@ -12,7 +12,6 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/web"
-	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -86,9 +85,7 @@ func (s *liveSocket) until(want string) []string {
 		case <-deadline.C:
 			s.h.t.Fatalf("waiting for %q: no such message in 10s (%d others)", want, len(read))
 		case <-tick.C:
-			if v, ok := s.h.clock.(*breakertest.Clock); ok {
-				v.Advance(s.h.cfg.LiveInterval)
-			}
+			s.h.tick()
 		}
 	}
 }
@@ -101,22 +98,27 @@ func (s *liveSocket) next(want string) string {
 }
 
 // published waits until the collector publishes an event of dependency k
-// on events.
-func published(t *testing.T, events <-chan cbdash.Event, k cbdash.DependencyKey) {
-	t.Helper()
+// on events, moving the virtual clock on as until does (the collector
+// publishes on its clock's ticks).
+func (h *harness) published(events <-chan cbdash.Event, k cbdash.DependencyKey) {
+	h.t.Helper()
 	deadline := time.NewTimer(10 * time.Second)
 	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				t.Fatal("the collector dropped the subscription")
+				h.t.Fatal("the collector dropped the subscription")
 			}
 			if ev.Kind == cbdash.EventDependency && ev.Dependency.DependencyKey == k {
 				return
 			}
 		case <-deadline.C:
-			t.Fatalf("no event of %s in 10s", k)
+			h.t.Fatalf("no event of %s in 10s", k)
+		case <-tick.C:
+			h.tick()
 		}
 	}
 }
@@ -146,7 +148,7 @@ func TestLiveOverviewPushesChangedTiles(t *testing.T) {
 	_, events, unsubscribe := h.col.Subscribe()
 	defer unsubscribe()
 	h.reportCalls("checkout", "payments", "checkout-1", protocol.StateOpen, 0)
-	published(t, events, cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+	h.published(events, cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
 	h.reportCalls("checkout", "stock", "checkout-1", protocol.StateOpen, 0)
 	for _, msg := range sock.until("open on 1 of 2") {
 		if strings.Contains(msg, "open on 2 of 6") {
