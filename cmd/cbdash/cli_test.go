@@ -9,18 +9,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
-// cli runs the program with args and env and returns its exit status and
-// output.
+// cli runs the program with args and env, on a clock running from the
+// test epoch, and returns its exit status and output.
 func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return cliOn(t, clocktest.NewRunning(), env, args...)
+}
+
+// cliOn is cli on the clock clk (the clock of the server it talks to, for
+// commands that stamp what they send).
+func cliOn(t *testing.T, clk clock.Clock, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	getenv := func(k string) string { return env[k] }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code = run(ctx, args, getenv, &out, &errb)
+	code = run(ctx, clk, args, getenv, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/demo"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
@@ -25,7 +26,7 @@ type demoOptions struct {
 	Rate float64 // --rate: requests per second per instance
 }
 
-func newDemoCmd() *cobra.Command {
+func newDemoCmd(clk clock.Clock) *cobra.Command {
 	var o demoOptions
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -51,7 +52,7 @@ release and reset breakers.`,
 			if o.Rate <= 0 || o.Rate > 1000 {
 				return usageError{fmt.Errorf("--rate must be within (0, 1000] (got %v)", o.Rate)}
 			}
-			return runDemo(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
+			return runDemo(cmd.Context(), o, clk, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
 		},
 	}
 	o.bind(cmd.Flags(), "./cbdash-demo.db", true, 20*time.Second) // the demo's script has 30 s of calm a loop
@@ -59,15 +60,16 @@ release and reset breakers.`,
 	return cmd
 }
 
-// runDemo serves with a fleet until ctx is done. The fleet starts once
+// runDemo serves with a fleet until ctx is done, the server and the fleet
+// (its fault script, breakers and agents) on the one clock clk. The fleet starts once
 // the collector is ready (so that no agent is turned away) and stops
 // first, so that its agents can flush to the collector. ready, if not
 // nil, is told the server's URL and the demo's credentials once
 // everything runs.
-func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer, ready func(url string, d demoSetup)) error {
+func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr io.Writer, ready func(url string, d demoSetup)) error {
 	log := o.logger(stderr)
 	o.quietIncidents = true
-	srv, err := openServer(ctx, o.serveOptions, log)
+	srv, err := openServer(ctx, o.serveOptions, log, clk)
 	if err != nil {
 		return err
 	}
@@ -108,7 +110,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer, ready
 	mu.Lock()
 	if !stopped {
 		fleet, err = demo.StartFleet(demo.FleetConfig{
-			CollectorURL: srv.AgentURL(), Token: setup.agentToken, Rate: o.Rate, Logger: log,
+			CollectorURL: srv.AgentURL(), Token: setup.agentToken, Rate: o.Rate, Logger: log, Clock: clk,
 		})
 	}
 	mu.Unlock()
@@ -142,7 +144,7 @@ func waitReady(ctx context.Context, url string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the server did not become ready (%s): %w", url, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond): // real time: polling a socket
 		}
 	}
 }

@@ -11,19 +11,28 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
 // runningDemo is a whole demo (store, collector, dashboard, fleet with its
 // agents) running in this process on a loopback port.
+//
+// The demo tests exercise real time on purpose: real breakers trip on a
+// fault script played by real HTTP servers, so they run on a clock that
+// starts at the test epoch but advances at real speed
+// (clocktest.NewRunning), and they wait for what the script does with
+// eventually.Within, bounded by the script's own timing.
 type runningDemo struct {
+	clk   *clocktest.Running
 	url   string
 	setup demoSetup
 	db    string
 }
 
-// startDemo runs the demo until the test ends, then checks that it shut
-// down cleanly.
+// startDemo runs the demo on a running clock from the test epoch until
+// the test ends, then checks that it shut down cleanly.
 func startDemo(t *testing.T, db string) runningDemo {
 	t.Helper()
 	var o demoOptions
@@ -37,8 +46,9 @@ func startDemo(t *testing.T, db string) runningDemo {
 	ready := make(chan started, 1)
 	done := make(chan error, 1)
 	var logs logBuffer
+	clk := clocktest.NewRunning()
 	go func() {
-		done <- runDemo(ctx, o, io.Discard, &logs, func(url string, d demoSetup) { ready <- started{url, d} })
+		done <- runDemo(ctx, o, clk, io.Discard, &logs, func(url string, d demoSetup) { ready <- started{url, d} })
 	}()
 	var s started
 	select {
@@ -68,7 +78,7 @@ func startDemo(t *testing.T, db string) runningDemo {
 			}
 		}
 	})
-	return runningDemo{url: s.url, setup: s.d, db: db}
+	return runningDemo{clk: clk, url: s.url, setup: s.d, db: db}
 }
 
 func getJSON(t *testing.T, url string, out any) {
@@ -111,18 +121,15 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 	d := startDemo(t, filepath.Join(t.TempDir(), "demo.db"))
 	start := time.Now()
 	var which string
-	for {
+	// Real time: the fault script opens and closes breakers within its
+	// first minute.
+	eventually.Within(t, 60*time.Second, "a breaker opened and closed again", func() bool {
 		var ts []cbdash.TransitionRecord
 		getJSON(t, d.url+"/api/v1/transitions?limit=1000", &ts)
-		if k, ok := openedAndClosed(ts); ok {
-			which = k
-			break
-		}
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("no breaker opened and closed again within 60s (%d transitions)", len(ts))
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		k, ok := openedAndClosed(ts)
+		which = k
+		return ok
+	})
 	t.Logf("%s opened and closed again after %v", which, time.Since(start).Round(time.Second))
 
 	var deps []cbdash.Dependency
@@ -140,26 +147,25 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 
 	t.Run("every automatic cause appears within the first minute", func(t *testing.T) {
 		want := []string{"failure_rate", "slow_call_rate", "open_elapsed", "probe_failed", "probes_succeeded"}
-		for {
+		var missing []string
+		// Real time: the script plays every fault within its first minute
+		// (counted from the start of the demo).
+		if !eventually.Wait(max(0, 60*time.Second-time.Since(start)), func() bool {
 			var ts []cbdash.TransitionRecord
 			getJSON(t, d.url+"/api/v1/transitions?limit=5000", &ts)
 			seen := map[string]bool{}
 			for _, tr := range ts {
 				seen[tr.Cause.Kind] = true
 			}
-			var missing []string
+			missing = missing[:0]
 			for _, k := range want {
 				if !seen[k] {
 					missing = append(missing, k)
 				}
 			}
-			if len(missing) == 0 {
-				return
-			}
-			if time.Since(start) > 60*time.Second {
-				t.Fatalf("after 60s no transition caused by %v", missing)
-			}
-			time.Sleep(time.Second)
+			return len(missing) == 0
+		}) {
+			t.Fatalf("after 60s no transition caused by %v", missing)
 		}
 	})
 	t.Run("status lists the fleet", func(t *testing.T) {
@@ -200,7 +206,7 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 	})
 	t.Run("loadgen measures the server", func(t *testing.T) {
 		env := map[string]string{"CBDASH_SERVER": d.url, "CBDASH_AGENT_TOKEN": d.setup.agentToken}
-		code, out, stderr := cli(t, env, "loadgen", "--instances", "5", "--breakers", "3", "--duration", "2s", "--json")
+		code, out, stderr := cliOn(t, d.clk, env, "loadgen", "--instances", "5", "--breakers", "3", "--duration", "2s", "--json")
 		if code != 0 {
 			t.Fatalf("loadgen: exit %d, err %q", code, stderr)
 		}
@@ -234,18 +240,13 @@ func TestDemoStopsCleanlyAndKeepsItsHistory(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "demo.db")
 	t.Run("run", func(t *testing.T) {
 		d := startDemo(t, db)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		// Real time: the script's first fault trips a breaker within
+		// seconds.
+		eventually.Within(t, 30*time.Second, "a transition", func() bool {
 			var ts []cbdash.TransitionRecord
 			getJSON(t, d.url+"/api/v1/transitions", &ts)
-			if len(ts) > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no transition within 30s")
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
+			return len(ts) > 0
+		})
 	})
 	ctx := context.Background()
 	st, err := store.Open(ctx, db, store.Options{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/loadgen"
 )
 
@@ -25,7 +26,9 @@ type loadgenOptions struct {
 	JSON            bool
 }
 
-func newLoadgenCmd() *cobra.Command {
+// newLoadgenCmd is the loadgen command; its simulated agents stamp what
+// they send with clk, as real agents stamp with their clock.
+func newLoadgenCmd(clk clock.Clock) *cobra.Command {
 	var o loadgenOptions
 	cmd := &cobra.Command{
 		Use:   "loadgen",
@@ -48,7 +51,7 @@ subscriber of /api/v1/events.`,
 				URL: o.Server, Token: o.AgentToken, ReadToken: o.Token, Service: o.Service,
 				Instances: o.Instances, BreakersPerInstance: o.Breakers, Interval: o.Interval,
 				Duration: o.Duration, TransitionEvery: o.TransitionEvery, DialConcurrency: o.DialConcurrency,
-				Logger: log,
+				Logger: log, Clock: clk,
 			})
 			if err != nil {
 				if errors.Is(err, loadgen.ErrInvalid) {

@@ -8,6 +8,11 @@ package main
 import (
 	"context"
 	"os"
+
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
-func main() { os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr)) }
+// main creates the server's one clock (see package clock) and runs.
+func main() {
+	os.Exit(run(context.Background(), clock.System(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}

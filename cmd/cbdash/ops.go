@@ -157,7 +157,7 @@ func issue(ctx context.Context, c *apiClient, req cbdash.CommandRequest, wait ti
 	if err := c.do(ctx, "POST", "/api/v1/commands", req, &cmd); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(wait)
+	deadline := time.Now().Add(wait) // real time: the CLI is a client polling the server
 	for pending(cmd) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
 // envPrefix is prepended to a flag's upper-cased name (dashes become
@@ -37,11 +39,12 @@ func envName(name string) string {
 }
 
 // run is the whole program: it parses args, runs the command until it
-// ends or SIGINT/SIGTERM arrives, and returns the exit status.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// ends or SIGINT/SIGTERM arrives, and returns the exit status. clk is the
+// server's one clock: serve and demo pass it to everything they start.
+func run(ctx context.Context, clk clock.Clock, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	root := newRootCmd(getenv, stdout, stderr)
+	root := newRootCmd(clk, getenv, stdout, stderr)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "cbdash:", err)
@@ -59,7 +62,7 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-func newRootCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd(clk clock.Clock, getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cbdash",
 		Short: "A live dashboard for the circuit breakers of a fleet of Go services",
@@ -83,8 +86,8 @@ A flag on the command line wins.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
-		newServeCmd(),
-		newDemoCmd(),
+		newServeCmd(clk),
+		newDemoCmd(clk),
 		newStatusCmd(),
 		newCommandCmd("trip", "Hold a breaker open (force_open) for a while", actionForceOpen),
 		newCommandCmd("hold-closed", "Hold a breaker closed (force_closed) for a while: it records but never trips", actionForceClosed),
@@ -92,7 +95,7 @@ A flag on the command line wins.`,
 		newCommandCmd("reset", "Reset a breaker to closed with an empty window", actionReset),
 		newTokenCmd(),
 		newUserCmd(),
-		newLoadgenCmd(),
+		newLoadgenCmd(clk),
 	)
 	return root
 }

@@ -3,10 +3,11 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/incident"
 )
 
-func newServeCmd() *cobra.Command {
+func newServeCmd(clk clock.Clock) *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -22,7 +23,7 @@ closed.`,
 				return err
 			}
 			log := o.logger(cmd.ErrOrStderr())
-			srv, err := openServer(cmd.Context(), o, log)
+			srv, err := openServer(cmd.Context(), o, log, clk)
 			if err != nil {
 				return err
 			}

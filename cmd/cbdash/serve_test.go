@@ -18,6 +18,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key to dir.
@@ -30,7 +33,8 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		// Real time: TLS checks validity against the wall clock.
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -60,7 +64,7 @@ func TestServeOverTLSThenShutsDownCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := openServer(ctx, o, slog.New(slog.DiscardHandler))
+	srv, err := openServer(ctx, o, slog.New(slog.DiscardHandler), clocktest.NewRunning())
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -73,20 +77,15 @@ func TestServeOverTLSThenShutsDownCleanly(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	defer client.CloseIdleConnections()
-	var status int
-	deadline := time.Now().Add(10 * time.Second)
-	for status != http.StatusOK && time.Now().Before(deadline) {
+	eventually.True(t, "GET /readyz over TLS: 200", func() bool {
 		resp, err := client.Get(srv.URL() + "/readyz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			status = resp.StatusCode
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if status != http.StatusOK {
-		t.Fatalf("GET %s/readyz over TLS: %d, want 200", srv.URL(), status)
-	}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbdash/cbdash/internal/alert"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/store"
@@ -39,9 +40,10 @@ type server struct {
 }
 
 // openServer opens the store, builds the collector and the dashboard, and
-// listens on o.Addr. Nothing is served until run. On error, whatever was
-// opened is closed.
-func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *server, err error) {
+// listens on o.Addr. Nothing is served until run. clk is the one clock of
+// the store, the collector, the incident and alert services and the
+// dashboard. On error, whatever was opened is closed.
+func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock.Clock) (_ *server, err error) {
 	s := &server{log: log, tls: o.TLSCert != ""}
 	defer func() {
 		if err != nil {
@@ -49,7 +51,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 		}
 	}()
 	s.store, err = store.Open(ctx, o.DB, store.Options{
-		Logger: log.With("component", "store"),
+		Logger: log.With("component", "store"), Clock: clk,
 		Retention: store.Retention{
 			Seconds: o.Retention.PerSecond, Minutes: o.Retention.PerMinute,
 			Hours: o.Retention.PerHour, Transitions: o.Retention.Transitions,
@@ -61,7 +63,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	reg := prometheus.NewRegistry()
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
-		Registerer: reg, MetricsToken: o.MetricsToken,
+		Registerer: reg, MetricsToken: o.MetricsToken, Clock: clk,
 	})
 	if err != nil {
 		return nil, err
@@ -71,18 +73,18 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 		incidentLog = slog.New(floorHandler{incidentLog.Handler(), slog.LevelWarn})
 	}
 	s.incidents, err = incident.NewService(incident.ServiceConfig{
-		Source: s.col, Store: s.store, Logger: incidentLog, Detector: incident.Config{Quiet: o.IncidentQuiet},
+		Source: s.col, Store: s.store, Logger: incidentLog, Clock: clk, Detector: incident.Config{Quiet: o.IncidentQuiet},
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert")})
+	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk})
 	if err != nil {
 		return nil, err
 	}
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
-		Anonymous: o.Anonymous, Secure: s.tls,
+		Anonymous: o.Anonymous, Secure: s.tls, Clock: clk,
 	})
 	if err != nil {
 		return nil, err
@@ -92,7 +94,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger) (_ *serve
 	e.HTTPErrorHandler = web.HTTPErrorHandler
 	auth := s.web.Auth()
 	s.col.Mount(e, auth)
-	incident.NewAPI(s.store, nil, actor).Mount(e, auth.Read, auth.Operate)
+	incident.NewAPI(s.store, clk, actor).Mount(e, auth.Read, auth.Operate)
 	alert.NewAPI(s.alerts).Mount(e, auth.Read, auth.Operate)
 	s.web.Mount(e)
 

@@ -6,56 +6,29 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/labstack/echo/v4"
 	"go.uber.org/goleak"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/collector"
-	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/stacktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// collectorOnLoopback runs a real store and collector on 127.0.0.1 and
-// returns its agent URL, an agent token, and the collector.
+// collectorOnLoopback runs the server stack on 127.0.0.1 and returns its
+// agent URL, an agent token, and the collector. It runs on the system
+// clock: the example is a real service whose agent and breaker read the
+// wall clock (as every service does), and the collector refuses
+// transitions from the future of its own clock.
 func collectorOnLoopback(t *testing.T) (string, string, *collector.Collector) {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := collector.New(collector.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := st.CreateAgentToken(ctx, "checkout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	col.Mount(e, collector.Auth{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: e}
-	go srv.Serve(ln)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); col.Run(runCtx) }()
-	t.Cleanup(func() {
-		srv.Close()
-		stop()
-		<-done
-		st.Close()
-	})
-	return "ws://" + ln.Addr().String() + "/api/v1/agent", token, col
+	s := stacktest.Start(t, stacktest.Options{Clock: clock.System()})
+	return s.AgentURL(), s.AgentToken, s.Collector
 }
 
 func TestExampleBreakerOpensAndReachesTheCollector(t *testing.T) {
@@ -114,15 +87,8 @@ func TestExampleBreakerOpensAndReachesTheCollector(t *testing.T) {
 		t.Fatalf("after 20 failed charges checkout says %q, want the open breaker's fallback", last)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.True(t, "the collector sees checkout/payments open", func() bool {
 		d, err := col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
-		if err == nil && d.State == "open" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the collector does not see checkout/payments open within 10s: %+v, %v", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && d.State == "open"
+	})
 }

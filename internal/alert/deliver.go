@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
 // ErrInvalidConfig is wrapped by every error of Config validation.
@@ -78,11 +79,9 @@ type DeliveryConfig struct {
 	// Backoff is the wait after the first failed attempt, doubled after
 	// each further one (0 = 1 s), up to MaxBackoff (0 = 1 min).
 	Backoff, MaxBackoff time.Duration
-	// Sleep waits d or until ctx is done; nil = a real timer. Tests pass a
-	// fake that returns at once and records the waits.
-	Sleep func(ctx context.Context, d time.Duration) error
-	// Now stamps delivery log entries; nil = time.Now.
-	Now    func() time.Time
+	// Clock stamps delivery log entries and times the backoff waits
+	// between attempts; nil = clock.System().
+	Clock  clock.Clock
 	Logger *slog.Logger // nil = discard
 }
 
@@ -111,25 +110,9 @@ func (c *DeliveryConfig) defaults() {
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = time.Minute
 	}
-	if c.Sleep == nil {
-		c.Sleep = sleep
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.OrSystem(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
@@ -180,12 +163,12 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 			break
 		}
 		d.cfg.Logger.Warn("alert webhook failed, retrying", "url", n.Rule.WebhookURL, "attempt", attempt, "wait", wait, "err", err)
-		if err := d.cfg.Sleep(ctx, wait); err != nil {
+		if !clock.Sleep(d.cfg.Clock, wait, ctx.Done()) {
 			break
 		}
 		wait = min(wait*2, d.cfg.MaxBackoff)
 	}
-	entry.At = d.cfg.Now().UTC()
+	entry.At = d.cfg.Clock.Now().UTC()
 	if !entry.OK {
 		d.cfg.Logger.Error("alert webhook gave up", "url", n.Rule.WebhookURL, "attempts", entry.Attempts, "err", entry.Error)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
 // receiver is a real webhook endpoint on loopback that records the bodies
@@ -73,24 +75,52 @@ func (m *memLog) SaveAlertDelivery(_ context.Context, d cbdash.AlertDelivery) (i
 	return d.ID, nil
 }
 
-// fakeSleep records the backoff waits and returns at once.
-type fakeSleep struct {
-	mu    sync.Mutex
-	waits []time.Duration
-}
-
-func (f *fakeSleep) sleep(ctx context.Context, d time.Duration) error {
-	f.mu.Lock()
-	f.waits = append(f.waits, d)
-	f.mu.Unlock()
-	return ctx.Err()
+// deliverOnClock runs d.Deliver(ctx, n) with d on the virtual clock clk
+// and moves clk through every backoff wait, in steps of 100 ms, until
+// the delivery ends. It returns the delivery's entry, the waits it
+// measured on the clock, and the delivery's error.
+func deliverOnClock(t *testing.T, ctx context.Context, d *alert.Deliverer, clk *breakertest.Clock, n alert.Notification) (cbdash.AlertDelivery, []time.Duration, error) {
+	t.Helper()
+	type result struct {
+		entry cbdash.AlertDelivery
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		e, err := d.Deliver(ctx, n)
+		done <- result{e, err}
+	}()
+	var waits []time.Duration
+	for {
+		var r result
+		var finished bool
+		eventually.True(t, "a backoff wait or the end of the delivery", func() bool {
+			select {
+			case r = <-done:
+				finished = true
+				return true
+			default:
+				return clk.Pending() > 0
+			}
+		})
+		if finished {
+			return r.entry, waits, r.err
+		}
+		// The wait's timer fires inside Advance: count the steps it takes.
+		var w time.Duration
+		for clk.Pending() > 0 {
+			clk.Advance(100 * time.Millisecond)
+			w += 100 * time.Millisecond
+		}
+		waits = append(waits, w)
+	}
 }
 
 func TestFlappingBreakerSendsOneAlertAndOneResolve(t *testing.T) {
 	rcv := newReceiver(t)
 	log := &memLog{}
-	now := t0
-	d, err := alert.NewDeliverer(alert.DeliveryConfig{Now: func() time.Time { return now }}, log)
+	clk := breakertest.NewClock(t0)
+	d, err := alert.NewDeliverer(alert.DeliveryConfig{Clock: clk}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,13 +131,13 @@ func TestFlappingBreakerSendsOneAlertAndOneResolve(t *testing.T) {
 	// Ten minutes of a breaker opening for 2 s every 5 s, evaluated every
 	// second, then five quiet minutes.
 	for sec := 0; sec < 900; sec++ {
-		now = at(sec)
+		clk.Set(at(sec))
 		state := "a:closed"
 		if sec < 600 && sec%5 < 2 {
 			state = "a:open"
 		}
 		e.Observe(depEvent(sec, dep(payments, state, "b:closed")))
-		for _, n := range e.Evaluate(now) {
+		for _, n := range e.Evaluate(clk.Now()) {
 			if _, err := d.Deliver(context.Background(), n); err != nil {
 				t.Fatal(err)
 			}
@@ -163,23 +193,26 @@ func TestDeliver(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rcv := newReceiver(t)
 			rcv.fail, rcv.failStatus = tt.fail, tt.failStatus
-			fs := &fakeSleep{}
+			clk := breakertest.NewClock(t0)
 			log := &memLog{}
-			d, err := alert.NewDeliverer(alert.DeliveryConfig{Attempts: tt.attempts, Sleep: fs.sleep}, log)
+			d, err := alert.NewDeliverer(alert.DeliveryConfig{Attempts: tt.attempts, Clock: clk}, log)
 			if err != nil {
 				t.Fatal(err)
 			}
 			n := n
 			n.Rule = cbdash.AlertRule{ID: 9, Name: "r", Service: "checkout", Kind: cbdash.AlertOpen, WebhookURL: rcv.URL, Format: tt.format}
-			entry, err := d.Deliver(context.Background(), n)
+			entry, waits, err := deliverOnClock(t, context.Background(), d, clk, n)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if entry.OK != tt.wantOK || entry.Attempts != tt.wantCalls || entry.Status != tt.wantStatus || rcv.calls != tt.wantCalls {
 				t.Errorf("entry = %+v, receiver calls = %d; want ok=%v attempts=%d status=%d", entry, rcv.calls, tt.wantOK, tt.wantCalls, tt.wantStatus)
 			}
-			if !slices.Equal(fs.waits, tt.wantWaits) {
-				t.Errorf("waits = %v, want %v", fs.waits, tt.wantWaits)
+			if !slices.Equal(waits, tt.wantWaits) {
+				t.Errorf("waits = %v, want %v", waits, tt.wantWaits)
+			}
+			if want := t0.Add(sum(waits)); !entry.At.Equal(want) {
+				t.Errorf("logged at %v, want %v (after the waits, on the clock)", entry.At, want)
 			}
 			if len(log.entries) != 1 || log.entries[0].ID != entry.ID || entry.ID == 0 {
 				t.Errorf("log = %+v, entry id %d", log.entries, entry.ID)
@@ -208,12 +241,30 @@ func TestDeliverStopsWhenContextEnds(t *testing.T) {
 	rcv.fail = 100
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &memLog{}
-	d, _ := alert.NewDeliverer(alert.DeliveryConfig{Sleep: func(ctx context.Context, _ time.Duration) error {
-		cancel()
-		return ctx.Err()
-	}}, log)
-	entry, err := d.Deliver(ctx, alert.Notification{Rule: cbdash.AlertRule{WebhookURL: rcv.URL}, Event: cbdash.AlertFiring})
+	clk := breakertest.NewClock(t0)
+	d, _ := alert.NewDeliverer(alert.DeliveryConfig{Clock: clk}, log)
+	type result struct {
+		entry cbdash.AlertDelivery
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		e, err := d.Deliver(ctx, alert.Notification{Rule: cbdash.AlertRule{WebhookURL: rcv.URL}, Event: cbdash.AlertFiring})
+		done <- result{e, err}
+	}()
+	eventually.True(t, "the first backoff wait", func() bool { return clk.Pending() > 0 })
+	cancel()
+	r := <-done
+	entry, err := r.entry, r.err
 	if err == nil || entry.OK || entry.Attempts != 1 || len(log.entries) != 1 {
 		t.Fatalf("entry = %+v, err = %v; want a logged give-up after one attempt and ctx's error", entry, err)
 	}
+}
+
+func sum(ds []time.Duration) time.Duration {
+	var s time.Duration
+	for _, d := range ds {
+		s += d
+	}
+	return s
 }

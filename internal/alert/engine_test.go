@@ -8,10 +8,11 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+var t0 = clocktest.Epoch()
 
 func at(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -35,8 +36,10 @@ type Config struct {
 	Source Source
 	Store  Store
 	Logger *slog.Logger // nil = discard
-	// Now is the clock of rule evaluation; nil = time.Now.
-	Now func() time.Time
+	// Clock is the time of rule evaluation and of the Interval loop, and
+	// the Delivery's clock when that has none; nil = clock.System(). The
+	// server passes its one clock.
+	Clock clock.Clock
 	// Interval is how often every rule is evaluated (0 = 1 s). A
 	// transition to open is evaluated at once.
 	Interval time.Duration
@@ -82,9 +85,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.OrSystem(cfg.Clock)
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Second
 	}
@@ -94,8 +95,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Delivery.Logger == nil {
 		cfg.Delivery.Logger = cfg.Logger
 	}
-	if cfg.Delivery.Now == nil {
-		cfg.Delivery.Now = cfg.Now
+	if cfg.Delivery.Clock == nil {
+		cfg.Delivery.Clock = cfg.Clock
 	}
 	d, err := NewDeliverer(cfg.Delivery, cfg.Store)
 	if err != nil {
@@ -138,14 +139,14 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.deliverLoop(ctx) })
 	defer wg.Wait()
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
+	tick, stop := s.cfg.Clock.NewTicker(s.cfg.Interval)
+	defer stop()
 	for {
 		snapshot, events, cancel := s.cfg.Source.Subscribe()
 		s.mu.Lock()
 		s.engine.Load(snapshot)
 		s.mu.Unlock()
-		resubscribe := s.consume(ctx, events, t.C)
+		resubscribe := s.consume(ctx, events, tick)
 		cancel()
 		if !resubscribe {
 			return nil
@@ -178,7 +179,7 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 
 func (s *Service) evaluate() {
 	s.mu.Lock()
-	ns := s.engine.Evaluate(s.cfg.Now())
+	ns := s.engine.Evaluate(s.cfg.Clock.Now())
 	s.mu.Unlock()
 	for _, n := range ns {
 		select {

@@ -8,10 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +18,9 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
-	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/storetest"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -31,25 +31,6 @@ type feed struct{ ch chan cbdash.Event }
 
 func (f *feed) Subscribe() ([]cbdash.Dependency, <-chan cbdash.Event, func()) {
 	return []cbdash.Dependency{dep(payments, "a:closed", "b:closed")}, f.ch, func() {}
-}
-
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // errorHandler maps the cbdash sentinels like the web package's handler.
@@ -97,15 +78,12 @@ func (a apiClient) do(method, path string, body any, out any) int {
 }
 
 func TestServiceWithAPI(t *testing.T) {
-	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	clk := breakertest.NewClock(t0)
+	st := storetest.Open(t, clk)
 	rcv := newReceiver(t)
-	clk := &clock{now: t0}
 	f := &feed{ch: make(chan cbdash.Event)}
-	svc, err := alert.New(alert.Config{Source: f, Store: st, Now: clk.Now, Interval: time.Millisecond})
+	// Rules are evaluated every second of the clock, which the test moves.
+	svc, err := alert.New(alert.Config{Source: f, Store: st, Clock: clk, Interval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,9 +136,9 @@ func TestServiceWithAPI(t *testing.T) {
 		}
 		f.ch <- depEvent(sec, dep(payments, state, "b:closed"))
 	}
-	waitFor(t, "the alert", func() bool { return len(rcv.received()) == 1 })
+	eventually.True(t, "the alert", func() bool { return len(rcv.received()) == 1 })
 	clk.Set(at(120 + 61))
-	waitFor(t, "the resolve", func() bool { return len(rcv.received()) >= 2 })
+	eventually.True(t, "the resolve", func() bool { return len(rcv.received()) >= 2 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -68,3 +68,8 @@ func (r *Running) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 		})
 	}
 }
+
+// Noon is noon UTC of Epoch()'s day: a fixture time aligned to the
+// minute, the hour and the day (12 hours from either midnight), for tests
+// whose fixtures need aligned times or print times of day.
+func Noon() time.Time { return Epoch().Truncate(24 * time.Hour).Add(12 * time.Hour) }

@@ -346,7 +346,7 @@ func (c *Collector) streamEvents(ec echo.Context) error {
 	} else if err := rc.Flush(); err != nil {
 		return nil
 	}
-	keepalive := time.NewTicker(15 * time.Second)
+	keepalive := time.NewTicker(15 * time.Second) // real time: keeps proxies from closing the stream
 	defer keepalive.Stop()
 	ctx := ec.Request().Context()
 	for {

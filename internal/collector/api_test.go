@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -45,7 +46,7 @@ func TestJSONAPI(t *testing.T) {
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
-	a.send(batch(1, 20, 15, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	a.send(h.batch(1, 20, 15, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	a.expect(protocol.TypeAck, nil)
 	waitForState(t, h, protocol.StateOpen)
 	u := h.srv.URL
@@ -87,12 +88,12 @@ func TestMetricsStateSeriesIsRewritten(t *testing.T) {
 	h := startHarness(t, "", func(c *Config) { c.MetricsToken = "s3cret" })
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
-	a.send(batch(1, 10, 10, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	a.send(h.batch(1, 10, 10, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	a.expect(protocol.TypeAck, nil)
 	if status, _ := call(t, "GET", h.srv.URL+"/metrics", "", nil); status != http.StatusUnauthorized {
 		t.Fatalf("metrics without the token: %d, want 401", status)
 	}
-	a.send(batch(2, 10, 0, trans(protocol.StateOpen, protocol.StateHalfOpen, 1)))
+	a.send(h.batch(2, 10, 0, h.trans(protocol.StateOpen, protocol.StateHalfOpen, 1)))
 	a.expect(protocol.TypeAck, nil)
 	waitForState(t, h, protocol.StateHalfOpen) // computing the aggregate rewrites the series
 	_, body := call(t, "GET", h.srv.URL+"/metrics", "s3cret", nil)
@@ -121,9 +122,9 @@ func TestHTTPIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := h.srv.URL + "/api/v1/ingest"
-	req := protocol.IngestRequest{Hello: rawHello("h1", 5), Batch: batch(1, 10, 0, trans(protocol.StateClosed, protocol.StateOpen, 1))}
+	req := protocol.IngestRequest{Hello: rawHello("h1", 5), Batch: h.batch(1, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1))}
 	bad := req
-	bad.Batch = batch(2, 10, 0)
+	bad.Batch = h.batch(2, 10, 0)
 	bad.Batch.Windows[0].State = "melting"
 	tests := []struct {
 		name     string
@@ -155,7 +156,7 @@ func TestHTTPIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := req
-	next.Batch = batch(2, 1, 0)
+	next.Batch = h.batch(2, 1, 0)
 	_, body := call(t, "POST", url, h.token, next)
 	var resp protocol.IngestResponse
 	if err := json.Unmarshal(body, &resp); err != nil || resp.AckedSeq != 2 || len(resp.Commands) != 1 || resp.Commands[0].Action != protocol.ActionReset {
@@ -196,8 +197,8 @@ func TestEventStream(t *testing.T) {
 	if kind, data := readEvent(); kind != "snapshot" || !strings.Contains(string(data), `"breaker":"db"`) {
 		t.Fatalf("first event %s %s", kind, data)
 	}
-	sent := time.Now()
-	a.send(batch(1, 5, 5, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	sent := time.Now() // real time: a latency for the log
+	a.send(h.batch(1, 5, 5, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	kind, data := readEvent()
 	var e cbdash.Event
 	if err := json.Unmarshal(data, &e); err != nil {
@@ -213,7 +214,7 @@ func TestEventStream(t *testing.T) {
 // updated off the connection's goroutine).
 func waitForState(t *testing.T, h *harness, state string) {
 	t.Helper()
-	waitFor(t, "api/db "+state, func() bool {
+	eventually.True(t, "api/db "+state, func() bool {
 		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 		return err == nil && d.State == state
 	})

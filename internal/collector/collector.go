@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -31,8 +32,11 @@ type Config struct {
 	// GoneAfter is how long a silent, disconnected instance is kept before
 	// it is forgotten; 0 = 10 min.
 	GoneAfter time.Duration
-	// Now is the clock; nil = time.Now.
-	Now func() time.Time
+	// Clock is the collector's time: the times it stamps, staleness, the
+	// publish, sweep and compaction tickers and the pacing of urgent
+	// publications all read it; nil = clock.System(). (Websocket write
+	// deadlines, and the durations exported as metrics, are real time.)
+	Clock clock.Clock
 	// Registerer receives the collector's Prometheus series; nil = a
 	// private registry.
 	Registerer prometheus.Registerer
@@ -77,9 +81,7 @@ func (c *Config) setDefaults() {
 	def(&c.CommandDelivery, 10*time.Minute)
 	def(&c.WriteTimeout, 10*time.Second)
 	def(&c.HelloTimeout, 10*time.Second)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.OrSystem(c.Clock)
 	if c.SubscriberBuffer == 0 {
 		c.SubscriberBuffer = 4096
 	}
@@ -123,6 +125,7 @@ type Collector struct {
 	cfg     Config
 	store   *store.Store
 	log     *slog.Logger
+	clk     clock.Clock
 	now     func() time.Time
 	live    *live
 	hub     *hub
@@ -156,11 +159,11 @@ func New(cfg Config) (*Collector, error) {
 	h.onDrop = m.subDrops.Inc
 	h.onCount = func(n int) { m.subscribers.Set(float64(n)) }
 	c := &Collector{
-		cfg: cfg, store: cfg.Store, log: cfg.Logger, now: cfg.Now,
+		cfg: cfg, store: cfg.Store, log: cfg.Logger, clk: cfg.Clock, now: cfg.Clock.Now,
 		hub: h, metrics: m, cmds: newPendingCommands(),
 		sessions: make(map[*session]struct{}),
 	}
-	c.live = newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
+	c.live = newLive(cfg.Clock.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
 	return c, nil
 }
 
@@ -195,13 +198,13 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.ready = true
 	c.mu.Unlock()
 
-	publish := time.NewTicker(c.cfg.PublishInterval)
-	defer publish.Stop()
-	sweep := time.NewTicker(time.Second)
-	defer sweep.Stop()
-	compact := time.NewTicker(c.cfg.CompactEvery)
-	defer compact.Stop()
-	urgent := time.NewTimer(time.Hour)
+	publish, stopPublish := c.clk.NewTicker(c.cfg.PublishInterval)
+	defer stopPublish()
+	sweep, stopSweep := c.clk.NewTicker(time.Second)
+	defer stopSweep()
+	compact, stopCompact := c.clk.NewTicker(c.cfg.CompactEvery)
+	defer stopCompact()
+	urgent := clock.NewTimer(c.clk, time.Hour)
 	defer urgent.Stop()
 	for {
 		select {
@@ -215,12 +218,12 @@ func (c *Collector) Run(ctx context.Context) error {
 			if wait := c.live.flushUrgent(); wait > 0 {
 				urgent.Reset(wait)
 			}
-		case <-publish.C:
+		case <-publish:
 			c.live.flush()
-		case <-sweep.C:
+		case <-sweep:
 			c.live.sweep()
 			c.expireCommands(ctx)
-		case <-compact.C:
+		case <-compact:
 			if err := c.store.Compact(ctx, c.now()); err != nil && ctx.Err() == nil {
 				c.log.Error("compact", "err", err)
 			}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -45,8 +47,8 @@ func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
 	}
 
 	// a answers inside a batch: its target is applied, and published.
-	res := batch(1, 0, 0)
-	res.CommandResults = []protocol.CommandResult{{ID: cmd.ID, Breaker: "db", OK: true, State: protocol.StateForcedOpen, At: time.Now().UnixMilli()}}
+	res := h.batch(1, 0, 0)
+	res.CommandResults = []protocol.CommandResult{{ID: cmd.ID, Breaker: "db", OK: true, State: protocol.StateForcedOpen, At: h.now().UnixMilli()}}
 	a.send(res)
 	a.expect(protocol.TypeAck, nil)
 	got, err := h.store.Command(ctx, cmd.ID)
@@ -69,7 +71,7 @@ func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
 	// a2 goes offline; a command for it alone waits and arrives right
 	// after the welcome when it reconnects.
 	b.conn.CloseNow()
-	waitFor(t, "a2 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a2"})) == 0 })
+	eventually.True(t, "a2 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a2"})) == 0 })
 	only, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Instance: "a2"})
 	if err != nil {
 		t.Fatal(err)
@@ -127,21 +129,23 @@ func TestCommandShareAndValidation(t *testing.T) {
 }
 
 func TestUnansweredCommandTargetsExpire(t *testing.T) {
-	clk := &fakeClock{t: time.Now()}
-	h := startHarness(t, "", func(c *Config) { c.Now = func() time.Time { return clk.now() } })
+	clk := clocktest.Virtual()
+	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	ctx := context.Background()
 	dialRaw(t, h, h.token).hello("a1", 1) // connected but never answers
 	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.advance(2 * time.Second)
-	h.col.expireCommands(ctx)
-	got, err := h.store.Command(ctx, cmd.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Targets[0].Status != cbdash.TargetExpired {
-		t.Fatalf("target %+v, want expired", got.Targets[0])
-	}
+	// Past the TTL, the collector's once-a-second sweep (on the clock)
+	// expires the target.
+	clk.Advance(2 * time.Second)
+	var got cbdash.Command
+	eventually.True(t, "the target expired", func() bool {
+		var err error
+		if got, err = h.store.Command(ctx, cmd.ID); err != nil {
+			t.Fatal(err)
+		}
+		return got.Targets[0].Status == cbdash.TargetExpired
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
@@ -18,16 +19,17 @@ import (
 
 var errBoom = errors.New("boom")
 
-// fleetMember is a real agent with one real breaker on a virtual clock.
+// fleetMember is a real agent on the harness's clock with one real
+// breaker on a virtual clock that starts at the harness's now.
 type fleetMember struct {
 	ag    *agent.Agent
 	br    *breaker.Breaker
 	clock *breakertest.Clock
 }
 
-func startMember(t *testing.T, h *harness, instance string, clockStart time.Time, logs *logBuffer) *fleetMember {
+func startMember(t *testing.T, h *harness, instance string, logs *logBuffer) *fleetMember {
 	t.Helper()
-	clk := breakertest.NewClock(clockStart)
+	clk := breakertest.NewClock(h.now())
 	br, err := breaker.New("db", breaker.Config{MinimumCalls: 10, FailureRateThreshold: 50, OpenDuration: 5 * time.Second, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +44,7 @@ func startMember(t *testing.T, h *harness, instance string, clockStart time.Time
 	ag, err := agent.New(agent.Config{
 		URL: h.wsURL(), Token: h.token, Service: "api", Instance: instance,
 		ReportInterval: 50 * time.Millisecond, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond,
-		Logger: logger,
+		Logger: logger, Clock: h.clk,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +57,7 @@ func startMember(t *testing.T, h *harness, instance string, clockStart time.Time
 	}
 	m := &fleetMember{ag: ag, br: br, clock: clk}
 	t.Cleanup(func() { m.close(t) })
-	waitFor(t, instance+" connected", func() bool { return ag.Stats().Connected })
+	eventually.True(t, instance+" connected", func() bool { return ag.Stats().Connected })
 	return m
 }
 
@@ -101,10 +103,10 @@ func (b *logBuffer) String() string {
 
 func TestRealAgentTransitionReachesSubscriberQuickly(t *testing.T) {
 	h := startHarness(t, "", nil)
-	m := startMember(t, h, "a1", time.Now(), nil)
+	m := startMember(t, h, "a1", nil)
 	_, events, cancel := h.col.Subscribe()
 	defer cancel()
-	start := time.Now()
+	start := time.Now() // real time: how fast the transition travels
 	for range 10 {
 		_ = m.br.Execute(context.Background(), func(context.Context) error { return errBoom })
 	}
@@ -120,7 +122,7 @@ func TestRealAgentTransitionReachesSubscriberQuickly(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("transition took %v to reach a subscriber", d)
 	}
-	waitFor(t, "dependency open", func() bool {
+	eventually.True(t, "dependency open", func() bool {
 		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 		return err == nil && d.State == protocol.StateOpen && d.ByState[protocol.StateOpen] == 1
 	})
@@ -133,14 +135,14 @@ func TestRealAgentTransitionReachesSubscriberQuickly(t *testing.T) {
 func TestRealAgentBatchRefusedEarlierDataStays(t *testing.T) {
 	h := startHarness(t, "", nil)
 	logs := &logBuffer{}
-	m := startMember(t, h, "skewed", time.Now(), logs)
+	m := startMember(t, h, "skewed", logs)
 	m.cycle(t) // three good transitions
-	waitFor(t, "good transitions stored", func() bool { return len(storedTransitions(t, h, "skewed")) == 3 })
+	eventually.True(t, "good transitions stored", func() bool { return len(storedTransitions(t, h, "skewed")) == 3 })
 	m.clock.Advance(time.Hour)
 	for range 10 {
 		_ = m.br.Execute(context.Background(), func(context.Context) error { return errBoom })
 	}
-	waitFor(t, "the refusal", func() bool { return m.ag.Stats().Dropped.Batches >= 1 })
+	eventually.True(t, "the refusal", func() bool { return m.ag.Stats().Dropped.Batches >= 1 })
 	if !strings.Contains(logs.String(), "future") {
 		t.Fatalf("the agent's log does not carry the collector's reason:\n%s", logs.String())
 	}
@@ -163,20 +165,20 @@ func TestRealAgentsCollectorKilledMidStream(t *testing.T) {
 	names := []string{"a1", "a2", "a3"}
 	var members []*fleetMember
 	for _, n := range names {
-		members = append(members, startMember(t, h, n, time.Now(), nil))
+		members = append(members, startMember(t, h, n, nil))
 	}
 	var h2 *harness
 	for i := range cycles {
 		if i == cycles/2 {
 			h.stop()
-			h2 = startHarnessOn(t, h.path, addr, nil)
+			h2 = startHarnessOn(t, h.path, addr, h.restartOpts)
 		}
 		for _, m := range members {
 			m.cycle(t)
 		}
 	}
 	for i, m := range members {
-		waitFor(t, names[i]+" reconnected", func() bool { return m.ag.Stats().Reconnects > 0 })
+		eventually.True(t, names[i]+" reconnected", func() bool { return m.ag.Stats().Reconnects > 0 })
 		m.close(t) // flushes: returns nil once everything is acknowledged
 	}
 	for _, n := range names {
@@ -195,7 +197,7 @@ func TestRealAgentsCollectorKilledMidStream(t *testing.T) {
 	// History is per dependency: the three instances' calls summed.
 	pts, err := h2.store.History(context.Background(), cbdash.HistoryQuery{
 		DependencyKey: cbdash.DependencyKey{Service: "api", Breaker: "db"},
-		From:          time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour), Resolution: cbdash.ResolutionSecond,
+		From:          h2.now().Add(-time.Hour), To: h2.now().Add(time.Hour), Resolution: cbdash.ResolutionSecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -15,7 +16,8 @@ func FuzzDecode(f *testing.F) {
 	hello := rawHello("a1", 1)
 	hb, _ := json.Marshal(hello)
 	f.Add(hb)
-	bb, _ := json.Marshal(batch(1, 10, 2, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	t0 := clocktest.Epoch()
+	bb, _ := json.Marshal(batchAt(t0, 1, 10, 2, transAt(t0, protocol.StateClosed, protocol.StateOpen, 1)))
 	f.Add(bb)
 	f.Add([]byte(`{"type":"batch","seq":1,"windows":[{"breaker":"db","start":1,"duration_ms":1000,"state":"closed","latency":[1,2,3]}]}`))
 	f.Add([]byte(`{"type":"batch","seq":18446744073709551615,"transitions":[{"breaker":"db","from":"open","to":"forced_open","at":9223372036854775807}]}`))
@@ -24,24 +26,24 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		clk := &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-		l := newLive(clk.now, 15*time.Second, 10*time.Minute, newHub(16), nil)
-		l.hello(&hello, 0, nil, clk.now(), nil)
+		clk := clocktest.Virtual()
+		l := newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(16), nil)
+		l.hello(&hello, 0, nil, clk.Now(), nil)
 		m, _, err := decode(data)
 		if err != nil {
 			return
 		}
 		if m.Hello != nil {
 			if m.Hello.Validate() == nil {
-				l.hello(m.Hello, 0, nil, clk.now(), nil)
+				l.hello(m.Hello, 0, nil, clk.Now(), nil)
 			}
-		} else if m.Batch.Validate(&hello, clk.now().UnixMilli()) == nil {
-			l.apply(instKey{"api", "a1"}, m.Batch, clk.now())
+		} else if m.Batch.Validate(&hello, clk.Now().UnixMilli()) == nil {
+			l.apply(instKey{"api", "a1"}, m.Batch, clk.Now())
 		}
 		l.flushUrgent()
 		l.dependencies()
 		l.services()
-		clk.advance(time.Hour)
+		clk.Advance(time.Hour)
 		l.sweep()
 	})
 }

@@ -7,14 +7,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -22,9 +25,11 @@ import (
 )
 
 // harness is a collector on a real SQLite file behind a real HTTP server on
-// 127.0.0.1.
+// 127.0.0.1, store and collector on one clock. (The collector's own tests
+// cannot use stacktest, which imports this package.)
 type harness struct {
 	t      testing.TB
+	clk    clock.Clock
 	path   string
 	store  *store.Store
 	col    *Collector
@@ -59,7 +64,9 @@ func testErrorHandler(err error, c echo.Context) {
 }
 
 // startHarness opens (or reopens) the database at path and starts a
-// collector on it; path "" means a new database in t.TempDir().
+// collector on it; path "" means a new database in t.TempDir(). The clock
+// is a running one from the test epoch unless mod sets Config.Clock (a
+// restart passes the clock of the harness it replaces).
 func startHarness(t testing.TB, path string, mod func(*Config)) *harness {
 	t.Helper()
 	return startHarnessOn(t, path, "127.0.0.1:0", mod)
@@ -70,17 +77,15 @@ func startHarness(t testing.TB, path string, mod func(*Config)) *harness {
 func startHarnessOn(t testing.TB, path, addr string, mod func(*Config)) *harness {
 	t.Helper()
 	if path == "" {
-		path = filepath.Join(t.TempDir(), "cbdash.db")
+		path = storetest.Path(t)
 	}
 	ctx := context.Background()
-	st, err := store.Open(ctx, path, store.Options{})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	cfg := Config{Store: st, Registerer: prometheus.NewRegistry(), PublishInterval: 50 * time.Millisecond}
+	cfg := Config{Clock: clocktest.NewRunning(), Registerer: prometheus.NewRegistry(), PublishInterval: 50 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
 	}
+	st := storetest.OpenFile(t, path, store.Options{Clock: cfg.Clock})
+	cfg.Store = st
 	col, err := New(cfg)
 	if err != nil {
 		t.Fatalf("new collector: %v", err)
@@ -101,11 +106,11 @@ func startHarnessOn(t testing.TB, path, addr string, mod func(*Config)) *harness
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
-	h := &harness{t: t, path: path, store: st, col: col, srv: srv, token: token, done: make(chan error, 1), halted: make(chan struct{})}
+	h := &harness{t: t, clk: cfg.Clock, path: path, store: st, col: col, srv: srv, token: token, done: make(chan error, 1), halted: make(chan struct{})}
 	rctx, cancel := context.WithCancel(ctx)
 	h.cancel = cancel
 	go func() { h.done <- col.Run(rctx) }()
-	waitFor(t, "collector ready", col.isReady)
+	eventually.True(t, "collector ready", col.isReady)
 	t.Cleanup(h.stop)
 	return h
 }
@@ -131,16 +136,11 @@ func (h *harness) wsURL() string {
 	return "ws" + strings.TrimPrefix(h.srv.URL, "http") + "/api/v1/agent"
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// now is the time on the harness's clock.
+func (h *harness) now() time.Time { return h.clk.Now() }
+
+// restartOpts is the mod of a harness restarted after h: the same clock.
+func (h *harness) restartOpts(c *Config) { c.Clock = h.clk }
 
 // rawAgent speaks the protocol directly, to test the collector's answers
 // to well-formed and malformed messages.
@@ -238,10 +238,14 @@ func rawHello(instance string, startedAt int64) protocol.Hello {
 	}
 }
 
-// batch builds a batch with one window report for "db" (admitted calls,
-// failures among them) and the given transitions.
-func batch(seq uint64, admitted, failures int64, ts ...protocol.Transition) protocol.Batch {
-	now := time.Now().UnixMilli()
+// batch builds a batch sent now, with one window report for "db" ending
+// now (admitted calls, failures among them) and the given transitions.
+func (h *harness) batch(seq uint64, admitted, failures int64, ts ...protocol.Transition) protocol.Batch {
+	return batchAt(h.now(), seq, admitted, failures, ts...)
+}
+
+func batchAt(at time.Time, seq uint64, admitted, failures int64, ts ...protocol.Transition) protocol.Batch {
+	now := at.UnixMilli()
 	state := protocol.StateClosed
 	if len(ts) > 0 {
 		state = ts[len(ts)-1].To
@@ -255,9 +259,14 @@ func batch(seq uint64, admitted, failures int64, ts ...protocol.Transition) prot
 	}
 }
 
-func trans(from, to string, gen uint64) protocol.Transition {
+// trans is a transition of "db" now, caused by the failure rate.
+func (h *harness) trans(from, to string, gen uint64) protocol.Transition {
+	return transAt(h.now(), from, to, gen)
+}
+
+func transAt(at time.Time, from, to string, gen uint64) protocol.Transition {
 	return protocol.Transition{
-		Breaker: "db", From: from, To: to, At: time.Now().UnixMilli(), Generation: gen,
+		Breaker: "db", From: from, To: to, At: at.UnixMilli(), Generation: gen,
 		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50},
 	}
 }

@@ -65,7 +65,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	}
 	k := instKey{h.Service, h.Instance}
 	c.live.apply(k, b, now)
-	start := time.Now()
+	start := time.Now() // real time: the commit duration metric
 	c.metrics.queue.Inc()
 	stored, err := c.store.SaveBatch(ctx, h.Service, h.Instance, h.StartedAt, *b, now)
 	c.metrics.queue.Dec()

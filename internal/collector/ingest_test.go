@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 )
@@ -28,7 +29,7 @@ func TestStreamIsStoredAckedAndLive(t *testing.T) {
 	if w := a.hello("a1", 1); w.LastSeq != 0 || w.Protocol != protocol.Version {
 		t.Fatalf("welcome %+v", w)
 	}
-	a.send(batch(1, 100, 60, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	a.send(h.batch(1, 100, 60, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	var ack protocol.Ack
 	a.expect(protocol.TypeAck, &ack)
 	if ack.Seq != 1 {
@@ -45,7 +46,7 @@ func TestStreamIsStoredAckedAndLive(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, "live counts", func() bool {
+	eventually.True(t, "live counts", func() bool {
 		d, _ := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 		return d.Recent.Admitted > 0
 	})
@@ -62,15 +63,15 @@ func TestRefusedBatchKeepsTheConnectionAndEarlierData(t *testing.T) {
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
-	a.send(batch(1, 10, 0, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	a.send(h.batch(1, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	a.expect(protocol.TypeAck, nil)
 
-	negative := batch(2, 10, 0)
+	negative := h.batch(2, 10, 0)
 	negative.Windows[0].Counts.Successes = -1
-	undeclared := batch(3, 10, 0)
+	undeclared := h.batch(3, 10, 0)
 	undeclared.Windows[0].Breaker = "queue"
-	future := batch(4, 10, 0)
-	future.SentAt = time.Now().Add(time.Hour).UnixMilli()
+	future := h.batch(4, 10, 0)
+	future.SentAt = h.now().Add(time.Hour).UnixMilli()
 	tests := []struct {
 		name   string
 		send   any
@@ -99,7 +100,7 @@ func TestRefusedBatchKeepsTheConnectionAndEarlierData(t *testing.T) {
 		})
 	}
 	// The connection is still usable and batch 1 is still stored.
-	a.send(batch(6, 10, 0, trans(protocol.StateOpen, protocol.StateHalfOpen, 1)))
+	a.send(h.batch(6, 10, 0, h.trans(protocol.StateOpen, protocol.StateHalfOpen, 1)))
 	var ack protocol.Ack
 	a.expect(protocol.TypeAck, &ack)
 	if ack.Seq != 6 {
@@ -127,7 +128,7 @@ func TestHandshakeFailuresAreFatal(t *testing.T) {
 		{"bad token", "nope", rawHello("a1", 1), "token"},
 		{"token of another service", limited, rawHello("a1", 1), "limited to service"},
 		{"unsupported protocol", h.token, badHello, "protocol 2"},
-		{"batch before hello", h.token, batch(1, 1, 0), "first message must be a hello"},
+		{"batch before hello", h.token, h.batch(1, 1, 0), "first message must be a hello"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,7 +151,7 @@ func TestResentBatchesAreAckedButCountedOnce(t *testing.T) {
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 7)
 	for seq := uint64(1); seq <= 3; seq++ {
-		a.send(batch(seq, 10, 1))
+		a.send(h.batch(seq, 10, 1))
 		a.expect(protocol.TypeAck, nil)
 	}
 	a.conn.CloseNow()
@@ -158,14 +159,14 @@ func TestResentBatchesAreAckedButCountedOnce(t *testing.T) {
 	if w := b.hello("a1", 7); w.LastSeq != 3 {
 		t.Fatalf("welcome last_seq %d, want 3", w.LastSeq)
 	}
-	b.send(batch(3, 10, 1)) // an agent that had not seen the ack resends
+	b.send(h.batch(3, 10, 1)) // an agent that had not seen the ack resends
 	var ack protocol.Ack
 	b.expect(protocol.TypeAck, &ack)
 	if ack.Seq != 3 {
 		t.Fatalf("ack %d", ack.Seq)
 	}
 	// Live state is updated off the connection's goroutine: wait for it.
-	waitFor(t, "live counts", func() bool {
+	eventually.True(t, "live counts", func() bool {
 		d, _ := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 		return d.Recent.Admitted >= 30
 	})
@@ -174,7 +175,7 @@ func TestResentBatchesAreAckedButCountedOnce(t *testing.T) {
 	}
 	pts, err := h.store.History(context.Background(), cbdash.HistoryQuery{
 		DependencyKey: cbdash.DependencyKey{Service: "api", Breaker: "db"},
-		From:          time.Now().Add(-time.Minute), To: time.Now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
+		From:          h.now().Add(-time.Minute), To: h.now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestSlowSubscriberNeverBlocksIngest(t *testing.T) {
 	a.hello("a1", 1)
 	states := []string{protocol.StateClosed, protocol.StateOpen}
 	for seq := uint64(1); seq <= 50; seq++ {
-		a.send(batch(seq, 1, 0, trans(states[seq%2], states[(seq+1)%2], seq)))
+		a.send(h.batch(seq, 1, 0, h.trans(states[seq%2], states[(seq+1)%2], seq)))
 		var ack protocol.Ack
 		a.expect(protocol.TypeAck, &ack)
 		if ack.Seq != seq {
@@ -221,7 +222,7 @@ func TestNewerConnectionReplacesOlder(t *testing.T) {
 	if _, _, err := old.next(); err == nil {
 		t.Fatal("the older connection of the same instance is still open")
 	}
-	fresh.send(batch(1, 1, 0))
+	fresh.send(h.batch(1, 1, 0))
 	fresh.expect(protocol.TypeAck, nil)
 }
 

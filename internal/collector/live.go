@@ -53,7 +53,7 @@ type dep struct {
 	lastChange  time.Time
 	view        *cbdash.Dependency // cached aggregate, nil when out of date
 	unpublished bool               // changed since the last dependency event
-	published   time.Time          // monotonic time of the last event (pacing only)
+	published   time.Time          // clock time of the last event (pacing only)
 }
 
 // live is the in-memory state of every breaker of every instance. All
@@ -369,7 +369,7 @@ func (l *live) applyLocked(k instKey, b *protocol.Batch, at time.Time) bool {
 const urgentEvery = 250 * time.Millisecond
 
 // flushUrgent publishes the dependencies whose state changed, each at most
-// every urgentEvery (paced on the monotonic clock, whatever Config.Now),
+// every urgentEvery (paced on Config.Clock),
 // one lock hold per dependency so that ingest never waits for more than
 // one aggregate. It returns how long until a dependency it had to leave
 // becomes due, 0 when none is left. The collector runs it whenever kick
@@ -385,7 +385,7 @@ func (l *live) flushUrgent() time.Duration {
 	for _, d := range due {
 		l.mu.Lock()
 		if _, ok := l.urgent[d]; ok {
-			if since := time.Since(d.published); since < urgentEvery {
+			if since := l.now().Sub(d.published); since < urgentEvery {
 				if w := urgentEvery - since; wait == 0 || w < wait {
 					wait = w
 				}
@@ -465,7 +465,7 @@ func (l *live) changedLocked(d *dep) {
 func (l *live) publishLocked(d *dep) {
 	v := l.viewLocked(d)
 	d.unpublished = false
-	d.published = time.Now()
+	d.published = l.now()
 	l.hub.publish(cbdash.Event{Kind: cbdash.EventDependency, At: l.now(), Dependency: v})
 }
 

@@ -1,36 +1,21 @@
 package collector
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newTestLive(t *testing.T) (*live, *fakeClock) {
+// newTestLive returns live state on a virtual clock at noon of the test
+// epoch's day (opens are counted per UTC day).
+func newTestLive(t *testing.T) (*live, *breakertest.Clock) {
 	t.Helper()
-	clk := &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	return newLive(clk.now, 15*time.Second, 10*time.Minute, newHub(1024), nil), clk
+	clk := breakertest.NewClock(clocktest.Noon())
+	return newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(1024), nil), clk
 }
 
 func testHello(service, instance string, cfg protocol.BreakerConfig, labels map[string]string) *protocol.Hello {
@@ -52,9 +37,9 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	drifted := cfg
 	drifted.FailureRateThreshold = 20
-	l.hello(testHello("api", "a", cfg, map[string]string{"region": "eu", "v": "1"}), 0, nil, clk.now(), nil)
-	l.hello(testHello("api", "b", cfg, map[string]string{"region": "eu", "v": "2"}), 0, nil, clk.now(), nil)
-	l.hello(testHello("api", "c", drifted, map[string]string{"region": "eu"}), 0, nil, clk.now(), nil)
+	l.hello(testHello("api", "a", cfg, map[string]string{"region": "eu", "v": "1"}), 0, nil, clk.Now(), nil)
+	l.hello(testHello("api", "b", cfg, map[string]string{"region": "eu", "v": "2"}), 0, nil, clk.Now(), nil)
+	l.hello(testHello("api", "c", drifted, map[string]string{"region": "eu"}), 0, nil, clk.Now(), nil)
 
 	hist := func(b1, b100 int64) []int64 {
 		h := make([]int64, protocol.NumLatencyBuckets)
@@ -63,8 +48,8 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 	}
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	for s := 1; s <= 10; s++ {
-		clk.advance(time.Second)
-		now := clk.now()
+		clk.Advance(time.Second)
+		now := clk.Now()
 		l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: uint64(s), Windows: []protocol.Window{
 			window("db", protocol.StateClosed, now, protocol.Counts{Admitted: 10, Successes: 9, Failures: 1, Errors: 1},
 				protocol.Headroom{Calls: 50, Failures: 5, MinimumCalls: 10, FailureRate: 10, FailureRateThreshold: 50}, hist(10, 0)),
@@ -111,7 +96,7 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 	}
 
 	// A minute later the old reports no longer count.
-	clk.advance(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	l.sweep()
 	d, _ = l.dependency(k)
 	if d.Recent.Admitted != 0 || d.P99 != 0 {
@@ -122,12 +107,12 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db"}
-	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.now(), nil)
-	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.now(), nil)
+	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
+	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
-		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.now().UnixMilli(), Cause: protocol.Cause{Kind: protocol.CauseFailureRate},
-	}}}, clk.now())
+		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(), Cause: protocol.Cause{Kind: protocol.CauseFailureRate},
+	}}}, clk.Now())
 	d, _ := l.dependency(k)
 	if d.State != protocol.StateOpen || d.OpensToday != 1 {
 		t.Fatalf("state %q opens %d, want open 1", d.State, d.OpensToday)
@@ -139,17 +124,17 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 	}
 	// b keeps reporting; a goes silent.
 	for i := 0; i < 16; i++ {
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		l.apply(instKey{"api", "b"}, &protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{
-			window("db", protocol.StateClosed, clk.now(), protocol.Counts{}, protocol.Headroom{}, nil),
-		}}, clk.now())
+			window("db", protocol.StateClosed, clk.Now(), protocol.Counts{}, protocol.Headroom{}, nil),
+		}}, clk.Now())
 	}
 	l.sweep()
 	d, _ = l.dependency(k)
 	if d.State != protocol.StateClosed || d.Stale != 1 || d.ByState[protocol.StateOpen] != 0 {
 		t.Fatalf("state %q stale %d by %v: a stale open must not count", d.State, d.Stale, d.ByState)
 	}
-	clk.advance(11 * time.Minute)
+	clk.Advance(11 * time.Minute)
 	l.sweep()
 	if _, ok := l.dependency(k); ok {
 		t.Fatal("dependency still known after every instance is gone")
@@ -158,23 +143,23 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 
 func TestLiveAppliesABatchOnce(t *testing.T) {
 	l, clk := newTestLive(t)
-	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.now(), nil)
+	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.Now(), nil)
 	b := &protocol.Batch{Seq: 3, Windows: []protocol.Window{
-		window("db", protocol.StateClosed, clk.now(), protocol.Counts{Admitted: 1, Successes: 1}, protocol.Headroom{}, nil),
+		window("db", protocol.StateClosed, clk.Now(), protocol.Counts{Admitted: 1, Successes: 1}, protocol.Headroom{}, nil),
 	}}
-	if l.apply(instKey{"api", "a"}, b, clk.now()) {
+	if l.apply(instKey{"api", "a"}, b, clk.Now()) {
 		t.Fatal("applied a batch the store already holds")
 	}
 	b.Seq = 4
-	if !l.apply(instKey{"api", "a"}, b, clk.now()) || l.apply(instKey{"api", "a"}, b, clk.now()) {
+	if !l.apply(instKey{"api", "a"}, b, clk.Now()) || l.apply(instKey{"api", "a"}, b, clk.Now()) {
 		t.Fatal("want seq 4 applied exactly once")
 	}
 	// The same instance restarted (new started_at): seqs start again.
 	h := testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil)
 	h.StartedAt = 2
-	l.hello(h, 0, nil, clk.now(), nil)
+	l.hello(h, 0, nil, clk.Now(), nil)
 	b.Seq = 1
-	if !l.apply(instKey{"api", "a"}, b, clk.now()) {
+	if !l.apply(instKey{"api", "a"}, b, clk.Now()) {
 		t.Fatal("seq 1 of a new run not applied")
 	}
 	d, _ := l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
@@ -185,16 +170,16 @@ func TestLiveAppliesABatchOnce(t *testing.T) {
 
 func TestSubscribeSnapshotThenEvents(t *testing.T) {
 	l, clk := newTestLive(t)
-	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.now(), nil)
+	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
 	snap, sub := l.subscribe(nil, 0)
 	defer l.hub.remove(sub)
 	if len(snap) != 1 || snap[0].State != protocol.StateClosed {
 		t.Fatalf("snapshot %+v", snap)
 	}
 	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
-		Breaker: "db", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: clk.now().UnixMilli(),
+		Breaker: "db", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: clk.Now().UnixMilli(),
 		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: "c1", Action: protocol.ActionForceOpen, Actor: "ann", Reason: "maintenance"},
-	}}}, clk.now())
+	}}}, clk.Now())
 	e := <-sub.ch
 	if e.Kind != cbdash.EventTransition || e.Transition.To != protocol.StateForcedOpen {
 		t.Fatalf("first event %+v", e)

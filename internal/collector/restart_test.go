@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -43,7 +44,7 @@ func TestCollectorRestartMidStreamLosesNothingAndDuplicatesNothing(t *testing.T)
 	}()
 	states := []string{protocol.StateClosed, protocol.StateOpen}
 	mk := func(seq uint64) protocol.Batch {
-		return batch(seq, 10, 1, trans(states[seq%2], states[(seq+1)%2], seq))
+		return h.batch(seq, 10, 1, h.trans(states[seq%2], states[(seq+1)%2], seq))
 	}
 	sent := uint64(0)
 	for seq := uint64(1); seq <= total; seq++ {
@@ -66,7 +67,7 @@ func TestCollectorRestartMidStreamLosesNothingAndDuplicatesNothing(t *testing.T)
 	mu.Unlock()
 	t.Logf("sent %d, acked %d before the restart", sent, lastAcked)
 
-	h2 := startHarness(t, h.path, nil)
+	h2 := startHarness(t, h.path, h.restartOpts)
 	b := dialRaw(t, h2, h.token)
 	w := b.hello("a1", 42)
 	if w.LastSeq < lastAcked {
@@ -99,7 +100,7 @@ func TestCollectorRestartMidStreamLosesNothingAndDuplicatesNothing(t *testing.T)
 	}
 	pts, err := h2.store.History(context.Background(), cbdash.HistoryQuery{
 		DependencyKey: cbdash.DependencyKey{Service: "api", Breaker: "db"},
-		From:          time.Now().Add(-time.Hour), To: time.Now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
+		From:          h2.now().Add(-time.Hour), To: h2.now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -121,13 +122,15 @@ func TestLiveStateIsRestoredFromTheStore(t *testing.T) {
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
-	a.send(batch(1, 10, 10, trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	a.send(h.batch(1, 10, 10, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	a.expect(protocol.TypeAck, nil)
 	a.conn.CloseNow()
 	h.stop()
 
-	clk := &fakeClock{t: time.Now()}
-	h2 := startHarness(t, h.path, func(c *Config) { c.Now = clk.now })
+	// The restarted collector runs on a virtual clock from where the first
+	// one's clock stood: only the test moves it past StaleAfter.
+	clk := breakertest.NewClock(h.now())
+	h2 := startHarness(t, h.path, func(c *Config) { c.Clock = clk })
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	d, err := h2.col.Dependency(k)
 	if err != nil {
@@ -136,7 +139,7 @@ func TestLiveStateIsRestoredFromTheStore(t *testing.T) {
 	if d.Instances != 1 || d.PerInstance[0].State != protocol.StateOpen || d.OpensToday != 1 {
 		t.Fatalf("restored %d instances, state %q, opens %d", d.Instances, d.PerInstance[0].State, d.OpensToday)
 	}
-	clk.advance(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	h2.col.live.sweep()
 	if d, _ = h2.col.Dependency(k); d.Stale != 1 || d.State != "" {
 		t.Fatalf("silent instance: stale %d, state %q; want stale and no state", d.Stale, d.State)

@@ -169,6 +169,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	// makes merging queued batches safe).
 	if prev := c.live.session(instKey{h.Service, h.Instance}); prev != nil {
 		prev.kill("replaced by a newer connection of the same instance")
+		// Real time: the wait is for a socket to close, not a logical delay.
 		wait := time.NewTimer(c.cfg.HelloTimeout)
 		select {
 		case <-prev.done:
@@ -358,7 +359,7 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 			}
 		}
 		b := merge(group)
-		start := time.Now()
+		start := time.Now() // real time: the commit duration metric
 		// Not canceled with the session: SaveBatch then returns only once
 		// the batch is committed or refused, so when the session has ended
 		// none of its writes is still pending (see handshake).

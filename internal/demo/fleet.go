@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/sdk/breaker"
 )
 
@@ -86,13 +87,16 @@ type FleetConfig struct {
 	Services     []ServiceSpec
 	// Rate is how many requests per second each instance serves (0 = 25).
 	Rate float64
-	// Breaker configures every breaker (nil = BreakerConfig()).
+	// Breaker configures every breaker (nil = BreakerConfig()); its Clock
+	// is replaced by Clock.
 	Breaker *breaker.Config
 	// ReportInterval is the agents' report interval (0 = their default,
 	// 1 s).
 	ReportInterval time.Duration
-	// Now is the clock of the fault script (nil = time.Now).
-	Now func() time.Time
+	// Clock is the fleet's time: the fault script, the instances' request
+	// ticks and fallback cache, and every breaker and agent read it (nil =
+	// clock.System()). The demo passes the server's one clock.
+	Clock clock.Clock
 	// Logger receives the fleet's and the agents' logs (nil = discard);
 	// the fleet's own lines carry component=demo.
 	Logger *slog.Logger
@@ -121,9 +125,7 @@ func (c *FleetConfig) setDefaults() error {
 		bc := BreakerConfig()
 		c.Breaker = &bc
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.OrSystem(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -158,7 +160,7 @@ func StartFleet(cfg FleetConfig) (f *Fleet, err error) {
 	}()
 	urls := map[string]string{}
 	for _, d := range cfg.Dependencies {
-		s, err := StartServer(ServerConfig{Name: d.Name, Script: cfg.Script, Offset: d.Offset, Now: cfg.Now, Logger: f.log})
+		s, err := StartServer(ServerConfig{Name: d.Name, Script: cfg.Script, Offset: d.Offset, Clock: cfg.Clock, Logger: f.log})
 		if err != nil {
 			return f, err
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
 )
@@ -26,8 +28,14 @@ func testBreakerConfig() *breaker.Config {
 	}
 }
 
+// startFleet starts a fleet on cfg. The fleet's traffic is real HTTP, so
+// unless cfg has a clock it runs on one that starts at the test epoch and
+// advances at real speed.
 func startFleet(t *testing.T, cfg FleetConfig) *Fleet {
 	t.Helper()
+	if cfg.Clock == nil {
+		cfg.Clock = clocktest.NewRunning()
+	}
 	f, err := StartFleet(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -94,12 +102,10 @@ func TestFleetBreakerOpensOnErrorsAndClosesOnRecovery(t *testing.T) {
 	var rec recorder
 	defer rec.watch(b)()
 
-	deadline := time.Now().Add(15 * time.Second)
-	for !(rec.has(breaker.Open, breaker.CauseFailureRate) && rec.has(breaker.Closed, breaker.CauseProbesSucceeded)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no open and close within 15s; transitions: %+v", rec.all())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !eventually.Wait(15*time.Second, func() bool {
+		return rec.has(breaker.Open, breaker.CauseFailureRate) && rec.has(breaker.Closed, breaker.CauseProbesSucceeded)
+	}) {
+		t.Fatalf("no open and close within 15s; transitions: %+v", rec.all())
 	}
 	tot := b.Snapshot().Totals
 	if tot.RejectedOpen == 0 {
@@ -127,14 +133,8 @@ func TestFleetBusinessErrorsTripNothing(t *testing.T) {
 	for _, inst := range f.Instances() {
 		defer rec.watch(inst.Breakers()[0])()
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	for _, inst := range f.Instances() {
-		for inst.Breakers()[0].Snapshot().Totals.Successes < 50 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: fewer than 50 calls in 10s", inst.ID)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		eventually.True(t, inst.ID+": 50 successful calls", func() bool { return inst.Breakers()[0].Snapshot().Totals.Successes >= 50 })
 		tot := inst.Breakers()[0].Snapshot().Totals
 		if tot.Failures != 0 || tot.FallbackSuccesses+tot.FallbackFailures != 0 {
 			t.Errorf("%s: business errors counted as failures: %+v", inst.ID, tot)
@@ -147,7 +147,7 @@ func TestFleetBusinessErrorsTripNothing(t *testing.T) {
 
 func TestFallbackWithoutCacheOrDefaultFails(t *testing.T) {
 	inst := &Instance{cache: map[string]cached{}}
-	now := time.Now()
+	now := clocktest.Epoch()
 	tests := []struct {
 		name    string
 		dep     string

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
 )
@@ -24,6 +25,7 @@ type Instance struct {
 	Service, ID string
 
 	log       *slog.Logger
+	clk       clock.Clock
 	agent     *agent.Agent
 	transport *breaker.Transport
 	base      *http.Transport
@@ -56,16 +58,17 @@ func labels(svc ServiceSpec, n int) map[string]string {
 // newInstance makes instance n (from 1) of svc; its agent is started.
 func newInstance(svc ServiceSpec, n int, urls map[string]string, cfg FleetConfig) (*Instance, error) {
 	id := fmt.Sprintf("%s-%d", svc.Name, n)
-	inst := &Instance{Service: svc.Name, ID: id, log: cfg.Logger.With("component", "demo", "service", svc.Name, "instance", id), cache: map[string]cached{}}
+	inst := &Instance{Service: svc.Name, ID: id, log: cfg.Logger.With("component", "demo", "service", svc.Name, "instance", id), clk: cfg.Clock, cache: map[string]cached{}}
 	a, err := agent.New(agent.Config{
 		URL: cfg.CollectorURL, Token: cfg.Token, Service: svc.Name, Instance: id,
-		Labels: labels(svc, n), ReportInterval: cfg.ReportInterval, Logger: cfg.Logger,
+		Labels: labels(svc, n), ReportInterval: cfg.ReportInterval, Logger: cfg.Logger, Clock: cfg.Clock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("demo: agent of %s: %w", id, err)
 	}
 	inst.agent = a
 	bc := *cfg.Breaker
+	bc.Clock = cfg.Clock
 	if l := labels(svc, n); l["version"] != "1.4.2" {
 		// The canary ships a different threshold: the dashboard shows the
 		// configuration drift between instances.
@@ -133,8 +136,8 @@ const maxInFlight = 64
 // each calling every dependency at once. It returns once every request
 // has ended.
 func (i *Instance) serve(ctx context.Context, rate float64) {
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
+	tick, stop := i.clk.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, maxInFlight)
@@ -142,7 +145,7 @@ func (i *Instance) serve(ctx context.Context, rate float64) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick:
 		}
 		select {
 		case sem <- struct{}{}:
@@ -204,13 +207,13 @@ func (i *Instance) call(ctx context.Context, d target) {
 	if berr != nil {
 		return
 	}
-	b.RecordFallback(i.fallback(d.name, time.Now()))
+	b.RecordFallback(i.fallback(d.name, i.clk.Now()))
 }
 
 func (i *Instance) remember(dep string, body []byte) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.cache[dep] = cached{body: body, at: time.Now()}
+	i.cache[dep] = cached{body: body, at: i.clk.Now()}
 }
 
 // errNoFallback is the fallback's failure: no fresh cached answer and no

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
 // ServerConfig configures a dependency server. The zero value (but for
@@ -24,9 +26,9 @@ type ServerConfig struct {
 	// Offset is where in the script the server starts: at start it
 	// behaves as the script does Offset after its beginning.
 	Offset time.Duration
-	// Now is the clock the script is read with (nil = time.Now). Latency
-	// is always real time: it is what the clients feel.
-	Now func() time.Time
+	// Clock is the clock the script is read with (nil = clock.System()).
+	// Latency is always real time: it is what the clients feel.
+	Clock clock.Clock
 	// Logger receives errors (nil = discard).
 	Logger *slog.Logger
 }
@@ -61,9 +63,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.Script.Validate(); err != nil {
 		return nil, fmt.Errorf("demo: ServerConfig.Script: %w", err)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.OrSystem(cfg.Clock)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -73,8 +73,8 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		name: cfg.Name, script: cfg.Script, offset: cfg.Offset, now: cfg.Now,
-		start: cfg.Now(), log: cfg.Logger.With("dependency", cfg.Name),
+		name: cfg.Name, script: cfg.Script, offset: cfg.Offset, now: cfg.Clock.Now,
+		start: cfg.Clock.Now(), log: cfg.Logger.With("dependency", cfg.Name),
 		cancel: cancel, done: make(chan struct{}),
 	}
 	s.ln = &resetListener{Listener: ln, down: func() bool { _, _, f := s.Fault(); return f.Down }}
@@ -142,7 +142,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.Latency > 0 {
 		w.Header().Set("X-Demo-Latency-Ms", strconv.FormatInt(f.Latency.Milliseconds(), 10))
-		t := time.NewTimer(f.Latency)
+		t := time.NewTimer(f.Latency) // real time, see ServerConfig.Clock
 		select {
 		case <-t.C:
 		case <-r.Context().Done():

@@ -6,11 +6,19 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
-func startTestServer(t *testing.T, script Script, clock *fakeClock) *Server {
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func startTestServer(t *testing.T, script Script, clock *breakertest.Clock) *Server {
 	t.Helper()
-	s, err := StartServer(ServerConfig{Name: "payments", Script: script, Now: clock.Now})
+	s, err := StartServer(ServerConfig{Name: "payments", Script: script, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +56,7 @@ func statuses(t *testing.T, c *http.Client, url string, n int) map[int]int {
 }
 
 func TestServerFollowsTheScript(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.Virtual()
 	script := Script{Phases: []Phase{
 		{Name: "healthy", Duration: 10 * time.Second},
 		{Name: "burst", Duration: 10 * time.Second, Fault: Fault{ErrorRate: 0.5, ErrorStatus: 503}},
@@ -88,12 +96,12 @@ func TestServerFollowsTheScript(t *testing.T) {
 }
 
 func TestServerAppliesLatency(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.Virtual()
 	script := Script{Phases: []Phase{{Name: "slow", Duration: time.Minute, Fault: Fault{Latency: 30 * time.Millisecond}}}}
 	s := startTestServer(t, script, clock)
 	c := &http.Client{Timeout: 5 * time.Second}
 	defer c.CloseIdleConnections()
-	start := time.Now()
+	start := time.Now() // real time: latency is what clients feel
 	resp, err := c.Get(s.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -111,12 +119,12 @@ func TestServerAppliesLatency(t *testing.T) {
 }
 
 func TestServerOffsetShiftsTheScript(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.Virtual()
 	script := Script{Phases: []Phase{
 		{Name: "first", Duration: 10 * time.Second},
 		{Name: "second", Duration: 10 * time.Second},
 	}}
-	s, err := StartServer(ServerConfig{Name: "x", Script: script, Offset: 12 * time.Second, Now: clock.Now})
+	s, err := StartServer(ServerConfig{Name: "x", Script: script, Offset: 12 * time.Second, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +139,8 @@ func TestServerOffsetShiftsTheScript(t *testing.T) {
 }
 
 func TestServerCloseCutsWaitingRequests(t *testing.T) {
-	clock := newFakeClock()
 	script := Script{Phases: []Phase{{Name: "stuck", Duration: time.Hour, Fault: Fault{Latency: time.Hour}}}}
-	s, err := StartServer(ServerConfig{Name: "x", Script: script, Now: clock.Now})
+	s, err := StartServer(ServerConfig{Name: "x", Script: script, Clock: clocktest.Virtual()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,11 +152,7 @@ func TestServerCloseCutsWaitingRequests(t *testing.T) {
 		}
 		errc <- err
 	}()
-	// Wait until the request is being served.
-	deadline := time.Now().Add(5 * time.Second)
-	for s.calls.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, "the request being served", func() bool { return s.calls.Load() > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Close(ctx); err != nil {

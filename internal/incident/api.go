@@ -10,23 +10,21 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
 // API serves the incidents JSON API. It is safe for concurrent use.
 type API struct {
 	store Store
-	now   func() time.Time
+	clk   clock.Clock
 	actor func(echo.Context) string
 }
 
-// NewAPI returns the API over store. now stamps notes and open incidents'
-// reports (nil = time.Now); actor names the user of a request for notes
-// (nil = the note's "author" field, or "anonymous").
-func NewAPI(store Store, now func() time.Time, actor func(echo.Context) string) *API {
-	if now == nil {
-		now = time.Now
-	}
-	return &API{store: store, now: now, actor: actor}
+// NewAPI returns the API over store. clk stamps notes and ends open
+// incidents' reports (nil = clock.System()); actor names the user of a
+// request for notes (nil = the note's "author" field, or "anonymous").
+func NewAPI(store Store, clk clock.Clock, actor func(echo.Context) string) *API {
+	return &API{store: store, clk: clock.OrSystem(clk), actor: actor}
 }
 
 // Mount registers, under /api/v1, GET incidents (filters service, breaker,
@@ -129,7 +127,7 @@ func (a *API) report(c echo.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return Build(c.Request().Context(), a.store, inc, a.now())
+	return Build(c.Request().Context(), a.store, inc, a.clk.Now())
 }
 
 func (a *API) get(c echo.Context) error {
@@ -198,5 +196,5 @@ func (a *API) AddNote(c echo.Context, id int64, text, author string) (cbdash.Inc
 	if author == "" {
 		author = "anonymous"
 	}
-	return a.store.AddIncidentNote(c.Request().Context(), cbdash.IncidentNote{IncidentID: id, At: a.now(), Author: author, Text: text})
+	return a.store.AddIncidentNote(c.Request().Context(), cbdash.IncidentNote{IncidentID: id, At: a.clk.Now(), Author: author, Text: text})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
 // errorHandler maps the cbdash sentinels like the web package's handler.
@@ -78,7 +79,7 @@ func TestAPI(t *testing.T) {
 	now := t0.Add(310 * time.Second)
 	e := echo.New()
 	e.HTTPErrorHandler = errorHandler
-	incident.NewAPI(st, func() time.Time { return now }, func(echo.Context) string { return "ann" }).Mount(e, nil, nil)
+	incident.NewAPI(st, breakertest.NewClock(now), func(echo.Context) string { return "ann" }).Mount(e, nil, nil)
 	base := serve(t, e)
 
 	t.Run("lists with filters, newest first", func(t *testing.T) {

@@ -2,19 +2,18 @@ package incident_test
 
 import (
 	"context"
-	"net"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/demo"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/stacktest"
 	"github.com/cbdash/cbdash/sdk/breaker"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -26,52 +25,38 @@ import (
 // collector live. The incidents it stores must agree with the transitions
 // the store recorded: each starts at a trip, ends at the last close, holds
 // the instances that were down, and every trip belongs to an incident.
+//
+// It exercises real time on purpose (real breakers trip on real HTTP
+// answers), so every part runs on one clock that starts at the test epoch
+// and advances at real speed.
 func TestDemoFaultScriptIncidents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo for about 20 s")
 	}
 	const k = 0.25
 	quiet := 2 * time.Second
+	clk := clocktest.NewRunning()
+	stack := stacktest.Start(t, stacktest.Options{Clock: clk, Collector: func(c *collector.Config) {
+		c.PublishInterval, c.StaleAfter, c.SubscriberBuffer = 100*time.Millisecond, 2*time.Second, 1024
+	}})
+	col, st := stack.Collector, stack.Store
+	svc, err := incident.NewService(incident.ServiceConfig{Source: col, Store: st, Clock: clk, Detector: incident.Config{Quiet: quiet}, Tick: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st := openStore(t)
-	col, err := collector.New(collector.Config{Store: st, PublishInterval: 100 * time.Millisecond, StaleAfter: 2 * time.Second, SubscriberBuffer: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	col.Mount(e, collector.Auth{})
-	hs := httptest.NewUnstartedServer(e)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs.Listener.Close()
-	hs.Listener = l
-	hs.Start()
-	defer hs.Close()
+	done := make(chan struct{})
+	go func() { _ = svc.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
 
-	svc, err := incident.NewService(incident.ServiceConfig{Source: col, Store: st, Detector: incident.Config{Quiet: quiet}, Tick: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{}, 2)
-	go func() { _ = col.Run(ctx); done <- struct{}{} }()
-	go func() { _ = svc.Run(ctx); done <- struct{}{} }()
-	defer func() { cancel(); <-done; <-done }()
-
-	tok, err := st.CreateAgentToken(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	bc := demo.BreakerConfig()
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * k) }
 	bc.SlowCallDuration, bc.OpenDuration, bc.CallTimeout = scale(bc.SlowCallDuration), scale(bc.OpenDuration), scale(bc.CallTimeout)
 	bc.OpenBackoff = breaker.Backoff{Multiplier: bc.OpenBackoff.Multiplier, Max: scale(bc.OpenBackoff.Max)}
 	script := demo.DefaultScript().Scaled(k)
-	started := time.Now()
+	started := clk.Now()
 	fleet, err := demo.StartFleet(demo.FleetConfig{
-		CollectorURL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/api/v1/agent", Token: tok,
+		CollectorURL: stack.AgentURL(), Token: stack.AgentToken, Clock: clk,
 		Script:       script,
 		Dependencies: []demo.DependencySpec{{Name: "payments", Offset: scale(4 * time.Second)}},
 		Services:     []demo.ServiceSpec{{Name: "checkout", Instances: 2, Dependencies: []string{"payments"}}},
@@ -81,18 +66,12 @@ func TestDemoFaultScriptIncidents(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
-	// One loop of the script, then until every breaker is closed again.
-	deadline := started.Add(script.Period() + 20*time.Second)
-	for {
-		time.Sleep(50 * time.Millisecond)
+	// One loop of the script, then until every breaker is closed again
+	// (real time: the script's).
+	eventually.Within(t, script.Period()+20*time.Second, "every breaker closed after one loop of the script", func() bool {
 		d, err := col.Dependency(key)
-		if time.Since(started) > script.Period() && err == nil && d.ByState[protocol.StateClosed] == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the breakers did not all close after one loop of the script")
-		}
-	}
+		return clk.Now().Sub(started) > script.Period() && err == nil && d.ByState[protocol.StateClosed] == 2
+	})
 	stop, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := fleet.Close(stop); err != nil {
 		t.Logf("closing the fleet: %v", err)
@@ -105,7 +84,7 @@ func TestDemoFaultScriptIncidents(t *testing.T) {
 		}
 		return l
 	}
-	waitFor(t, "every incident to close", func() bool { return len(list(cbdash.IncidentQuery{OpenOnly: true})) == 0 })
+	eventually.True(t, "every incident to close", func() bool { return len(list(cbdash.IncidentQuery{OpenOnly: true})) == 0 })
 	incs := list(cbdash.IncidentQuery{})
 	slices.Reverse(incs) // oldest first
 	trs, err := st.Transitions(context.Background(), cbdash.TransitionQuery{Service: key.Service, Breaker: key.Breaker, Limit: 100000})
@@ -162,7 +141,7 @@ func TestDemoFaultScriptIncidents(t *testing.T) {
 		if i > 0 && inc.Start.Sub(incs[i-1].End) < quiet {
 			t.Errorf("incidents %d and %d are %s apart, less than the quiet period: they should have merged", incs[i-1].ID, inc.ID, inc.Start.Sub(incs[i-1].End))
 		}
-		rep, err := incident.Build(context.Background(), st, inc, time.Now())
+		rep, err := incident.Build(context.Background(), st, inc, clk.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

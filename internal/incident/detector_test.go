@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+// t0 is noon of the test epoch's day (the golden report prints times of
+// day).
+var t0 = clocktest.Noon()
 
 // step is one input to the detector, at second `at` after t0: a
 // transition ("inst:to"), a dependency event (live instances, stale ones)

@@ -32,7 +32,7 @@ func Markdown(r Report) []byte {
 	if s.DegradedSince.IsZero() {
 		row("Time to first open", "no failures recorded before the first trip")
 	} else {
-		row("Time to first open", fmt.Sprintf("%s (failures from %s)", human(s.TimeToFirstOpen), clock(s.DegradedSince)))
+		row("Time to first open", fmt.Sprintf("%s (failures from %s)", human(s.TimeToFirstOpen), timeOfDay(s.DegradedSince)))
 	}
 	row("Instances affected", fmt.Sprintf("%d (%s)", len(s.Instances), md(strings.Join(s.Instances, ", "))))
 	row("Opens", fmt.Sprint(s.Opens))
@@ -50,7 +50,7 @@ func Markdown(r Report) []byte {
 			if inst == "" {
 				inst = "-"
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", clock(e.At), offset(e.At.Sub(s.Start)), md(inst), md(e.Text))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", timeOfDay(e.At), offset(e.At.Sub(s.Start)), md(inst), md(e.Text))
 		}
 	}
 	if len(inc.Notes) > 0 {
@@ -71,8 +71,8 @@ func JSON(r Report) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") }
-func clock(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+func stamp(t time.Time) string     { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") }
+func timeOfDay(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
 // human prints a duration rounded to what a reader cares about.
 func human(d time.Duration) string {

@@ -7,15 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/storetest"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -203,34 +206,33 @@ func (f *feed) Subscribe() ([]cbdash.Dependency, <-chan cbdash.Event, func()) {
 	return nil, f.ch, func() {}
 }
 
-// clock is a fake clock the test moves.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
-
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
+	return storetest.Open(t, breakertest.NewClock(t0))
+}
+
+// goldenDate stands in the golden Markdown for the date of t0, which
+// CBDASH_TEST_EPOCH moves; the times of day are t0's (noon) whatever the
+// epoch, and are compared as they are.
+const goldenDate = "{{DATE}}"
+
+// checkGolden compares md with testdata/name, where goldenDate stands
+// for t0's date; -update rewrites the file from md.
+func checkGolden(t *testing.T, name string, md []byte) {
+	t.Helper()
+	date := t0.Format(time.DateOnly)
+	golden := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(golden, []byte(strings.ReplaceAll(string(md), date, goldenDate)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if want := strings.ReplaceAll(string(b), goldenDate, date); string(md) != want {
+		t.Errorf("markdown differs from %s (with %s for %s; run with -update and read it):\n%s", golden, goldenDate, date, md)
 	}
 }
 
@@ -239,9 +241,9 @@ func TestFaultRunIncidents(t *testing.T) {
 	st := openStore(t)
 	run.record(t, st)
 
-	clk := &clock{now: t0}
+	clk := breakertest.NewClock(t0)
 	f := &feed{ch: make(chan cbdash.Event)}
-	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Now: clk.Now, Tick: time.Millisecond})
+	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Clock: clk, Tick: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,9 +262,10 @@ func TestFaultRunIncidents(t *testing.T) {
 		clk.Set(ev.At)
 		f.ch <- ev
 	}
-	// Let the quiet period of the last incident pass.
+	// Let the quiet period of the last incident pass: the service's ticks
+	// on the clock close it.
 	clk.Set(t0.Add(time.Duration(run.Seconds) * time.Second))
-	waitFor(t, "every incident to close", func() bool {
+	eventually.True(t, "every incident to close", func() bool {
 		return len(list(cbdash.IncidentQuery{})) == len(run.Want) && len(list(cbdash.IncidentQuery{OpenOnly: true})) == 0
 	})
 	cancel()
@@ -312,19 +315,6 @@ func TestFaultRunIncidents(t *testing.T) {
 		if len(rep.Commands) != 1 || rep.Commands[0].ID != "cmd-1" {
 			t.Errorf("commands = %+v", rep.Commands)
 		}
-		md := incident.Markdown(rep)
-		golden := filepath.Join("testdata", "fault-run.md")
-		if *update {
-			if err := os.WriteFile(golden, md, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(md) != string(want) {
-			t.Errorf("markdown differs from %s (run with -update and read it):\n%s", golden, md)
-		}
+		checkGolden(t, "fault-run.md", incident.Markdown(rep))
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
 // Source is the collector's live feed: a snapshot and the events after it.
@@ -35,8 +36,9 @@ type ServiceConfig struct {
 	Source   Source
 	Store    Store
 	Logger   *slog.Logger // nil = discard
-	// Now is the clock of quiet periods; nil = time.Now.
-	Now func() time.Time
+	// Clock is the time of quiet periods and of the Tick loop; nil =
+	// clock.System(). The server passes its one clock.
+	Clock clock.Clock
 	// Tick is how often quiet periods are checked (0 = 1 s).
 	Tick time.Duration
 	// OnChange, when set, is called (from Run's goroutine, after the
@@ -82,9 +84,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.OrSystem(cfg.Clock)
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Second
 	}
@@ -107,20 +107,20 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("incident: restore open incidents: %w", err)
 	}
-	t := time.NewTicker(s.cfg.Tick)
-	defer t.Stop()
+	tick, stop := s.cfg.Clock.NewTicker(s.cfg.Tick)
+	defer stop()
 	first := true
 	for {
 		snapshot, events, cancel := s.cfg.Source.Subscribe()
 		s.mu.Lock()
 		if first {
-			s.det.Restore(snapshot, open, s.cfg.Now())
+			s.det.Restore(snapshot, open, s.cfg.Clock.Now())
 			first = false
 		} else {
-			s.det.Resync(snapshot, s.cfg.Now())
+			s.det.Resync(snapshot, s.cfg.Clock.Now())
 		}
 		s.mu.Unlock()
-		again := s.consume(ctx, events, t.C)
+		again := s.consume(ctx, events, tick)
 		cancel()
 		if !again {
 			// Store what is pending even though ctx is done.
@@ -157,7 +157,7 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 		case <-tick:
 			s.flush(ctx)
 			s.mu.Lock()
-			cs := s.det.Tick(s.cfg.Now())
+			cs := s.det.Tick(s.cfg.Clock.Now())
 			s.mu.Unlock()
 			s.persist(ctx, cs)
 		}

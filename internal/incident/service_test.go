@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
 // countingStore is the real store, counting incident updates.
@@ -28,7 +30,7 @@ func TestServiceCoalescesUpdatesAndFlushesOnStop(t *testing.T) {
 	f := &feed{ch: make(chan cbdash.Event)}
 	// A tick of an hour never comes during the test: only the final flush
 	// stores the updates.
-	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Tick: time.Hour, Now: func() time.Time { return t0 }})
+	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Tick: time.Hour, Clock: breakertest.NewClock(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func TestServiceCoalescesUpdatesAndFlushesOnStop(t *testing.T) {
 		f.ch <- s.event(prev)
 	}
 	f.ch <- cbdash.Event{} // an event the detector ignores: the ones before are handled
-	waitFor(t, "the incident to be created", func() bool {
+	eventually.True(t, "the incident to be created", func() bool {
 		l, _ := st.Incidents(context.Background(), cbdash.IncidentQuery{})
 		return len(l) == 1
 	})

@@ -31,7 +31,7 @@ type agent struct {
 func newAgent(r *run, conn *websocket.Conn, instance string) *agent {
 	n := r.cfg.BreakersPerInstance
 	a := &agent{
-		r: r, conn: conn, instance: instance, startedAt: time.Now().UnixMilli(),
+		r: r, conn: conn, instance: instance, startedAt: r.cfg.Clock.Now().UnixMilli(),
 		names: make([]string, n), states: make([]string, n), gens: make([]uint64, n),
 		windows: make(map[uint64]int),
 	}
@@ -131,7 +131,7 @@ func (a *agent) next(windows int) uint64 {
 }
 
 func (a *agent) sendWindows(ctx context.Context) error {
-	now := time.Now().UnixMilli()
+	now := a.r.cfg.Clock.Now().UnixMilli()
 	b := protocol.Batch{Type: protocol.TypeBatch, SentAt: now, Windows: make([]protocol.Window, len(a.names))}
 	for i, n := range a.names {
 		ok := 80 + rand.Int64N(40)
@@ -161,9 +161,9 @@ func (a *agent) sendTransition(ctx context.Context) error {
 	}
 	a.states[i] = to
 	a.gens[i]++
-	at := time.Now()
-	b := protocol.Batch{Type: protocol.TypeBatch, Seq: a.next(0), SentAt: at.UnixMilli(), Transitions: []protocol.Transition{{
-		Breaker: a.names[i], From: from, To: to, At: at.UnixMilli(), Generation: a.gens[i],
+	at, stamp := time.Now(), a.r.cfg.Clock.Now() // real time for the latency, the clock's on the wire
+	b := protocol.Batch{Type: protocol.TypeBatch, Seq: a.next(0), SentAt: stamp.UnixMilli(), Transitions: []protocol.Transition{{
+		Breaker: a.names[i], From: from, To: to, At: stamp.UnixMilli(), Generation: a.gens[i],
 		Cause: protocol.Cause{Kind: kind, FailureRate: 55, Threshold: 50, WindowCalls: 100, WindowFailed: 55},
 	}}}
 	a.r.sentAt(key(a.instance, a.names[i], a.gens[i]), at)

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 )
@@ -60,12 +61,18 @@ type Config struct {
 	DialConcurrency int
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
+	// Clock stamps what the simulated agents send (their start, window
+	// reports, transitions), as a real agent's clock does; nil =
+	// clock.System(). Pacing, timeouts and the latencies measured are
+	// real time.
+	Clock clock.Clock
 }
 
 func (c *Config) setDefaults() {
 	if c.Service == "" {
 		c.Service = "loadgen"
 	}
+	c.Clock = clock.OrSystem(c.Clock)
 	if c.Instances == 0 {
 		c.Instances = 1000
 	}

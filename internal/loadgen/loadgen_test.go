@@ -3,56 +3,31 @@ package loadgen_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/cbdash/cbdash/internal/collector"
-	"github.com/cbdash/cbdash/internal/loadgen"
-	"github.com/cbdash/cbdash/internal/store"
-	"github.com/labstack/echo/v4"
 	"go.uber.org/goleak"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/loadgen"
+	"github.com/cbdash/cbdash/internal/stacktest"
+	"github.com/cbdash/cbdash/internal/web"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRunMeasuresAgainstARealCollector runs a small fleet against a real
-// collector on a real SQLite file over loopback.
+// TestRunMeasuresAgainstARealCollector runs a small fleet against the
+// server stack (a real collector on a real SQLite file) over loopback; the
+// simulated agents stamp with the server's clock, running from the test
+// epoch.
 func TestRunMeasuresAgainstARealCollector(t *testing.T) {
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	col, err := collector.New(collector.Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	col.Mount(e, collector.Auth{})
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- col.Run(rctx) }()
-	defer func() { stop(); <-done }()
-	token, err := st.CreateAgentToken(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res loadgen.Result
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		res, err = loadgen.Run(ctx, loadgen.Config{
-			URL: srv.URL, Token: token, Instances: 20, BreakersPerInstance: 5,
-			Interval: 100 * time.Millisecond, Duration: 3 * time.Second, TransitionEvery: 200 * time.Millisecond,
-		})
-		if err == nil || time.Now().After(deadline) { // Run may not have restored state yet: retried
-			break
-		}
-	}
+	clk := clocktest.NewRunning()
+	// Anonymous: the transitions are read from /api/v1/events.
+	s := stacktest.Start(t, stacktest.Options{Clock: clk, Web: func(c *web.Config) { c.Anonymous = true }})
+	res, err := loadgen.Run(context.Background(), loadgen.Config{
+		URL: s.URL(), Token: s.AgentToken, Instances: 20, BreakersPerInstance: 5, Clock: clk,
+		Interval: 100 * time.Millisecond, Duration: 3 * time.Second, TransitionEvery: 200 * time.Millisecond,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

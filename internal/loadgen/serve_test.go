@@ -19,7 +19,8 @@ import (
 // $CBDASH_LOADGEN_SERVE for $CBDASH_LOADGEN_FOR (default 2m), with pprof
 // on $CBDASH_LOADGEN_PPROF, writing its agent token to
 // $CBDASH_LOADGEN_TOKEN_FILE: a target for profiling the collector under
-// `cbdash loadgen`. Skipped unless CBDASH_LOADGEN_SERVE is set.
+// `cbdash loadgen`. Skipped unless CBDASH_LOADGEN_SERVE is set. It runs on
+// the system clock, as its clients (other processes) do.
 func TestServeForLoad(t *testing.T) {
 	addr := os.Getenv("CBDASH_LOADGEN_SERVE")
 	if addr == "" {

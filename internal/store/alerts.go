@@ -57,7 +57,7 @@ func (s *Store) CreateAlertRule(ctx context.Context, r cbdash.AlertRule) (cbdash
 		return r, err
 	}
 	if r.CreatedAt.IsZero() {
-		r.CreatedAt = s.opts.Now()
+		r.CreatedAt = s.opts.Clock.Now()
 	}
 	r.CreatedAt = time.UnixMilli(r.CreatedAt.UnixMilli()).UTC()
 	if r.Format == "" {

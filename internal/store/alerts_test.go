@@ -13,7 +13,7 @@ import (
 func TestAlertRulesCRUD(t *testing.T) {
 	ctx := context.Background()
 	s := openIncidentStore(t)
-	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	created := t0
 	r, err := s.CreateAlertRule(ctx, cbdash.AlertRule{Name: "payments half-open", Service: "checkout", Breaker: "payments",
 		Kind: cbdash.AlertHalfOpenLong, For: 45 * time.Second, Hold: time.Minute, WebhookURL: "http://127.0.0.1:9/hook", CreatedAt: created})
 	if err != nil {
@@ -69,7 +69,7 @@ func TestAlertRulesCRUD(t *testing.T) {
 func TestAlertDeliveries(t *testing.T) {
 	ctx := context.Background()
 	s := openIncidentStore(t)
-	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := t0
 	var want []cbdash.AlertDelivery
 	for i, ev := range []string{cbdash.AlertFiring, cbdash.AlertResolved, cbdash.AlertFiring} {
 		d := cbdash.AlertDelivery{RuleID: int64(1 + i/2), Subject: "checkout/payments", Event: ev, URL: "http://127.0.0.1:9/",

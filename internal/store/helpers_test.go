@@ -3,28 +3,30 @@ package store_test
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/storetest"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// t0 is a fixed, minute- and hour-aligned test time.
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+// t0 is noon UTC of the test epoch's day: minute-, hour- and
+// day-aligned, whatever CBDASH_TEST_EPOCH says.
+var t0 = clocktest.Noon()
 
+// openStore opens a new store in tb.TempDir() and returns it with its path.
 func openStore(tb testing.TB, opts store.Options) (*store.Store, string) {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "cbdash.db")
-	s, err := store.Open(context.Background(), path, opts)
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s, path
+	path := storetest.Path(tb)
+	return storetest.OpenFile(tb, path, opts), path
 }
+
+// clockAt returns a virtual clock standing at t.
+func clockAt(t time.Time) *breakertest.Clock { return breakertest.NewClock(t) }
 
 func hello(service, instance string, startedAt int64, breakers ...string) protocol.Hello {
 	h := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: service,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -110,10 +111,7 @@ func TestCloseCommitsQueuedWritesAndRefusesLaterOnes(t *testing.T) {
 		})
 	}
 	// Close in the middle of the stream: once some batches are in.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(results) < writers && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, "some batches stored", func() bool { return len(results) >= writers })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,31 +3,27 @@ package store_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// openIncidentStore opens a real SQLite file in a temp dir.
+// openIncidentStore opens a real SQLite file in a temp dir, on a virtual
+// clock at t0.
 func openIncidentStore(t *testing.T) *store.Store {
 	t.Helper()
-	s, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return storetest.Open(t, clockAt(t0))
 }
 
 func TestIncidentsRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s := openIncidentStore(t)
-	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	base := t0
 	pay := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
 	inv := cbdash.DependencyKey{Service: "checkout", Breaker: "inventory"}
 	cause := protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50, WindowCalls: 20, WindowFailed: 12}
@@ -124,7 +120,7 @@ func TestIncidentsRoundTrip(t *testing.T) {
 func TestConfigChanges(t *testing.T) {
 	ctx := context.Background()
 	s := openIncidentStore(t)
-	base := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	base := t0
 	k := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
 	want := cbdash.ConfigChange{DependencyKey: k, Instance: "a", At: base.Add(time.Minute),
 		Previous: protocol.BreakerConfig{Name: "payments", FailureRateThreshold: 50}, Config: protocol.BreakerConfig{Name: "payments", FailureRateThreshold: 40}}

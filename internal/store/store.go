@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
+
+	"github.com/cbdash/cbdash/internal/clock"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -39,9 +41,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Retention per history level; zero fields take the defaults.
 	Retention Retention
-	// Now is the clock used for bookkeeping times the caller does not
-	// pass (token creation and use); nil = time.Now.
-	Now func() time.Time
+	// Clock tells the bookkeeping times the caller does not pass (user,
+	// token and alert rule creation, token use, the sweep of expired
+	// sessions); nil = clock.System(). The server passes its one clock.
+	Clock clock.Clock
 	// QueueSize bounds the writer queue (operations waiting for a
 	// transaction); 0 = 8192. A full queue makes writers wait (bounded by
 	// their ctx), never grow memory.
@@ -57,9 +60,7 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.OrSystem(o.Clock)
 	r := &o.Retention
 	for _, d := range []struct {
 		p *time.Duration

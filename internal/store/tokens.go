@@ -36,7 +36,7 @@ func (s *Store) CreateAgentToken(ctx context.Context, service string) (string, e
 		return "", fmt.Errorf("store: token: %w", err)
 	}
 	token := agentTokenPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at) VALUES (?, ?, ?)",
 			hashToken(token), service, now); err != nil {
@@ -65,7 +65,7 @@ func (s *Store) CheckAgentToken(ctx context.Context, token string) (string, erro
 	case err != nil:
 		return "", fmt.Errorf("store: check token: %w", err)
 	}
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	if now-lastUsed >= tokenTouchEvery.Milliseconds() {
 		// Best effort: dropped when the writer is saturated.
 		s.w.try(&op{run: func(x *wtx) error {

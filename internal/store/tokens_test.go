@@ -6,15 +6,15 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
 func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
 	now := t0
-	s, path := openStore(t, store.Options{Now: func() time.Time { return now }})
+	s, path := openStore(t, store.Options{Clock: clockAt(now)})
 	ctx := context.Background()
 	scoped, err := s.CreateAgentToken(ctx, "pay")
 	if err != nil {
@@ -58,24 +58,17 @@ func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
 		}
 	}
 	// last_used is written in the background; poll for it.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var used int64
+	var used int64
+	eventually.True(t, "last_used at t0", func() bool {
 		if err := db.QueryRow("SELECT max(last_used) FROM agent_tokens").Scan(&used); err != nil {
 			t.Fatal(err)
 		}
-		if used == t0.UnixMilli() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("last_used = %d, want %d", used, t0.UnixMilli())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return used == t0.UnixMilli()
+	})
 }
 
 func TestAgentTokensCanBeListedAndRevoked(t *testing.T) {
-	s, _ := openStore(t, store.Options{Now: func() time.Time { return t0 }})
+	s, _ := openStore(t, store.Options{Clock: clockAt(t0)})
 	ctx := context.Background()
 	tok, err := s.CreateAgentToken(ctx, "pay")
 	if err != nil {

@@ -51,7 +51,7 @@ func (s *Store) CreateUser(ctx context.Context, name, role string, passwordHash 
 	case len(passwordHash) == 0:
 		return cbdash.User{}, fmt.Errorf("%w: password hash is required", cbdash.ErrInvalid)
 	}
-	u := cbdash.User{Name: name, Role: role, CreatedAt: fromMs(ms(s.opts.Now()))}
+	u := cbdash.User{Name: name, Role: role, CreatedAt: fromMs(ms(s.opts.Clock.Now()))}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		row, err := x.queryRow("SELECT count(*) FROM users WHERE name = ?", name)
 		if err != nil {
@@ -155,7 +155,7 @@ func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Ti
 	if err != nil {
 		return "", err
 	}
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		if _, err := x.exec("DELETE FROM sessions WHERE expires_at <= ?", now); err != nil {
 			return err
@@ -223,7 +223,7 @@ func (s *Store) CreateUserToken(ctx context.Context, userID int64, name string) 
 	if err != nil {
 		return "", err
 	}
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = ?", userID)
 		if err != nil {
@@ -263,7 +263,7 @@ func (s *Store) UserByToken(ctx context.Context, token string) (cbdash.User, err
 		return u, fmt.Errorf("store: user token: %w", err)
 	}
 	u.CreatedAt = fromMs(created)
-	now := ms(s.opts.Now())
+	now := ms(s.opts.Clock.Now())
 	if now-lastUsed >= tokenTouchEvery.Milliseconds() {
 		s.w.try(&op{run: func(x *wtx) error {
 			_, err := x.exec("UPDATE user_tokens SET last_used = max(last_used, ?) WHERE hash = ?", now, h)

@@ -13,7 +13,7 @@ import (
 func TestUsers(t *testing.T) {
 	ctx := context.Background()
 	now := t0
-	s, _ := openStore(t, store.Options{Now: func() time.Time { return now }})
+	s, _ := openStore(t, store.Options{Clock: clockAt(now)})
 
 	t.Run("creates users and refuses duplicates and bad input", func(t *testing.T) {
 		if n, err := s.CountUsers(ctx); err != nil || n != 0 {
@@ -99,7 +99,7 @@ func TestUsers(t *testing.T) {
 func TestSetPasswordReplacesTheHashAndEndsSessions(t *testing.T) {
 	ctx := context.Background()
 	now := t0
-	s, _ := openStore(t, store.Options{Now: func() time.Time { return now }})
+	s, _ := openStore(t, store.Options{Clock: clockAt(now)})
 	u, err := s.CreateUser(ctx, "admin", cbdash.RoleAdmin, []byte("old"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -32,13 +33,13 @@ func TestSaveBatchGivesUpWhenTheQueueIsFullAndCtxEnds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err = s.SaveBatch(ctx, "pay", "pay-1", 1, protocol.Batch{Seq: 1}, time.Now())
+	_, err = s.SaveBatch(ctx, "pay", "pay-1", 1, protocol.Batch{Seq: 1}, clocktest.Epoch())
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("SaveBatch on a full queue = %v, want context.DeadlineExceeded", err)
 	}
 	close(release)
 	// The writer drains and takes new work again.
-	if stored, err := s.SaveBatch(context.Background(), "pay", "pay-1", 1, protocol.Batch{Seq: 1}, time.Now()); err != nil || !stored {
+	if stored, err := s.SaveBatch(context.Background(), "pay", "pay-1", 1, protocol.Batch{Seq: 1}, clocktest.Epoch()); err != nil || !stored {
 		t.Fatalf("SaveBatch after the queue drained = %v, %v", stored, err)
 	}
 }
@@ -49,7 +50,7 @@ func TestCloseStopsTheWriterGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SaveBatch(context.Background(), "pay", "pay-1", 1, protocol.Batch{Seq: 1}, time.Now()); err != nil {
+	if _, err := s.SaveBatch(context.Background(), "pay", "pay-1", 1, protocol.Batch{Seq: 1}, clocktest.Epoch()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

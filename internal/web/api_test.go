@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/web"
 )
 
@@ -105,7 +106,7 @@ func TestJSONAPIAuth(t *testing.T) {
 // waitDependency waits until the collector knows checkout/payments.
 func waitDependency(t *testing.T, s *stack) {
 	t.Helper()
-	eventually(t, "the agents have registered checkout/payments", func() bool {
+	eventually.True(t, "the agents to register checkout/payments", func() bool {
 		_, err := s.col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
 		return err == nil
 	})

@@ -36,7 +36,7 @@ func startStack(t *testing.T, instances int) *stack {
 	t.Helper()
 	ctx := context.Background()
 	h := start(t, web.Config{LiveInterval: 100 * time.Millisecond}, clocktest.NewRunning())
-	s := &stack{harness: h, url: h.http.URL, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
+	s := &stack{harness: h, url: h.url, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
 	h.addUser("otto", cbdash.RoleOperator, s.password)
 	var agents []*agent.Agent
 	t.Cleanup(func() { // before the harness's: agents leave first
@@ -54,7 +54,7 @@ func startStack(t *testing.T, instances int) *stack {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := agent.New(agent.Config{URL: "ws" + strings.TrimPrefix(s.url, "http") + "/api/v1/agent", Token: h.agentToken,
+		a, err := agent.New(agent.Config{URL: h.stack.AgentURL(), Token: h.stack.AgentToken,
 			Service: "checkout", Instance: inst, Labels: map[string]string{"zone": "a"}, ReportInterval: 100 * time.Millisecond, Clock: h.clock})
 		if err != nil {
 			t.Fatal(err)

@@ -230,7 +230,7 @@ func holdEnd(hold, end cbdash.Command) string {
 	at := stamp(end.IssuedAt)
 	if y, m, d := end.IssuedAt.UTC().Date(); !hold.ExpiresAt.IsZero() {
 		if y2, m2, d2 := hold.ExpiresAt.UTC().Date(); y == y2 && m == m2 && d == d2 {
-			at = clock(end.IssuedAt)
+			at = timeOfDay(end.IssuedAt)
 		}
 	}
 	return until + " — " + verb + " " + at + " by " + end.Actor
@@ -261,7 +261,7 @@ func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 	counts := map[string]int{}
 	for _, t := range cmd.Targets {
 		counts[t.Status]++
-		v.Targets = append(v.Targets, templates.TargetRow{Instance: t.Instance, Status: t.Status, State: stateText(t.State), Error: t.Error, At: clock(t.At)})
+		v.Targets = append(v.Targets, templates.TargetRow{Instance: t.Instance, Status: t.Status, State: stateText(t.State), Error: t.Error, At: timeOfDay(t.At)})
 	}
 	var parts []string
 	for _, st := range []string{cbdash.TargetApplied, cbdash.TargetPending, cbdash.TargetFailed, cbdash.TargetExpired} {

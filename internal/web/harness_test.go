@@ -9,47 +9,43 @@ import (
 	"maps"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/stacktest"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// harness is a real cbdash server on loopback, wired as cmd/cbdash wires
-// it: a store on SQLite in a temp dir, the collector (its Run loop
-// started) and the dashboard, on one clock. Tests give it live state as
-// agents do: through the collector's HTTP ingest (POST /api/v1/ingest),
-// or with real agents (startStack).
+// harness is a real cbdash server on loopback (stacktest: a store on
+// SQLite in a temp dir, the collector with its Run loop, the dashboard,
+// wired as cmd/cbdash wires them, on one clock) with accounts. Tests give
+// it live state as agents do: through the collector's HTTP ingest (POST
+// /api/v1/ingest), or with real agents (startStack).
 type harness struct {
-	t       *testing.T
-	clock   clock.Clock
-	st      *store.Store
-	col     *collector.Collector
-	cfg     web.Config
-	handler swapHandler
-	srv     atomic.Pointer[web.Server]
-	http    *httptest.Server
-	users   map[string]string // name -> password
+	t     *testing.T
+	clock clock.Clock
+	stack *stacktest.Stack
+	opts  stacktest.Options // what stack was started with
+	st    *store.Store
+	col   *collector.Collector
+	srv   *web.Server
+	url   string            // the server's base URL
+	cfg   web.Config        // the dashboard's config
+	users map[string]string // name -> password
 
-	agentToken string
-	mu         sync.Mutex
-	reported   map[string]reported // service/instance -> what was last ingested
+	mu       sync.Mutex
+	reported map[string]reported // service/instance -> what was last ingested
 }
 
 // reported is what the harness last ingested for one instance.
@@ -57,13 +53,6 @@ type reported struct {
 	seq      uint64
 	breakers []string          // declared in its hello, in order
 	states   map[string]string // breaker -> state
-}
-
-// swapHandler serves with the latest handler stored in it.
-type swapHandler struct{ h atomic.Pointer[http.Handler] }
-
-func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	(*s.h.Load()).ServeHTTP(w, r)
 }
 
 // fleet is a dependency as a harness reports it: instances
@@ -102,64 +91,41 @@ func newHarness(t *testing.T, cfg web.Config, deps ...fleet) *harness {
 // newHarnessEmpty starts a dashboard with no user.
 func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}, clocktest.Virtual()) }
 
-// start runs store, collector and dashboard on clk until the test ends.
-// cfg's Collector, Store and Now are set here.
+// start runs a stack on clk until the test ends, its dashboard configured
+// by cfg (whose Collector, Store and Clock the stack sets; LiveInterval
+// 0 = 20 ms). The collector publishes every 20 ms of clk.
 func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := collector.New(collector.Config{Store: st, Now: clk.Now, PublishInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, clock: clk, st: st, col: col, users: map[string]string{}, reported: map[string]reported{}}
-	cfg.Collector, cfg.Store, cfg.Now = col, st, clk.Now
-	if cfg.LiveInterval == 0 {
-		cfg.LiveInterval = 20 * time.Millisecond
-	}
-	h.cfg = cfg
-	h.restart()
-	h.http = httptest.NewServer(&h.handler)
-	done := make(chan error, 1)
-	go func() { done <- col.Run(ctx) }()
-	t.Cleanup(func() {
-		h.srv.Load().Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("collector: %v", err)
-		}
-		h.http.Close()
-		st.Close()
-	})
-	if h.agentToken, err = st.CreateAgentToken(ctx, ""); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the collector is ready", func() bool { return h.status("/readyz") == http.StatusOK })
+	h := &harness{t: t, clock: clk, users: map[string]string{}, reported: map[string]reported{}}
+	h.run(stacktest.Options{Clock: clk,
+		Collector: func(c *collector.Config) { c.PublishInterval = 20 * time.Millisecond },
+		Web: func(w *web.Config) {
+			c := cfg
+			c.Collector, c.Store, c.Clock = w.Collector, w.Store, w.Clock
+			if c.LiveInterval == 0 {
+				c.LiveInterval = 20 * time.Millisecond
+			}
+			*w, h.cfg = c, c
+		}})
 	return h
 }
 
-// restart replaces the dashboard by a new one on the same address and
-// collector, as a process restart would: the old one's live sockets end
-// with 1012.
+func (h *harness) run(o stacktest.Options) {
+	h.t.Helper()
+	h.opts = o
+	h.stack = stacktest.Start(h.t, o)
+	h.st, h.col, h.srv, h.url = h.stack.Store, h.stack.Collector, h.stack.Web, h.stack.URL()
+}
+
+// restart stops the stack and starts it again on the same database and
+// address, as a process restart would: live sockets end with 1012,
+// agents reconnect.
 func (h *harness) restart() {
 	h.t.Helper()
-	srv, err := web.New(h.cfg)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = web.HTTPErrorHandler
-	h.col.Mount(e, srv.Auth())
-	srv.Mount(e)
-	var handler http.Handler = e
-	h.handler.h.Store(&handler)
-	if old := h.srv.Swap(srv); old != nil {
-		old.Close()
-	}
+	o := h.opts
+	o.Path, o.Addr = h.stack.Path, h.stack.Addr
+	h.stack.Stop()
+	h.run(o)
 }
 
 func (h *harness) addUser(name, role, password string) {
@@ -191,33 +157,6 @@ func (h *harness) virtual() *breakertest.Clock {
 func (h *harness) tick() {
 	if v, ok := h.clock.(*breakertest.Clock); ok {
 		v.Advance(h.cfg.LiveInterval)
-	}
-}
-
-func (h *harness) status(path string) int {
-	h.t.Helper()
-	res, err := http.Get(h.http.URL + path)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	res.Body.Close()
-	return res.StatusCode
-}
-
-// eventually polls cond every 10 ms until it holds, failing the test after
-// a minute (a generous bound for busy machines; it makes no timing claim).
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(time.Minute)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting until %s", what)
-		case <-tick.C:
-		}
 	}
 }
 
@@ -335,9 +274,9 @@ func (h *harness) ingest(service, instance string, b protocol.Batch) protocol.In
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/api/v1/ingest", bytes.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, h.url+"/api/v1/ingest", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+h.agentToken)
+	req.Header.Set("Authorization", "Bearer "+h.stack.AgentToken)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
@@ -394,14 +333,14 @@ func (c *client) do(req *http.Request) response {
 }
 
 func (c *client) get(path string) response {
-	req, _ := http.NewRequest(http.MethodGet, c.h.http.URL+path, nil)
+	req, _ := http.NewRequest(http.MethodGet, c.h.url+path, nil)
 	return c.do(req)
 }
 
 // csrf returns the CSRF cookie's token, fetching the login page first
 // when the jar has none.
 func (c *client) csrf() string {
-	u, _ := url.Parse(c.h.http.URL)
+	u, _ := url.Parse(c.h.url)
 	for i := 0; i < 2; i++ {
 		for _, ck := range c.hc.Jar.Cookies(u) {
 			if ck.Name == "cbdash_csrf" {
@@ -421,7 +360,7 @@ func (c *client) postForm(path string, form url.Values) response {
 }
 
 func (c *client) rawPost(path string, form url.Values) response {
-	req, _ := http.NewRequest(http.MethodPost, c.h.http.URL+path, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, c.h.url+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	return c.do(req)
 }

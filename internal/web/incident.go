@@ -197,7 +197,7 @@ func summaryItems(s incident.Summary) []templates.SummaryItem {
 	}
 	ttfo := "no failures before the trip"
 	if !s.DegradedSince.IsZero() {
-		ttfo = exactDuration(s.TimeToFirstOpen) + " (failures from " + clock(s.DegradedSince) + ")"
+		ttfo = exactDuration(s.TimeToFirstOpen) + " (failures from " + timeOfDay(s.DegradedSince) + ")"
 	}
 	return []templates.SummaryItem{
 		{Label: "start", Value: stamp(s.Start), TestID: "sum-start"},
@@ -236,7 +236,7 @@ func incidentLanes(rep incident.Report) templates.IncidentLanes {
 		for _, sp := range lane.Spans {
 			st := stateView(sp.State)
 			il.Spans = append(il.Spans, templates.Segment{X: x(sp.From), W: max(0.5, x(sp.To)-x(sp.From)), Class: st.Class,
-				Title: fmt.Sprintf("%s: %s from %s to %s (%s)", lane.Instance, st.Text, clock(sp.From), clock(sp.To), exactDuration(sp.To.Sub(sp.From)))})
+				Title: fmt.Sprintf("%s: %s from %s to %s (%s)", lane.Instance, st.Text, timeOfDay(sp.From), timeOfDay(sp.To), exactDuration(sp.To.Sub(sp.From)))})
 		}
 		l.Lanes = append(l.Lanes, il)
 	}
@@ -246,11 +246,11 @@ func incidentLanes(rep incident.Report) templates.IncidentLanes {
 	}
 	for _, cmd := range rep.Commands {
 		l.Markers = append(l.Markers, templates.Marker{X: x(cmd.IssuedAt), Kind: "command", Label: "cmd",
-			Title: clock(cmd.IssuedAt) + " " + incident.CommandText(cmd)})
+			Title: timeOfDay(cmd.IssuedAt) + " " + incident.CommandText(cmd)})
 	}
 	for _, cc := range rep.ConfigChanges {
 		l.Markers = append(l.Markers, templates.Marker{X: x(cc.At), Kind: "config", Label: "cfg",
-			Title: clock(cc.At) + " " + cc.Instance + ": configuration changed: " + incident.ConfigDiff(cc.Previous, cc.Config)})
+			Title: timeOfDay(cc.At) + " " + cc.Instance + ": configuration changed: " + incident.ConfigDiff(cc.Previous, cc.Config)})
 	}
 	// Labels alternate between two rows so that close markers stay legible.
 	slices.SortStableFunc(l.Markers, func(a, b templates.Marker) int { return cmpFloat(a.X, b.X) })
@@ -278,7 +278,7 @@ func timelineRows(rep incident.Report) []templates.TimelineRow {
 		if off < 0 {
 			sign, off = "-", -off
 		}
-		rows = append(rows, templates.TimelineRow{At: clock(e.At), Offset: sign + exactDuration(off), Kind: e.Kind, Instance: e.Instance, Text: e.Text})
+		rows = append(rows, templates.TimelineRow{At: timeOfDay(e.At), Offset: sign + exactDuration(off), Kind: e.Kind, Instance: e.Instance, Text: e.Text})
 	}
 	return rows
 }

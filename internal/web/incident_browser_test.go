@@ -15,7 +15,7 @@ import (
 func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 	ctx := browser(t)
 	h, id, start := newIncidentHarness(t)
-	base := h.http.URL
+	base := h.url
 	login(t, ctx, base, "otto", h.users["otto"])
 	run(t, ctx, stepTimeout, "the list", chromedp.Navigate(base+"/incidents"), chromedp.WaitVisible(chromedp.CSS(`[data-testid=incident-row]`)))
 	// A new incident shows up in the open list by itself.

@@ -93,8 +93,8 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 }
 
 func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) error {
-	tick := time.NewTicker(s.cfg.LiveInterval)
-	defer tick.Stop()
+	tick, stopTick := s.cfg.Clock.NewTicker(s.cfg.LiveInterval)
+	defer stopTick()
 	for {
 		snapshot, events, cancel := s.col.Subscribe()
 		msg, err := lv.reset(ctx, snapshot)
@@ -105,13 +105,14 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) er
 			cancel()
 			return err
 		}
-		err = s.follow(ctx, conn, lv, events, tick.C)
+		err = s.follow(ctx, conn, lv, events, tick)
 		cancel()
 		if err != nil {
 			return err
 		}
 		// The collector dropped us as too slow (or is shutting down): pause,
-		// then start again from a fresh snapshot.
+		// then start again from a fresh snapshot. Real time: the pause
+		// gives the process room, it is not a logical delay.
 		pause := time.NewTimer(resubscribePause)
 		select {
 		case <-ctx.Done():

@@ -17,7 +17,7 @@ import (
 
 // dial opens the live socket of a page as the client's user.
 func (c *client) dial(ctx context.Context, query string, origin string) (*websocket.Conn, *http.Response, error) {
-	u, _ := url.Parse(c.h.http.URL)
+	u, _ := url.Parse(c.h.url)
 	hdr := http.Header{}
 	for _, ck := range c.hc.Jar.Cookies(u) {
 		hdr.Add("Cookie", ck.Name+"="+ck.Value)
@@ -25,7 +25,7 @@ func (c *client) dial(ctx context.Context, query string, origin string) (*websoc
 	if origin != "" {
 		hdr.Set("Origin", origin)
 	}
-	return websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.h.http.URL, "http")+"/live?"+query, &websocket.DialOptions{HTTPHeader: hdr})
+	return websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.h.url, "http")+"/live?"+query, &websocket.DialOptions{HTTPHeader: hdr})
 }
 
 // liveSocket is a page's live socket as a test reads it: one goroutine
@@ -214,7 +214,7 @@ func TestLiveEndsWithServiceRestartOnClose(t *testing.T) {
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
 	sock := h.login("vera").live(context.Background(), "view=audit")
 	sock.next(`id="audit"`)
-	h.srv.Load().Close()
+	h.srv.Close()
 	select {
 	case err := <-sock.end:
 		if websocket.CloseStatus(err) != websocket.StatusServiceRestart {

@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 )
 
 // Collector is what the dashboard needs from the live state: a snapshot
@@ -83,8 +84,10 @@ type Config struct {
 	// Secure marks cookies Secure; set it when the dashboard is served
 	// over TLS (directly or behind a TLS-terminating proxy).
 	Secure bool
-	// Now is the clock; nil = time.Now.
-	Now func() time.Time
+	// Clock is the dashboard's time: session expiry, the login limiter,
+	// "now" on every page and the live re-sort ticker read it; nil =
+	// clock.System(). The server passes its one clock.
+	Clock clock.Clock
 	// SessionTTL is how long a login lasts; 0 = 12 hours.
 	SessionTTL time.Duration
 	// LiveInterval is the minimum time between two live updates sent to
@@ -137,9 +140,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = clock.OrSystem(cfg.Clock)
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = 12 * time.Hour
 	}
@@ -156,12 +157,12 @@ func New(cfg Config) (*Server, error) {
 		col:    cfg.Collector,
 		store:  cfg.Store,
 		log:    cfg.Logger,
-		now:    cfg.Now,
+		now:    cfg.Clock.Now,
 		cfg:    cfg,
 		logins: newLoginLimiter(cfg.LoginBurst, cfg.LoginEvery),
 		done:   make(chan struct{}),
 	}
-	s.sparks = newSparkCache(cfg.Store, cfg.Now)
+	s.sparks = newSparkCache(cfg.Store, cfg.Clock.Now)
 	return s, nil
 }
 

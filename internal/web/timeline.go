@@ -175,7 +175,7 @@ func lane(k cbdash.DependencyKey, rs []cbdash.TransitionRecord, d cbdash.Depende
 			end := earliest(now, p.to.Add(30*time.Minute)).Unix()
 			ld.lane.Segments = append(ld.lane.Segments, templates.Segment{
 				X: xOf(p.from, sp), W: max(1, xOf(p.to, sp)-xOf(p.from, sp)), Class: sv.Class,
-				Title: sv.Text + " on " + strconv.Itoa(n) + " of " + strconv.Itoa(instances) + " · " + clock(p.from) + "–" + clock(p.to) + " UTC",
+				Title: sv.Text + " on " + strconv.Itoa(n) + " of " + strconv.Itoa(instances) + " · " + timeOfDay(p.from) + "–" + timeOfDay(p.to) + " UTC",
 				Href:  depHref(k) + "&" + url.Values{"range": {"1h"}, "end": {strconv.FormatInt(end, 10)}}.Encode(),
 			})
 		}

@@ -53,7 +53,7 @@ func depHref(k cbdash.DependencyKey) string {
 	return "/dependency?service=" + url.QueryEscape(k.Service) + "&breaker=" + url.QueryEscape(k.Breaker)
 }
 
-func clock(t time.Time) string {
+func timeOfDay(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}

@@ -1,0 +1,44 @@
+// Package storetest opens real stores for tests: a SQLite file in the
+// test's temporary directory, on the clock the test gives, closed when the
+// test ends. It is what tests use instead of a fake store.
+package storetest
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/store"
+)
+
+// Open opens a new store in tb.TempDir() whose bookkeeping times (users,
+// tokens, sessions, alert rules) read clk. It is closed at the end of the
+// test, and a close error fails it. It fails tb if the store cannot open.
+func Open(tb testing.TB, clk clock.Clock) *store.Store {
+	tb.Helper()
+	return OpenFile(tb, Path(tb), store.Options{Clock: clk})
+}
+
+// Path returns the path of a new, not yet existing database file in
+// tb.TempDir(), for a test that opens the same file more than once.
+func Path(tb testing.TB) string {
+	tb.Helper()
+	return filepath.Join(tb.TempDir(), "cbdash.db")
+}
+
+// OpenFile opens (creating if needed) the store at path with opts, as
+// Open does. Closing it earlier is allowed: Store.Close is idempotent.
+func OpenFile(tb testing.TB, path string, opts store.Options) *store.Store {
+	tb.Helper()
+	st, err := store.Open(context.Background(), path, opts)
+	if err != nil {
+		tb.Fatalf("storetest: open %s: %v", path, err)
+	}
+	tb.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			tb.Errorf("storetest: close %s: %v", path, err)
+		}
+	})
+	return st
+}
