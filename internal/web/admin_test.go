@@ -50,7 +50,7 @@ func TestAdminManagesUsersAndTokens(t *testing.T) {
 			t.Fatalf("= %d, no token shown", res.status)
 		}
 		tok := res.body[i : i+strings.IndexByte(res.body[i:], '<')]
-		req, _ := http.NewRequest(http.MethodGet, h.http.URL+"/", nil)
+		req, _ := http.NewRequest(http.MethodGet, h.url+"/", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		if r := h.client().do(req); r.status != http.StatusOK {
 			t.Errorf("GET / with the new token = %d", r.status)

@@ -8,9 +8,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/web"
 )
 
@@ -106,12 +106,8 @@ func TestJSONAPIAuth(t *testing.T) {
 // waitDependency waits until the collector knows checkout/payments.
 func waitDependency(t *testing.T, s *stack) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if _, err := s.col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the agents never registered checkout/payments")
+	eventually.True(t, "the agents to register checkout/payments", func() bool {
+		_, err := s.col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+		return err == nil
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -43,7 +44,7 @@ func fleetOf(n int, now time.Time) ([]cbdash.Dependency, map[cbdash.DependencyKe
 // BenchmarkOverview1000 renders the overview page for 1,000 breakers
 // (filter, sort, view model and HTML). Target: under 50 ms.
 func BenchmarkOverview1000(b *testing.B) {
-	now := time.Now()
+	now := clocktest.Epoch()
 	deps, sparks := fleetOf(1000, now)
 	page := templates.Page{Title: "Overview", User: "vera", Role: "viewer", LiveURL: "/live?view=overview"}
 	var size int
@@ -62,7 +63,7 @@ func BenchmarkOverview1000(b *testing.B) {
 // second while 1,000 breakers each report once a second (every tile's
 // numbers change) and the socket flushes 4 times a second.
 func BenchmarkLiveBytes1000(b *testing.B) {
-	now := time.Now()
+	now := clocktest.Epoch()
 	deps, _ := fleetOf(1000, now)
 	st := &nopHistory{}
 	s := &Server{now: func() time.Time { return now }, sparks: newSparkCache(st, func() time.Time { return now })}

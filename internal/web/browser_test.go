@@ -4,108 +4,58 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/collector"
-	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
 )
 
-// stack is a real cbdash server (store on SQLite in a temp dir,
-// collector, dashboard) on loopback, with real agents reporting real
-// breakers.
+// stack is a harness on a running clock (at the test epoch) with real
+// agents reporting real breakers over the websocket protocol.
 type stack struct {
+	*harness
 	url      string
-	st       *store.Store
-	col      *collector.Collector
 	breakers map[string]*breaker.Breaker // instance -> the payments breaker
 	password string
-	handler  swapHandler
-	srv      atomic.Pointer[web.Server]
-}
-
-// swapHandler serves with the latest handler stored in it.
-type swapHandler struct{ h atomic.Pointer[http.Handler] }
-
-func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	(*s.h.Load()).ServeHTTP(w, r)
-}
-
-// restart replaces the dashboard by a new one on the same address, as a
-// process restart would: the old one's live sockets end with 1012.
-func (s *stack) restart(t *testing.T) {
-	t.Helper()
-	srv, err := web.New(web.Config{Collector: s.col, Store: s.st, LiveInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = web.HTTPErrorHandler
-	s.col.Mount(e, srv.Auth())
-	srv.Mount(e)
-	var h http.Handler = e
-	s.handler.h.Store(&h)
-	if old := s.srv.Swap(srv); old != nil {
-		old.Close()
-	}
 }
 
 func startStack(t *testing.T, instances int) *stack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := collector.New(collector.Config{Store: st, PublishInterval: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &stack{st: st, col: col, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
-	s.restart(t)
-	hs := httptest.NewServer(&s.handler)
-	s.url = hs.URL
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = col.Run(ctx) }()
-
-	hash, _ := web.HashPassword(s.password)
-	if _, err := st.CreateUser(ctx, "otto", cbdash.RoleOperator, hash); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := st.CreateAgentToken(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	h := start(t, web.Config{LiveInterval: 100 * time.Millisecond}, clocktest.NewRunning())
+	s := &stack{harness: h, url: h.url, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
+	h.addUser("otto", cbdash.RoleOperator, s.password)
 	var agents []*agent.Agent
+	t.Cleanup(func() { // before the harness's: agents leave first
+		for _, a := range agents {
+			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = a.Close(cctx)
+			ccancel()
+		}
+	})
 	for i := 1; i <= instances; i++ {
 		inst := fmt.Sprintf("checkout-%d", i)
 		b, err := breaker.New("payments", breaker.Config{
-			Window: breaker.Window{Kind: breaker.CountWindow, Size: 20}, MinimumCalls: 5, OpenDuration: time.Hour,
+			Window: breaker.Window{Kind: breaker.CountWindow, Size: 20}, MinimumCalls: 5, OpenDuration: time.Hour, Clock: h.clock,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := agent.New(agent.Config{URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/api/v1/agent", Token: tok,
-			Service: "checkout", Instance: inst, Labels: map[string]string{"zone": "a"}, ReportInterval: 100 * time.Millisecond})
+		a, err := agent.New(agent.Config{URL: h.stack.AgentURL(), Token: h.stack.AgentToken,
+			Service: "checkout", Instance: inst, Labels: map[string]string{"zone": "a"}, ReportInterval: 100 * time.Millisecond, Clock: h.clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +63,7 @@ func startStack(t *testing.T, instances int) *stack {
 			t.Fatal(err)
 		}
 		if i == 1 { // a hostile name, shown as text
-			evil, err := breaker.New(evilName, breaker.Config{})
+			evil, err := breaker.New(evilName, breaker.Config{Clock: h.clock})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,24 +74,12 @@ func startStack(t *testing.T, instances int) *stack {
 		if err := a.Start(); err != nil {
 			t.Fatal(err)
 		}
+		agents = append(agents, a)
 		for range 5 {
 			_ = b.Execute(ctx, func(context.Context) error { return nil })
 		}
 		s.breakers[inst] = b
-		agents = append(agents, a)
 	}
-	t.Cleanup(func() {
-		for _, a := range agents {
-			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = a.Close(cctx)
-			ccancel()
-		}
-		s.srv.Load().Close()
-		cancel()
-		wg.Wait()
-		hs.Close()
-		st.Close()
-	})
 	return s
 }
 
@@ -297,12 +235,12 @@ func TestBrowserOverviewGoesLiveAndOperatorForcesOpen(t *testing.T) {
 	if b.State() != breaker.Open {
 		t.Fatalf("breaker is %v after failures", b.State())
 	}
-	tripped := time.Now()
+	tripped := s.clock.Now() // the running clock: real elapsed time
 	run(t, ctx, 10*time.Second, "tile turns open",
 		chromedp.WaitVisible(css(`article.tile[data-state=open]`)),
 		until(payments+`?.querySelector("[data-testid=instances]").textContent === "open on 1 of 3"`),
 	)
-	if d := time.Since(tripped); d > time.Second {
+	if d := s.clock.Now().Sub(tripped); d > time.Second {
 		t.Errorf("the tile turned open %v after the trip, want within 1s", d)
 	} else {
 		t.Logf("tile turned open %v after the trip", d)
@@ -372,7 +310,7 @@ func TestBrowserSaysDisconnectedAndReconnects(t *testing.T) {
 		window.cbdashBannerShown = false;
 		new MutationObserver(() => { if (!document.getElementById("conn").hidden) window.cbdashBannerShown = true; })
 			.observe(document.getElementById("conn"), {attributes: true});`))
-	s.restart(t)
+	s.restart()
 	run(t, ctx, stepTimeout, "banner shown, then hidden after the reconnect",
 		until(`window.cbdashBannerShown === true`),
 		until(`document.getElementById("conn").hidden === true`),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -42,7 +43,7 @@ func TestNiceCeil(t *testing.T) {
 }
 
 func TestChartsFromHistory(t *testing.T) {
-	from := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	from := clocktest.Epoch().Truncate(time.Hour) // x ticks fall on round times
 	to := from.Add(10 * time.Minute)
 	lat := make([]int64, protocol.NumLatencyBuckets)
 	lat[4] = 60
@@ -76,7 +77,7 @@ func TestChartsFromHistory(t *testing.T) {
 	if len(req.Hover) != 10 || !strings.Contains(req.Hover[1].Title, "successes: 0.50 calls/s") || !strings.Contains(req.Hover[1].Title, "failures: 0.50 calls/s") {
 		t.Errorf("hover %d, second %q", len(req.Hover), req.Hover[1].Title)
 	}
-	if len(req.XTicks) == 0 || req.XTicks[0].Label != "12:00" {
+	if len(req.XTicks) == 0 || req.XTicks[0].Label != from.Format("15:04") {
 		t.Errorf("x ticks %+v", req.XTicks)
 	}
 	if open.YTicks[4].Label != "5" { // at least the 3 instances: nice 5
@@ -88,8 +89,13 @@ func TestChartsFromHistory(t *testing.T) {
 	}
 }
 
+// minutesAgo formats the time minAgo minutes before now as the timeline does.
+func minutesAgo(now time.Time, minAgo int) string {
+	return now.Add(-time.Duration(minAgo) * time.Minute).UTC().Format("15:04:05")
+}
+
 func TestTimelineLanesReplayTransitions(t *testing.T) {
-	now := time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC)
+	now := clocktest.Epoch()
 	sp := span{name: "1h", from: now.Add(-time.Hour), to: now}
 	tr := func(svc, br, inst string, minAgo int, from, to string) cbdash.TransitionRecord {
 		return cbdash.TransitionRecord{Service: svc, Instance: inst, Transition: protocol.Transition{
@@ -111,7 +117,11 @@ func TestTimelineLanesReplayTransitions(t *testing.T) {
 	if pay.Title != "checkout/payments" || len(pay.Segments) != 3 {
 		t.Fatalf("first lane %q with %d segments", pay.Title, len(pay.Segments))
 	}
-	for i, want := range []string{"open on 1 of 3 · 12:15:00–12:20:00 UTC", "open on 2 of 3 · 12:20:00–12:30:00 UTC", "open on 1 of 3 · 12:30:00–12:40:00 UTC"} {
+	for i, want := range []string{
+		"open on 1 of 3 · " + minutesAgo(now, 45) + "–" + minutesAgo(now, 40) + " UTC",
+		"open on 2 of 3 · " + minutesAgo(now, 40) + "–" + minutesAgo(now, 30) + " UTC",
+		"open on 1 of 3 · " + minutesAgo(now, 30) + "–" + minutesAgo(now, 20) + " UTC",
+	} {
 		if pay.Segments[i].Title != want {
 			t.Errorf("segment %d %q, want %q", i, pay.Segments[i].Title, want)
 		}
@@ -119,7 +129,7 @@ func TestTimelineLanesReplayTransitions(t *testing.T) {
 	if x := pay.Segments[0].X; math.Abs(x-timelineW*15/60) > 0.01 {
 		t.Errorf("first segment at x=%v", x)
 	}
-	if s := lanes[1].Segments; len(s) != 1 || s[0].Class != "half-open" || !strings.Contains(s[0].Title, "12:50:00–13:00:00") {
+	if s := lanes[1].Segments; len(s) != 1 || s[0].Class != "half-open" || !strings.Contains(s[0].Title, minutesAgo(now, 10)+"–"+minutesAgo(now, 0)) {
 		t.Errorf("search lane %+v", s)
 	}
 }
@@ -128,7 +138,7 @@ func TestTimelineLaneEndsWhereReportsOfNotClosedStop(t *testing.T) {
 	// c-1 opened 50 minutes ago and then stopped reporting 45 minutes ago
 	// (its process died while open); it came back 10 minutes ago and
 	// closed 5 minutes ago. The lane shows open only while it reported so.
-	now := time.Date(2026, 3, 1, 13, 0, 0, 0, time.UTC)
+	now := clocktest.Epoch()
 	sp := span{name: "1h", from: now.Add(-time.Hour), to: now}
 	at := func(minAgo int) time.Time { return now.Add(-time.Duration(minAgo) * time.Minute) }
 	recs := []cbdash.TransitionRecord{
@@ -151,13 +161,13 @@ func TestTimelineLaneEndsWhereReportsOfNotClosedStop(t *testing.T) {
 	for _, s := range ls[0].Segments {
 		got = append(got, s.Title)
 	}
-	want := []string{"open on 1 of 1 · 12:10:00–12:15:00 UTC", "open on 1 of 1 · 12:50:00–12:55:00 UTC"}
+	want := []string{"open on 1 of 1 · " + minutesAgo(now, 50) + "–" + minutesAgo(now, 45) + " UTC", "open on 1 of 1 · " + minutesAgo(now, 10) + "–" + minutesAgo(now, 5) + " UTC"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("segments %q, want %q", got, want)
 	}
 	// Without the reports the lane would stay open through the gap.
 	ls, _ = lanes(recs, []cbdash.Dependency{dep2("checkout", "payments", 1)}, "", sp, now, nil)
-	if len(ls[0].Segments) != 1 || !strings.Contains(ls[0].Segments[0].Title, "12:10:00–12:55:00") {
+	if len(ls[0].Segments) != 1 || !strings.Contains(ls[0].Segments[0].Title, minutesAgo(now, 50)+"–"+minutesAgo(now, 5)) {
 		t.Errorf("unmasked lane %+v", ls[0].Segments)
 	}
 }
@@ -171,8 +181,9 @@ func dep2(svc, br string, n int) cbdash.Dependency {
 }
 
 func TestSparklineDrawsCompleteMinutes(t *testing.T) {
-	now := time.Date(2026, 3, 1, 12, 30, 40, 0, time.UTC)
-	start := time.Date(2026, 3, 1, 12, 15, 0, 0, time.UTC)
+	// 40 s into a minute: the sparkline covers the 15 whole minutes before it.
+	now := clocktest.Epoch().Truncate(time.Minute).Add(40 * time.Second)
+	start := now.Truncate(time.Minute).Add(-15 * time.Minute)
 	pt := func(m int, calls, failed int64) cbdash.Point {
 		return cbdash.Point{At: start.Add(time.Duration(m) * time.Minute), Width: time.Minute,
 			Counts: protocol.Counts{Admitted: calls, Failures: failed, Errors: failed, Successes: calls - failed}}

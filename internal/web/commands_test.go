@@ -6,11 +6,16 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 func TestAuditShowsWhenAHoldEnded(t *testing.T) {
-	t0 := time.Date(2026, 11, 29, 19, 6, 0, 0, time.UTC)
+	// Evening of the epoch's day: every time below falls on that day, so
+	// the release shows as a time of day.
+	t0 := clocktest.Epoch().Truncate(24 * time.Hour).Add(19*time.Hour + 6*time.Minute)
+	date := func(d time.Duration) string { return t0.Add(d).UTC().Format("2006-01-02 15:04:05") }
+	clock := func(d time.Duration) string { return t0.Add(d).UTC().Format("15:04:05") }
 	cmd := func(id, breaker, action, actor, instance string, at time.Time, ttl time.Duration) cbdash.Command {
 		c := cbdash.Command{ID: id, IssuedAt: at, CommandRequest: cbdash.CommandRequest{
 			Service: "checkout", Breaker: breaker, Action: action, Actor: actor, Instance: instance}}
@@ -35,10 +40,10 @@ func TestAuditShowsWhenAHoldEnded(t *testing.T) {
 		byID[c.ID] = v[i].Expires
 	}
 	for id, want := range map[string]string{
-		"4": "2026-11-29 19:16:00 — released 19:06:02 by otto", // the all-instance release, not the one of checkout-2
-		"3": "2026-11-29 19:15:00 (in 7m)",                     // another breaker's release does not end it
-		"2": "2026-11-29 18:11:00 — expired",
-		"1": "no expiry — reset 2026-11-29 19:06:01 by otto", // the instance reset ends the instance hold
+		"4": date(10*time.Minute) + " — released " + clock(2*time.Second) + " by otto", // the all-instance release, not the one of checkout-2
+		"3": date(9*time.Minute) + " (in 7m)",                                          // another breaker's release does not end it
+		"2": date(-55*time.Minute) + " — expired",
+		"1": "no expiry — reset " + date(time.Second) + " by otto", // the instance reset ends the instance hold
 		"6": "",
 	} {
 		if byID[id] != want {

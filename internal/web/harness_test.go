@@ -1,225 +1,297 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/stacktest"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// liveState is an in-memory web.Collector for handler tests: it holds
-// dependencies, fans events out to subscribers and records commands in
-// the real store, as the collector does. Browser tests use the real
-// collector with real agents.
-type liveState struct {
-	st *store.Store
-
-	mu   sync.Mutex
-	deps map[cbdash.DependencyKey]cbdash.Dependency
-	subs map[chan cbdash.Event]bool
-	n    int
-}
-
-func newLiveState(st *store.Store, deps ...cbdash.Dependency) *liveState {
-	l := &liveState{st: st, deps: map[cbdash.DependencyKey]cbdash.Dependency{}, subs: map[chan cbdash.Event]bool{}}
-	for _, d := range deps {
-		l.deps[d.DependencyKey] = d
-	}
-	return l
-}
-
-func (l *liveState) Dependencies() []cbdash.Dependency {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]cbdash.Dependency, 0, len(l.deps))
-	for _, d := range l.deps {
-		out = append(out, d)
-	}
-	return out
-}
-
-func (l *liveState) Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	d, ok := l.deps[k]
-	if !ok {
-		return d, fmt.Errorf("dependency %s: %w", k, cbdash.ErrNotFound)
-	}
-	return d, nil
-}
-
-func (l *liveState) Subscribe() ([]cbdash.Dependency, <-chan cbdash.Event, func()) {
-	snap := l.Dependencies()
-	ch := make(chan cbdash.Event, 64)
-	l.mu.Lock()
-	l.subs[ch] = true
-	l.mu.Unlock()
-	return snap, ch, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.subs[ch] {
-			delete(l.subs, ch)
-			close(ch)
-		}
-	}
-}
-
-func (l *liveState) publish(ev cbdash.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if ev.Dependency != nil {
-		l.deps[ev.Dependency.DependencyKey] = *ev.Dependency
-	}
-	for ch := range l.subs {
-		select {
-		case ch <- ev:
-		default:
-			delete(l.subs, ch)
-			close(ch)
-		}
-	}
-}
-
-func (l *liveState) Issue(ctx context.Context, r cbdash.CommandRequest) (cbdash.Command, error) {
-	d, err := l.Dependency(cbdash.DependencyKey{Service: r.Service, Breaker: r.Breaker})
-	if err != nil {
-		return cbdash.Command{}, err
-	}
-	l.mu.Lock()
-	l.n++
-	id := fmt.Sprintf("cmd-%d", l.n)
-	l.mu.Unlock()
-	now := time.Now()
-	cmd := cbdash.Command{ID: id, CommandRequest: r, IssuedAt: now, ExpiresAt: now.Add(r.TTL)}
-	if r.TTL == 0 {
-		cmd.ExpiresAt = time.Time{}
-	}
-	for _, in := range d.PerInstance {
-		if r.Instance == "" || r.Instance == in.Instance {
-			cmd.Targets = append(cmd.Targets, cbdash.CommandTarget{Instance: in.Instance, Status: cbdash.TargetPending})
-		}
-	}
-	if err := l.st.CreateCommand(ctx, cmd); err != nil {
-		return cbdash.Command{}, err
-	}
-	l.publish(cbdash.Event{Kind: cbdash.EventCommand, At: now, Command: &cmd})
-	return cmd, nil
-}
-
-// dep builds a dependency with n live instances, open on `open` of them.
-func dep(service, breaker string, n, open int) cbdash.Dependency {
-	d := cbdash.Dependency{
-		DependencyKey: cbdash.DependencyKey{Service: service, Breaker: breaker},
-		State:         protocol.StateClosed, ByState: map[string]int{}, Instances: n,
-		Labels:      map[string]string{"team": "pay"},
-		RequestRate: 42.5, FailureRate: 3, P50: 12 * time.Millisecond, P99: 180 * time.Millisecond,
-		Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, SlowCallRateThreshold: 80},
-	}
-	for i := range n {
-		st := protocol.StateClosed
-		if i < open {
-			st = protocol.StateOpen
-		}
-		d.ByState[st]++
-		d.PerInstance = append(d.PerInstance, cbdash.InstanceBreaker{
-			Service: service, Instance: fmt.Sprintf("%s-%d", service, i+1), Breaker: breaker, State: st,
-			LastSeen: time.Now(), Config: protocol.BreakerConfig{Name: breaker, WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000},
-			Last: protocol.Window{Millis: 1000, Counts: protocol.Counts{Admitted: 40, Successes: 39, Failures: 1, Errors: 1}},
-		})
-	}
-	if open > 0 {
-		d.State = protocol.StateOpen
-	}
-	return d
-}
-
+// harness is a real cbdash server on loopback (stacktest: a store on
+// SQLite in a temp dir, the collector with its Run loop, the dashboard,
+// wired as cmd/cbdash wires them, on one clock) with accounts. Tests give
+// it live state as agents do: through the collector's HTTP ingest (POST
+// /api/v1/ingest), or with real agents (startStack).
 type harness struct {
 	t     *testing.T
+	clock clock.Clock
+	stack *stacktest.Stack
+	opts  stacktest.Options // what stack was started with
 	st    *store.Store
-	live  *liveState
+	col   *collector.Collector
 	srv   *web.Server
-	http  *httptest.Server
+	url   string            // the server's base URL
+	cfg   web.Config        // the dashboard's config
 	users map[string]string // name -> password
+
+	mu       sync.Mutex
+	reported map[string]reported // service/instance -> what was last ingested
 }
 
-// newHarness starts a dashboard on a real store with three users: vera
-// (viewer), otto (operator) and ada (admin).
-func newHarness(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harness {
+// reported is what the harness last ingested for one instance.
+type reported struct {
+	seq      uint64
+	breakers []string          // declared in its hello, in order
+	states   map[string]string // breaker -> state
+}
+
+// fleet is a dependency as a harness reports it: instances
+// <service>-1..<service>-n, the first `open` of them open, each with
+// `calls` calls in the second before the report (see reportCalls).
+type fleet struct {
+	service, breaker string
+	n, open          int
+	calls            int64
+}
+
+func dep(service, breaker string, n, open int) fleet { return fleet{service, breaker, n, open, 40} }
+
+// quiet is f without calls: nothing on its tile (rates, latencies) moves
+// as the clock does.
+func quiet(f fleet) fleet {
+	f.calls = 0
+	return f
+}
+
+// newHarness starts a dashboard on a virtual clock at the test epoch with
+// three users, vera (viewer), otto (operator) and ada (admin), and
+// reports each fleet through the ingest API.
+func newHarness(t *testing.T, cfg web.Config, deps ...fleet) *harness {
 	t.Helper()
-	h := start(t, cfg, deps...)
+	h := start(t, cfg, clocktest.Virtual())
 	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}, {"ada", cbdash.RoleAdmin}} {
-		pw := "password-" + u.name
-		hash, err := web.HashPassword(pw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.st.CreateUser(context.Background(), u.name, u.role, hash); err != nil {
-			t.Fatal(err)
-		}
-		h.users[u.name] = pw
+		h.addUser(u.name, u.role, "password-"+u.name)
+	}
+	for _, f := range deps {
+		h.fleet(f)
 	}
 	return h
 }
 
 // newHarnessEmpty starts a dashboard with no user.
-func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}) }
+func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}, clocktest.Virtual()) }
 
-func start(t *testing.T, cfg web.Config, deps ...cbdash.Dependency) *harness {
+// start runs a stack on clk until the test ends, its dashboard configured
+// by cfg (whose Collector, Store and Clock the stack sets; LiveInterval
+// 0 = 20 ms). The collector publishes every 20 ms of clk.
+func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{Clock: cfg.Clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, st: st, live: newLiveState(st, deps...), users: map[string]string{}}
-	cfg.Collector, cfg.Store = h.live, st
-	if cfg.LiveInterval == 0 {
-		cfg.LiveInterval = 20 * time.Millisecond
-	}
-	h.srv, err = web.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = web.HTTPErrorHandler
-	h.srv.Mount(e)
-	h.http = httptest.NewServer(e)
-	t.Cleanup(func() {
-		h.srv.Close()
-		h.http.Close()
-		st.Close()
-	})
+	h := &harness{t: t, clock: clk, users: map[string]string{}, reported: map[string]reported{}}
+	h.run(stacktest.Options{Clock: clk,
+		Collector: func(c *collector.Config) { c.PublishInterval = 20 * time.Millisecond },
+		Web: func(w *web.Config) {
+			c := cfg
+			c.Collector, c.Store, c.Clock = w.Collector, w.Store, w.Clock
+			if c.LiveInterval == 0 {
+				c.LiveInterval = 20 * time.Millisecond
+			}
+			*w, h.cfg = c, c
+		}})
 	return h
 }
 
-// nowClock reads its time from now and schedules on the system clock: the
-// stopgap that kept these tests' pinned times when web.Config.Now became
-// Config.Clock.
-type nowClock struct {
-	clock.Clock
-	now func() time.Time
+func (h *harness) run(o stacktest.Options) {
+	h.t.Helper()
+	h.opts = o
+	h.stack = stacktest.Start(h.t, o)
+	h.st, h.col, h.srv, h.url = h.stack.Store, h.stack.Collector, h.stack.Web, h.stack.URL()
 }
 
-func clockAt(now func() time.Time) clock.Clock { return nowClock{clock.System(), now} }
+// restart stops the stack and starts it again on the same database and
+// address, as a process restart would: live sockets end with 1012,
+// agents reconnect.
+func (h *harness) restart() {
+	h.t.Helper()
+	o := h.opts
+	o.Path, o.Addr = h.stack.Path, h.stack.Addr
+	h.stack.Stop()
+	h.run(o)
+}
 
-func (c nowClock) Now() time.Time { return c.now() }
+func (h *harness) addUser(name, role, password string) {
+	h.t.Helper()
+	hash, err := web.HashPassword(password)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.st.CreateUser(context.Background(), name, role, hash); err != nil {
+		h.t.Fatal(err)
+	}
+	h.users[name] = password
+}
+
+// virtual is the harness's clock, which newHarness makes virtual.
+func (h *harness) virtual() *breakertest.Clock {
+	h.t.Helper()
+	c, ok := h.clock.(*breakertest.Clock)
+	if !ok {
+		h.t.Fatalf("the harness clock is a %T, not virtual", h.clock)
+	}
+	return c
+}
+
+// tick moves a virtual harness clock on by the live interval (20 ms
+// unless the test set one), the collector's publish interval: one tick
+// of each. Tests that wait for something the clock drives call it while
+// they wait; on a running clock it does nothing.
+func (h *harness) tick() {
+	if v, ok := h.clock.(*breakertest.Clock); ok {
+		v.Advance(h.cfg.LiveInterval)
+	}
+}
+
+// breakerConfig is the configuration every harness breaker reports.
+func breakerConfig(name string) protocol.BreakerConfig {
+	return protocol.BreakerConfig{Name: name, WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50,
+		SlowCallDurationMillis: 250, SlowCallRateThreshold: 80, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1}
+}
+
+// hello declares instance of service with one breaker per name, labelled
+// team=pay, started an hour before the test epoch.
+func hello(service, instance string, breakers []string) protocol.Hello {
+	h := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: service, Instance: instance,
+		SDKVersion: "test", Labels: map[string]string{"team": "pay"}, StartedAt: clocktest.Epoch().Add(-time.Hour).UnixMilli()}
+	for _, b := range breakers {
+		h.Breakers = append(h.Breakers, breakerConfig(b))
+	}
+	return h
+}
+
+// fleet reports every instance of f once (see report).
+func (h *harness) fleet(f fleet) {
+	h.t.Helper()
+	for i := range f.n {
+		state := protocol.StateClosed
+		if i < f.open {
+			state = protocol.StateOpen
+		}
+		h.reportCalls(f.service, f.breaker, fmt.Sprintf("%s-%d", f.service, i+1), state, f.calls)
+	}
+}
+
+// report is reportCalls with 40 calls.
+func (h *harness) report(service, breaker, instance, state string) protocol.IngestResponse {
+	h.t.Helper()
+	return h.reportCalls(service, breaker, instance, state, 40)
+}
+
+// reportCalls ingests one batch for instance: the second that ends now,
+// in which its breaker ended in state, with a sliding window of 100 calls
+// of which 3 failed and 10 were slow. calls must be 0 or a multiple of 40:
+// per 40 calls, 39 succeeded and 1 failed; 30 took 10-25 ms, 10 took
+// 250-500 ms (slow). When the state differs from the one last reported
+// (closed at first), the batch carries the transition, half a second ago:
+// into open, a trip (failure rate 55% of 50%).
+func (h *harness) reportCalls(service, breaker, instance, state string, calls int64) protocol.IngestResponse {
+	h.t.Helper()
+	if calls%40 != 0 {
+		h.t.Fatalf("reportCalls: %d calls is not a multiple of 40", calls)
+	}
+	now := h.clock.Now()
+	w := protocol.Window{Breaker: breaker, Start: now.Add(-time.Second).UnixMilli(), Millis: 1000, State: state,
+		Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, Slow: 10,
+			SlowCallRate: 10, SlowCallRateThreshold: 80, MinimumCalls: 10}}
+	if n := calls / 40; n > 0 {
+		w.Counts = protocol.Counts{Admitted: 40 * n, Successes: 39 * n, Failures: n, Errors: n, Slow: 10 * n}
+		w.Latency = make([]int64, protocol.NumLatencyBuckets)
+		w.Latency[4], w.Latency[8] = 30*n, 10*n
+		w.LatencySumMs = float64(n * (30*20 + 10*400))
+	}
+	b := protocol.Batch{Windows: []protocol.Window{w}}
+	if from := h.stateOf(service, instance, breaker); from != state {
+		tr := protocol.Transition{Breaker: breaker, From: from, To: state, At: now.Add(-500 * time.Millisecond).UnixMilli()}
+		if state == protocol.StateOpen {
+			tr.OpenMillis = 5000
+			tr.Cause = protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 55, Threshold: 50, WindowCalls: 20, WindowFailed: 11}
+		}
+		b.Transitions = append(b.Transitions, tr)
+	}
+	return h.ingest(service, instance, b)
+}
+
+func (h *harness) stateOf(service, instance, breaker string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.reported[service+"/"+instance].states[breaker]; ok {
+		return s
+	}
+	return protocol.StateClosed
+}
+
+// ingest posts b (numbered after the instance's last batch, sent now)
+// with a hello declaring every breaker the instance has reported (b's
+// included) to POST /api/v1/ingest with the agent token, as an agent
+// without a websocket does, and returns the collector's answer. The
+// batch's transitions and windows become the instance's known states.
+func (h *harness) ingest(service, instance string, b protocol.Batch) protocol.IngestResponse {
+	h.t.Helper()
+	key := service + "/" + instance
+	h.mu.Lock()
+	r := h.reported[key]
+	r.states = maps.Clone(r.states)
+	if r.states == nil {
+		r.states = map[string]string{}
+	}
+	r.breakers = slices.Clone(r.breakers)
+	declare := func(name string) {
+		if !slices.Contains(r.breakers, name) {
+			r.breakers = append(r.breakers, name)
+		}
+	}
+	for _, tr := range b.Transitions {
+		declare(tr.Breaker)
+		r.states[tr.Breaker] = tr.To
+	}
+	for _, w := range b.Windows {
+		declare(w.Breaker)
+		r.states[w.Breaker] = w.State
+	}
+	r.seq++
+	h.reported[key] = r
+	h.mu.Unlock()
+	b.Type, b.Seq, b.SentAt = protocol.TypeBatch, r.seq, h.clock.Now().UnixMilli()
+	body, err := json.Marshal(protocol.IngestRequest{Hello: hello(service, instance, r.breakers), Batch: b})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, h.url+"/api/v1/ingest", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.stack.AgentToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		h.t.Fatalf("ingest %s seq %d: %d %s", key, b.Seq, res.StatusCode, raw)
+	}
+	var out protocol.IngestResponse
+	if err := json.Unmarshal(raw, &out); err != nil {
+		h.t.Fatalf("ingest answer %s: %v", raw, err)
+	}
+	return out
+}
 
 // client is a browser-like HTTP client: cookie jar, no redirects followed.
 type client struct {
@@ -261,14 +333,14 @@ func (c *client) do(req *http.Request) response {
 }
 
 func (c *client) get(path string) response {
-	req, _ := http.NewRequest(http.MethodGet, c.h.http.URL+path, nil)
+	req, _ := http.NewRequest(http.MethodGet, c.h.url+path, nil)
 	return c.do(req)
 }
 
 // csrf returns the CSRF cookie's token, fetching the login page first
 // when the jar has none.
 func (c *client) csrf() string {
-	u, _ := url.Parse(c.h.http.URL)
+	u, _ := url.Parse(c.h.url)
 	for i := 0; i < 2; i++ {
 		for _, ck := range c.hc.Jar.Cookies(u) {
 			if ck.Name == "cbdash_csrf" {
@@ -288,7 +360,7 @@ func (c *client) postForm(path string, form url.Values) response {
 }
 
 func (c *client) rawPost(path string, form url.Values) response {
-	req, _ := http.NewRequest(http.MethodPost, c.h.http.URL+path, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, c.h.url+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	return c.do(req)
 }

@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,19 +10,13 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// seed stores a hello and one batch for instance inst of checkout/payments:
-// a minute of one-second windows and a closed > open > half_open run.
-func seed(t *testing.T, h *harness, inst string, now time.Time) {
+// seed reports, through the ingest API, a minute of one-second windows of
+// instance inst of checkout/payments ending now, with a closed > open >
+// half_open run.
+func seed(t *testing.T, h *harness, inst string) {
 	t.Helper()
-	ctx := context.Background()
-	started := now.Add(-time.Hour).UnixMilli()
-	hello := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: "checkout", Instance: inst,
-		SDKVersion: "test", StartedAt: started, Breakers: []protocol.BreakerConfig{{Name: "payments", WindowKind: "count",
-			WindowSize: 20, FailureRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1}}}
-	if err := h.st.SaveHello(ctx, hello, now); err != nil {
-		t.Fatal(err)
-	}
-	b := protocol.Batch{Type: protocol.TypeBatch, Seq: 1, SentAt: now.UnixMilli()}
+	now := h.clock.Now()
+	var b protocol.Batch
 	lat := make([]int64, protocol.NumLatencyBuckets)
 	lat[4] = 10
 	for i := range 60 {
@@ -44,15 +37,13 @@ func seed(t *testing.T, h *harness, inst string, now time.Time) {
 		{Breaker: "payments", From: protocol.StateOpen, To: protocol.StateHalfOpen, At: now.Add(-25 * time.Second).UnixMilli(), Generation: 3,
 			Cause: protocol.Cause{Kind: protocol.CauseOpenElapsed}},
 	}
-	if _, err := h.st.SaveBatch(ctx, "checkout", inst, started, b, now); err != nil {
-		t.Fatal(err)
-	}
+	h.ingest("checkout", inst, b)
 }
 
 func TestPagesReadTheStore(t *testing.T) {
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
-	now := time.Now()
-	seed(t, h, "checkout-1", now)
+	now := h.clock.Now()
+	seed(t, h, "checkout-1")
 	c := h.login("vera")
 
 	t.Run("dependency page: charts and transitions with causes", func(t *testing.T) {

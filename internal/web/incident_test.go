@@ -10,21 +10,22 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// recordIncident stores what two instances of checkout/payments reported
-// around an incident that starts at base+60s and ends at base+100s: windows
-// every second, transitions, an operator command, a configuration change,
-// and the incident itself. It returns the incident's ID.
-func recordIncident(t *testing.T, st *store.Store, base time.Time) int64 {
+// recordIncident has two instances of checkout/payments report, through
+// the ingest API, three minutes from base on, around an incident that
+// starts at base+60s and ends at base+100s: windows every second and
+// transitions. It stores what the incident service and an operator would
+// have added (an applied command, a configuration change, the incident and
+// another, open one) and returns the incident's ID.
+func recordIncident(t *testing.T, h *harness, base time.Time) int64 {
 	t.Helper()
 	ctx := context.Background()
+	st := h.st
 	k := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
-	cfg := protocol.BreakerConfig{Name: k.Breaker, WindowKind: "count", WindowSize: 20, FailureRateThreshold: 50,
-		SlowCallDurationMillis: 250, SlowCallRateThreshold: 80, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1}
+	cfg := breakerConfig(k.Breaker)
 	ms := func(sec float64) int64 { return base.Add(time.Duration(sec * float64(time.Second))).UnixMilli() }
 	trip := protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 70, Threshold: 50, WindowCalls: 20, WindowFailed: 14}
 	trs := map[string][]protocol.Transition{
@@ -41,14 +42,8 @@ func recordIncident(t *testing.T, st *store.Store, base time.Time) int64 {
 			{Breaker: k.Breaker, From: "half_open", To: "closed", At: ms(100), Cause: protocol.Cause{Kind: protocol.CauseProbesSucceeded}},
 		},
 	}
-	started := base.Add(-time.Hour).UnixMilli()
 	for inst, list := range trs {
-		h := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: k.Service, Instance: inst, SDKVersion: "test",
-			StartedAt: started, Breakers: []protocol.BreakerConfig{cfg}}
-		if err := st.SaveHello(ctx, h, base); err != nil {
-			t.Fatal(err)
-		}
-		b := protocol.Batch{Type: protocol.TypeBatch, Seq: 1, SentAt: ms(180), Transitions: list}
+		b := protocol.Batch{Transitions: list}
 		state := "closed"
 		for sec := 0; sec < 180; sec++ {
 			for _, tr := range list {
@@ -73,9 +68,7 @@ func recordIncident(t *testing.T, st *store.Store, base time.Time) int64 {
 			}
 			b.Windows = append(b.Windows, w)
 		}
-		if _, err := st.SaveBatch(ctx, k.Service, inst, started, b, base.Add(3*time.Minute)); err != nil {
-			t.Fatal(err)
-		}
+		h.ingest(k.Service, inst, b)
 	}
 	at := base.Add(69800 * time.Millisecond)
 	if err := st.CreateCommand(ctx, cbdash.Command{ID: "cmd-force", CommandRequest: cbdash.CommandRequest{Service: k.Service, Breaker: k.Breaker,
@@ -101,11 +94,24 @@ func recordIncident(t *testing.T, st *store.Store, base time.Time) int64 {
 	return id
 }
 
-var incidentBase = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+// newIncidentHarness starts a harness, records the incident of
+// recordIncident starting at the clock's epoch and moves the clock ten
+// minutes on, after its end. It returns the incident's ID and its base.
+func newIncidentHarness(t *testing.T) (*harness, int64, time.Time) {
+	t.Helper()
+	h := newHarness(t, web.Config{})
+	base := h.clock.Now()
+	h.virtual().Advance(3 * time.Minute) // the reports arrive after the fact
+	id := recordIncident(t, h, base)
+	h.virtual().Advance(7 * time.Minute)
+	return h, id, base
+}
+
+// formTime is the layout of the incident list's from and to fields.
+const formTime = "2006-01-02T15:04"
 
 func TestIncidentPages(t *testing.T) {
-	h := newHarness(t, web.Config{Clock: clockAt(func() time.Time { return incidentBase.Add(10 * time.Minute) })})
-	id := recordIncident(t, h.st, incidentBase)
+	h, id, base := newIncidentHarness(t)
 	path := "/incidents/" + strconv.FormatInt(id, 10)
 	vera, otto := h.login("vera"), h.login("otto")
 
@@ -118,7 +124,7 @@ func TestIncidentPages(t *testing.T) {
 			t.Errorf("not newest first: search/index at %d, checkout/payments at %d", i, j)
 		}
 		for q, want := range map[string]string{"?open=true": "search/index", "?service=checkout": "checkout/payments",
-			"?breaker=payments&from=2026-11-29T12:00&to=2026-11-29T12:02": "checkout/payments"} {
+			"?breaker=payments&from=" + base.Format(formTime) + "&to=" + base.Add(2*time.Minute).Format(formTime): "checkout/payments"} {
 			res := vera.get("/incidents" + q)
 			if res.status != http.StatusOK || strings.Count(res.body, `data-testid="incident-row"`) != 1 || !strings.Contains(res.body, want) {
 				t.Errorf("GET /incidents%s: %d, want only %s", q, res.status, want)
@@ -145,7 +151,7 @@ func TestIncidentPages(t *testing.T) {
 				t.Errorf("%s appears %d times, want %d", want, got, n)
 			}
 		}
-		for _, want := range []string{"2026-11-29 12:01:00", "40s", "checkout-1: failure rate 70.0% reached the threshold 50%",
+		for _, want := range []string{base.Add(time.Minute).Format("2006-01-02 15:04:05"), "40s", "checkout-1: failure rate 70.0% reached the threshold 50%",
 			"serve the cached prices", "failure rate threshold 50 → 40", `href="/api/v1/incidents/` + strconv.FormatInt(id, 10) + `/export.md"`} {
 			if !strings.Contains(res.body, want) {
 				t.Errorf("page lacks %q", want)
