@@ -43,7 +43,7 @@ func TestSecurityBodiesAreLimitedBeforeParsing(t *testing.T) {
 		t.Helper()
 		body := &countingBody{}
 		body.size.Store(huge)
-		req, _ := http.NewRequest(http.MethodPost, h.http.URL+path, body)
+		req, _ := http.NewRequest(http.MethodPost, h.url+path, body)
 		req.Header.Set("Content-Type", contentType)
 		if declared {
 			req.ContentLength = huge
@@ -81,7 +81,7 @@ func TestSecurityBodiesAreLimitedBeforeParsing(t *testing.T) {
 		otto := h.login("otto")
 		body := &countingBody{}
 		body.size.Store(150 << 20)
-		req, _ := http.NewRequest(http.MethodPost, h.http.URL+"/incidents/1/notes", body)
+		req, _ := http.NewRequest(http.MethodPost, h.url+"/incidents/1/notes", body)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("X-CSRF-Token", otto.csrf())
 		res, err := otto.hc.Do(req)

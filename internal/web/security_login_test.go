@@ -20,7 +20,7 @@ import (
 // when xff is "") and returns the status.
 func (c *client) loginFrom(user, password, xff string) int {
 	form := url.Values{"user": {user}, "password": {password}, "_csrf": {c.csrf()}}
-	req, _ := http.NewRequest(http.MethodPost, c.h.http.URL+"/login", strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, c.h.url+"/login", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if xff != "" {
 		req.Header.Set("X-Forwarded-For", xff)

@@ -7,7 +7,6 @@ package web_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -34,7 +33,7 @@ func secretIn(body, prefix string) string {
 // bearerGet requests path as an API client with token.
 func (h *harness) bearerGet(path, token string) response {
 	h.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, h.http.URL+path, nil)
+	req, _ := http.NewRequest(http.MethodGet, h.url+path, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
 	return h.client().do(req)
@@ -43,7 +42,7 @@ func (h *harness) bearerGet(path, token string) response {
 // jsonGet requests path as the client, asking for JSON (401, not a
 // redirect to the login page, when not logged in).
 func (c *client) jsonGet(path string) response {
-	req, _ := http.NewRequest(http.MethodGet, c.h.http.URL+path, nil)
+	req, _ := http.NewRequest(http.MethodGet, c.h.url+path, nil)
 	req.Header.Set("Accept", "application/json")
 	return c.do(req)
 }
@@ -214,7 +213,7 @@ func TestSecurityRevokedAgentTokenClosesItsConnection(t *testing.T) {
 	if _, err := s.st.CreateUser(ctx, "ada", cbdash.RoleAdmin, hash); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, st: s.st, http: &httptest.Server{URL: s.url}, users: map[string]string{"ada": "admin-password"}}
+	h := &harness{t: t, st: s.st, url: s.url, users: map[string]string{"ada": "admin-password"}}
 	admin := h.login("ada")
 	tok := secretIn(admin.postForm("/admin/agent-tokens", url.Values{"service": {"checkout"}, "days": {"30"}}).body, "cbdash_at_")
 	if tok == "" {
