@@ -78,7 +78,11 @@ func quiet(f fleet) fleet {
 // reports each fleet through the ingest API.
 func newHarness(t *testing.T, cfg web.Config, deps ...fleet) *harness {
 	t.Helper()
-	h := start(t, cfg, clocktest.Virtual())
+	var clk clock.Clock = clocktest.Virtual()
+	if cfg.Clock != nil { // the test moves a clock of its own
+		clk = cfg.Clock
+	}
+	h := start(t, cfg, clk)
 	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}, {"ada", cbdash.RoleAdmin}} {
 		h.addUser(u.name, u.role, "password-"+u.name)
 	}
