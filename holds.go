@@ -316,6 +316,25 @@ type HoldPlan struct {
 	// Superseded lists the live holds this one would take precedence
 	// over on at least one matching breaker.
 	Superseded []string `json:"superseded,omitempty"`
+	// Unsupported lists the matching breakers that cannot be held, as
+	// "service/instance: reason" (HoldsUnsupported), sorted: the hold is
+	// not sent to them. They are not in Instances.
+	Unsupported []string `json:"unsupported,omitempty"`
+}
+
+// HoldsUnsupported reports whether a breaker of configuration c cannot be
+// held (its hello set holds_unsupported), and why, in the words the
+// dashboard and the collector use: "a sony/gobreaker v2 breaker cannot be
+// held open or closed".
+func HoldsUnsupported(c protocol.BreakerConfig) (reason string, unsupported bool) {
+	if !c.HoldsUnsupported {
+		return "", false
+	}
+	what := "this breaker"
+	if c.Library != "" {
+		what = "a " + c.Library + " breaker"
+	}
+	return what + " cannot be held open or closed", true
 }
 
 // SortCoverage orders coverage by service, instance, breaker, then start.

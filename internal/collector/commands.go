@@ -35,6 +35,9 @@ import (
 // hold would be applied again at the next hello. Release and reset may be
 // delivered until their TTL, or Config.CommandDelivery when it is 0.
 //
+// A command for breakers that cannot be held (holds_unsupported in their
+// hello) is refused up front with cbdash.ErrInvalid and the reason.
+//
 // Errors: cbdash.ErrInvalid naming the bad field, cbdash.ErrNotFound for
 // a breaker or instance the collector does not know, cbdash.ErrConflict
 // as above, or the store's error (then nothing was sent).
@@ -59,6 +62,9 @@ func (c *Collector) Issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 			return cbdash.Command{}, fmt.Errorf("%w: %s is held by %s; release the hold first, or it is applied again at the next hello",
 				cbdash.ErrConflict, k, holdList(hs))
 		}
+	}
+	if err := c.refuseUnsupportedTargets(k, targets); err != nil {
+		return cbdash.Command{}, err
 	}
 	now := c.now().UTC()
 	cmd := cbdash.Command{ID: newID(), CommandRequest: req, IssuedAt: now}

@@ -61,13 +61,17 @@ func (c *Collector) HoldReport(ctx context.Context, id string) (cbdash.HoldRepor
 	if now.Before(end) {
 		end = now
 	}
-	span := min(end.Sub(r.Start), time.Hour)
+	// History is kept in buckets of whole seconds: the split falls on the
+	// second the hold started in (its calls count as during), and each span
+	// is at least one bucket, so a bucket is never counted on both sides.
+	split := r.Start.Truncate(time.Second)
+	span := min(max(end.Sub(split), time.Second), time.Hour).Round(time.Second)
 	for k := range deps {
 		dr := cbdash.HoldDependencyReport{DependencyKey: k}
-		if dr.Before, err = c.period(ctx, k, r.Start.Add(-span), r.Start); err != nil {
+		if dr.Before, err = c.period(ctx, k, split.Add(-span), split); err != nil {
 			return cbdash.HoldReport{}, err
 		}
-		if dr.During, err = c.period(ctx, k, r.Start, end); err != nil {
+		if dr.During, err = c.period(ctx, k, split, split.Add(max(end.Sub(split), time.Second))); err != nil {
 			return cbdash.HoldReport{}, err
 		}
 		r.Dependencies = append(r.Dependencies, dr)

@@ -94,9 +94,19 @@ type holdInst struct {
 	startedAt int64
 	breakers  []string
 	rates     map[string]float64 // calls per second of each breaker's last report
-	sess      *session
-	stale     bool
+	// unsupported says why a breaker cannot be held (its hello set
+	// holds_unsupported); such a breaker is never sent a hold.
+	unsupported map[string]string
+	sess        *session
+	stale       bool
+	// pull is set for an instance that reports over HTTP ingest (no
+	// session), at its ingest: what is sent to it is recorded as
+	// pending targets, which the ingest response carries.
+	pull bool
 }
+
+// reachable reports whether commands can be delivered to hi now.
+func (hi holdInst) reachable() bool { return hi.sess != nil || hi.pull }
 
 // holdInstances lists the instances of live state (connected or not).
 func (l *live) holdInstances() []holdInst {
@@ -131,6 +141,12 @@ func (l *live) holdInstLocked(inst *instance) holdInst {
 		startedAt: inst.startedAt, sess: inst.sess, stale: inst.stale, rates: make(map[string]float64, len(inst.breakers))}
 	for name, ib := range inst.breakers {
 		hi.breakers = append(hi.breakers, name)
+		if why, ok := cbdash.HoldsUnsupported(ib.config); ok {
+			if hi.unsupported == nil {
+				hi.unsupported = make(map[string]string)
+			}
+			hi.unsupported[name] = why
+		}
 		if ib.last.Millis > 0 {
 			hi.rates[name] = float64(ib.last.Counts.Admitted+ib.last.Counts.Rejected()) / (float64(ib.last.Millis) / 1000)
 		}
@@ -143,15 +159,21 @@ func (l *live) holdInstLocked(inst *instance) holdInst {
 func (c *Collector) MaxHold() time.Duration { return c.cfg.MaxHold }
 
 // CreateHold stores a hold and applies it to every connected instance it
-// covers, now and at every later hello, until it expires or is released.
-// The actor is req.Actor. It returns the hold with its coverage so far
-// (answers arrive later: see Hold).
+// covers, now and at every later hello (an instance on HTTP ingest: at
+// its next ingest), until it expires or is released. Breakers that cannot
+// be held (holds_unsupported) are never sent it. The actor is req.Actor.
+// It returns the hold with its coverage so far (answers arrive later: see
+// Hold).
 //
 // Errors: cbdash.ErrInvalid naming the bad field (a ttl over
-// Config.MaxHold names the limit), or the store's error (then nothing was
-// sent).
+// Config.MaxHold names the limit; a selector whose live breakers all
+// cannot be held gives their reason), or the store's error (then nothing
+// was sent).
 func (c *Collector) CreateHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
 	if err := req.Validate(c.cfg.MaxHold); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	if err := c.refuseUnsupported(req.Selector); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
 	now := c.now().UTC()
@@ -174,7 +196,7 @@ func (c *Collector) CreateHold(ctx context.Context, req cbdash.HoldRequest) (cbd
 
 func coversAny(sel cbdash.Selector, hi holdInst) bool {
 	for _, b := range hi.breakers {
-		if sel.Matches(hi.ref, b) {
+		if _, no := hi.unsupported[b]; !no && sel.Matches(hi.ref, b) {
 			return true
 		}
 	}
@@ -240,7 +262,7 @@ func (c *Collector) Hold(ctx context.Context, id string) (cbdash.HoldRecord, err
 }
 
 // PlanHold returns the blast radius of req without acting: the services
-// and connected, non-stale instances it would cover now, their calls per
+// and live (non-stale) instances it would cover now, their calls per
 // second, and the live holds it would supersede. Errors: cbdash.ErrInvalid
 // as CreateHold.
 func (c *Collector) PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
@@ -256,7 +278,7 @@ func (c *Collector) PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
 	others := m.listLocked()
 	m.mu.Unlock()
 	for _, hi := range c.live.holdInstances() {
-		if hi.sess == nil || hi.stale {
+		if hi.stale { // connected, on HTTP ingest, or away for less than the stale timeout
 			continue
 		}
 		eligible, matched := false, false
@@ -266,6 +288,10 @@ func (c *Collector) PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
 			}
 			eligible = true
 			if !req.Selector.Matches(hi.ref, b) {
+				continue
+			}
+			if why, no := hi.unsupported[b]; no {
+				p.Unsupported = append(p.Unsupported, hi.ref.Service+"/"+hi.ref.Instance+": "+why)
 				continue
 			}
 			matched = true
@@ -290,6 +316,7 @@ func (c *Collector) PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
 		p.Superseded = append(p.Superseded, id)
 	}
 	sort.Strings(p.Superseded)
+	sort.Strings(p.Unsupported)
 	return p, nil
 }
 
@@ -337,6 +364,22 @@ func (m *holdManager) hello(ctx context.Context, k instKey) {
 	m.reconcileLocked(ctx, hi, true)
 }
 
+// pull applies the holds governing an instance that reports over HTTP
+// ingest, at each of its ingests: it has no session, so what it needs is
+// recorded as pending targets, which the ingest response then carries
+// (and carries again until the instance answers). A hold created or
+// released meanwhile reaches it at its next ingest.
+func (m *holdManager) pull(ctx context.Context, k instKey) {
+	hi, ok := m.c.live.holdInstance(k)
+	if !ok || hi.sess != nil {
+		return
+	}
+	hi.pull = true
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reconcileLocked(ctx, hi, true)
+}
+
 // reconcileLocked sends hi whatever its breakers need to be governed by
 // the right hold: the governing hold when another (or none) was sent to
 // this process, the same command again at a hello (a reconnection), a
@@ -347,6 +390,9 @@ func (m *holdManager) reconcileLocked(ctx context.Context, hi holdInst, atHello 
 	holds := m.listLocked()
 	k := instKey{hi.ref.Service, hi.ref.Instance}
 	for _, b := range hi.breakers {
+		if _, no := hi.unsupported[b]; no {
+			continue // refused up front; the agent would refuse it too
+		}
 		prev, had := m.applied[k][b]
 		win, ok := cbdash.Governing(holds, hi.ref, b, now)
 		switch {
@@ -367,11 +413,11 @@ func (m *holdManager) reconcileLocked(ctx context.Context, hi holdInst, atHello 
 			}
 		case had:
 			old := m.holds[prev.holdID]
-			if !old.ReleasedAt.IsZero() && old.ReleasedAt.Before(old.Until) && hi.sess != nil {
+			if !old.ReleasedAt.IsZero() && old.ReleasedAt.Before(old.Until) && hi.reachable() {
 				if !m.sendRelease(ctx, hi, b, old, now) {
 					continue
 				}
-			} else if hi.sess == nil {
+			} else if !hi.reachable() {
 				continue // released while away: the release is sent at its hello
 			}
 			delete(m.applied[k], b)
@@ -381,9 +427,9 @@ func (m *holdManager) reconcileLocked(ctx context.Context, hi holdInst, atHello 
 
 // send records and sends hold h to breaker b of hi as command cmdID. It
 // reports whether the command was sent (false when the store failed, or
-// hi is not connected).
+// hi is not reachable).
 func (m *holdManager) send(ctx context.Context, hi holdInst, b string, h cbdash.HoldRecord, cmdID string, now time.Time, atHello bool) bool {
-	if hi.sess == nil {
+	if !hi.reachable() {
 		return false
 	}
 	c := m.c
@@ -394,13 +440,19 @@ func (m *holdManager) send(ctx context.Context, hi holdInst, b string, h cbdash.
 		c.log.Error("record hold target", "hold", h.ID, "instance", hi.ref.Instance, "err", err)
 		return false
 	}
+	late := atHello && now.After(h.CreatedAt)
+	if hi.pull { // an ingest is no hello: late when the process started after the hold
+		late = hi.startedAt > h.CreatedAt.UnixMilli()
+	}
 	cov := cbdash.HoldCoverage{Service: hi.ref.Service, Instance: hi.ref.Instance, Breaker: b, StartedAt: hi.startedAt,
-		CommandID: cmdID, CoveredAt: now, JoinedLate: atHello && now.After(h.CreatedAt)}
+		CommandID: cmdID, CoveredAt: now, JoinedLate: late}
 	if err := c.store.AddHoldCoverage(ctx, h.ID, cov); err != nil {
 		c.log.Error("record hold coverage", "hold", h.ID, "instance", hi.ref.Instance, "err", err)
 	}
 	m.cover1(coverKey{instKey{hi.ref.Service, hi.ref.Instance}, b}, coverSpan{holdID: h.ID, from: now.UnixMilli(), to: h.End().UnixMilli()})
-	hi.sess.send(wireCommand(cmd, now))
+	if hi.sess != nil { // a pulling instance reads it from its pending commands
+		hi.sess.send(wireCommand(cmd, now))
+	}
 	return true
 }
 
@@ -414,7 +466,9 @@ func (m *holdManager) sendRelease(ctx context.Context, hi holdInst, b string, h 
 		m.c.log.Error("record hold release target", "hold", h.ID, "instance", hi.ref.Instance, "err", err)
 		return false
 	}
-	hi.sess.send(wireCommand(cmd, now))
+	if hi.sess != nil {
+		hi.sess.send(wireCommand(cmd, now))
+	}
 	return true
 }
 

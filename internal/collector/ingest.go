@@ -20,7 +20,9 @@ const retryAfterSeconds = 5
 // "Authorization: Bearer". It runs the ingest pipeline (see pipeline.go)
 // and answers protocol.IngestResponse after the batch is committed (a
 // duplicate is acknowledged without being stored again, with the highest
-// seq stored), with the commands pending for the instance. Errors, as
+// seq stored), with the commands pending for the instance, among them the
+// holds that govern its breakers (applied at every ingest, as at every
+// websocket hello). Errors, as
 // {"error": reason}: 401 bad token, 403 token limited to another service,
 // 400 (ErrInvalid) for a malformed or invalid request (nothing of it is
 // stored; the same body is refused again), 503 with Retry-After before Run
@@ -76,6 +78,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 			resp.AckedSeq = max(last, b.Seq)
 		}
 	}
+	c.holds.pull(ctx, k) // no session: the holds it needs go out as pending commands
 	resp.Commands = c.pending(ctx, k, now)
 	return ec.JSON(http.StatusOK, resp)
 }

@@ -242,6 +242,9 @@ func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 		ID: elementID("c-", cmd.ID), IssuedAt: stamp(cmd.IssuedAt), Actor: cmd.Actor, Action: incident.ActionText(cmd.Action),
 		Service: cmd.Service, Breaker: cmd.Breaker, Href: depHref(k), Reason: cmd.Reason,
 	}
+	if id := holdIDOf(cmd.HoldID, cmd.ID); id != "" {
+		v.HoldHref = holdHref(id)
+	}
 	switch {
 	case cmd.Instance != "":
 		v.Scope = "instance " + cmd.Instance

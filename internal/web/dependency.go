@@ -137,6 +137,9 @@ func (s *Server) dependency(c echo.Context) error {
 	if p.CanOp {
 		v.Operator = operatorForm(p.CSRF, d)
 	}
+	if v.Holds, err = s.depHolds(ctx, d, p); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, templates.DependencyPage(v))
 }
 
@@ -202,7 +205,24 @@ func cellText(r templates.Rate) string {
 	return l + " " + r.Text
 }
 
+// configText is a breaker's configuration in words; a breaker of another
+// library (fed by an adapter) shows the library and its own settings,
+// then whatever of ours it has.
 func configText(c protocol.BreakerConfig) string {
+	if c.Library != "" {
+		s := c.Library
+		if !c.Settings.IsZero() {
+			s += ": " + c.Settings.String()
+		}
+		if c.WindowKind != "" {
+			s += " (as cbdash reads it: " + nativeConfigText(c) + ")"
+		}
+		return s
+	}
+	return nativeConfigText(c)
+}
+
+func nativeConfigText(c protocol.BreakerConfig) string {
 	win := strconv.Itoa(c.WindowSize) + " calls"
 	if c.WindowKind == "time" {
 		win = (time.Duration(c.WindowMillis) * time.Millisecond).String()
@@ -268,6 +288,7 @@ func openFor(t protocol.Transition) string {
 
 func operatorForm(csrf string, d cbdash.Dependency) *templates.OperatorForm {
 	f := &templates.OperatorForm{CSRF: csrf, Service: d.Service, Breaker: d.Breaker, Live: liveCount(d), DefaultTTL: 15}
+	f.Unsupported, _ = unsupportedText(d)
 	for _, in := range d.PerInstance {
 		text := in.Instance + " (" + stateView(in.State).Text + ")"
 		if in.Stale {

@@ -263,6 +263,7 @@ func (s *Server) Mount(e *echo.Echo) {
 	op.POST("/dependency/confirm", s.confirm)
 	op.POST("/dependency/command", s.command)
 	s.mountIncidents(read, op) // incident pages: internal/web/incident.go
+	s.mountHolds(read, op)     // hold list, drill reports, fleet-wide holds: internal/web/holds.go
 
 	admin := g.with(s.require(cbdash.RoleAdmin))
 	admin.GET("/admin", s.adminPage)

@@ -103,6 +103,9 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 	if !h.Until.IsZero() {
 		v.Until = h.Until.UTC().Format("15:04") + " UTC (in " + roughDuration(h.Until.Sub(now)) + ")"
 	}
+	if id := holdIDOf(h.HoldID, h.CommandID); id != "" {
+		v.HoldID, v.Href = id, holdHref(id)
+	}
 	return v
 }
 

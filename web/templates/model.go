@@ -35,6 +35,8 @@ type Hold struct {
 	Actor  string
 	Reason string
 	Until  string // "14:05 UTC (in 12m)"; "" = no expiry
+	HoldID string // the stored hold; "" for a command of its own
+	Href   string // the hold's drill report; "" for a command of its own
 }
 
 // Rate is a rate beside its threshold, drawn as a headroom bar.
@@ -207,6 +209,7 @@ type CommandView struct {
 	Reason   string
 	Summary  string // "2 applied, 1 pending"
 	Targets  []TargetRow
+	HoldHref string // the drill report of the hold the command applied or released; "" if none
 }
 
 // DepHeader is the live summary at the top of a dependency page.
@@ -231,6 +234,10 @@ type OperatorForm struct {
 	Instances  []Option
 	Live       int
 	DefaultTTL int // minutes
+	// Unsupported says why no instance's breaker can be held ("a
+	// sony/gobreaker v2 breaker cannot be held open or closed"): the panel
+	// says so instead of offering the commands.
+	Unsupported string
 }
 
 // Dependency is the dependency page.
@@ -246,6 +253,7 @@ type Dependency struct {
 	Transitions []TransitionRow
 	Commands    []CommandView
 	Operator    *OperatorForm // nil when the user may not operate
+	Holds       *DepHolds     // nil when the server keeps no holds
 	AuditHref   string
 }
 

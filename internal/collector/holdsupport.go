@@ -1,0 +1,84 @@
+package collector
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cbdash/cbdash"
+)
+
+// Breakers whose hello says holds_unsupported (a sony/gobreaker v2
+// breaker fed by its adapter, say) cannot apply operator commands: the
+// agent would refuse each one. The collector refuses such commands up
+// front, with the same reason, instead of recording commands that can
+// only fail; a fleet-wide hold that also matches breakers that can be
+// held is accepted and simply not sent to the others (its blast radius
+// lists them, see PlanHold).
+
+// refuseUnsupported refuses a hold whose selector matches breakers on
+// live instances of which none can be held. A selector that matches no
+// live breaker at all is accepted: it is desired state, for the instances
+// that say hello later.
+func (c *Collector) refuseUnsupported(sel cbdash.Selector) error {
+	matched := 0
+	reasons := map[string][]string{} // reason -> "service/instance"
+	for _, hi := range c.live.holdInstances() {
+		for _, b := range hi.breakers {
+			if !sel.Matches(hi.ref, b) {
+				continue
+			}
+			why, no := hi.unsupported[b]
+			if !no {
+				return nil
+			}
+			matched++
+			reasons[why] = append(reasons[why], hi.ref.Service+"/"+hi.ref.Instance)
+		}
+	}
+	if matched == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: holds are not available for %s on %s", cbdash.ErrInvalid, sel.String(), reasonList(reasons))
+}
+
+// refuseUnsupportedTargets refuses a command (release, reset) for breaker
+// k of the named instances when none of them can apply it.
+func (c *Collector) refuseUnsupportedTargets(k cbdash.DependencyKey, instances []string) error {
+	if len(instances) == 0 {
+		return nil
+	}
+	reasons := map[string][]string{}
+	for _, inst := range instances {
+		hi, ok := c.live.holdInstance(instKey{k.Service, inst})
+		if !ok {
+			return nil
+		}
+		why, no := hi.unsupported[k.Breaker]
+		if !no {
+			return nil
+		}
+		reasons[why] = append(reasons[why], k.Service+"/"+inst)
+	}
+	return fmt.Errorf("%w: commands are not available for %s on %s", cbdash.ErrInvalid, k, reasonList(reasons))
+}
+
+// reasonList writes "checkout/i1, checkout/i2: a sony/gobreaker v2 breaker
+// cannot be held open or closed", one group per reason.
+func reasonList(reasons map[string][]string) string {
+	keys := make([]string, 0, len(reasons))
+	for why := range reasons {
+		keys = append(keys, why)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, why := range keys {
+		insts := reasons[why]
+		sort.Strings(insts)
+		if len(insts) > 5 {
+			insts = append(insts[:5:5], fmt.Sprintf("%d more", len(reasons[why])-5))
+		}
+		parts = append(parts, strings.Join(insts, ", ")+": "+why)
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,130 @@
+package web_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/cbdash/cbdash/sdk/agent"
+	"github.com/cbdash/cbdash/sdk/breaker"
+)
+
+// addAgent starts one more real agent on s with a payments breaker.
+func addAgent(t *testing.T, s *stack, service, instance string) *breaker.Breaker {
+	t.Helper()
+	tok, err := s.st.CreateAgentToken(context.Background(), service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := breaker.New("payments", breaker.Config{Window: breaker.Window{Kind: breaker.CountWindow, Size: 20}, MinimumCalls: 5, OpenDuration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{URL: "ws" + strings.TrimPrefix(s.url, "http") + "/api/v1/agent", Token: tok,
+		Service: service, Instance: instance, ReportInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Register(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Close(ctx)
+	})
+	return b
+}
+
+func TestBrowserFleetWideHoldFromTheDependencyPageReachesTheTileAndTheDrillReport(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 2)
+	catalog := addAgent(t, s, "catalog", "catalog-1")
+	login(t, ctx, s.url, "otto", s.password)
+	run(t, ctx, stepTimeout, "both services report payments",
+		until(`[...document.querySelectorAll("article.tile")].filter(t => t.querySelector(".brk").textContent === "payments").length === 2`))
+
+	const form = `form[data-testid=hold-form] `
+	run(t, ctx, stepTimeout, "review a fleet-wide hold from the dependency page",
+		chromedp.Navigate(s.url+"/dependency?service=checkout&breaker=payments"),
+		chromedp.WaitVisible(css(form)),
+		chromedp.Click(css(form+`input[name=action][value=force_open]`)),
+		chromedp.Click(css(form+`[data-testid=fleet-selector]`)),
+		chromedp.SetValue(css(form+`[data-testid=hold-ttl]`), "20"),
+		chromedp.SendKeys(css(form+`[data-testid=hold-reason]`), "drill the payments fallback"),
+		chromedp.Click(css(form+`[data-testid=hold-review]`)),
+		chromedp.WaitVisible(css(`[data-testid=hold-blast]`)),
+	)
+	blast := get(t, ctx, "read the blast radius", chromedp.Text(css(`[data-testid=hold-blast]`)))
+	for _, want := range []string{"3 instances of 2 services (catalog, checkout) to payments for 20m0s", "catalog/catalog-1, checkout/checkout-1, checkout/checkout-2"} {
+		if !strings.Contains(blast, want) {
+			t.Errorf("blast radius %q lacks %q", blast, want)
+		}
+	}
+	run(t, ctx, stepTimeout, "confirm: the drill report fills in",
+		chromedp.Click(css(`[data-testid=hold-confirm-button]`)),
+		chromedp.WaitVisible(css(`[data-testid=report-summary]`)),
+	)
+	// The report is not live: reload it until every instance answered.
+	for range 600 {
+		summary := get(t, ctx, "read the summary", chromedp.Text(css(`[data-testid=sum-covered]`)))
+		if strings.HasPrefix(summary, "3 instances") && catalog.State() == breaker.ForcedOpen {
+			break
+		}
+		run(t, ctx, stepTimeout, "reload the report", chromedp.Reload(), chromedp.WaitVisible(css(`[data-testid=report-summary]`)))
+	}
+	for inst, b := range map[string]*breaker.Breaker{"checkout-1": s.breakers["checkout-1"], "checkout-2": s.breakers["checkout-2"], "catalog-1": catalog} {
+		if b.State() != breaker.ForcedOpen {
+			t.Errorf("%s is %v, want forced open", inst, b.State())
+		}
+	}
+
+	// Calls made while held are rejected, answered by a fallback, and
+	// counted in the report.
+	for _, b := range []*breaker.Breaker{s.breakers["checkout-1"], s.breakers["checkout-2"], catalog} {
+		for range 5 {
+			_ = b.ExecuteWithFallback(context.Background(), func(context.Context) error { return nil }, func(context.Context, error) error { return nil })
+		}
+	}
+	run(t, ctx, stepTimeout, "the overview tiles say held open, and link to the report",
+		chromedp.Navigate(s.url+"/"),
+		until(`[...document.querySelectorAll("article.tile")].filter(t => t.querySelector(".brk").textContent === "payments" && t.querySelector("[data-testid=held-report]")).length === 2`),
+	)
+	held := get(t, ctx, "read a tile", chromedp.Evaluate[string](payments+`.querySelector("[data-testid=held]").textContent`))
+	if !strings.Contains(held, "held open") || !strings.Contains(held, "otto") {
+		t.Errorf("tile says %q", held)
+	}
+	run(t, ctx, stepTimeout, "open the drill report from the tile",
+		chromedp.Evaluate[chromedp.Void](payments+`.querySelector("[data-testid=held-report]").click()`),
+		chromedp.WaitVisible(css(`[data-testid=report-instances]`)),
+	)
+	rows := get(t, ctx, "count rows", chromedp.Evaluate[int](`document.querySelectorAll("[data-testid=report-instance]").length`))
+	if rows != 3 {
+		t.Errorf("%d instance rows in the report, want 3", rows)
+	}
+	for range 600 { // the report is not live: reload until the agents reported the calls
+		if get(t, ctx, "read the rejections", chromedp.Text(css(`[data-testid=sum-rejected]`))) == "15" {
+			break
+		}
+		run(t, ctx, stepTimeout, "reload the report", chromedp.Reload(), chromedp.WaitVisible(css(`[data-testid=report-summary]`)))
+	}
+	if got := get(t, ctx, "read the fallbacks", chromedp.Text(css(`[data-testid=sum-fallbacks]`))); got != "15 (0 failed)" {
+		t.Errorf("fallbacks served %q, want 15 (0 failed)", got)
+	}
+	screenshot(t, ctx, "hold-report.png")
+
+	run(t, ctx, stepTimeout, "the dependency page shows the hold governing its instances",
+		chromedp.Navigate(s.url+"/dependency?service=checkout&breaker=payments"),
+		chromedp.WaitVisible(css(`[data-testid=current-holds]`)),
+		until(`document.querySelector("[data-testid=hold-governs]")?.textContent === "checkout-1, checkout-2"`),
+	)
+	screenshot(t, ctx, "dependency-holds.png")
+	run(t, ctx, stepTimeout, "the holds list", chromedp.Navigate(s.url+"/holds"), chromedp.WaitVisible(css(`[data-testid=hold-row]`)))
+	screenshot(t, ctx, "holds.png")
+}

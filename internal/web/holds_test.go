@@ -1,0 +1,339 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// holdStack is a dashboard on the real collector and store, fed by
+// instances that report over HTTP ingest: each report is one request,
+// so what the collector has seen is known when the request returns.
+type holdStack struct {
+	*harness
+	col   *collector.Collector
+	clk   *clocktest.Running
+	token string
+	seq   map[string]uint64
+}
+
+func startHoldStack(t *testing.T) *holdStack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := clocktest.NewRunning()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	col, err := collector.New(collector.Config{Store: st, Now: clk.Now, PublishInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := web.New(web.Config{Collector: col, Store: st, Now: clk.Now, LiveInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = web.HTTPErrorHandler
+	col.Mount(e, srv.Auth())
+	srv.Mount(e)
+	hs := httptest.NewServer(e)
+	done := make(chan error, 1)
+	go func() { done <- col.Run(ctx) }()
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+		hs.Close()
+		st.Close()
+	})
+	s := &holdStack{harness: &harness{t: t, st: st, srv: srv, http: hs, users: map[string]string{}}, col: col, clk: clk, seq: map[string]uint64{}}
+	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}} {
+		hash, err := web.HashPassword("password-" + u.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.CreateUser(ctx, u.name, u.role, hash); err != nil {
+			t.Fatal(err)
+		}
+		s.users[u.name] = "password-" + u.name
+	}
+	if s.token, err = st.CreateAgentToken(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "collector ready", func() bool {
+		res, err := http.Get(hs.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	return s
+}
+
+// pollUntil polls cond until it holds, failing the test after a minute.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+var paymentsConfig = protocol.BreakerConfig{Name: "payments", WindowKind: "count", WindowSize: 20, FailureRateThreshold: 50,
+	MinimumCalls: 5, OpenDurationMillis: 30000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1}
+
+var gobreakerConfig = protocol.BreakerConfig{Name: "search", Library: "sony/gobreaker v2", HoldsUnsupported: true,
+	Settings: protocol.NewSettings(map[string]string{"MaxRequests": "1", "Interval": "0s", "Timeout": "30s"})}
+
+// report is one HTTP ingest of an instance (started at started): a
+// one-second window per breaker with counts c in state, plus the given
+// transitions and command results. It returns the commands the response
+// carried.
+type report struct {
+	service, instance string
+	started           time.Time
+	breakers          []protocol.BreakerConfig
+	state             string
+	counts            protocol.Counts
+	transitions       []protocol.Transition
+	results           []protocol.CommandResult
+}
+
+func (s *holdStack) ingest(r report) []protocol.Command {
+	s.t.Helper()
+	key := r.service + "/" + r.instance
+	s.seq[key]++
+	now := s.clk.Now().UnixMilli()
+	if r.state == "" {
+		r.state = protocol.StateClosed
+	}
+	b := protocol.Batch{Type: protocol.TypeBatch, Seq: s.seq[key], SentAt: now, Transitions: r.transitions, CommandResults: r.results}
+	for _, bc := range r.breakers {
+		// The window ends a millisecond ahead, so that it ends after a hold
+		// sent in the same millisecond.
+		b.Windows = append(b.Windows, protocol.Window{Breaker: bc.Name, Start: now - 999, Millis: 1000, State: r.state, Counts: r.counts})
+	}
+	req := protocol.IngestRequest{Batch: b, Hello: protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: r.service,
+		Instance: r.instance, SDKVersion: "test", StartedAt: r.started.UnixMilli(), Labels: map[string]string{"region": "eu"}, Breakers: r.breakers}}
+	body, _ := json.Marshal(req)
+	hr, _ := http.NewRequest(http.MethodPost, s.http.URL+"/api/v1/ingest", strings.NewReader(string(body)))
+	hr.Header.Set("Authorization", "Bearer "+s.token)
+	hr.Header.Set("Content-Type", "application/json")
+	res := s.client().do(hr)
+	var resp protocol.IngestResponse
+	if err := json.Unmarshal([]byte(res.body), &resp); res.status != http.StatusOK || err != nil {
+		s.t.Fatalf("ingest %s: %d %s", key, res.status, res.body)
+	}
+	return resp.Commands
+}
+
+// applyHold answers the hold command among cmds as an agent would: the
+// breaker goes forced open, and its result is reported.
+func (s *holdStack) applyHold(r report, cmds []protocol.Command) {
+	s.t.Helper()
+	if len(cmds) != 1 || cmds[0].Action != protocol.ActionForceOpen {
+		s.t.Fatalf("%s/%s was sent %+v, want one force open", r.service, r.instance, cmds)
+	}
+	c := cmds[0]
+	now := s.clk.Now().UnixMilli()
+	r.state = protocol.StateForcedOpen
+	r.transitions = []protocol.Transition{{Breaker: c.Breaker, From: protocol.StateClosed, To: protocol.StateForcedOpen, At: now, Generation: 1,
+		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: c.ID, Action: c.Action, Actor: c.Actor, Reason: c.Reason, ExpiresAt: now + c.TTLMillis}}}
+	r.results = []protocol.CommandResult{{ID: c.ID, Breaker: c.Breaker, OK: true, State: protocol.StateForcedOpen, At: now}}
+	// While held open, every call is rejected: 7 answered by a fallback
+	// that served, 3 by one that failed.
+	r.counts = protocol.Counts{RejectedForced: 10, FallbackSuccess: 7, FallbackFailure: 3}
+	if more := s.ingest(r); len(more) != 0 {
+		s.t.Fatalf("after answering, %s/%s was sent %+v", r.service, r.instance, more)
+	}
+}
+
+func mustContain(t *testing.T, what, body string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(body, w) {
+			t.Errorf("%s lacks %q", what, w)
+		}
+	}
+}
+
+var holdIDRe = regexp.MustCompile(`/holds/(h[0-9a-f]+)`)
+
+func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
+	s := startHoldStack(t)
+	before := s.clk.Now().Add(-time.Minute)
+	pay := func(service, instance string) report {
+		return report{service: service, instance: instance, started: before, breakers: []protocol.BreakerConfig{paymentsConfig},
+			counts: protocol.Counts{Admitted: 10, Successes: 9, Failures: 1, Errors: 1}}
+	}
+	fleet := []report{pay("checkout", "checkout-1"), pay("checkout", "checkout-2"), pay("catalog", "catalog-1")}
+	for _, r := range fleet {
+		if cmds := s.ingest(r); len(cmds) != 0 {
+			t.Fatalf("commands before any hold: %+v", cmds)
+		}
+	}
+	search := report{service: "catalog", instance: "catalog-1", started: before, breakers: []protocol.BreakerConfig{paymentsConfig, gobreakerConfig}}
+	s.ingest(search)
+
+	otto := s.login("otto")
+	depPage := "/dependency?" + url.Values{"service": {"checkout"}, "breaker": {"payments"}}.Encode()
+	page := otto.get(depPage)
+	mustContain(t, "the dependency page", page.body, `data-testid="hold-form"`, `value="*"`, "*/payments", `href="/holds"`, "at most 24h0m0s")
+
+	form := url.Values{"from": {"checkout"}, "service": {"*"}, "breaker": {"payments"}, "action": {protocol.ActionForceOpen},
+		"labels": {"region=eu"}, "ttl": {"1500"}, "reason": {"drill the payments fallback"}}
+	res := otto.postForm("/holds/confirm", form)
+	if res.status != http.StatusBadRequest {
+		t.Errorf("a 25h hold: %d, want 400", res.status)
+	}
+	mustContain(t, "the refusal of a 25h hold", res.body, `data-testid="hold-error"`, "longer than the maximum hold duration 24h0m0s")
+	if strings.Contains(res.body, "hold-confirm-button") {
+		t.Error("a refused hold can still be confirmed")
+	}
+
+	form.Set("ttl", "20")
+	res = otto.postForm("/holds/confirm", form)
+	if res.status != http.StatusOK {
+		t.Fatalf("confirm: %d %s", res.status, res.body)
+	}
+	mustContain(t, "the blast radius", res.body, "This will reject every call from 3 instances of 2 services (catalog, checkout) to payments for 20m0s",
+		"catalog/catalog-1, checkout/checkout-1, checkout/checkout-2", "Share reached: 3 of 3", `data-testid="hold-confirm-button"`)
+	if holds, _ := s.col.Holds(context.Background(), false, 0); len(holds) != 0 {
+		t.Fatalf("the dry run created %d holds", len(holds))
+	}
+
+	res = otto.postForm("/holds", form)
+	m := holdIDRe.FindStringSubmatch(res.header.Get("Location"))
+	if res.status != http.StatusSeeOther || m == nil {
+		t.Fatalf("create: %d to %q: %s", res.status, res.header.Get("Location"), res.body)
+	}
+	id := m[1]
+
+	// Every instance gets it at its next ingest, and one started later too.
+	for _, r := range fleet {
+		s.applyHold(r, s.ingest(r))
+	}
+	late := pay("checkout", "checkout-3")
+	late.started = s.clk.Now()
+	s.applyHold(late, s.ingest(late))
+
+	report := otto.get("/holds/" + id)
+	if report.status != http.StatusOK {
+		t.Fatalf("report: %d %s", report.status, report.body)
+	}
+	mustContain(t, "the drill report", report.body,
+		"Drill report: force open */payments region=eu", `data-testid="sum-who">otto`, "drill the payments fallback",
+		"4 instances: catalog/catalog-1, checkout/checkout-1, checkout/checkout-2, checkout/checkout-3",
+		`data-testid="sum-late">checkout/checkout-3`, `data-testid="sum-rejected">40`, `data-testid="sum-fallbacks">28 (12 failed)`,
+		`data-testid="joined-late"`, "ongoing, expires", `href="/api/v1/holds/`+id+`/report?format=md"`, `href="/api/v1/holds/`+id+`/report"`,
+		`data-testid="release-form"`, "Callers before and during")
+	if n := strings.Count(report.body, `data-testid="report-instance"`); n != 4 {
+		t.Errorf("%d instance rows, want 4", n)
+	}
+	// Total: 40 rejected, 28 served by a fallback: 12 of 40 calls failed
+	// for the callers.
+	total := report.body[strings.Index(report.body, `data-testid="report-total"`):]
+	mustContain(t, "the total row", total, `data-testid="rejected">40`, `data-testid="fallbacks-served">28`, `data-testid="fallbacks-failed">12`, `data-testid="error-rate">30.0%`)
+	if md := otto.get("/api/v1/holds/" + id + "/report?format=md"); md.status != http.StatusOK || !strings.Contains(md.body, "# Drill report: force open \\*/payments") {
+		t.Errorf("Markdown export: %d %s", md.status, md.body)
+	}
+
+	// The list, the audit log and the dependency page link to it.
+	list := otto.get("/holds")
+	mustContain(t, "the holds list", list.body, `href="/holds/`+id+`"`, "*/payments region=eu", "(in 19m", "4 instance breakers (1 joined later): 4 applied")
+	audit := otto.get("/audit")
+	mustContain(t, "the audit log", audit.body, `data-testid="audit-hold"`, `href="/holds/`+id+`"`)
+	page = otto.get(depPage)
+	mustContain(t, "the dependency page", page.body, `data-testid="current-holds"`, `data-testid="hold-governs">checkout-1, checkout-2, checkout-3`,
+		`data-testid="instance-hold"`, "hold "+id)
+	overview := otto.get("/")
+	mustContain(t, "the overview", overview.body, "held open", `data-testid="held-report"`, `href="/holds/`+id+`"`)
+
+	// A second, narrower hold wins where it matches: the most recent.
+	newer, err := s.col.CreateHold(context.Background(), cbdash.HoldRequest{Selector: cbdash.Selector{Service: "checkout", Breaker: "payments", Instances: []string{"checkout-2"}},
+		Action: protocol.ActionForceClosed, TTL: 5 * time.Minute, Reason: "let checkout-2 through", Actor: "otto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page = otto.get(depPage)
+	mustContain(t, "the dependency page with two holds", page.body, `data-testid="hold-governs">checkout-1, checkout-3`, `data-testid="hold-governs">checkout-2`,
+		"the most recent wins")
+	if strings.Index(page.body, newer.ID) > strings.Index(page.body, ">"+id+"<") {
+		t.Error("the newer hold is not listed first")
+	}
+
+	// Release from the report: it says who and why, and it moves to the
+	// past holds of the dependency.
+	if res := otto.postForm("/holds/"+id+"/release", url.Values{"reason": {"drill over"}}); res.status != http.StatusSeeOther {
+		t.Fatalf("release: %d %s", res.status, res.body)
+	}
+	report = otto.get("/holds/" + id)
+	mustContain(t, "the released report", report.body, "released by otto: drill over")
+	if strings.Contains(report.body, `data-testid="release-form"`) {
+		t.Error("a released hold offers to be released")
+	}
+	page = otto.get(depPage)
+	mustContain(t, "the dependency page after the release", page.body, `data-testid="past-holds"`, `href="/holds/`+id+`"`)
+
+	// A viewer reads the report, but is offered no form.
+	vera := s.login("vera")
+	if r := vera.get("/holds/" + id); r.status != http.StatusOK || strings.Contains(r.body, "release-form") {
+		t.Errorf("viewer: %d, release form shown: %v", r.status, strings.Contains(r.body, "release-form"))
+	}
+	if r := vera.postForm("/holds", form); r.status != http.StatusForbidden {
+		t.Errorf("a viewer creating a hold: %d, want 403", r.status)
+	}
+}
+
+func TestABreakerThatCannotBeHeldSaysWhyInsteadOfOfferingHolds(t *testing.T) {
+	s := startHoldStack(t)
+	r := report{service: "catalog", instance: "catalog-1", started: s.clk.Now().Add(-time.Minute), breakers: []protocol.BreakerConfig{gobreakerConfig}}
+	s.ingest(r)
+	otto := s.login("otto")
+	page := otto.get("/dependency?" + url.Values{"service": {"catalog"}, "breaker": {"search"}}.Encode())
+	if page.status != http.StatusOK {
+		t.Fatalf("dependency page: %d %s", page.status, page.body)
+	}
+	const why = "a sony/gobreaker v2 breaker cannot be held open or closed"
+	mustContain(t, "the dependency page", page.body, `data-testid="operator-unsupported"`, `data-testid="holds-unsupported"`, why,
+		"sony/gobreaker v2: Interval=0s, MaxRequests=1, Timeout=30s")
+	for _, form := range []string{`data-testid="operator-form"`, `data-testid="hold-form"`} {
+		if strings.Contains(page.body, form) {
+			t.Errorf("the page offers %s for a breaker that cannot be held", form)
+		}
+	}
+	// Asked anyway, the collector refuses with the same reason.
+	res := otto.postForm("/dependency/command", url.Values{"service": {"catalog"}, "breaker": {"search"}, "action": {protocol.ActionForceOpen},
+		"scope": {"all"}, "ttl": {"5"}, "reason": {"try"}})
+	if res.status != http.StatusBadRequest || !strings.Contains(res.body, why) {
+		t.Errorf("force open of a gobreaker breaker: %d %s", res.status, res.body)
+	}
+	res = otto.postForm("/holds", url.Values{"service": {"*"}, "breaker": {"search"}, "action": {protocol.ActionForceOpen}, "ttl": {"5"}, "reason": {"try"}})
+	if res.status != http.StatusBadRequest || !strings.Contains(res.body, "catalog/catalog-1: "+why) {
+		t.Errorf("a fleet-wide hold of a gobreaker breaker: %d %s", res.status, res.body)
+	}
+}
