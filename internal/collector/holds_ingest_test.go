@@ -29,7 +29,7 @@ func newHTTPAgent(t *testing.T, h *harness, hello protocol.Hello) *httpAgent {
 func (a *httpAgent) ingest(results ...protocol.CommandResult) []protocol.Command {
 	a.t.Helper()
 	a.seq++
-	b := batch(a.seq, 3, 0)
+	b := a.h.batch(a.seq, 3, 0)
 	b.CommandResults = results
 	status, body := call(a.t, "POST", a.h.srv.URL+"/api/v1/ingest", a.h.token, protocol.IngestRequest{Hello: a.hello, Batch: b})
 	var resp protocol.IngestResponse
@@ -49,7 +49,7 @@ func gobreakerHello(instance string, startedAt int64) protocol.Hello {
 func TestHoldsReachInstancesOnHTTPIngestThroughTheirPendingCommands(t *testing.T) {
 	h := startHarness(t, "", nil)
 	ctx := t.Context()
-	old := newHTTPAgent(t, h, rawHello("h1", time.Now().Add(-time.Minute).UnixMilli()))
+	old := newHTTPAgent(t, h, rawHello("h1", h.now().Add(-time.Minute).UnixMilli()))
 	if cmds := old.ingest(); len(cmds) != 0 {
 		t.Fatalf("commands before any hold: %+v", cmds)
 	}
@@ -78,14 +78,14 @@ func TestHoldsReachInstancesOnHTTPIngestThroughTheirPendingCommands(t *testing.T
 	if again := holdCommand(old.ingest(), protocol.ActionForceOpen); again.ID != first.ID {
 		t.Errorf("redelivered as %s, want the same id %s", again.ID, first.ID)
 	}
-	answer := protocol.CommandResult{ID: first.ID, Breaker: "db", OK: true, State: protocol.StateForcedOpen, At: time.Now().UnixMilli()}
+	answer := protocol.CommandResult{ID: first.ID, Breaker: "db", OK: true, State: protocol.StateForcedOpen, At: h.now().UnixMilli()}
 	if cmds := old.ingest(answer); len(cmds) != 0 {
 		t.Errorf("commands after the answer: %+v", cmds)
 	}
 
 	// An instance started after the hold gets it in its first response,
 	// and is reported as joined later.
-	late := newHTTPAgent(t, h, rawHello("h2", time.Now().Add(time.Millisecond).UnixMilli()))
+	late := newHTTPAgent(t, h, rawHello("h2", h.now().Add(time.Millisecond).UnixMilli()))
 	holdCommand(late.ingest(), protocol.ActionForceOpen)
 	got, err := h.col.Hold(ctx, hold.ID)
 	if err != nil {
@@ -118,7 +118,7 @@ func TestHoldsReachInstancesOnHTTPIngestThroughTheirPendingCommands(t *testing.T
 func TestBreakersThatCannotBeHeldAreRefusedUpFrontWithTheReason(t *testing.T) {
 	h := startHarness(t, "", nil)
 	ctx := t.Context()
-	g := newHTTPAgent(t, h, gobreakerHello("g1", time.Now().UnixMilli()))
+	g := newHTTPAgent(t, h, gobreakerHello("g1", h.now().UnixMilli()))
 	g.ingest()
 	const why = "a sony/gobreaker v2 breaker cannot be held open or closed"
 	req := cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "search"}, Action: protocol.ActionForceOpen,
@@ -141,7 +141,7 @@ func TestBreakersThatCannotBeHeldAreRefusedUpFrontWithTheReason(t *testing.T) {
 
 	// Beside a breaker that can be held, a fleet-wide hold is accepted and
 	// sent to that one only; the blast radius names the other.
-	ok := newHTTPAgent(t, h, rawHello("s1", time.Now().UnixMilli()))
+	ok := newHTTPAgent(t, h, rawHello("s1", h.now().UnixMilli()))
 	ok.hello.Breakers = append(ok.hello.Breakers, protocol.BreakerConfig{Name: "search", WindowKind: "count", WindowSize: 10,
 		FailureRateThreshold: 50, MinimumCalls: 5, OpenDurationMillis: 1000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1})
 	ok.ingest()

@@ -4,20 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/collector"
-	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -35,72 +30,12 @@ type holdStack struct {
 
 func startHoldStack(t *testing.T) *holdStack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	clk := clocktest.NewRunning()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "cbdash.db"), store.Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	col, err := collector.New(collector.Config{Store: st, Now: clk.Now, PublishInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := web.New(web.Config{Collector: col, Store: st, Now: clk.Now, LiveInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = web.HTTPErrorHandler
-	col.Mount(e, srv.Auth())
-	srv.Mount(e)
-	hs := httptest.NewServer(e)
-	done := make(chan error, 1)
-	go func() { done <- col.Run(ctx) }()
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		<-done
-		hs.Close()
-		st.Close()
-	})
-	s := &holdStack{harness: &harness{t: t, st: st, srv: srv, http: hs, users: map[string]string{}}, col: col, clk: clk, seq: map[string]uint64{}}
+	h := start(t, web.Config{}, clk)
 	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}} {
-		hash, err := web.HashPassword("password-" + u.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.CreateUser(ctx, u.name, u.role, hash); err != nil {
-			t.Fatal(err)
-		}
-		s.users[u.name] = "password-" + u.name
+		h.addUser(u.name, u.role, "password-"+u.name)
 	}
-	if s.token, err = st.CreateAgentToken(ctx, ""); err != nil {
-		t.Fatal(err)
-	}
-	pollUntil(t, "collector ready", func() bool {
-		res, err := http.Get(hs.URL + "/readyz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
-	})
-	return s
-}
-
-// pollUntil polls cond until it holds, failing the test after a minute.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	return &holdStack{harness: h, col: h.col, clk: clk, token: h.stack.AgentToken, seq: map[string]uint64{}}
 }
 
 var paymentsConfig = protocol.BreakerConfig{Name: "payments", WindowKind: "count", WindowSize: 20, FailureRateThreshold: 50,
@@ -140,7 +75,7 @@ func (s *holdStack) ingest(r report) []protocol.Command {
 	req := protocol.IngestRequest{Batch: b, Hello: protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: r.service,
 		Instance: r.instance, SDKVersion: "test", StartedAt: r.started.UnixMilli(), Labels: map[string]string{"region": "eu"}, Breakers: r.breakers}}
 	body, _ := json.Marshal(req)
-	hr, _ := http.NewRequest(http.MethodPost, s.http.URL+"/api/v1/ingest", strings.NewReader(string(body)))
+	hr, _ := http.NewRequest(http.MethodPost, s.url+"/api/v1/ingest", strings.NewReader(string(body)))
 	hr.Header.Set("Authorization", "Bearer "+s.token)
 	hr.Header.Set("Content-Type", "application/json")
 	res := s.client().do(hr)
