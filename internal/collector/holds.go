@@ -138,7 +138,7 @@ func (l *live) holdInstance(k instKey) (holdInst, bool) {
 
 func (l *live) holdInstLocked(inst *instance) holdInst {
 	hi := holdInst{ref: cbdash.InstanceRef{Service: inst.key.service, Instance: inst.key.instance, Labels: inst.labels},
-		startedAt: inst.startedAt, sess: inst.sess, stale: inst.stale, rates: make(map[string]float64, len(inst.breakers))}
+		startedAt: inst.startedAt, sess: inst.sess, stale: inst.stale, pull: inst.pull && inst.sess == nil && !inst.stale, rates: make(map[string]float64, len(inst.breakers))}
 	for name, ib := range inst.breakers {
 		hi.breakers = append(hi.breakers, name)
 		if why, ok := cbdash.HoldsUnsupported(ib.config); ok {
@@ -185,7 +185,7 @@ func (c *Collector) CreateHold(ctx context.Context, req cbdash.HoldRequest) (cbd
 	m.mu.Lock()
 	m.holds[h.ID] = h
 	for _, hi := range c.live.holdInstances() {
-		if hi.sess == nil || !coversAny(h.Selector, hi) {
+		if !hi.reachable() || !coversAny(h.Selector, hi) { // an offline one gets it at its hello
 			continue
 		}
 		m.reconcileLocked(ctx, hi, false)

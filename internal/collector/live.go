@@ -26,6 +26,7 @@ type instance struct {
 	stale     bool
 	breakers  map[string]*ibreaker
 	sess      *session // connected websocket session, nil when offline
+	pull      bool     // its last hello came over HTTP ingest: commands reach it in ingest answers
 	skewMs    int64    // the agent's clock minus the collector's (ms), measured from its batches
 }
 
@@ -247,6 +248,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 	inst.labels = h.Labels
 	inst.lastSeen = at
 	inst.stale = false
+	inst.pull = s == nil
 	if s != nil {
 		if inst.sess != s {
 			previous = inst.sess

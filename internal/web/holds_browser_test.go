@@ -19,12 +19,12 @@ func addAgent(t *testing.T, s *stack, service, instance string) *breaker.Breaker
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := breaker.New("payments", breaker.Config{Window: breaker.Window{Kind: breaker.CountWindow, Size: 20}, MinimumCalls: 5, OpenDuration: time.Hour})
+	b, err := breaker.New("payments", breaker.Config{Window: breaker.Window{Kind: breaker.CountWindow, Size: 20}, MinimumCalls: 5, OpenDuration: time.Hour, Clock: s.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{URL: "ws" + strings.TrimPrefix(s.url, "http") + "/api/v1/agent", Token: tok,
-		Service: service, Instance: instance, ReportInterval: 100 * time.Millisecond})
+	a, err := agent.New(agent.Config{URL: s.stack.AgentURL(), Token: tok,
+		Service: service, Instance: instance, ReportInterval: 100 * time.Millisecond, Clock: s.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
