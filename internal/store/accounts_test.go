@@ -203,15 +203,3 @@ func TestAccountLifecycle(t *testing.T) {
 		}
 	})
 }
-
-// waitFor polls cond until it holds or 5 s pass (background writes).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
