@@ -160,7 +160,11 @@ func TestCommands(t *testing.T) {
 			}
 		}
 	})
+	// A hold reaches the instances that are live (reported within the stale
+	// timeout); waits in earlier subtests move the virtual clock on.
+	fresh := func() { h.fleet(dep("checkout", "payments", 6, 0)) }
 	t.Run("operator issues a command that lands in the audit log", func(t *testing.T) {
+		fresh()
 		c := h.login("otto")
 		res := c.postForm("/dependency/command", form())
 		if res.status != http.StatusSeeOther {
@@ -181,6 +185,7 @@ func TestCommands(t *testing.T) {
 		}
 	})
 	t.Run("a share reaches that share of the instances", func(t *testing.T) {
+		fresh()
 		f := form()
 		f.Set("scope", "share")
 		f.Set("share", "50")
