@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -48,6 +49,7 @@ type holdManager struct {
 	holds   map[string]cbdash.HoldRecord       // not yet expired (released ones too, until they would have)
 	applied map[instKey]map[string]appliedHold // by instance, then breaker
 	cmds    map[string]bool                    // command ids known to be in the store
+	seq     atomic.Uint64                      // the sequence in hold ids (newHoldID)
 
 	// statsMu guards cover and stats; it takes nothing else.
 	statsMu sync.Mutex
@@ -177,7 +179,7 @@ func (c *Collector) CreateHold(ctx context.Context, req cbdash.HoldRequest) (cbd
 		return cbdash.HoldRecord{}, err
 	}
 	now := c.now().UTC()
-	h := cbdash.HoldRecord{ID: newHoldID(), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL)}
+	h := cbdash.HoldRecord{ID: c.holds.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL)}
 	if err := c.store.CreateHold(ctx, h); err != nil {
 		return cbdash.HoldRecord{}, fmt.Errorf("record hold: %w", err)
 	}
@@ -578,7 +580,13 @@ func (m *holdManager) restore(ctx context.Context) error {
 	return nil
 }
 
-func newHoldID() string { return "h" + newID()[:16] }
+// newHoldID names a hold created at created: "h", 11 hex digits of its
+// Unix ms, 5 of a per-process sequence, so that of two holds created in
+// the same millisecond the later has the greater id (the tie-break of
+// cbdash.HoldRecord.Superseded: the most recent wins).
+func (m *holdManager) newHoldID(created time.Time) string {
+	return fmt.Sprintf("h%011x%05x", created.UnixMilli()&(1<<44-1), m.seq.Add(1)&(1<<20-1))
+}
 
 func shortID() string {
 	var b [4]byte

@@ -217,7 +217,13 @@ func TestCommands(t *testing.T) {
 			}
 		}
 		if share == nil {
-			t.Fatal("no command with the share's reason")
+			holds, _ := h.col.Holds(context.Background(), false, 0)
+			d, _ := h.col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+			var insts []string
+			for _, ib := range d.PerInstance {
+				insts = append(insts, fmt.Sprintf("%s stale=%v seen=%v", ib.Instance, ib.Stale, ib.LastSeen))
+			}
+			t.Fatalf("no command with the share's reason; now %v holds %+v; instances %v", h.clock.Now(), holds, insts)
 		}
 		var got []string
 		for _, tg := range share.Targets {
