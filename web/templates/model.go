@@ -161,6 +161,15 @@ type Chart struct {
 	Thresholds               []Threshold
 	Hover                    []HoverCol
 	Empty                    bool
+	// Gaps are times whose data an agent dropped under memory pressure:
+	// drawn as hatched bands labelled "data lost", not as a dip to zero.
+	Gaps []GapBand
+}
+
+// GapBand is one "data lost" band of a chart, in viewBox units.
+type GapBand struct {
+	X, W  float64
+	Title string // what was lost: instances, calls, time
 }
 
 // InstanceRow is one instance of a dependency.
