@@ -132,6 +132,7 @@ func (s *Server) dependency(c echo.Context) error {
 		Header:      depHeader(d, causes, s.now()),
 		Ranges:      rangeLinks("/dependency", base, sp.name),
 		RangeText:   sp.text(),
+		Misuse:      misuseIn(pts),
 		Charts:      dependencyChartsWithGaps(pts, gaps, sp.from, sp.to, d),
 		Instances:   instanceRows(d, causes, s.now()),
 		Transitions: trs,

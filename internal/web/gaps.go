@@ -119,3 +119,12 @@ func lostIn(gaps []cbdash.Gap, from, to time.Time) string {
 	}
 	return fmt.Sprintf("data lost: %d calls of %d gap(s) not shown", calls, n)
 }
+
+// misuseIn sums the misuse counts (calls ended twice) of history points.
+func misuseIn(pts []cbdash.Point) int64 {
+	var n int64
+	for _, p := range pts {
+		n += p.Counts.Misuse
+	}
+	return n
+}

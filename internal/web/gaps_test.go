@@ -47,3 +47,23 @@ func TestTheDependencyPageDrawsLostDataAsAGap(t *testing.T) {
 		t.Errorf("a range before the gap: status %d, draws it %v", before.status, strings.Contains(before.body, `data-testid="data-lost"`))
 	}
 }
+
+func TestTheDependencyPageShowsMisuseOnlyWhenThereIsSome(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
+	c := h.login("vera")
+	if body := c.get("/dependency?service=checkout&breaker=payments&range=15m").body; strings.Contains(body, `data-testid="misuse"`) {
+		t.Fatal("misuse shown without any")
+	}
+	now := h.clock.Now().Truncate(time.Second)
+	h.ingest("checkout", "checkout-1", protocol.Batch{Windows: []protocol.Window{{Breaker: "payments",
+		Start: now.Add(-time.Second).UnixMilli(), Millis: 1000, State: protocol.StateClosed,
+		Counts: protocol.Counts{Admitted: 5, Successes: 5, Misuse: 3}}}})
+	body := c.get("/dependency?service=checkout&breaker=payments&range=15m").body
+	if !strings.Contains(body, `data-testid="misuse"`) || !strings.Contains(body, "misuse 3</span>") {
+		t.Fatal("the dependency page does not show 3 misuses")
+	}
+	res := c.get("/api/v1/breakers/checkout/payments/history?resolution=second")
+	if res.status != 200 || !strings.Contains(res.body, `"misuse":3`) {
+		t.Fatalf("history API: %d %s, want the misuse count", res.status, res.body)
+	}
+}

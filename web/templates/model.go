@@ -251,12 +251,16 @@ type OperatorForm struct {
 
 // Dependency is the dependency page.
 type Dependency struct {
-	Page        Page
-	Service     string
-	Breaker     string
-	Header      DepHeader
-	Ranges      []Link
-	RangeText   string
+	Page      Page
+	Service   string
+	Breaker   string
+	Header    DepHeader
+	Ranges    []Link
+	RangeText string
+	// Misuse is the number of calls ended twice (a service bug the
+	// breaker ignored) in the range, summed over instances; shown when
+	// not 0.
+	Misuse      int64
 	Charts      []Chart
 	Instances   []InstanceRow
 	Transitions []TransitionRow
