@@ -146,6 +146,16 @@ type Point struct {
 	Open         int             `json:"open_instances"` // instances that reported a non-closed state in the bucket
 }
 
+// Gap is time of a dependency's history without the data of one
+// instance: its agent dropped the window reports under memory pressure
+// (protocol Dropped.Lost) and reported what they counted.
+type Gap struct {
+	Instance string    `json:"instance"`
+	From     time.Time `json:"from"`       // start of the lost time
+	To       time.Time `json:"to"`         // its end (exclusive)
+	Calls    int64     `json:"lost_calls"` // calls (admitted and rejected) the dropped reports counted
+}
+
 // HistoryQuery selects a dependency's history.
 type HistoryQuery struct {
 	DependencyKey

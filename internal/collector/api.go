@@ -34,7 +34,7 @@ const ActorKey = "cbdash.actor"
 //	GET  /healthz, /readyz  liveness, readiness (open)
 //	GET  /metrics           Prometheus (open, or Config.MetricsToken)
 //	GET  /api/v1/services, /breakers, /breakers/:service/:breaker,
-//	     /breakers/:service/:breaker/history, /transitions, /commands,
+//	     /breakers/:service/:breaker/history, .../gaps, /transitions, /commands,
 //	     /commands/:id, /events (server-sent events)   auth.Read
 //	POST /api/v1/commands                              auth.Operate
 //	/api/v1/holds...                                   see mountHolds
@@ -53,6 +53,7 @@ func (c *Collector) Mount(e *echo.Echo, auth Auth) {
 	e.GET("/api/v1/breakers", c.getBreakers, read)
 	e.GET("/api/v1/breakers/:service/:breaker", c.getBreaker, read)
 	e.GET("/api/v1/breakers/:service/:breaker/history", c.getHistory, read)
+	e.GET("/api/v1/breakers/:service/:breaker/gaps", c.getGaps, read)
 	e.GET("/api/v1/transitions", c.getTransitions, read)
 	e.GET("/api/v1/commands", c.getCommands, read)
 	e.POST("/api/v1/commands", c.postCommand, operate)
@@ -169,6 +170,27 @@ func (c *Collector) getHistory(ec echo.Context) error {
 		return err
 	}
 	return ec.JSON(http.StatusOK, pts)
+}
+
+// getGaps serves the gaps of a dependency's history (time whose reports
+// an agent dropped under memory pressure), ?from=&to= as for history.
+func (c *Collector) getGaps(ec echo.Context) error {
+	k, err := depKey(ec)
+	if err != nil {
+		return err
+	}
+	q := cbdash.HistoryQuery{DependencyKey: k}
+	if q.From, q.To, err = c.timeRange(ec, time.Hour); err != nil {
+		return err
+	}
+	if _, err := c.Dependency(k); err != nil && !knownInStore(ec, c, k) {
+		return err
+	}
+	gaps, err := c.store.Gaps(ec.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return ec.JSON(http.StatusOK, gaps)
 }
 
 // knownInStore reports whether the store has any transition of k, so the

@@ -46,7 +46,10 @@ func TestJSONAPI(t *testing.T) {
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
-	a.send(h.batch(1, 20, 15, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	b := h.batch(1, 20, 15, h.trans(protocol.StateClosed, protocol.StateOpen, 1))
+	b.Dropped = &protocol.Dropped{Windows: 3, Calls: 42, Lost: []protocol.LostSpan{
+		{Breaker: "db", Start: b.SentAt - 5000, End: b.SentAt - 2000, Calls: 42}}}
+	a.send(b)
 	a.expect(protocol.TypeAck, nil)
 	waitForState(t, h, protocol.StateOpen)
 	u := h.srv.URL
@@ -63,6 +66,10 @@ func TestJSONAPI(t *testing.T) {
 		{"one breaker", "GET", "/api/v1/breakers/api/db", nil, 200, `"opens_today":1`},
 		{"unknown breaker", "GET", "/api/v1/breakers/api/queue", nil, 404, "not found"},
 		{"history", "GET", "/api/v1/breakers/api/db/history?resolution=second", nil, 200, `"admitted":20`},
+		{"gaps", "GET", "/api/v1/breakers/api/db/gaps", nil, 200, `"instance":"a1",`},
+		{"gaps count the lost calls", "GET", "/api/v1/breakers/api/db/gaps", nil, 200, `"lost_calls":42}`},
+		{"no gaps of another breaker", "GET", "/api/v1/breakers/api/cache/gaps", nil, 200, `[]`},
+		{"gaps bad range", "GET", "/api/v1/breakers/api/db/gaps?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", nil, 400, "before"},
 		{"history bad resolution", "GET", "/api/v1/breakers/api/db/history?resolution=week", nil, 400, "resolution"},
 		{"history bad range", "GET", "/api/v1/breakers/api/db/history?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", nil, 400, "before"},
 		{"transitions", "GET", "/api/v1/transitions?service=api&breaker=db", nil, 200, `"to":"open"`},

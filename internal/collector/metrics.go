@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		agentDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cbdash_collector_agent_drops_total",
-			Help: "Data agents reported dropping under memory pressure, by kind (windows, merged, batches, transitions, command_results).",
+			Help: "Data agents reported dropping under memory pressure, by kind (windows, merged, batches, transitions, command_results, and calls: the calls the dropped windows counted).",
 		}, []string{"kind"}),
 		stateLabel: make(map[cbdash.DependencyKey]string),
 		callsByDep: make(map[cbdash.DependencyKey][]prometheus.Counter),
@@ -182,7 +182,7 @@ func (m *metrics) agentDropped(d *protocol.Dropped) {
 	for _, f := range []struct {
 		kind string
 		n    int64
-	}{{"windows", d.Windows}, {"merged", d.Merged}, {"batches", d.Batches}, {"transitions", d.Transitions}, {"command_results", d.CommandResults}} {
+	}{{"windows", d.Windows}, {"merged", d.Merged}, {"batches", d.Batches}, {"transitions", d.Transitions}, {"command_results", d.CommandResults}, {"calls", d.Calls}} {
 		if f.n > 0 {
 			m.agentDrops.WithLabelValues(f.kind).Add(float64(f.n))
 		}

@@ -383,5 +383,14 @@ func shiftTimes(b *protocol.Batch, d int64) *protocol.Batch {
 	for i := range o.CommandResults {
 		o.CommandResults[i].At = back(o.CommandResults[i].At)
 	}
+	if b.Dropped != nil && len(b.Dropped.Lost) > 0 {
+		d := *b.Dropped
+		d.Lost = slices.Clone(d.Lost)
+		for i := range d.Lost {
+			l := &d.Lost[i]
+			l.Start, l.End = back(l.Start), max(back(l.End), back(l.Start)+1)
+		}
+		o.Dropped = &d
+	}
 	return &o
 }

@@ -437,11 +437,7 @@ func merge(bs []*protocol.Batch) *protocol.Batch {
 			if m.Dropped == nil {
 				m.Dropped = &protocol.Dropped{}
 			}
-			m.Dropped.Windows += d.Windows
-			m.Dropped.Merged += d.Merged
-			m.Dropped.Batches += d.Batches
-			m.Dropped.Transitions += d.Transitions
-			m.Dropped.CommandResults += d.CommandResults
+			m.Dropped.Add(*d)
 		}
 	}
 	return m

@@ -220,6 +220,9 @@ func (x *wtx) expire(now int64, r Retention) error {
 			}
 		}
 	}
+	if _, err := x.exec("DELETE FROM data_gaps WHERE gap_end < ?", now-r.Hours.Milliseconds()); err != nil {
+		return fmt.Errorf("store: expire data gaps: %w", err)
+	}
 	if _, err := x.exec("DELETE FROM transitions WHERE at < ?", now-r.Transitions.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire transitions: %w", err)
 	}

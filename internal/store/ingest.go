@@ -301,6 +301,9 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 			return false, fmt.Errorf("store: save command result: %w", err)
 		}
 	}
+	if err := x.saveGaps(service, instance, b.Dropped, now); err != nil {
+		return false, err
+	}
 	deps := make([]int64, len(b.Windows))
 	for i := range b.Windows {
 		w := &b.Windows[i]

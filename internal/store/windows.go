@@ -156,7 +156,7 @@ func decodeHist(b []byte) ([]int64, error) {
 
 const rowColumns = `admitted, successes, failures, errors, timeouts, panics, slow, ignored,
 	rejected_open, rejected_half_open, rejected_forced, rejected_bulkhead,
-	fallback_success, fallback_failure, in_flight, open_n, reports, latency_sum, latency`
+	fallback_success, fallback_failure, in_flight, open_n, reports, latency_sum, latency, misuse`
 
 // scanRow reads rowColumns (after any leading columns given in dest).
 func scanRow(sc interface{ Scan(...any) error }, r *row, lead ...any) error {
@@ -164,7 +164,7 @@ func scanRow(sc interface{ Scan(...any) error }, r *row, lead ...any) error {
 	c := &r.counts
 	dest := append(lead, &c.Admitted, &c.Successes, &c.Failures, &c.Errors, &c.Timeouts, &c.Panics,
 		&c.Slow, &c.Ignored, &c.RejectedOpen, &c.RejectedHalfOpen, &c.RejectedForced, &c.RejectedBulkhead,
-		&c.FallbackSuccess, &c.FallbackFailure, &r.inFlight, &r.open, &r.reports, &r.latSum, &blob)
+		&c.FallbackSuccess, &c.FallbackFailure, &r.inFlight, &r.open, &r.reports, &r.latSum, &blob, &c.Misuse)
 	if err := sc.Scan(dest...); err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func rowArgs(dep, start int64, r *row) []any {
 	c := r.counts
 	return []any{dep, start, c.Admitted, c.Successes, c.Failures, c.Errors, c.Timeouts, c.Panics,
 		c.Slow, c.Ignored, c.RejectedOpen, c.RejectedHalfOpen, c.RejectedForced, c.RejectedBulkhead,
-		c.FallbackSuccess, c.FallbackFailure, r.inFlight, r.open, r.reports, r.latSum, encodeHist(r.lat)}
+		c.FallbackSuccess, c.FallbackFailure, r.inFlight, r.open, r.reports, r.latSum, encodeHist(r.lat), c.Misuse}
 }
 
 func selectRowSQL(l level) string {
@@ -187,7 +187,7 @@ func selectRowSQL(l level) string {
 
 func putRowSQL(l level) string {
 	return "INSERT OR REPLACE INTO " + l.table() + " (dep_id, start, " + rowColumns +
-		") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 }
 
 // bucketKey names one row of one level.

@@ -107,6 +107,10 @@ func (s *Server) dependency(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	gaps, err := s.gaps(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to})
+	if err != nil {
+		return err
+	}
 	trs, err := s.transitionRows(ctx, k, sp)
 	if err != nil {
 		return err
@@ -128,7 +132,8 @@ func (s *Server) dependency(c echo.Context) error {
 		Header:      depHeader(d, causes, s.now()),
 		Ranges:      rangeLinks("/dependency", base, sp.name),
 		RangeText:   sp.text(),
-		Charts:      dependencyCharts(pts, sp.from, sp.to, d),
+		Misuse:      misuseIn(pts),
+		Charts:      dependencyChartsWithGaps(pts, gaps, sp.from, sp.to, d),
 		Instances:   instanceRows(d, causes, s.now()),
 		Transitions: trs,
 		Commands:    cmds,

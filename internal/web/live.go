@@ -367,7 +367,11 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := templates.Charts(dependencyCharts(pts, sp.from, sp.to, d.dep)).Render(ctx, &buf); err != nil {
+			gaps, err := d.s.gaps(ctx, cbdash.HistoryQuery{DependencyKey: d.key, From: sp.from, To: sp.to})
+			if err != nil {
+				return nil, err
+			}
+			if err := templates.Charts(dependencyChartsWithGaps(pts, gaps, sp.from, sp.to, d.dep)).Render(ctx, &buf); err != nil {
 				return nil, err
 			}
 		}

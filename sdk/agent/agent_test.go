@@ -236,7 +236,7 @@ func TestCollectorRestartsMidStreamAndEverythingArrivesExactlyOnce(t *testing.T)
 			t.Fatalf("latency bucket %d: stored %d, breaker %d", i, latency[i], n)
 		}
 	}
-	if d := f.agent.Stats().Dropped; d != (protocol.Dropped{}) {
+	if d := f.agent.Stats().Dropped; !d.IsZero() {
 		t.Fatalf("dropped = %+v, want nothing", d)
 	}
 }

@@ -48,6 +48,9 @@ type collector struct {
 	beforeStore func(protocol.Batch) bool
 	// refuse returns a reason to refuse a batch (Error{Seq}), or "".
 	refuse func(protocol.Batch) string
+	// gate, when not nil, holds every session's reading until it is
+	// closed: a frozen collector (SIGSTOP) whose sockets stay open.
+	gate chan struct{}
 }
 
 type collectorMode int
@@ -204,6 +207,16 @@ func (c *collector) session(ctx context.Context, conn *websocket.Conn) error {
 		return nil
 	}
 	for {
+		c.mu.Lock()
+		gate := c.gate
+		c.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		_, data, err := conn.Read(ctx)
 		if err != nil {
 			return nil
@@ -256,6 +269,24 @@ func (c *collector) session(ctx context.Context, conn *websocket.Conn) error {
 		if writeJSON(ctx, conn, protocol.Ack{Type: protocol.TypeAck, Seq: b.Seq}) != nil {
 			return nil
 		}
+	}
+}
+
+// freeze stops every session from reading (until thaw); the sockets stay
+// open, as with a collector stopped by SIGSTOP.
+func (c *collector) freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gate = make(chan struct{})
+}
+
+// thaw lets the sessions read again.
+func (c *collector) thaw() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gate != nil {
+		close(c.gate)
+		c.gate = nil
 	}
 }
 

@@ -73,11 +73,15 @@ const batchOverhead = 512
 //
 // The bound is split: in-flight batches may use half of it (new batches
 // are not formed beyond that), pending items the rest. When pending items
-// overflow, the oldest window reports are merged into a newer report of
-// the same breaker (counts kept, resolution lost), then the oldest window
-// reports are dropped (counts lost), and only then the oldest transitions
-// and command results. Everything dropped is counted and reported in the
-// next batch's Dropped.
+// overflow, the agent loses resolution before it loses counts: the oldest
+// window reports are merged into the next report of the same breaker
+// (counts and histograms kept exactly), down to one report per breaker
+// (per hour of reports). Only when even that does not fit are the oldest
+// window reports dropped, each counted with its calls and the time it
+// covered (Dropped.Calls and Dropped.Lost, a span per breaker), and only
+// then the oldest transitions and command results. Everything dropped is
+// counted and reported in the next batch's Dropped; the lost spans waiting
+// for it count against the bound.
 //
 // An outbox is safe for concurrent use.
 type outbox struct {
@@ -92,7 +96,8 @@ type outbox struct {
 	cursor        int // index into inflight of the next batch to write on this connection
 	nextSeq       uint64
 	unreported    protocol.Dropped // dropped since the last batch formed
-	total         protocol.Dropped // dropped since the start
+	lostBytes     int              // encoded size of unreported.Lost
+	total         protocol.Dropped // dropped since the start (without Lost spans)
 	sent, acked   uint64
 	drained       chan struct{} // closed when draining and empty; nil until draining
 	progress      time.Time     // wall time of the last ack, or of the first write after none was unacked
@@ -121,30 +126,31 @@ func (o *outbox) add(items ...item) {
 func (o *outbox) countDropped(d protocol.Dropped) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	addDropped(&o.unreported, d)
-	addDropped(&o.total, d)
+	o.countLocked(d)
 }
 
-func addDropped(a *protocol.Dropped, b protocol.Dropped) {
-	a.Windows += b.Windows
-	a.Merged += b.Merged
-	a.Batches += b.Batches
-	a.Transitions += b.Transitions
-	a.CommandResults += b.CommandResults
+// countLocked adds counts of drops (not lost spans, see lose) to the
+// unreported and the total counts.
+func (o *outbox) countLocked(d protocol.Dropped) {
+	d.Lost = nil
+	o.unreported.Add(d)
+	o.total.Add(d)
 }
+
+// held is what pending items and unreported lost spans take of the bound.
+func (o *outbox) held() int { return o.pendingBytes + o.lostBytes }
 
 // compact brings pending items within their share of the bound.
 func (o *outbox) compact() {
 	budget := o.limit - o.inflightBytes
-	if o.pendingBytes <= budget {
+	if o.held() <= budget {
 		return
 	}
 	var d protocol.Dropped
 	o.mergeOldestWindows(budget, &d)
 	o.dropOldest(budget, &d, func(it item) bool { return it.w != nil })
 	o.dropOldest(budget, &d, func(item) bool { return true })
-	addDropped(&o.unreported, d)
-	addDropped(&o.total, d)
+	o.countLocked(d)
 }
 
 // mergeOldestWindows folds, oldest first, a window report into the next
@@ -153,7 +159,7 @@ func (o *outbox) mergeOldestWindows(budget int, d *protocol.Dropped) {
 	removed := make([]bool, len(o.pending))
 	last := map[string]int{} // breaker -> index of its latest kept window so far
 	for i := range o.pending {
-		if o.pendingBytes <= budget {
+		if o.held() <= budget {
 			break
 		}
 		w := o.pending[i].w
@@ -177,7 +183,7 @@ func (o *outbox) mergeOldestWindows(budget int, d *protocol.Dropped) {
 func (o *outbox) dropOldest(budget int, d *protocol.Dropped, pick func(item) bool) {
 	removed := make([]bool, len(o.pending))
 	for i, it := range o.pending {
-		if o.pendingBytes <= budget {
+		if o.held() <= budget {
 			break
 		}
 		if !pick(it) {
@@ -188,6 +194,8 @@ func (o *outbox) dropOldest(budget int, d *protocol.Dropped, pick func(item) boo
 		switch {
 		case it.w != nil:
 			d.Windows++
+			d.Calls = protocol.SatAdd(d.Calls, windowCalls(it.w))
+			o.lose(it.w)
 		case it.t != nil:
 			d.Transitions++
 		default:
@@ -250,10 +258,15 @@ func (o *outbox) next(sentAt int64, hello uint64) (seq uint64, data []byte, ok, 
 		return b.seq, b.data, true, false
 	}
 	room := min(o.maxBatch, o.limit/2-o.inflightBytes-batchOverhead)
-	if len(o.pending) == 0 || o.pending[0].size > room {
+	if len(o.inflight) == 0 {
+		room = max(room, o.lostBytes) // lost spans always go out, if alone
+	}
+	room -= o.lostBytes // the batch's dropped carries them
+	lost := len(o.unreported.Lost) > 0 && room >= 0
+	if !lost && (len(o.pending) == 0 || o.pending[0].size > room) {
 		return 0, nil, false, false
 	}
-	if o.pending[0].hello > hello {
+	if !lost && o.pending[0].hello > hello {
 		return 0, nil, false, true
 	}
 	b := protocol.Batch{Type: protocol.TypeBatch, Seq: o.nextSeq, SentAt: sentAt}
@@ -283,10 +296,11 @@ fill:
 		n++
 		size += it.size
 	}
-	if o.unreported != (protocol.Dropped{}) {
+	if !o.unreported.IsZero() {
 		d := o.unreported
 		b.Dropped = &d
 		o.unreported = protocol.Dropped{}
+		o.lostBytes = 0
 	}
 	data, err := json.Marshal(&b)
 	if err != nil {
@@ -375,9 +389,7 @@ func (o *outbox) refuse(seq uint64) bool {
 		if b.seq == seq {
 			o.inflightBytes -= len(b.data)
 			o.removeInflight(i, i+1)
-			d := protocol.Dropped{Batches: 1}
-			addDropped(&o.unreported, d)
-			addDropped(&o.total, d)
+			o.countLocked(protocol.Dropped{Batches: 1})
 			o.checkDrained()
 			return true
 		}
@@ -418,7 +430,7 @@ func (o *outbox) drain() <-chan struct{} {
 }
 
 func (o *outbox) checkDrained() {
-	if o.drained == nil || len(o.pending) > 0 || len(o.inflight) > 0 {
+	if o.drained == nil || len(o.pending) > 0 || len(o.inflight) > 0 || len(o.unreported.Lost) > 0 {
 		return
 	}
 	select {
@@ -441,7 +453,7 @@ func (o *outbox) stats() outboxStats {
 	defer o.mu.Unlock()
 	return outboxStats{
 		sent: o.sent, acked: o.acked, dropped: o.total,
-		bytes:   o.pendingBytes + o.inflightBytes,
+		bytes:   o.held() + o.inflightBytes,
 		pending: len(o.pending), unsent: len(o.inflight),
 	}
 }

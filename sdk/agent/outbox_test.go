@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -158,7 +159,7 @@ func TestOutboxUnderPressureMergesOldestWindowsKeepingCountsAndTransitions(t *te
 	if transitions != 10 {
 		t.Fatalf("%d transitions delivered, want 10", transitions)
 	}
-	if dropped == nil || *dropped != d {
+	if dropped == nil || !reflect.DeepEqual(*dropped, d) {
 		t.Fatalf("batches reported dropped %+v, want %+v", dropped, d)
 	}
 	if got != admitted {

@@ -140,7 +140,7 @@ func (a *Agent) queue(more ...item) {
 		return false
 	})
 	a.mu.Unlock()
-	if undeclared != (protocol.Dropped{}) {
+	if !undeclared.IsZero() {
 		a.out.countDropped(undeclared)
 		a.log.Warn("reports of an unregistered breaker dropped", "transitions", undeclared.Transitions, "windows", undeclared.Windows)
 	}

@@ -62,7 +62,7 @@ func TestUnregisterSendsTheLastReportThenAHelloWithoutTheBreaker(t *testing.T) {
 	if errs := f.col.failures(); len(errs) > 0 {
 		t.Fatalf("the collector refused input: %v", errs)
 	}
-	if d := f.agent.Stats().Dropped; d != (protocol.Dropped{}) {
+	if d := f.agent.Stats().Dropped; !d.IsZero() {
 		t.Fatalf("dropped %+v, want nothing", d)
 	}
 }
@@ -197,7 +197,7 @@ func TestTransportEvictionsUnregisterFromTheAgent(t *testing.T) {
 	if errs := f.col.failures(); len(errs) > 0 {
 		t.Fatalf("the collector refused input: %v", errs)
 	}
-	if d := f.agent.Stats().Dropped; d != (protocol.Dropped{}) {
+	if d := f.agent.Stats().Dropped; !d.IsZero() {
 		t.Fatalf("dropped %+v, want nothing", d)
 	}
 }

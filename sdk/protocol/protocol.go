@@ -36,7 +36,9 @@ const (
 	MaxWindows          = 10000 // per batch
 	MaxCommandResults   = 1000  // per batch
 	MaxFutureSkewMillis = 5 * 60 * 1000
-	MaxWindowMillis     = 3600 * 1000 // longest Window.Millis (one hour)
+	MaxWindowMillis     = 3600 * 1000      // longest Window.Millis (one hour)
+	MaxLostSpans        = 1000             // Dropped.Lost entries per batch
+	MaxLostSpanMillis   = 24 * 3600 * 1000 // longest LostSpan (a day)
 	// MaxSeq is the largest batch sequence number: the largest integer a
 	// JSON number carries exactly in every language (2^53-1), far below
 	// the 2^63 a store's signed integers hold.
@@ -219,6 +221,40 @@ type Dropped struct {
 	// gone.
 	Transitions    int64 `json:"transitions,omitempty"`
 	CommandResults int64 `json:"command_results,omitempty"`
+	// Calls is the number of calls (admitted and rejected) that the
+	// dropped window reports counted: exactly what the history misses.
+	// Optional: 0 and absent from agents that do not count it.
+	Calls int64 `json:"calls,omitempty"`
+	// Lost says which time the dropped window reports covered, per
+	// breaker; the collector records it as a gap in that dependency's
+	// history. At most MaxLostSpans; optional.
+	Lost []LostSpan `json:"lost,omitempty"`
+}
+
+// LostSpan is a period [Start, End) of one breaker whose window reports
+// the agent dropped, and the calls (admitted and rejected) they counted.
+type LostSpan struct {
+	Breaker string `json:"breaker"`
+	Start   int64  `json:"start"` // Unix ms
+	End     int64  `json:"end"`   // Unix ms, after Start, at most MaxLostSpanMillis later
+	Calls   int64  `json:"calls"` // 0..MaxCount
+}
+
+// IsZero reports whether d counts nothing.
+func (d *Dropped) IsZero() bool {
+	return d == nil || (d.Windows == 0 && d.Merged == 0 && d.Batches == 0 && d.Transitions == 0 &&
+		d.CommandResults == 0 && d.Calls == 0 && len(d.Lost) == 0)
+}
+
+// Add adds o to d: counts sum, lost spans are appended.
+func (d *Dropped) Add(o Dropped) {
+	d.Windows = SatAdd(d.Windows, o.Windows)
+	d.Merged = SatAdd(d.Merged, o.Merged)
+	d.Batches = SatAdd(d.Batches, o.Batches)
+	d.Transitions = SatAdd(d.Transitions, o.Transitions)
+	d.CommandResults = SatAdd(d.CommandResults, o.CommandResults)
+	d.Calls = SatAdd(d.Calls, o.Calls)
+	d.Lost = append(d.Lost, o.Lost...)
 }
 
 // Transition is one state change of one breaker, pushed as it happens.
@@ -651,7 +687,7 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		for _, f := range []struct {
 			n string
 			v int64
-		}{{"windows", d.Windows}, {"merged", d.Merged}, {"batches", d.Batches}, {"transitions", d.Transitions}, {"command_results", d.CommandResults}} {
+		}{{"windows", d.Windows}, {"merged", d.Merged}, {"batches", d.Batches}, {"transitions", d.Transitions}, {"command_results", d.CommandResults}, {"calls", d.Calls}} {
 			if f.v < 0 {
 				return invalid("dropped.%s is negative (%d)", f.n, f.v)
 			}
@@ -672,6 +708,9 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 			return invalid("%s %q was not declared in hello", field, name)
 		}
 		return nil
+	}
+	if err := validateLost(b.Dropped, checkBreaker, ref); err != nil {
+		return err
 	}
 	checkCount := func(field string, v int64) error {
 		if v < 0 {

@@ -131,6 +131,28 @@ func TestBatchValidate(t *testing.T) {
 		{"refuses a huge bucket", func(b *protocol.Batch) { b.Windows[0].Latency[2] = 1 << 50 }, "latency[2] is"},
 		{"refuses a huge in_flight", func(b *protocol.Batch) { b.Windows[0].InFlight = 1 << 41 }, "in_flight is"},
 		{"refuses negative dropped counts", func(b *protocol.Batch) { b.Dropped = &protocol.Dropped{Windows: -1} }, "dropped.windows is negative"},
+		{"accepts lost spans", func(b *protocol.Batch) {
+			b.Dropped = &protocol.Dropped{Windows: 2, Calls: 9, Lost: []protocol.LostSpan{{Breaker: b.Windows[0].Breaker, Start: now - 5000, End: now - 3000, Calls: 9}}}
+		}, ""},
+		{"refuses negative dropped calls", func(b *protocol.Batch) { b.Dropped = &protocol.Dropped{Calls: -1} }, "dropped.calls is negative"},
+		{"refuses a lost span of an undeclared breaker", func(b *protocol.Batch) {
+			b.Dropped = &protocol.Dropped{Lost: []protocol.LostSpan{{Breaker: "ledger", Start: now - 5000, End: now, Calls: 1}}}
+		}, "dropped.lost[0].breaker \"ledger\" was not declared"},
+		{"refuses a lost span ending before it starts", func(b *protocol.Batch) {
+			b.Dropped = &protocol.Dropped{Lost: []protocol.LostSpan{{Breaker: b.Windows[0].Breaker, Start: now, End: now, Calls: 1}}}
+		}, "dropped.lost[0].end must be after start"},
+		{"refuses a lost span longer than a day", func(b *protocol.Batch) {
+			b.Dropped = &protocol.Dropped{Lost: []protocol.LostSpan{{Breaker: b.Windows[0].Breaker, Start: now - protocol.MaxLostSpanMillis - 1, End: now}}}
+		}, "dropped.lost[0].end must be after start by at most"},
+		{"refuses a lost span in the future", func(b *protocol.Batch) {
+			b.Dropped = &protocol.Dropped{Lost: []protocol.LostSpan{{Breaker: b.Windows[0].Breaker, Start: now, End: now + protocol.MaxFutureSkewMillis + 1}}}
+		}, "dropped.lost[0].end is"},
+		{"refuses negative lost calls", func(b *protocol.Batch) {
+			b.Dropped = &protocol.Dropped{Lost: []protocol.LostSpan{{Breaker: b.Windows[0].Breaker, Start: now - 1000, End: now, Calls: -1}}}
+		}, "dropped.lost[0].calls must be within"},
+		{"refuses too many lost spans", func(b *protocol.Batch) {
+			b.Dropped = &protocol.Dropped{Lost: make([]protocol.LostSpan, protocol.MaxLostSpans+1)}
+		}, "dropped.lost has 1001 spans"},
 		{"refuses a bidi override in a cause reason", func(b *protocol.Batch) { b.Transitions[0].Cause.Reason = "pay\u202egnp.exe" }, "cause.reason contains the bidirectional control U+202E"},
 		{"refuses NUL in a command result error", func(b *protocol.Batch) { b.CommandResults[0].Error = "a\x00b" }, "command_results[0].error contains the control character U+0000"},
 		{"refuses a negative window count in a cause", func(b *protocol.Batch) { b.Transitions[0].Cause.WindowCalls = -1 }, "cause.window_calls is negative"},

@@ -161,6 +161,15 @@ type Chart struct {
 	Thresholds               []Threshold
 	Hover                    []HoverCol
 	Empty                    bool
+	// Gaps are times whose data an agent dropped under memory pressure:
+	// drawn as hatched bands labelled "data lost", not as a dip to zero.
+	Gaps []GapBand
+}
+
+// GapBand is one "data lost" band of a chart, in viewBox units.
+type GapBand struct {
+	X, W  float64
+	Title string // what was lost: instances, calls, time
 }
 
 // InstanceRow is one instance of a dependency.
@@ -242,12 +251,16 @@ type OperatorForm struct {
 
 // Dependency is the dependency page.
 type Dependency struct {
-	Page        Page
-	Service     string
-	Breaker     string
-	Header      DepHeader
-	Ranges      []Link
-	RangeText   string
+	Page      Page
+	Service   string
+	Breaker   string
+	Header    DepHeader
+	Ranges    []Link
+	RangeText string
+	// Misuse is the number of calls ended twice (a service bug the
+	// breaker ignored) in the range, summed over instances; shown when
+	// not 0.
+	Misuse      int64
 	Charts      []Chart
 	Instances   []InstanceRow
 	Transitions []TransitionRow
