@@ -274,7 +274,7 @@ func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start
 		c.holds.observe(k, b.Windows)
 	}
 	if len(b.CommandResults) > 0 {
-		c.commandResults(k.instance, b.CommandResults)
+		c.commandResults(k, b.CommandResults)
 	}
 }
 
