@@ -64,6 +64,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 		}
 	}
 	cb, skew := c.correctClock(k, b, now)
+	cb = c.vetCauses(ctx, k, cb)
 	c.toLive(ctx, k, cb, now, skew, overHTTP)
 	c.metrics.queue.Inc()
 	stored, rf := c.save(ctx, k, h.StartedAt, cb, 1, now)

@@ -28,6 +28,8 @@ import (
 //     transport's to recognise: the websocket knows what it has queued);
 //  5. correctClock: measure the agent's clock skew, and move the times of
 //     an agent far ahead to the collector's clock;
+//     vetCauses: a cause claiming a command the collector did not
+//     send to the instance becomes agent-reported (trust.go);
 //     toLive: apply it to live state;
 //  6. save: commit it, then afterSave (metrics, command results);
 //  7. pending: the commands waiting for the instance.

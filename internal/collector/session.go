@@ -274,6 +274,7 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 		default:
 			s.lastQueued = seq
 			b, skew := c.correctClock(s.key, m.Batch, now)
+			b = c.vetCauses(ctx, s.key, b)
 			it.batch = b
 			if !c.toLive(ctx, s.key, b, now, skew, overWebsocket) {
 				return

@@ -1,6 +1,12 @@
 package collector
 
-import "strings"
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
 
 // What an agent token may do. An agent token (one is deployed on every
 // instance) speaks for its instances only: the results it sends answer
@@ -28,4 +34,45 @@ func (m *metrics) distrusted(reason string) {
 		return
 	}
 	m.distrust.WithLabelValues(reason).Inc()
+}
+
+// vetCauses returns the batch to apply and store for instance k: b
+// itself, or, when a transition's cause claims an operator command
+// (kind command) the collector did not send to k, a copy in which those
+// causes are of kind protocol.CauseAgentCommand (what the agent said is
+// kept, and shown as the agent's word). A store error leaves the claims
+// unverified too: a claim is believed only when it is proven.
+func (c *Collector) vetCauses(ctx context.Context, k instKey, b *protocol.Batch) *protocol.Batch {
+	var ids []string
+	for _, t := range b.Transitions {
+		if t.Cause.Kind == protocol.CauseCommand {
+			ids = append(ids, t.Cause.CommandID)
+		}
+	}
+	if len(ids) == 0 {
+		return b
+	}
+	sent, err := c.store.CommandTargets(ctx, k.service, k.instance, ids)
+	if err != nil {
+		c.log.Error("check the commands of transition causes", "service", k.service, "instance", k.instance, "err", err)
+	}
+	var out *protocol.Batch
+	for i, t := range b.Transitions {
+		if t.Cause.Kind != protocol.CauseCommand || sent[t.Cause.CommandID] {
+			continue
+		}
+		if out == nil {
+			o := *b
+			o.Transitions = slices.Clone(b.Transitions)
+			out = &o
+		}
+		out.Transitions[i].Cause.Kind = protocol.CauseAgentCommand
+		c.metrics.distrusted(distrustUnknownCommand)
+		c.log.Info("a transition's command is not one the collector sent; stored as agent-reported",
+			"service", k.service, "instance", k.instance, "breaker", t.Breaker, "command_id", t.Cause.CommandID, "actor", t.Cause.Actor)
+	}
+	if out == nil {
+		return b
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -50,7 +52,8 @@ type rawAgent struct {
 }
 
 // dialAgent connects to the harness's agent endpoint with token, says
-// hello and reads the welcome.
+// hello and reads the welcome; its batches are numbered after the last
+// one stored for the process.
 func (h *harness) dialAgent(token string, hi protocol.Hello) *rawAgent {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.t.Context(), 10*time.Second)
@@ -66,9 +69,12 @@ func (h *harness) dialAgent(token string, hi protocol.Hello) *rawAgent {
 		h.t.Fatal(err)
 	}
 	a := &rawAgent{t: h.t, conn: conn}
-	if typ, raw := a.next(ctx); typ != protocol.TypeWelcome {
+	typ, raw := a.next(ctx)
+	var w protocol.Welcome
+	if err := json.Unmarshal(raw, &w); typ != protocol.TypeWelcome || err != nil {
 		h.t.Fatalf("hello of %s/%s: %s", hi.Service, hi.Instance, raw)
 	}
+	a.seq = w.LastSeq // batches go on after what is stored
 	return a
 }
 
@@ -200,6 +206,92 @@ func TestSecurityCommandResultsOnlyFromTheCommandsInstance(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		if want := `cbdash_collector_agent_refused_total{reason="foreign_command_result"} 3`; !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	})
+}
+
+func TestSecurityACommandCauseIsBelievedOnlyForACommandTheCollectorSent(t *testing.T) {
+	h := newHarness(t, web.Config{}, quiet(dep("checkout", "payments", 2, 0)))
+	ctx := t.Context()
+	base := h.clock.Now()
+	at := func(d time.Duration) int64 { return base.Add(d).UnixMilli() }
+	// checkout-1 claims an operator forced it open: admin, with a command
+	// id cbdash never issued.
+	h.ingest("checkout", "checkout-1", protocol.Batch{Transitions: []protocol.Transition{{Breaker: "payments",
+		From: protocol.StateClosed, To: protocol.StateForcedOpen, At: at(-400 * time.Millisecond),
+		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: "0123456789abcdef01234567", Action: protocol.ActionForceOpen,
+			Actor: "admin", Reason: "maintenance"}}}})
+	// A real command for checkout-1, answered with a transition naming it.
+	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Instance: "checkout-1",
+		Action: protocol.ActionReset, Reason: "back to normal", Actor: "otto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ingest("checkout", "checkout-1", protocol.Batch{Transitions: []protocol.Transition{{Breaker: "payments",
+		From: protocol.StateForcedOpen, To: protocol.StateClosed, At: at(-300 * time.Millisecond),
+		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: cmd.ID, Action: protocol.ActionReset, Actor: "otto", Reason: "back to normal"}}}})
+	// checkout-2, over the websocket, names checkout-1's real command.
+	a := h.dialAgent(h.stack.AgentToken, hello("checkout", "checkout-2", []string{"payments"}))
+	if got := a.send(protocol.Batch{Transitions: []protocol.Transition{{Breaker: "payments",
+		From: protocol.StateClosed, To: protocol.StateForcedClosed, At: at(-200 * time.Millisecond),
+		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: cmd.ID, Action: protocol.ActionForceClosed, Actor: "ada"}}}}, h.clock.Now()); got != "ack" {
+		t.Fatalf("batch = %s", got)
+	}
+
+	t.Run("stored as agent-reported unless the collector sent the command to that instance", func(t *testing.T) {
+		recs, err := h.st.Transitions(ctx, cbdash.TransitionQuery{Service: "checkout", Breaker: "payments", From: base.Add(-time.Second), To: base.Add(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, r := range recs {
+			got[r.Instance+" "+r.To] = r.Cause.Kind
+		}
+		for k, want := range map[string]string{
+			"checkout-1 " + protocol.StateForcedOpen:   protocol.CauseAgentCommand,
+			"checkout-1 " + protocol.StateClosed:       protocol.CauseCommand,
+			"checkout-2 " + protocol.StateForcedClosed: protocol.CauseAgentCommand,
+		} {
+			if got[k] != want {
+				t.Errorf("the cause of %s is %q, want %q (all: %v)", k, got[k], want, got)
+			}
+		}
+	})
+	const shown = "agent-reported command force open, not sent by cbdash (the agent says by admin; reason: maintenance)"
+	t.Run("the dependency's transition log shows it as the agent's word", func(t *testing.T) {
+		body := h.login("vera").get("/dependency?service=checkout&breaker=payments").body
+		if !strings.Contains(body, shown) {
+			t.Errorf("the dependency page lacks %q", shown)
+		}
+		if strings.Contains(body, "command force open by admin") {
+			t.Error("the dependency page shows the forged command as admin's")
+		}
+		if !strings.Contains(body, "command reset by otto") {
+			t.Error("the dependency page does not show otto's real command as his")
+		}
+	})
+	t.Run("the incident timeline and its export show it as the agent's word", func(t *testing.T) {
+		inc := cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}, Start: base.Add(-time.Second),
+			End: base, Instances: []string{"checkout-1"}, Opens: 1, FirstInstance: "checkout-1"}
+		id, err := h.st.CreateIncident(ctx, inc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inc.ID = id
+		body := h.login("vera").get("/incidents/" + strconv.FormatInt(id, 10)).body
+		if !strings.Contains(body, shown) || strings.Contains(body, "operator command force open by admin") {
+			t.Errorf("the incident page does not show the forged command as agent-reported")
+		}
+		rep, err := incident.Build(ctx, h.st, inc, h.clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := string(incident.Markdown(rep))
+		if !strings.Contains(md, "agent-reported command force open, not sent by cbdash") || strings.Contains(md, "operator command force open by admin") {
+			t.Errorf("the Markdown export does not show the forged command as agent-reported:\n%s", md)
+		}
+		if !strings.Contains(md, "operator command reset by otto") {
+			t.Errorf("the Markdown export lacks otto's real command:\n%s", md)
 		}
 	})
 }
