@@ -31,6 +31,9 @@ type serveOptions struct {
 	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
 	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
 	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
+	// AllowPrivateWebhooks lets alert webhooks reach loopback, private and
+	// link-local addresses (--allow-private-webhooks).
+	AllowPrivateWebhooks bool
 
 	// quietIncidents logs only the incident service's warnings and
 	// errors: the demo's looping faults update incidents many times a
@@ -58,6 +61,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.DurationVar(&o.IncidentQuiet, "incident-quiet", quiet, "how long every instance must stay closed before an incident ends")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
+	fs.BoolVar(&o.AllowPrivateWebhooks, "allow-private-webhooks", false, "let alert webhooks call loopback, private, link-local and multicast addresses (default: refused, as a guard against server-side request forgery)")
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
 }
 

@@ -78,7 +78,8 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	if err != nil {
 		return nil, err
 	}
-	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk})
+	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk,
+		Delivery: alert.DeliveryConfig{AllowPrivate: o.AllowPrivateWebhooks}})
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	auth := s.web.Auth()
 	s.col.Mount(e, auth)
 	incident.NewAPI(s.store, clk, actor).Mount(e, auth.Read, auth.Operate)
-	alert.NewAPI(s.alerts).Mount(e, auth.Read, auth.Operate)
+	alert.NewAPI(s.alerts).RevealTo(web.IsAdmin).Mount(e, auth.Read, auth.Operate)
 	s.web.Mount(e)
 
 	s.http = &http.Server{
