@@ -64,6 +64,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, Clock: clk,
+		Limits: o.Limits,
 	})
 	if err != nil {
 		return nil, err
@@ -90,7 +91,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
-		TrustedProxies: proxies, Registerer: reg, Clock: clk,
+		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live,
 	})
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/labstack/echo/v4"
 )
@@ -59,6 +60,9 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	}
 	k := instKey{h.Service, h.Instance}
 	if !c.live.sameHello(h) {
+		if rf := c.admitLimits(store.AgentTokenID(bearer(r)), h, now); rf != nil {
+			return c.ingestRefused(ec, rf)
+		}
 		if _, _, rf := c.register(ctx, h, nil, now, nil); rf != nil {
 			return c.ingestRefused(ec, rf)
 		}

@@ -20,6 +20,8 @@ import (
 //  1. authorize: the agent token, and the service it is limited to;
 //  2. admitHello: the hello's validation (protocol rules, the
 //     transport's own) and the token's service;
+//     admitLimits: the token's instances and breakers, the collector's
+//     dependencies (limits.go);
 //  3. register: record the hello, read the last stored seq, declare the
 //     instance to live state (the transport says whether it has a
 //     session to attach and a welcome to queue);
