@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/web"
 )
 
 // serveOptions are the flags of `cbdash serve` and `cbdash demo`.
@@ -31,6 +34,15 @@ type serveOptions struct {
 	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
 	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
 	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
+	// AllowPrivateWebhooks lets alert webhooks reach loopback, private and
+	// link-local addresses (--allow-private-webhooks).
+	AllowPrivateWebhooks bool
+	// Limits of agent tokens and of the collector (--max-instances-per-token,
+	// --max-breakers-per-token, --max-dependencies) and of /live sockets
+	// (--max-live-per-session, --max-live-per-address, --max-live); 0 =
+	// the defaults of collector.Limits and web.LiveLimits.
+	Limits collector.Limits
+	Live   web.LiveLimits
 
 	// quietIncidents logs only the incident service's warnings and
 	// errors: the demo's looping faults update incidents many times a
@@ -58,6 +70,13 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.DurationVar(&o.IncidentQuiet, "incident-quiet", quiet, "how long every instance must stay closed before an incident ends")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
+	fs.IntVar(&o.Limits.MaxInstancesPerToken, "max-instances-per-token", 10000, "the most instances one agent token may have known to the collector at once")
+	fs.IntVar(&o.Limits.MaxBreakersPerToken, "max-breakers-per-token", 200000, "the most breakers the instances of one agent token may declare in all")
+	fs.IntVar(&o.Limits.MaxDependencies, "max-dependencies", 10000, "the most dependencies (service and breaker name) the collector holds; hellos adding more are refused")
+	fs.IntVar(&o.Live.PerSession, "max-live-per-session", 8, "the most live dashboard connections (/live) of one login session or API token")
+	fs.IntVar(&o.Live.PerAddress, "max-live-per-address", 64, "the most live dashboard connections of one client address")
+	fs.IntVar(&o.Live.Total, "max-live", 500, "the most live dashboard connections of the server")
+	fs.BoolVar(&o.AllowPrivateWebhooks, "allow-private-webhooks", false, "let alert webhooks call loopback, private, link-local and multicast addresses (default: refused, as a guard against server-side request forgery)")
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
 }
 
@@ -94,6 +113,12 @@ func (o *serveOptions) validate() error {
 	}
 	if o.IncidentQuiet < 0 {
 		return usageError{fmt.Errorf("--incident-quiet must not be negative (got %v)", o.IncidentQuiet)}
+	}
+	for flag, v := range map[string]int{"--max-instances-per-token": o.Limits.MaxInstancesPerToken, "--max-breakers-per-token": o.Limits.MaxBreakersPerToken,
+		"--max-dependencies": o.Limits.MaxDependencies, "--max-live-per-session": o.Live.PerSession, "--max-live-per-address": o.Live.PerAddress, "--max-live": o.Live.Total} {
+		if v < 0 {
+			return usageError{fmt.Errorf("%s must not be negative (got %d; 0 = the default)", flag, v)}
+		}
 	}
 	if o.MaxHold < 0 {
 		return usageError{fmt.Errorf("--max-hold must not be negative (got %v): every hold ends by itself", o.MaxHold)}

@@ -64,6 +64,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, Clock: clk,
+		Limits: o.Limits,
 	})
 	if err != nil {
 		return nil, err
@@ -78,7 +79,8 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	if err != nil {
 		return nil, err
 	}
-	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk})
+	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk,
+		Delivery: alert.DeliveryConfig{AllowPrivate: o.AllowPrivateWebhooks}})
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +91,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
-		TrustedProxies: proxies, Registerer: reg, Clock: clk,
+		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live,
 	})
 	if err != nil {
 		return nil, err
@@ -100,7 +102,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	auth := s.web.Auth()
 	s.col.Mount(e, auth)
 	incident.NewAPI(s.store, clk, actor).Mount(e, auth.Read, auth.Operate)
-	alert.NewAPI(s.alerts).Mount(e, auth.Read, auth.Operate)
+	alert.NewAPI(s.alerts).RevealTo(web.IsAdmin).Mount(e, auth.Read, auth.Operate)
 	s.web.Mount(e)
 
 	s.http = &http.Server{

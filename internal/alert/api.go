@@ -14,7 +14,8 @@ import (
 // API serves the alert rules CRUD and the delivery log. It is safe for
 // concurrent use.
 type API struct {
-	svc *Service
+	svc    *Service
+	reveal func(echo.Context) bool // see RevealTo
 }
 
 // NewAPI returns the API of svc; rule changes reload svc's engine.
@@ -110,7 +111,7 @@ func (a *API) list(c echo.Context) error {
 	firing := a.svc.Firing()
 	out := make([]RuleJSON, 0, len(rules))
 	for _, r := range rules {
-		out = append(out, toJSON(r, firing[r.ID]))
+		out = append(out, a.ruleOut(c, r, firing[r.ID]))
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -124,7 +125,7 @@ func (a *API) get(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toJSON(r, a.svc.Firing()[r.ID]))
+	return c.JSON(http.StatusOK, a.ruleOut(c, r, a.svc.Firing()[r.ID]))
 }
 
 func bindRule(c echo.Context) (cbdash.AlertRule, error) {
@@ -140,6 +141,9 @@ func (a *API) create(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := a.checkIn(c.Request().Context(), &r, nil); err != nil {
+		return err
+	}
 	r, err = a.svc.cfg.Store.CreateAlertRule(c.Request().Context(), r)
 	if err != nil {
 		return err
@@ -147,7 +151,7 @@ func (a *API) create(c echo.Context) error {
 	if err := a.svc.Reload(c.Request().Context()); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, toJSON(r, nil))
+	return c.JSON(http.StatusCreated, a.ruleOut(c, r, nil))
 }
 
 func (a *API) update(c echo.Context) error {
@@ -164,13 +168,16 @@ func (a *API) update(c echo.Context) error {
 		return err
 	}
 	r.ID, r.CreatedAt = id, old.CreatedAt
+	if err := a.checkIn(c.Request().Context(), &r, &old); err != nil {
+		return err
+	}
 	if err := a.svc.cfg.Store.UpdateAlertRule(c.Request().Context(), r); err != nil {
 		return err
 	}
 	if err := a.svc.Reload(c.Request().Context()); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toJSON(r, nil))
+	return c.JSON(http.StatusOK, a.ruleOut(c, r, nil))
 }
 
 func (a *API) remove(c echo.Context) error {
@@ -210,5 +217,5 @@ func (a *API) deliveries(c echo.Context) error {
 	if ds == nil {
 		ds = []cbdash.AlertDelivery{}
 	}
-	return c.JSON(http.StatusOK, ds)
+	return c.JSON(http.StatusOK, a.deliveriesOut(c, ds))
 }

@@ -71,9 +71,16 @@ type Log interface {
 
 // DeliveryConfig says how webhooks are called. Its zero value works.
 type DeliveryConfig struct {
-	// Client makes the calls; nil = a client with a 10 s timeout per
-	// attempt.
+	// Client makes the calls; nil = a client that follows no redirect,
+	// gives an attempt 5 s and, unless AllowPrivate, refuses to connect
+	// to a private destination (see webhook.go). A Client given here is
+	// used as it is.
 	Client *http.Client
+	// AllowPrivate lets webhooks reach loopback, private, link-local,
+	// unspecified and multicast addresses (the serve flag
+	// --allow-private-webhooks); false refuses them when a rule is saved
+	// and at every connection.
+	AllowPrivate bool
 	// Attempts is how many times a call is tried (0 = 5).
 	Attempts int
 	// Backoff is the wait after the first failed attempt, doubled after
@@ -99,7 +106,7 @@ func (c DeliveryConfig) validate() error {
 
 func (c *DeliveryConfig) defaults() {
 	if c.Client == nil {
-		c.Client = &http.Client{Timeout: 10 * time.Second}
+		c.Client = newClient(c.AllowPrivate)
 	}
 	if c.Attempts == 0 {
 		c.Attempts = 5
@@ -162,7 +169,7 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 		if errors.Is(err, errPermanent) || attempt >= d.cfg.Attempts || ctx.Err() != nil {
 			break
 		}
-		d.cfg.Logger.Warn("alert webhook failed, retrying", "url", n.Rule.WebhookURL, "attempt", attempt, "wait", wait, "err", err)
+		d.cfg.Logger.Warn("alert webhook failed, retrying", "rule", n.Rule.ID, "url", MaskURL(n.Rule.WebhookURL), "attempt", attempt, "wait", wait, "err", err)
 		if !clock.Sleep(d.cfg.Clock, wait, ctx.Done()) {
 			break
 		}
@@ -170,7 +177,7 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 	}
 	entry.At = d.cfg.Clock.Now().UTC()
 	if !entry.OK {
-		d.cfg.Logger.Error("alert webhook gave up", "url", n.Rule.WebhookURL, "attempts", entry.Attempts, "err", entry.Error)
+		d.cfg.Logger.Error("alert webhook gave up", "rule", n.Rule.ID, "url", MaskURL(n.Rule.WebhookURL), "attempts", entry.Attempts, "err", entry.Error)
 	}
 	if d.log != nil {
 		// The log entry is written even when ctx ended: it records the give-up.
@@ -186,12 +193,16 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 func (d *Deliverer) post(ctx context.Context, url string, body []byte) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", errPermanent, err)
+		return 0, fmt.Errorf("%w: the webhook URL does not parse", errPermanent)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "cbdash-alert/1")
 	resp, err := d.cfg.Client.Do(req)
 	if err != nil {
+		err = callError(err)
+		if errors.Is(err, ErrPrivateDestination) {
+			return 0, fmt.Errorf("%w: %w", errPermanent, err)
+		}
 		return 0, err
 	}
 	defer resp.Body.Close()
@@ -199,6 +210,8 @@ func (d *Deliverer) post(ctx context.Context, url string, body []byte) (int, err
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return resp.StatusCode, nil
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return resp.StatusCode, fmt.Errorf("%w: webhook answered %s (redirects are not followed)", errPermanent, resp.Status)
 	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return resp.StatusCode, fmt.Errorf("webhook answered %s", resp.Status)
 	default:

@@ -130,7 +130,7 @@ func TestFlappingBreakerSendsOneAlertAndOneResolve(t *testing.T) {
 	rcv := newReceiver(t)
 	log := &memLog{}
 	clk := breakertest.NewClock(t0)
-	d, err := alert.NewDeliverer(alert.DeliveryConfig{Clock: clk}, log)
+	d, err := alert.NewDeliverer(alert.DeliveryConfig{Clock: clk, AllowPrivate: true}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestDeliver(t *testing.T) {
 			clk := breakertest.NewClock(t0)
 			rcv.fail, rcv.failStatus, rcv.clock = tt.fail, tt.failStatus, clk
 			log := &memLog{}
-			d, err := alert.NewDeliverer(alert.DeliveryConfig{Attempts: tt.attempts, Clock: clk}, log)
+			d, err := alert.NewDeliverer(alert.DeliveryConfig{Attempts: tt.attempts, Clock: clk, AllowPrivate: true}, log)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +255,7 @@ func TestDeliverStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := &memLog{}
 	clk := breakertest.NewClock(t0)
-	d, _ := alert.NewDeliverer(alert.DeliveryConfig{Clock: clk}, log)
+	d, _ := alert.NewDeliverer(alert.DeliveryConfig{Clock: clk, AllowPrivate: true}, log)
 	type result struct {
 		entry cbdash.AlertDelivery
 		err   error

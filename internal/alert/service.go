@@ -43,8 +43,10 @@ type Config struct {
 	// Interval is how often every rule is evaluated (0 = 1 s). A
 	// transition to open is evaluated at once.
 	Interval time.Duration
-	// QueueSize bounds the notifications waiting for delivery (0 = 256);
-	// when full, new ones are dropped and counted.
+	// QueueSize bounds the notifications waiting for delivery to one
+	// rule's webhook (0 = 64); when full, new ones of that rule are
+	// dropped and counted. Each rule has its own queue and delivery
+	// goroutine, so a dead receiver delays its own rule's alerts only.
 	QueueSize int
 	Delivery  DeliveryConfig
 }
@@ -69,8 +71,10 @@ func (c Config) validate() error {
 type Service struct {
 	cfg     Config
 	deliver *Deliverer
-	queue   chan Notification
 	dropped atomic.Int64
+
+	qmu    sync.Mutex                  // guards queues
+	queues map[int64]chan Notification // by rule ID, each drained by its own goroutine
 
 	mu     sync.Mutex // guards engine
 	engine *Engine
@@ -90,7 +94,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Interval = time.Second
 	}
 	if cfg.QueueSize == 0 {
-		cfg.QueueSize = 256
+		cfg.QueueSize = 64
 	}
 	if cfg.Delivery.Logger == nil {
 		cfg.Delivery.Logger = cfg.Logger
@@ -102,7 +106,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, deliver: d, queue: make(chan Notification, cfg.QueueSize), engine: NewEngine()}, nil
+	return &Service{cfg: cfg, deliver: d, queues: make(map[int64]chan Notification), engine: NewEngine()}, nil
 }
 
 // Reload reads the rules from the store into the engine. The API calls it
@@ -118,7 +122,8 @@ func (s *Service) Reload(ctx context.Context) error {
 	return nil
 }
 
-// Dropped counts notifications dropped because the delivery queue was full.
+// Dropped counts notifications dropped because their rule's delivery
+// queue was full.
 func (s *Service) Dropped() int64 { return s.dropped.Load() }
 
 // Firing returns the subjects firing now per rule ID.
@@ -130,14 +135,13 @@ func (s *Service) Firing() map[int64][]string {
 
 // Run loads the rules, subscribes to the source and evaluates until ctx is
 // done; then it stops delivering (a delivery in progress is abandoned and
-// logged) and returns nil. It returns an error only when the rules cannot
-// be loaded at start.
+// logged) and returns nil once every rule's delivery goroutine has ended.
+// It returns an error only when the rules cannot be loaded at start.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.Reload(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { s.deliverLoop(ctx) })
 	defer wg.Wait()
 	tick, stop := s.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer stop()
@@ -146,7 +150,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.mu.Lock()
 		s.engine.Load(snapshot)
 		s.mu.Unlock()
-		resubscribe := s.consume(ctx, events, tick)
+		resubscribe := s.consume(ctx, &wg, events, tick)
 		cancel()
 		if !resubscribe {
 			return nil
@@ -156,7 +160,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // consume handles events until ctx ends (false) or the feed closes (true).
-func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick <-chan time.Time) bool {
+func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan cbdash.Event, tick <-chan time.Time) bool {
 	for {
 		select {
 		case <-ctx.Done():
@@ -169,21 +173,23 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 			s.engine.Observe(ev)
 			s.mu.Unlock()
 			if ev.Kind == cbdash.EventTransition && ev.Transition != nil && ev.Transition.To == protocol.StateOpen {
-				s.evaluate()
+				s.evaluate(ctx, wg)
 			}
 		case <-tick:
-			s.evaluate()
+			s.evaluate(ctx, wg)
 		}
 	}
 }
 
-func (s *Service) evaluate() {
+// evaluate evaluates every rule and queues the notifications, each to its
+// rule's queue (started in wg on first use).
+func (s *Service) evaluate(ctx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	ns := s.engine.Evaluate(s.cfg.Clock.Now())
 	s.mu.Unlock()
 	for _, n := range ns {
 		select {
-		case s.queue <- n:
+		case s.queueOf(ctx, wg, n.Rule.ID) <- n:
 		default:
 			s.dropped.Add(1)
 			s.cfg.Logger.Error("alert: delivery queue full, notification dropped", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event)
@@ -191,12 +197,28 @@ func (s *Service) evaluate() {
 	}
 }
 
-func (s *Service) deliverLoop(ctx context.Context) {
+// queueOf returns rule id's delivery queue, starting its goroutine in wg
+// the first time.
+func (s *Service) queueOf(ctx context.Context, wg *sync.WaitGroup, id int64) chan<- Notification {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	q, ok := s.queues[id]
+	if !ok {
+		q = make(chan Notification, s.cfg.QueueSize)
+		s.queues[id] = q
+		wg.Go(func() { s.deliverLoop(ctx, q) })
+	}
+	return q
+}
+
+// deliverLoop delivers one rule's notifications in order (a resolve never
+// overtakes its alert) until ctx ends.
+func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case n := <-s.queue:
+		case n := <-queue:
 			if _, err := s.deliver.Deliver(ctx, n); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Error("alert: delivery", "err", err)
 			}

@@ -83,7 +83,7 @@ func TestServiceWithAPI(t *testing.T) {
 	rcv := newReceiver(t)
 	f := &feed{ch: make(chan cbdash.Event)}
 	// Rules are evaluated every second of the clock, which the test moves.
-	svc, err := alert.New(alert.Config{Source: f, Store: st, Clock: clk, Interval: time.Second})
+	svc, err := alert.New(alert.Config{Source: f, Store: st, Clock: clk, Interval: time.Second, Delivery: alert.DeliveryConfig{AllowPrivate: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestAlertsFromARealCollector(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	svc, err := alert.New(alert.Config{Source: col, Store: st, Clock: clk, Interval: 20 * time.Millisecond})
+	svc, err := alert.New(alert.Config{Source: col, Store: st, Clock: clk, Interval: 20 * time.Millisecond, Delivery: alert.DeliveryConfig{AllowPrivate: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,9 @@ type Config struct {
 	// from the API, the CLI and the dashboard alike; 0 =
 	// cbdash.DefaultMaxHold (24 h).
 	MaxHold time.Duration
+	// Limits bound the instances and breakers of one agent token and the
+	// dependencies of the collector (see Limits; zero values = defaults).
+	Limits Limits
 }
 
 func (c *Config) setDefaults() {
@@ -86,6 +89,7 @@ func (c *Config) setDefaults() {
 	def(&c.WriteTimeout, 10*time.Second)
 	def(&c.HelloTimeout, 10*time.Second)
 	def(&c.MaxHold, cbdash.DefaultMaxHold)
+	c.Limits.setDefaults()
 	c.Clock = clock.OrSystem(c.Clock)
 	if c.SubscriberBuffer == 0 {
 		c.SubscriberBuffer = 4096
@@ -119,6 +123,8 @@ func (c *Config) validate() error {
 		return bad("PublishInterval/CompactEvery/CommandDelivery/WriteTimeout/HelloTimeout", "is negative")
 	case c.MaxHold < 0:
 		return bad("MaxHold", "is negative")
+	case c.Limits.validate() != nil:
+		return c.Limits.validate()
 	case c.Gatherer == nil:
 		return bad("Gatherer", "is required when Registerer is not a Gatherer")
 	}
@@ -138,7 +144,8 @@ type Collector struct {
 	hub     *hub
 	metrics *metrics
 	cmds    *pendingCommands
-	skews   sync.Map // instKey -> *skewEst
+	tokens  *tokenUsage // what each agent token declared, against Config.Limits
+	skews   sync.Map    // instKey -> *skewEst
 
 	failMu   sync.Mutex
 	failures map[failKey]int // batches that failed to be stored, by attempts
@@ -172,7 +179,7 @@ func New(cfg Config) (*Collector, error) {
 	h.onCount = func(n int) { m.subscribers.Set(float64(n)) }
 	c := &Collector{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger, clk: cfg.Clock, now: cfg.Clock.Now,
-		hub: h, metrics: m, cmds: newPendingCommands(),
+		hub: h, metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(),
 		sessions: make(map[*session]struct{}),
 	}
 	c.live = newLive(cfg.Clock.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)

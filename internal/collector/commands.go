@@ -260,23 +260,46 @@ func (l *live) sessions(service string, instances []string) []*session {
 	return out
 }
 
-// commandResults publishes the commands a stored batch answered (the
-// store recorded the results in the batch's transaction).
-func (c *Collector) commandResults(instance string, rs []protocol.CommandResult) {
+// commandResults publishes the commands a stored batch of instance k
+// answered (the store recorded the results in the batch's transaction,
+// for the commands of k's service that target k only). A result for a
+// command of another service, or one that does not target k, changed
+// nothing: it is logged and counted, not published.
+func (c *Collector) commandResults(k instKey, rs []protocol.CommandResult) {
 	seen := make(map[string]bool, len(rs))
 	for _, r := range rs {
-		c.cmds.answered(r.ID, instance)
 		if seen[r.ID] {
 			continue
 		}
 		seen[r.ID] = true
 		cmd, err := c.store.Command(context.Background(), r.ID)
 		if err != nil {
-			c.log.Info("command result for an unknown command", "id", r.ID, "instance", instance, "err", err)
+			c.log.Info("command result for an unknown command", "id", r.ID, "service", k.service, "instance", k.instance, "err", err)
 			continue
 		}
+		if !targets(cmd, k) {
+			c.metrics.distrusted(distrustForeignResult)
+			c.log.Warn("command result refused: the command is not for this instance", "id", r.ID,
+				"command_service", cmd.Service, "service", k.service, "instance", k.instance)
+			continue
+		}
+		c.cmds.answered(r.ID, k)
 		c.hub.publish(cbdash.Event{Kind: cbdash.EventCommand, At: c.now(), Command: &cmd})
 	}
+}
+
+// targets reports whether cmd is a command of k's service with k's
+// instance among its targets.
+func targets(cmd cbdash.Command, k instKey) bool {
+	if cmd.Service != k.service {
+		return false
+	}
+	for _, t := range cmd.Targets {
+		if t.Instance == k.instance {
+			return true
+		}
+	}
+	return false
 }
 
 // expireCommands marks the targets that did not answer before their
@@ -307,6 +330,7 @@ type pendingCommands struct {
 }
 
 type pendingCommand struct {
+	service   string
 	expires   time.Time
 	instances map[string]bool
 }
@@ -316,7 +340,7 @@ func newPendingCommands() *pendingCommands {
 }
 
 func (p *pendingCommands) track(cmd cbdash.Command) {
-	pc := &pendingCommand{expires: cmd.ExpiresAt, instances: make(map[string]bool)}
+	pc := &pendingCommand{service: cmd.Service, expires: cmd.ExpiresAt, instances: make(map[string]bool)}
 	for _, t := range cmd.Targets {
 		if t.Status == cbdash.TargetPending {
 			pc.instances[t.Instance] = true
@@ -330,11 +354,13 @@ func (p *pendingCommands) track(cmd cbdash.Command) {
 	p.mu.Unlock()
 }
 
-func (p *pendingCommands) answered(id, instance string) {
+// answered forgets target k of command id (none when id is a command of
+// another service).
+func (p *pendingCommands) answered(id string, k instKey) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pc := p.cmds[id]; pc != nil {
-		delete(pc.instances, instance)
+	if pc := p.cmds[id]; pc != nil && pc.service == k.service {
+		delete(pc.instances, k.instance)
 		if len(pc.instances) == 0 {
 			delete(p.cmds, id)
 		}

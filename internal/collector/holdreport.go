@@ -158,6 +158,6 @@ func actionWords(a string) string {
 func stampUTC(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
 func clockUTC(t time.Time) string { return t.UTC().Format("15:04:05") }
 
-var mdReplacer = strings.NewReplacer("|", "\\|", "*", "\\*", "_", "\\_", "`", "\\`", "\n", " ")
+var mdReplacer = strings.NewReplacer("\\", "\\\\", "[", "\\[", "]", "\\]", "<", "&lt;", ">", "&gt;", "\r", " ", "|", "\\|", "*", "\\*", "_", "\\_", "`", "\\`", "\n", " ")
 
 func mdText(s string) string { return mdReplacer.Replace(s) }

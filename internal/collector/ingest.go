@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/labstack/echo/v4"
 )
@@ -59,11 +60,15 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	}
 	k := instKey{h.Service, h.Instance}
 	if !c.live.sameHello(h) {
+		if rf := c.admitLimits(store.AgentTokenID(bearer(r)), h, now); rf != nil {
+			return c.ingestRefused(ec, rf)
+		}
 		if _, _, rf := c.register(ctx, h, nil, now, nil); rf != nil {
 			return c.ingestRefused(ec, rf)
 		}
 	}
 	cb, skew := c.correctClock(k, b, now)
+	cb = c.vetCauses(ctx, k, cb)
 	c.toLive(ctx, k, cb, now, skew, overHTTP)
 	c.metrics.queue.Inc()
 	stored, rf := c.save(ctx, k, h.StartedAt, cb, 1, now)

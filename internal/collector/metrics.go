@@ -39,6 +39,7 @@ type metrics struct {
 	subscribers prometheus.Gauge
 	subDrops    prometheus.Counter
 	agentDrops  *prometheus.CounterVec
+	distrust    *prometheus.CounterVec // see trust.go
 
 	mu         sync.Mutex
 	stateLabel map[cbdash.DependencyKey]string
@@ -97,12 +98,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cbdash_collector_agent_drops_total",
 			Help: "Data agents reported dropping under memory pressure, by kind (windows, merged, batches, transitions, command_results, and calls: the calls the dropped windows counted).",
 		}, []string{"kind"}),
+		distrust: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbdash_collector_agent_refused_total",
+			Help: "What agents sent that the collector refused or did not trust, by reason (" + distrustReasons + ").",
+		}, []string{"reason"}),
 		stateLabel: make(map[cbdash.DependencyKey]string),
 		callsByDep: make(map[cbdash.DependencyKey][]prometheus.Counter),
 	}
 	for _, c := range []prometheus.Collector{
 		m.state, m.calls, m.batches, m.windows, m.transitions, m.lag, m.commit,
-		m.queue, m.connections, m.subscribers, m.subDrops, m.agentDrops,
+		m.queue, m.connections, m.subscribers, m.subDrops, m.agentDrops, m.distrust,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -20,6 +20,8 @@ import (
 //  1. authorize: the agent token, and the service it is limited to;
 //  2. admitHello: the hello's validation (protocol rules, the
 //     transport's own) and the token's service;
+//     admitLimits: the token's instances and breakers, the collector's
+//     dependencies (limits.go);
 //  3. register: record the hello, read the last stored seq, declare the
 //     instance to live state (the transport says whether it has a
 //     session to attach and a welcome to queue);
@@ -28,6 +30,8 @@ import (
 //     transport's to recognise: the websocket knows what it has queued);
 //  5. correctClock: measure the agent's clock skew, and move the times of
 //     an agent far ahead to the collector's clock;
+//     vetCauses: a cause claiming a command the collector did not
+//     send to the instance becomes agent-reported (trust.go);
 //     toLive: apply it to live state;
 //  6. save: commit it, then afterSave (metrics, command results);
 //  7. pending: the commands waiting for the instance.
@@ -274,7 +278,7 @@ func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start
 		c.holds.observe(k, b.Windows)
 	}
 	if len(b.CommandResults) > 0 {
-		c.commandResults(k.instance, b.CommandResults)
+		c.commandResults(k, b.CommandResults)
 	}
 }
 

@@ -204,6 +204,10 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		}
 	}
 	now := c.now()
+	if rf := c.admitLimits(s.tokenID, h, now); rf != nil {
+		s.fatal(ctx, rf)
+		return false
+	}
 	s.key, s.startedAt, s.hello = instKey{h.Service, h.Instance}, h.StartedAt, h
 	// The welcome is queued as the instance is registered: a command issued
 	// from then on is sent after it; commands issued before are read below.
@@ -274,6 +278,7 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 		default:
 			s.lastQueued = seq
 			b, skew := c.correctClock(s.key, m.Batch, now)
+			b = c.vetCauses(ctx, s.key, b)
 			it.batch = b
 			if !c.toLive(ctx, s.key, b, now, skew, overWebsocket) {
 				return
@@ -298,6 +303,9 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 		return refuse(cbdash.ErrInvalid, "%v: a hello on an open connection must name the same service, instance and started_at", protocol.ErrInvalid)
 	}
 	if rf := s.c.admitHello(h, s.service, overWebsocket); rf != nil {
+		return rf
+	}
+	if rf := s.c.admitLimits(s.tokenID, h, now); rf != nil {
 		return rf
 	}
 	if _, _, rf := s.c.register(ctx, h, s, now, nil); rf != nil {

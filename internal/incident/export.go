@@ -94,6 +94,6 @@ func offset(d time.Duration) string {
 }
 
 // md escapes what would break a Markdown table cell or inject markup.
-var mdEscaper = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;", "`", "\\`", "*", `\*`, "_", `\_`, "[", `\[`, "]", `\]`)
+var mdEscaper = strings.NewReplacer(`\`, `\\`, "|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;", "`", "\\`", "*", `\*`, "_", `\_`, "[", `\[`, "]", `\]`)
 
 func md(s string) string { return mdEscaper.Replace(s) }

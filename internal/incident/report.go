@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -296,12 +297,32 @@ func CauseText(c protocol.Cause) string {
 			s += ": " + c.Reason
 		}
 		return s
+	case protocol.CauseAgentCommand:
+		return AgentCommandText(c)
 	case protocol.CauseExpired:
 		return "the forced state expired"
 	case "":
 		return "unknown"
 	}
 	return c.Kind
+}
+
+// AgentCommandText says, in one line, that a command was reported by the
+// agent and not sent by cbdash (protocol.CauseAgentCommand): whoever the
+// agent names is its claim, not an operator of cbdash.
+func AgentCommandText(c protocol.Cause) string {
+	s := "agent-reported command " + ActionText(c.Action) + ", not sent by cbdash"
+	var said []string
+	if c.Actor != "" {
+		said = append(said, "by "+c.Actor)
+	}
+	if c.Reason != "" {
+		said = append(said, "reason: "+c.Reason)
+	}
+	if len(said) > 0 {
+		s += " (the agent says " + strings.Join(said, "; ") + ")"
+	}
+	return s
 }
 
 // ActionText is an operator action in words ("force open").

@@ -208,8 +208,9 @@ func (s *Store) LastSeq(ctx context.Context, service, instance string, startedAt
 // SaveBatch stores batch b of the agent process (service, instance,
 // startedAt), received at at: its transitions, its window reports (summed
 // into the per-dependency second buckets), its command results (the
-// matching command targets become applied or failed) and the instance's
-// last-seen time and breaker states. The batch is queued to the writer,
+// matching command targets become applied or failed; a result for a
+// command of another service, or one that does not target instance, is
+// ignored) and the instance's last-seen time and breaker states. The batch is queued to the writer,
 // group-committed with other writes, and SaveBatch returns after COMMIT:
 // (true, nil) means stored and safe to acknowledge. A batch whose Seq is
 // at or below the last one stored for the process is a duplicate and
@@ -296,8 +297,11 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 		if !r.OK {
 			status = cbdash.TargetFailed
 		}
+		// Only a target of this service's command: an instance of another
+		// service with the same name cannot answer for it.
 		if _, err := x.exec(`UPDATE command_targets SET status = ?, state = ?, error = ?, at = ?
-			WHERE command_id = ? AND instance = ?`, status, r.State, r.Error, r.At, r.ID, instance); err != nil {
+			WHERE command_id = ? AND instance = ? AND command_id IN (SELECT id FROM commands WHERE id = ? AND service = ?)`,
+			status, r.State, r.Error, r.At, r.ID, instance, r.ID, service); err != nil {
 			return false, fmt.Errorf("store: save command result: %w", err)
 		}
 	}

@@ -78,6 +78,14 @@ func userOf(c echo.Context) *cbdash.User {
 	return u
 }
 
+// IsAdmin reports whether the caller of c, as identified by the Auth
+// middlewares, has the admin role (for secrets only admins may see, such
+// as webhook URLs).
+func IsAdmin(c echo.Context) bool {
+	u := userOf(c)
+	return u != nil && u.Role == cbdash.RoleAdmin
+}
+
 func anonymous(c echo.Context) bool { v, _ := c.Get(viaKey).(string); return v == "anonymous" }
 
 // require refuses callers below role: a browser that is not logged in is

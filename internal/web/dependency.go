@@ -278,6 +278,8 @@ func causeText(t protocol.Transition) string {
 			s += ": " + c.Reason
 		}
 		return s
+	case protocol.CauseAgentCommand:
+		return incident.AgentCommandText(c)
 	case protocol.CauseExpired:
 		return "forced state expired"
 	}

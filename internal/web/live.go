@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -52,6 +53,12 @@ func (s *Server) live(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	release, refused := s.slots.take(liveSessionKey(c), c.RealIP())
+	if release == nil {
+		s.log.Info("live socket refused", "address", c.RealIP(), "reason", refused)
+		return echo.NewHTTPError(http.StatusTooManyRequests, refused)
+	}
+	defer release()
 	conn, err := websocket.Accept(c.Response(), c.Request(), nil)
 	if err != nil {
 		return nil // Accept has answered (403 for a foreign origin)

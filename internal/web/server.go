@@ -141,6 +141,9 @@ type Config struct {
 	// Registerer receives the dashboard's Prometheus series (logins and
 	// limiter refusals); nil = a private registry.
 	Registerer prometheus.Registerer
+	// Live caps the /live websockets per session, per address and in
+	// total (see LiveLimits; zero values = defaults).
+	Live LiveLimits
 }
 
 func (c Config) validate() error {
@@ -157,6 +160,8 @@ func (c Config) validate() error {
 		return errors.New("web: Config.LoginBurst or LoginEvery is negative")
 	case c.MaxHashing < 0:
 		return errors.New("web: Config.MaxHashing is negative")
+	case c.Live.PerSession < 0 || c.Live.PerAddress < 0 || c.Live.Total < 0:
+		return errors.New("web: Config.Live: PerSession, PerAddress and Total must not be negative")
 	}
 	return nil
 }
@@ -174,6 +179,7 @@ type Server struct {
 	hashing chan struct{} // one slot per bcrypt comparison that may run
 	metrics *metrics
 	sparks  *sparkCache
+	slots   *liveSlots // open /live sockets against cfg.Live
 
 	done      chan struct{} // closed by Close: live sockets end
 	closeOnce sync.Once
@@ -219,6 +225,7 @@ func New(cfg Config) (*Server, error) {
 		logins:  newLoginLimiter(cfg.LoginBurst, 4*cfg.LoginBurst, cfg.LoginEvery),
 		hashing: make(chan struct{}, cfg.MaxHashing),
 		metrics: m,
+		slots:   newLiveSlots(cfg.Live),
 		done:    make(chan struct{}),
 	}
 	s.sparks = newSparkCache(cfg.Store, cfg.Clock.Now)

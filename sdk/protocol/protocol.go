@@ -125,6 +125,12 @@ const (
 	// library fed through an adapter (gobreaker's ReadyToTrip); the
 	// window figures are what that library had counted.
 	CauseLibraryRule = "library_rule"
+	// CauseAgentCommand is a command the agent reported but the collector
+	// did not send to that instance (the breaker's own API, or a claim it
+	// cannot back): the collector stores a cause of kind command so when
+	// its command_id is not one of its commands for the instance, keeping
+	// the agent's action, actor and reason as what the agent said.
+	CauseAgentCommand = "agent_command"
 )
 
 // LatencyBoundsMillis are the upper bounds (inclusive, milliseconds) of the

@@ -1,0 +1,78 @@
+package collector
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// What an agent token may do. An agent token (one is deployed on every
+// instance) speaks for its instances only: the results it sends answer
+// commands of its own service to its own instances (commandResults), a
+// transition it says an operator command caused is shown as one only when
+// the collector sent that command to that instance (vetCauses), and what
+// it may create is bounded (limits.go). What is refused or distrusted is
+// counted in cbdash_collector_agent_refused_total by reason.
+
+// Reasons of cbdash_collector_agent_refused_total.
+const (
+	distrustForeignResult  = "foreign_command_result"   // a result for a command of another service or instance
+	distrustUnknownCommand = "unverified_command_cause" // a cause of kind command the collector did not send
+	refusedInstances       = "instance_limit"           // a new instance over Config.MaxInstancesPerToken
+	refusedBreakers        = "breaker_limit"            // new breakers over Config.MaxBreakersPerToken
+	refusedDependencies    = "dependency_limit"         // new dependencies over Config.MaxDependencies
+)
+
+var distrustReasons = strings.Join([]string{distrustForeignResult, distrustUnknownCommand,
+	refusedInstances, refusedBreakers, refusedDependencies}, ", ")
+
+// distrusted counts one refusal or distrust of reason.
+func (m *metrics) distrusted(reason string) {
+	if m == nil {
+		return
+	}
+	m.distrust.WithLabelValues(reason).Inc()
+}
+
+// vetCauses returns the batch to apply and store for instance k: b
+// itself, or, when a transition's cause claims an operator command
+// (kind command) the collector did not send to k, a copy in which those
+// causes are of kind protocol.CauseAgentCommand (what the agent said is
+// kept, and shown as the agent's word). A store error leaves the claims
+// unverified too: a claim is believed only when it is proven.
+func (c *Collector) vetCauses(ctx context.Context, k instKey, b *protocol.Batch) *protocol.Batch {
+	var ids []string
+	for _, t := range b.Transitions {
+		if t.Cause.Kind == protocol.CauseCommand {
+			ids = append(ids, t.Cause.CommandID)
+		}
+	}
+	if len(ids) == 0 {
+		return b
+	}
+	sent, err := c.store.CommandTargets(ctx, k.service, k.instance, ids)
+	if err != nil {
+		c.log.Error("check the commands of transition causes", "service", k.service, "instance", k.instance, "err", err)
+	}
+	var out *protocol.Batch
+	for i, t := range b.Transitions {
+		if t.Cause.Kind != protocol.CauseCommand || sent[t.Cause.CommandID] {
+			continue
+		}
+		if out == nil {
+			o := *b
+			o.Transitions = slices.Clone(b.Transitions)
+			out = &o
+		}
+		out.Transitions[i].Cause.Kind = protocol.CauseAgentCommand
+		c.metrics.distrusted(distrustUnknownCommand)
+		c.log.Info("a transition's command is not one the collector sent; stored as agent-reported",
+			"service", k.service, "instance", k.instance, "breaker", t.Breaker, "command_id", t.Cause.CommandID, "actor", t.Cause.Actor)
+	}
+	if out == nil {
+		return b
+	}
+	return out
+}
