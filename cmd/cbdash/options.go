@@ -73,6 +73,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.IntVar(&o.Limits.MaxInstancesPerToken, "max-instances-per-token", 10000, "the most instances one agent token may have known to the collector at once")
 	fs.IntVar(&o.Limits.MaxBreakersPerToken, "max-breakers-per-token", 200000, "the most breakers the instances of one agent token may declare in all")
 	fs.IntVar(&o.Limits.MaxDependencies, "max-dependencies", 10000, "the most dependencies (service and breaker name) the collector holds; hellos adding more are refused")
+	fs.IntVar(&o.Limits.MaxConnectionsPerToken, "max-connections-per-token", 10000, "the most agent websocket connections one agent token may hold open at once; one more is refused (retry later)")
 	fs.IntVar(&o.Live.PerSession, "max-live-per-session", 8, "the most live dashboard connections (/live) of one login session or API token")
 	fs.IntVar(&o.Live.PerAddress, "max-live-per-address", 64, "the most live dashboard connections of one client address")
 	fs.IntVar(&o.Live.Total, "max-live", 500, "the most live dashboard connections of the server")
@@ -115,7 +116,7 @@ func (o *serveOptions) validate() error {
 		return usageError{fmt.Errorf("--incident-quiet must not be negative (got %v)", o.IncidentQuiet)}
 	}
 	for flag, v := range map[string]int{"--max-instances-per-token": o.Limits.MaxInstancesPerToken, "--max-breakers-per-token": o.Limits.MaxBreakersPerToken,
-		"--max-dependencies": o.Limits.MaxDependencies, "--max-live-per-session": o.Live.PerSession, "--max-live-per-address": o.Live.PerAddress, "--max-live": o.Live.Total} {
+		"--max-dependencies": o.Limits.MaxDependencies, "--max-connections-per-token": o.Limits.MaxConnectionsPerToken, "--max-live-per-session": o.Live.PerSession, "--max-live-per-address": o.Live.PerAddress, "--max-live": o.Live.Total} {
 		if v < 0 {
 			return usageError{fmt.Errorf("%s must not be negative (got %d; 0 = the default)", flag, v)}
 		}

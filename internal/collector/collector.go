@@ -151,12 +151,13 @@ type Collector struct {
 	failures map[failKey]int // batches that failed to be stored, by attempts
 	holds    *holdManager
 
-	mu       sync.Mutex
-	sessions map[*session]struct{}
-	ready    bool // Run has restored live state
-	stopped  bool // Run has returned (or is returning)
-	running  bool
-	wg       sync.WaitGroup // session goroutines
+	mu         sync.Mutex
+	sessions   map[*session]struct{}
+	tokenConns map[string]int // open websocket sessions by agent token id (Limits.MaxConnectionsPerToken)
+	ready      bool           // Run has restored live state
+	stopped    bool           // Run has returned (or is returning)
+	running    bool
+	wg         sync.WaitGroup // session goroutines
 
 	applyStop chan struct{} // closed to stop live.applyLoop (after the sessions)
 	applyDone chan struct{} // closed when live.applyLoop has returned
@@ -180,7 +181,7 @@ func New(cfg Config) (*Collector, error) {
 	c := &Collector{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger, clk: cfg.Clock, now: cfg.Clock.Now,
 		hub: h, metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(),
-		sessions: make(map[*session]struct{}),
+		sessions: make(map[*session]struct{}), tokenConns: make(map[string]int),
 	}
 	c.live = newLive(cfg.Clock.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
 	c.holds = newHoldManager(c)
@@ -308,14 +309,26 @@ func (c *Collector) addSession(s *session) bool {
 		return false
 	}
 	c.sessions[s] = struct{}{}
+	c.tokenConns[s.tokenID]++
 	c.wg.Add(1)
 	c.metrics.connections.Set(float64(len(c.sessions)))
 	return true
 }
 
+// tokenConnections returns how many websocket sessions of agent token id
+// are open (the caller's included).
+func (c *Collector) tokenConnections(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tokenConns[id]
+}
+
 func (c *Collector) removeSession(s *session) {
 	c.mu.Lock()
 	delete(c.sessions, s)
+	if c.tokenConns[s.tokenID]--; c.tokenConns[s.tokenID] <= 0 {
+		delete(c.tokenConns, s.tokenID)
+	}
 	c.metrics.connections.Set(float64(len(c.sessions)))
 	c.mu.Unlock()
 	c.wg.Done()

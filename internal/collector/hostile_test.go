@@ -16,6 +16,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 )
@@ -465,9 +466,60 @@ func TestHostileAgents(t *testing.T) {
 		}
 	})
 
+	// Limits of connections per token and of hellos per connection, on a
+	// collector configured with small ones.
+	t.Run("connections per token and hellos per connection are bounded", func(t *testing.T) {
+		lh := startHarness(t, "", func(c *Config) {
+			c.Clock = clk
+			c.Limits.MaxConnectionsPerToken, c.Limits.RehelloBurst, c.Limits.RehelloEvery = 2, 2, time.Hour
+		})
+		first := dialRaw(t, lh, lh.token)
+		first.hello("c1", started)
+		second := dialRaw(t, lh, lh.token)
+		second.hello("c2", started)
+		third := dialRaw(t, lh, lh.token)
+		third.send(rawHello("c3", started))
+		var e protocol.Error
+		third.expect(protocol.TypeError, &e)
+		const tooMany = "too many connections for this agent token"
+		if !e.Fatal || !e.Retry || !strings.Contains(e.Reason, tooMany) {
+			t.Errorf("a third connection with a limit of 2: %+v, want a retry-later %q", e, tooMany)
+		}
+		cover(tooMany, "ws")
+		// Another token is not affected.
+		other, err := lh.store.CreateAgentToken(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialRaw(t, lh, other).hello("o1", started)
+
+		// Two hellos on an open connection pass (the burst), the third ends it.
+		again := rawHello("c1", started)
+		first.send(again)
+		first.send(again)
+		first.send(again)
+		var e2 protocol.Error
+		first.expect(protocol.TypeError, &e2)
+		const chatty = "too many hellos on one connection"
+		if !e2.Fatal || !e2.Retry || !strings.Contains(e2.Reason, chatty) {
+			t.Errorf("a third re-hello with a burst of 2: %+v, want a retry-later %q", e2, chatty)
+		}
+		cover(chatty, "ws")
+		// The slot is free again once a connection ends.
+		first.conn.CloseNow()
+		eventually.True(t, "a connection slot comes back", func() bool {
+			a := dialRaw(t, lh, lh.token)
+			defer a.conn.CloseNow()
+			a.send(rawHello("c4", started))
+			typ, _, err := a.next()
+			return err == nil && typ == protocol.TypeWelcome
+		})
+	})
+
 	// Every documented refusal was asserted (over both transports where
 	// both can carry it).
-	wsOnly := map[string]bool{"the first message must be a hello": true, "binary frames are refused": true, "unknown message type": true}
+	wsOnly := map[string]bool{"the first message must be a hello": true, "binary frames are refused": true, "unknown message type": true,
+		"too many connections for this agent token": true, "too many hellos on one connection": true}
 	httpOnly := map[string]bool{"breakers is empty": true}
 	for _, f := range documentedRefusals(t) {
 		c := covered[f]

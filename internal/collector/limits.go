@@ -32,6 +32,19 @@ type Limits struct {
 	// name) the collector holds, whatever the token; a hello that would
 	// add more is refused; 0 = 10,000.
 	MaxDependencies int
+	// MaxConnectionsPerToken is how many websocket connections one agent
+	// token may hold open at once, before their hello too (each waits up
+	// to HelloTimeout for it); 0 = 10,000. One more is refused with a
+	// retry-later error: "too many connections for this agent token".
+	MaxConnectionsPerToken int
+	// RehelloBurst and RehelloEvery bound the hellos an agent may send on
+	// one open connection (to declare breakers registered since, see
+	// docs/protocol.md): RehelloBurst at once, then one per RehelloEvery;
+	// 0 = 30 and 1 s. One more ends the connection with a retry-later
+	// error ("too many hellos on one connection"); the agent reconnects
+	// and its hello declares everything.
+	RehelloBurst int
+	RehelloEvery time.Duration
 }
 
 func (l *Limits) setDefaults() {
@@ -44,11 +57,20 @@ func (l *Limits) setDefaults() {
 	if l.MaxDependencies == 0 {
 		l.MaxDependencies = 10000
 	}
+	if l.MaxConnectionsPerToken == 0 {
+		l.MaxConnectionsPerToken = 10000
+	}
+	if l.RehelloBurst == 0 {
+		l.RehelloBurst = 30
+	}
+	if l.RehelloEvery == 0 {
+		l.RehelloEvery = time.Second
+	}
 }
 
 func (l Limits) validate() error {
-	if l.MaxInstancesPerToken < 0 || l.MaxBreakersPerToken < 0 || l.MaxDependencies < 0 {
-		return fmt.Errorf("%w: Limits: MaxInstancesPerToken, MaxBreakersPerToken and MaxDependencies must not be negative", cbdash.ErrInvalid)
+	if l.MaxInstancesPerToken < 0 || l.MaxBreakersPerToken < 0 || l.MaxDependencies < 0 || l.MaxConnectionsPerToken < 0 || l.RehelloBurst < 0 || l.RehelloEvery < 0 {
+		return fmt.Errorf("%w: Limits: MaxInstancesPerToken, MaxBreakersPerToken, MaxDependencies, MaxConnectionsPerToken, RehelloBurst and RehelloEvery must not be negative", cbdash.ErrInvalid)
 	}
 	return nil
 }

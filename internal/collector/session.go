@@ -13,6 +13,7 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
 )
 
 // outQueue is how many messages may wait for the agent's socket; a session
@@ -36,8 +37,9 @@ type session struct {
 	key       instKey
 	startedAt int64
 	hello     *protocol.Hello
-	service   string // the token's service, "" = any
-	tokenID   string // store.AgentTokenID of the connection's token (see tokens.go)
+	service   string        // the token's service, "" = any
+	tokenID   string        // store.AgentTokenID of the connection's token (see tokens.go)
+	rehellos  *rate.Limiter // hellos on the open connection (Limits.RehelloBurst), on the collector's clock
 	// lastQueued is the highest seq queued to the saver (or stored before
 	// the connection); owned by the reading goroutine.
 	lastQueued uint64
@@ -159,7 +161,13 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		s.fatal(ctx, rf)
 		return false
 	}
+	if n, max := c.tokenConnections(s.tokenID), c.cfg.Limits.MaxConnectionsPerToken; n > max {
+		c.metrics.distrusted(refusedConnections)
+		s.fatal(ctx, retryLater(nil, "too many connections for this agent token (%d open, at most %d)", n, max))
+		return false
+	}
 	s.service = svc
+	s.rehellos = rate.NewLimiter(rate.Every(c.cfg.Limits.RehelloEvery), c.cfg.Limits.RehelloBurst)
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.HelloTimeout)
 	typ, data, err := s.conn.Read(hctx)
 	cancel()
@@ -301,6 +309,11 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time) *refusal {
 	if h.Service != s.key.service || h.Instance != s.key.instance || h.StartedAt != s.startedAt {
 		return refuse(cbdash.ErrInvalid, "%v: a hello on an open connection must name the same service, instance and started_at", protocol.ErrInvalid)
+	}
+	if !s.rehellos.AllowN(now, 1) {
+		s.c.metrics.distrusted(refusedRehellos)
+		l := s.c.cfg.Limits
+		return retryLater(nil, "too many hellos on one connection (at most %d at once, then one per %v)", l.RehelloBurst, l.RehelloEvery)
 	}
 	if rf := s.c.admitHello(h, s.service, overWebsocket); rf != nil {
 		return rf

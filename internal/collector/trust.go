@@ -23,10 +23,12 @@ const (
 	refusedInstances       = "instance_limit"           // a new instance over Config.MaxInstancesPerToken
 	refusedBreakers        = "breaker_limit"            // new breakers over Config.MaxBreakersPerToken
 	refusedDependencies    = "dependency_limit"         // new dependencies over Config.MaxDependencies
+	refusedConnections     = "connection_limit"         // a connection over Limits.MaxConnectionsPerToken
+	refusedRehellos        = "rehello_limit"            // a hello on an open connection over Limits.RehelloBurst/RehelloEvery
 )
 
 var distrustReasons = strings.Join([]string{distrustForeignResult, distrustUnknownCommand,
-	refusedInstances, refusedBreakers, refusedDependencies}, ", ")
+	refusedInstances, refusedBreakers, refusedDependencies, refusedConnections, refusedRehellos}, ", ")
 
 // distrusted counts one refusal or distrust of reason.
 func (m *metrics) distrusted(reason string) {
