@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -23,7 +27,8 @@ const demoOperator = "operator"
 
 type demoOptions struct {
 	serveOptions
-	Rate float64 // --rate: requests per second per instance
+	Rate   float64 // --rate: requests per second per instance
+	Public bool    // --public: allow an --addr beyond loopback
 }
 
 func newDemoCmd(clk clock.Clock) *cobra.Command {
@@ -52,11 +57,15 @@ release and reset breakers.`,
 			if o.Rate <= 0 || o.Rate > 1000 {
 				return usageError{fmt.Errorf("--rate must be within (0, 1000] (got %v)", o.Rate)}
 			}
+			if !o.Public && !loopbackAddr(o.Addr) {
+				return usageError{fmt.Errorf("--addr %q is beyond loopback: the demo has a fixed operator/operator login and anonymous viewing; pass --public to serve it there anyway", o.Addr)}
+			}
 			return runDemo(cmd.Context(), o, clk, cmd.OutOrStdout(), cmd.ErrOrStderr(), nil)
 		},
 	}
 	o.bind(cmd.Flags(), "./cbdash-demo.db", true, 20*time.Second) // the demo's script has 30 s of calm a loop
 	cmd.Flags().Float64Var(&o.Rate, "rate", 25, "requests per second served by each instance of the fleet")
+	cmd.Flags().BoolVar(&o.Public, "public", false, "allow --addr beyond loopback (the demo's operator/operator login is then open to the network)")
 	return cmd
 }
 
@@ -73,7 +82,7 @@ func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr
 	if err != nil {
 		return err
 	}
-	setup, err := setupDemo(ctx, srv.store)
+	setup, err := setupDemo(ctx, srv.store, o.DB+".tokens")
 	if err != nil {
 		_ = srv.closeStore()
 		return err
@@ -155,14 +164,14 @@ type demoSetup struct {
 	password   string // the operator's
 }
 
-// setupDemo makes an agent token for the fleet, the operator account
-// (unless it exists from an earlier run) and an API token for it.
-func setupDemo(ctx context.Context, st *store.Store) (demoSetup, error) {
+// setupDemo makes the operator account (unless it exists from an earlier
+// run) and the demo's two tokens: an agent token for the fleet and an API
+// token for the operator's CLI. The tokens are kept in the file tokens
+// (mode 0600, beside the demo's database) and reused by the next start
+// while the store still accepts them, so restarts do not pile up tokens
+// that can report for any service.
+func setupDemo(ctx context.Context, st *store.Store, tokens string) (demoSetup, error) {
 	var d demoSetup
-	var err error
-	if d.agentToken, err = st.CreateAgentToken(ctx, ""); err != nil {
-		return d, fmt.Errorf("demo: agent token: %w", err)
-	}
 	d.password = demoOperator
 	hash, err := web.HashPassword(d.password)
 	if err != nil {
@@ -176,10 +185,47 @@ func setupDemo(ctx context.Context, st *store.Store) (demoSetup, error) {
 	if err != nil {
 		return d, fmt.Errorf("demo: operator account: %w", err)
 	}
-	if d.apiToken, err = st.CreateUserToken(ctx, u.ID, "demo CLI"); err != nil {
-		return d, fmt.Errorf("demo: API token: %w", err)
+	var saved struct {
+		Agent string `json:"agent"`
+		API   string `json:"api"`
+	}
+	if data, err := os.ReadFile(tokens); err == nil && json.Unmarshal(data, &saved) == nil {
+		if svc, err := st.CheckAgentToken(ctx, saved.Agent); err == nil && svc == "" {
+			d.agentToken = saved.Agent
+		}
+		if tu, err := st.UserByToken(ctx, saved.API); err == nil && tu.ID == u.ID {
+			d.apiToken = saved.API
+		}
+	}
+	if d.agentToken == "" {
+		if d.agentToken, err = st.CreateAgentToken(ctx, ""); err != nil {
+			return d, fmt.Errorf("demo: agent token: %w", err)
+		}
+	}
+	if d.apiToken == "" {
+		if d.apiToken, err = st.CreateUserToken(ctx, u.ID, "demo CLI"); err != nil {
+			return d, fmt.Errorf("demo: API token: %w", err)
+		}
+	}
+	saved.Agent, saved.API = d.agentToken, d.apiToken
+	data, _ := json.Marshal(saved)
+	if err := os.WriteFile(tokens, data, 0o600); err != nil {
+		return d, fmt.Errorf("demo: keep the tokens for the next start: %w", err)
 	}
 	return d, nil
+}
+
+// loopbackAddr reports whether addr (host:port) listens on loopback only.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func printBanner(w io.Writer, url string, d demoSetup, anonymous bool) {
