@@ -286,6 +286,8 @@ func causeText(t protocol.Transition) string {
 		return s
 	case protocol.CauseExpired:
 		return "forced state expired"
+	case protocol.CauseSampled:
+		return "seen at a read of the source (sampled)"
 	}
 	return c.Kind
 }

@@ -123,6 +123,11 @@ const (
 	// library fed through an adapter (gobreaker's ReadyToTrip); the
 	// window figures are what that library had counted.
 	CauseLibraryRule = "library_rule"
+	// CauseSampled is a change that a source reading a breaker's state
+	// (a Hystrix stream, a Prometheus scrape) saw between two reads:
+	// when and why it happened are not known (At is the read; Reason
+	// says what was read).
+	CauseSampled = "sampled"
 )
 
 // LatencyBoundsMillis are the upper bounds (inclusive, milliseconds) of the
