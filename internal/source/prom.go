@@ -282,12 +282,13 @@ func (pr *promReader) read(ctx context.Context, snaps map[string]*promSnap, now 
 	for _, name := range names {
 		s := snaps[name]
 		b := pr.breakers[name]
-		fresh := b == nil
-		if fresh {
+		if b == nil {
 			b = &promBreaker{}
 			pr.breakers[name] = b
 			if pr.scraped {
-				b.prev = map[string]float64{} // appeared since: counted from 0
+				// Appeared since the first scrape: a new breaker, counted
+				// from 0 and from closed.
+				b.prev, b.state = map[string]float64{}, protocol.StateClosed
 			}
 		}
 		pr.em.declare(promConfig(name, s.lib, interval))
