@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cbdash/cbdash/internal/source"
 )
 
 // serveOptions are the flags of `cbdash serve` and `cbdash demo`.
@@ -31,6 +33,13 @@ type serveOptions struct {
 	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
 	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
 	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
+	Hystrix         []string      // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
+	Prometheus      []string      // --prometheus: Prometheus endpoints to scrape, same form
+	SourcesFile     string        // --sources: a JSON file of targets (source.File)
+
+	// targets are the pull sources of --hystrix, --prometheus and
+	// --sources, set by validate.
+	targets []source.Target
 
 	// quietIncidents logs only the incident service's warnings and
 	// errors: the demo's looping faults update incidents many times a
@@ -58,6 +67,9 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.DurationVar(&o.IncidentQuiet, "incident-quiet", quiet, "how long every instance must stay closed before an incident ends")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
+	fs.StringArrayVar(&o.Hystrix, "hystrix", nil, "a Hystrix stream to read, as URL,service=NAME[,instance=NAME][,header=Name: value] (repeatable): hystrix-go, Spring/resilience4j, opossum-hystrix, Turbine")
+	fs.StringArrayVar(&o.Prometheus, "prometheus", nil, "a Prometheus endpoint to scrape for resilience4j or opossum-prometheus breakers, as URL,service=NAME[,instance=NAME][,interval=5s][,header=Name: value] (repeatable)")
+	fs.StringVar(&o.SourcesFile, "sources", "", `a JSON file of streams and endpoints to read: {"targets": [{"kind": "hystrix", "url": ..., "service": ..., "instance": ..., "header": {...}}]}`)
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
 }
 
@@ -103,6 +115,28 @@ func (o *serveOptions) validate() error {
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.LogFormat)}
+	}
+	return o.parseTargets()
+}
+
+// parseTargets reads --hystrix, --prometheus and --sources into targets.
+func (o *serveOptions) parseTargets() error {
+	o.targets = nil
+	for kind, specs := range map[string][]string{source.KindHystrix: o.Hystrix, source.KindPrometheus: o.Prometheus} {
+		for _, spec := range specs {
+			t, err := source.ParseTarget(kind, spec)
+			if err != nil {
+				return usageError{err}
+			}
+			o.targets = append(o.targets, t)
+		}
+	}
+	if o.SourcesFile != "" {
+		ts, err := source.LoadFile(o.SourcesFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--sources: %w", err)}
+		}
+		o.targets = append(o.targets, ts...)
 	}
 	return nil
 }

@@ -85,7 +85,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // MarshalJSON writes the duration as text.
-func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + time.Duration(d).String() + `"`), nil }
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Duration(d).String() + `"`), nil
+}
 
 func (t *Target) validate(i int) error {
 	bad := func(field, why string) error {
