@@ -376,16 +376,6 @@ func (e *emitter) declare(c protocol.BreakerConfig) {
 	e.hello.Breakers = bs
 }
 
-// declared reports whether a breaker is in the hello.
-func (e *emitter) declared(name string) bool {
-	for _, b := range e.hello.Breakers {
-		if b.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
 // send hands a batch of windows and transitions, taken at now, to the
 // sink. A refused batch is dropped (its windows counted in the next
 // batch's Dropped); the sequence moves on only when one is taken.
