@@ -96,3 +96,43 @@ func TestServeRefusesBadSources(t *testing.T) {
 		})
 	}
 }
+
+// TestREADMESourcesSnippetsParse keeps the README's copy-paste snippets
+// for the sources true: its --hystrix and --prometheus flags and its
+// sources file are accepted as written.
+func TestREADMESourcesSnippetsParse(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	var o serveOptions
+	for _, flag := range []string{"--hystrix", "--prometheus"} {
+		_, rest, ok := strings.Cut(text, "  "+flag+" '")
+		if !ok {
+			t.Fatalf("README has no %s snippet", flag)
+		}
+		spec, _, _ := strings.Cut(rest, "'")
+		if flag == "--hystrix" {
+			o.Hystrix = append(o.Hystrix, spec)
+		} else {
+			o.Prometheus = append(o.Prometheus, spec)
+		}
+	}
+	_, rest, ok := strings.Cut(text, "```json\n{\"targets\"")
+	if !ok {
+		t.Fatal("README has no sources file snippet")
+	}
+	body, _, _ := strings.Cut(rest, "```")
+	file := filepath.Join(t.TempDir(), "sources.json")
+	if err := os.WriteFile(file, []byte(`{"targets"`+body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.SourcesFile = file
+	if err := o.parseTargets(); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.targets) != 4 {
+		t.Errorf("README snippets give %d targets, want 4: %+v", len(o.targets), o.targets)
+	}
+}
