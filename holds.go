@@ -325,10 +325,16 @@ type HoldPlan struct {
 // HoldsUnsupported reports whether a breaker of configuration c cannot be
 // held (its hello set holds_unsupported), and why, in the words the
 // dashboard and the collector use: "a sony/gobreaker v2 breaker cannot be
-// held open or closed".
+// held open or closed"; for a breaker a source samples (Sampled), that
+// cbdash only reads it.
 func HoldsUnsupported(c protocol.BreakerConfig) (reason string, unsupported bool) {
 	if !c.HoldsUnsupported {
 		return "", false
+	}
+	if c.Sampled && c.Library != "" {
+		// A pull source (a Hystrix stream, a Prometheus scrape): nothing
+		// goes back to the service.
+		return "cbdash only reads this breaker (" + c.Library + "), so it cannot be held open or closed", true
 	}
 	what := "this breaker"
 	if c.Library != "" {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/internal/source"
 )
 
 // serveOptions are the flags of `cbdash serve` and `cbdash demo`.
@@ -43,6 +44,13 @@ type serveOptions struct {
 	// the defaults of collector.Limits and web.LiveLimits.
 	Limits collector.Limits
 	Live   web.LiveLimits
+	Hystrix         []string      // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
+	Prometheus      []string      // --prometheus: Prometheus endpoints to scrape, same form
+	SourcesFile     string        // --sources: a JSON file of targets (source.File)
+
+	// targets are the pull sources of --hystrix, --prometheus and
+	// --sources, set by validate.
+	targets []source.Target
 
 	// quietIncidents logs only the incident service's warnings and
 	// errors: the demo's looping faults update incidents many times a
@@ -78,6 +86,9 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.IntVar(&o.Live.PerAddress, "max-live-per-address", 64, "the most live dashboard connections of one client address")
 	fs.IntVar(&o.Live.Total, "max-live", 500, "the most live dashboard connections of the server")
 	fs.BoolVar(&o.AllowPrivateWebhooks, "allow-private-webhooks", false, "let alert webhooks call loopback, private, link-local and multicast addresses (default: refused, as a guard against server-side request forgery)")
+	fs.StringArrayVar(&o.Hystrix, "hystrix", nil, "a Hystrix stream to read, as URL,service=NAME[,instance=NAME][,header=Name: value] (repeatable): hystrix-go, Spring/resilience4j, opossum-hystrix, Turbine")
+	fs.StringArrayVar(&o.Prometheus, "prometheus", nil, "a Prometheus endpoint to scrape for resilience4j or opossum-prometheus breakers, as URL,service=NAME[,instance=NAME][,interval=5s][,header=Name: value] (repeatable)")
+	fs.StringVar(&o.SourcesFile, "sources", "", `a JSON file of streams and endpoints to read: {"targets": [{"kind": "hystrix", "url": ..., "service": ..., "instance": ..., "header": {...}}]}`)
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
 }
 
@@ -129,6 +140,28 @@ func (o *serveOptions) validate() error {
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.LogFormat)}
+	}
+	return o.parseTargets()
+}
+
+// parseTargets reads --hystrix, --prometheus and --sources into targets.
+func (o *serveOptions) parseTargets() error {
+	o.targets = nil
+	for kind, specs := range map[string][]string{source.KindHystrix: o.Hystrix, source.KindPrometheus: o.Prometheus} {
+		for _, spec := range specs {
+			t, err := source.ParseTarget(kind, spec)
+			if err != nil {
+				return usageError{err}
+			}
+			o.targets = append(o.targets, t)
+		}
+	}
+	if o.SourcesFile != "" {
+		ts, err := source.LoadFile(o.SourcesFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--sources: %w", err)}
+		}
+		o.targets = append(o.targets, ts...)
 	}
 	return nil
 }

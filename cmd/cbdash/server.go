@@ -18,6 +18,7 @@ import (
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/source"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 )
@@ -33,6 +34,7 @@ type server struct {
 	col       *collector.Collector
 	incidents *incident.Service
 	alerts    *alert.Service
+	sources   *source.Sources
 	web       *web.Server
 	http      *http.Server
 	ln        net.Listener
@@ -83,6 +85,13 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		Delivery: alert.DeliveryConfig{AllowPrivate: o.AllowPrivateWebhooks}})
 	if err != nil {
 		return nil, err
+	}
+	s.sources, err = source.New(source.Config{Sink: s.col, Targets: o.targets, Clock: clk, Logger: log.With("component", "source")})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range o.targets {
+		log.Info("reading a source", "kind", t.Kind, "url", t.URL, "service", t.Service, "instance", t.Instance)
 	}
 	proxies, err := o.trustedProxies()
 	if err != nil {
@@ -168,10 +177,10 @@ func (s *server) AgentURL() string {
 // demo stops its fleet there, so that its agents flush while everything
 // still serves), the dashboard's live sockets, the HTTP server (no new
 // requests; ingest requests in progress finish), the incident and alert
-// services, the collector (agent sessions closed, batches in progress
+// services and the pull sources, the collector (agent sessions closed, batches in progress
 // stored), and last the store (its writer drained, the database closed).
 func (s *server) run(ctx context.Context, beforeStop func(context.Context)) error {
-	errc := make(chan error, 4)
+	errc := make(chan error, 8)
 	// The collector's loops outlive the services that feed on it.
 	colCtx, stopCol := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCol()
@@ -186,7 +195,9 @@ func (s *server) run(ctx context.Context, beforeStop func(context.Context)) erro
 	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSvc()
 	var svcWG sync.WaitGroup
-	for name, loop := range map[string]func(context.Context) error{"incidents": s.incidents.Run, "alerts": s.alerts.Run} {
+	// The sources feed the collector: they stop with the services, before it.
+	loops := map[string]func(context.Context) error{"incidents": s.incidents.Run, "alerts": s.alerts.Run, "sources": s.sources.Run}
+	for name, loop := range loops {
 		svcWG.Add(1)
 		go func() {
 			defer svcWG.Done()

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -50,21 +51,37 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	if err != nil {
 		return invalidf("%s", err)
 	}
-	h, b := &req.Hello, &req.Batch
-	if rf := c.admitHello(h, svc, overHTTP); rf != nil {
+	resp, rf := c.ingest(ctx, svc, store.AgentTokenID(bearer(r)), &req.Hello, &req.Batch)
+	if rf != nil {
 		return c.ingestRefused(ec, rf)
+	}
+	return ec.JSON(http.StatusOK, resp)
+}
+
+// ingest runs the pipeline's steps after the token (see pipeline.go) for
+// one hello and batch of an agent whose token is limited to svc ("" =
+// any), as HTTP ingest does: the batch is applied to live state and
+// committed before it returns, and the response carries the pending
+// commands. tokenID is the agent token's (store.AgentTokenID), whose
+// Limits the hello must fit; "" for a source the server itself reads
+// (internal/source), which an administrator configured.
+func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, *refusal) {
+	if rf := c.admitHello(h, svc, overHTTP); rf != nil {
+		return protocol.IngestResponse{}, rf
 	}
 	now := c.now()
 	if rf := c.admitBatch(h, b, now); rf != nil {
-		return c.ingestRefused(ec, refuse(cbdash.ErrInvalid, "batch %d: %s", b.Seq, rf.Reason))
+		return protocol.IngestResponse{}, refuse(cbdash.ErrInvalid, "batch %d: %s", b.Seq, rf.Reason)
 	}
 	k := instKey{h.Service, h.Instance}
 	if !c.live.sameHello(h) {
-		if rf := c.admitLimits(store.AgentTokenID(bearer(r)), h, now); rf != nil {
-			return c.ingestRefused(ec, rf)
+		if tokenID != "" {
+			if rf := c.admitLimits(tokenID, h, now); rf != nil {
+				return protocol.IngestResponse{}, rf
+			}
 		}
 		if _, _, rf := c.register(ctx, h, nil, now, nil); rf != nil {
-			return c.ingestRefused(ec, rf)
+			return protocol.IngestResponse{}, rf
 		}
 	}
 	cb, skew := c.correctClock(k, b, now)
@@ -74,7 +91,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	stored, rf := c.save(ctx, k, h.StartedAt, cb, 1, now)
 	c.metrics.queue.Dec()
 	if rf != nil {
-		return c.ingestRefused(ec, rf)
+		return protocol.IngestResponse{}, rf
 	}
 	resp := protocol.IngestResponse{AckedSeq: b.Seq}
 	if !stored {
@@ -85,7 +102,7 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	}
 	c.holds.pull(ctx, k) // no session: the holds it needs go out as pending commands
 	resp.Commands = c.pending(ctx, k, now)
-	return ec.JSON(http.StatusOK, resp)
+	return resp, nil
 }
 
 // ingestRefused answers a refusal: its kind's status (a retry-later one is

@@ -198,9 +198,20 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			Config:         configText(in.Config),
 			ConfigDiffers:  in.ConfigDiffers,
 			Held:           holdView(in.Held, now),
+			Sampled:        sampledText(in.Config),
 		})
 	}
 	return rows
+}
+
+// sampledText explains a breaker whose state a source samples ("" for one
+// that pushes its transitions).
+func sampledText(c protocol.BreakerConfig) string {
+	if !c.Sampled {
+		return ""
+	}
+	return "state sampled from " + c.Library + " at each read, not pushed: a transition is seen at the next read, " +
+		"a short one between two reads is missed, and half-open may show as open"
 }
 
 // cellText drops the rate's name from its label for a table cell whose
@@ -282,6 +293,8 @@ func causeText(t protocol.Transition) string {
 		return incident.AgentCommandText(c)
 	case protocol.CauseExpired:
 		return "forced state expired"
+	case protocol.CauseSampled:
+		return "seen at a read of the source (sampled)"
 	}
 	return c.Kind
 }

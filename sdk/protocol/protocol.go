@@ -131,6 +131,11 @@ const (
 	// its command_id is not one of its commands for the instance, keeping
 	// the agent's action, actor and reason as what the agent said.
 	CauseAgentCommand = "agent_command"
+	// CauseSampled is a change that a source reading a breaker's state
+	// (a Hystrix stream, a Prometheus scrape) saw between two reads:
+	// when and why it happened are not known (At is the read; Reason
+	// says what was read).
+	CauseSampled = "sampled"
 )
 
 // LatencyBoundsMillis are the upper bounds (inclusive, milliseconds) of the
@@ -198,6 +203,13 @@ type BreakerConfig struct {
 	// has no way to hold it. The agent refuses such commands; false (and
 	// absent, as from older agents) means commands are applied.
 	HoldsUnsupported bool `json:"holds_unsupported,omitempty"`
+	// Sampled is set when the collector reads the breaker's state by
+	// sampling it (a Hystrix stream, a Prometheus scrape) rather than
+	// being told of each transition: transitions are inferred between two
+	// samples (a short open or half-open between them is missed), and a
+	// source may not tell half-open from open (the Hystrix stream shows
+	// both as open). false (and absent) means transitions are pushed.
+	Sampled bool `json:"sampled,omitempty"`
 }
 
 // Batch is the unit of upstream data: everything an agent has to say since

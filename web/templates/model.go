@@ -185,6 +185,10 @@ type InstanceRow struct {
 	Config         string
 	ConfigDiffers  bool
 	Held           *Hold
+	// Sampled, when not "", says that the state is sampled by a source
+	// (a Hystrix stream, a Prometheus scrape), not pushed, and what that
+	// means; the row then shows a "sampled" marker with it as its title.
+	Sampled string
 }
 
 // TransitionRow is one line of the transition log.

@@ -1,0 +1,357 @@
+package source
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// LibraryHystrix is BreakerConfig.Library of the breakers read from a
+// Hystrix stream.
+const LibraryHystrix = "Hystrix stream"
+
+// hystrixCommand is the part of a Hystrix stream's HystrixCommand record
+// that cbdash reads (the format of Netflix Hystrix's metrics event stream,
+// which hystrix-go, opossum-hystrix, resilience4j and Envoy's Hystrix sink
+// write too). Numbers are float64: some writers send fractions.
+type hystrixCommand struct {
+	Type                 string  `json:"type"`
+	Name                 string  `json:"name"`
+	IsCircuitBreakerOpen bool    `json:"isCircuitBreakerOpen"`
+	ErrorPercentage      float64 `json:"errorPercentage"`
+	ErrorCount           float64 `json:"errorCount"`
+	RequestCount         float64 `json:"requestCount"`
+
+	Success            float64 `json:"rollingCountSuccess"`
+	Failure            float64 `json:"rollingCountFailure"`
+	Timeout            float64 `json:"rollingCountTimeout"`
+	ShortCircuited     float64 `json:"rollingCountShortCircuited"`
+	SemaphoreRejected  float64 `json:"rollingCountSemaphoreRejected"`
+	ThreadPoolRejected float64 `json:"rollingCountThreadPoolRejected"`
+	BadRequests        float64 `json:"rollingCountBadRequests"`
+	FallbackSuccess    float64 `json:"rollingCountFallbackSuccess"`
+	FallbackFailure    float64 `json:"rollingCountFallbackFailure"`
+
+	Concurrent  float64             `json:"currentConcurrentExecutionCount"`
+	LatencyMean float64             `json:"latencyExecute_mean"`
+	Latency     map[string]*float64 `json:"latencyExecute"`
+
+	VolumeThreshold  float64 `json:"propertyValue_circuitBreakerRequestVolumeThreshold"`
+	SleepWindowMs    float64 `json:"propertyValue_circuitBreakerSleepWindowInMilliseconds"`
+	ErrorThreshold   float64 `json:"propertyValue_circuitBreakerErrorThresholdPercentage"`
+	ForceOpen        bool    `json:"propertyValue_circuitBreakerForceOpen"`
+	ForceClosed      bool    `json:"propertyValue_circuitBreakerForceClosed"`
+	Isolation        string  `json:"propertyValue_executionIsolationStrategy"`
+	ThreadTimeoutMs  float64 `json:"propertyValue_executionIsolationThreadTimeoutInMilliseconds"`
+	TimeoutMs        float64 `json:"propertyValue_executionTimeoutInMilliseconds"`
+	RollingWindowMs  float64 `json:"propertyValue_metricsRollingStatisticalWindowInMilliseconds"`
+	RollingBuckets   float64 `json:"propertyValue_metricsRollingStatisticalWindowBuckets"`
+	SemaphoreMax     float64 `json:"propertyValue_executionIsolationSemaphoreMaxConcurrentRequests"`
+	ReportingHosts   float64 `json:"reportingHosts"`
+	CircuitBreakerOn *bool   `json:"propertyValue_circuitBreakerEnabled"`
+}
+
+// hystrixBreaker is what a target's reader remembers of one command.
+type hystrixBreaker struct {
+	last  time.Time // the previous read
+	state string    // at the previous read ("" before the first)
+	gen   uint64
+	// one estimate per rolling count, in the order of counts()
+	counts [9]rolling
+}
+
+// hystrixReader maps one stream's records, command by command.
+type hystrixReader struct {
+	em       *emitter
+	breakers map[string]*hystrixBreaker
+	windows  []protocol.Window
+	trans    []protocol.Transition
+	pending  map[string]bool // commands in windows
+}
+
+// readHystrix reads the target's stream until it ends, fails, stays
+// silent for the target's interval, or ctx ends. progressed is true when
+// at least one record was read.
+func (r *runner) readHystrix(ctx context.Context, em *emitter) (progressed bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := r.get(ctx, "text/event-stream")
+	if err != nil {
+		return false, err
+	}
+	r.update(func(s *Status) { s.Connected, s.LastError = true, "" })
+	events := make(chan []byte, 256)
+	readErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { readErr <- readEvents(resp.Body, events, ctx.Done()) })
+	defer func() {
+		cancel()
+		resp.Body.Close()
+		wg.Wait()
+	}()
+
+	hr := r.hystrixReader(em)
+	silence := clock.NewTimer(r.src.clk, r.t.interval())
+	defer silence.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			hr.flush(ctx)
+			return progressed, ctx.Err()
+		case <-silence.C:
+			hr.flush(ctx)
+			return progressed, fmt.Errorf("stream %s sent nothing for %v", r.t.URL, r.t.interval())
+		case err := <-readErr:
+			hr.flush(ctx)
+			if err == nil {
+				err = fmt.Errorf("stream %s ended", r.t.URL)
+			}
+			return progressed, err
+		case data := <-events:
+			silence.Reset(r.t.interval())
+			if hr.record(ctx, data, r.src.clk.Now()) {
+				progressed = true
+			}
+			// Records of one tick come together: they make one batch,
+			// sent once the reader has nothing more at hand.
+			if len(events) == 0 {
+				hr.flush(ctx)
+			}
+		}
+	}
+}
+
+func (r *runner) hystrixReader(em *emitter) *hystrixReader {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hystrix == nil {
+		r.hystrix = &hystrixReader{em: em, breakers: map[string]*hystrixBreaker{}, pending: map[string]bool{}}
+	}
+	return r.hystrix
+}
+
+// maxEventBytes bounds one event of a stream.
+const maxEventBytes = 1 << 20
+
+// readEvents reads a text/event-stream and sends the data of each event
+// (its data lines joined by newlines) to out, until the stream ends (nil),
+// fails, or done is closed.
+func readEvents(body io.Reader, out chan<- []byte, done <-chan struct{}) error {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64*1024), maxEventBytes)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			if len(data) > 0 {
+				select {
+				case out <- data:
+				case <-done:
+					return nil
+				}
+				data = nil
+			}
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		if string(field) != "data" {
+			continue // comments (":ping"), event:, id:, retry:
+		}
+		value = bytes.TrimPrefix(value, []byte(" "))
+		if data != nil {
+			data = append(data, '\n')
+		}
+		data = append(data, value...)
+		if len(data) > maxEventBytes {
+			return fmt.Errorf("an event is larger than %d bytes", maxEventBytes)
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// record maps one event read at now; it reports whether it was a
+// HystrixCommand record. Other records (HystrixThreadPool, Turbine's
+// meta records) and malformed ones are skipped.
+func (hr *hystrixReader) record(ctx context.Context, data []byte, now time.Time) bool {
+	var c hystrixCommand
+	if err := json.Unmarshal(data, &c); err != nil || c.Type != "HystrixCommand" || c.Name == "" {
+		return false
+	}
+	hr.em.r.update(func(s *Status) { s.Reads++; s.LastRead = now })
+	if hr.pending[c.Name] {
+		hr.flush(ctx) // a second record of one command: the first goes alone
+	}
+	b := hr.breakers[c.Name]
+	if b == nil {
+		b = &hystrixBreaker{}
+		hr.breakers[c.Name] = b
+	}
+	hr.em.declare(hystrixConfig(&c))
+	w, t := b.read(&c, now)
+	hr.windows = append(hr.windows, w)
+	if t != nil {
+		hr.trans = append(hr.trans, *t)
+	}
+	hr.pending[c.Name] = true
+	return true
+}
+
+func (hr *hystrixReader) flush(ctx context.Context) {
+	if len(hr.windows) == 0 && len(hr.trans) == 0 {
+		return
+	}
+	hr.em.send(ctx, hr.em.r.src.clk.Now(), hr.windows, hr.trans)
+	hr.windows, hr.trans = nil, nil
+	clear(hr.pending)
+}
+
+// hystrixState is the state a record shows. The stream cannot tell
+// half-open from open: both are open.
+func hystrixState(c *hystrixCommand) string {
+	switch {
+	case c.ForceOpen:
+		return protocol.StateForcedOpen
+	case c.ForceClosed:
+		return protocol.StateForcedClosed
+	case c.IsCircuitBreakerOpen:
+		return protocol.StateOpen
+	}
+	return protocol.StateClosed
+}
+
+// rollingWindow is the record's rolling window and bucket length
+// (Hystrix's defaults, 10 s in buckets of 1 s, when it does not say).
+func (c *hystrixCommand) rollingWindow() (window, bucket time.Duration) {
+	window = 10 * time.Second
+	if c.RollingWindowMs > 0 {
+		window = time.Duration(c.RollingWindowMs) * time.Millisecond
+	}
+	n := 10.0
+	if c.RollingBuckets >= 1 {
+		n = c.RollingBuckets
+	}
+	return window, time.Duration(float64(window) / n)
+}
+
+// read maps a record read at now: the window of the events new since the
+// previous read, and the transition when the state changed.
+func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window, *protocol.Transition) {
+	window, bucket := c.rollingWindow()
+	rolled := [9]float64{c.Success, c.Failure, c.Timeout, c.ShortCircuited, c.SemaphoreRejected,
+		c.ThreadPoolRejected, c.BadRequests, c.FallbackSuccess, c.FallbackFailure}
+	var n [9]int64
+	for i, v := range rolled {
+		n[i] = b.counts[i].observe(now, toCount(v), window, bucket)
+	}
+	counts := protocol.Counts{
+		Successes: n[0], Errors: n[1], Timeouts: n[2], Failures: n[1] + n[2],
+		RejectedOpen: n[3], RejectedBulkhead: n[4] + n[5],
+		Ignored: n[6], FallbackSuccess: n[7], FallbackFailure: n[8],
+	}
+	counts.Admitted = counts.Successes + counts.Failures + counts.Ignored
+	state := hystrixState(c)
+	start, ms := windowSpan(b.last, now, time.Second)
+	timed := counts.Successes + counts.Failures
+	w := protocol.Window{
+		Breaker: c.Name, Start: start, Millis: ms, State: state, Counts: counts,
+		InFlight: toCount(c.Concurrent),
+		Latency:  histogram(timed, c.quantiles(), c.LatencyMean),
+		Headroom: protocol.Headroom{
+			Calls: toCount(c.RequestCount), Failures: toCount(c.ErrorCount), MinimumCalls: toCount(c.VolumeThreshold),
+			FailureRate: clampPct(c.ErrorPercentage), FailureRateThreshold: clampPct(c.ErrorThreshold),
+		},
+	}
+	if w.Latency != nil {
+		w.LatencySumMs = float64(timed) * max(c.LatencyMean, 0)
+	}
+	var t *protocol.Transition
+	if b.state != "" && b.state != state {
+		b.gen++
+		t = &protocol.Transition{Breaker: c.Name, From: b.state, To: state, At: now.UnixMilli(), Generation: b.gen, Cause: hystrixCause(c, b.state, state)}
+		if state == protocol.StateOpen {
+			t.OpenMillis = int64(c.SleepWindowMs)
+		}
+	}
+	b.state, b.last = state, now
+	return w, t
+}
+
+// hystrixCause explains a change the stream showed. Closed to open is
+// Hystrix's own rule (error percentage at or over its threshold once the
+// request volume is reached): library_rule, with the rolling window's
+// figures. Any other change (open to closed: the single trial request
+// succeeded; a forced state set or lifted) is only seen, not explained:
+// sampled.
+func hystrixCause(c *hystrixCommand, from, to string) protocol.Cause {
+	seen := "seen in the Hystrix stream: the circuit was " + to + " at this read, " + from + " at the one before"
+	if from == protocol.StateClosed && to == protocol.StateOpen {
+		return protocol.Cause{Kind: protocol.CauseLibraryRule, FailureRate: clampPct(c.ErrorPercentage), Threshold: clampPct(c.ErrorThreshold),
+			WindowCalls: toCount(c.RequestCount), WindowFailed: toCount(c.ErrorCount), Reason: seen}
+	}
+	return protocol.Cause{Kind: protocol.CauseSampled, Reason: seen}
+}
+
+// quantiles are the record's execution latency percentiles.
+func (c *hystrixCommand) quantiles() []quantile {
+	var qs []quantile
+	for k, v := range c.Latency {
+		p, err := strconv.ParseFloat(k, 64)
+		if err != nil || v == nil {
+			continue
+		}
+		qs = append(qs, quantile{p / 100, *v})
+	}
+	return qs
+}
+
+// hystrixConfig is a command's configuration as its record shows it: the
+// library's own properties as Settings, and what of cbdash's model they
+// say.
+func hystrixConfig(c *hystrixCommand) protocol.BreakerConfig {
+	window, _ := c.rollingWindow()
+	timeout := c.TimeoutMs
+	if timeout == 0 {
+		timeout = c.ThreadTimeoutMs
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	settings := map[string]string{
+		"circuitBreakerRequestVolumeThreshold":          num(c.VolumeThreshold),
+		"circuitBreakerErrorThresholdPercentage":        num(c.ErrorThreshold),
+		"circuitBreakerSleepWindowInMilliseconds":       num(c.SleepWindowMs),
+		"metricsRollingStatisticalWindowInMilliseconds": num(window.Seconds() * 1000),
+	}
+	if c.Isolation != "" {
+		settings["executionIsolationStrategy"] = c.Isolation
+	}
+	if timeout > 0 {
+		settings["executionTimeoutInMilliseconds"] = num(timeout)
+	}
+	if c.CircuitBreakerOn != nil && !*c.CircuitBreakerOn {
+		settings["circuitBreakerEnabled"] = "false"
+	}
+	cfg := protocol.BreakerConfig{
+		Name: c.Name, Library: LibraryHystrix, Settings: protocol.NewSettings(settings),
+		WindowKind: protocol.WindowTime, WindowMillis: window.Milliseconds(),
+		FailureRateThreshold: clampPct(c.ErrorThreshold), MinimumCalls: int(toCount(c.VolumeThreshold)),
+		OpenDurationMillis: int64(max(c.SleepWindowMs, 0)), HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1,
+		CallTimeoutMillis: int64(max(timeout, 0)),
+		HoldsUnsupported:  true, Sampled: true,
+	}
+	if c.Isolation == "SEMAPHORE" {
+		cfg.MaxConcurrent = int(toCount(c.SemaphoreMax))
+	}
+	return cfg
+}

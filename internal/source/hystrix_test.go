@@ -1,0 +1,287 @@
+package source_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/source"
+	"github.com/cbdash/cbdash/internal/stacktest"
+	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// scriptedStream is a Hystrix stream whose records the test writes: the
+// far side of a process boundary (what hystrix-go's StreamHandler or
+// Spring's /hystrix.stream would send), in the stream's own format.
+type scriptedStream struct {
+	*httptest.Server
+	records chan string
+	mu      sync.Mutex
+	auth    []string // Authorization of each request
+}
+
+func newScriptedStream(t *testing.T) *scriptedStream {
+	t.Helper()
+	s := &scriptedStream{records: make(chan string)}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.auth = append(s.auth, r.Header.Get("Authorization"))
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, ": ping\n\nretry: 500\n\n")
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case rec, ok := <-s.records:
+				if !ok {
+					return
+				}
+				_, _ = io.WriteString(w, "data: "+rec+"\n\n")
+				w.(http.Flusher).Flush()
+			}
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *scriptedStream) connections() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.auth...)
+}
+
+// cmd is a HystrixCommand record as hystrix-go writes it.
+type cmd struct {
+	open                                                                        bool
+	success, failure, timeout, short, semaphore, pool, bad, fbSuccess, fbFailed int
+}
+
+func (c cmd) json(name string) string {
+	req := c.success + c.failure + c.timeout + c.short + c.semaphore + c.pool
+	errs := c.failure + c.timeout + c.short + c.semaphore + c.pool
+	pct := 0
+	if req > 0 {
+		pct = 100 * errs / req
+	}
+	m := map[string]any{
+		"type": "HystrixCommand", "name": name, "group": name, "currentTime": clocktest.Epoch().UnixMilli(), "reportingHosts": 1,
+		"requestCount": req, "errorCount": errs, "errorPercentage": pct, "isCircuitBreakerOpen": c.open,
+		"rollingCountSuccess": c.success, "rollingCountFailure": c.failure, "rollingCountTimeout": c.timeout,
+		"rollingCountShortCircuited": c.short, "rollingCountSemaphoreRejected": c.semaphore, "rollingCountThreadPoolRejected": c.pool,
+		"rollingCountBadRequests": c.bad, "rollingCountFallbackSuccess": c.fbSuccess, "rollingCountFallbackFailure": c.fbFailed,
+		"currentConcurrentExecutionCount":                             0,
+		"latencyExecute_mean":                                         20,
+		"latencyExecute":                                              map[string]int{"0": 1, "25": 10, "50": 20, "75": 30, "90": 40, "95": 45, "99": 60, "99.5": 70, "100": 80},
+		"propertyValue_circuitBreakerRequestVolumeThreshold":          20,
+		"propertyValue_circuitBreakerSleepWindowInMilliseconds":       5000,
+		"propertyValue_circuitBreakerErrorThresholdPercentage":        50,
+		"propertyValue_circuitBreakerForceOpen":                       false,
+		"propertyValue_circuitBreakerForceClosed":                     false,
+		"propertyValue_executionIsolationStrategy":                    "THREAD",
+		"propertyValue_executionIsolationThreadTimeoutInMilliseconds": 1000,
+		"propertyValue_metricsRollingStatisticalWindowInMilliseconds": 10000,
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// runSources runs src until the test ends.
+func runSources(t *testing.T, src *source.Sources) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sources run: %v", err)
+		}
+	})
+}
+
+func dependency(t *testing.T, st *stacktest.Stack, service, breaker string) (cbdash.Dependency, bool) {
+	t.Helper()
+	d, err := st.Collector.Dependency(cbdash.DependencyKey{Service: service, Breaker: breaker})
+	return d, err == nil
+}
+
+func TestHystrixStream(t *testing.T) {
+	clk := clocktest.Virtual()
+	st := stacktest.Start(t, stacktest.Options{Clock: clk,
+		Collector: func(c *collector.Config) { c.StaleAfter = 5 * time.Second },
+		Web:       func(c *web.Config) { c.Anonymous = true }})
+	stream := newScriptedStream(t)
+	src, err := source.New(source.Config{Sink: st.Collector, Clock: clk, Targets: []source.Target{{
+		Kind: source.KindHystrix, URL: stream.URL + "/hystrix.stream", Service: "orders", Instance: "orders-1",
+		Header: map[string]string{"Authorization": "Bearer s3cret"}, Interval: source.Duration(30 * time.Second),
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSources(t, src)
+
+	send := func(c cmd) {
+		t.Helper()
+		reads := src.Status()[0].Reads
+		stream.records <- c.json("GetOrder")
+		eventually.True(t, "the record read and ingested", func() bool {
+			s := src.Status()[0]
+			return s.Reads == reads+1 && s.Batches+s.Dropped == reads+1
+		})
+		if s := src.Status()[0]; s.Dropped > 0 {
+			t.Fatalf("the collector refused a batch: %+v", s)
+		}
+	}
+	recent := func() protocol.Counts {
+		t.Helper()
+		d, ok := dependency(t, st, "orders", "GetOrder")
+		if !ok {
+			t.Fatal("orders/GetOrder is not on the dashboard")
+		}
+		return d.Recent
+	}
+
+	t.Run("rolling counts become the calls new since the previous read", func(t *testing.T) {
+		send(cmd{success: 3})
+		clk.Advance(time.Second)
+		send(cmd{success: 5, failure: 2, timeout: 1})
+		want := protocol.Counts{Admitted: 8, Successes: 5, Failures: 3, Errors: 2, Timeouts: 1}
+		if got := recent(); got != want {
+			t.Errorf("dashboard counts %+v, want the stream's rolling counts %+v", got, want)
+		}
+		if got := stream.connections(); len(got) != 1 || got[0] != "Bearer s3cret" {
+			t.Errorf("stream requests carried Authorization %q, want one with the configured header", got)
+		}
+	})
+
+	t.Run("an open circuit is open at the next read, by the library's rule", func(t *testing.T) {
+		clk.Advance(time.Second)
+		send(cmd{open: true, success: 5, failure: 12, timeout: 1, short: 4, semaphore: 1, pool: 2, bad: 1, fbSuccess: 3, fbFailed: 1})
+		want := protocol.Counts{Admitted: 19, Successes: 5, Failures: 13, Errors: 12, Timeouts: 1, Ignored: 1,
+			RejectedOpen: 4, RejectedBulkhead: 3, FallbackSuccess: 3, FallbackFailure: 1}
+		d, _ := dependency(t, st, "orders", "GetOrder")
+		if d.Recent != want {
+			t.Errorf("dashboard counts %+v, want %+v", d.Recent, want)
+		}
+		if d.State != protocol.StateOpen {
+			t.Errorf("state %q, want open", d.State)
+		}
+		trs, err := st.Store.Transitions(context.Background(), cbdash.TransitionQuery{Service: "orders", Breaker: "GetOrder", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(trs) != 1 || trs[0].From != "closed" || trs[0].To != "open" || trs[0].Cause.Kind != protocol.CauseLibraryRule ||
+			trs[0].Cause.Threshold != 50 || trs[0].Cause.WindowCalls != 25 || trs[0].OpenMillis != 5000 {
+			t.Errorf("transitions %+v, want closed > open by library_rule at 50%% over 25 calls, open 5s", trs)
+		}
+	})
+
+	t.Run("the breaker is marked sampled and cannot be held, on the page too", func(t *testing.T) {
+		d, _ := dependency(t, st, "orders", "GetOrder")
+		c := d.PerInstance[0].Config
+		if !c.Sampled || !c.HoldsUnsupported || c.Library != source.LibraryHystrix || c.Settings.Map()["circuitBreakerErrorThresholdPercentage"] != "50" {
+			t.Errorf("config %+v, want a sampled Hystrix stream breaker with its properties, holds unsupported", c)
+		}
+		why, no := cbdash.HoldsUnsupported(c)
+		if !no || !strings.Contains(why, "only reads") {
+			t.Errorf("HoldsUnsupported = %q, %v; want the reason that cbdash only reads it", why, no)
+		}
+		page := get(t, st.URL()+"/dependency?service=orders&breaker=GetOrder")
+		for _, want := range []string{`data-testid="instance-sampled"`, "half-open may show as open", "cbdash only reads this breaker (Hystrix stream)"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("dependency page lacks %q", want)
+			}
+		}
+	})
+
+	t.Run("events that age out of the rolling window are not counted again", func(t *testing.T) {
+		before := recent()
+		clk.Advance(11 * time.Second)
+		send(cmd{})
+		if got := recent(); got != before {
+			t.Errorf("after the rolling counts fell to 0, dashboard counts %+v, want them unchanged (%+v)", got, before)
+		}
+		d, _ := dependency(t, st, "orders", "GetOrder")
+		if d.State != protocol.StateClosed {
+			t.Errorf("state %q, want closed", d.State)
+		}
+		clk.Advance(time.Second)
+		send(cmd{success: 2})
+		before.Successes += 2
+		before.Admitted += 2
+		if got := recent(); got != before {
+			t.Errorf("dashboard counts %+v, want %+v", got, before)
+		}
+	})
+
+	t.Run("a silent stream makes the instance stale and is reconnected", func(t *testing.T) {
+		eventually.True(t, "the instance stale", func() bool {
+			clk.Advance(time.Second)
+			d, _ := dependency(t, st, "orders", "GetOrder")
+			return d.Stale == 1
+		})
+		eventually.True(t, "a second connection after the stream fell silent", func() bool {
+			clk.Advance(time.Second)
+			return len(stream.connections()) >= 2
+		})
+		send(cmd{success: 2})
+		d, _ := dependency(t, st, "orders", "GetOrder")
+		if d.Stale != 0 || d.State != protocol.StateClosed {
+			t.Errorf("after a record on the new connection: stale %d, state %q; want live and closed", d.Stale, d.State)
+		}
+	})
+}
+
+func get(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s\n%s", u, resp.Status, b)
+	}
+	return string(b)
+}
+
+func TestNewRefusesBadTargets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		t    source.Target
+		want string
+	}{
+		{"unknown kind", source.Target{Kind: "zipkin", URL: "http://a/", Service: "s"}, "targets[0].kind"},
+		{"not http", source.Target{Kind: source.KindHystrix, URL: "ftp://a/", Service: "s"}, "targets[0].url"},
+		{"no service", source.Target{Kind: source.KindPrometheus, URL: "http://a/metrics"}, "targets[0].service"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := source.New(source.Config{Sink: nowhere{}, Targets: []source.Target{tc.t}})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// nowhere is a sink that New accepts; these tests never get to use it.
+type nowhere struct{}
+
+func (nowhere) Ingest(context.Context, *protocol.Hello, *protocol.Batch) (protocol.IngestResponse, error) {
+	return protocol.IngestResponse{}, nil
+}

@@ -1,0 +1,428 @@
+// Package source pulls breaker data from services that do not run a cbdash
+// agent and feeds it to the collector's ingest pipeline: Hystrix event
+// streams (hystrix.go: hystrix-go, Netflix Hystrix, resilience4j's and
+// opossum's Hystrix streams, Turbine, Envoy's Hystrix sink) and Prometheus
+// metrics endpoints (prom.go: resilience4j's Micrometer metrics and
+// opossum-prometheus). Each Target is one instance of one service: every
+// read becomes a protocol.Hello (its breakers, as the library configures
+// them) and a protocol.Batch (window deltas and the transitions seen),
+// handed to a Sink (the collector's Ingest), so a source's instances are
+// validated, stored, shown and made stale as an agent's are.
+//
+// What a pull source cannot do is said on the breaker: its state is
+// sampled (BreakerConfig.Sampled: a transition is seen at the next read,
+// a short one between two reads is missed, and a Hystrix stream shows
+// half-open as open), and it cannot be held (HoldsUnsupported: nothing
+// goes back to the service).
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Kinds of Target.
+const (
+	KindHystrix    = "hystrix"    // a text/event-stream of Hystrix metrics (/hystrix.stream)
+	KindPrometheus = "prometheus" // a Prometheus text exposition (/metrics), scraped
+)
+
+// Sink takes what a source read; *collector.Collector is one (Ingest).
+// An error that wraps cbdash.ErrInvalid refuses the batch for good;
+// another is trouble of the sink's (the batch is dropped and counted).
+type Sink interface {
+	Ingest(ctx context.Context, h *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, error)
+}
+
+// Target is one endpoint to read: one instance of one service.
+type Target struct {
+	// Kind is KindHystrix or KindPrometheus; required.
+	Kind string `json:"kind"`
+	// URL is the stream or metrics endpoint (http or https); required.
+	URL string `json:"url"`
+	// Service is the service the breakers belong to; required.
+	Service string `json:"service"`
+	// Instance names the instance; "" = the URL's host:port.
+	Instance string `json:"instance,omitempty"`
+	// Header is sent with every request, typically
+	// {"Authorization": "Bearer ..."}; nil sends none.
+	Header map[string]string `json:"header,omitempty"`
+	// Labels are the instance's labels (as an agent's hello carries).
+	Labels map[string]string `json:"labels,omitempty"`
+	// Interval is, for KindPrometheus, the time between scrapes; 0 = 5 s.
+	// For KindHystrix it is how long the stream may stay silent before
+	// it is reconnected, 0 = 10 s (streams send every second or so).
+	Interval Duration `json:"interval,omitzero"`
+}
+
+// Duration is a time.Duration that reads and writes as text in JSON
+// ("5s", "1m30s").
+type Duration time.Duration
+
+// UnmarshalJSON reads a duration string such as "5s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("interval %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as text.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Duration(d).String() + `"`), nil
+}
+
+func (t *Target) validate(i int) error {
+	bad := func(field, why string) error {
+		return fmt.Errorf("source: %w: targets[%d].%s %s", cbdash.ErrInvalid, i, field, why)
+	}
+	if t.Kind != KindHystrix && t.Kind != KindPrometheus {
+		return bad("kind", fmt.Sprintf("%q is not %q or %q", t.Kind, KindHystrix, KindPrometheus))
+	}
+	u, err := url.Parse(t.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("url", fmt.Sprintf("%q is not an http(s) URL", t.URL))
+	}
+	if strings.TrimSpace(t.Service) == "" {
+		return bad("service", "is required")
+	}
+	if t.Interval < 0 {
+		return bad("interval", "is negative")
+	}
+	for k := range t.Header {
+		if strings.TrimSpace(k) == "" {
+			return bad("header", "has an empty name")
+		}
+	}
+	return nil
+}
+
+func (t *Target) instance() string {
+	if t.Instance != "" {
+		return t.Instance
+	}
+	u, _ := url.Parse(t.URL) // validated
+	return u.Host
+}
+
+func (t *Target) interval() time.Duration {
+	switch {
+	case t.Interval > 0:
+		return time.Duration(t.Interval)
+	case t.Kind == KindPrometheus:
+		return 5 * time.Second
+	}
+	return 10 * time.Second
+}
+
+// Config configures Sources. The zero value of every field but Sink works.
+type Config struct {
+	// Sink takes every hello and batch; required.
+	Sink Sink
+	// Targets are the endpoints to read; none is allowed (Run then only
+	// waits).
+	Targets []Target
+	// Clock stamps windows and transitions and times scrapes, silence and
+	// back-off; nil = clock.System(). (HTTP timeouts are real time.)
+	Clock clock.Clock
+	// Logger receives connection trouble; nil discards it.
+	Logger *slog.Logger
+	// Client makes the requests; nil = a client with no overall timeout
+	// (a stream lasts) whose connection attempt times out after 10 s.
+	Client *http.Client
+	// MinBackoff and MaxBackoff bound the wait before reconnecting to a
+	// target that failed (exponential, with jitter); 0 = 500 ms and 30 s.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Sources reads every target of its Config until Run's context ends. Its
+// methods are safe for concurrent use.
+type Sources struct {
+	cfg     Config
+	clk     clock.Clock
+	log     *slog.Logger
+	runners []*runner
+}
+
+// New checks cfg and returns Sources ready to Run. Errors wrap
+// cbdash.ErrInvalid and name the bad field ("targets[1].url ...").
+func New(cfg Config) (*Sources, error) {
+	if cfg.Sink == nil {
+		return nil, fmt.Errorf("source: %w: Config.Sink is required", cbdash.ErrInvalid)
+	}
+	if cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 {
+		return nil, fmt.Errorf("source: %w: Config.MinBackoff/MaxBackoff is negative", cbdash.ErrInvalid)
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 500 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Client == nil {
+		cfg.Client = defaultClient()
+	}
+	s := &Sources{cfg: cfg, clk: clock.OrSystem(cfg.Clock), log: cfg.Logger}
+	seen := map[string]int{}
+	for i := range cfg.Targets {
+		t := cfg.Targets[i]
+		if err := t.validate(i); err != nil {
+			return nil, err
+		}
+		k := t.Service + "/" + t.instance()
+		if j, dup := seen[k]; dup {
+			return nil, fmt.Errorf("source: %w: targets[%d] names instance %s again (as targets[%d]); set instance", cbdash.ErrInvalid, i, k, j)
+		}
+		seen[k] = i
+		s.runners = append(s.runners, &runner{src: s, t: t, status: Status{Kind: t.Kind, URL: t.URL, Service: t.Service, Instance: t.instance()}})
+	}
+	return s, nil
+}
+
+func defaultClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 10 * time.Second
+	return &http.Client{Transport: tr}
+}
+
+// Run reads every target, each on its own goroutine, reconnecting with
+// back-off, until ctx ends; it returns once every goroutine has stopped,
+// with nil.
+func (s *Sources) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, r := range s.runners {
+		wg.Go(func() { r.run(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// Status is what one target's reader has seen, for operators and tests.
+type Status struct {
+	Kind, URL, Service, Instance string
+	// Connected is true while a stream is open (Hystrix) or the last
+	// scrape succeeded (Prometheus).
+	Connected bool
+	// Reads counts the records (Hystrix: HystrixCommand records) or
+	// scrapes read so far.
+	Reads int64
+	// Batches counts the batches the sink took; Dropped those it refused
+	// or could not take.
+	Batches, Dropped int64
+	// Failures counts failed connections or scrapes; LastError is the
+	// last one's error ("" after a success).
+	Failures  int64
+	LastError string
+	// LastRead is when the last record or scrape was read (zero before).
+	LastRead time.Time
+}
+
+// Status returns the status of every target, in the order of
+// Config.Targets.
+func (s *Sources) Status() []Status {
+	out := make([]Status, len(s.runners))
+	for i, r := range s.runners {
+		r.mu.Lock()
+		out[i] = r.status
+		r.mu.Unlock()
+	}
+	return out
+}
+
+// runner reads one target.
+type runner struct {
+	src *Sources
+	t   Target
+
+	mu     sync.Mutex // guards the fields below
+	status Status
+	// What the reader remembers across reconnections (the rolling counts
+	// already reported, the counters' last values).
+	hystrix *hystrixReader
+	prom    *promReader
+}
+
+func (r *runner) update(f func(*Status)) {
+	r.mu.Lock()
+	f(&r.status)
+	r.mu.Unlock()
+}
+
+// run reads the target until ctx ends: one connection (or scrape loop) at
+// a time, waiting the back-off after a failure.
+func (r *runner) run(ctx context.Context) {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval = r.src.cfg.MinBackoff, r.src.cfg.MaxBackoff
+	em := newEmitter(r, r.src.clk.Now())
+	for ctx.Err() == nil {
+		var progressed bool
+		var err error
+		switch r.t.Kind {
+		case KindHystrix:
+			progressed, err = r.readHystrix(ctx, em)
+		default:
+			progressed, err = r.scrapeLoop(ctx, em)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if progressed {
+			bo.Reset()
+		}
+		r.update(func(s *Status) {
+			s.Connected = false
+			s.Failures++
+			if err != nil {
+				s.LastError = err.Error()
+			}
+		})
+		wait := bo.NextBackOff()
+		r.src.log.Warn("source: reading failed; retrying", "kind", r.t.Kind, "url", r.t.URL, "err", err, "in", wait)
+		if !sleep(ctx, r.src.clk, wait) {
+			return
+		}
+	}
+}
+
+// sleep waits d on clk; false when ctx ended first.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clock.NewTimer(clk, d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// get sends a GET for the target with its header.
+func (r *runner) get(ctx context.Context, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.t.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", accept)
+	for k, v := range r.t.Header {
+		req.Header.Set(k, v)
+	}
+	resp, err := r.src.cfg.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", r.t.URL, resp.Status)
+	}
+	return resp, nil
+}
+
+// emitter turns one instance's reads into hellos and batches: it keeps
+// the hello (the breakers seen so far) and the batch sequence.
+type emitter struct {
+	r     *runner
+	hello protocol.Hello
+	seq   uint64
+	// dropped counts windows of batches the sink did not take, reported
+	// in the next batch's Dropped.
+	dropped int64
+}
+
+func newEmitter(r *runner, startedAt time.Time) *emitter {
+	return &emitter{r: r, hello: protocol.Hello{
+		Type: protocol.TypeHello, Protocol: protocol.Version,
+		Service: r.t.Service, Instance: r.t.instance(), Labels: r.t.Labels,
+		SDKVersion: "cbdash source (" + r.t.Kind + ")", StartedAt: startedAt.UnixMilli(),
+	}}
+}
+
+// declare adds or updates a breaker's configuration in the hello.
+func (e *emitter) declare(c protocol.BreakerConfig) {
+	for i := range e.hello.Breakers {
+		if e.hello.Breakers[i].Name == c.Name {
+			if e.hello.Breakers[i] != c {
+				e.hello.Breakers = append([]protocol.BreakerConfig(nil), e.hello.Breakers...)
+				e.hello.Breakers[i] = c
+			}
+			return
+		}
+	}
+	if len(e.hello.Breakers) >= protocol.MaxBreakersPerHello {
+		return
+	}
+	bs := append(append([]protocol.BreakerConfig(nil), e.hello.Breakers...), c)
+	sort.Slice(bs, func(i, j int) bool { return bs[i].Name < bs[j].Name })
+	e.hello.Breakers = bs
+}
+
+// send hands a batch of windows and transitions, taken at now, to the
+// sink. A refused batch is dropped (its windows counted in the next
+// batch's Dropped); the sequence moves on only when one is taken.
+func (e *emitter) send(ctx context.Context, now time.Time, ws []protocol.Window, ts []protocol.Transition) {
+	if len(ws) == 0 && len(ts) == 0 {
+		return
+	}
+	b := &protocol.Batch{Type: protocol.TypeBatch, Seq: e.seq + 1, SentAt: now.UnixMilli(), Windows: ws, Transitions: ts}
+	if e.dropped > 0 {
+		b.Dropped = &protocol.Dropped{Windows: e.dropped}
+	}
+	h := e.hello
+	_, err := e.r.src.cfg.Sink.Ingest(ctx, &h, b)
+	if err != nil {
+		e.dropped += int64(len(ws))
+		e.r.update(func(s *Status) { s.Dropped++ })
+		if ctx.Err() == nil {
+			lvl := slog.LevelWarn
+			if errors.Is(err, cbdash.ErrInvalid) {
+				lvl = slog.LevelError
+			}
+			e.r.src.log.Log(ctx, lvl, "source: batch not taken", "url", e.r.t.URL, "service", h.Service, "instance", h.Instance, "err", err)
+		}
+		return
+	}
+	e.seq++
+	e.dropped = 0
+	e.r.update(func(s *Status) { s.Batches++ })
+}
+
+// windowSpan is the window a read at now reports, the previous read of
+// the breaker having been at prev (zero: none, the window is then
+// fallback long).
+func windowSpan(prev, now time.Time, fallback time.Duration) (start int64, millis int64) {
+	d := fallback
+	if !prev.IsZero() && now.After(prev) {
+		d = now.Sub(prev)
+	}
+	ms := min(max(d.Milliseconds(), 1), protocol.MaxWindowMillis)
+	return now.UnixMilli() - ms, ms
+}
+
+// clampPct keeps a rate within 0..100 (a library's -1, "not enough
+// calls", reads as 0).
+func clampPct(v float64) float64 {
+	if v != v || v < 0 {
+		return 0
+	}
+	return min(v, 100)
+}
