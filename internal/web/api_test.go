@@ -3,6 +3,8 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"html"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -97,6 +99,22 @@ func TestJSONAPIAuth(t *testing.T) {
 		if st, body := call(c, "POST", "/api/v1/commands", "", cmd, nil); st != http.StatusForbidden {
 			t.Fatalf("without CSRF header = %d %v, want 403", st, body)
 		}
+		// The login form's token was the cookie's; a session's is bound to
+		// the session and read from its pages.
+		if st, body := call(c, "POST", "/api/v1/commands", "", cmd, map[string]string{"X-CSRF-Token": csrf}); st != http.StatusForbidden {
+			t.Fatalf("with the pre-login cookie's token = %d %v, want 403 (the token is bound to the session)", st, body)
+		}
+		page, err := c.Get(s.url + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pageBody, _ := io.ReadAll(page.Body)
+		page.Body.Close()
+		m := csrfInput.FindStringSubmatch(string(pageBody))
+		if m == nil {
+			t.Fatal("the overview carries no CSRF token")
+		}
+		csrf = html.UnescapeString(m[1])
 		if st, body := call(c, "POST", "/api/v1/commands", "", cmd, map[string]string{"X-CSRF-Token": csrf}); st != http.StatusCreated || body["actor"] != "otto" {
 			t.Fatalf("with CSRF header = %d %v, want 201 by otto", st, body)
 		}

@@ -3,6 +3,8 @@ package web
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"math"
@@ -110,13 +112,17 @@ func (s *Server) require(role string) echo.MiddlewareFunc {
 	}
 }
 
-// csrf is echo's double-submit-cookie CSRF middleware: every unsafe
-// request must carry the token of the cbdash_csrf cookie in the _csrf
-// form field or the X-CSRF-Token header (browsers that send
-// Sec-Fetch-Site: same-origin pass on that alone). Callers using a Bearer
-// token are not browsers and skip it. Every failure is a 403.
+// csrf protects every unsafe request of a browser. For a logged-in
+// session the token is bound to the session: it is derived from the
+// session cookie (sessionCSRF), so a cbdash_csrf cookie planted by a
+// sibling subdomain proves nothing. Before login (the login form) it is
+// echo's double-submit-cookie middleware: the token of the cbdash_csrf
+// cookie in the _csrf form field or the X-CSRF-Token header. In both,
+// browsers that send Sec-Fetch-Site: same-origin pass on that alone (a
+// sibling subdomain is same-site, not same-origin). Callers using a
+// Bearer token are not browsers and skip it. Every failure is a 403.
 func (s *Server) csrf() echo.MiddlewareFunc {
-	return middleware.CSRFWithConfig(middleware.CSRFConfig{
+	cookie := middleware.CSRFWithConfig(middleware.CSRFConfig{
 		Skipper: func(c echo.Context) bool {
 			v, _ := c.Get(viaKey).(string)
 			return v == "token"
@@ -132,6 +138,43 @@ func (s *Server) csrf() echo.MiddlewareFunc {
 			return errorf(cbdash.ErrForbidden, "missing or invalid CSRF token")
 		},
 	})
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		byCookie := cookie(next)
+		return func(c echo.Context) error {
+			if v, _ := c.Get(viaKey).(string); v != "session" {
+				return byCookie(c)
+			}
+			ck, err := c.Cookie(sessionCookie)
+			if err != nil {
+				return byCookie(c)
+			}
+			want := sessionCSRF(ck.Value)
+			c.Set(csrfKey, want)
+			switch c.Request().Method {
+			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+				return next(c)
+			}
+			if c.Request().Header.Get("Sec-Fetch-Site") == "same-origin" {
+				return next(c)
+			}
+			got := c.Request().Header.Get(csrfHeader)
+			if got == "" {
+				got = c.FormValue(csrfField)
+			}
+			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+				return errorf(cbdash.ErrForbidden, "missing or invalid CSRF token")
+			}
+			return next(c)
+		}
+	}
+}
+
+// sessionCSRF is the CSRF token of the session whose cookie is session:
+// a hash of it under its own label, so the page can carry it without
+// revealing the cookie.
+func sessionCSRF(session string) string {
+	sum := sha256.Sum256([]byte("cbdash csrf\x00" + session))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // page fills the layout's view model for the caller.

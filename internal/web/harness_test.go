@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -341,21 +343,20 @@ func (c *client) get(path string) response {
 	return c.do(req)
 }
 
-// csrf returns the CSRF cookie's token, fetching the login page first
-// when the jar has none.
+// csrf returns the CSRF token a page gives this client, as a browser's
+// form would carry it: bound to the session once logged in, the
+// cbdash_csrf cookie's before.
 func (c *client) csrf() string {
-	u, _ := url.Parse(c.h.url)
-	for i := 0; i < 2; i++ {
-		for _, ck := range c.hc.Jar.Cookies(u) {
-			if ck.Name == "cbdash_csrf" {
-				return ck.Value
-			}
+	for _, path := range []string{"/", "/login"} {
+		if m := csrfInput.FindStringSubmatch(c.get(path).body); m != nil {
+			return html.UnescapeString(m[1])
 		}
-		c.get("/login")
 	}
-	c.h.t.Fatal("no CSRF cookie")
+	c.h.t.Fatal("no page gives a CSRF token")
 	return ""
 }
+
+var csrfInput = regexp.MustCompile(`name="_csrf" value="([^"]*)"`)
 
 // postForm posts with the CSRF token; rawPost posts exactly what it is given.
 func (c *client) postForm(path string, form url.Values) response {
