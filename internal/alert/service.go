@@ -28,6 +28,7 @@ type Store interface {
 	UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error
 	DeleteAlertRule(ctx context.Context, id int64) error
 	AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error)
+	StateStore
 }
 
 // Config wires a Service. Source and Store are required; the rest has
@@ -69,6 +70,7 @@ func (c Config) validate() error {
 type Service struct {
 	cfg     Config
 	deliver *Deliverer
+	tester  *Deliverer // one attempt: test notifications answer at once
 	queue   chan Notification
 	dropped atomic.Int64
 
@@ -102,7 +104,13 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, deliver: d, queue: make(chan Notification, cfg.QueueSize), engine: NewEngine()}, nil
+	once := cfg.Delivery
+	once.Attempts = 1
+	tester, err := NewDeliverer(once, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, deliver: d, tester: tester, queue: make(chan Notification, cfg.QueueSize), engine: NewEngine()}, nil
 }
 
 // Reload reads the rules from the store into the engine. The API calls it
@@ -115,7 +123,7 @@ func (s *Service) Reload(ctx context.Context) error {
 	s.mu.Lock()
 	s.engine.SetRules(rules)
 	s.mu.Unlock()
-	return nil
+	return s.forgetInactive(ctx, rules)
 }
 
 // Dropped counts notifications dropped because the delivery queue was full.
@@ -128,12 +136,17 @@ func (s *Service) Firing() map[int64][]string {
 	return s.engine.Firing()
 }
 
-// Run loads the rules, subscribes to the source and evaluates until ctx is
-// done; then it stops delivering (a delivery in progress is abandoned and
-// logged) and returns nil. It returns an error only when the rules cannot
-// be loaded at start.
+// Run loads the rules and the alerts that were firing (from the store),
+// queues the notifications whose delivery had not completed, subscribes to
+// the source and evaluates until ctx is done; then it stops delivering (a
+// delivery in progress is abandoned and logged, and sent again by the next
+// Run) and returns nil. It returns an error only when the rules or the
+// alert state cannot be loaded at start.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.Reload(ctx); err != nil {
+		return err
+	}
+	if err := s.restore(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -169,25 +182,33 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 			s.engine.Observe(ev)
 			s.mu.Unlock()
 			if ev.Kind == cbdash.EventTransition && ev.Transition != nil && ev.Transition.To == protocol.StateOpen {
-				s.evaluate()
+				s.evaluate(ctx)
 			}
 		case <-tick:
-			s.evaluate()
+			s.evaluate(ctx)
 		}
 	}
 }
 
-func (s *Service) evaluate() {
+func (s *Service) evaluate(ctx context.Context) {
 	s.mu.Lock()
 	ns := s.engine.Evaluate(s.cfg.Clock.Now())
 	s.mu.Unlock()
 	for _, n := range ns {
-		select {
-		case s.queue <- n:
-		default:
-			s.dropped.Add(1)
-			s.cfg.Logger.Error("alert: delivery queue full, notification dropped", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event)
-		}
+		s.persist(ctx, n)
+		s.enqueue(n)
+	}
+}
+
+// enqueue hands n to the delivery loop, or drops and counts it when the
+// queue is full (its state stays pending in the store: the next Run sends
+// it).
+func (s *Service) enqueue(n Notification) {
+	select {
+	case s.queue <- n:
+	default:
+		s.dropped.Add(1)
+		s.cfg.Logger.Error("alert: delivery queue full, notification dropped", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event)
 	}
 }
 
@@ -197,9 +218,14 @@ func (s *Service) deliverLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case n := <-s.queue:
-			if _, err := s.deliver.Deliver(ctx, n); err != nil && ctx.Err() == nil {
+			_, err := s.deliver.Deliver(ctx, n)
+			if ctx.Err() != nil {
+				return // not acknowledged: the next Run sends it again
+			}
+			if err != nil {
 				s.cfg.Logger.Error("alert: delivery", "err", err)
 			}
+			s.ack(ctx, n)
 		}
 	}
 }
