@@ -89,7 +89,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
-		TrustedProxies: proxies, Registerer: reg, Clock: clk,
+		TrustedProxies: proxies, Registerer: reg, Clock: clk, Alerts: s.alerts,
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package alert
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -18,7 +19,10 @@ type FiringJSON struct {
 	// ms.
 	Since   string `json:"since"`
 	SinceMs int64  `json:"since_ms"`
-	Detail  string `json:"detail"`
+	// For is how long it has been firing by the server's clock, to the
+	// second ("3m12s").
+	For    string `json:"for"`
+	Detail string `json:"detail"`
 }
 
 // firing answers the alerts firing now, longest firing first.
@@ -32,10 +36,12 @@ func (a *API) firing(c echo.Context) error {
 		byID[r.ID] = r
 	}
 	out := []FiringJSON{}
+	now := a.svc.cfg.Clock.Now()
 	for _, f := range a.svc.Alerts() {
 		r := byID[f.RuleID]
 		out = append(out, FiringJSON{RuleID: f.RuleID, Rule: r.Name, Kind: r.Kind, Subject: f.Subject,
-			Since: f.Since.UTC().Format("2006-01-02T15:04:05.000Z07:00"), SinceMs: f.Since.UnixMilli(), Detail: f.Detail})
+			Since: f.Since.UTC().Format("2006-01-02T15:04:05.000Z07:00"), SinceMs: f.Since.UnixMilli(),
+			For: now.Sub(f.Since).Truncate(time.Second).String(), Detail: f.Detail})
 	}
 	return c.JSON(http.StatusOK, out)
 }

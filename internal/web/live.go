@@ -188,6 +188,8 @@ type overviewLive struct {
 	// regridEvery (a tile is swapped in place meanwhile).
 	reorder bool
 	gridAt  time.Time
+	// alerts is the firing count last sent (-1: none sent yet).
+	alerts int
 }
 
 func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
@@ -227,7 +229,22 @@ func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
 	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
 		return nil, err
 	}
+	o.alerts = -1
+	if err := o.alertsCounter(ctx, &buf); err != nil {
+		return nil, err
+	}
 	return buf.Bytes(), nil
+}
+
+// alertsCounter renders the firing count when it changed since the last
+// one sent.
+func (o *overviewLive) alertsCounter(ctx context.Context, buf *bytes.Buffer) error {
+	a := o.s.alertsCount()
+	if a == nil || a.Firing == o.alerts {
+		return nil
+	}
+	o.alerts = a.Firing
+	return renderTo(ctx, buf, templates.AlertsCounter(*a))
 }
 
 func (o *overviewLive) event(ev cbdash.Event) {
@@ -251,10 +268,13 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 	if o.regrid || (o.reorder && o.s.now().Sub(o.gridAt) >= regridEvery) {
 		return o.grid(ctx)
 	}
-	if !o.counters && len(o.dirty) == 0 {
-		return nil, nil
-	}
 	var buf bytes.Buffer
+	if err := o.alertsCounter(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if !o.counters && len(o.dirty) == 0 {
+		return buf.Bytes(), nil
+	}
 	if o.counters {
 		all := make([]cbdash.Dependency, 0, len(o.deps))
 		for _, d := range o.deps {

@@ -141,6 +141,9 @@ type Config struct {
 	// Registerer receives the dashboard's Prometheus series (logins and
 	// limiter refusals); nil = a private registry.
 	Registerer prometheus.Registerer
+	// Alerts is the alert service behind the alerts page and the
+	// overview's firing count; nil = no alerts page (404) and no count.
+	Alerts Alerts
 }
 
 func (c Config) validate() error {
@@ -264,6 +267,7 @@ func (s *Server) Mount(e *echo.Echo) {
 	op.POST("/dependency/command", s.command)
 	s.mountIncidents(read, op) // incident pages: internal/web/incident.go
 	s.mountHolds(read, op)     // hold list, drill reports, fleet-wide holds: internal/web/holds.go
+	s.mountAlerts(read, op)    // alerts page and rule editor: internal/web/alerts.go
 
 	admin := g.with(s.require(cbdash.RoleAdmin))
 	admin.GET("/admin", s.adminPage)

@@ -112,8 +112,10 @@ type Group struct {
 
 // Overview is the overview page.
 type Overview struct {
-	Page   Page
-	Fleet  Fleet
+	Page  Page
+	Fleet Fleet
+	// Alerts is the firing count; nil when the server evaluates no alerts.
+	Alerts *AlertsCount
 	Filter Filter
 	Groups []Group
 	Shown  int // tiles shown after filtering
