@@ -168,6 +168,7 @@ func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.T
 // its window restarts empty when it opens.
 func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time) []templates.InstanceRow {
 	rows := make([]templates.InstanceRow, 0, len(d.PerInstance))
+	drift := driftTexts(d)
 	for _, in := range d.PerInstance {
 		w := in.Last
 		var reqs float64
@@ -191,7 +192,8 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			LastTransition: ago(now, in.LastTransition),
 			LastSeen:       ago(now, in.LastSeen),
 			Config:         configText(in.Config),
-			ConfigDiffers:  in.ConfigDiffers,
+			ConfigDiffers:  in.ConfigDiffers || drift[in.Instance] != "",
+			ConfigDrift:    drift[in.Instance],
 			Held:           holdView(in.Held, now),
 		})
 	}

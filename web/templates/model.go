@@ -177,7 +177,10 @@ type InstanceRow struct {
 	LastSeen       string
 	Config         string
 	ConfigDiffers  bool
-	Held           *Hold
+	// ConfigDrift names the settings that differ from most instances'
+	// ("timeout 2s vs 1s on 3 others"); "" when none does.
+	ConfigDrift string
+	Held        *Hold
 }
 
 // TransitionRow is one line of the transition log.

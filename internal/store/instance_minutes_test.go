@@ -1,0 +1,62 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+func TestInstanceHistoryIsPerMinuteExactAndExpires(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{Retention: store.Retention{InstanceMinutes: 2 * time.Hour}})
+	m0 := t0.Truncate(time.Minute)
+	// pay-1: two seconds in the first minute (closed, then open), one in
+	// the second; pay-2: one quiet second; another dependency besides.
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{
+		window("db", m0.Add(10*time.Second), protocol.StateClosed, 9, 1),
+		window("cache", m0.Add(10*time.Second), protocol.StateClosed, 5, 0),
+	}})
+	open := window("db", m0.Add(11*time.Second), protocol.StateOpen, 0, 4)
+	open.Counts.RejectedOpen = 7
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 2, Windows: []protocol.Window{open}})
+	if mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 2, Windows: []protocol.Window{open}}) {
+		t.Fatal("a duplicate batch was stored")
+	}
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 3, Windows: []protocol.Window{window("db", m0.Add(70*time.Second), protocol.StateHalfOpen, 2, 0)}})
+	mustSave(t, s, "pay", "pay-2", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", m0.Add(10*time.Second), protocol.StateClosed, 0, 0)}})
+
+	got, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db", From: m0, To: m0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cbdash.InstanceMinute{
+		{Instance: "pay-1", Start: m0.UTC(), Calls: 14, Failures: 5, Rejected: 7, State: protocol.StateOpen},
+		{Instance: "pay-1", Start: m0.Add(time.Minute).UTC(), Calls: 2, State: protocol.StateHalfOpen},
+		{Instance: "pay-2", Start: m0.UTC(), State: protocol.StateClosed},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("InstanceHistory =\n%+v\nwant\n%+v", got, want)
+	}
+	if r := got[0].FailureRate(); r < 35.7 || r > 35.8 {
+		t.Errorf("failure rate %v, want 5 of 14", r)
+	}
+	if _, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay"}); !errors.Is(err, cbdash.ErrInvalid) {
+		t.Errorf("no breaker: %v, want ErrInvalid", err)
+	}
+	if err := s.Compact(ctx, m0.Add(2*time.Hour+30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Start != m0.Add(time.Minute).UTC() {
+		t.Fatalf("after the retention of 2 h: %+v, want only the second minute", got)
+	}
+}
