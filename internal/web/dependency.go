@@ -140,6 +140,14 @@ func (s *Server) dependency(c echo.Context) error {
 	if v.Holds, err = s.depHolds(ctx, d, p); err != nil {
 		return err
 	}
+	hpage, _ := strconv.Atoi(c.QueryParam("hpage"))
+	hbase := url.Values{"service": {k.Service}, "breaker": {k.Breaker}, "range": {sp.name}}
+	if sp.end != "" {
+		hbase.Set("end", sp.end)
+	}
+	if v.Heatmap, err = s.heatmap(ctx, d, sp, hpage, hbase); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, templates.DependencyPage(v))
 }
 

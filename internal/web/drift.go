@@ -56,4 +56,3 @@ func driftTexts(d cbdash.Dependency) map[string]string {
 	}
 	return out
 }
-

@@ -259,7 +259,10 @@ type Dependency struct {
 	Commands    []CommandView
 	Operator    *OperatorForm // nil when the user may not operate
 	Holds       *DepHolds     // nil when the server keeps no holds
-	AuditHref   string
+	// Heatmap is the instances against time; nil when the server keeps
+	// no per-instance history.
+	Heatmap   *Heatmap
+	AuditHref string
 }
 
 // Link is a navigation link, possibly the current one.
