@@ -30,3 +30,12 @@ func (m InstanceMinute) FailureRate() float64 {
 	}
 	return 100 * float64(m.Failures) / float64(m.Calls)
 }
+
+// FleetMinute is one minute of the whole fleet: how many dependencies
+// had an instance not closed (open, half-open or forced open) at some
+// moment of it, and how many instance breakers were so.
+type FleetMinute struct {
+	Start        time.Time `json:"start"` // the minute's start, UTC
+	Dependencies int       `json:"dependencies"`
+	Instances    int       `json:"instances"` // instance breakers, summed over dependencies
+}

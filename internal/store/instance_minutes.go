@@ -83,3 +83,33 @@ func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQue
 	}
 	return out, nil
 }
+
+// FleetNotClosed counts, per minute starting in [from, to), the instance
+// breakers that were open, half-open or forced open at some moment of the
+// minute and the dependencies (service + breaker) with at least one such
+// instance, oldest first; minutes with none are absent.
+func (s *Store) FleetNotClosed(ctx context.Context, from, to time.Time) ([]cbdash.FleetMinute, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT m.minute, COUNT(*), COUNT(DISTINCT CAST(i.service_id AS TEXT) || '/' || b.name)
+		FROM instance_minutes m JOIN breakers b ON b.id = m.breaker_id JOIN instances i ON i.id = b.instance_id
+		WHERE m.minute >= ? AND m.minute < ? AND m.state_rank IN (?, ?, ?)
+		GROUP BY m.minute ORDER BY m.minute`, from.UnixMilli(), to.UnixMilli(),
+		cbdash.StateRank(protocol.StateOpen), cbdash.StateRank(protocol.StateHalfOpen), cbdash.StateRank(protocol.StateForcedOpen))
+	if err != nil {
+		return nil, fmt.Errorf("store: fleet not closed: %w", err)
+	}
+	defer rows.Close()
+	var out []cbdash.FleetMinute
+	for rows.Next() {
+		var f cbdash.FleetMinute
+		var minute int64
+		if err := rows.Scan(&minute, &f.Instances, &f.Dependencies); err != nil {
+			return nil, fmt.Errorf("store: fleet not closed: %w", err)
+		}
+		f.Start = time.UnixMilli(minute).UTC()
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: fleet not closed: %w", err)
+	}
+	return out, nil
+}

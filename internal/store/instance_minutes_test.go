@@ -60,3 +60,31 @@ func TestInstanceHistoryIsPerMinuteExactAndExpires(t *testing.T) {
 		t.Fatalf("after the retention of 2 h: %+v, want only the second minute", got)
 	}
 }
+
+func TestFleetNotClosedCountsDependenciesAndInstancesPerMinute(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{})
+	m0 := t0.Truncate(time.Minute)
+	save := func(inst string, seq uint64, ws ...protocol.Window) {
+		t.Helper()
+		mustSave(t, s, "pay", inst, 1, protocol.Batch{Seq: seq, Windows: ws})
+	}
+	// Minute 0: db open on pay-1 and pay-2, cache half-open on pay-1.
+	// Minute 1: db open on pay-1 only; cache forced closed (not counted).
+	// Minute 2: everything closed.
+	save("pay-1", 1, window("db", m0, protocol.StateOpen, 0, 1), window("cache", m0, protocol.StateHalfOpen, 1, 0))
+	save("pay-2", 1, window("db", m0.Add(5*time.Second), protocol.StateOpen, 0, 1))
+	save("pay-1", 2, window("db", m0.Add(time.Minute), protocol.StateOpen, 0, 1), window("cache", m0.Add(time.Minute), protocol.StateForcedClosed, 1, 0))
+	save("pay-1", 3, window("db", m0.Add(2*time.Minute), protocol.StateClosed, 1, 0))
+	got, err := s.FleetNotClosed(ctx, m0, m0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cbdash.FleetMinute{
+		{Start: m0.UTC(), Dependencies: 2, Instances: 3},
+		{Start: m0.Add(time.Minute).UTC(), Dependencies: 1, Instances: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("FleetNotClosed = %+v, want %+v", got, want)
+	}
+}

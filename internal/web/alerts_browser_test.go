@@ -71,6 +71,9 @@ func TestBrowserAlertEditorCreatesARuleThatFiresAndShowsOnTheOverview(t *testing
 	if got := hook.events()[1]; got != "firing checkout/payments" {
 		t.Errorf("webhook's second message %q, want the firing", got)
 	}
+	run(t, ctx, 15*time.Second, "the fleet line shows the open instance, live",
+		until(`[...document.querySelectorAll("[data-testid=fleet-point]")].some(p => p.dataset.instances === "1")`),
+	)
 	screenshot(t, ctx, "overview-alert.png")
 
 	run(t, ctx, stepTimeout, "the alerts page lists it with since when",
@@ -91,4 +94,30 @@ func TestBrowserAlertEditorCreatesARuleThatFiresAndShowsOnTheOverview(t *testing
 		chromedp.WaitVisible(css(`form[data-testid=rule-form][data-editing=true]`)),
 	)
 	screenshot(t, ctx, "alerts-edit.png")
+}
+
+// TestBrowserFleetLineLinksTheTimelineAtThatMoment: a minute of the
+// overview's fleet line opens /timeline over the 15 minutes around it.
+func TestBrowserFleetLineLinksTheTimelineAtThatMoment(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 2)
+	b := s.breakers["checkout-1"]
+	for range 20 {
+		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("payments down") })
+	}
+	login(t, ctx, s.url, "otto", s.password)
+	run(t, ctx, 15*time.Second, "the fleet line counts the open instance",
+		until(`[...document.querySelectorAll("[data-testid=fleet-point]")].some(p => p.dataset.instances === "1")`),
+	)
+	// The line is swapped in place by the live socket: follow the
+	// minute's link as a click would.
+	href := get(t, ctx, "the minute's link", chromedp.Evaluate[string](`document.querySelector("[data-testid=fleet-point][data-instances='1']").getAttribute("href")`))
+	run(t, ctx, stepTimeout, "its minute opens the timeline",
+		chromedp.Navigate(s.url+href),
+		chromedp.WaitVisible(css(`[data-testid=lane]`)),
+	)
+	loc := get(t, ctx, "location", chromedp.Location())
+	if !strings.Contains(loc, "/timeline?") || !strings.Contains(loc, "range=15m") || !strings.Contains(loc, "end=") {
+		t.Errorf("the minute opened %s, want /timeline over 15m ending then", loc)
+	}
 }

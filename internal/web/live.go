@@ -190,6 +190,27 @@ type overviewLive struct {
 	gridAt  time.Time
 	// alerts is the firing count last sent (-1: none sent yet).
 	alerts int
+	// fleetAt is when the fleet line was last sent: it is sent again
+	// when the counters change, at most every fleetEvery.
+	fleetAt time.Time
+}
+
+// fleetEvery bounds how often a live overview re-reads the fleet line.
+const fleetEvery = 2 * time.Second
+
+// fleetLine renders the overview's fleet line when the counters changed
+// and fleetEvery has passed since it was last sent.
+func (o *overviewLive) fleetLine(ctx context.Context, buf *bytes.Buffer) error {
+	now := o.s.now()
+	if !o.counters || now.Sub(o.fleetAt) < fleetEvery {
+		return nil
+	}
+	f, err := o.s.fleetTimeline(ctx, now)
+	if err != nil || f == nil {
+		return err
+	}
+	o.fleetAt = now
+	return renderTo(ctx, buf, templates.FleetTimelineView(*f))
 }
 
 func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
@@ -270,6 +291,9 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	if err := o.alertsCounter(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if err := o.fleetLine(ctx, &buf); err != nil {
 		return nil, err
 	}
 	if !o.counters && len(o.dirty) == 0 {

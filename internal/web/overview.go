@@ -24,6 +24,10 @@ func (s *Server) overview(c echo.Context) error {
 	sparks := s.sparks.get(c.Request().Context(), keysOf(deps), pageSparkBudget)
 	v := overviewModel(p, deps, f, sparks, s.trips(c.Request().Context(), deps), s.now())
 	v.Alerts = s.alertsCount()
+	var err error
+	if v.FleetTimeline, err = s.fleetTimeline(c.Request().Context(), s.now()); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, templates.OverviewPage(v))
 }
 

@@ -257,6 +257,7 @@ func (s *Server) Mount(e *echo.Echo) {
 
 	read := g.with(s.require(cbdash.RoleViewer))
 	read.GET("/", s.overview)
+	read.GET(fleetFragment, s.fleetTimelinePage)
 	read.GET("/dependency", s.dependency)
 	read.GET("/timeline", s.timeline)
 	read.GET("/audit", s.audit)

@@ -7,7 +7,7 @@ import "strconv"
 // worst state in the bucket or, while closed, by its failure rate.
 type Heatmap struct {
 	Rows   []HeatRow
-	Ticks  []Tick // positions in viewBox units (0-1000)
+	Ticks  []Tick // labels only, evenly spaced under the rows
 	Bucket string // "1 min", "5 min"
 	Range  string // the span drawn, in words
 	// Shown is "instances 1-50 of 120"; Prev and Next link the

@@ -116,10 +116,13 @@ type Overview struct {
 	Fleet Fleet
 	// Alerts is the firing count; nil when the server evaluates no alerts.
 	Alerts *AlertsCount
-	Filter Filter
-	Groups []Group
-	Shown  int // tiles shown after filtering
-	Total  int
+	// FleetTimeline is the last hour's line of what was not closed; nil
+	// when the server keeps no per-instance history.
+	FleetTimeline *FleetTimeline
+	Filter        Filter
+	Groups        []Group
+	Shown         int // tiles shown after filtering
+	Total         int
 }
 
 // Tick is an axis tick: position in viewBox units and its label.
