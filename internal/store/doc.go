@@ -44,7 +44,8 @@
 // What the dependency page needs per instance is kept apart and coarser:
 // one row per instance breaker and minute (InstanceHistory) with the
 // minute's calls, failures, slow calls, rejections and worst state, eight
-// integers keyed by the breaker row's id, written in the batch's
+// integers keyed by the dependency's and the instance's ids (a hello that
+// stops declaring a breaker keeps its history), written in the batch's
 // transaction (so exactly once) and kept for Retention.InstanceMinutes
 // (24 h by default): 1,000 instances with 20 breakers make 29 million rows
 // a day, tens of bytes each (small integers in a WITHOUT ROWID B-tree).

@@ -314,7 +314,7 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 		if err := x.setState(br, w.State, 0); err != nil {
 			return false, fmt.Errorf("store: breaker state: %w", err)
 		}
-		if err := x.addInstanceMinute(br.id, w); err != nil {
+		if err := x.addInstanceMinute(deps[i], inst.id, w); err != nil {
 			return false, err
 		}
 	}

@@ -9,19 +9,20 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// Per-instance history (instance_minutes): one row per instance breaker
-// and minute, written with every window report in the batch's
+// Per-instance history (instance_minutes): one row per dependency,
+// instance and minute, written with every window report in the batch's
 // transaction, so a batch stored once is counted once.
 
-// addInstanceMinute adds window w of breaker row br to its minute.
-func (x *wtx) addInstanceMinute(br int64, w *protocol.Window) error {
+// addInstanceMinute adds window w of instance inst, dependency dep, to its
+// minute.
+func (x *wtx) addInstanceMinute(dep, inst int64, w *protocol.Window) error {
 	minute := w.Start - w.Start%60000
 	c := w.Counts
-	_, err := x.exec(`INSERT INTO instance_minutes (breaker_id, minute, calls, failures, slow, rejected, state_rank)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (breaker_id, minute) DO UPDATE SET calls = calls + excluded.calls, failures = failures + excluded.failures,
+	_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = calls + excluded.calls, failures = failures + excluded.failures,
 		slow = slow + excluded.slow, rejected = rejected + excluded.rejected, state_rank = min(state_rank, excluded.state_rank)`,
-		br, minute, c.Admitted, c.Failures, c.Slow, c.Rejected(), cbdash.StateRank(w.State))
+		dep, inst, minute, c.Admitted, c.Failures, c.Slow, c.Rejected(), cbdash.StateRank(w.State))
 	if err != nil {
 		return fmt.Errorf("store: save instance minute: %w", err)
 	}
@@ -58,9 +59,8 @@ func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQue
 		to = q.To.UnixMilli()
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT i.name, m.minute, m.calls, m.failures, m.slow, m.rejected, m.state_rank
-		FROM instance_minutes m JOIN breakers b ON b.id = m.breaker_id JOIN instances i ON i.id = b.instance_id
-		JOIN services sv ON sv.id = i.service_id
-		WHERE sv.name = ? AND b.name = ? AND m.minute >= ? AND m.minute < ?
+		FROM instance_minutes m JOIN dependencies d ON d.id = m.dep_id JOIN instances i ON i.id = m.instance_id
+		WHERE d.service = ? AND d.breaker = ? AND m.minute >= ? AND m.minute < ?
 		ORDER BY i.name, m.minute`, q.Service, q.Breaker, q.From.UnixMilli(), to)
 	if err != nil {
 		return nil, fmt.Errorf("store: instance history: %w", err)
@@ -89,8 +89,7 @@ func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQue
 // minute and the dependencies (service + breaker) with at least one such
 // instance, oldest first; minutes with none are absent.
 func (s *Store) FleetNotClosed(ctx context.Context, from, to time.Time) ([]cbdash.FleetMinute, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT m.minute, COUNT(*), COUNT(DISTINCT CAST(i.service_id AS TEXT) || '/' || b.name)
-		FROM instance_minutes m JOIN breakers b ON b.id = m.breaker_id JOIN instances i ON i.id = b.instance_id
+	rows, err := s.rdb.QueryContext(ctx, `SELECT m.minute, COUNT(*), COUNT(DISTINCT m.dep_id) FROM instance_minutes m
 		WHERE m.minute >= ? AND m.minute < ? AND m.state_rank IN (?, ?, ?)
 		GROUP BY m.minute ORDER BY m.minute`, from.UnixMilli(), to.UnixMilli(),
 		cbdash.StateRank(protocol.StateOpen), cbdash.StateRank(protocol.StateHalfOpen), cbdash.StateRank(protocol.StateForcedOpen))

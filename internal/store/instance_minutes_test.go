@@ -88,3 +88,22 @@ func TestFleetNotClosedCountsDependenciesAndInstancesPerMinute(t *testing.T) {
 		t.Fatalf("FleetNotClosed = %+v, want %+v", got, want)
 	}
 }
+
+// A hello that no longer declares a breaker forgets the breaker's row, not
+// its per-instance history.
+func TestInstanceHistoryOutlivesABreakerNoLongerDeclared(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{})
+	m0 := t0.Truncate(time.Minute)
+	if err := s.SaveHello(ctx, hello("pay", "pay-1", 1, "db", "cache"), t0); err != nil {
+		t.Fatal(err)
+	}
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", m0, protocol.StateOpen, 1, 1)}})
+	if err := s.SaveHello(ctx, hello("pay", "pay-1", 1, "cache"), t0); err != nil {
+		t.Fatalf("a hello without db: %v", err)
+	}
+	got, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil || len(got) != 1 || got[0].Calls != 2 || got[0].State != protocol.StateOpen {
+		t.Fatalf("db's history after the hello: %+v, %v", got, err)
+	}
+}
