@@ -50,12 +50,16 @@ func (s *Server) alerts() (Alerts, error) {
 	return s.cfg.Alerts, nil
 }
 
-// alertsPage renders the page; ?edit=ID opens a rule in the editor and
-// ?notice= shows the outcome of the last action.
+// alertsPage renders the page; ?edit=ID opens a rule in the editor,
+// ?notice= shows the outcome of the last action and ?fragment=firing
+// answers only the list of alerts firing, which the page polls.
 func (s *Server) alertsPage(c echo.Context) error {
 	v, err := s.alertsModel(c, nil)
 	if err != nil {
 		return err
+	}
+	if c.QueryParam("fragment") == "firing" {
+		return render(c, http.StatusOK, templates.FiringList(v.Firing))
 	}
 	if id := c.QueryParam("edit"); id != "" && v.CanOp {
 		a, _ := s.alerts()

@@ -144,6 +144,10 @@ func TestAlertsPageEditsRulesThatFireAndCountOnTheOverview(t *testing.T) {
 		t.Errorf("the alerts page does not list the alert firing since %s:\n%s", since, page)
 	}
 
+	if frag := vera.get("/alerts?fragment=firing").body; strings.Contains(frag, "<html") || !strings.Contains(frag, `data-testid="firing-subject">checkout/payments`) {
+		t.Errorf("the firing fragment:\n%s", frag)
+	}
+
 	res = otto.postForm("/alerts/rules/"+id+"/delete", url.Values{})
 	if res.status != http.StatusSeeOther {
 		t.Fatalf("delete: %d", res.status)

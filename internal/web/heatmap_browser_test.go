@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/cbdash/cbdash"
@@ -109,4 +111,13 @@ func TestBrowserHeatmapSinglesOutTheBadInstance(t *testing.T) {
 		t.Errorf("drift notes %q, want one: timeout 2s vs 1s on 9 others", drift)
 	}
 	screenshot(t, ctx, "dependency-heatmap.png")
+	dark := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+		return err
+	})
+	run(t, ctx, stepTimeout, "dark", dark, chromedp.Reload(), chromedp.WaitVisible(css(`[data-testid=heatmap]`)))
+	screenshot(t, ctx, "dependency-heatmap-dark.png")
+	run(t, ctx, stepTimeout, "dark overview", chromedp.Navigate(h.url+"/"), chromedp.WaitVisible(css(`[data-testid=fleet-timeline]`)))
+	screenshot(t, ctx, "overview-fleet-dark.png")
 }
