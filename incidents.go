@@ -109,7 +109,27 @@ type AlertRule struct {
 const (
 	AlertFiring   = "firing"
 	AlertResolved = "resolved"
+	// AlertTest is the event of a test notification an operator sends
+	// from the rule editor: nothing is firing.
+	AlertTest = "test"
 )
+
+// FiringAlert is the state of one alert (one rule and one subject) that
+// fired and has not yet been resolved and delivered as resolved. It is
+// kept in the store so that a restart neither repeats nor loses a
+// notification.
+type FiringAlert struct {
+	RuleID  int64  `json:"rule_id"`
+	Subject string `json:"subject"` // "service/breaker" or "service@instance"
+	// Firing is false once the alert resolved while its resolve has not
+	// been delivered yet (Pending is AlertResolved).
+	Firing bool      `json:"firing"`
+	Since  time.Time `json:"since"`  // when it started firing
+	Detail string    `json:"detail"` // what was last seen, one line
+	// Pending is the event (AlertFiring or AlertResolved) whose webhook
+	// call has not completed yet; "" when none is pending.
+	Pending string `json:"pending,omitempty"`
+}
 
 // AlertDelivery is one entry of the delivery log: one message to one
 // webhook, after all its attempts.

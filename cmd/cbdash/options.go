@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cbdash/cbdash/internal/collector"
-	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/internal/source"
+	"github.com/cbdash/cbdash/internal/web"
 )
 
 // serveOptions are the flags of `cbdash serve` and `cbdash demo`.
@@ -42,11 +42,11 @@ type serveOptions struct {
 	// --max-breakers-per-token, --max-dependencies) and of /live sockets
 	// (--max-live-per-session, --max-live-per-address, --max-live); 0 =
 	// the defaults of collector.Limits and web.LiveLimits.
-	Limits collector.Limits
-	Live   web.LiveLimits
-	Hystrix         []string      // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
-	Prometheus      []string      // --prometheus: Prometheus endpoints to scrape, same form
-	SourcesFile     string        // --sources: a JSON file of targets (source.File)
+	Limits      collector.Limits
+	Live        web.LiveLimits
+	Hystrix     []string // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
+	Prometheus  []string // --prometheus: Prometheus endpoints to scrape, same form
+	SourcesFile string   // --sources: a JSON file of targets (source.File)
 
 	// targets are the pull sources of --hystrix, --prometheus and
 	// --sources, set by validate.

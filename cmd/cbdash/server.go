@@ -100,7 +100,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
-		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live,
+		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Alerts: s.alerts,
 	})
 	if err != nil {
 		return nil, err

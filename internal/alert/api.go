@@ -73,8 +73,8 @@ func parseDuration(name, v string) (time.Duration, error) {
 	return d, nil
 }
 
-// Mount registers under /api/v1/alerts: GET rules, GET rules/:id and GET
-// deliveries (?rule=ID&limit=N) protected by read; POST rules, PUT
+// Mount registers under /api/v1/alerts: GET rules, GET rules/:id, GET
+// deliveries (?rule=ID&limit=N) and GET firing protected by read; POST rules, PUT
 // rules/:id and DELETE rules/:id protected by operate. A nil middleware
 // lets every request through. Errors are returned wrapped
 // (cbdash.ErrNotFound, cbdash.ErrInvalid) for the server's error handler.
@@ -86,6 +86,7 @@ func (a *API) Mount(e *echo.Echo, read, operate echo.MiddlewareFunc) {
 	e.PUT("/api/v1/alerts/rules/:id", a.update, operate)
 	e.DELETE("/api/v1/alerts/rules/:id", a.remove, operate)
 	e.GET("/api/v1/alerts/deliveries", a.deliveries, read)
+	e.GET("/api/v1/alerts/firing", a.firing, read)
 }
 
 func orPass(m echo.MiddlewareFunc) echo.MiddlewareFunc {

@@ -161,6 +161,56 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 	return out
 }
 
+// Restore takes back the alerts that were firing before a restart (from
+// the store), so that a condition still true does not fire again. Each
+// counts as last seen true at now: one whose condition is false by now
+// resolves once the rule's hold has passed. Alerts of unknown or disabled
+// rules, and alerts no longer firing, are ignored.
+func (e *Engine) Restore(alerts []cbdash.FiringAlert, now time.Time) {
+	active := make(map[int64]bool, len(e.rules))
+	for _, r := range e.rules {
+		active[r.ID] = true
+	}
+	for _, a := range alerts {
+		if !a.Firing || !active[a.RuleID] {
+			continue
+		}
+		e.alerts[alertKey{a.RuleID, a.Subject}] = &alertState{firing: true, since: a.Since, lastTrue: now, detail: a.Detail}
+	}
+}
+
+// Rule returns the enabled rule of that ID.
+func (e *Engine) Rule(id int64) (cbdash.AlertRule, bool) {
+	for _, r := range e.rules {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return cbdash.AlertRule{}, false
+}
+
+// Alerts returns the alerts firing now, longest firing first (then by
+// rule and subject).
+func (e *Engine) Alerts() []cbdash.FiringAlert {
+	var out []cbdash.FiringAlert
+	for k, st := range e.alerts {
+		if st.firing {
+			out = append(out, cbdash.FiringAlert{RuleID: k.rule, Subject: k.subject, Firing: true, Since: st.since, Detail: st.detail})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.Since.Equal(b.Since) {
+			return a.Since.Before(b.Since)
+		}
+		if a.RuleID != b.RuleID {
+			return a.RuleID < b.RuleID
+		}
+		return a.Subject < b.Subject
+	})
+	return out
+}
+
 // Firing returns the subjects firing now per rule ID, sorted.
 func (e *Engine) Firing() map[int64][]string {
 	out := make(map[int64][]string)

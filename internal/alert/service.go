@@ -28,6 +28,7 @@ type Store interface {
 	UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error
 	DeleteAlertRule(ctx context.Context, id int64) error
 	AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error)
+	StateStore
 }
 
 // Config wires a Service. Source and Store are required; the rest has
@@ -71,6 +72,7 @@ func (c Config) validate() error {
 type Service struct {
 	cfg     Config
 	deliver *Deliverer
+	tester  *Deliverer // one attempt: test notifications answer at once
 	dropped atomic.Int64
 
 	qmu    sync.Mutex                  // guards queues
@@ -106,7 +108,13 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, deliver: d, queues: make(map[int64]chan Notification), engine: NewEngine()}, nil
+	once := cfg.Delivery
+	once.Attempts = 1
+	tester, err := NewDeliverer(once, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), engine: NewEngine()}, nil
 }
 
 // Reload reads the rules from the store into the engine. The API calls it
@@ -119,7 +127,7 @@ func (s *Service) Reload(ctx context.Context) error {
 	s.mu.Lock()
 	s.engine.SetRules(rules)
 	s.mu.Unlock()
-	return nil
+	return s.forgetInactive(ctx, rules)
 }
 
 // Dropped counts notifications dropped because their rule's delivery
@@ -133,16 +141,26 @@ func (s *Service) Firing() map[int64][]string {
 	return s.engine.Firing()
 }
 
-// Run loads the rules, subscribes to the source and evaluates until ctx is
-// done; then it stops delivering (a delivery in progress is abandoned and
-// logged) and returns nil once every rule's delivery goroutine has ended.
-// It returns an error only when the rules cannot be loaded at start.
+// Run loads the rules and the alerts that were firing (from the store),
+// queues the notifications whose delivery had not completed, subscribes to
+// the source and evaluates until ctx is done; then it stops delivering (a
+// delivery in progress is abandoned and logged, and sent again by the next
+// Run) and returns nil once every rule's delivery goroutine has ended. It
+// returns an error only when the rules or the alert state cannot be loaded
+// at start.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.Reload(ctx); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	pending, err := s.restore(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range pending {
+		s.enqueue(ctx, &wg, n)
+	}
 	tick, stop := s.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer stop()
 	for {
@@ -181,19 +199,28 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 	}
 }
 
-// evaluate evaluates every rule and queues the notifications, each to its
-// rule's queue (started in wg on first use).
+// evaluate evaluates every rule, records what fires or resolves (so a
+// restart neither repeats nor loses it) and queues the notifications, each
+// to its rule's queue (started in wg on first use).
 func (s *Service) evaluate(ctx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	ns := s.engine.Evaluate(s.cfg.Clock.Now())
 	s.mu.Unlock()
 	for _, n := range ns {
-		select {
-		case s.queueOf(ctx, wg, n.Rule.ID) <- n:
-		default:
-			s.dropped.Add(1)
-			s.cfg.Logger.Error("alert: delivery queue full, notification dropped", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event)
-		}
+		s.persist(ctx, n)
+		s.enqueue(ctx, wg, n)
+	}
+}
+
+// enqueue hands n to its rule's delivery queue, or drops and counts it
+// when the queue is full (its state stays pending in the store: the next
+// Run sends it).
+func (s *Service) enqueue(ctx context.Context, wg *sync.WaitGroup, n Notification) {
+	select {
+	case s.queueOf(ctx, wg, n.Rule.ID) <- n:
+	default:
+		s.dropped.Add(1)
+		s.cfg.Logger.Error("alert: delivery queue full, notification dropped", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event)
 	}
 }
 
@@ -212,16 +239,21 @@ func (s *Service) queueOf(ctx context.Context, wg *sync.WaitGroup, id int64) cha
 }
 
 // deliverLoop delivers one rule's notifications in order (a resolve never
-// overtakes its alert) until ctx ends.
+// overtakes its alert) until ctx ends, recording each completed delivery.
 func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case n := <-queue:
-			if _, err := s.deliver.Deliver(ctx, n); err != nil && ctx.Err() == nil {
+			_, err := s.deliver.Deliver(ctx, n)
+			if ctx.Err() != nil {
+				return // not acknowledged: the next Run sends it again
+			}
+			if err != nil {
 				s.cfg.Logger.Error("alert: delivery", "err", err)
 			}
+			s.ack(ctx, n)
 		}
 	}
 }

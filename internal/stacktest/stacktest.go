@@ -22,6 +22,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cbdash/cbdash/internal/alert"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/collector"
@@ -50,8 +51,14 @@ type Options struct {
 	// here; Registerer is a private registry).
 	Collector func(*collector.Config)
 	// Web, when set, adjusts the dashboard's config before New
-	// (Collector, Store and Clock are set).
+	// (Collector, Store and Clock are set, and Alerts when Alert is set).
 	Web func(*web.Config)
+	// Alert, when set, runs an alert service, as cmd/cbdash does: it
+	// adjusts its config before New (Source, Store and Clock are set;
+	// Interval is 1 s of the clock unless changed here), and the service
+	// serves the alerts API and the dashboard's alerts page. Nil = no alert
+	// service (a test that runs its own).
+	Alert func(*alert.Config)
 }
 
 // Stack is a running server stack. Its fields are read-only.
@@ -62,13 +69,16 @@ type Stack struct {
 	Store      *store.Store
 	Collector  *collector.Collector
 	Web        *web.Server
+	Alerts     *alert.Service // nil unless Options.Alert was set
 	Server     *httptest.Server
 	AgentToken string // an agent token for any service
 
-	tb     testing.TB
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
+	tb           testing.TB
+	cancelAlerts context.CancelFunc
+	stopAlerts   chan error
+	cancel       context.CancelFunc
+	done         chan error
+	once         sync.Once
 }
 
 // Start starts a Stack and returns once the collector is ready (agents
@@ -94,7 +104,17 @@ func Start(tb testing.TB, o Options) *Stack {
 	if s.Collector, err = collector.New(ccfg); err != nil {
 		tb.Fatalf("stacktest: collector: %v", err)
 	}
+	if o.Alert != nil {
+		acfg := alert.Config{Source: s.Collector, Store: s.Store, Clock: o.Clock, Interval: time.Second}
+		o.Alert(&acfg)
+		if s.Alerts, err = alert.New(acfg); err != nil {
+			tb.Fatalf("stacktest: alert: %v", err)
+		}
+	}
 	wcfg := web.Config{Collector: s.Collector, Store: s.Store, Clock: o.Clock}
+	if s.Alerts != nil {
+		wcfg.Alerts = s.Alerts
+	}
 	if o.Web != nil {
 		o.Web(&wcfg)
 	}
@@ -108,6 +128,9 @@ func Start(tb testing.TB, o Options) *Stack {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.HTTPErrorHandler
 	s.Collector.Mount(e, s.Web.Auth())
+	if s.Alerts != nil {
+		alert.NewAPI(s.Alerts).Mount(e, s.Web.Auth().Read, s.Web.Auth().Operate)
+	}
 	s.Web.Mount(e)
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
@@ -122,6 +145,12 @@ func Start(tb testing.TB, o Options) *Stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() { s.done <- s.Collector.Run(ctx) }()
+	if s.Alerts != nil {
+		actx, acancel := context.WithCancel(ctx)
+		s.stopAlerts = make(chan error, 1)
+		s.cancelAlerts = acancel
+		go func() { s.stopAlerts <- s.Alerts.Run(actx) }()
+	}
 	tb.Cleanup(s.Stop)
 	eventually.True(tb, "the collector ready (GET /readyz 200)", s.ready)
 	return s
@@ -152,6 +181,12 @@ func (s *Stack) AgentURL() string {
 func (s *Stack) Stop() {
 	s.once.Do(func() {
 		_ = s.Web.Close()
+		if s.cancelAlerts != nil {
+			s.cancelAlerts()
+			if err := <-s.stopAlerts; err != nil {
+				s.tb.Errorf("stacktest: alert run: %v", err)
+			}
+		}
 		s.cancel()
 		if err := <-s.done; err != nil {
 			s.tb.Errorf("stacktest: collector run: %v", err)

@@ -98,7 +98,8 @@ func (s *Store) UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error {
 	return nil
 }
 
-// DeleteAlertRule removes a rule; its deliveries stay in the log. An
+// DeleteAlertRule removes a rule and the state of its alerts; its
+// deliveries stay in the log. An
 // unknown ID is an error wrapping cbdash.ErrNotFound.
 func (s *Store) DeleteAlertRule(ctx context.Context, id int64) error {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
@@ -106,7 +107,11 @@ func (s *Store) DeleteAlertRule(ctx context.Context, id int64) error {
 		if err != nil {
 			return err
 		}
-		return mustAffect(res, "alert rule", id)
+		if err := mustAffect(res, "alert rule", id); err != nil {
+			return err
+		}
+		_, err = x.exec(`DELETE FROM alert_firing WHERE rule_id = ?`, id)
+		return err
 	}})
 	if err != nil {
 		return fmt.Errorf("store: delete alert rule: %w", err)

@@ -226,6 +226,9 @@ func (x *wtx) expire(now int64, r Retention) error {
 	if _, err := x.exec("DELETE FROM transitions WHERE at < ?", now-r.Transitions.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire transitions: %w", err)
 	}
+	if err := x.expireInstanceMinutes(now, r.InstanceMinutes); err != nil {
+		return err
+	}
 	// Agent processes other than an instance's latest, started before the
 	// seconds retention: no batch of theirs can still be in flight.
 	if _, err := x.exec(`DELETE FROM instance_runs WHERE started_at < ? AND started_at <>

@@ -321,6 +321,9 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 		if err := x.setState(br, w.State, 0); err != nil {
 			return false, fmt.Errorf("store: breaker state: %w", err)
 		}
+		if err := x.addInstanceMinute(deps[i], inst.id, w); err != nil {
+			return false, err
+		}
 	}
 	// Last, once nothing can fail any more: the accumulator is not rolled
 	// back with the savepoint.

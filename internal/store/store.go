@@ -95,6 +95,9 @@ type Retention struct {
 	Minutes     time.Duration // per-minute windows; 0 = 30 days
 	Hours       time.Duration // per-hour windows; 0 = 365 days
 	Transitions time.Duration // transitions; 0 = 365 days
+	// InstanceMinutes is how long the per-instance history (one row per
+	// instance breaker and minute) is kept; 0 = 24 h.
+	InstanceMinutes time.Duration
 }
 
 // Options configure a Store. The zero value works.
@@ -133,6 +136,7 @@ func (o *Options) setDefaults() {
 		{&r.Minutes, 30 * 24 * time.Hour},
 		{&r.Hours, 365 * 24 * time.Hour},
 		{&r.Transitions, 365 * 24 * time.Hour},
+		{&r.InstanceMinutes, 24 * time.Hour},
 	} {
 		if *d.p == 0 {
 			*d.p = d.v
@@ -156,6 +160,7 @@ func (o *Options) validate() error {
 	}{
 		{"Retention.Seconds", o.Retention.Seconds}, {"Retention.Minutes", o.Retention.Minutes},
 		{"Retention.Hours", o.Retention.Hours}, {"Retention.Transitions", o.Retention.Transitions},
+		{"Retention.InstanceMinutes", o.Retention.InstanceMinutes},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("store options: %s is negative (%v)", f.name, f.v)

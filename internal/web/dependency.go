@@ -145,6 +145,14 @@ func (s *Server) dependency(c echo.Context) error {
 	if v.Holds, err = s.depHolds(ctx, d, p); err != nil {
 		return err
 	}
+	hpage, _ := strconv.Atoi(c.QueryParam("hpage"))
+	hbase := url.Values{"service": {k.Service}, "breaker": {k.Breaker}, "range": {sp.name}}
+	if sp.end != "" {
+		hbase.Set("end", sp.end)
+	}
+	if v.Heatmap, err = s.heatmap(ctx, d, sp, hpage, hbase); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, templates.DependencyPage(v))
 }
 
@@ -173,6 +181,7 @@ func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.T
 // its window restarts empty when it opens.
 func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time) []templates.InstanceRow {
 	rows := make([]templates.InstanceRow, 0, len(d.PerInstance))
+	drift := driftTexts(d)
 	for _, in := range d.PerInstance {
 		w := in.Last
 		var reqs float64
@@ -196,7 +205,8 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			LastTransition: ago(now, in.LastTransition),
 			LastSeen:       ago(now, in.LastSeen),
 			Config:         configText(in.Config),
-			ConfigDiffers:  in.ConfigDiffers,
+			ConfigDiffers:  in.ConfigDiffers || drift[in.Instance] != "",
+			ConfigDrift:    drift[in.Instance],
 			Held:           holdView(in.Held, now),
 			Sampled:        sampledText(in.Config),
 		})

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/alert"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/collector"
@@ -105,9 +106,10 @@ func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 	h := &harness{t: t, clock: clk, users: map[string]string{}, reported: map[string]reported{}}
 	h.run(stacktest.Options{Clock: clk,
 		Collector: func(c *collector.Config) { c.PublishInterval = 20 * time.Millisecond },
+		Alert:     func(a *alert.Config) { a.Delivery.AllowPrivate = true }, // test webhooks listen on loopback
 		Web: func(w *web.Config) {
 			c := cfg
-			c.Collector, c.Store, c.Clock = w.Collector, w.Store, w.Clock
+			c.Collector, c.Store, c.Clock, c.Alerts = w.Collector, w.Store, w.Clock, w.Alerts
 			if c.LiveInterval == 0 {
 				c.LiveInterval = 20 * time.Millisecond
 			}

@@ -195,6 +195,29 @@ type overviewLive struct {
 	// regridEvery (a tile is swapped in place meanwhile).
 	reorder bool
 	gridAt  time.Time
+	// alerts is the firing count last sent (-1: none sent yet).
+	alerts int
+	// fleetAt is when the fleet line was last sent: it is sent again
+	// when the counters change, at most every fleetEvery.
+	fleetAt time.Time
+}
+
+// fleetEvery bounds how often a live overview re-reads the fleet line.
+const fleetEvery = 2 * time.Second
+
+// fleetLine renders the overview's fleet line when the counters changed
+// and fleetEvery has passed since it was last sent.
+func (o *overviewLive) fleetLine(ctx context.Context, buf *bytes.Buffer) error {
+	now := o.s.now()
+	if !o.counters || now.Sub(o.fleetAt) < fleetEvery {
+		return nil
+	}
+	f, err := o.s.fleetTimeline(ctx, now)
+	if err != nil || f == nil {
+		return err
+	}
+	o.fleetAt = now
+	return renderTo(ctx, buf, templates.FleetTimelineView(*f))
 }
 
 func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
@@ -234,7 +257,22 @@ func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
 	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
 		return nil, err
 	}
+	o.alerts = -1
+	if err := o.alertsCounter(ctx, &buf); err != nil {
+		return nil, err
+	}
 	return buf.Bytes(), nil
+}
+
+// alertsCounter renders the firing count when it changed since the last
+// one sent.
+func (o *overviewLive) alertsCounter(ctx context.Context, buf *bytes.Buffer) error {
+	a := o.s.alertsCount()
+	if a == nil || a.Firing == o.alerts {
+		return nil
+	}
+	o.alerts = a.Firing
+	return renderTo(ctx, buf, templates.AlertsCounter(*a))
 }
 
 func (o *overviewLive) event(ev cbdash.Event) {
@@ -258,10 +296,16 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 	if o.regrid || (o.reorder && o.s.now().Sub(o.gridAt) >= regridEvery) {
 		return o.grid(ctx)
 	}
-	if !o.counters && len(o.dirty) == 0 {
-		return nil, nil
-	}
 	var buf bytes.Buffer
+	if err := o.alertsCounter(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if err := o.fleetLine(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if !o.counters && len(o.dirty) == 0 {
+		return buf.Bytes(), nil
+	}
 	if o.counters {
 		all := make([]cbdash.Dependency, 0, len(o.deps))
 		for _, d := range o.deps {

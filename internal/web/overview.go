@@ -22,7 +22,13 @@ func (s *Server) overview(c echo.Context) error {
 	p.LiveURL = "/live?" + withView(f.values(), "overview").Encode()
 	deps := s.col.Dependencies()
 	sparks := s.sparks.get(c.Request().Context(), keysOf(deps), pageSparkBudget)
-	return render(c, http.StatusOK, templates.OverviewPage(overviewModel(p, deps, f, sparks, s.trips(c.Request().Context(), deps), s.now())))
+	v := overviewModel(p, deps, f, sparks, s.trips(c.Request().Context(), deps), s.now())
+	v.Alerts = s.alertsCount()
+	var err error
+	if v.FleetTimeline, err = s.fleetTimeline(c.Request().Context(), s.now()); err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, templates.OverviewPage(v))
 }
 
 func keysOf(deps []cbdash.Dependency) []cbdash.DependencyKey {

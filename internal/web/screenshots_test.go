@@ -19,8 +19,8 @@ import (
 //	  go test -run TestScreenshotsOfRunningServer ./internal/web
 //
 // It logs in as operator/operator (the demo's account) and saves
-// overview.png, overview-dark.png, dependency.png, audit.png and
-// timeline.png. Without CBDASH_SCREENSHOT_URL it is skipped.
+// overview.png, overview-dark.png, dependency.png, audit.png,
+// timeline.png and alerts.png. Without CBDASH_SCREENSHOT_URL it is skipped.
 func TestScreenshotsOfRunningServer(t *testing.T) {
 	base := os.Getenv("CBDASH_SCREENSHOT_URL")
 	if base == "" || os.Getenv("CBDASH_SCREENSHOTS") == "" {
@@ -34,6 +34,7 @@ func TestScreenshotsOfRunningServer(t *testing.T) {
 		{dep, `[data-testid=chart]`, "dependency.png"},
 		{"/audit", `#audit`, "audit.png"},
 		{"/timeline?range=15m", `[data-testid=timeline]`, "timeline.png"},
+		{"/alerts", `[data-testid=rules]`, "alerts.png"},
 	} {
 		run(t, ctx, stepTimeout, p.file, chromedp.Navigate(base+p.path), chromedp.WaitVisible(css(p.wait)))
 		screenshot(t, ctx, p.file)

@@ -144,6 +144,9 @@ type Config struct {
 	// Live caps the /live websockets per session, per address and in
 	// total (see LiveLimits; zero values = defaults).
 	Live LiveLimits
+	// Alerts is the alert service behind the alerts page and the
+	// overview's firing count; nil = no alerts page (404) and no count.
+	Alerts Alerts
 }
 
 func (c Config) validate() error {
@@ -261,6 +264,7 @@ func (s *Server) Mount(e *echo.Echo) {
 
 	read := g.with(s.require(cbdash.RoleViewer))
 	read.GET("/", s.overview)
+	read.GET(fleetFragment, s.fleetTimelinePage)
 	read.GET("/dependency", s.dependency)
 	read.GET("/timeline", s.timeline)
 	read.GET("/audit", s.audit)
@@ -271,6 +275,7 @@ func (s *Server) Mount(e *echo.Echo) {
 	op.POST("/dependency/command", s.command)
 	s.mountIncidents(read, op) // incident pages: internal/web/incident.go
 	s.mountHolds(read, op)     // hold list, drill reports, fleet-wide holds: internal/web/holds.go
+	s.mountAlerts(read, op)    // alerts page and rule editor: internal/web/alerts.go
 
 	admin := g.with(s.require(cbdash.RoleAdmin))
 	admin.GET("/admin", s.adminPage)

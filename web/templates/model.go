@@ -112,12 +112,17 @@ type Group struct {
 
 // Overview is the overview page.
 type Overview struct {
-	Page   Page
-	Fleet  Fleet
-	Filter Filter
-	Groups []Group
-	Shown  int // tiles shown after filtering
-	Total  int
+	Page  Page
+	Fleet Fleet
+	// Alerts is the firing count; nil when the server evaluates no alerts.
+	Alerts *AlertsCount
+	// FleetTimeline is the last hour's line of what was not closed; nil
+	// when the server keeps no per-instance history.
+	FleetTimeline *FleetTimeline
+	Filter        Filter
+	Groups        []Group
+	Shown         int // tiles shown after filtering
+	Total         int
 }
 
 // Tick is an axis tick: position in viewBox units and its label.
@@ -184,7 +189,10 @@ type InstanceRow struct {
 	LastSeen       string
 	Config         string
 	ConfigDiffers  bool
-	Held           *Hold
+	// ConfigDrift names the settings that differ from most instances'
+	// ("timeout 2s vs 1s on 3 others"); "" when none does.
+	ConfigDrift string
+	Held        *Hold
 	// Sampled, when not "", says that the state is sampled by a source
 	// (a Hystrix stream, a Prometheus scrape), not pushed, and what that
 	// means; the row then shows a "sampled" marker with it as its title.
@@ -271,7 +279,10 @@ type Dependency struct {
 	Commands    []CommandView
 	Operator    *OperatorForm // nil when the user may not operate
 	Holds       *DepHolds     // nil when the server keeps no holds
-	AuditHref   string
+	// Heatmap is the instances against time; nil when the server keeps
+	// no per-instance history.
+	Heatmap   *Heatmap
+	AuditHref string
 }
 
 // Link is a navigation link, possibly the current one.

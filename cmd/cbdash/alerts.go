@@ -1,0 +1,182 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cbdash/cbdash/internal/alert"
+)
+
+// alertsOptions are the flags of `cbdash alerts`.
+type alertsOptions struct {
+	clientOptions
+	JSON bool
+}
+
+// newAlertsCmd is `cbdash alerts`: the rules and the alerts firing, and
+// subcommands to create and delete rules.
+func newAlertsCmd() *cobra.Command {
+	var o alertsOptions
+	cmd := &cobra.Command{
+		Use:   "alerts",
+		Short: "List the alert rules and the alerts firing now, with since when",
+		Long: `List the alert rules, then the alerts firing now (longest first) with the
+moment each started (UTC) and for how long. Needs the read role (a token, or
+a server with --anonymous).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client(false)
+			if err != nil {
+				return err
+			}
+			var rules []alert.RuleJSON
+			if err := c.do(cmd.Context(), "GET", "/api/v1/alerts/rules", nil, &rules); err != nil {
+				return err
+			}
+			var firing []alert.FiringJSON
+			if err := c.do(cmd.Context(), "GET", "/api/v1/alerts/firing", nil, &firing); err != nil {
+				return err
+			}
+			if o.JSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"rules": rules, "firing": firing})
+			}
+			return printAlerts(cmd.OutOrStdout(), rules, firing)
+		},
+	}
+	o.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the server's JSON")
+	cmd.AddCommand(newAlertsCreateCmd(), newAlertsDeleteCmd())
+	return cmd
+}
+
+func newAlertsCreateCmd() *cobra.Command {
+	var o clientOptions
+	var r alert.RuleJSON
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create an alert rule (operator role)",
+		Long: `Create an alert rule. --service, --kind and --webhook are required.
+Kinds: open (the breaker is open or half-open), half_open_long (half-open
+longer than --for), headroom (a rate within --margin points of its
+threshold), stale (an instance stopped reporting).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case strings.TrimSpace(r.Service) == "":
+				return usageError{fmt.Errorf("--service is required")}
+			case r.Kind == "":
+				return usageError{fmt.Errorf("--kind is required (open, half_open_long, headroom or stale)")}
+			case r.WebhookURL == "":
+				return usageError{fmt.Errorf("--webhook is required (the URL notifications are posted to)")}
+			}
+			c, err := o.client(true)
+			if err != nil {
+				return err
+			}
+			var created alert.RuleJSON
+			if err := c.do(cmd.Context(), "POST", "/api/v1/alerts/rules", r, &created); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "created alert rule %d (%s, %s on %s)\n", created.ID, nameOr(created), created.Kind, scopeOf(created))
+			return err
+		},
+	}
+	o.bind(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&r.Name, "name", "", "the rule's name, shown in notifications")
+	fs.StringVar(&r.Service, "service", "", "the service whose breakers the rule watches (required)")
+	fs.StringVar(&r.Breaker, "breaker", "", "one breaker of the service (empty = every breaker)")
+	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom or stale (required)")
+	fs.StringVar(&r.WebhookURL, "webhook", "", "the URL notifications are posted to (required)")
+	fs.StringVar(&r.Format, "format", "json", "body format: json or slack")
+	fs.StringVar(&r.For, "for", "", "half_open_long: how long half-open may last (default 30s)")
+	fs.Float64Var(&r.Margin, "margin", 0, "headroom: the distance to the threshold in percentage points (default 10)")
+	fs.StringVar(&r.Hold, "hold", "", "how long the condition must stay false before the alert resolves (default 2m)")
+	fs.BoolVar(&r.Disabled, "disabled", false, "create the rule disabled")
+	return cmd
+}
+
+func newAlertsDeleteCmd() *cobra.Command {
+	var o clientOptions
+	cmd := &cobra.Command{
+		Use:   "delete RULE-ID",
+		Short: "Delete an alert rule (operator role); its alerts are forgotten without a resolve",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return usageError{fmt.Errorf("bad rule id %q: a number, as `cbdash alerts` lists", args[0])}
+			}
+			c, err := o.client(true)
+			if err != nil {
+				return err
+			}
+			if err := c.do(cmd.Context(), "DELETE", "/api/v1/alerts/rules/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted alert rule %d\n", id)
+			return err
+		},
+	}
+	o.bind(cmd.Flags())
+	return cmd
+}
+
+func nameOr(r alert.RuleJSON) string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return "rule " + strconv.FormatInt(r.ID, 10)
+}
+
+func scopeOf(r alert.RuleJSON) string {
+	if r.Breaker == "" {
+		return r.Service + " (every breaker)"
+	}
+	return r.Service + "/" + r.Breaker
+}
+
+// printAlerts writes the rules table, then the alerts firing.
+func printAlerts(w io.Writer, rules []alert.RuleJSON, firing []alert.FiringJSON) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tNAME\tKIND\tWATCHES\tHOLD\tFORMAT\tSTATUS\tFIRING")
+	for _, r := range rules {
+		status := "enabled"
+		if r.Disabled {
+			status = "disabled"
+		}
+		hold := r.Hold
+		if hold == "" {
+			hold = "2m (default)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, clean(nameOr(r)), r.Kind, clean(scopeOf(r)), hold, r.Format, status, len(r.Firing))
+	}
+	if len(rules) == 0 {
+		fmt.Fprintln(tw, "(no alert rule)\t\t\t\t\t\t\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIRING\tRULE\tSUBJECT\tSINCE (UTC)\tFOR\tDETAIL")
+	for i, f := range firing {
+		since := time.UnixMilli(f.SinceMs).UTC()
+		fmt.Fprintf(tw, "%d\t%d %s\t%s\t%s\t%s\t%s\n", i+1, f.RuleID, clean(f.Rule), clean(f.Subject), since.Format(time.DateTime),
+			f.For, clean(f.Detail))
+	}
+	if len(firing) == 0 {
+		fmt.Fprintln(tw, "(no alert firing)\t\t\t\t\t")
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/alert"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/collector"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/stacktest"
+	"github.com/cbdash/cbdash/sdk/agent"
+	"github.com/cbdash/cbdash/sdk/breaker"
+)
+
+// TestAlertsCommandCreatesListsAndDeletesRules runs `cbdash alerts`
+// against a real server stack with an alert service: a rule created with
+// flags fires when a real breaker opens, and the listing shows it firing
+// with since when; delete removes it.
+func TestAlertsCommandCreatesListsAndDeletesRules(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.NewRunning()
+	stack := stacktest.Start(t, stacktest.Options{Clock: clk,
+		Collector: func(c *collector.Config) { c.PublishInterval = 50 * time.Millisecond },
+		Alert:     func(c *alert.Config) { c.Interval, c.Delivery.AllowPrivate = 50*time.Millisecond, true }}) // the webhook is on loopback
+	u, err := stack.Store.CreateUser(ctx, "otto", cbdash.RoleOperator, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := stack.Store.CreateUserToken(ctx, u.ID, "cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	hook.Listener.Close()
+	hook.Listener = l
+	hook.Start()
+	defer hook.Close()
+	env := map[string]string{"CBDASH_SERVER": stack.URL(), "CBDASH_TOKEN": token}
+
+	if code, _, stderr := cli(t, env, "alerts", "create", "--service", "checkout", "--webhook", hook.URL); code != 2 || !strings.Contains(stderr, "--kind") {
+		t.Fatalf("create without --kind: %d %s", code, stderr)
+	}
+	if code, _, stderr := cli(t, env, "alerts", "create", "--service", "checkout", "--kind", "open", "--webhook", hook.URL, "--hold", "soon"); code != 1 || !strings.Contains(stderr, "hold") {
+		t.Fatalf("create with a bad --hold: %d %s", code, stderr)
+	}
+	code, out, stderr := cli(t, env, "alerts", "create", "--name", "payments down", "--service", "checkout", "--breaker", "payments",
+		"--kind", "open", "--webhook", hook.URL, "--hold", "5m")
+	if code != 0 || !strings.Contains(out, "created alert rule 1 (payments down, open on checkout/payments)") {
+		t.Fatalf("create: %d %q %s", code, out, stderr)
+	}
+
+	b, err := breaker.New("payments", breaker.Config{Window: breaker.Window{Kind: breaker.CountWindow, Size: 10}, MinimumCalls: 5, OpenDuration: time.Hour, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{URL: stack.AgentURL(), Token: stack.AgentToken, Service: "checkout", Instance: "checkout-1",
+		ReportInterval: 50 * time.Millisecond, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Register(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close(context.Background()) }()
+	for range 10 {
+		_ = b.Execute(ctx, func(context.Context) error { return errors.New("payments down") })
+	}
+	eventually.True(t, "the alert firing", func() bool { return len(stack.Alerts.Alerts()) == 1 })
+	since := stack.Alerts.Alerts()[0].Since.UTC().Format(time.DateTime)
+
+	code, out, stderr = cli(t, env, "alerts")
+	if code != 0 {
+		t.Fatalf("alerts: %d %s", code, stderr)
+	}
+	for _, want := range []string{"RULE", "payments down", "checkout/payments", "5m0s", "FIRING", "1 payments down", since} {
+		if !strings.Contains(out, want) {
+			t.Errorf("`cbdash alerts` lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, stderr := cli(t, env, "alerts", "delete", "x"); code != 2 || !strings.Contains(stderr, "bad rule id") {
+		t.Errorf("delete x: %d %s", code, stderr)
+	}
+	if code, out, stderr := cli(t, env, "alerts", "delete", "1"); code != 0 || !strings.Contains(out, "deleted alert rule 1") {
+		t.Fatalf("delete: %d %q %s", code, out, stderr)
+	}
+	if code, out, _ := cli(t, env, "alerts"); code != 0 || !strings.Contains(out, "(no alert rule)") || !strings.Contains(out, "(no alert firing)") {
+		t.Errorf("after delete:\n%s", out)
+	}
+}

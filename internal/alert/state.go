@@ -1,0 +1,168 @@
+package alert
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cbdash/cbdash"
+)
+
+// StateStore keeps the state of alerts that fired, so that a restart
+// neither repeats a firing nor loses a resolve. *store.Store implements
+// it.
+type StateStore interface {
+	// PutFiringAlert inserts or replaces the state of one alert.
+	PutFiringAlert(ctx context.Context, a cbdash.FiringAlert) error
+	// AckFiringAlert records that the webhook call of event completed
+	// (a firing: the pending event is cleared; a resolve: the state is
+	// removed), unless the alert's pending event is another one by now.
+	AckFiringAlert(ctx context.Context, ruleID int64, subject, event string) error
+	// DeleteFiringAlerts forgets every alert of a rule.
+	DeleteFiringAlerts(ctx context.Context, ruleID int64) error
+	// FiringAlerts returns every alert state kept.
+	FiringAlerts(ctx context.Context) ([]cbdash.FiringAlert, error)
+}
+
+// restore gives the engine the alerts that were firing and returns the
+// notifications whose webhook call had not completed when the last Run
+// ended, to be queued again. Kept states of rules that are gone or disabled are forgotten.
+func (s *Service) restore(ctx context.Context) ([]Notification, error) {
+	kept, err := s.cfg.Store.FiringAlerts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("alert: load firing alerts: %w", err)
+	}
+	s.mu.Lock()
+	s.engine.Restore(kept, s.cfg.Clock.Now())
+	var pending []Notification
+	for _, a := range kept {
+		r, ok := s.engine.Rule(a.RuleID)
+		if !ok || a.Pending == "" {
+			continue
+		}
+		n := Notification{Rule: r, Subject: a.Subject, Event: a.Pending, At: s.cfg.Clock.Now(), Since: a.Since, Detail: a.Detail}
+		if n.Event == cbdash.AlertResolved {
+			n.Detail = "resolved: " + a.Detail
+		}
+		pending = append(pending, n)
+	}
+	s.mu.Unlock()
+	return pending, nil
+}
+
+// forgetInactive removes the kept state of alerts whose rule is disabled
+// (a deleted rule's state goes with it in the store).
+func (s *Service) forgetInactive(ctx context.Context, rules []cbdash.AlertRule) error {
+	for _, r := range rules {
+		if !r.Disabled {
+			continue
+		}
+		if err := s.cfg.Store.DeleteFiringAlerts(ctx, r.ID); err != nil {
+			return fmt.Errorf("alert: forget alerts of disabled rule %d: %w", r.ID, err)
+		}
+	}
+	return nil
+}
+
+// persist records the state n leaves its alert in before n is queued: a
+// crash between the two leaves the notification pending, to be sent by
+// the next Run.
+func (s *Service) persist(ctx context.Context, n Notification) {
+	a := cbdash.FiringAlert{RuleID: n.Rule.ID, Subject: n.Subject, Firing: n.Event == cbdash.AlertFiring,
+		Since: n.Since, Detail: n.Detail, Pending: n.Event}
+	if err := s.cfg.Store.PutFiringAlert(ctx, a); err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Error("alert: keep alert state", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
+	}
+}
+
+// ack records that n's webhook call completed (delivered or given up).
+func (s *Service) ack(ctx context.Context, n Notification) {
+	if err := s.cfg.Store.AckFiringAlert(ctx, n.Rule.ID, n.Subject, n.Event); err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Error("alert: acknowledge delivery", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
+	}
+}
+
+// Alerts returns the alerts firing now, longest firing first.
+func (s *Service) Alerts() []cbdash.FiringAlert {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engine.Alerts()
+}
+
+// Rules returns every rule, oldest first.
+func (s *Service) Rules(ctx context.Context) ([]cbdash.AlertRule, error) {
+	return s.cfg.Store.AlertRules(ctx)
+}
+
+// Rule returns one rule; an unknown ID is an error wrapping
+// cbdash.ErrNotFound.
+func (s *Service) Rule(ctx context.Context, id int64) (cbdash.AlertRule, error) {
+	return s.cfg.Store.AlertRule(ctx, id)
+}
+
+// CreateRule stores a new rule and starts evaluating it. A bad rule is an
+// error wrapping cbdash.ErrInvalid naming the field; so is a webhook in a
+// loopback, private or link-local range unless the delivery config allows
+// them (CheckDestination). Every way in (API, page, CLI) goes through here.
+func (s *Service) CreateRule(ctx context.Context, r cbdash.AlertRule) (cbdash.AlertRule, error) {
+	if err := CheckDestination(ctx, r.WebhookURL, s.cfg.Delivery.AllowPrivate); err != nil {
+		return r, err
+	}
+	r, err := s.cfg.Store.CreateAlertRule(ctx, r)
+	if err != nil {
+		return r, err
+	}
+	return r, s.Reload(ctx)
+}
+
+// UpdateRule rewrites a rule (its creation time is kept) and evaluates it
+// from now on. Errors wrap cbdash.ErrInvalid (as CreateRule) or
+// cbdash.ErrNotFound. A webhook URL sent back as MaskURL showed it keeps
+// the stored one.
+func (s *Service) UpdateRule(ctx context.Context, r cbdash.AlertRule) error {
+	old, err := s.cfg.Store.AlertRule(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	if r.WebhookURL == MaskURL(old.WebhookURL) {
+		r.WebhookURL = old.WebhookURL
+	} else if err := CheckDestination(ctx, r.WebhookURL, s.cfg.Delivery.AllowPrivate); err != nil {
+		return err
+	}
+	r.CreatedAt = old.CreatedAt
+	if err := s.cfg.Store.UpdateAlertRule(ctx, r); err != nil {
+		return err
+	}
+	return s.Reload(ctx)
+}
+
+// DeleteRule removes a rule and forgets its alerts without a resolve. An
+// unknown ID is an error wrapping cbdash.ErrNotFound.
+func (s *Service) DeleteRule(ctx context.Context, id int64) error {
+	if err := s.cfg.Store.DeleteAlertRule(ctx, id); err != nil {
+		return err
+	}
+	return s.Reload(ctx)
+}
+
+// Deliveries returns delivery log entries, newest first.
+func (s *Service) Deliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error) {
+	return s.cfg.Store.AlertDeliveries(ctx, q)
+}
+
+// Test sends one test notification (event cbdash.AlertTest) for rule id to
+// its webhook, once, without retries, and returns the delivery log entry
+// (OK false with Error when the webhook failed). An unknown ID is an error
+// wrapping cbdash.ErrNotFound.
+func (s *Service) Test(ctx context.Context, id int64) (cbdash.AlertDelivery, error) {
+	r, err := s.cfg.Store.AlertRule(ctx, id)
+	if err != nil {
+		return cbdash.AlertDelivery{}, err
+	}
+	now := s.cfg.Clock.Now()
+	subject := r.Service
+	if r.Breaker != "" {
+		subject += "/" + r.Breaker
+	}
+	return s.tester.Deliver(ctx, Notification{Rule: r, Subject: subject, Event: cbdash.AlertTest, At: now, Since: now,
+		Detail: "test notification from cbdash for " + subject + "; nothing is firing"})
+}

@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Per-instance history (instance_minutes): one row per dependency,
+// instance and minute, written with every window report in the batch's
+// transaction, so a batch stored once is counted once.
+
+// addInstanceMinute adds window w of instance inst, dependency dep, to its
+// minute.
+func (x *wtx) addInstanceMinute(dep, inst int64, w *protocol.Window) error {
+	minute := w.Start - w.Start%60000
+	c := w.Counts
+	_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = calls + excluded.calls, failures = failures + excluded.failures,
+		slow = slow + excluded.slow, rejected = rejected + excluded.rejected, state_rank = min(state_rank, excluded.state_rank)`,
+		dep, inst, minute, c.Admitted, c.Failures, c.Slow, c.Rejected(), cbdash.StateRank(w.State))
+	if err != nil {
+		return fmt.Errorf("store: save instance minute: %w", err)
+	}
+	return nil
+}
+
+// expireInstanceMinutes deletes per-instance minutes older than keep.
+func (x *wtx) expireInstanceMinutes(now int64, keep time.Duration) error {
+	if _, err := x.exec(`DELETE FROM instance_minutes WHERE minute < ?`, now-keep.Milliseconds()); err != nil {
+		return fmt.Errorf("store: expire instance minutes: %w", err)
+	}
+	return nil
+}
+
+// stateOfRank is the state of a cbdash.StateRank.
+var stateOfRank = map[int]string{}
+
+func init() {
+	for _, s := range []string{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed, protocol.StateClosed} {
+		stateOfRank[cbdash.StateRank(s)] = s
+	}
+}
+
+// InstanceHistory returns the per-minute history of every instance of a
+// dependency with a minute in [q.From, q.To), by instance then minute.
+// Service and Breaker are required (cbdash.ErrInvalid otherwise); zero
+// times are unbounded.
+func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQuery) ([]cbdash.InstanceMinute, error) {
+	if q.Service == "" || q.Breaker == "" {
+		return nil, fmt.Errorf("store: instance history: service and breaker are required: %w", cbdash.ErrInvalid)
+	}
+	to := int64(1<<62 - 1)
+	if !q.To.IsZero() {
+		to = q.To.UnixMilli()
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT i.name, m.minute, m.calls, m.failures, m.slow, m.rejected, m.state_rank
+		FROM instance_minutes m JOIN dependencies d ON d.id = m.dep_id JOIN instances i ON i.id = m.instance_id
+		WHERE d.service = ? AND d.breaker = ? AND m.minute >= ? AND m.minute < ?
+		ORDER BY i.name, m.minute`, q.Service, q.Breaker, q.From.UnixMilli(), to)
+	if err != nil {
+		return nil, fmt.Errorf("store: instance history: %w", err)
+	}
+	defer rows.Close()
+	var out []cbdash.InstanceMinute
+	for rows.Next() {
+		var m cbdash.InstanceMinute
+		var minute int64
+		var rank int
+		if err := rows.Scan(&m.Instance, &minute, &m.Calls, &m.Failures, &m.Slow, &m.Rejected, &rank); err != nil {
+			return nil, fmt.Errorf("store: instance history: %w", err)
+		}
+		m.Start = time.UnixMilli(minute).UTC()
+		m.State = stateOfRank[rank]
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: instance history: %w", err)
+	}
+	return out, nil
+}
+
+// FleetNotClosed counts, per minute starting in [from, to), the instance
+// breakers that were open, half-open or forced open at some moment of the
+// minute and the dependencies (service + breaker) with at least one such
+// instance, oldest first; minutes with none are absent.
+func (s *Store) FleetNotClosed(ctx context.Context, from, to time.Time) ([]cbdash.FleetMinute, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT m.minute, COUNT(*), COUNT(DISTINCT m.dep_id) FROM instance_minutes m
+		WHERE m.minute >= ? AND m.minute < ? AND m.state_rank IN (?, ?, ?)
+		GROUP BY m.minute ORDER BY m.minute`, from.UnixMilli(), to.UnixMilli(),
+		cbdash.StateRank(protocol.StateOpen), cbdash.StateRank(protocol.StateHalfOpen), cbdash.StateRank(protocol.StateForcedOpen))
+	if err != nil {
+		return nil, fmt.Errorf("store: fleet not closed: %w", err)
+	}
+	defer rows.Close()
+	var out []cbdash.FleetMinute
+	for rows.Next() {
+		var f cbdash.FleetMinute
+		var minute int64
+		if err := rows.Scan(&minute, &f.Instances, &f.Dependencies); err != nil {
+			return nil, fmt.Errorf("store: fleet not closed: %w", err)
+		}
+		f.Start = time.UnixMilli(minute).UTC()
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: fleet not closed: %w", err)
+	}
+	return out, nil
+}

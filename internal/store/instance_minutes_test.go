@@ -1,0 +1,109 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+func TestInstanceHistoryIsPerMinuteExactAndExpires(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{Retention: store.Retention{InstanceMinutes: 2 * time.Hour}})
+	m0 := t0.Truncate(time.Minute)
+	// pay-1: two seconds in the first minute (closed, then open), one in
+	// the second; pay-2: one quiet second; another dependency besides.
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{
+		window("db", m0.Add(10*time.Second), protocol.StateClosed, 9, 1),
+		window("cache", m0.Add(10*time.Second), protocol.StateClosed, 5, 0),
+	}})
+	open := window("db", m0.Add(11*time.Second), protocol.StateOpen, 0, 4)
+	open.Counts.RejectedOpen = 7
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 2, Windows: []protocol.Window{open}})
+	if mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 2, Windows: []protocol.Window{open}}) {
+		t.Fatal("a duplicate batch was stored")
+	}
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 3, Windows: []protocol.Window{window("db", m0.Add(70*time.Second), protocol.StateHalfOpen, 2, 0)}})
+	mustSave(t, s, "pay", "pay-2", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", m0.Add(10*time.Second), protocol.StateClosed, 0, 0)}})
+
+	got, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db", From: m0, To: m0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cbdash.InstanceMinute{
+		{Instance: "pay-1", Start: m0.UTC(), Calls: 14, Failures: 5, Rejected: 7, State: protocol.StateOpen},
+		{Instance: "pay-1", Start: m0.Add(time.Minute).UTC(), Calls: 2, State: protocol.StateHalfOpen},
+		{Instance: "pay-2", Start: m0.UTC(), State: protocol.StateClosed},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("InstanceHistory =\n%+v\nwant\n%+v", got, want)
+	}
+	if r := got[0].FailureRate(); r < 35.7 || r > 35.8 {
+		t.Errorf("failure rate %v, want 5 of 14", r)
+	}
+	if _, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay"}); !errors.Is(err, cbdash.ErrInvalid) {
+		t.Errorf("no breaker: %v, want ErrInvalid", err)
+	}
+	if err := s.Compact(ctx, m0.Add(2*time.Hour+30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Start != m0.Add(time.Minute).UTC() {
+		t.Fatalf("after the retention of 2 h: %+v, want only the second minute", got)
+	}
+}
+
+func TestFleetNotClosedCountsDependenciesAndInstancesPerMinute(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{})
+	m0 := t0.Truncate(time.Minute)
+	save := func(inst string, seq uint64, ws ...protocol.Window) {
+		t.Helper()
+		mustSave(t, s, "pay", inst, 1, protocol.Batch{Seq: seq, Windows: ws})
+	}
+	// Minute 0: db open on pay-1 and pay-2, cache half-open on pay-1.
+	// Minute 1: db open on pay-1 only; cache forced closed (not counted).
+	// Minute 2: everything closed.
+	save("pay-1", 1, window("db", m0, protocol.StateOpen, 0, 1), window("cache", m0, protocol.StateHalfOpen, 1, 0))
+	save("pay-2", 1, window("db", m0.Add(5*time.Second), protocol.StateOpen, 0, 1))
+	save("pay-1", 2, window("db", m0.Add(time.Minute), protocol.StateOpen, 0, 1), window("cache", m0.Add(time.Minute), protocol.StateForcedClosed, 1, 0))
+	save("pay-1", 3, window("db", m0.Add(2*time.Minute), protocol.StateClosed, 1, 0))
+	got, err := s.FleetNotClosed(ctx, m0, m0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cbdash.FleetMinute{
+		{Start: m0.UTC(), Dependencies: 2, Instances: 3},
+		{Start: m0.Add(time.Minute).UTC(), Dependencies: 1, Instances: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("FleetNotClosed = %+v, want %+v", got, want)
+	}
+}
+
+// A hello that no longer declares a breaker forgets the breaker's row, not
+// its per-instance history.
+func TestInstanceHistoryOutlivesABreakerNoLongerDeclared(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{})
+	m0 := t0.Truncate(time.Minute)
+	if err := s.SaveHello(ctx, hello("pay", "pay-1", 1, "db", "cache"), t0); err != nil {
+		t.Fatal(err)
+	}
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", m0, protocol.StateOpen, 1, 1)}})
+	if err := s.SaveHello(ctx, hello("pay", "pay-1", 1, "cache"), t0); err != nil {
+		t.Fatalf("a hello without db: %v", err)
+	}
+	got, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil || len(got) != 1 || got[0].Calls != 2 || got[0].State != protocol.StateOpen {
+		t.Fatalf("db's history after the hello: %+v, %v", got, err)
+	}
+}
