@@ -23,8 +23,13 @@ build:
 # detector, including the scenario replay and the browser tests.
 test: test-sdk test-adapters test-server
 
+# SHARED_SCENARIOS: the breaker scenarios reduced from public bug reports,
+# replayed from ../shared when it is there (new ones may have been added
+# since testdata/scenarios was copied from it).
+SHARED_SCENARIOS ?= $(abspath ../shared/scenarios)
 test-sdk:
 	cd sdk && $(GO) test -race -count=1 -timeout 15m ./...
+	@if [ -d "$(SHARED_SCENARIOS)" ]; then cd sdk && $(GO) test -count=1 ./breaker -run '^TestScenarios$$' -args -scenarios=$(SHARED_SCENARIOS); fi
 
 # Modules beside the SDK and the server: breaker adapters, their end-to-end
 # test against a real collector, runnable examples with their own deps,
