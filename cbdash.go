@@ -73,6 +73,11 @@ type InstanceBreaker struct {
 	Stale          bool      `json:"stale"`
 	LastSeen       time.Time `json:"last_seen"`
 	LastTransition time.Time `json:"last_transition"`
+	// OpenSince is when the current episode out of closed began: the
+	// transition from closed (or forced closed) into open, half-open or
+	// forced open that started the stretch the breaker is still in, not
+	// the last half-open probe. Zero while closed or forced closed.
+	OpenSince time.Time `json:"open_since,omitzero"`
 	// Config is the breaker's configuration from the instance's hello;
 	// ConfigDiffers is true when it differs from the other instances'.
 	Config        protocol.BreakerConfig `json:"config"`
@@ -115,13 +120,17 @@ type Dependency struct {
 	SlowCallRate float64         `json:"slow_call_rate"` // percent of recorded calls in Recent
 	// Headroom is the sliding window of the instance closest to opening
 	// (highest Closeness score); Closeness is ClosenessOf(Headroom).
-	Headroom    protocol.Headroom `json:"headroom"`
-	Closeness   Closeness         `json:"closeness"`
-	P50         time.Duration     `json:"p50"`
-	P99         time.Duration     `json:"p99"`
-	OpensToday  int               `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
-	Held        *Hold             `json:"held,omitempty"`
-	LastChange  time.Time         `json:"last_change"`
+	Headroom   protocol.Headroom `json:"headroom"`
+	Closeness  Closeness         `json:"closeness"`
+	P50        time.Duration     `json:"p50"`
+	P99        time.Duration     `json:"p99"`
+	OpensToday int               `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
+	Held       *Hold             `json:"held,omitempty"`
+	LastChange time.Time         `json:"last_change"`
+	// OpenSince is the earliest OpenSince of the live instances that are
+	// not closed: how long the dependency has been in trouble. Zero when
+	// every live instance is closed (or forced closed).
+	OpenSince   time.Time         `json:"open_since,omitzero"`
 	PerInstance []InstanceBreaker `json:"per_instance"`
 }
 
@@ -301,6 +310,12 @@ type AccountEvent struct {
 	Action  string    `json:"action"`  // one of the Account* constants
 	Subject string    `json:"subject"` // a user name or a token ID
 	Detail  string    `json:"detail,omitempty"`
+}
+
+// NotClosed reports whether a breaker state is out of closed: open,
+// half_open or forced_open (an episode OpenSince measures).
+func NotClosed(s string) bool {
+	return s == protocol.StateOpen || s == protocol.StateHalfOpen || s == protocol.StateForcedOpen
 }
 
 // StateRank orders breaker states worst first, as Dependency.State

@@ -118,7 +118,8 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		v.PerInstance = append(v.PerInstance, cbdash.InstanceBreaker{
 			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
 			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
-			Config: ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
+			OpenSince: ib.openSince,
+			Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
 			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
 			ClockSkewMillis: inst.skewMs,
 		})
@@ -128,6 +129,9 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 			continue
 		}
 		v.ByState[ib.state]++
+		if cbdash.NotClosed(ib.state) && !ib.openSince.IsZero() && (v.OpenSince.IsZero() || ib.openSince.Before(v.OpenSince)) {
+			v.OpenSince = ib.openSince
+		}
 		if stateRank(ib.state) < stateRank(v.State) {
 			v.State = ib.state
 		}

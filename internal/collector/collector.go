@@ -253,6 +253,14 @@ func (c *Collector) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("collector: restore instances: %w", err)
 	}
+	for i := range ibs {
+		if !cbdash.NotClosed(ibs[i].State) {
+			continue
+		}
+		if ibs[i].OpenSince, err = c.episodeStart(ctx, &ibs[i]); err != nil {
+			return fmt.Errorf("collector: restore open since: %w", err)
+		}
+	}
 	c.live.restore(ibs)
 	now := c.now().UTC()
 	opens, err := c.store.OpensSince(ctx, now.Truncate(24*time.Hour))
@@ -271,6 +279,40 @@ func (c *Collector) restore(ctx context.Context) error {
 		return fmt.Errorf("collector: restore holds: %w", err)
 	}
 	return nil
+}
+
+// episodeLookback bounds the stored transitions read to find when a
+// breaker's episode out of closed began; a breaker that flapped longer
+// is said open since the oldest of them.
+const episodeLookback = 500
+
+// episodeStart finds when ib's current episode out of closed began, from
+// its stored transitions (newest first): the latest move out of closed or
+// forced closed. Zero when none is stored.
+func (c *Collector) episodeStart(ctx context.Context, ib *cbdash.InstanceBreaker) (time.Time, error) {
+	trs, err := c.store.Transitions(ctx, cbdash.TransitionQuery{
+		Service: ib.Service, Breaker: ib.Breaker, Instance: ib.Instance, Limit: episodeLookback,
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return episodeOf(trs), nil
+}
+
+// episodeOf is the start of the episode out of closed that trs (one
+// breaker's transitions, newest first) end in; zero when they end closed.
+func episodeOf(trs []cbdash.TransitionRecord) time.Time {
+	var start time.Time
+	for _, t := range trs {
+		if !cbdash.NotClosed(t.To) {
+			break
+		}
+		start = time.UnixMilli(t.At).UTC()
+		if !cbdash.NotClosed(t.From) {
+			break
+		}
+	}
+	return start
 }
 
 // shutdown refuses new agents, closes every session and waits for them,

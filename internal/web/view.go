@@ -90,6 +90,39 @@ func roughDuration(d time.Duration) string {
 	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
 }
 
+// spanText is a duration to the second, as the page's script ticks it
+// (web/static/app.js spanText): "45s", "3m12s", "2h05m", "3d4h".
+func spanText(d time.Duration) string {
+	d = max(d, 0) / time.Second * time.Second
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}
+
+// sinceView is "open since 10:02:11 UTC (3m12s)" for an episode that
+// began at t in state (its words name the state); nil for zero t.
+func sinceView(state string, t, now time.Time) *templates.Since {
+	if t.IsZero() {
+		return nil
+	}
+	label := "open since"
+	if state == protocol.StateForcedOpen {
+		label = "forced open since"
+	} else if state == protocol.StateHalfOpen {
+		label = "not closed since"
+	}
+	return &templates.Since{
+		Label: label, Clock: t.UTC().Format("15:04:05") + " UTC", For: spanText(now.Sub(t)),
+		ISO: t.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+	}
+}
+
 func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 	if h == nil {
 		return nil
@@ -220,6 +253,7 @@ func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol
 		State:       stateView(d.State),
 		Instances:   instancesText(d),
 		Stale:       staleText(d),
+		OpenSince:   sinceView(d.State, d.OpenSince, now),
 		RequestRate: perSecond(d.RequestRate),
 		Failure:     failure,
 		Slow:        slow,

@@ -21,6 +21,9 @@ type Page struct {
 	Anon    bool   // anonymous read-only viewing
 	CSRF    string // token for the _csrf form field
 	LiveURL string // path and query of the page's websocket
+	// Now is the server's clock at render (RFC 3339): the page's script
+	// ticks relative times from it, not from the browser's clock.
+	Now string
 }
 
 // State is a breaker state shown in colour and in words.
@@ -37,6 +40,16 @@ type Hold struct {
 	Until  string // "14:05 UTC (in 12m)"; "" = no expiry
 	HoldID string // the stored hold; "" for a command of its own
 	Href   string // the hold's drill report; "" for a command of its own
+}
+
+// Since is a moment shown as clock time and how long ago it was ("open
+// since 10:02:11 UTC (3m12s)"); the page's script keeps For ticking from
+// ISO (data-since), so it is right without a live update.
+type Since struct {
+	Label string // "open since", "forced open since"
+	Clock string // "10:02:11 UTC"
+	For   string // "3m12s"
+	ISO   string // RFC 3339 with milliseconds, for data-since and <time datetime>
 }
 
 // Rate is a rate beside its threshold, drawn as a headroom bar.
@@ -66,6 +79,7 @@ type Tile struct {
 	State       State
 	Instances   string // "open on 2 of 6"
 	Stale       string // "1 stale" or ""
+	OpenSince   *Since // nil while closed
 	RequestRate string // "12.3 calls/s"
 	Failure     Rate
 	Slow        Rate
@@ -172,6 +186,7 @@ type InstanceRow struct {
 	Failure        string
 	Slow           string
 	LastTransition string
+	OpenSince      *Since // nil while closed
 	LastSeen       string
 	Config         string
 	ConfigDiffers  bool
@@ -217,6 +232,7 @@ type DepHeader struct {
 	State       State
 	Instances   string
 	Stale       string
+	OpenSince   *Since // nil while closed
 	Held        *Hold
 	RequestRate string
 	Failure     Rate
