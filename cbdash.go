@@ -116,6 +116,8 @@ type Dependency struct {
 	// Recent sums the last minute of window reports of all instances.
 	Recent       protocol.Counts `json:"recent"`
 	RequestRate  float64         `json:"request_rate"`   // calls per second (admitted + rejected) over Recent
+	AdmittedRate float64         `json:"admitted_rate"`  // admitted calls per second over Recent
+	RejectedRate float64         `json:"rejected_rate"`  // rejected calls per second over Recent (open, half-open full, forced, bulkhead)
 	FailureRate  float64         `json:"failure_rate"`   // percent of recorded calls in Recent
 	SlowCallRate float64         `json:"slow_call_rate"` // percent of recorded calls in Recent
 	// Headroom is the sliding window of the instance closest to opening

@@ -145,6 +145,8 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	counts, hist, span := d.recent.sum(now.Unix())
 	v.Recent = counts
 	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
+	v.AdmittedRate = float64(counts.Admitted) / float64(span)
+	v.RejectedRate = float64(counts.Rejected()) / float64(span)
 	if recorded := counts.Successes + counts.Failures; recorded > 0 {
 		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
 		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)

@@ -153,7 +153,9 @@ func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.T
 		Stale:       staleText(d),
 		OpenSince:   sinceView(d.State, d.OpenSince, now),
 		Held:        holdView(d.Held, now),
-		RequestRate: perSecond(d.RequestRate),
+		Admitted:    perSecond(d.AdmittedRate),
+		Rejected:    perSecond(d.RejectedRate),
+		Fallbacks:   fallbacksText(d.Recent),
 		Failure:     failure,
 		Slow:        slow,
 		P50:         latency(d.P50),
@@ -171,9 +173,10 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 	rows := make([]templates.InstanceRow, 0, len(d.PerInstance))
 	for _, in := range d.PerInstance {
 		w := in.Last
-		var reqs float64
+		var adm, rej float64
 		if w.Millis > 0 {
-			reqs = float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
+			adm = float64(w.Counts.Admitted) / (float64(w.Millis) / 1000)
+			rej = float64(w.Counts.Rejected()) / (float64(w.Millis) / 1000)
 		}
 		failure := rateView("", w.Headroom.FailureRate, w.Headroom.FailureRateThreshold).Text
 		slow := rateView("", w.Headroom.SlowCallRate, w.Headroom.SlowCallRateThreshold).Text
@@ -186,7 +189,8 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			Instance:       in.Instance,
 			State:          stateView(in.State),
 			Stale:          in.Stale,
-			Requests:       perSecond(reqs),
+			Admitted:       perSecond(adm),
+			Rejected:       perSecond(rej),
 			Failure:        failure,
 			Slow:           slow,
 			LastTransition: ago(now, in.LastTransition),

@@ -67,3 +67,111 @@ func TestBrowserOpenSinceOnTileAndDependencyPage(t *testing.T) {
 		t.Errorf("instance open since %q, want checkout-1 since the trip (%s) and checkout-2 none", cells, tripped.UTC().Format("15:04:05"))
 	}
 }
+
+// leadRate reads the payments tile's failure rate: the large figure, the
+// bar's fill (percent of the threshold) and its level.
+type leadRate struct {
+	Value string  `json:"value"`
+	Fill  float64 `json:"fill"`
+	Level string  `json:"level"`
+}
+
+const readLead = `(() => { const l = ` + payments + `?.querySelector("[data-testid=lead-rate]");
+	return l ? {value: l.querySelector("[data-testid=lead-value]").textContent, fill: +(l.querySelector("rect.fill")?.getAttribute("width") ?? 0), level: l.dataset.level} : {value: "", fill: 0, level: ""}; })()`
+
+// TestBrowserHeadroomBarRisesBeforeTheBreakerTrips drives a real
+// breaker's outcomes (a dependency failing more and more) and watches the
+// tile's headroom bar fill and change colour before the breaker opens.
+func TestBrowserHeadroomBarRisesBeforeTheBreakerTrips(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 1) // a count window of 20, judged from 5 calls, 5 successes so far
+	login(t, ctx, s.url, "otto", s.password)
+	b := s.breakers["checkout-1"]
+	call := func(n int, err error) {
+		for range n {
+			_ = b.Execute(context.Background(), func(context.Context) error { return err })
+		}
+	}
+	call(5, nil)
+	down := errors.New("payments down")
+	var seen []leadRate
+	for _, step := range []struct {
+		failures int
+		value    string // failures of 10 successes plus them
+		level    string
+	}{{0, "0%", "ok"}, {3, "23.1%", "ok"}, {3, "37.5%", "warn"}, {3, "47.4%", "warn"}} {
+		call(step.failures, down)
+		run(t, ctx, stepTimeout, "tile reads "+step.value, until(payments+`?.querySelector("[data-testid=lead-value]")?.textContent === "`+step.value+`"`))
+		r := get(t, ctx, "lead rate", chromedp.Evaluate[leadRate](readLead))
+		if r.Level != step.level {
+			t.Errorf("at %s the bar is %q, want %q", step.value, r.Level, step.level)
+		}
+		if n := len(seen); n > 0 && r.Fill <= seen[n-1].Fill {
+			t.Errorf("the bar did not rise: %+v after %+v", r, seen[n-1])
+		}
+		seen = append(seen, r)
+		if b.State() != breaker.Closed {
+			t.Fatalf("the breaker is %v at %s, before its threshold", b.State(), step.value)
+		}
+	}
+	call(1, down) // 10 of 20: the threshold
+	if b.State() != breaker.Open {
+		t.Fatalf("breaker is %v at 50%%", b.State())
+	}
+	run(t, ctx, stepTimeout, "tile turns open, tripped at the threshold",
+		until(payments+`?.dataset.state === "open"`),
+		until(payments+`?.querySelector("[data-testid=lead-rate]").textContent.includes("tripped at 50% of 50%")`))
+	t.Logf("bar readings before the trip: %+v", seen)
+}
+
+// TestBrowserSparklineShowsAnOutage trips a breaker that keeps being
+// called: its tile's sparkline draws the rejected calls rising while the
+// admitted ones fall, in 10-second buckets.
+func TestBrowserSparklineShowsAnOutage(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 1)
+	login(t, ctx, s.url, "otto", s.password)
+	b := s.breakers["checkout-1"]
+	ticks, stop := s.clock.NewTicker(50 * time.Millisecond)
+	defer stop()
+	calls := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // traffic: 20 calls a second; the first ones succeed, then the dependency fails
+		defer close(done)
+		n := 0
+		for {
+			select {
+			case <-calls:
+				return
+			case <-ticks:
+				n++
+				_ = b.Execute(context.Background(), func(context.Context) error {
+					if n > 40 {
+						return errors.New("payments down")
+					}
+					return nil
+				})
+			}
+		}
+	}()
+	defer func() { close(calls); <-done }()
+	// Rejected calls fill a complete 10-second bucket after the trip: the
+	// rejected line rises above the baseline (y 23 in the 24-high box) and
+	// ends above the admitted one.
+	lastY := func(sel string) string {
+		return `(() => { const p = ` + payments + `?.querySelector("[data-testid=` + sel + `]")?.getAttribute("points")?.trim().split(" ") ?? []; return p.length ? +p[p.length-1].split(",")[1] : 99; })()`
+	}
+	run(t, ctx, 2*stepTimeout, "the sparkline shows the rejections",
+		until(payments+`?.dataset.state === "open"`),
+		until(lastY("sp-rejected")+` < 20 && `+lastY("sp-rejected")+` < `+lastY("sp-admitted")))
+	legend := get(t, ctx, "legend", chromedp.Text(css(`article.tile [data-testid=spark] figcaption`)))
+	for _, w := range []string{"admitted", "failed", "rejected", "10 min"} {
+		if !strings.Contains(legend, w) {
+			t.Errorf("legend %q lacks %q", legend, w)
+		}
+	}
+	if r := get(t, ctx, "rejected/s", chromedp.Text(css(`article.tile [data-testid=rejected]`))); r == "0/s" {
+		t.Errorf("tile says %s rejected while its breaker rejects every call", r)
+	}
+	screenshot(t, ctx, "sparkline-outage.png")
+}

@@ -145,7 +145,7 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 // rateView puts a rate beside its threshold; the bar is the rate as a
 // share of the threshold, warn from 70 %, bad from 100 %.
 func rateView(label string, value, threshold float64) templates.Rate {
-	r := templates.Rate{Label: label, Value: value, Threshold: threshold, Level: "ok"}
+	r := templates.Rate{Label: label, Value: value, Big: pct(value), Threshold: threshold, Level: "ok"}
 	if threshold <= 0 {
 		r.Text = pct(value) + " (no threshold)"
 		return r
@@ -169,6 +169,7 @@ func windowRate(label string, value, threshold float64, h protocol.Headroom) tem
 	r := rateView(label, value, threshold)
 	if c := cbdash.ClosenessOf(h); !c.Judged {
 		r.Level = "idle"
+		r.Big = "–"
 		r.Text = "not judged yet (" + c.NotJudgedText() + ")"
 	}
 	return r
@@ -254,7 +255,9 @@ func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol
 		Instances:   instancesText(d),
 		Stale:       staleText(d),
 		OpenSince:   sinceView(d.State, d.OpenSince, now),
-		RequestRate: perSecond(d.RequestRate),
+		Admitted:    perSecond(d.AdmittedRate),
+		Rejected:    perSecond(d.RejectedRate),
+		Fallbacks:   fallbacksText(d.Recent),
 		Failure:     failure,
 		Slow:        slow,
 		P99:         latency(d.P99),
@@ -263,6 +266,15 @@ func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol
 		Held:        holdView(d.Held, now),
 		Labels:      labelList(d.Labels),
 	}
+}
+
+// fallbacksText is "120 served, 3 failed" for the fallbacks of c; ""
+// when none ran.
+func fallbacksText(c protocol.Counts) string {
+	if c.FallbackSuccess == 0 && c.FallbackFailure == 0 {
+		return ""
+	}
+	return strconv.FormatInt(c.FallbackSuccess, 10) + " served, " + strconv.FormatInt(c.FallbackFailure, 10) + " failed"
 }
 
 // judgedByWindow reports whether a dependency's sliding window is what

@@ -56,17 +56,22 @@ type Since struct {
 type Rate struct {
 	Label     string  // "failure rate"
 	Value     float64 // percent
+	Big       string  // the value alone, "12%", or "–" while not judged
 	Threshold float64 // percent; 0 = no threshold (slow-call detection off)
 	Text      string  // "12.0% of 50%"
 	Fill      float64 // bar fill 0..100 (Value/Threshold)
 	Level     string  // ok, warn, bad; idle while not judged (below the minimum calls)
 }
 
-// Spark is a 15-minute sparkline: polyline points in a 100x24 viewBox.
+// Spark is a 10-minute sparkline in 10-second buckets: polyline points
+// in a 100x24 viewBox, one line each for admitted, failed and rejected
+// calls, on one scale.
 type Spark struct {
-	Calls    string // points of calls per minute
-	Failures string // points of failures per minute
-	Title    string // tooltip
+	Admitted string // points of admitted calls per bucket
+	Failed   string // points of failed calls (among the admitted)
+	Rejected string // points of rejected calls
+	Peak     string // the scale's top: "250 per 10 s"
+	Title    string // tooltip with the totals
 	Empty    bool
 }
 
@@ -80,7 +85,9 @@ type Tile struct {
 	Instances   string // "open on 2 of 6"
 	Stale       string // "1 stale" or ""
 	OpenSince   *Since // nil while closed
-	RequestRate string // "12.3 calls/s"
+	Admitted    string // admitted calls per second, last minute: "12.3/s"
+	Rejected    string // rejected calls per second, last minute
+	Fallbacks   string // "120 served, 3 failed" in the last minute; "" when none
 	Failure     Rate
 	Slow        Rate
 	P99         string
@@ -182,7 +189,8 @@ type InstanceRow struct {
 	Instance       string
 	State          State
 	Stale          bool
-	Requests       string
+	Admitted       string // admitted calls per second in the last window report
+	Rejected       string // rejected calls per second in the last window report
 	Failure        string
 	Slow           string
 	LastTransition string
@@ -234,7 +242,9 @@ type DepHeader struct {
 	Stale       string
 	OpenSince   *Since // nil while closed
 	Held        *Hold
-	RequestRate string
+	Admitted    string // admitted calls per second, last minute
+	Rejected    string // rejected calls per second, last minute
+	Fallbacks   string // "120 served, 3 failed" in the last minute; "" when none
 	Failure     Rate
 	Slow        Rate
 	P50, P99    string
