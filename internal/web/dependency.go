@@ -148,20 +148,20 @@ func (s *Server) dependency(c echo.Context) error {
 func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time) templates.DepHeader {
 	failure, slow := rates(d, causes)
 	return templates.DepHeader{
-		State:       stateView(d.State),
-		Instances:   instancesText(d),
-		Stale:       staleText(d),
-		OpenSince:   sinceView(d.State, d.OpenSince, now),
-		Held:        holdView(d.Held, now),
-		Admitted:    perSecond(d.AdmittedRate),
-		Rejected:    perSecond(d.RejectedRate),
-		Fallbacks:   fallbacksText(d.Recent),
-		Failure:     failure,
-		Slow:        slow,
-		P50:         latency(d.P50),
-		P99:         latency(d.P99),
-		OpensToday:  d.OpensToday,
-		Labels:      labelList(d.Labels),
+		State:      stateView(d.State),
+		Instances:  instancesText(d),
+		Stale:      staleText(d),
+		OpenSince:  sinceView(d.State, d.OpenSince, now),
+		Held:       holdView(d.Held, now),
+		Admitted:   perSecond(d.AdmittedRate),
+		Rejected:   perSecond(d.RejectedRate),
+		Fallbacks:  fallbacksText(d.Recent),
+		Failure:    failure,
+		Slow:       slow,
+		P50:        latency(d.P50),
+		P99:        latency(d.P99),
+		OpensToday: d.OpensToday,
+		Labels:     labelList(d.Labels),
 	}
 }
 

@@ -77,24 +77,24 @@ type Spark struct {
 
 // Tile is one dependency on the overview.
 type Tile struct {
-	ID          string // stable element id
-	Service     string
-	Breaker     string
-	Href        string
-	State       State
-	Instances   string // "open on 2 of 6"
-	Stale       string // "1 stale" or ""
-	OpenSince   *Since // nil while closed
-	Admitted    string // admitted calls per second, last minute: "12.3/s"
-	Rejected    string // rejected calls per second, last minute
-	Fallbacks   string // "120 served, 3 failed" in the last minute; "" when none
-	Failure     Rate
-	Slow        Rate
-	P99         string
-	Spark       Spark
-	OpensToday  int
-	Held        *Hold
-	Labels      []string // "key=value"
+	ID         string // stable element id
+	Service    string
+	Breaker    string
+	Href       string
+	State      State
+	Instances  string // "open on 2 of 6"
+	Stale      string // "1 stale" or ""
+	OpenSince  *Since // nil while closed
+	Admitted   string // admitted calls per second, last minute: "12.3/s"
+	Rejected   string // rejected calls per second, last minute
+	Fallbacks  string // "120 served, 3 failed" in the last minute; "" when none
+	Failure    Rate
+	Slow       Rate
+	P99        string
+	Spark      Spark
+	OpensToday int
+	Held       *Hold
+	Labels     []string // "key=value"
 }
 
 // Fleet are the counters on top of the overview.
@@ -237,19 +237,19 @@ type CommandView struct {
 
 // DepHeader is the live summary at the top of a dependency page.
 type DepHeader struct {
-	State       State
-	Instances   string
-	Stale       string
-	OpenSince   *Since // nil while closed
-	Held        *Hold
-	Admitted    string // admitted calls per second, last minute
-	Rejected    string // rejected calls per second, last minute
-	Fallbacks   string // "120 served, 3 failed" in the last minute; "" when none
-	Failure     Rate
-	Slow        Rate
-	P50, P99    string
-	OpensToday  int
-	Labels      []string
+	State      State
+	Instances  string
+	Stale      string
+	OpenSince  *Since // nil while closed
+	Held       *Hold
+	Admitted   string // admitted calls per second, last minute
+	Rejected   string // rejected calls per second, last minute
+	Fallbacks  string // "120 served, 3 failed" in the last minute; "" when none
+	Failure    Rate
+	Slow       Rate
+	P50, P99   string
+	OpensToday int
+	Labels     []string
 }
 
 // OperatorForm is the operator panel of a dependency page.
