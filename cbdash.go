@@ -98,6 +98,9 @@ type InstanceBreaker struct {
 	// so it includes the network delay); 0 until measured. An agent more
 	// than a second ahead has its times moved to the collector's clock.
 	ClockSkewMillis int64 `json:"clock_skew_ms"`
+	// Shown are the rates the dashboard and the CLI show for the instance
+	// (InstanceRatesOf): at its trip while tripped, else its window.
+	Shown ShownRates `json:"shown"`
 }
 
 // Dependency is the live state of one breaker name of one service,
@@ -122,13 +125,17 @@ type Dependency struct {
 	SlowCallRate float64         `json:"slow_call_rate"` // percent of recorded calls in Recent
 	// Headroom is the sliding window of the instance closest to opening
 	// (highest Closeness score); Closeness is ClosenessOf(Headroom).
-	Headroom   protocol.Headroom `json:"headroom"`
-	Closeness  Closeness         `json:"closeness"`
-	P50        time.Duration     `json:"p50"`
-	P99        time.Duration     `json:"p99"`
-	OpensToday int               `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
-	Held       *Hold             `json:"held,omitempty"`
-	LastChange time.Time         `json:"last_change"`
+	Headroom  protocol.Headroom `json:"headroom"`
+	Closeness Closeness         `json:"closeness"`
+	// Shown are the failure and slow-call rates the dashboard's tile and
+	// the CLI show (RatesOf): the window while closed, the rates at the
+	// trip while open or half-open ("tripped at 55% of 50%").
+	Shown      ShownRates    `json:"shown"`
+	P50        time.Duration `json:"p50"`
+	P99        time.Duration `json:"p99"`
+	OpensToday int           `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
+	Held       *Hold         `json:"held,omitempty"`
+	LastChange time.Time     `json:"last_change"`
 	// OpenSince is the earliest OpenSince of the live instances that are
 	// not closed: how long the dependency has been in trouble. Zero when
 	// every live instance is closed (or forced closed).

@@ -89,7 +89,7 @@ A flag on the command line wins.`,
 	root.AddCommand(
 		newServeCmd(clk),
 		newDemoCmd(clk),
-		newStatusCmd(),
+		newStatusCmd(clk),
 		newHoldCmd("trip", actionForceOpen),
 		newHoldCmd("hold-closed", actionForceClosed),
 		newCommandCmd("release", "End a hold (force open / force closed), by hold id or on a SERVICE/BREAKER: the breakers return to their automatic state", actionRelease),

@@ -154,6 +154,11 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	v.P50 = quantile(0.50, hist)
 	v.P99 = quantile(0.99, hist)
 	v.Closeness = cbdash.ClosenessOf(v.Headroom)
+	for i := range v.PerInstance {
+		in := &v.PerInstance[i]
+		in.Shown.Failure, in.Shown.Slow = cbdash.InstanceRatesOf(*in, nil)
+	}
+	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
 	return v
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -257,7 +258,7 @@ func (c *Collector) restore(ctx context.Context) error {
 		if !cbdash.NotClosed(ibs[i].State) {
 			continue
 		}
-		if ibs[i].OpenSince, err = c.episodeStart(ctx, &ibs[i]); err != nil {
+		if err := c.restoreEpisode(ctx, &ibs[i]); err != nil {
 			return fmt.Errorf("collector: restore open since: %w", err)
 		}
 	}
@@ -286,28 +287,39 @@ func (c *Collector) restore(ctx context.Context) error {
 // is said open since the oldest of them.
 const episodeLookback = 500
 
-// episodeStart finds when ib's current episode out of closed began, from
-// its stored transitions (newest first): the latest move out of closed or
-// forced closed. Zero when none is stored.
-func (c *Collector) episodeStart(ctx context.Context, ib *cbdash.InstanceBreaker) (time.Time, error) {
+// restoreEpisode sets ib's OpenSince, and LastTrip when the episode
+// began with a trip, from its stored transitions (newest first): the
+// episode began with the latest move out of closed or forced closed.
+func (c *Collector) restoreEpisode(ctx context.Context, ib *cbdash.InstanceBreaker) error {
 	trs, err := c.store.Transitions(ctx, cbdash.TransitionQuery{
 		Service: ib.Service, Breaker: ib.Breaker, Instance: ib.Instance, Limit: episodeLookback,
 	})
 	if err != nil {
-		return time.Time{}, err
+		return err
 	}
-	return episodeOf(trs), nil
+	start := episodeOf(trs)
+	if start == nil {
+		return nil
+	}
+	ib.OpenSince = time.UnixMilli(start.At).UTC()
+	if start.From == protocol.StateClosed && start.To == protocol.StateOpen {
+		trip := start.Transition
+		ib.LastTrip, ib.LastTripReceivedAt = &trip, start.ReceivedAt
+	}
+	return nil
 }
 
-// episodeOf is the start of the episode out of closed that trs (one
-// breaker's transitions, newest first) end in; zero when they end closed.
-func episodeOf(trs []cbdash.TransitionRecord) time.Time {
-	var start time.Time
-	for _, t := range trs {
+// episodeOf is the transition that began the episode out of closed that
+// trs (one breaker's transitions, newest first) end in: the oldest of
+// them when the lookback ends first; nil when they end closed.
+func episodeOf(trs []cbdash.TransitionRecord) *cbdash.TransitionRecord {
+	var start *cbdash.TransitionRecord
+	for i := range trs {
+		t := &trs[i]
 		if !cbdash.NotClosed(t.To) {
 			break
 		}
-		start = time.UnixMilli(t.At).UTC()
+		start = t
 		if !cbdash.NotClosed(t.From) {
 			break
 		}

@@ -190,6 +190,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 		ib.lastTransition = r.LastTransition
 		if cbdash.NotClosed(r.State) {
 			ib.openSince = r.OpenSince
+			ib.lastTrip, ib.lastTripAt = r.LastTrip, r.LastTripReceivedAt
 		}
 		ib.last = r.Last
 		ib.held = r.Held

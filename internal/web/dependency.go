@@ -178,13 +178,12 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			adm = float64(w.Counts.Admitted) / (float64(w.Millis) / 1000)
 			rej = float64(w.Counts.Rejected()) / (float64(w.Millis) / 1000)
 		}
-		failure := rateView("", w.Headroom.FailureRate, w.Headroom.FailureRateThreshold).Text
-		slow := rateView("", w.Headroom.SlowCallRate, w.Headroom.SlowCallRateThreshold).Text
-		if c, ok := causes[in.Instance]; ok && !in.Stale && tripped(in.State) {
-			if f, s, ok := tripRates(c, w.Headroom.FailureRateThreshold, w.Headroom.SlowCallRateThreshold); ok {
-				failure, slow = cellText(f), cellText(s)
-			}
+		var cause *protocol.Cause
+		if c, ok := causes[in.Instance]; ok {
+			cause = &c
 		}
+		f, sl := cbdash.InstanceRatesOf(in, cause)
+		failure, slow := cellText(rateOf(f)), cellText(rateOf(sl))
 		rows = append(rows, templates.InstanceRow{
 			Instance:       in.Instance,
 			State:          stateView(in.State),
@@ -207,8 +206,10 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 // cellText drops the rate's name from its label for a table cell whose
 // column names it: "tripped at 52% of 50%".
 func cellText(r templates.Rate) string {
-	_, l, _ := strings.Cut(r.Label, ", ")
-	return l + " " + r.Text
+	if _, l, ok := strings.Cut(r.Label, ", "); ok {
+		return l + " " + r.Text
+	}
+	return r.Text
 }
 
 // configText is a breaker's configuration in words; a breaker of another

@@ -90,20 +90,8 @@ func roughDuration(d time.Duration) string {
 	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
 }
 
-// spanText is a duration to the second, as the page's script ticks it
-// (web/static/app.js spanText): "45s", "3m12s", "2h05m", "3d4h".
-func spanText(d time.Duration) string {
-	d = max(d, 0) / time.Second * time.Second
-	switch {
-	case d < time.Minute:
-		return strconv.Itoa(int(d/time.Second)) + "s"
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	}
-	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
-}
+// spanText is a duration to the second (cbdash.SpanText).
+func spanText(d time.Duration) string { return cbdash.SpanText(d) }
 
 // sinceView is "open since 10:02:11 UTC (3m12s)" for an episode that
 // began at t in state (its words name the state); nil for zero t.
@@ -161,26 +149,7 @@ func rateView(label string, value, threshold float64) templates.Rate {
 	return r
 }
 
-// windowRate is a rate of a closed breaker's sliding window: as rateView
-// while the window is judged; below the minimum number of calls the
-// breaker cannot open, so the rate says "not judged yet (1 of 20 calls)"
-// and is never drawn in the alarm colours (cbdash.Closeness).
-func windowRate(label string, value, threshold float64, h protocol.Headroom) templates.Rate {
-	r := rateView(label, value, threshold)
-	if c := cbdash.ClosenessOf(h); !c.Judged {
-		r.Level = "idle"
-		r.Big = "–"
-		r.Text = "not judged yet (" + c.NotJudgedText() + ")"
-	}
-	return r
-}
-
-func pct(v float64) string {
-	if v == math.Trunc(v) {
-		return strconv.FormatFloat(v, 'f', 0, 64) + "%"
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + "%"
-}
+func pct(v float64) string { return cbdash.Pct(v) }
 
 func perSecond(v float64) string {
 	switch {
@@ -216,13 +185,7 @@ func liveCount(d cbdash.Dependency) int {
 }
 
 // instancesText says "open on 2 of 6".
-func instancesText(d cbdash.Dependency) string {
-	live := liveCount(d)
-	if d.State == "" || live == 0 {
-		return "no live instance of " + strconv.Itoa(d.Instances)
-	}
-	return stateView(d.State).Text + " on " + strconv.Itoa(d.ByState[d.State]) + " of " + strconv.Itoa(live)
-}
+func instancesText(d cbdash.Dependency) string { return cbdash.InstancesText(d) }
 
 func staleText(d cbdash.Dependency) string {
 	if d.Stale == 0 {
@@ -277,39 +240,24 @@ func fallbacksText(c protocol.Counts) string {
 	return strconv.FormatInt(c.FallbackSuccess, 10) + " served, " + strconv.FormatInt(c.FallbackFailure, 10) + " failed"
 }
 
-// judgedByWindow reports whether a dependency's sliding window is what
-// matters now: while closed (or held closed) it says how close the
-// breaker is to opening. Once open its window starts empty, so the last
-// minute's rates say more.
-func judgedByWindow(d cbdash.Dependency) bool {
-	return d.State == protocol.StateClosed || d.State == protocol.StateForcedClosed || d.State == ""
-}
-
-// rates are the failure and slow-call rates shown for a dependency: its
-// sliding window while closed; for an open or half-open one whose trip is
-// in causes, the rates at the trip (what tripped it, against the
-// threshold it crossed); otherwise the last minute's rates.
+// rates are the failure and slow-call rates shown for a dependency, by
+// the one rule of cbdash.RatesOf (the CLI and the JSON API show the
+// same); causes adds the trips the live state did not see (after a
+// restart, from the store).
 func rates(d cbdash.Dependency, causes map[string]protocol.Cause) (failure, slow templates.Rate) {
-	if c, ok := depTrip(d, causes); ok {
-		if f, s, ok := tripRates(c, d.Headroom.FailureRateThreshold, d.Headroom.SlowCallRateThreshold); ok {
-			return f, s
-		}
-	}
-	return failureRate(d), slowRate(d)
+	f, sl := cbdash.RatesOf(d, causes)
+	return rateOf(f), rateOf(sl)
 }
 
-func failureRate(d cbdash.Dependency) templates.Rate {
-	if judgedByWindow(d) {
-		return windowRate("failure rate", d.Headroom.FailureRate, d.Headroom.FailureRateThreshold, d.Headroom)
+// rateOf draws a shown rate as a headroom bar: the rate as a share of
+// its threshold, warn from 70 %, bad from 100 %, idle while not judged.
+func rateOf(sr cbdash.ShownRate) templates.Rate {
+	r := rateView(sr.Label, sr.Value, sr.Threshold)
+	r.Text = sr.Text
+	if !sr.Judged {
+		r.Level, r.Big = "idle", "–"
 	}
-	return rateView("failure rate, last min", d.FailureRate, d.Headroom.FailureRateThreshold)
-}
-
-func slowRate(d cbdash.Dependency) templates.Rate {
-	if judgedByWindow(d) {
-		return windowRate("slow-call rate", d.Headroom.SlowCallRate, d.Headroom.SlowCallRateThreshold, d.Headroom)
-	}
-	return rateView("slow-call rate, last min", d.SlowCallRate, d.Headroom.SlowCallRateThreshold)
+	return r
 }
 
 // fleet counts dependencies by state and stale instances. An instance
