@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -21,7 +22,6 @@ const (
 	liveSparkBudget  = 10 * time.Millisecond
 	resubscribePause = time.Second
 	chartsEvery      = 5 * time.Second // how often live charts are redrawn
-	regridEvery      = 2 * time.Second // how often a state change may re-sort the overview
 )
 
 // liveView is what one open page wants pushed: reset renders every live
@@ -87,7 +87,9 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &dependencyLive{s: s, key: k, span: sp}, nil
+		u := userOf(c)
+		canOp := u != nil && !anonymous(c) && cbdash.RoleAllows(u.Role, cbdash.RoleOperator)
+		return &dependencyLive{s: s, key: k, span: sp, canOp: canOp}, nil
 	case "audit":
 		return &auditLive{s: s, service: q.Get("service")}, nil
 	}
@@ -184,10 +186,10 @@ type overviewLive struct {
 	dirty            map[cbdash.DependencyKey]bool
 	regrid, counters bool
 	// reorder is set when a shown tile changed state, which may change
-	// the worst-first order; the grid is then re-sent, at most every
-	// regridEvery (a tile is swapped in place meanwhile).
+	// the worst-first order: the next flush sends the new order (a small
+	// TileOrder the page applies at once), not the whole grid.
 	reorder bool
-	gridAt  time.Time
+	order   string // the tile order last sent
 }
 
 func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
@@ -222,7 +224,7 @@ func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
 		}
 	}
 	o.regrid, o.counters, o.reorder = false, false, false
-	o.gridAt = o.s.now()
+	o.order = templates.TileIDs(v.Groups)
 	clear(o.dirty)
 	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
 		return nil, err
@@ -248,13 +250,19 @@ func (o *overviewLive) event(ev cbdash.Event) {
 }
 
 func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
-	if o.regrid || (o.reorder && o.s.now().Sub(o.gridAt) >= regridEvery) {
+	if o.regrid {
 		return o.grid(ctx)
 	}
-	if !o.counters && len(o.dirty) == 0 {
+	if !o.counters && len(o.dirty) == 0 && !o.reorder {
 		return nil, nil
 	}
 	var buf bytes.Buffer
+	if o.reorder {
+		o.reorder = false
+		if err := o.sendOrder(ctx, &buf); err != nil {
+			return nil, err
+		}
+	}
 	if o.counters {
 		all := make([]cbdash.Dependency, 0, len(o.deps))
 		for _, d := range o.deps {
@@ -292,6 +300,26 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// sendOrder renders the shown tiles' order when it differs from the
+// last sent.
+func (o *overviewLive) sendOrder(ctx context.Context, buf *bytes.Buffer) error {
+	deps := make([]cbdash.Dependency, 0, len(o.shown))
+	for k := range o.shown {
+		deps = append(deps, o.deps[k])
+	}
+	sortDeps(deps, o.f.Sort) // grouped tiles keep this order within their group
+	ids := make([]string, len(deps))
+	for i, d := range deps {
+		ids[i] = tileID(d.DependencyKey)
+	}
+	order := strings.Join(ids, " ")
+	if order == o.order {
+		return nil
+	}
+	o.order = order
+	return templates.TileOrder(order).Render(ctx, buf)
+}
+
 func hash(b []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(b)
@@ -308,6 +336,8 @@ type dependencyLive struct {
 	dep                 cbdash.Dependency
 	head, trans, cmds   bool
 	lastHead, lastInsts uint64
+	canOp               bool      // the page has the operator panel: its instance list is kept live
+	lastOpInsts         uint64    // hash of the instance list last sent
 	chartsAt            time.Time // when the charts were last drawn
 }
 
@@ -318,7 +348,7 @@ func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency
 		}
 	}
 	d.head, d.trans, d.cmds = true, true, true
-	d.lastHead, d.lastInsts = 0, 0
+	d.lastHead, d.lastInsts, d.lastOpInsts = 0, 0, 0
 	d.chartsAt = d.s.now() // the page was just drawn
 	return d.flush(ctx)
 }
@@ -356,6 +386,16 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 		if h := hash(part.Bytes()); h != d.lastInsts {
 			d.lastInsts = h
 			buf.Write(part.Bytes())
+		}
+		if d.canOp {
+			part.Reset()
+			if err := templates.OperatorInstances(operatorForm("", d.dep).Instances).Render(ctx, &part); err != nil {
+				return nil, err
+			}
+			if h := hash(part.Bytes()); h != d.lastOpInsts {
+				d.lastOpInsts = h
+				buf.Write(part.Bytes())
+			}
 		}
 	}
 	sp := d.span

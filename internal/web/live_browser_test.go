@@ -175,3 +175,30 @@ func TestBrowserSparklineShowsAnOutage(t *testing.T) {
 	}
 	screenshot(t, ctx, "sparkline-outage.png")
 }
+
+// TestBrowserLiveOrderAfterAStateChange trips the breaker of the tile
+// shown last: it moves first at once (open before closed), by the live
+// order message, without the grid being sent again.
+func TestBrowserLiveOrderAfterAStateChange(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 2)
+	login(t, ctx, s.url, "otto", s.password)
+	order := `[...document.querySelectorAll("article.tile .brk")].map(e => e.textContent)`
+	run(t, ctx, stepTimeout, "both tiles, payments last (closed, by name)",
+		until(order+`.length === 2 && `+order+`[1] === "payments"`),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("groups-inner").dataset.probe = "same grid"`))
+	tripped := s.clock.Now()
+	trip(t, s.breakers["checkout-1"])
+	run(t, ctx, 10*time.Second, "payments first", until(order+`[0] === "payments"`))
+	if d := s.clock.Now().Sub(tripped); d > time.Second {
+		t.Errorf("the open tile moved first %v after the trip, want within 1s", d)
+	} else {
+		t.Logf("re-sorted %v after the trip", d)
+	}
+	if st := get(t, ctx, "first tile state", chromedp.Evaluate[string](`document.querySelector("article.tile").dataset.state`)); st != "open" {
+		t.Errorf("first tile is %q, want open", st)
+	}
+	if p := get(t, ctx, "grid kept", chromedp.Evaluate[string](`document.getElementById("groups-inner").dataset.probe ?? ""`)); p != "same grid" {
+		t.Error("the whole grid was sent again to re-sort it")
+	}
+}

@@ -67,14 +67,6 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05")
 }
 
-// ago says how long ago t was, roughly.
-func ago(now, t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return roughDuration(now.Sub(t)) + " ago"
-}
-
 func roughDuration(d time.Duration) string {
 	switch {
 	case d < 0:
@@ -93,6 +85,18 @@ func roughDuration(d time.Duration) string {
 // spanText is a duration to the second (cbdash.SpanText).
 func spanText(d time.Duration) string { return cbdash.SpanText(d) }
 
+// isoTime is t for the page's script (data-since, data-until) and
+// <time datetime>: RFC 3339 in UTC with milliseconds.
+func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// agoView is a moment shown as "7s ago" that ticks; nil for zero t.
+func agoView(t, now time.Time) *templates.Since {
+	if t.IsZero() {
+		return nil
+	}
+	return &templates.Since{Clock: t.UTC().Format("15:04:05") + " UTC", For: spanText(now.Sub(t)), ISO: isoTime(t)}
+}
+
 // sinceView is "open since 10:02:11 UTC (3m12s)" for an episode that
 // began at t in state (its words name the state); nil for zero t.
 func sinceView(state string, t, now time.Time) *templates.Since {
@@ -107,7 +111,7 @@ func sinceView(state string, t, now time.Time) *templates.Since {
 	}
 	return &templates.Since{
 		Label: label, Clock: t.UTC().Format("15:04:05") + " UTC", For: spanText(now.Sub(t)),
-		ISO: t.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		ISO: isoTime(t),
 	}
 }
 
@@ -122,7 +126,8 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 		v.Action = "held closed"
 	}
 	if !h.Until.IsZero() {
-		v.Until = h.Until.UTC().Format("15:04") + " UTC (in " + roughDuration(h.Until.Sub(now)) + ")"
+		v.Until = h.Until.UTC().Format("15:04:05") + " UTC"
+		v.In, v.UntilISO = spanText(h.Until.Sub(now)), isoTime(h.Until)
 	}
 	if id := holdIDOf(h.HoldID, h.CommandID); id != "" {
 		v.HoldID, v.Href = id, holdHref(id)

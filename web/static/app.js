@@ -53,4 +53,53 @@
     });
   }
   setInterval(tick, 1000);
+
+  // Re-sort the overview's tiles to the order the live socket sent
+  // (#tile-order), each within its group, easing the move (FLIP).
+  var lastOrder = null;
+  function applyOrder() {
+    var el = document.getElementById("tile-order");
+    if (!el) { return; }
+    var order = el.getAttribute("data-order") || "";
+    if (order === lastOrder) { return; }
+    lastOrder = order;
+    var rank = {};
+    order.split(" ").forEach(function (id, i) { rank[id] = i; });
+    var still = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+    document.querySelectorAll(".tiles").forEach(function (grid) {
+      var tiles = Array.prototype.slice.call(grid.children);
+      var before = {};
+      tiles.forEach(function (t) { before[t.id] = t.getBoundingClientRect(); });
+      var sorted = tiles.slice().sort(function (a, b) {
+        var ra = a.id in rank ? rank[a.id] : 1e9, rb = b.id in rank ? rank[b.id] : 1e9;
+        return ra - rb;
+      });
+      var moved = sorted.some(function (t, i) { return t !== tiles[i]; });
+      if (!moved) { return; }
+      sorted.forEach(function (t) { grid.appendChild(t); });
+      if (still) { return; }
+      sorted.forEach(function (t) {
+        var a = before[t.id], b = t.getBoundingClientRect();
+        if (!a || (a.left === b.left && a.top === b.top) || !t.animate) { return; }
+        // The Web Animations API, not a style attribute: the CSP
+        // forbids inline style.
+        t.animate([{ transform: "translate(" + (a.left - b.left) + "px," + (a.top - b.top) + "px)" }, { transform: "none" }],
+          { duration: 350, easing: "ease" });
+      });
+    });
+  }
+  document.addEventListener("htmx:wsAfterMessage", applyOrder);
+
+  // The operator panel's instance list is resent live: keep the choice.
+  var chosen = null;
+  document.addEventListener("htmx:wsBeforeMessage", function () {
+    var sel = document.getElementById("op-instance");
+    chosen = sel ? sel.value : null;
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var sel = document.getElementById("op-instance");
+    if (sel && chosen !== null && sel.value !== chosen && sel.querySelector("option[value='" + CSS.escape(chosen) + "']")) {
+      sel.value = chosen;
+    }
+  });
 })();

@@ -9,6 +9,8 @@
 // "<script>alert(1)</script>" are shown as text.
 package templates
 
+import "strings"
+
 // Page is what the layout needs: title, who is logged in, the CSRF token
 // for forms and the live websocket URL of the page ("" = not live).
 type Page struct {
@@ -34,12 +36,14 @@ type State struct {
 
 // Hold is the "held by X until T" badge.
 type Hold struct {
-	Action string // "forced open" / "forced closed"
-	Actor  string
-	Reason string
-	Until  string // "14:05 UTC (in 12m)"; "" = no expiry
-	HoldID string // the stored hold; "" for a command of its own
-	Href   string // the hold's drill report; "" for a command of its own
+	Action   string // "forced open" / "forced closed"
+	Actor    string
+	Reason   string
+	Until    string // "14:05:09 UTC"; "" = no expiry
+	In       string // time left, "11m52s", ticking from UntilISO in the page
+	UntilISO string // RFC 3339, for data-until
+	HoldID   string // the stored hold; "" for a command of its own
+	Href     string // the hold's drill report; "" for a command of its own
 }
 
 // Since is a moment shown as clock time and how long ago it was ("open
@@ -131,6 +135,19 @@ type Group struct {
 	Tiles []Tile
 }
 
+func tileIDs(gs []Group) string {
+	var ids []string
+	for _, g := range gs {
+		for _, t := range g.Tiles {
+			ids = append(ids, t.ID)
+		}
+	}
+	return strings.Join(ids, " ")
+}
+
+// TileIDs is the order of the tiles of gs, as TileOrder takes it.
+func TileIDs(gs []Group) string { return tileIDs(gs) }
+
 // Overview is the overview page.
 type Overview struct {
 	Page   Page
@@ -193,9 +210,9 @@ type InstanceRow struct {
 	Rejected       string // rejected calls per second in the last window report
 	Failure        string
 	Slow           string
-	LastTransition string
+	LastTransition *Since // nil = never; shown as "7s ago", ticking
 	OpenSince      *Since // nil while closed
-	LastSeen       string
+	LastSeen       *Since // nil = never
 	Config         string
 	ConfigDiffers  bool
 	Held           *Hold
