@@ -26,7 +26,7 @@ const envPrefix = "CBDASH_"
 func fromEnv(name string) bool {
 	switch name {
 	case "addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
-		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet",
+		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced",
 		"trusted-proxy", "secure-cookies",
 		"server", "token", "timeout", "agent-token", "password":
 		return true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/web/templates"
 )
 
@@ -92,8 +94,39 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 		return &dependencyLive{s: s, key: k, span: sp, canOp: canOp}, nil
 	case "audit":
 		return &auditLive{s: s, service: q.Get("service")}, nil
+	case "incident":
+		is, err := s.incidents()
+		if err != nil {
+			return nil, err
+		}
+		id, err := strconv.ParseInt(q.Get("id"), 10, 64)
+		if err != nil || id <= 0 {
+			return nil, errorf(cbdash.ErrInvalid, "id must be an incident number")
+		}
+		inc, err := is.Incident(c.Request().Context(), id)
+		if err != nil {
+			return nil, err
+		}
+		return &incidentLive{s: s, is: is, id: id, key: inc.DependencyKey, page: s.page(c, "", "incidents")}, nil
+	case "incidents":
+		is, err := s.incidents()
+		if err != nil {
+			return nil, err
+		}
+		iq, err := incident.ParseQuery(q.Get)
+		if err != nil {
+			return nil, err
+		}
+		f := url.Values{}
+		for _, k := range []string{"service", "breaker", "from", "to", "open"} {
+			if v := q.Get(k); v != "" {
+				f.Set(k, v)
+			}
+		}
+		f.Set("fragment", "1")
+		return &incidentsLive{s: s, is: is, q: iq, fragment: "/incidents?" + f.Encode()}, nil
 	}
-	return nil, errorf(cbdash.ErrInvalid, "view must be overview, dependency or audit")
+	return nil, errorf(cbdash.ErrInvalid, "view must be overview, dependency, audit, incident or incidents")
 }
 
 func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) error {
@@ -466,4 +499,112 @@ func (a *auditLive) flush(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// incidentRefresh is how often an open incident's page and the incident
+// list are redrawn without an event: durations grow, and the detector
+// opens and ends incidents a little after the transitions that cause
+// them.
+const incidentRefresh = 2 * time.Second
+
+// incidentLive keeps an incident's page current while it is open: its
+// status, summary, lanes, charts and timeline, redrawn on the transitions
+// and commands of its dependency and every incidentRefresh.
+type incidentLive struct {
+	s     *Server
+	is    IncidentStore
+	id    int64
+	key   cbdash.DependencyKey
+	page  templates.Page
+	dirty bool
+	open  bool      // as last drawn
+	at    time.Time // when last drawn
+	last  uint64    // hash of the last message
+}
+
+func (l *incidentLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+	l.dirty, l.open, l.last = true, true, 0
+	return l.flush(ctx)
+}
+
+func (l *incidentLive) event(ev cbdash.Event) {
+	switch {
+	case ev.Kind == cbdash.EventTransition && ev.Transition != nil &&
+		ev.Transition.Service == l.key.Service && ev.Transition.Breaker == l.key.Breaker:
+		l.dirty = true
+	case ev.Kind == cbdash.EventCommand && ev.Command != nil &&
+		ev.Command.Service == l.key.Service && ev.Command.Breaker == l.key.Breaker:
+		l.dirty = true
+	}
+}
+
+func (l *incidentLive) flush(ctx context.Context) ([]byte, error) {
+	now := l.s.now()
+	if !l.dirty && !(l.open && now.Sub(l.at) >= incidentRefresh) {
+		return nil, nil
+	}
+	l.dirty, l.at = false, now
+	v, open, err := l.s.incidentModel(ctx, l.is, l.id, l.page)
+	if err != nil {
+		return nil, err
+	}
+	l.open = open
+	var buf bytes.Buffer
+	comps := []templ.Component{templates.IncidentStateBadge(v.State), templates.IncidentSummaryView(v.Summary),
+		templates.IncidentLanesView(v.Lanes), templates.IncidentTimelineView(v.Timeline)}
+	for _, c := range v.Charts {
+		comps = append(comps, templates.ChartView(c))
+	}
+	if err := renderTo(ctx, &buf, comps...); err != nil {
+		return nil, err
+	}
+	if h := hash(buf.Bytes()); h != l.last {
+		l.last = h
+		return buf.Bytes(), nil
+	}
+	return nil, nil
+}
+
+// incidentsLive keeps the incident list current: redrawn after
+// transitions and every incidentRefresh, sent when it changed.
+type incidentsLive struct {
+	s        *Server
+	is       IncidentStore
+	q        cbdash.IncidentQuery
+	fragment string
+	dirty    bool
+	at       time.Time
+	last     uint64
+}
+
+func (l *incidentsLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+	l.dirty, l.last = true, 0
+	return l.flush(ctx)
+}
+
+func (l *incidentsLive) event(ev cbdash.Event) {
+	if ev.Kind == cbdash.EventTransition {
+		l.dirty = true
+	}
+}
+
+func (l *incidentsLive) flush(ctx context.Context) ([]byte, error) {
+	now := l.s.now()
+	if !(l.dirty && now.Sub(l.at) >= l.s.cfg.LiveInterval) && now.Sub(l.at) < incidentRefresh {
+		return nil, nil
+	}
+	l.dirty, l.at = false, now
+	rows, err := l.s.incidentRows(ctx, l.is, l.q)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := templates.IncidentList(rows, l.fragment).Render(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if h := hash(buf.Bytes()); h != l.last {
+		l.last = h
+		return buf.Bytes(), nil
+	}
+	return nil, nil
 }
