@@ -16,6 +16,7 @@
 package cbdash
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -130,9 +131,14 @@ type Dependency struct {
 	// Shown are the failure and slow-call rates the dashboard's tile and
 	// the CLI show (RatesOf): the window while closed, the rates at the
 	// trip while open or half-open ("tripped at 55% of 50%").
-	Shown      ShownRates    `json:"shown"`
+	Shown ShownRates `json:"shown"`
+	// P50 and P99 are latency percentiles over Recent as Go durations
+	// (nanoseconds in JSON, kept for compatibility); P50Millis and
+	// P99Millis are the same in milliseconds.
 	P50        time.Duration `json:"p50"`
 	P99        time.Duration `json:"p99"`
+	P50Millis  float64       `json:"p50_ms"`
+	P99Millis  float64       `json:"p99_ms"`
 	OpensToday int           `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
 	Held       *Hold         `json:"held,omitempty"`
 	LastChange time.Time     `json:"last_change"`
@@ -173,12 +179,24 @@ type HistoryQuery struct {
 }
 
 // TransitionRecord is a stored transition of one breaker on one instance.
+// In JSON, "at" is the agent's time in Unix milliseconds (as on the
+// wire) and "at_time" the same instant in RFC 3339, like "received_at".
 type TransitionRecord struct {
 	ID       int64  `json:"id"`
 	Service  string `json:"service"`
 	Instance string `json:"instance"`
 	protocol.Transition
 	ReceivedAt time.Time `json:"received_at"`
+}
+
+// MarshalJSON adds "at_time" (At in RFC 3339, UTC) to the record's
+// fields.
+func (r TransitionRecord) MarshalJSON() ([]byte, error) {
+	type plain TransitionRecord // without this method
+	return json.Marshal(struct {
+		plain
+		AtTime time.Time `json:"at_time"`
+	}{plain(r), time.UnixMilli(r.At).UTC()})
 }
 
 // TransitionQuery selects transitions, newest first. Empty fields match all.

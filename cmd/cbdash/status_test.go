@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"html"
 	"net/http"
@@ -89,6 +88,9 @@ func TestStatusAPIAndTileAgree(t *testing.T) {
 	if d.Shown.Failure.Label != "failure rate, tripped at" || d.Shown.Failure.Text != "55% of 50%" || !d.OpenSince.Equal(time.UnixMilli(trip.At)) {
 		t.Fatalf("api shows %+v, open since %v; want tripped at 55%% of 50%% since the trip", d.Shown, d.OpenSince)
 	}
+	if d.P99Millis != float64(d.P99)/float64(time.Millisecond) {
+		t.Errorf("p99_ms %v beside p99 %v", d.P99Millis, d.P99)
+	}
 	page := html.UnescapeString(string(httpGet(t, st.URL()+"/")))
 	tileRe := regexp.MustCompile(`(?s)<article id="t-[^"]*" class="tile"[^>]*data-state="([^"]+)".*?</article>`)
 	m := tileRe.FindStringSubmatch(page)
@@ -144,5 +146,4 @@ func TestStatusAPIAndTileAgree(t *testing.T) {
 			}
 		}
 	}
-	_ = context.Background
 }

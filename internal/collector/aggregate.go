@@ -153,6 +153,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	}
 	v.P50 = quantile(0.50, hist)
 	v.P99 = quantile(0.99, hist)
+	v.P50Millis, v.P99Millis = float64(v.P50)/float64(time.Millisecond), float64(v.P99)/float64(time.Millisecond)
 	v.Closeness = cbdash.ClosenessOf(v.Headroom)
 	for i := range v.PerInstance {
 		in := &v.PerInstance[i]

@@ -431,9 +431,8 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 			}
 		}
 	}
-	sp := d.span
-	if sp.end == "" { // a range ending now moves with the clock
-		sp.from, sp.to = now.Add(sp.from.Sub(sp.to)), now
+	sp := d.span.at(now)
+	if sp.endsNow() { // a range ending now moves with the clock
 		if d.head && now.Sub(d.chartsAt) >= chartsEvery {
 			d.chartsAt = now
 			pts, err := d.s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: d.key, From: sp.from, To: sp.to})

@@ -277,6 +277,9 @@ type OperatorForm struct {
 	Instances  []Option
 	Live       int
 	DefaultTTL int // minutes
+	// View are the page's range parameters (Text = name): hidden fields
+	// that bring the page back on its range after the command.
+	View []Option
 	// Unsupported says why no instance's breaker can be held ("a
 	// sony/gobreaker v2 breaker cannot be held open or closed"): the panel
 	// says so instead of offering the commands.
@@ -291,6 +294,7 @@ type Dependency struct {
 	Header      DepHeader
 	Ranges      []Link
 	RangeText   string
+	Custom      CustomRange
 	Charts      []Chart
 	Instances   []InstanceRow
 	Transitions []TransitionRow
@@ -320,6 +324,16 @@ type Confirm struct {
 	Reason   string
 	Blast    string
 	Back     string
+	View     []Option // the dependency page's range, carried to the command (Text = name)
+}
+
+// CustomRange is the from/to form beside the range presets: UTC times as
+// the datetime-local input takes them; To "" = until now.
+type CustomRange struct {
+	Action   string
+	From, To string
+	Current  bool     // the page shows a custom range
+	Hidden   []Option // the page's other parameters (Text = name)
 }
 
 // Audit is the audit log page.
@@ -359,12 +373,18 @@ type Timeline struct {
 	Services  []Option
 	Ranges    []Link
 	RangeText string
-	X0        float64 // width of the title column, viewBox units
-	W         float64 // width of the lanes
-	H         float64 // total height (LaneTop + lanes * LaneStep)
-	Axis      []Tick
-	Lanes     []Lane
-	Quiet     int // dependencies with no open instance in the range
+	Custom    CustomRange
+	// BgX is where the lanes' closed background starts (viewBox units
+	// from X0): after 0 when the range begins before cbdash's first
+	// record, which NoDataUntil then names ("07:58:02 UTC").
+	BgX         float64
+	NoDataUntil string
+	X0          float64 // width of the title column, viewBox units
+	W           float64 // width of the lanes
+	H           float64 // total height (LaneTop + lanes * LaneStep)
+	Axis        []Tick
+	Lanes       []Lane
+	Quiet       int // dependencies with no open instance in the range
 }
 
 // UserRow is one account on the admin page; Roles are the role choices
