@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/cbdash/cbdash/sdk/breaker"
@@ -200,5 +202,52 @@ func TestBrowserLiveOrderAfterAStateChange(t *testing.T) {
 	}
 	if p := get(t, ctx, "grid kept", chromedp.Evaluate[string](`document.getElementById("groups-inner").dataset.probe ?? ""`)); p != "same grid" {
 		t.Error("the whole grid was sent again to re-sort it")
+	}
+}
+
+// narrow sets the viewport to a phone's width (390 CSS px).
+func narrow(width int64) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+			Width: width, Height: 844, DeviceScaleFactor: 1, Mobile: true})
+		return err
+	})
+}
+
+// overflow names the elements wider than the viewport, "" when none.
+const overflow = `(() => {
+	const w = document.documentElement.clientWidth;
+	if (document.documentElement.scrollWidth <= w) return "";
+	return [...document.querySelectorAll("body *")].filter(e => e.getBoundingClientRect().right > w + 1 && !e.closest(".scroll"))
+		.slice(0, 6).map(e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className && typeof e.className === "string" ? "." + e.className.split(" ").join(".") : "") + " " + Math.round(e.getBoundingClientRect().right)).join(", ") + " (page " + document.documentElement.scrollWidth + " wide)";
+})()`
+
+func TestBrowserPagesFit390Pixels(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 2)
+	login(t, ctx, s.url, "otto", s.password)
+	trip(t, s.breakers["checkout-1"])
+	run(t, ctx, stepTimeout, "a phone", narrow(390))
+	dep := "/dependency?service=checkout&breaker=payments"
+	for _, p := range []struct{ path, wait string }{
+		{"/", `article.tile[data-state=open]`},
+		{dep, `[data-testid=chart]`},
+		{"/timeline", `h1`},
+		{"/incidents", `h1`},
+		{"/holds", `h1`},
+		{"/audit", `h1`},
+	} {
+		run(t, ctx, stepTimeout, p.path, chromedp.Navigate(s.url+p.path), chromedp.WaitVisible(css(p.wait)))
+		if o := get(t, ctx, "overflow of "+p.path, chromedp.Evaluate[string](overflow)); o != "" {
+			t.Errorf("%s at 390 px scrolls sideways: %s", p.path, o)
+		}
+		if p.path == "/" {
+			// Every link of the header, "Log out" included, is on screen.
+			off := get(t, ctx, "header", chromedp.Evaluate[string](`[...document.querySelectorAll("header.top a, header.top button")].filter(e => { const r = e.getBoundingClientRect(); return r.right > document.documentElement.clientWidth || r.left < 0 }).map(e => e.textContent).join(", ")`))
+			if off != "" {
+				t.Errorf("header items off screen at 390 px: %s", off)
+			}
+			screenshot(t, ctx, "overview-390.png")
+		}
 	}
 }
