@@ -159,9 +159,11 @@ func (sp span) text() string {
 	return stamp(sp.from) + " – " + stamp(sp.to) + " UTC"
 }
 
-// customForm is the from/to form beside the presets, filled with sp.
-func customForm(path string, base url.Values, sp span) templates.CustomRange {
-	f := templates.CustomRange{Action: path, From: sp.from.UTC().Format(customTime), To: sp.to.UTC().Format(customTime), Current: sp.name == "custom"}
+// customForm is the from/to form beside the presets, filled with sp;
+// chosen says the user picked the custom range (not the default range
+// started at the data).
+func customForm(path string, base url.Values, sp span, chosen bool) templates.CustomRange {
+	f := templates.CustomRange{Action: path, From: sp.from.UTC().Format(customTime), To: sp.to.UTC().Format(customTime), Current: chosen}
 	for k, vs := range base {
 		for _, v := range vs {
 			f.Hidden = append(f.Hidden, templates.Option{Value: v, Text: k})
@@ -254,7 +256,7 @@ func (s *Server) dependency(c echo.Context) error {
 		Header:      depHeader(d, causes, s.now()),
 		Ranges:      rangeLinks("/dependency", base, sp.name),
 		RangeText:   sp.text(),
-		Custom:      customForm("/dependency", base, sp),
+		Custom:      customForm("/dependency", base, sp, c.QueryParam("from") != ""),
 		Charts:      dependencyCharts(pts, sp.from, sp.to, d),
 		Instances:   instanceRows(d, causes, s.now()),
 		Transitions: trs,

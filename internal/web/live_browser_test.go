@@ -205,11 +205,12 @@ func TestBrowserLiveOrderAfterAStateChange(t *testing.T) {
 	}
 }
 
-// narrow sets the viewport to a phone's width (390 CSS px).
+// narrow sets the viewport's width in CSS px (390: a phone; 1440: a
+// laptop), 1000 px high, a mobile one below 600 px.
 func narrow(width int64) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		_, err := cdp.Call(ctx, tg, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
-			Width: width, Height: 844, DeviceScaleFactor: 1, Mobile: true})
+			Width: width, Height: 1000, DeviceScaleFactor: 1, Mobile: width < 600})
 		return err
 	})
 }

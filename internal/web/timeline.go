@@ -42,7 +42,7 @@ func (s *Server) timeline(c echo.Context) error {
 		base.Set("service", svc)
 	}
 	v.Ranges = rangeLinks("/timeline", base, sp.name)
-	v.Custom = customForm("/timeline", base, sp)
+	v.Custom = customForm("/timeline", base, sp, sp.fromQ != "")
 	// Before cbdash heard of any instance there is nothing to show: the
 	// lanes' closed background starts at the first record.
 	v.BgX = 0

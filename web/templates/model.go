@@ -81,19 +81,22 @@ type Spark struct {
 
 // Tile is one dependency on the overview.
 type Tile struct {
-	ID         string // stable element id
-	Service    string
-	Breaker    string
-	Href       string
-	State      State
-	Instances  string // "open on 2 of 6"
-	Stale      string // "1 stale" or ""
-	OpenSince  *Since // nil while closed
-	Admitted   string // admitted calls per second, last minute: "12.3/s"
-	Rejected   string // rejected calls per second, last minute
-	Fallbacks  string // "120 served, 3 failed" in the last minute; "" when none
-	Failure    Rate
-	Slow       Rate
+	ID        string // stable element id
+	Service   string
+	Breaker   string
+	Href      string
+	State     State
+	Instances string // "open on 2 of 6"
+	Stale     string // "1 stale" or ""
+	OpenSince *Since // nil while closed
+	Admitted  string // admitted calls per second, last minute: "12.3/s"
+	Rejected  string // rejected calls per second, last minute
+	Fallbacks string // "120 served, 3 failed" in the last minute; "" when none
+	Failure   Rate
+	Slow      Rate
+	// SlowLeads is true when the slow-call rate tripped the breaker: it
+	// is then the tile's large figure instead of the failure rate.
+	SlowLeads  bool
 	P99        string
 	Spark      Spark
 	OpensToday int
