@@ -228,6 +228,7 @@ func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol
 		Fallbacks:  fallbacksText(d.Recent),
 		Failure:    failure,
 		Slow:       slow,
+		SlowLeads:  strings.HasSuffix(slow.Label, "tripped at"),
 		P99:        latency(d.P99),
 		Spark:      spark,
 		OpensToday: d.OpensToday,
