@@ -251,3 +251,22 @@ func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
 		t.Errorf("order %q, want the open b-svc tile %s first", order, secondID[1])
 	}
 }
+
+func TestLiveOperatorPanelInstanceList(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
+	ctx := context.Background()
+	otto := h.login("otto").live(ctx, "view=dependency&service=checkout&breaker=payments")
+	first := otto.next(`id="op-instance"`)
+	if !strings.Contains(first, "checkout-1 (closed)") {
+		t.Fatalf("operator's instance list: %.300s", first)
+	}
+	h.report("checkout", "payments", "checkout-1", protocol.StateOpen)
+	otto.until("checkout-1 (open)")
+	// A viewer has no operator panel: nothing is sent for it.
+	vera := h.login("vera").live(ctx, "view=dependency&service=checkout&breaker=payments")
+	for _, msg := range vera.until(`id="dep-head"`) {
+		if strings.Contains(msg, `id="op-instance"`) {
+			t.Fatal("the instance list was sent to a viewer")
+		}
+	}
+}
