@@ -16,6 +16,7 @@
 package cbdash
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -73,6 +74,11 @@ type InstanceBreaker struct {
 	Stale          bool      `json:"stale"`
 	LastSeen       time.Time `json:"last_seen"`
 	LastTransition time.Time `json:"last_transition"`
+	// OpenSince is when the current episode out of closed began: the
+	// transition from closed (or forced closed) into open, half-open or
+	// forced open that started the stretch the breaker is still in, not
+	// the last half-open probe. Zero while closed or forced closed.
+	OpenSince time.Time `json:"open_since,omitzero"`
 	// Config is the breaker's configuration from the instance's hello;
 	// ConfigDiffers is true when it differs from the other instances'.
 	Config        protocol.BreakerConfig `json:"config"`
@@ -93,6 +99,9 @@ type InstanceBreaker struct {
 	// so it includes the network delay); 0 until measured. An agent more
 	// than a second ahead has its times moved to the collector's clock.
 	ClockSkewMillis int64 `json:"clock_skew_ms"`
+	// Shown are the rates the dashboard and the CLI show for the instance
+	// (InstanceRatesOf): at its trip while tripped, else its window.
+	Shown ShownRates `json:"shown"`
 }
 
 // Dependency is the live state of one breaker name of one service,
@@ -111,17 +120,32 @@ type Dependency struct {
 	// Recent sums the last minute of window reports of all instances.
 	Recent       protocol.Counts `json:"recent"`
 	RequestRate  float64         `json:"request_rate"`   // calls per second (admitted + rejected) over Recent
+	AdmittedRate float64         `json:"admitted_rate"`  // admitted calls per second over Recent
+	RejectedRate float64         `json:"rejected_rate"`  // rejected calls per second over Recent (open, half-open full, forced, bulkhead)
 	FailureRate  float64         `json:"failure_rate"`   // percent of recorded calls in Recent
 	SlowCallRate float64         `json:"slow_call_rate"` // percent of recorded calls in Recent
 	// Headroom is the sliding window of the instance closest to opening
 	// (highest Closeness score); Closeness is ClosenessOf(Headroom).
-	Headroom    protocol.Headroom `json:"headroom"`
-	Closeness   Closeness         `json:"closeness"`
-	P50         time.Duration     `json:"p50"`
-	P99         time.Duration     `json:"p99"`
-	OpensToday  int               `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
-	Held        *Hold             `json:"held,omitempty"`
-	LastChange  time.Time         `json:"last_change"`
+	Headroom  protocol.Headroom `json:"headroom"`
+	Closeness Closeness         `json:"closeness"`
+	// Shown are the failure and slow-call rates the dashboard's tile and
+	// the CLI show (RatesOf): the window while closed, the rates at the
+	// trip while open or half-open ("tripped at 55% of 50%").
+	Shown ShownRates `json:"shown"`
+	// P50 and P99 are latency percentiles over Recent as Go durations
+	// (nanoseconds in JSON, kept for compatibility); P50Millis and
+	// P99Millis are the same in milliseconds.
+	P50        time.Duration `json:"p50"`
+	P99        time.Duration `json:"p99"`
+	P50Millis  float64       `json:"p50_ms"`
+	P99Millis  float64       `json:"p99_ms"`
+	OpensToday int           `json:"opens_today"` // trips (closed > open) on any instance since midnight UTC
+	Held       *Hold         `json:"held,omitempty"`
+	LastChange time.Time     `json:"last_change"`
+	// OpenSince is the earliest OpenSince of the live instances that are
+	// not closed: how long the dependency has been in trouble. Zero when
+	// every live instance is closed (or forced closed).
+	OpenSince   time.Time         `json:"open_since,omitzero"`
 	PerInstance []InstanceBreaker `json:"per_instance"`
 }
 
@@ -165,12 +189,24 @@ type HistoryQuery struct {
 }
 
 // TransitionRecord is a stored transition of one breaker on one instance.
+// In JSON, "at" is the agent's time in Unix milliseconds (as on the
+// wire) and "at_time" the same instant in RFC 3339, like "received_at".
 type TransitionRecord struct {
 	ID       int64  `json:"id"`
 	Service  string `json:"service"`
 	Instance string `json:"instance"`
 	protocol.Transition
 	ReceivedAt time.Time `json:"received_at"`
+}
+
+// MarshalJSON adds "at_time" (At in RFC 3339, UTC) to the record's
+// fields.
+func (r TransitionRecord) MarshalJSON() ([]byte, error) {
+	type plain TransitionRecord // without this method
+	return json.Marshal(struct {
+		plain
+		AtTime time.Time `json:"at_time"`
+	}{plain(r), time.UnixMilli(r.At).UTC()})
 }
 
 // TransitionQuery selects transitions, newest first. Empty fields match all.
@@ -311,6 +347,12 @@ type AccountEvent struct {
 	Action  string    `json:"action"`  // one of the Account* constants
 	Subject string    `json:"subject"` // a user name or a token ID
 	Detail  string    `json:"detail,omitempty"`
+}
+
+// NotClosed reports whether a breaker state is out of closed: open,
+// half_open or forced_open (an episode OpenSince measures).
+func NotClosed(s string) bool {
+	return s == protocol.StateOpen || s == protocol.StateHalfOpen || s == protocol.StateForcedOpen
 }
 
 // StateRank orders breaker states worst first, as Dependency.State

@@ -437,9 +437,13 @@ type HoldPeriod struct {
 	// caller: failures and rejections, less those a fallback answered
 	// (Failures + Rejected - FallbackSuccess over Calls); 0 without calls.
 	ErrorRate float64 `json:"error_rate"`
-	// P50 and P99 are the latencies of admitted calls (0 when none).
-	P50 time.Duration `json:"p50"`
-	P99 time.Duration `json:"p99"`
+	// P50 and P99 are the latencies of admitted calls (0 when none), as
+	// Go durations (nanoseconds in JSON); P50Millis and P99Millis are the
+	// same in milliseconds.
+	P50       time.Duration `json:"p50"`
+	P99       time.Duration `json:"p99"`
+	P50Millis float64       `json:"p50_ms"`
+	P99Millis float64       `json:"p99_ms"`
 }
 
 // NewHoldPeriod computes the rates of counts and a latency histogram
@@ -450,10 +454,10 @@ func NewHoldPeriod(c protocol.Counts, latency []int64) HoldPeriod {
 		p.ErrorRate = 100 * float64(max(0, c.Failures+c.Rejected()-c.FallbackSuccess)) / float64(p.Calls)
 	}
 	if ms, ok := protocol.QuantileMillis(latency, 0.5); ok {
-		p.P50 = time.Duration(ms * float64(time.Millisecond))
+		p.P50, p.P50Millis = time.Duration(ms*float64(time.Millisecond)), ms
 	}
 	if ms, ok := protocol.QuantileMillis(latency, 0.99); ok {
-		p.P99 = time.Duration(ms * float64(time.Millisecond))
+		p.P99, p.P99Millis = time.Duration(ms*float64(time.Millisecond)), ms
 	}
 	return p
 }

@@ -59,6 +59,7 @@ func TestCLIErrorsNameTheCulprit(t *testing.T) {
 		{"release without reason", unreachable, []string{"release", "checkout/payments"}, 2, []string{"--reason"}},
 		{"reset without reason", unreachable, []string{"reset", "checkout/payments"}, 2, []string{"--reason"}},
 		{"bad max hold", nil, []string{"serve", "--max-hold=-1s"}, 2, []string{"--max-hold"}},
+		{"bad incident share", nil, []string{"serve", "--incident-share=150"}, 2, []string{"--incident-share", "0..100"}},
 		{"server not a URL", map[string]string{"CBDASH_SERVER": "localhost:8080"}, []string{"status"}, 2, []string{"--server", "not an http(s) URL"}},
 		{"token needs service or user", nil, []string{"token", "create"}, 2, []string{"--service", "--user"}},
 		{"token on a missing database", nil, []string{"token", "create", "--service", "x", "--db", "/nonexistent/cbdash.db"}, 1, []string{"no database at /nonexistent/cbdash.db", "--db", "CBDASH_DB"}},

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/spf13/cobra"
 )
@@ -27,7 +29,7 @@ type statusOptions struct {
 	JSON bool
 }
 
-func newStatusCmd() *cobra.Command {
+func newStatusCmd(clk clock.Clock) *cobra.Command {
 	var o statusOptions
 	cmd := &cobra.Command{
 		Use:   "status [SERVICE[/BREAKER]]",
@@ -42,7 +44,7 @@ func newStatusCmd() *cobra.Command {
 			if len(args) == 1 {
 				filter = args[0]
 			}
-			return status(cmd.Context(), c, filter, o.JSON, cmd.OutOrStdout())
+			return status(cmd.Context(), c, filter, o.JSON, clk.Now(), cmd.OutOrStdout())
 		},
 	}
 	o.bind(cmd.Flags())
@@ -50,7 +52,7 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func status(ctx context.Context, c *apiClient, filter string, asJSON bool, w io.Writer) error {
+func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now time.Time, w io.Writer) error {
 	var deps []cbdash.Dependency
 	if filter != "" && strings.Contains(filter, "/") {
 		service, breaker, err := parseTarget(filter)
@@ -71,7 +73,12 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, w io.
 		return enc.Encode(deps)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BREAKER\tSTATE\tINSTANCES\tREQ/S\tFAILURES\tSLOW\tOPENS TODAY\tHELD")
+	perInstance := filter != "" && strings.Contains(filter, "/")
+	// The same words and figures as the dashboard's tile: the state on how
+	// many instances, open since, admitted and rejected calls per second
+	// over the last minute, and the rates of cbdash.RatesOf (the tripped-at
+	// rate of an open breaker).
+	fmt.Fprintln(tw, "BREAKER\tSTATE\tOPEN SINCE\tADMITTED/S\tREJECTED/S\tFAILURE RATE\tSLOW-CALL RATE\tP99\tOPENS TODAY\tHELD")
 	for _, d := range deps {
 		held := "-"
 		if d.Held != nil {
@@ -80,19 +87,65 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, w io.
 				held += " until " + d.Held.Until.Local().Format(time.TimeOnly)
 			}
 		}
-		state := d.State
-		if state == "" {
-			state = "no live instance"
+		inst := cbdash.InstancesText(d)
+		if d.Stale > 0 {
+			inst += fmt.Sprintf(", %d stale", d.Stale)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d (%d stale)\t%.1f\t%.1f%%\t%.1f%%\t%d\t%s\n",
-			clean(d.DependencyKey.String()), clean(state), d.Instances, d.Stale, d.RequestRate, d.FailureRate, d.SlowCallRate, d.OpensToday, clean(held))
-		if filter != "" && strings.Contains(filter, "/") {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n",
+			clean(d.DependencyKey.String()), clean(inst), sinceText(d.OpenSince, now), perSec(d.AdmittedRate), perSec(d.RejectedRate),
+			clean(d.Shown.Failure.CellText()), clean(d.Shown.Slow.CellText()), latencyText(d.P99), d.OpensToday, clean(held))
+		if perInstance {
 			for _, ib := range d.PerInstance {
-				fmt.Fprintf(tw, "  %s\t%s\t\t\t\t\t\t\n", clean(ib.Instance), clean(ib.State))
+				state := cbdash.StateWords(ib.State)
+				if ib.Stale {
+					state += " (stale)"
+				}
+				var adm, rej float64
+				if ib.Last.Millis > 0 {
+					secs := float64(ib.Last.Millis) / 1000
+					adm, rej = float64(ib.Last.Counts.Admitted)/secs, float64(ib.Last.Counts.Rejected())/secs
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\n",
+					clean(ib.Instance), clean(state), sinceText(ib.OpenSince, now), perSec(adm), perSec(rej),
+					clean(ib.Shown.Failure.CellText()), clean(ib.Shown.Slow.CellText()))
 			}
 		}
 	}
 	return tw.Flush()
+}
+
+// perSec prints calls per second as the dashboard does.
+func perSec(v float64) string {
+	switch {
+	case v == 0:
+		return "0/s"
+	case v < 10:
+		return strconv.FormatFloat(v, 'f', 2, 64) + "/s"
+	case v < 1000:
+		return strconv.FormatFloat(v, 'f', 1, 64) + "/s"
+	}
+	return strconv.FormatFloat(v/1000, 'f', 1, 64) + "k/s"
+}
+
+// latencyText prints a latency as the dashboard does ("-" for none).
+func latencyText(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Millisecond:
+		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + " µs"
+	case d < time.Second:
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 0, 64) + " ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
+}
+
+// sinceText is "10:02:11 UTC (3m12s)", as the tile says it, "-" for zero.
+func sinceText(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.TimeOnly) + " UTC (" + cbdash.SpanText(now.Sub(t)) + ")"
 }
 
 type commandOptions struct {

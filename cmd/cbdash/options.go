@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -32,6 +33,8 @@ type serveOptions struct {
 	AdminPassword   string        // --admin-password: for the first start only
 	MetricsToken    string        // --metrics-token
 	IncidentQuiet   time.Duration // --incident-quiet
+	IncidentShare   float64       // --incident-share: percent of live instances not closed at once to open an incident
+	IncidentForced  bool          // --incident-include-forced: a force open (a drill) starts an incident too
 	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
 	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
 	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
@@ -76,6 +79,8 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.StringVar(&o.AdminPassword, "admin-password", "", "password of the admin account made on the first start (default: random, printed once)")
 	fs.StringVar(&o.MetricsToken, "metrics-token", "", "bearer token required by /metrics (default: none required)")
 	fs.DurationVar(&o.IncidentQuiet, "incident-quiet", quiet, "how long every instance must stay closed before an incident ends")
+	fs.Float64Var(&o.IncidentShare, "incident-share", 0, "percent (0..100) of a dependency's live instances that must be open, half-open or forced open at once for an incident to open (0 = one instance is enough)")
+	fs.BoolVar(&o.IncidentForced, "incident-include-forced", false, "let a force open (a drill) start an incident; by default forced states only extend an incident a trip opened")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
 	fs.IntVar(&o.Limits.MaxInstancesPerToken, "max-instances-per-token", 10000, "the most instances one agent token may have known to the collector at once")
@@ -122,6 +127,9 @@ func (o *serveOptions) validate() error {
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {
 		return usageError{err}
+	}
+	if math.IsNaN(o.IncidentShare) || o.IncidentShare < 0 || o.IncidentShare > 100 {
+		return usageError{fmt.Errorf("--incident-share must be within 0..100 (got %v)", o.IncidentShare)}
 	}
 	if o.IncidentQuiet < 0 {
 		return usageError{fmt.Errorf("--incident-quiet must not be negative (got %v)", o.IncidentQuiet)}

@@ -26,7 +26,7 @@ const envPrefix = "CBDASH_"
 func fromEnv(name string) bool {
 	switch name {
 	case "addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
-		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet",
+		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced",
 		"trusted-proxy", "secure-cookies",
 		"server", "token", "timeout", "agent-token", "password":
 		return true
@@ -89,7 +89,7 @@ A flag on the command line wins.`,
 	root.AddCommand(
 		newServeCmd(clk),
 		newDemoCmd(clk),
-		newStatusCmd(),
+		newStatusCmd(clk),
 		newHoldCmd("trip", actionForceOpen),
 		newHoldCmd("hold-closed", actionForceClosed),
 		newCommandCmd("release", "End a hold (force open / force closed), by hold id or on a SERVICE/BREAKER: the breakers return to their automatic state", actionRelease),

@@ -76,7 +76,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		incidentLog = slog.New(floorHandler{incidentLog.Handler(), slog.LevelWarn})
 	}
 	s.incidents, err = incident.NewService(incident.ServiceConfig{
-		Source: s.col, Store: s.store, Logger: incidentLog, Clock: clk, Detector: incident.Config{Quiet: o.IncidentQuiet},
+		Source: s.col, Store: s.store, Logger: incidentLog, Clock: clk, Detector: incident.Config{Quiet: o.IncidentQuiet, Share: o.IncidentShare, IncludeForced: o.IncidentForced},
 	})
 	if err != nil {
 		return nil, err

@@ -118,7 +118,8 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		v.PerInstance = append(v.PerInstance, cbdash.InstanceBreaker{
 			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
 			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
-			Config: ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
+			OpenSince: ib.openSince,
+			Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
 			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
 			ClockSkewMillis: inst.skewMs,
 		})
@@ -128,6 +129,9 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 			continue
 		}
 		v.ByState[ib.state]++
+		if cbdash.NotClosed(ib.state) && !ib.openSince.IsZero() && (v.OpenSince.IsZero() || ib.openSince.Before(v.OpenSince)) {
+			v.OpenSince = ib.openSince
+		}
 		if stateRank(ib.state) < stateRank(v.State) {
 			v.State = ib.state
 		}
@@ -141,13 +145,21 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	counts, hist, span := d.recent.sum(now.Unix())
 	v.Recent = counts
 	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
+	v.AdmittedRate = float64(counts.Admitted) / float64(span)
+	v.RejectedRate = float64(counts.Rejected()) / float64(span)
 	if recorded := counts.Successes + counts.Failures; recorded > 0 {
 		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
 		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)
 	}
 	v.P50 = quantile(0.50, hist)
 	v.P99 = quantile(0.99, hist)
+	v.P50Millis, v.P99Millis = float64(v.P50)/float64(time.Millisecond), float64(v.P99)/float64(time.Millisecond)
 	v.Closeness = cbdash.ClosenessOf(v.Headroom)
+	for i := range v.PerInstance {
+		in := &v.PerInstance[i]
+		in.Shown.Failure, in.Shown.Slow = cbdash.InstanceRatesOf(*in, nil)
+	}
+	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
 	return v
 }
 

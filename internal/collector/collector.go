@@ -12,6 +12,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -261,6 +262,14 @@ func (c *Collector) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("collector: restore instances: %w", err)
 	}
+	for i := range ibs {
+		if !cbdash.NotClosed(ibs[i].State) {
+			continue
+		}
+		if err := c.restoreEpisode(ctx, &ibs[i]); err != nil {
+			return fmt.Errorf("collector: restore open since: %w", err)
+		}
+	}
 	c.live.restore(ibs)
 	now := c.now().UTC()
 	opens, err := c.store.OpensSince(ctx, now.Truncate(24*time.Hour))
@@ -279,6 +288,51 @@ func (c *Collector) restore(ctx context.Context) error {
 		return fmt.Errorf("collector: restore holds: %w", err)
 	}
 	return nil
+}
+
+// episodeLookback bounds the stored transitions read to find when a
+// breaker's episode out of closed began; a breaker that flapped longer
+// is said open since the oldest of them.
+const episodeLookback = 500
+
+// restoreEpisode sets ib's OpenSince, and LastTrip when the episode
+// began with a trip, from its stored transitions (newest first): the
+// episode began with the latest move out of closed or forced closed.
+func (c *Collector) restoreEpisode(ctx context.Context, ib *cbdash.InstanceBreaker) error {
+	trs, err := c.store.Transitions(ctx, cbdash.TransitionQuery{
+		Service: ib.Service, Breaker: ib.Breaker, Instance: ib.Instance, Limit: episodeLookback,
+	})
+	if err != nil {
+		return err
+	}
+	start := episodeOf(trs)
+	if start == nil {
+		return nil
+	}
+	ib.OpenSince = time.UnixMilli(start.At).UTC()
+	if start.From == protocol.StateClosed && start.To == protocol.StateOpen {
+		trip := start.Transition
+		ib.LastTrip, ib.LastTripReceivedAt = &trip, start.ReceivedAt
+	}
+	return nil
+}
+
+// episodeOf is the transition that began the episode out of closed that
+// trs (one breaker's transitions, newest first) end in: the oldest of
+// them when the lookback ends first; nil when they end closed.
+func episodeOf(trs []cbdash.TransitionRecord) *cbdash.TransitionRecord {
+	var start *cbdash.TransitionRecord
+	for i := range trs {
+		t := &trs[i]
+		if !cbdash.NotClosed(t.To) {
+			break
+		}
+		start = t
+		if !cbdash.NotClosed(t.From) {
+			break
+		}
+	}
+	return start
 }
 
 // shutdown refuses new agents, closes every session and waits for them,

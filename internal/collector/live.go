@@ -39,6 +39,7 @@ type ibreaker struct {
 	state          string
 	stateAt        int64 // agent Unix ms of the report that set state
 	lastTransition time.Time
+	openSince      time.Time // start of the current episode out of closed; zero while closed
 	last           protocol.Window
 	held           *cbdash.Hold
 	lastTrip       *protocol.Transition
@@ -187,6 +188,10 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 		ib.config = r.Config
 		ib.state = r.State
 		ib.lastTransition = r.LastTransition
+		if cbdash.NotClosed(r.State) {
+			ib.openSince = r.OpenSince
+			ib.lastTrip, ib.lastTripAt = r.LastTrip, r.LastTripReceivedAt
+		}
 		ib.last = r.Last
 		ib.held = r.Held
 		if r.LastSeen.After(inst.lastSeen) {
@@ -332,11 +337,12 @@ func (l *live) applyLocked(r applyReq) bool {
 	for i := range b.Transitions {
 		t := &b.Transitions[i]
 		ib := l.breakerLocked(inst, t.Breaker)
+		ts := time.UnixMilli(t.At).UTC()
 		if t.At >= ib.stateAt {
 			ib.state, ib.stateAt = t.To, t.At
 			ib.held = holdFrom(t, ib.held)
+			ib.trackEpisode(t.From, t.To, ts)
 		}
-		ts := time.UnixMilli(t.At).UTC()
 		if ts.After(ib.lastTransition) {
 			ib.lastTransition = ts
 		}
@@ -362,6 +368,7 @@ func (l *live) applyLocked(r applyReq) bool {
 			if ib.state != w.State {
 				urgent[ib.dep] = true
 			}
+			ib.trackEpisode(ib.state, w.State, time.UnixMilli(w.Start).UTC())
 			ib.state, ib.stateAt = w.State, end
 			ib.held = holdFromWindow(w, ib.held)
 		}
@@ -382,6 +389,20 @@ func (l *live) applyLocked(r applyReq) bool {
 		}
 	}
 	return true
+}
+
+// trackEpisode keeps openSince across a move from state from to state
+// to at t: a move out of closed (or forced closed) starts an episode, a
+// move back ends it, and moves between open, half-open and forced open
+// (failed probes, a hold) continue it. A breaker seen out of closed with
+// no episode (its transition was not seen) starts one at t.
+func (ib *ibreaker) trackEpisode(from, to string, t time.Time) {
+	switch {
+	case !cbdash.NotClosed(to):
+		ib.openSince = time.Time{}
+	case !cbdash.NotClosed(from) || ib.openSince.IsZero():
+		ib.openSince = t
+	}
 }
 
 // urgentEvery is the shortest time between two events of one dependency

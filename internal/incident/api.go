@@ -144,7 +144,7 @@ func (a *API) exportMarkdown(c echo.Context) error {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderContentDisposition, fmt.Sprintf(`attachment; filename="incident-%d.md"`, rep.Incident.ID))
-	return c.Blob(http.StatusOK, "text/markdown; charset=utf-8", Markdown(rep))
+	return c.Blob(http.StatusOK, "text/markdown; charset=utf-8", Markdown(rep.Own()))
 }
 
 func (a *API) exportJSON(c echo.Context) error {
@@ -152,7 +152,7 @@ func (a *API) exportJSON(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	b, err := JSON(rep)
+	b, err := JSON(rep.Own())
 	if err != nil {
 		return err
 	}

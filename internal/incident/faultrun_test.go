@@ -317,4 +317,49 @@ func TestFaultRunIncidents(t *testing.T) {
 		}
 		checkGolden(t, "fault-run.md", incident.Markdown(rep))
 	})
+
+	t.Run("events outside an incident are marked, and its export keeps to its own span", func(t *testing.T) {
+		outside := 0
+		for _, g := range got {
+			inc, err := st.Incident(context.Background(), g.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := incident.Build(context.Background(), st, inc, t0.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range rep.Timeline {
+				want := ""
+				if e.At.Before(inc.Start) {
+					want = incident.OutsideBefore
+				} else if e.At.After(inc.End) {
+					want = incident.OutsideAfter
+				}
+				if e.Outside != want {
+					t.Errorf("incident %d (%s to %s): entry at %s %q marked %q, want %q", inc.ID, inc.Start, inc.End, e.At, e.Text, e.Outside, want)
+				}
+				if want != "" {
+					outside++
+				}
+			}
+			own := rep.Own()
+			if !own.From.Equal(inc.Start) || !own.To.Equal(inc.End) {
+				t.Errorf("incident %d: own span %s to %s, want %s to %s", inc.ID, own.From, own.To, inc.Start, inc.End)
+			}
+			for _, e := range own.Timeline {
+				if e.At.Before(inc.Start) || e.At.After(inc.End) {
+					t.Errorf("incident %d: the export keeps %s %q, outside %s to %s", inc.ID, e.At, e.Text, inc.Start, inc.End)
+				}
+			}
+			for _, c := range own.Commands {
+				if c.IssuedAt.Before(inc.Start) || c.IssuedAt.After(inc.End) {
+					t.Errorf("incident %d: the export keeps command %s at %s", inc.ID, c.ID, c.IssuedAt)
+				}
+			}
+		}
+		if outside == 0 {
+			t.Fatal("no incident's lead-in or tail held an event: the fault run does not test the marks")
+		}
+	})
 }

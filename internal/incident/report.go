@@ -79,7 +79,17 @@ type Entry struct {
 	Kind     string    `json:"kind"`
 	Instance string    `json:"instance,omitempty"`
 	Text     string    `json:"text"`
+	// Outside is "before" or "after" for an entry of the lead-in or the
+	// tail, outside the incident's own span (another incident's events
+	// may be there); "" within it. Notes are always the incident's.
+	Outside string `json:"outside,omitempty"`
 }
+
+// Where an entry falls outside the incident (Entry.Outside).
+const (
+	OutsideBefore = "before"
+	OutsideAfter  = "after"
+)
 
 // Report is everything known about one incident: the summary, one lane per
 // instance, the history of the dependency around it, and the timeline of
@@ -145,7 +155,84 @@ func Build(ctx context.Context, r Reader, inc cbdash.Incident, now time.Time) (R
 	rep.Summary = summarize(inc, end, rep.Points, before)
 	rep.Lanes = lanes(inc, trs, rep.From, rep.To)
 	rep.Timeline = timeline(trs, rep.Commands, rep.ConfigChanges, inc.Notes)
+	for i := range rep.Timeline {
+		e := &rep.Timeline[i]
+		switch {
+		case e.Kind == EntryNote:
+		case e.At.Before(inc.Start):
+			e.Outside = OutsideBefore
+		case !inc.Open && e.At.After(end):
+			e.Outside = OutsideAfter
+		}
+	}
 	return rep, nil
+}
+
+// Own is the report limited to the incident's own span, from its start
+// to its end (or the report's To while open): the timeline without the
+// lead-in and tail, the commands, configuration changes and history
+// points within the span, the lanes clipped to it. Exports use it, so
+// that a postmortem never carries another incident's events.
+func (r Report) Own() Report {
+	end := r.To
+	if !r.Incident.Open && !r.Incident.End.IsZero() {
+		end = r.Incident.End
+	}
+	start := r.Incident.Start
+	in := func(t time.Time) bool { return !t.Before(start) && !t.After(end) }
+	out := r
+	out.From, out.To = start, end
+	out.Timeline = nil
+	for _, e := range r.Timeline {
+		if e.Outside == "" {
+			out.Timeline = append(out.Timeline, e)
+		}
+	}
+	out.Commands = nil
+	for _, c := range r.Commands {
+		if in(c.IssuedAt) {
+			out.Commands = append(out.Commands, c)
+		}
+	}
+	out.ConfigChanges = nil
+	for _, cc := range r.ConfigChanges {
+		if in(cc.At) {
+			out.ConfigChanges = append(out.ConfigChanges, cc)
+		}
+	}
+	out.Points = nil
+	for _, p := range r.Points {
+		if !p.At.Before(start.Truncate(time.Second)) && !p.At.After(end) {
+			out.Points = append(out.Points, p)
+		}
+	}
+	out.Lanes = nil
+	for _, l := range r.Lanes {
+		ol := Lane{Instance: l.Instance}
+		for _, sp := range l.Spans {
+			if sp.To.Before(start) || sp.From.After(end) {
+				continue
+			}
+			sp.From, sp.To = later(sp.From, start), earlier(sp.To, end)
+			ol.Spans = append(ol.Spans, sp)
+		}
+		out.Lanes = append(out.Lanes, ol)
+	}
+	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func summarize(inc cbdash.Incident, end time.Time, points, before []cbdash.Point) Summary {

@@ -179,7 +179,7 @@ func sessionCSRF(session string) string {
 
 // page fills the layout's view model for the caller.
 func (s *Server) page(c echo.Context, title, nav string) templates.Page {
-	p := templates.Page{Title: title, Nav: nav}
+	p := templates.Page{Title: title, Nav: nav, Now: s.now().UTC().Format(time.RFC3339Nano)}
 	p.CSRF, _ = c.Get(csrfKey).(string)
 	if u := userOf(c); u != nil {
 		if anonymous(c) {

@@ -33,8 +33,8 @@ func fleetOf(n int, now time.Time) ([]cbdash.Dependency, map[cbdash.DependencyKe
 		}
 		deps[i] = d
 		var pts []cbdash.Point
-		for m := range 15 {
-			pts = append(pts, cbdash.Point{At: now.Add(time.Duration(m-15) * time.Minute), Counts: protocol.Counts{Admitted: int64(100 + i%50*m), Failures: int64(m % 4)}})
+		for sec := range 600 {
+			pts = append(pts, cbdash.Point{At: now.Add(time.Duration(sec-600) * time.Second), Counts: protocol.Counts{Admitted: int64(10 + i%50*sec/60), Failures: int64(sec % 4)}})
 		}
 		sparks[d.DependencyKey] = sparkOf(pts, now)
 	}

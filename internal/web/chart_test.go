@@ -180,27 +180,43 @@ func dep2(svc, br string, n int) cbdash.Dependency {
 	return d
 }
 
-func TestSparklineDrawsCompleteMinutes(t *testing.T) {
-	// 40 s into a minute: the sparkline covers the 15 whole minutes before it.
-	now := clocktest.Epoch().Truncate(time.Minute).Add(40 * time.Second)
-	start := now.Truncate(time.Minute).Add(-15 * time.Minute)
-	pt := func(m int, calls, failed int64) cbdash.Point {
-		return cbdash.Point{At: start.Add(time.Duration(m) * time.Minute), Width: time.Minute,
-			Counts: protocol.Counts{Admitted: calls, Failures: failed, Errors: failed, Successes: calls - failed}}
+func TestSparklineDrawsAdmittedFailedAndRejectedApart(t *testing.T) {
+	// 4 s into a 10-second bucket: the sparkline covers the 60 whole
+	// buckets (10 minutes) before it.
+	now := clocktest.Epoch().Truncate(time.Minute).Add(44 * time.Second)
+	start := now.Truncate(10 * time.Second).Add(-10 * time.Minute)
+	pt := func(sec int, admitted, failed, rejected int64) cbdash.Point {
+		return cbdash.Point{At: start.Add(time.Duration(sec) * time.Second), Width: time.Second,
+			Counts: protocol.Counts{Admitted: admitted, Failures: failed, Errors: failed, Successes: admitted - failed, RejectedOpen: rejected}}
 	}
-	s := sparkOf([]cbdash.Point{pt(-1, 999, 0), pt(0, 100, 0), pt(14, 200, 50), pt(15, 5, 0)}, now)
+	// Calm, then an outage: the breaker rejects what it no longer admits.
+	s := sparkOf([]cbdash.Point{
+		pt(-1, 999, 0, 0), pt(0, 50, 0, 0), pt(5, 50, 0, 0), // bucket 0: 100 admitted
+		pt(580, 10, 10, 40), pt(589, 0, 0, 60), // bucket 58: 10 admitted, all failed, 100 rejected
+		pt(600, 5, 0, 0), // the current bucket: not drawn
+	}, now)
 	if s.Empty {
 		t.Fatal("empty")
 	}
-	calls := strings.Fields(s.Calls)
-	if len(calls) != 15 || calls[0] != "0.0,12.0" || calls[14] != "100.0,1.0" {
-		t.Errorf("calls %q", calls)
+	adm, fail, rej := strings.Fields(s.Admitted), strings.Fields(s.Failed), strings.Fields(s.Rejected)
+	if len(adm) != 60 || len(fail) != 60 || len(rej) != 60 {
+		t.Fatalf("%d, %d, %d points, want 60 buckets each", len(adm), len(fail), len(rej))
 	}
-	if fails := strings.Fields(s.Failures); fails[14] != "100.0,17.5" {
-		t.Errorf("failures %q", fails)
+	// One scale, the busiest bucket (100): y = 23 - 22*v/100.
+	for _, c := range []struct{ name, got, want string }{
+		{"admitted, first bucket", adm[0], "0.0,1.0"},
+		{"admitted in the outage", adm[58], "98.3,20.8"},
+		{"failed in the outage", fail[58], "98.3,20.8"},
+		{"rejected in the outage", rej[58], "98.3,1.0"},
+		{"rejected while calm", rej[0], "0.0,23.0"},
+		{"last complete bucket", adm[59], "100.0,23.0"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, c.got, c.want)
+		}
 	}
-	if s.Title != "15 min: 300 calls (blue), 50 failures (red); peak 200/min" {
-		t.Errorf("title %q", s.Title)
+	if want := "last 10 min, per 10 s: 110 admitted, 10 failed, 100 rejected; peak 100 per 10 s"; s.Title != want {
+		t.Errorf("title %q, want %q", s.Title, want)
 	}
 	if !sparkOf(nil, now).Empty {
 		t.Error("no history is not empty")

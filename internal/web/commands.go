@@ -144,7 +144,12 @@ func (s *Server) confirm(c echo.Context) error {
 	v := templates.Confirm{
 		Page: s.page(c, "Confirm", "overview"), Service: f.key.Service, Breaker: f.key.Breaker,
 		Action: f.action, Scope: f.scope, Instance: f.instance, Share: c.FormValue("share"),
-		TTL: strconv.Itoa(f.ttlMin), Reason: f.reason, Blast: blast(f, d), Back: depHref(f.key),
+		TTL: strconv.Itoa(f.ttlMin), Reason: f.reason, Blast: blast(f, d), Back: backHref(c, f.key, s.now()),
+	}
+	for _, k := range viewKeys {
+		if val := c.FormValue("view_" + k); val != "" {
+			v.View = append(v.View, templates.Option{Text: k, Value: val})
+		}
 	}
 	return render(c, http.StatusOK, templates.ConfirmPage(v))
 }
@@ -159,7 +164,30 @@ func (s *Server) command(c echo.Context) error {
 	if _, err := s.col.Issue(c.Request().Context(), f.request(userOf(c).Name)); err != nil {
 		return err
 	}
-	return redirect(c, depHref(f.key)+"#commands-title")
+	return redirect(c, backHref(c, f.key, s.now())+"#commands-title")
+}
+
+// viewKeys are the range parameters of the dependency page that its
+// operator form carries (as view_range, view_end, view_from, view_to).
+var viewKeys = []string{"range", "end", "from", "to"}
+
+// backHref is the dependency page on the range the form came from; a
+// range that does not parse is dropped (the page's default).
+func backHref(c echo.Context, k cbdash.DependencyKey, now time.Time) string {
+	q := url.Values{}
+	for _, key := range viewKeys {
+		if v := c.FormValue("view_" + key); v != "" {
+			q.Set(key, v)
+		}
+	}
+	href := depHref(k)
+	if len(q) == 0 {
+		return href
+	}
+	if _, err := parseSpan(q, "1h", now); err != nil {
+		return href
+	}
+	return href + "&" + q.Encode()
 }
 
 func (s *Server) depCommands(ctx context.Context, k cbdash.DependencyKey) ([]templates.CommandView, error) {

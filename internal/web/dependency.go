@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,16 +26,60 @@ var ranges = []struct {
 	{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour},
 }
 
-// span is a chosen range: its name and [From, To).
+// span is a chosen range: a preset (range, and end, Unix seconds, or
+// now) or a custom one (from, and to or now), as [from, to).
 type span struct {
-	name     string
+	name     string // a preset's name, or "custom"
 	from, to time.Time
-	end      string // the "end" query value, "" = now
+	end      string // the "end" query value of a preset, "" = now
+	// fromQ and toQ are a custom range's query values; a custom range
+	// with no to ends now.
+	fromQ, toQ string
 }
 
-// parseSpan reads range (default def) and end (Unix seconds, default
-// now).
+// customTime is the layout of a custom range's from and to (the
+// browser's datetime-local input, read as UTC); RFC 3339 and Unix
+// seconds are accepted too.
+const customTime = "2006-01-02T15:04"
+
+func parseRangeTime(field, v string) (time.Time, error) {
+	if t, err := time.Parse(customTime, v); err == nil {
+		return t.UTC(), nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t.UTC(), nil
+	}
+	if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Unix(sec, 0).UTC(), nil
+	}
+	return time.Time{}, errorf(cbdash.ErrInvalid, "%s must be a UTC time as 2006-01-02T15:04, RFC 3339 or Unix seconds (got %q)", field, v)
+}
+
+// maxCustomRange bounds a custom range, as the longest preset does.
+const maxCustomRange = 30 * 24 * time.Hour
+
+// parseSpan reads a custom range (from, to) or a preset: range (default
+// def) and end (Unix seconds, default now).
 func parseSpan(q url.Values, def string, now time.Time) (span, error) {
+	if f := q.Get("from"); f != "" {
+		sp := span{name: "custom", to: now, fromQ: f, toQ: q.Get("to")}
+		var err error
+		if sp.from, err = parseRangeTime("from", f); err != nil {
+			return span{}, err
+		}
+		if sp.toQ != "" {
+			if sp.to, err = parseRangeTime("to", sp.toQ); err != nil {
+				return span{}, err
+			}
+		}
+		if !sp.from.Before(sp.to) {
+			return span{}, errorf(cbdash.ErrInvalid, "from must be before to")
+		}
+		if sp.to.Sub(sp.from) > maxCustomRange {
+			return span{}, errorf(cbdash.ErrInvalid, "from to to spans more than 30 days")
+		}
+		return sp, nil
+	}
 	sp := span{name: q.Get("range"), to: now}
 	if sp.name == "" {
 		sp.name = def
@@ -59,8 +104,88 @@ func parseSpan(q url.Values, def string, now time.Time) (span, error) {
 	return sp, nil
 }
 
+// endsNow reports whether the range ends at the present (and moves with
+// the clock).
+func (sp span) endsNow() bool { return sp.end == "" && sp.toQ == "" }
+
+// at is the range moved to now when it ends now: a preset keeps its
+// length, a custom range its start.
+func (sp span) at(now time.Time) span {
+	if !sp.endsNow() {
+		return sp
+	}
+	if sp.fromQ == "" {
+		sp.from = now.Add(sp.from.Sub(sp.to))
+	}
+	sp.to = now
+	return sp
+}
+
+// values are the range's query parameters.
+func (sp span) values() url.Values {
+	v := url.Values{}
+	if sp.fromQ != "" {
+		v.Set("from", sp.fromQ)
+		if sp.toQ != "" {
+			v.Set("to", sp.toQ)
+		}
+		return v
+	}
+	v.Set("range", sp.name)
+	if sp.end != "" {
+		v.Set("end", sp.end)
+	}
+	return v
+}
+
+// startAtData starts a range that ends now at the first of pts (whole
+// minute) when the history begins well after the range does: 12 minutes
+// of data fill the charts instead of their right fifth. The range
+// becomes a custom one from then on.
+func (sp span) startAtData(pts []cbdash.Point) span {
+	if !sp.endsNow() || sp.fromQ != "" || len(pts) == 0 {
+		return sp
+	}
+	first := pts[0].At.UTC().Truncate(time.Minute)
+	if first.Sub(sp.from) < sp.to.Sub(sp.from)/10 {
+		return sp
+	}
+	sp.name, sp.from = "custom", first
+	sp.fromQ = first.Format(time.RFC3339)
+	return sp
+}
+
 func (sp span) text() string {
 	return stamp(sp.from) + " – " + stamp(sp.to) + " UTC"
+}
+
+// customForm is the from/to form beside the presets, filled with sp;
+// chosen says the user picked the custom range (not the default range
+// started at the data).
+func customForm(path string, base url.Values, sp span, chosen bool) templates.CustomRange {
+	f := templates.CustomRange{Action: path, From: sp.from.UTC().Format(customTime), To: sp.to.UTC().Format(customTime), Current: chosen}
+	for k, vs := range base {
+		for _, v := range vs {
+			f.Hidden = append(f.Hidden, templates.Option{Value: v, Text: k})
+		}
+	}
+	slices.SortFunc(f.Hidden, func(a, b templates.Option) int { return strings.Compare(a.Text, b.Text) })
+	if sp.endsNow() {
+		f.To = ""
+	}
+	return f
+}
+
+// viewFields carry the page's range through the operator's confirm and
+// command, so the page comes back on it.
+func viewFields(sp span) []templates.Option {
+	var out []templates.Option
+	for _, k := range []string{"range", "end", "from", "to"} {
+		if v := sp.values().Get(k); v != "" {
+			out = append(out, templates.Option{Text: k, Value: v})
+		}
+	}
+	return out
 }
 
 // rangeLinks links every range, keeping base's other parameters.
@@ -107,6 +232,9 @@ func (s *Server) dependency(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.QueryParam("range") == "" {
+		sp = sp.startAtData(pts) // the default range shows the data
+	}
 	gaps, err := s.gaps(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to})
 	if err != nil {
 		return err
@@ -122,10 +250,10 @@ func (s *Server) dependency(c echo.Context) error {
 	causes := s.trips(ctx, []cbdash.Dependency{d})[k]
 	base := url.Values{"service": {k.Service}, "breaker": {k.Breaker}}
 	p := s.page(c, k.String(), "overview")
-	live := url.Values{"view": {"dependency"}, "service": {k.Service}, "breaker": {k.Breaker}, "range": {sp.name}}
-	if sp.end != "" {
-		live.Set("end", sp.end)
-	}
+	live := sp.values()
+	live.Set("view", "dependency")
+	live.Set("service", k.Service)
+	live.Set("breaker", k.Breaker)
 	p.LiveURL = "/live?" + live.Encode()
 	v := templates.Dependency{
 		Page: p, Service: k.Service, Breaker: k.Breaker,
@@ -133,6 +261,7 @@ func (s *Server) dependency(c echo.Context) error {
 		Ranges:      rangeLinks("/dependency", base, sp.name),
 		RangeText:   sp.text(),
 		Misuse:      misuseIn(pts),
+		Custom:      customForm("/dependency", base, sp, c.QueryParam("from") != ""),
 		Charts:      dependencyChartsWithGaps(pts, gaps, sp.from, sp.to, d),
 		Instances:   instanceRows(d, causes, s.now()),
 		Transitions: trs,
@@ -141,14 +270,17 @@ func (s *Server) dependency(c echo.Context) error {
 	}
 	if p.CanOp {
 		v.Operator = operatorForm(p.CSRF, d)
+		v.Operator.View = viewFields(sp)
 	}
 	if v.Holds, err = s.depHolds(ctx, d, p); err != nil {
 		return err
 	}
 	hpage, _ := strconv.Atoi(c.QueryParam("hpage"))
-	hbase := url.Values{"service": {k.Service}, "breaker": {k.Breaker}, "range": {sp.name}}
-	if sp.end != "" {
-		hbase.Set("end", sp.end)
+	hbase := url.Values{} // the page's own query (its range, preset or custom), another heatmap page
+	for name, v := range c.QueryParams() {
+		if name != "hpage" {
+			hbase[name] = v
+		}
 	}
 	if v.Heatmap, err = s.heatmap(ctx, d, sp, hpage, hbase); err != nil {
 		return err
@@ -161,17 +293,20 @@ func (s *Server) dependency(c echo.Context) error {
 func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time) templates.DepHeader {
 	failure, slow := rates(d, causes)
 	return templates.DepHeader{
-		State:       stateView(d.State),
-		Instances:   instancesText(d),
-		Stale:       staleText(d),
-		Held:        holdView(d.Held, now),
-		RequestRate: perSecond(d.RequestRate),
-		Failure:     failure,
-		Slow:        slow,
-		P50:         latency(d.P50),
-		P99:         latency(d.P99),
-		OpensToday:  d.OpensToday,
-		Labels:      labelList(d.Labels),
+		State:      stateView(d.State),
+		Instances:  instancesText(d),
+		Stale:      staleText(d),
+		OpenSince:  sinceView(d.State, d.OpenSince, now),
+		Held:       holdView(d.Held, now),
+		Admitted:   perSecond(d.AdmittedRate),
+		Rejected:   perSecond(d.RejectedRate),
+		Fallbacks:  fallbacksText(d.Recent),
+		Failure:    failure,
+		Slow:       slow,
+		P50:        latency(d.P50),
+		P99:        latency(d.P99),
+		OpensToday: d.OpensToday,
+		Labels:     labelList(d.Labels),
 	}
 }
 
@@ -184,26 +319,28 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 	drift := driftTexts(d)
 	for _, in := range d.PerInstance {
 		w := in.Last
-		var reqs float64
+		var adm, rej float64
 		if w.Millis > 0 {
-			reqs = float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
+			adm = float64(w.Counts.Admitted) / (float64(w.Millis) / 1000)
+			rej = float64(w.Counts.Rejected()) / (float64(w.Millis) / 1000)
 		}
-		failure := rateView("", w.Headroom.FailureRate, w.Headroom.FailureRateThreshold).Text
-		slow := rateView("", w.Headroom.SlowCallRate, w.Headroom.SlowCallRateThreshold).Text
-		if c, ok := causes[in.Instance]; ok && !in.Stale && tripped(in.State) {
-			if f, s, ok := tripRates(c, w.Headroom.FailureRateThreshold, w.Headroom.SlowCallRateThreshold); ok {
-				failure, slow = cellText(f), cellText(s)
-			}
+		var cause *protocol.Cause
+		if c, ok := causes[in.Instance]; ok {
+			cause = &c
 		}
+		f, sl := cbdash.InstanceRatesOf(in, cause)
+		failure, slow := cellText(rateOf(f)), cellText(rateOf(sl))
 		rows = append(rows, templates.InstanceRow{
 			Instance:       in.Instance,
 			State:          stateView(in.State),
 			Stale:          in.Stale,
-			Requests:       perSecond(reqs),
+			Admitted:       perSecond(adm),
+			Rejected:       perSecond(rej),
 			Failure:        failure,
 			Slow:           slow,
-			LastTransition: ago(now, in.LastTransition),
-			LastSeen:       ago(now, in.LastSeen),
+			LastTransition: agoView(in.LastTransition, now),
+			OpenSince:      sinceView(in.State, in.OpenSince, now),
+			LastSeen:       agoView(in.LastSeen, now),
 			Config:         configText(in.Config),
 			ConfigDiffers:  in.ConfigDiffers || drift[in.Instance] != "",
 			ConfigDrift:    drift[in.Instance],
@@ -227,8 +364,10 @@ func sampledText(c protocol.BreakerConfig) string {
 // cellText drops the rate's name from its label for a table cell whose
 // column names it: "tripped at 52% of 50%".
 func cellText(r templates.Rate) string {
-	_, l, _ := strings.Cut(r.Label, ", ")
-	return l + " " + r.Text
+	if _, l, ok := strings.Cut(r.Label, ", "); ok {
+		return l + " " + r.Text
+	}
+	return r.Text
 }
 
 // configText is a breaker's configuration in words; a breaker of another
@@ -313,7 +452,7 @@ func openFor(t protocol.Transition) string {
 	if t.OpenMillis <= 0 {
 		return ""
 	}
-	return "; open for " + (time.Duration(t.OpenMillis) * time.Millisecond).String()
+	return "; opens for " + (time.Duration(t.OpenMillis) * time.Millisecond).String() // the planned open duration, not time spent
 }
 
 func operatorForm(csrf string, d cbdash.Dependency) *templates.OperatorForm {

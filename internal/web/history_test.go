@@ -49,7 +49,7 @@ func TestPagesReadTheStore(t *testing.T) {
 	t.Run("dependency page: charts and transitions with causes", func(t *testing.T) {
 		body := c.get("/dependency?service=checkout&breaker=payments&range=15m").body
 		for _, want := range []string{
-			"failure rate 55% reached the 50% threshold (11 of 20 calls failed); open for 5s",
+			"failure rate 55% reached the 50% threshold (11 of 20 calls failed); opens for 5s",
 			"open duration passed, probing", "checkout-1",
 			`class="line c5"`, // the successes series is drawn
 			"failures: 4.00 calls/s",

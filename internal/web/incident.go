@@ -59,14 +59,9 @@ func (s *Server) incidentsPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	list, err := is.Incidents(c.Request().Context(), q)
+	rows, err := s.incidentRows(c.Request().Context(), is, q)
 	if err != nil {
 		return err
-	}
-	now := s.now()
-	rows := make([]templates.IncidentRow, 0, len(list))
-	for _, inc := range list {
-		rows = append(rows, incidentRow(inc, now))
 	}
 	params := url.Values{}
 	for _, k := range []string{"service", "breaker", "from", "to", "open"} {
@@ -96,9 +91,27 @@ func (s *Server) incidentsPage(c echo.Context) error {
 		}
 	}
 	slices.SortFunc(f.Services, func(a, b templates.Option) int { return strings.Compare(a.Value, b.Value) })
+	p := s.page(c, "Incidents", "incidents")
+	live := c.QueryParams()
+	live.Del("fragment")
+	p.LiveURL = "/live?" + withView(live, "incidents").Encode()
 	return render(c, http.StatusOK, templates.IncidentsPage(templates.Incidents{
-		Page: s.page(c, "Incidents", "incidents"), Filter: f, Rows: rows, Fragment: fragment,
+		Page: p, Filter: f, Rows: rows, Fragment: fragment,
 	}))
+}
+
+// incidentRows lists the incidents of q, newest first, at the server's now.
+func (s *Server) incidentRows(ctx context.Context, is IncidentStore, q cbdash.IncidentQuery) ([]templates.IncidentRow, error) {
+	list, err := is.Incidents(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	rows := make([]templates.IncidentRow, 0, len(list))
+	for _, inc := range list {
+		rows = append(rows, incidentRow(inc, now))
+	}
+	return rows, nil
 }
 
 func incidentHref(id int64) string { return "/incidents/" + strconv.FormatInt(id, 10) }
@@ -138,24 +151,36 @@ func (s *Server) incidentPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	inc, err := is.Incident(ctx, id)
+	p := s.page(c, fmt.Sprintf("Incident %d", id), "incidents")
+	v, open, err := s.incidentModel(c.Request().Context(), is, id, p)
 	if err != nil {
 		return err
 	}
+	if open { // the page follows the incident until it ends
+		v.Page.LiveURL = "/live?" + url.Values{"view": {"incident"}, "id": {strconv.FormatInt(id, 10)}}.Encode()
+	}
+	return render(c, http.StatusOK, templates.IncidentPage(v))
+}
+
+// incidentModel builds the incident page's view model at the server's
+// now; open says whether the incident is still open.
+func (s *Server) incidentModel(ctx context.Context, is IncidentStore, id int64, p templates.Page) (templates.Incident, bool, error) {
+	inc, err := is.Incident(ctx, id)
+	if err != nil {
+		return templates.Incident{}, false, err
+	}
 	rep, err := incident.Build(ctx, is, inc, s.now())
 	if err != nil {
-		return err
+		return templates.Incident{}, false, err
 	}
 	// Thresholds come from the live configuration when the dependency is
 	// still known; the lanes tell how many instances there were.
 	d, err := s.col.Dependency(inc.DependencyKey)
 	if err != nil {
 		if d, err = storedDependency(ctx, is, inc.DependencyKey, len(rep.Lanes)); err != nil {
-			return err
+			return templates.Incident{}, false, err
 		}
 	}
-	p := s.page(c, fmt.Sprintf("Incident %d", id), "incidents")
 	base := "/api/v1/incidents/" + strconv.FormatInt(id, 10)
 	v := templates.Incident{
 		Page: p, ID: "#" + strconv.FormatInt(id, 10), Service: inc.Service, Breaker: inc.Breaker,
@@ -171,7 +196,7 @@ func (s *Server) incidentPage(c echo.Context) error {
 	for _, n := range inc.Notes {
 		v.Notes = append(v.Notes, templates.NoteView{At: stamp(n.At), Author: n.Author, Text: n.Text})
 	}
-	return render(c, http.StatusOK, templates.IncidentPage(v))
+	return v, inc.Open, nil
 }
 
 // storedDependency is a dependency rebuilt from the stored instances
@@ -270,17 +295,25 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-func timelineRows(rep incident.Report) []templates.TimelineRow {
-	rows := make([]templates.TimelineRow, 0, len(rep.Timeline))
+func timelineRows(rep incident.Report) templates.IncidentTimeline {
+	var tl templates.IncidentTimeline
 	for _, e := range rep.Timeline {
 		off := e.At.Sub(rep.Incident.Start)
 		sign := "+"
 		if off < 0 {
 			sign, off = "-", -off
 		}
-		rows = append(rows, templates.TimelineRow{At: timeOfDay(e.At), Offset: sign + exactDuration(off), Kind: e.Kind, Instance: e.Instance, Text: e.Text})
+		r := templates.TimelineRow{At: timeOfDay(e.At), Offset: sign + exactDuration(off), Kind: e.Kind, Instance: e.Instance, Text: e.Text, Outside: e.Outside}
+		switch e.Outside {
+		case incident.OutsideBefore:
+			tl.Before = append(tl.Before, r)
+		case incident.OutsideAfter:
+			tl.After = append(tl.After, r)
+		default:
+			tl.Own = append(tl.Own, r)
+		}
 	}
-	return rows
+	return tl
 }
 
 // incidentNote adds an operator's note and goes back to the incident.

@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 )
 
 func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
@@ -23,9 +24,11 @@ func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 		Start: start.Add(5 * time.Minute), Open: true, Instances: []string{"catalog-1"}, Opens: 1, FirstInstance: "catalog-1"}); err != nil {
 		t.Fatal(err)
 	}
-	run(t, ctx, stepTimeout, "the new incident appears without a reload",
-		chromedp.Poll[chromedp.Void](`document.querySelectorAll("[data-testid=incident-row]").length === 3 && document.body.textContent.includes("catalog/pricing")`,
-			chromedp.WithPollingInterval(100*time.Millisecond)))
+	// The live socket redraws the list on the harness's virtual clock.
+	eventually.True(t, "the new incident appears without a reload", func() bool {
+		h.virtual().Advance(500 * time.Millisecond)
+		return get(t, ctx, "list", chromedp.Evaluate[bool](`document.querySelectorAll("[data-testid=incident-row]").length === 3 && document.body.textContent.includes("catalog/pricing")`))
+	})
 	run(t, ctx, stepTimeout, "open the incident from the list",
 		chromedp.Click(chromedp.CSS(`a[href="/incidents/`+strconv.FormatInt(id, 10)+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=instance-lane]`)),
@@ -59,4 +62,42 @@ func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 		t.Errorf("note %q", note)
 	}
 	screenshot(t, ctx, "incident.png")
+}
+
+// TestBrowserIncidentPageUpdatesWhileOpen opens the page of an open
+// incident, then trips another instance's breaker: the trip shows in the
+// incident's timeline, and the incident's new instance in its summary,
+// without a reload.
+func TestBrowserIncidentPageUpdatesWhileOpen(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 2)
+	login(t, ctx, s.url, "otto", s.password)
+	trip(t, s.breakers["checkout-1"])
+	inc := cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
+		Start: s.clock.Now().Add(-time.Second), Open: true, Instances: []string{"checkout-1"}, Opens: 1, FirstInstance: "checkout-1"}
+	id, err := s.st.CreateIncident(context.Background(), inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, stepTimeout, "the incident page, live",
+		chromedp.Navigate(s.url+"/incidents/"+strconv.FormatInt(id, 10)),
+		chromedp.WaitVisible(css(`[data-testid=incident-summary]`)),
+		until(`document.body.dataset.live === "true"`),
+		until(`document.getElementById("conn").hidden === true`))
+	run(t, ctx, stepTimeout, "mark the page", chromedp.Evaluate[chromedp.Void](`window.cbdashSamePage = true`))
+
+	trip(t, s.breakers["checkout-2"])
+	run(t, ctx, stepTimeout, "the trip shows in the timeline",
+		until(`[...document.querySelectorAll("[data-testid=timeline-row]")].some(r => r.textContent.includes("checkout-2") && r.textContent.includes("closed → open"))`))
+	inc.ID = id
+	inc.Instances, inc.Opens = []string{"checkout-1", "checkout-2"}, 2
+	if err := s.st.UpdateIncident(context.Background(), inc); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, stepTimeout, "the summary follows the incident",
+		until(`document.querySelector("[data-testid=sum-instances]").textContent.startsWith("2 (checkout-1, checkout-2)")`))
+	if !get(t, ctx, "no reload", chromedp.Evaluate[bool](`window.cbdashSamePage === true`)) {
+		t.Error("the page was reloaded")
+	}
+	screenshot(t, ctx, "incident-live.png")
 }

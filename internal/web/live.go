@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -14,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/web/templates"
 )
 
@@ -22,7 +25,6 @@ const (
 	liveSparkBudget  = 10 * time.Millisecond
 	resubscribePause = time.Second
 	chartsEvery      = 5 * time.Second // how often live charts are redrawn
-	regridEvery      = 2 * time.Second // how often a state change may re-sort the overview
 )
 
 // liveView is what one open page wants pushed: reset renders every live
@@ -94,11 +96,44 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &dependencyLive{s: s, key: k, span: sp}, nil
+		u := userOf(c)
+		canOp := u != nil && !anonymous(c) && cbdash.RoleAllows(u.Role, cbdash.RoleOperator)
+		return &dependencyLive{s: s, key: k, span: sp, canOp: canOp}, nil
 	case "audit":
 		return &auditLive{s: s, service: q.Get("service")}, nil
+	case "incident":
+		is, err := s.incidents()
+		if err != nil {
+			return nil, err
+		}
+		id, err := strconv.ParseInt(q.Get("id"), 10, 64)
+		if err != nil || id <= 0 {
+			return nil, errorf(cbdash.ErrInvalid, "id must be an incident number")
+		}
+		inc, err := is.Incident(c.Request().Context(), id)
+		if err != nil {
+			return nil, err
+		}
+		return &incidentLive{s: s, is: is, id: id, key: inc.DependencyKey, page: s.page(c, "", "incidents")}, nil
+	case "incidents":
+		is, err := s.incidents()
+		if err != nil {
+			return nil, err
+		}
+		iq, err := incident.ParseQuery(q.Get)
+		if err != nil {
+			return nil, err
+		}
+		f := url.Values{}
+		for _, k := range []string{"service", "breaker", "from", "to", "open"} {
+			if v := q.Get(k); v != "" {
+				f.Set(k, v)
+			}
+		}
+		f.Set("fragment", "1")
+		return &incidentsLive{s: s, is: is, q: iq, fragment: "/incidents?" + f.Encode()}, nil
 	}
-	return nil, errorf(cbdash.ErrInvalid, "view must be overview, dependency or audit")
+	return nil, errorf(cbdash.ErrInvalid, "view must be overview, dependency, audit, incident or incidents")
 }
 
 func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) error {
@@ -191,10 +226,11 @@ type overviewLive struct {
 	dirty            map[cbdash.DependencyKey]bool
 	regrid, counters bool
 	// reorder is set when a shown tile changed state, which may change
-	// the worst-first order; the grid is then re-sent, at most every
-	// regridEvery (a tile is swapped in place meanwhile).
+	// the worst-first order: the next flush sends the new order (a small
+	// TileOrder the page applies at once), not the whole grid.
 	reorder bool
 	gridAt  time.Time
+	order   string // the tile order last sent
 	// alerts is the firing count last sent (-1: none sent yet).
 	alerts int
 	// fleetAt is when the fleet line was last sent: it is sent again
@@ -252,7 +288,7 @@ func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
 		}
 	}
 	o.regrid, o.counters, o.reorder = false, false, false
-	o.gridAt = o.s.now()
+	o.order = templates.TileIDs(v.Groups)
 	clear(o.dirty)
 	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
 		return nil, err
@@ -293,7 +329,7 @@ func (o *overviewLive) event(ev cbdash.Event) {
 }
 
 func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
-	if o.regrid || (o.reorder && o.s.now().Sub(o.gridAt) >= regridEvery) {
+	if o.regrid {
 		return o.grid(ctx)
 	}
 	var buf bytes.Buffer
@@ -303,8 +339,14 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 	if err := o.fleetLine(ctx, &buf); err != nil {
 		return nil, err
 	}
-	if !o.counters && len(o.dirty) == 0 {
+	if !o.counters && len(o.dirty) == 0 && !o.reorder {
 		return buf.Bytes(), nil
+	}
+	if o.reorder {
+		o.reorder = false
+		if err := o.sendOrder(ctx, &buf); err != nil {
+			return nil, err
+		}
 	}
 	if o.counters {
 		all := make([]cbdash.Dependency, 0, len(o.deps))
@@ -343,6 +385,26 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// sendOrder renders the shown tiles' order when it differs from the
+// last sent.
+func (o *overviewLive) sendOrder(ctx context.Context, buf *bytes.Buffer) error {
+	deps := make([]cbdash.Dependency, 0, len(o.shown))
+	for k := range o.shown {
+		deps = append(deps, o.deps[k])
+	}
+	sortDeps(deps, o.f.Sort) // grouped tiles keep this order within their group
+	ids := make([]string, len(deps))
+	for i, d := range deps {
+		ids[i] = tileID(d.DependencyKey)
+	}
+	order := strings.Join(ids, " ")
+	if order == o.order {
+		return nil
+	}
+	o.order = order
+	return templates.TileOrder(order).Render(ctx, buf)
+}
+
 func hash(b []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(b)
@@ -359,6 +421,8 @@ type dependencyLive struct {
 	dep                 cbdash.Dependency
 	head, trans, cmds   bool
 	lastHead, lastInsts uint64
+	canOp               bool      // the page has the operator panel: its instance list is kept live
+	lastOpInsts         uint64    // hash of the instance list last sent
 	chartsAt            time.Time // when the charts were last drawn
 }
 
@@ -369,7 +433,7 @@ func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency
 		}
 	}
 	d.head, d.trans, d.cmds = true, true, true
-	d.lastHead, d.lastInsts = 0, 0
+	d.lastHead, d.lastInsts, d.lastOpInsts = 0, 0, 0
 	d.chartsAt = d.s.now() // the page was just drawn
 	return d.flush(ctx)
 }
@@ -408,10 +472,19 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 			d.lastInsts = h
 			buf.Write(part.Bytes())
 		}
+		if d.canOp {
+			part.Reset()
+			if err := templates.OperatorInstances(operatorForm("", d.dep).Instances).Render(ctx, &part); err != nil {
+				return nil, err
+			}
+			if h := hash(part.Bytes()); h != d.lastOpInsts {
+				d.lastOpInsts = h
+				buf.Write(part.Bytes())
+			}
+		}
 	}
-	sp := d.span
-	if sp.end == "" { // a range ending now moves with the clock
-		sp.from, sp.to = now.Add(sp.from.Sub(sp.to)), now
+	sp := d.span.at(now)
+	if sp.endsNow() { // a range ending now moves with the clock
 		if d.head && now.Sub(d.chartsAt) >= chartsEvery {
 			d.chartsAt = now
 			pts, err := d.s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: d.key, From: sp.from, To: sp.to})
@@ -481,4 +554,112 @@ func (a *auditLive) flush(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// incidentRefresh is how often an open incident's page and the incident
+// list are redrawn without an event: durations grow, and the detector
+// opens and ends incidents a little after the transitions that cause
+// them.
+const incidentRefresh = 2 * time.Second
+
+// incidentLive keeps an incident's page current while it is open: its
+// status, summary, lanes, charts and timeline, redrawn on the transitions
+// and commands of its dependency and every incidentRefresh.
+type incidentLive struct {
+	s     *Server
+	is    IncidentStore
+	id    int64
+	key   cbdash.DependencyKey
+	page  templates.Page
+	dirty bool
+	open  bool      // as last drawn
+	at    time.Time // when last drawn
+	last  uint64    // hash of the last message
+}
+
+func (l *incidentLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+	l.dirty, l.open, l.last = true, true, 0
+	return l.flush(ctx)
+}
+
+func (l *incidentLive) event(ev cbdash.Event) {
+	switch {
+	case ev.Kind == cbdash.EventTransition && ev.Transition != nil &&
+		ev.Transition.Service == l.key.Service && ev.Transition.Breaker == l.key.Breaker:
+		l.dirty = true
+	case ev.Kind == cbdash.EventCommand && ev.Command != nil &&
+		ev.Command.Service == l.key.Service && ev.Command.Breaker == l.key.Breaker:
+		l.dirty = true
+	}
+}
+
+func (l *incidentLive) flush(ctx context.Context) ([]byte, error) {
+	now := l.s.now()
+	if !l.dirty && !(l.open && now.Sub(l.at) >= incidentRefresh) {
+		return nil, nil
+	}
+	l.dirty, l.at = false, now
+	v, open, err := l.s.incidentModel(ctx, l.is, l.id, l.page)
+	if err != nil {
+		return nil, err
+	}
+	l.open = open
+	var buf bytes.Buffer
+	comps := []templ.Component{templates.IncidentStateBadge(v.State), templates.IncidentSummaryView(v.Summary),
+		templates.IncidentLanesView(v.Lanes), templates.IncidentTimelineView(v.Timeline)}
+	for _, c := range v.Charts {
+		comps = append(comps, templates.ChartView(c))
+	}
+	if err := renderTo(ctx, &buf, comps...); err != nil {
+		return nil, err
+	}
+	if h := hash(buf.Bytes()); h != l.last {
+		l.last = h
+		return buf.Bytes(), nil
+	}
+	return nil, nil
+}
+
+// incidentsLive keeps the incident list current: redrawn after
+// transitions and every incidentRefresh, sent when it changed.
+type incidentsLive struct {
+	s        *Server
+	is       IncidentStore
+	q        cbdash.IncidentQuery
+	fragment string
+	dirty    bool
+	at       time.Time
+	last     uint64
+}
+
+func (l *incidentsLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+	l.dirty, l.last = true, 0
+	return l.flush(ctx)
+}
+
+func (l *incidentsLive) event(ev cbdash.Event) {
+	if ev.Kind == cbdash.EventTransition {
+		l.dirty = true
+	}
+}
+
+func (l *incidentsLive) flush(ctx context.Context) ([]byte, error) {
+	now := l.s.now()
+	if !(l.dirty && now.Sub(l.at) >= l.s.cfg.LiveInterval) && now.Sub(l.at) < incidentRefresh {
+		return nil, nil
+	}
+	l.dirty, l.at = false, now
+	rows, err := l.s.incidentRows(ctx, l.is, l.q)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := templates.IncidentList(rows, l.fragment).Render(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if h := hash(buf.Bytes()); h != l.last {
+		l.last = h
+		return buf.Bytes(), nil
+	}
+	return nil, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -232,15 +233,40 @@ func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
 	if strings.Index(first, "first") > strings.Index(first, "second") {
 		t.Fatal("closed tiles are not sorted by name")
 	}
-	h.report("b-svc", "second", "b-svc-1", protocol.StateOpen)
-	for _, msg := range sock.until("open on 1 of 1") {
-		if strings.Contains(msg, `id="groups-inner"`) {
-			t.Fatal("the grid was re-sent at once; a tile swap was expected first")
-		}
+	secondID := regexp.MustCompile(`<article id="(t-[0-9a-f]+)"[^>]*>\s*<header>\s*<a class="name" href="/dependency\?service=b-svc`).FindStringSubmatch(first)
+	if secondID == nil {
+		t.Fatalf("no tile of b-svc in %.400s", first)
 	}
-	h.virtual().Advance(6 * time.Second)
-	grid := sock.next(`id="groups-inner"`)
-	if strings.Index(grid, "second") > strings.Index(grid, "first") {
-		t.Error("the open dependency is not first after the re-sort")
+	h.report("b-svc", "second", "b-svc-1", protocol.StateOpen)
+	// At once, without the clock moving: the new order alone, not the grid.
+	var order string
+	for _, msg := range sock.until(`id="tile-order"`) {
+		if strings.Contains(msg, `id="groups-inner"`) {
+			t.Fatal("the grid was re-sent to re-sort it; the order alone was expected")
+		}
+		order = msg
+	}
+	m := regexp.MustCompile(`data-order="([^"]*)"`).FindStringSubmatch(order)
+	if m == nil || !strings.HasPrefix(m[1], secondID[1]+" ") {
+		t.Errorf("order %q, want the open b-svc tile %s first", order, secondID[1])
+	}
+}
+
+func TestLiveOperatorPanelInstanceList(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
+	ctx := context.Background()
+	otto := h.login("otto").live(ctx, "view=dependency&service=checkout&breaker=payments")
+	first := otto.next(`id="op-instance"`)
+	if !strings.Contains(first, "checkout-1 (closed)") {
+		t.Fatalf("operator's instance list: %.300s", first)
+	}
+	h.report("checkout", "payments", "checkout-1", protocol.StateOpen)
+	otto.until("checkout-1 (open)")
+	// A viewer has no operator panel: nothing is sent for it.
+	vera := h.login("vera").live(ctx, "view=dependency&service=checkout&breaker=payments")
+	for _, msg := range vera.until(`id="dep-head"`) {
+		if strings.Contains(msg, `id="op-instance"`) {
+			t.Fatal("the instance list was sent to a viewer")
+		}
 	}
 }

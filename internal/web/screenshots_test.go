@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -18,9 +19,12 @@ import (
 //	CBDASH_SCREENSHOT_URL=http://127.0.0.1:8080 CBDASH_SCREENSHOTS=$PWD/docs/screenshots \
 //	  go test -run TestScreenshotsOfRunningServer ./internal/web
 //
-// It logs in as operator/operator (the demo's account) and saves
-// overview.png, overview-dark.png, dependency.png, audit.png,
-// timeline.png and alerts.png. Without CBDASH_SCREENSHOT_URL it is skipped.
+// It logs in as operator/operator (the demo's account) and saves every
+// page (overview, dependency, timeline, incidents and the newest
+// incident, holds, audit, alerts) at 1440 px and at 390 px (a phone), in light
+// and dark: overview.png, overview-dark.png, overview-390.png,
+// overview-390-dark.png and so on. Without CBDASH_SCREENSHOT_URL it is
+// skipped.
 func TestScreenshotsOfRunningServer(t *testing.T) {
 	base := os.Getenv("CBDASH_SCREENSHOT_URL")
 	if base == "" || os.Getenv("CBDASH_SCREENSHOTS") == "" {
@@ -28,24 +32,48 @@ func TestScreenshotsOfRunningServer(t *testing.T) {
 	}
 	ctx := browser(t)
 	login(t, ctx, base, "operator", "operator")
-	dep := "/dependency?" + url.Values{"service": {"checkout"}, "breaker": {"payments"}, "range": {"15m"}}.Encode()
-	for _, p := range []struct{ path, wait, file string }{
-		{"/", `article.tile`, "overview.png"},
-		{dep, `[data-testid=chart]`, "dependency.png"},
-		{"/audit", `#audit`, "audit.png"},
-		{"/timeline?range=15m", `[data-testid=timeline]`, "timeline.png"},
-		{"/alerts", `[data-testid=rules]`, "alerts.png"},
-	} {
-		run(t, ctx, stepTimeout, p.file, chromedp.Navigate(base+p.path), chromedp.WaitVisible(css(p.wait)))
-		screenshot(t, ctx, p.file)
+	dep := "/dependency?" + url.Values{"service": {"checkout"}, "breaker": {"payments"}}.Encode()
+	pages := []struct{ path, wait, name string }{
+		{"/", `article.tile`, "overview"},
+		{dep, `[data-testid=chart]`, "dependency"},
+		{"/timeline?range=15m", `h1`, "timeline"},
+		{"/incidents", `h1`, "incidents"},
+		{"/holds", `h1`, "holds"},
+		{"/audit", `#audit`, "audit"},
+		{"/alerts", `[data-testid=rules]`, "alerts"},
 	}
-	dark := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
-		return err
-	})
-	run(t, ctx, stepTimeout, "dark overview", dark, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`article.tile`)))
-	screenshot(t, ctx, "overview-dark.png")
-	run(t, ctx, stepTimeout, "dark dependency", chromedp.Navigate(base+dep), chromedp.WaitVisible(css(`[data-testid=chart]`)))
-	screenshot(t, ctx, "dependency-dark.png")
+	run(t, ctx, stepTimeout, "incidents", chromedp.Navigate(base+"/incidents"), chromedp.WaitVisible(css(`h1`)))
+	if href := get(t, ctx, "newest incident", chromedp.Evaluate[string](`document.querySelector("[data-testid=incident-row] a")?.getAttribute("href") ?? ""`)); href != "" {
+		pages = append(pages, struct{ path, wait, name string }{href, `[data-testid=incident-summary]`, "incident"})
+	}
+	scheme := func(dark bool) chromedp.Action[chromedp.Void] {
+		v := "light"
+		if dark {
+			v = "dark"
+		}
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: v}}})
+			return err
+		})
+	}
+	for _, width := range []int64{1440, 390} {
+		for _, dark := range []bool{false, true} {
+			run(t, ctx, stepTimeout, "viewport", narrow(width), scheme(dark))
+			for _, p := range pages {
+				name := p.name
+				if width != 1440 {
+					name += "-" + strconv.FormatInt(width, 10)
+				}
+				if dark {
+					name += "-dark"
+				}
+				run(t, ctx, stepTimeout, name, chromedp.Navigate(base+p.path), chromedp.WaitVisible(css(p.wait)))
+				if o := get(t, ctx, "overflow", chromedp.Evaluate[string](overflow)); o != "" {
+					t.Errorf("%s scrolls sideways: %s", name, o)
+				}
+				screenshot(t, ctx, name+".png")
+			}
+		}
+	}
 }

@@ -12,14 +12,15 @@ import (
 )
 
 const (
-	sparkSpan    = 15 * time.Minute
-	sparkBuckets = 15 // one per minute
-	sparkTTL     = 30 * time.Second
+	sparkSpan    = 10 * time.Minute
+	sparkBucket  = 10 * time.Second
+	sparkBuckets = int(sparkSpan / sparkBucket) // 60
+	sparkTTL     = sparkBucket
 )
 
-// sparkCache holds the 15-minute sparklines of the overview tiles. The
+// sparkCache holds the 10-minute sparklines of the overview tiles. The
 // store is asked for minute-resolution history of a dependency at most
-// once per sparkTTL, and never for longer than a time budget per page or
+// once per sparkTTL (second resolution), and never for longer than a time budget per page or
 // live update, so rendering 1,000 tiles does not wait for 1,000 queries:
 // a sparkline not fetched yet is drawn empty and filled in by a later
 // render or live update. Safe for concurrent use.
@@ -52,7 +53,7 @@ func (c *sparkCache) get(ctx context.Context, keys []cbdash.DependencyKey, budge
 		e, ok := c.entries[k]
 		out[k] = e.spark
 		if !ok {
-			out[k] = templates.Spark{Empty: true, Title: "15 minutes: loading"}
+			out[k] = templates.Spark{Empty: true, Title: "last 10 min: loading"}
 		}
 		if !ok || now.Sub(e.at) >= sparkTTL {
 			stale = append(stale, k)
@@ -64,7 +65,7 @@ func (c *sparkCache) get(ctx context.Context, keys []cbdash.DependencyKey, budge
 			break
 		}
 		pts, err := c.hist.History(ctx, cbdash.HistoryQuery{
-			DependencyKey: k, From: now.Truncate(time.Minute).Add(-sparkSpan), To: now, Resolution: cbdash.ResolutionMinute,
+			DependencyKey: k, From: now.Truncate(sparkBucket).Add(-sparkSpan), To: now.Truncate(sparkBucket), Resolution: cbdash.ResolutionSecond,
 		})
 		if err != nil {
 			continue
@@ -78,31 +79,34 @@ func (c *sparkCache) get(ctx context.Context, keys []cbdash.DependencyKey, budge
 	return out
 }
 
-// sparkOf draws calls and failures per minute over the last 15 minutes
-// into a 100x24 box; both lines share the calls' scale.
+// sparkOf draws, over the last 10 minutes in 10-second buckets, the
+// admitted, failed and rejected calls apart, into a 100x24 box on one
+// scale (the busiest bucket of admitted or rejected calls).
 //
-// Only complete minutes are drawn: the current one would look like a drop.
+// Only complete buckets are drawn: the current one would look like a drop.
 func sparkOf(pts []cbdash.Point, now time.Time) templates.Spark {
-	start := now.Truncate(time.Minute).Add(-sparkSpan)
-	var calls, fails [sparkBuckets]float64
+	start := now.Truncate(sparkBucket).Add(-sparkSpan)
+	var adm, fail, rej [sparkBuckets]float64
 	var any bool
 	for _, p := range pts {
-		i := int(p.At.Sub(start) / time.Minute)
+		i := int(p.At.Sub(start) / sparkBucket)
 		if p.At.Before(start) || i >= sparkBuckets {
 			continue
 		}
-		calls[i] += float64(p.Counts.Admitted + p.Counts.Rejected())
-		fails[i] += float64(p.Counts.Failures)
+		adm[i] += float64(p.Counts.Admitted)
+		fail[i] += float64(p.Counts.Failures)
+		rej[i] += float64(p.Counts.Rejected())
 		any = true
 	}
 	if !any {
-		return templates.Spark{Empty: true, Title: "15 minutes: no calls"}
+		return templates.Spark{Empty: true, Title: "last 10 min: no calls"}
 	}
-	var peak, total, totalFail float64
-	for i := range calls {
-		peak = max(peak, calls[i])
-		total += calls[i]
-		totalFail += fails[i]
+	var peak, tAdm, tFail, tRej float64
+	for i := range adm {
+		peak = max(peak, adm[i], rej[i])
+		tAdm += adm[i]
+		tFail += fail[i]
+		tRej += rej[i]
 	}
 	if peak == 0 {
 		peak = 1
@@ -113,16 +117,19 @@ func sparkOf(pts []cbdash.Point, now time.Time) templates.Spark {
 			if i > 0 {
 				b.WriteByte(' ')
 			}
-			b.WriteString(strconv.FormatFloat(float64(i)*100/(sparkBuckets-1), 'f', 1, 64))
+			b.WriteString(strconv.FormatFloat(float64(i)*100/float64(sparkBuckets-1), 'f', 1, 64))
 			b.WriteByte(',')
 			b.WriteString(strconv.FormatFloat(23-22*y/peak, 'f', 1, 64))
 		}
 		return b.String()
 	}
+	n := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 	return templates.Spark{
-		Calls:    line(&calls),
-		Failures: line(&fails),
-		Title: "15 min: " + strconv.FormatFloat(total, 'f', 0, 64) + " calls (blue), " +
-			strconv.FormatFloat(totalFail, 'f', 0, 64) + " failures (red); peak " + strconv.FormatFloat(peak, 'f', 0, 64) + "/min",
+		Admitted: line(&adm),
+		Failed:   line(&fail),
+		Rejected: line(&rej),
+		Peak:     n(peak) + " per 10 s",
+		Title: "last 10 min, per 10 s: " + n(tAdm) + " admitted, " + n(tFail) + " failed, " + n(tRej) +
+			" rejected; peak " + n(peak) + " per 10 s",
 	}
 }

@@ -42,6 +42,20 @@ func (s *Server) timeline(c echo.Context) error {
 		base.Set("service", svc)
 	}
 	v.Ranges = rangeLinks("/timeline", base, sp.name)
+	v.Custom = customForm("/timeline", base, sp, sp.fromQ != "")
+	// Before cbdash heard of any instance there is nothing to show: the
+	// lanes' closed background starts at the first record.
+	v.BgX = 0
+	if fs, ok := s.store.(firstSeener); ok {
+		first, err := fs.FirstSeen(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		if !first.IsZero() && first.After(sp.from) {
+			v.BgX = min(timelineW, xOf(first, sp))
+			v.NoDataUntil = timeOfDay(first) + " UTC"
+		}
+	}
 	v.Axis = timeTicks(sp.from, sp.to, func(t time.Time) float64 { return xOf(t, sp) })
 	services := map[string]bool{}
 	for _, d := range deps {
@@ -62,6 +76,12 @@ func (s *Server) timeline(c echo.Context) error {
 	v.Lanes, v.Quiet = lanes(recs, deps, svc, sp, now, alive)
 	v.H = templates.LaneTop + float64(len(v.Lanes))*templates.LaneStep
 	return render(c, http.StatusOK, templates.TimelinePage(v))
+}
+
+// firstSeener is a store that knows when it first heard of an instance
+// (*store.Store).
+type firstSeener interface {
+	FirstSeen(ctx context.Context) (time.Time, error)
 }
 
 func xOf(t time.Time, sp span) float64 {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/sdk/protocol"
-	"github.com/cbdash/cbdash/web/templates"
 )
 
 // tripLookback bounds how many of a dependency's newest transitions are
@@ -18,9 +17,7 @@ const tripLookback = 200
 type trips map[cbdash.DependencyKey]map[string]protocol.Cause
 
 // tripped reports whether a state is one a breaker reaches by tripping.
-func tripped(state string) bool {
-	return state == protocol.StateOpen || state == protocol.StateHalfOpen
-}
+func tripped(state string) bool { return cbdash.Tripped(state) }
 
 // trips gives, for each open or half-open dependency of deps, the causes
 // of its instances' last trips: from the live state (the collector keeps
@@ -72,36 +69,4 @@ func tripCauses(recs []cbdash.TransitionRecord) map[string]protocol.Cause {
 		}
 	}
 	return m
-}
-
-// depTrip is the trip that explains an open or half-open dependency: the
-// cause of the first live open or half-open instance (PerInstance order)
-// whose trip is known.
-func depTrip(d cbdash.Dependency, causes map[string]protocol.Cause) (protocol.Cause, bool) {
-	if !tripped(d.State) {
-		return protocol.Cause{}, false
-	}
-	for _, in := range d.PerInstance {
-		if in.Stale || !tripped(in.State) {
-			continue
-		}
-		if c, ok := causes[in.Instance]; ok {
-			return c, true
-		}
-	}
-	return protocol.Cause{}, false
-}
-
-// tripRates are the failure and slow-call rates of a tripped breaker: the
-// one that tripped it at the moment it tripped ("tripped at 52% of
-// 50%"), the other from the same window. ok is false when the cause is
-// not a rate.
-func tripRates(c protocol.Cause, failThreshold, slowThreshold float64) (failure, slow templates.Rate, ok bool) {
-	switch c.Kind {
-	case protocol.CauseFailureRate:
-		return rateView("failure rate, tripped at", c.FailureRate, c.Threshold), rateView("slow-call rate, at trip", c.SlowCallRate, slowThreshold), true
-	case protocol.CauseSlowCallRate:
-		return rateView("failure rate, at trip", c.FailureRate, failThreshold), rateView("slow-call rate, tripped at", c.SlowCallRate, c.Threshold), true
-	}
-	return templates.Rate{}, templates.Rate{}, false
 }

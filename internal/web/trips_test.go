@@ -9,7 +9,7 @@ import (
 )
 
 func TestOpenBreakerShowsTheRateThatTrippedIt(t *testing.T) {
-	hr := protocol.Headroom{FailureRate: 0, FailureRateThreshold: 50, SlowCallRateThreshold: 80}
+	hr := protocol.Headroom{Calls: 30, MinimumCalls: 10, FailureRate: 0, FailureRateThreshold: 50, SlowCallRateThreshold: 80}
 	d := cbdash.Dependency{
 		DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
 		State:         protocol.StateOpen, Instances: 2, FailureRate: 2.2,
@@ -43,7 +43,7 @@ func TestOpenBreakerShowsTheRateThatTrippedIt(t *testing.T) {
 	if rows[1].Failure != "tripped at 52% of 50%" || rows[1].Slow != "at trip 10% of 80%" {
 		t.Fatalf("open instance row = %q / %q, want the trip's rates like the header", rows[1].Failure, rows[1].Slow)
 	}
-	if rows[0].Failure != "0% of 50%" {
+	if rows[0].Failure != "0% of 50%" { // a window below its minimum calls would say "not judged yet"
 		t.Fatalf("closed instance row = %q, want its window", rows[0].Failure)
 	}
 	// Without a known trip an open breaker keeps the last minute, labelled so.

@@ -67,14 +67,6 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05")
 }
 
-// ago says how long ago t was, roughly.
-func ago(now, t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return roughDuration(now.Sub(t)) + " ago"
-}
-
 func roughDuration(d time.Duration) string {
 	switch {
 	case d < 0:
@@ -90,6 +82,39 @@ func roughDuration(d time.Duration) string {
 	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
 }
 
+// spanText is a duration to the second (cbdash.SpanText).
+func spanText(d time.Duration) string { return cbdash.SpanText(d) }
+
+// isoTime is t for the page's script (data-since, data-until) and
+// <time datetime>: RFC 3339 in UTC with milliseconds.
+func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// agoView is a moment shown as "7s ago" that ticks; nil for zero t.
+func agoView(t, now time.Time) *templates.Since {
+	if t.IsZero() {
+		return nil
+	}
+	return &templates.Since{Clock: t.UTC().Format("15:04:05") + " UTC", For: spanText(now.Sub(t)), ISO: isoTime(t)}
+}
+
+// sinceView is "open since 10:02:11 UTC (3m12s)" for an episode that
+// began at t in state (its words name the state); nil for zero t.
+func sinceView(state string, t, now time.Time) *templates.Since {
+	if t.IsZero() {
+		return nil
+	}
+	label := "open since"
+	if state == protocol.StateForcedOpen {
+		label = "forced open since"
+	} else if state == protocol.StateHalfOpen {
+		label = "not closed since"
+	}
+	return &templates.Since{
+		Label: label, Clock: t.UTC().Format("15:04:05") + " UTC", For: spanText(now.Sub(t)),
+		ISO: isoTime(t),
+	}
+}
+
 func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 	if h == nil {
 		return nil
@@ -101,7 +126,8 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 		v.Action = "held closed"
 	}
 	if !h.Until.IsZero() {
-		v.Until = h.Until.UTC().Format("15:04") + " UTC (in " + roughDuration(h.Until.Sub(now)) + ")"
+		v.Until = h.Until.UTC().Format("15:04:05") + " UTC"
+		v.In, v.UntilISO = spanText(h.Until.Sub(now)), isoTime(h.Until)
 	}
 	if id := holdIDOf(h.HoldID, h.CommandID); id != "" {
 		v.HoldID, v.Href = id, holdHref(id)
@@ -112,7 +138,7 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 // rateView puts a rate beside its threshold; the bar is the rate as a
 // share of the threshold, warn from 70 %, bad from 100 %.
 func rateView(label string, value, threshold float64) templates.Rate {
-	r := templates.Rate{Label: label, Value: value, Threshold: threshold, Level: "ok"}
+	r := templates.Rate{Label: label, Value: value, Big: pct(value), Threshold: threshold, Level: "ok"}
 	if threshold <= 0 {
 		r.Text = pct(value) + " (no threshold)"
 		return r
@@ -128,25 +154,7 @@ func rateView(label string, value, threshold float64) templates.Rate {
 	return r
 }
 
-// windowRate is a rate of a closed breaker's sliding window: as rateView
-// while the window is judged; below the minimum number of calls the
-// breaker cannot open, so the rate says "not judged yet (1 of 20 calls)"
-// and is never drawn in the alarm colours (cbdash.Closeness).
-func windowRate(label string, value, threshold float64, h protocol.Headroom) templates.Rate {
-	r := rateView(label, value, threshold)
-	if c := cbdash.ClosenessOf(h); !c.Judged {
-		r.Level = "idle"
-		r.Text = "not judged yet (" + c.NotJudgedText() + ")"
-	}
-	return r
-}
-
-func pct(v float64) string {
-	if v == math.Trunc(v) {
-		return strconv.FormatFloat(v, 'f', 0, 64) + "%"
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + "%"
-}
+func pct(v float64) string { return cbdash.Pct(v) }
 
 func perSecond(v float64) string {
 	switch {
@@ -182,13 +190,7 @@ func liveCount(d cbdash.Dependency) int {
 }
 
 // instancesText says "open on 2 of 6".
-func instancesText(d cbdash.Dependency) string {
-	live := liveCount(d)
-	if d.State == "" || live == 0 {
-		return "no live instance of " + strconv.Itoa(d.Instances)
-	}
-	return stateView(d.State).Text + " on " + strconv.Itoa(d.ByState[d.State]) + " of " + strconv.Itoa(live)
-}
+func instancesText(d cbdash.Dependency) string { return cbdash.InstancesText(d) }
 
 func staleText(d cbdash.Dependency) string {
 	if d.Stale == 0 {
@@ -213,57 +215,55 @@ func labelList(m map[string]string) []string {
 func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol.Cause, now time.Time) templates.Tile {
 	failure, slow := rates(d, causes)
 	return templates.Tile{
-		ID:          tileID(d.DependencyKey),
-		Service:     d.Service,
-		Breaker:     d.Breaker,
-		Href:        depHref(d.DependencyKey),
-		State:       stateView(d.State),
-		Instances:   instancesText(d),
-		Stale:       staleText(d),
-		RequestRate: perSecond(d.RequestRate),
-		Failure:     failure,
-		Slow:        slow,
-		P99:         latency(d.P99),
-		Spark:       spark,
-		OpensToday:  d.OpensToday,
-		Held:        holdView(d.Held, now),
-		Labels:      labelList(d.Labels),
+		ID:         tileID(d.DependencyKey),
+		Service:    d.Service,
+		Breaker:    d.Breaker,
+		Href:       depHref(d.DependencyKey),
+		State:      stateView(d.State),
+		Instances:  instancesText(d),
+		Stale:      staleText(d),
+		OpenSince:  sinceView(d.State, d.OpenSince, now),
+		Admitted:   perSecond(d.AdmittedRate),
+		Rejected:   perSecond(d.RejectedRate),
+		Fallbacks:  fallbacksText(d.Recent),
+		Failure:    failure,
+		Slow:       slow,
+		SlowLeads:  strings.HasSuffix(slow.Label, "tripped at"),
+		P99:        latency(d.P99),
+		Spark:      spark,
+		OpensToday: d.OpensToday,
+		Held:       holdView(d.Held, now),
+		Labels:     labelList(d.Labels),
 	}
 }
 
-// judgedByWindow reports whether a dependency's sliding window is what
-// matters now: while closed (or held closed) it says how close the
-// breaker is to opening. Once open its window starts empty, so the last
-// minute's rates say more.
-func judgedByWindow(d cbdash.Dependency) bool {
-	return d.State == protocol.StateClosed || d.State == protocol.StateForcedClosed || d.State == ""
+// fallbacksText is "120 served, 3 failed" for the fallbacks of c; ""
+// when none ran.
+func fallbacksText(c protocol.Counts) string {
+	if c.FallbackSuccess == 0 && c.FallbackFailure == 0 {
+		return ""
+	}
+	return strconv.FormatInt(c.FallbackSuccess, 10) + " served, " + strconv.FormatInt(c.FallbackFailure, 10) + " failed"
 }
 
-// rates are the failure and slow-call rates shown for a dependency: its
-// sliding window while closed; for an open or half-open one whose trip is
-// in causes, the rates at the trip (what tripped it, against the
-// threshold it crossed); otherwise the last minute's rates.
+// rates are the failure and slow-call rates shown for a dependency, by
+// the one rule of cbdash.RatesOf (the CLI and the JSON API show the
+// same); causes adds the trips the live state did not see (after a
+// restart, from the store).
 func rates(d cbdash.Dependency, causes map[string]protocol.Cause) (failure, slow templates.Rate) {
-	if c, ok := depTrip(d, causes); ok {
-		if f, s, ok := tripRates(c, d.Headroom.FailureRateThreshold, d.Headroom.SlowCallRateThreshold); ok {
-			return f, s
-		}
-	}
-	return failureRate(d), slowRate(d)
+	f, sl := cbdash.RatesOf(d, causes)
+	return rateOf(f), rateOf(sl)
 }
 
-func failureRate(d cbdash.Dependency) templates.Rate {
-	if judgedByWindow(d) {
-		return windowRate("failure rate", d.Headroom.FailureRate, d.Headroom.FailureRateThreshold, d.Headroom)
+// rateOf draws a shown rate as a headroom bar: the rate as a share of
+// its threshold, warn from 70 %, bad from 100 %, idle while not judged.
+func rateOf(sr cbdash.ShownRate) templates.Rate {
+	r := rateView(sr.Label, sr.Value, sr.Threshold)
+	r.Text = sr.Text
+	if !sr.Judged {
+		r.Level, r.Big = "idle", "–"
 	}
-	return rateView("failure rate, last min", d.FailureRate, d.Headroom.FailureRateThreshold)
-}
-
-func slowRate(d cbdash.Dependency) templates.Rate {
-	if judgedByWindow(d) {
-		return windowRate("slow-call rate", d.Headroom.SlowCallRate, d.Headroom.SlowCallRateThreshold, d.Headroom)
-	}
-	return rateView("slow-call rate, last min", d.SlowCallRate, d.Headroom.SlowCallRateThreshold)
+	return r
 }
 
 // fleet counts dependencies by state and stale instances. An instance

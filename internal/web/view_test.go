@@ -53,11 +53,11 @@ func TestWindowRatesBelowTheMinimumCallsAreNotJudged(t *testing.T) {
 	// A full window at 40% of 50%: judged, and closer to opening.
 	full := dep("full-window", protocol.Headroom{Calls: 40, Failures: 16, MinimumCalls: 20, FailureRate: 40, FailureRateThreshold: 50})
 
-	r := failureRate(one)
+	r, _ := rates(one, nil)
 	if r.Level != "idle" || r.Text != "not judged yet (1 of 20 calls)" {
 		t.Errorf("one failed call of 20: level %q text %q, want idle and \"not judged yet (1 of 20 calls)\"", r.Level, r.Text)
 	}
-	if r := failureRate(full); r.Level != "warn" || r.Text != "40% of 50%" {
+	if r, _ := rates(full, nil); r.Level != "warn" || r.Text != "40% of 50%" {
 		t.Errorf("full window: level %q text %q, want warn and \"40%% of 50%%\"", r.Level, r.Text)
 	}
 	deps := []cbdash.Dependency{one, full}

@@ -66,6 +66,7 @@ type SummaryItem struct {
 // TimelineRow is one line of the incident timeline.
 type TimelineRow struct {
 	At, Offset, Kind, Instance, Text string
+	Outside                          string // "before" or "after" the incident's own span; "" within
 }
 
 // NoteView is an operator's note.
@@ -84,11 +85,18 @@ type Incident struct {
 	Summary    []SummaryItem
 	Lanes      IncidentLanes
 	Charts     []Chart
-	Timeline   []TimelineRow
+	Timeline   IncidentTimeline
 	Notes      []NoteView
 	CanNote    bool
 	NoteAction string
 	ExportMD   string
 	ExportJSON string
 	RangeText  string
+}
+
+// IncidentTimeline is the incident's timeline in three parts: the lead-in
+// before its start and the tail after its end (context, perhaps another
+// incident's events, shown folded and marked) around its own rows.
+type IncidentTimeline struct {
+	Before, Own, After []TimelineRow
 }

@@ -9,6 +9,8 @@
 // "<script>alert(1)</script>" are shown as text.
 package templates
 
+import "strings"
+
 // Page is what the layout needs: title, who is logged in, the CSRF token
 // for forms and the live websocket URL of the page ("" = not live).
 type Page struct {
@@ -21,6 +23,9 @@ type Page struct {
 	Anon    bool   // anonymous read-only viewing
 	CSRF    string // token for the _csrf form field
 	LiveURL string // path and query of the page's websocket
+	// Now is the server's clock at render (RFC 3339): the page's script
+	// ticks relative times from it, not from the browser's clock.
+	Now string
 }
 
 // State is a breaker state shown in colour and in words.
@@ -31,49 +36,72 @@ type State struct {
 
 // Hold is the "held by X until T" badge.
 type Hold struct {
-	Action string // "forced open" / "forced closed"
-	Actor  string
-	Reason string
-	Until  string // "14:05 UTC (in 12m)"; "" = no expiry
-	HoldID string // the stored hold; "" for a command of its own
-	Href   string // the hold's drill report; "" for a command of its own
+	Action   string // "forced open" / "forced closed"
+	Actor    string
+	Reason   string
+	Until    string // "14:05:09 UTC"; "" = no expiry
+	In       string // time left, "11m52s", ticking from UntilISO in the page
+	UntilISO string // RFC 3339, for data-until
+	HoldID   string // the stored hold; "" for a command of its own
+	Href     string // the hold's drill report; "" for a command of its own
+}
+
+// Since is a moment shown as clock time and how long ago it was ("open
+// since 10:02:11 UTC (3m12s)"); the page's script keeps For ticking from
+// ISO (data-since), so it is right without a live update.
+type Since struct {
+	Label string // "open since", "forced open since"
+	Clock string // "10:02:11 UTC"
+	For   string // "3m12s"
+	ISO   string // RFC 3339 with milliseconds, for data-since and <time datetime>
 }
 
 // Rate is a rate beside its threshold, drawn as a headroom bar.
 type Rate struct {
 	Label     string  // "failure rate"
 	Value     float64 // percent
+	Big       string  // the value alone, "12%", or "–" while not judged
 	Threshold float64 // percent; 0 = no threshold (slow-call detection off)
 	Text      string  // "12.0% of 50%"
 	Fill      float64 // bar fill 0..100 (Value/Threshold)
 	Level     string  // ok, warn, bad; idle while not judged (below the minimum calls)
 }
 
-// Spark is a 15-minute sparkline: polyline points in a 100x24 viewBox.
+// Spark is a 10-minute sparkline in 10-second buckets: polyline points
+// in a 100x24 viewBox, one line each for admitted, failed and rejected
+// calls, on one scale.
 type Spark struct {
-	Calls    string // points of calls per minute
-	Failures string // points of failures per minute
-	Title    string // tooltip
+	Admitted string // points of admitted calls per bucket
+	Failed   string // points of failed calls (among the admitted)
+	Rejected string // points of rejected calls
+	Peak     string // the scale's top: "250 per 10 s"
+	Title    string // tooltip with the totals
 	Empty    bool
 }
 
 // Tile is one dependency on the overview.
 type Tile struct {
-	ID          string // stable element id
-	Service     string
-	Breaker     string
-	Href        string
-	State       State
-	Instances   string // "open on 2 of 6"
-	Stale       string // "1 stale" or ""
-	RequestRate string // "12.3 calls/s"
-	Failure     Rate
-	Slow        Rate
-	P99         string
-	Spark       Spark
-	OpensToday  int
-	Held        *Hold
-	Labels      []string // "key=value"
+	ID        string // stable element id
+	Service   string
+	Breaker   string
+	Href      string
+	State     State
+	Instances string // "open on 2 of 6"
+	Stale     string // "1 stale" or ""
+	OpenSince *Since // nil while closed
+	Admitted  string // admitted calls per second, last minute: "12.3/s"
+	Rejected  string // rejected calls per second, last minute
+	Fallbacks string // "120 served, 3 failed" in the last minute; "" when none
+	Failure   Rate
+	Slow      Rate
+	// SlowLeads is true when the slow-call rate tripped the breaker: it
+	// is then the tile's large figure instead of the failure rate.
+	SlowLeads  bool
+	P99        string
+	Spark      Spark
+	OpensToday int
+	Held       *Hold
+	Labels     []string // "key=value"
 }
 
 // Fleet are the counters on top of the overview.
@@ -109,6 +137,19 @@ type Group struct {
 	Title string
 	Tiles []Tile
 }
+
+func tileIDs(gs []Group) string {
+	var ids []string
+	for _, g := range gs {
+		for _, t := range g.Tiles {
+			ids = append(ids, t.ID)
+		}
+	}
+	return strings.Join(ids, " ")
+}
+
+// TileIDs is the order of the tiles of gs, as TileOrder takes it.
+func TileIDs(gs []Group) string { return tileIDs(gs) }
 
 // Overview is the overview page.
 type Overview struct {
@@ -182,11 +223,13 @@ type InstanceRow struct {
 	Instance       string
 	State          State
 	Stale          bool
-	Requests       string
+	Admitted       string // admitted calls per second in the last window report
+	Rejected       string // rejected calls per second in the last window report
 	Failure        string
 	Slow           string
-	LastTransition string
-	LastSeen       string
+	LastTransition *Since // nil = never; shown as "7s ago", ticking
+	OpenSince      *Since // nil while closed
+	LastSeen       *Since // nil = never
 	Config         string
 	ConfigDiffers  bool
 	// ConfigDrift names the settings that differ from most instances'
@@ -235,16 +278,19 @@ type CommandView struct {
 
 // DepHeader is the live summary at the top of a dependency page.
 type DepHeader struct {
-	State       State
-	Instances   string
-	Stale       string
-	Held        *Hold
-	RequestRate string
-	Failure     Rate
-	Slow        Rate
-	P50, P99    string
-	OpensToday  int
-	Labels      []string
+	State      State
+	Instances  string
+	Stale      string
+	OpenSince  *Since // nil while closed
+	Held       *Hold
+	Admitted   string // admitted calls per second, last minute
+	Rejected   string // rejected calls per second, last minute
+	Fallbacks  string // "120 served, 3 failed" in the last minute; "" when none
+	Failure    Rate
+	Slow       Rate
+	P50, P99   string
+	OpensToday int
+	Labels     []string
 }
 
 // OperatorForm is the operator panel of a dependency page.
@@ -255,6 +301,9 @@ type OperatorForm struct {
 	Instances  []Option
 	Live       int
 	DefaultTTL int // minutes
+	// View are the page's range parameters (Text = name): hidden fields
+	// that bring the page back on its range after the command.
+	View []Option
 	// Unsupported says why no instance's breaker can be held ("a
 	// sony/gobreaker v2 breaker cannot be held open or closed"): the panel
 	// says so instead of offering the commands.
@@ -273,6 +322,7 @@ type Dependency struct {
 	// breaker ignored) in the range, summed over instances; shown when
 	// not 0.
 	Misuse      int64
+	Custom      CustomRange
 	Charts      []Chart
 	Instances   []InstanceRow
 	Transitions []TransitionRow
@@ -305,6 +355,16 @@ type Confirm struct {
 	Reason   string
 	Blast    string
 	Back     string
+	View     []Option // the dependency page's range, carried to the command (Text = name)
+}
+
+// CustomRange is the from/to form beside the range presets: UTC times as
+// the datetime-local input takes them; To "" = until now.
+type CustomRange struct {
+	Action   string
+	From, To string
+	Current  bool     // the page shows a custom range
+	Hidden   []Option // the page's other parameters (Text = name)
 }
 
 // Audit is the audit log page.
@@ -344,12 +404,18 @@ type Timeline struct {
 	Services  []Option
 	Ranges    []Link
 	RangeText string
-	X0        float64 // width of the title column, viewBox units
-	W         float64 // width of the lanes
-	H         float64 // total height (LaneTop + lanes * LaneStep)
-	Axis      []Tick
-	Lanes     []Lane
-	Quiet     int // dependencies with no open instance in the range
+	Custom    CustomRange
+	// BgX is where the lanes' closed background starts (viewBox units
+	// from X0): after 0 when the range begins before cbdash's first
+	// record, which NoDataUntil then names ("07:58:02 UTC").
+	BgX         float64
+	NoDataUntil string
+	X0          float64 // width of the title column, viewBox units
+	W           float64 // width of the lanes
+	H           float64 // total height (LaneTop + lanes * LaneStep)
+	Axis        []Tick
+	Lanes       []Lane
+	Quiet       int // dependencies with no open instance in the range
 }
 
 // UserRow is one account on the admin page; Roles are the role choices
