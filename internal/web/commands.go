@@ -209,9 +209,9 @@ func commandViews(cmds []cbdash.Command, now time.Time) []templates.CommandView 
 			continue
 		}
 		if end, ok := endOf(cmd, cmds[:i]); ok {
-			out[i].Expires = holdEnd(cmd, end)
+			out[i].Expires, out[i].UntilISO = holdEnd(cmd, end), ""
 		} else if !cmd.ExpiresAt.IsZero() && !cmd.ExpiresAt.After(now) {
-			out[i].Expires = stamp(cmd.ExpiresAt) + " — expired"
+			out[i].Expires, out[i].UntilISO = stamp(cmd.ExpiresAt)+" — expired", ""
 		}
 	}
 	return out
@@ -285,8 +285,8 @@ func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 	// delivery deadline, not worth an "until".
 	if !cmd.ExpiresAt.IsZero() && (cmd.Action == protocol.ActionForceOpen || cmd.Action == protocol.ActionForceClosed) {
 		v.Expires = stamp(cmd.ExpiresAt)
-		if cmd.ExpiresAt.After(now) {
-			v.Expires += " (in " + roughDuration(cmd.ExpiresAt.Sub(now)) + ")"
+		if cmd.ExpiresAt.After(now) { // the page counts it down
+			v.UntilISO, v.In = isoTime(cmd.ExpiresAt), exactDuration(cmd.ExpiresAt.Sub(now).Truncate(time.Second))
 		}
 	}
 	counts := map[string]int{}

@@ -38,10 +38,13 @@ func TestAuditShowsWhenAHoldEnded(t *testing.T) {
 	byID := map[string]string{}
 	for i, c := range cmds {
 		byID[c.ID] = v[i].Expires
+		if v[i].UntilISO != "" { // the page counts down what remains
+			byID[c.ID] += " (in " + v[i].In + ")"
+		}
 	}
 	for id, want := range map[string]string{
 		"4": date(10*time.Minute) + " — released " + clock(2*time.Second) + " by otto", // the all-instance release, not the one of checkout-2
-		"3": date(9*time.Minute) + " (in 7m)",                                          // another breaker's release does not end it
+		"3": date(9*time.Minute) + " (in 7m0s)",                                        // another breaker's release does not end it
 		"2": date(-55*time.Minute) + " — expired",
 		"1": "no expiry — reset " + date(time.Second) + " by otto", // the instance reset ends the instance hold
 		"6": "",

@@ -161,11 +161,15 @@ func plural(n int, one, many string) string {
 }
 
 func holdRow(h cbdash.HoldRecord, now time.Time) templates.HoldRow {
-	return templates.HoldRow{
+	r := templates.HoldRow{
 		ID: h.ID, Href: holdHref(h.ID), Action: incident.ActionText(h.Action), Selector: h.Selector.String(),
 		Actor: h.Actor, Reason: h.Reason, Start: stamp(h.CreatedAt), Expiry: holdExpiry(h, now),
 		Status: holdStatus(h, now), Coverage: coverageText(h.Coverage),
 	}
+	if h.LiveAt(now) {
+		r.Until, r.UntilISO, r.In = stamp(h.Until), isoTime(h.Until), exactDuration(h.Until.Sub(now).Truncate(time.Second))
+	}
+	return r
 }
 
 // depHolds is the holds block of dependency d's page: the live holds

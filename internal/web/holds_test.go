@@ -203,7 +203,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 
 	// The list, the audit log and the dependency page link to it.
 	list := otto.get("/holds")
-	mustContain(t, "the holds list", list.body, `href="/holds/`+id+`"`, "*/payments region=eu", "(in 19m", "4 instance breakers (1 joined later): 4 applied")
+	mustContain(t, "the holds list", list.body, `href="/holds/`+id+`"`, "*/payments region=eu", "(in <span data-until=", ">19m", "4 instance breakers (1 joined later): 4 applied")
 	audit := otto.get("/audit")
 	mustContain(t, "the audit log", audit.body, `data-testid="audit-hold"`, `href="/holds/`+id+`"`)
 	page = otto.get(depPage)

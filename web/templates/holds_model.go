@@ -11,9 +11,13 @@ type HoldRow struct {
 	Start    string // to the second, UTC
 	// Expiry is the planned end to the second, with what remains or how
 	// it ended: "2025-01-02 14:05:09 (in 9m 51s)", "... (released 14:01:02 by otto)".
-	Expiry   string
-	Status   State  // live (forced-open / forced-closed), released or expired (closed)
-	Coverage string // "3 instances (1 joined later): 3 applied"
+	Expiry string
+	// Until and In are set while the hold is live: the planned end (to
+	// the second, UTC; ISO RFC 3339 for the page's clock) and what
+	// remains, which the page counts down; Expiry is then not shown.
+	Until, UntilISO, In string
+	Status              State  // live (forced-open / forced-closed), released or expired (closed)
+	Coverage            string // "3 instances (1 joined later): 3 applied"
 	// Governs lists the instances this hold decides now (dependency page
 	// only): where several holds match, the most recent wins.
 	Governs string

@@ -270,10 +270,13 @@ type CommandView struct {
 	Href     string
 	Scope    string
 	Expires  string
-	Reason   string
-	Summary  string // "2 applied, 1 pending"
-	Targets  []TargetRow
-	HoldHref string // the drill report of the hold the command applied or released; "" if none
+	// UntilISO and In are set while a forced state is still to end: its
+	// end (RFC 3339) and what remains, which the page counts down.
+	UntilISO, In string
+	Reason       string
+	Summary      string // "2 applied, 1 pending"
+	Targets      []TargetRow
+	HoldHref     string // the drill report of the hold the command applied or released; "" if none
 }
 
 // DepHeader is the live summary at the top of a dependency page.
