@@ -229,7 +229,6 @@ type overviewLive struct {
 	// the worst-first order: the next flush sends the new order (a small
 	// TileOrder the page applies at once), not the whole grid.
 	reorder bool
-	gridAt  time.Time
 	order   string // the tile order last sent
 	// alerts is the firing count last sent (-1: none sent yet).
 	alerts int
