@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,9 +18,11 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/demo"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // demoOperator is the demo's operator account, printed on start.
@@ -131,7 +134,46 @@ func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr
 	if ready != nil {
 		ready(srv.URL(), setup)
 	}
-	return <-done
+	drilled := make(chan struct{})
+	go func() {
+		defer close(drilled)
+		runDrills(runCtx, srv.col, clk, log)
+	}()
+	err = <-done
+	cancel()
+	<-drilled
+	return err
+}
+
+// The demo's scripted operator drill: demoDrillAfter after start, then
+// every demoDrillEvery, checkout's pricing breakers are forced open for
+// demoDrillFor, as an operator drilling the fallback would, so that the
+// holds list, the audit log and a drill report have something true to
+// show.
+const (
+	demoDrillAfter = 45 * time.Second
+	demoDrillEvery = 10 * time.Minute
+	demoDrillFor   = 30 * time.Second
+)
+
+// runDrills holds checkout/pricing open on the demo's schedule until ctx
+// is done.
+func runDrills(ctx context.Context, col *collector.Collector, clk clock.Clock, log *slog.Logger) {
+	wait := demoDrillAfter
+	for clock.Sleep(clk, wait, ctx.Done()) {
+		wait = demoDrillEvery
+		h, err := col.CreateHold(ctx, cbdash.HoldRequest{
+			Selector: cbdash.Selector{Service: "checkout", Breaker: "pricing"}, Action: protocol.ActionForceOpen,
+			TTL: demoDrillFor, Reason: "scripted drill: do checkout's pricing fallbacks serve?", Actor: "demo",
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("demo drill", "err", err)
+			}
+			continue
+		}
+		log.Info("demo drill: checkout/pricing forced open", "for", demoDrillFor, "report", "/holds/"+h.ID)
+	}
 }
 
 // waitReady polls url until it answers 200, for at most 30 s.

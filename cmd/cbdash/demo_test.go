@@ -14,6 +14,7 @@ import (
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // runningDemo is a whole demo (store, collector, dashboard, fleet with its
@@ -166,6 +167,23 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 			return len(missing) == 0
 		}) {
 			t.Fatalf("after 60s no transition caused by %v", missing)
+		}
+	})
+	t.Run("the scripted drill holds checkout/pricing open and has a report", func(t *testing.T) {
+		var holds []cbdash.HoldRecord
+		// Real time: the drill starts demoDrillAfter after the demo.
+		eventually.Within(t, demoDrillAfter+20*time.Second-time.Since(start), "the demo's drill", func() bool {
+			getJSON(t, d.url+"/api/v1/holds", &holds)
+			return len(holds) > 0
+		})
+		h := holds[0]
+		if h.Actor != "demo" || h.Selector.String() != "checkout/pricing" || h.Action != protocol.ActionForceOpen || h.TTL != demoDrillFor {
+			t.Errorf("drill hold = %+v", h)
+		}
+		var rep map[string]any
+		getJSON(t, d.url+"/api/v1/holds/"+h.ID+"/report", &rep)
+		if len(rep) == 0 {
+			t.Error("the drill has no report")
 		}
 	})
 	t.Run("status lists the fleet", func(t *testing.T) {

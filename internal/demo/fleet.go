@@ -17,6 +17,9 @@ import (
 type DependencySpec struct {
 	Name   string
 	Offset time.Duration
+	// Script, when not nil, is this dependency's own fault script instead
+	// of the fleet's (FleetConfig.Script).
+	Script *Script
 }
 
 // ServiceSpec is one service of the fleet: how many instances it runs and
@@ -31,15 +34,17 @@ type ServiceSpec struct {
 // into DefaultScript are chosen so that, within the first minute, some
 // breaker trips on failure rate, one on slow calls, probes fail during an
 // outage and succeed during a recovery, while business errors trip
-// nothing.
+// nothing; inventory follows ClimbingScript, so its failure rate is seen
+// rising through the headroom bar for half a minute before it trips.
 func DefaultDependencies() []DependencySpec {
 	s := time.Second
+	climbing := ClimbingScript()
 	return []DependencySpec{
-		{Name: "payments", Offset: 4 * s},         // error burst after 2 s, then outage and recovery
-		{Name: "inventory", Offset: 40 * s},       // business errors, then creeping latency
-		{Name: "pricing", Offset: 0},              // the script from its start
-		{Name: "recommendations", Offset: 20 * s}, // slow recovery first, creeping latency at 24 s
-		{Name: "search", Offset: 10 * s},          // outage after 2 s
+		{Name: "payments", Offset: 4 * s},                 // error burst after 2 s, then outage and recovery
+		{Name: "inventory", Offset: 0, Script: &climbing}, // failures climb for 40 s, trip about 25 s in, recover
+		{Name: "pricing", Offset: 0},                      // the script from its start
+		{Name: "recommendations", Offset: 20 * s},         // slow recovery first, creeping latency at 24 s
+		{Name: "search", Offset: 10 * s},                  // outage after 2 s
 	}
 }
 
@@ -160,7 +165,11 @@ func StartFleet(cfg FleetConfig) (f *Fleet, err error) {
 	}()
 	urls := map[string]string{}
 	for _, d := range cfg.Dependencies {
-		s, err := StartServer(ServerConfig{Name: d.Name, Script: cfg.Script, Offset: d.Offset, Clock: cfg.Clock, Logger: f.log})
+		script := cfg.Script
+		if d.Script != nil {
+			script = *d.Script
+		}
+		s, err := StartServer(ServerConfig{Name: d.Name, Script: script, Offset: d.Offset, Clock: cfg.Clock, Logger: f.log})
 		if err != nil {
 			return f, err
 		}

@@ -172,3 +172,24 @@ func DefaultScript() Script {
 		{Name: "calm", Duration: 30 * s, Fault: Fault{Latency: 10 * ms}},
 	}}
 }
+
+// ClimbingScript is the demo's slow-building trouble: after 10 s of health
+// the share of failed calls climbs from none to 80% over 40 s, so a closed
+// breaker's failure rate is seen rising through its headroom bar (it
+// reaches the 50% threshold about 25 s into the climb) before the breaker
+// opens; failed probes follow while the failures stay high, then the
+// dependency recovers, the probes succeed and the breaker closes; 30 s of
+// calm end the loop (100 s).
+func ClimbingScript() Script {
+	ms := time.Millisecond
+	s := time.Second
+	return Script{Phases: []Phase{
+		{Name: "healthy", Duration: 10 * s, Fault: Fault{Latency: 10 * ms}},
+		{Name: "failures climbing", Duration: 40 * s,
+			Fault:  Fault{Latency: 10 * ms, ErrorStatus: 500},
+			RampTo: &Fault{Latency: 10 * ms, ErrorRate: 0.8, ErrorStatus: 500}},
+		{Name: "failing", Duration: 5 * s, Fault: Fault{Latency: 10 * ms, ErrorRate: 0.8, ErrorStatus: 500}},
+		{Name: "recovered", Duration: 15 * s, Fault: Fault{Latency: 10 * ms}},
+		{Name: "calm", Duration: 30 * s, Fault: Fault{Latency: 10 * ms}},
+	}}
+}

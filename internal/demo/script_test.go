@@ -147,3 +147,32 @@ func TestStatusForHoldsRates(t *testing.T) {
 		}
 	}
 }
+
+func TestClimbingScriptRaisesTheFailureRateBeforeItTrips(t *testing.T) {
+	s := ClimbingScript()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	prev := -1.0
+	for at := 10 * time.Second; at < 50*time.Second; at += 5 * time.Second {
+		_, p, f := s.At(at)
+		if p.Name != "failures climbing" || f.ErrorRate <= prev {
+			t.Fatalf("at %v: phase %q error rate %v, want a climb above %v", at, p.Name, f.ErrorRate, prev)
+		}
+		prev = f.ErrorRate
+	}
+	// The 50% threshold of the demo's breakers is reached after 25 s of
+	// climbing, not at once: 30 s of the headroom bar rising.
+	if _, _, f := s.At(10*time.Second + 25*time.Second); f.ErrorRate < 0.49 || f.ErrorRate > 0.51 {
+		t.Errorf("error rate 25 s into the climb = %v, want 0.5", f.ErrorRate)
+	}
+	var inventory *DependencySpec
+	for _, d := range DefaultDependencies() {
+		if d.Name == "inventory" {
+			inventory = &d
+		}
+	}
+	if inventory == nil || inventory.Script == nil || inventory.Script.Period() != s.Period() {
+		t.Error("the demo's inventory does not follow ClimbingScript")
+	}
+}
