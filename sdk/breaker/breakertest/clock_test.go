@@ -8,7 +8,9 @@ import (
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// t0 is where the tests' clocks start: the test epoch, which CBDASH_TEST_EPOCH
+// moves, not a calendar date.
+var t0 = breakertest.Epoch()
 
 func TestClock(t *testing.T) {
 	t.Run("fires due timers in order of due time, then of setting, at their due time", func(t *testing.T) {

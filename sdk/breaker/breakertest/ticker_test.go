@@ -83,7 +83,7 @@ func TestEpoch(t *testing.T) {
 	})
 	t.Run("is moved by the variable, in UTC", func(t *testing.T) {
 		t.Setenv(breakertest.EpochEnv, "2041-06-15T05:00:00+02:00")
-		want := time.Date(2041, 6, 15, 3, 0, 0, 0, time.UTC)
+		want := time.Date(2041, 6, 15, 3, 0, 0, 0, time.UTC) // the date is the subject: the variable's value in UTC
 		if got := breakertest.Epoch(); !got.Equal(want) || got.Location() != time.UTC {
 			t.Fatalf("Epoch() = %v, want %v", got, want)
 		}
