@@ -16,6 +16,7 @@ import (
 type loadgenOptions struct {
 	clientOptions
 	AgentToken      string
+	AgentServers    []string
 	Service         string
 	Instances       int
 	Breakers        int
@@ -48,7 +49,7 @@ subscriber of /api/v1/events.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			res, err := loadgen.Run(cmd.Context(), loadgen.Config{
-				URL: o.Server, Token: o.AgentToken, ReadToken: o.Token, Service: o.Service,
+				URL: o.Server, AgentURLs: o.AgentServers, Token: o.AgentToken, ReadToken: o.Token, Service: o.Service,
 				Instances: o.Instances, BreakersPerInstance: o.Breakers, Interval: o.Interval,
 				Duration: o.Duration, TransitionEvery: o.TransitionEvery, DialConcurrency: o.DialConcurrency,
 				Logger: log, Clock: clk,
@@ -71,6 +72,7 @@ subscriber of /api/v1/events.`,
 	o.bind(cmd.Flags())
 	f := cmd.Flags()
 	f.StringVar(&o.AgentToken, "agent-token", "", "agent token for any service (env CBDASH_AGENT_TOKEN)")
+	f.StringSliceVar(&o.AgentServers, "agent-servers", nil, "base URLs of the collectors the agents connect to, comma-separated, instance i to the (i mod n)th (default: --server; transitions are timed on --server)")
 	f.StringVar(&o.Service, "service", "loadgen", "name of the simulated service")
 	f.IntVar(&o.Instances, "instances", 1000, "simulated agents")
 	f.IntVar(&o.Breakers, "breakers", 20, "breakers per agent")

@@ -36,7 +36,12 @@ var ErrInvalid = errors.New("invalid load generator config")
 // URL and Token works.
 type Config struct {
 	// URL is the collector's base URL (http:// or https://); required.
+	// Transitions are timed to a subscriber of its /api/v1/events.
 	URL string
+	// AgentURLs are the base URLs of several collectors sharing one
+	// database: simulated instance i connects to AgentURLs[i mod n].
+	// Empty = URL alone.
+	AgentURLs []string
 	// Token is an agent token (cbdash token create); required.
 	Token string
 	// ReadToken, when set, is sent as a Bearer token to /api/v1/events (a
@@ -103,6 +108,10 @@ func (c *Config) validate() error {
 		return bad("URL", "must start with http:// or https://")
 	case c.Token == "":
 		return bad("Token", "is required")
+	case slices.ContainsFunc(c.AgentURLs, func(u string) bool {
+		return !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://")
+	}):
+		return bad("AgentURLs", "must each start with http:// or https://")
 	case c.Instances < 0:
 		return bad("Instances", "is negative")
 	case c.BreakersPerInstance < 0 || c.BreakersPerInstance > protocol.MaxBreakersPerHello:
@@ -355,7 +364,11 @@ func wsURL(base string) string {
 func (r *run) dial(ctx context.Context, i int) (*agent, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(dctx, wsURL(r.cfg.URL), &websocket.DialOptions{
+	base := r.cfg.URL
+	if n := len(r.cfg.AgentURLs); n > 0 {
+		base = r.cfg.AgentURLs[i%n]
+	}
+	conn, _, err := websocket.Dial(dctx, wsURL(base), &websocket.DialOptions{
 		Subprotocols: []string{protocol.Subprotocol},
 		HTTPHeader:   http.Header{"Authorization": {"Bearer " + r.cfg.Token}},
 	})

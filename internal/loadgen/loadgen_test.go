@@ -52,6 +52,7 @@ func TestConfigValidation(t *testing.T) {
 		{"websocket URL", loadgen.Config{URL: "ws://127.0.0.1:1", Token: "t"}},
 		{"no token", loadgen.Config{URL: "http://127.0.0.1:1"}},
 		{"negative instances", loadgen.Config{URL: "http://127.0.0.1:1", Token: "t", Instances: -1}},
+		{"websocket agent URL", loadgen.Config{URL: "http://127.0.0.1:1", AgentURLs: []string{"http://127.0.0.1:2", "ws://127.0.0.1:3"}, Token: "t"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -70,6 +70,7 @@ type Agent struct {
 	wg        sync.WaitGroup
 
 	connected  atomic.Bool
+	collector  atomic.Pointer[string] // the URL of the collector connected to, nil when none
 	reconnects atomic.Uint64
 }
 
@@ -310,13 +311,21 @@ type Stats struct {
 	Reconnects    uint64 // connections established after the first
 	BufferedBytes int    // encoded bytes held for the collector, <= Config.BufferBytes
 	Connected     bool   // a connection is up and the collector has welcomed the agent
+	// Collector is the URL (one of Config.URLs, or Config.URL) of the
+	// collector the agent is connected to; "" when not Connected.
+	Collector string
 }
 
 // Stats returns the agent's counters. It is safe to call at any time.
 func (a *Agent) Stats() Stats {
 	s := a.out.stats()
+	var url string
+	if p := a.collector.Load(); p != nil {
+		url = *p
+	}
 	return Stats{
-		Sent: s.sent, Acked: s.acked, Dropped: s.dropped,
+		Collector: url,
+		Sent:      s.sent, Acked: s.acked, Dropped: s.dropped,
 		Reconnects: a.reconnects.Load(), BufferedBytes: s.bytes, Connected: a.connected.Load(),
 	}
 }

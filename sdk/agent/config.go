@@ -3,23 +3,39 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// Config configures an Agent. Only URL and Service are required; every
-// other zero field means its documented default.
+// Config configures an Agent. Only URL (or URLs) and Service are
+// required; every other zero field means its documented default.
 type Config struct {
 	// URL is the collector's agent endpoint, ws:// or wss://, for example
 	// ws://127.0.0.1:8080/api/v1/agent. wss uses TLS (see HTTPClient).
+	// It is ignored when URLs is not empty.
 	URL string
+	// URLs are the agent endpoints of several collectors sharing one
+	// database, each as URL; when not empty it takes precedence over URL.
+	// The agent connects to one of them, starting at one picked by a hash
+	// of Service and Instance (so that a fleet splits across them), and
+	// when a connection fails (dial error, the connection lost, no welcome
+	// within HandshakeTimeout, no acknowledgement for 30 s) it tries the
+	// next one in order after its usual backoff, keeping its buffer and
+	// resending what the collector has not acknowledged. At most 64.
+	URLs []string
+	// HandshakeTimeout bounds the dial, the hello and the wait for the
+	// collector's welcome; a collector that does not welcome the agent
+	// within it counts as down. 0 means 10s.
+	HandshakeTimeout time.Duration
 	// Token is the agent token, sent as "Authorization: Bearer <token>".
 	// Empty sends no Authorization header.
 	Token string
@@ -80,7 +96,26 @@ func (systemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
 // ErrInvalidConfig is wrapped by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("agent: invalid config")
 
-const minBufferBytes = 64 << 10
+const (
+	minBufferBytes = 64 << 10
+	maxURLs        = 64
+)
+
+func isWebsocketURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "ws" || u.Scheme == "wss") && u.Host != ""
+}
+
+// firstURL is the index in urls where an instance starts: a hash of its
+// service and instance names, so that the instances of a fleet given the
+// same list spread over it.
+func firstURL(service, instance string, urls []string) int {
+	h := fnv.New32a()
+	h.Write([]byte(service))
+	h.Write([]byte{0})
+	h.Write([]byte(instance))
+	return int(h.Sum32() % uint32(len(urls)))
+}
 
 // withDefaults validates c and returns it with defaults applied. The error
 // names the bad field and wraps ErrInvalidConfig.
@@ -88,9 +123,20 @@ func (c Config) withDefaults() (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
-	u, err := url.Parse(c.URL)
-	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+	switch {
+	case len(c.URLs) > maxURLs:
+		return bad("URLs: %d URLs (at most %d)", len(c.URLs), maxURLs)
+	case len(c.URLs) > 0:
+		c.URLs = slices.Clone(c.URLs) // the caller may reuse its slice
+		for i, raw := range c.URLs {
+			if !isWebsocketURL(raw) {
+				return bad("URLs[%d] %q is not a ws:// or wss:// URL", i, raw)
+			}
+		}
+	case !isWebsocketURL(c.URL):
 		return bad("URL %q is not a ws:// or wss:// URL", c.URL)
+	default:
+		c.URLs = []string{c.URL}
 	}
 	if err := checkName(c.Service); err != nil {
 		return bad("Service: %v", err)
@@ -126,6 +172,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"IdleReportInterval", &c.IdleReportInterval, 10 * time.Second},
 		{"ReconnectMin", &c.ReconnectMin, 250 * time.Millisecond},
 		{"ReconnectMax", &c.ReconnectMax, 30 * time.Second},
+		{"HandshakeTimeout", &c.HandshakeTimeout, 10 * time.Second},
 	} {
 		if *d.v < 0 {
 			return bad("%s is negative (%v)", d.name, *d.v)

@@ -17,7 +17,6 @@ import (
 // Timeouts of the connection. Each write has its own deadline so that a
 // collector that stops reading costs a reconnect, never a stuck agent.
 const (
-	dialTimeout    = 10 * time.Second // handshake, hello and welcome
 	writeTimeout   = 10 * time.Second
 	ackTimeout     = 30 * time.Second // a batch unacknowledged this long means a dead collector
 	closeTimeout   = time.Second      // for the closing handshake
@@ -30,13 +29,18 @@ var (
 )
 
 // connLoop is the agent's connection goroutine: it keeps one session with
-// the collector up, reconnecting with exponential backoff and jitter.
+// a collector up, reconnecting with exponential backoff and jitter. Each
+// attempt after a session ended (or failed to start) goes to the next of
+// Config.URLs: with one URL that is the same collector again.
 func (a *Agent) connLoop(ctx context.Context) {
 	defer a.wg.Done()
 	backoff := a.cfg.ReconnectMin
 	sessions := 0
+	next := firstURL(a.cfg.Service, a.cfg.Instance, a.cfg.URLs)
 	for ctx.Err() == nil {
-		welcomed, progressed, err := a.session(ctx, sessions > 0)
+		url := a.cfg.URLs[next]
+		next = (next + 1) % len(a.cfg.URLs)
+		welcomed, progressed, err := a.session(ctx, url, sessions > 0)
 		if welcomed {
 			sessions++
 		}
@@ -51,7 +55,7 @@ func (a *Agent) connLoop(ctx context.Context) {
 			return
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		a.log.Warn("collector connection lost, retrying", "error", err, "retry_in", wait)
+		a.log.Warn("collector connection lost, retrying", "error", err, "retry_in", wait, "next_url", a.cfg.URLs[next])
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -68,14 +72,14 @@ func (a *Agent) connLoop(ctx context.Context) {
 // reports whether the collector accepted the hello; progressed that it
 // also acknowledged a batch sent on the connection, or that no batch was
 // waiting for an acknowledgement when the connection ended.
-func (a *Agent) session(ctx context.Context, reconnect bool) (welcomed, progressed bool, err error) {
-	welcomed, err = a.run(ctx, reconnect, &progressed)
+func (a *Agent) session(ctx context.Context, url string, reconnect bool) (welcomed, progressed bool, err error) {
+	welcomed, err = a.run(ctx, url, reconnect, &progressed)
 	return welcomed, progressed, err
 }
 
-func (a *Agent) run(ctx context.Context, reconnect bool, progressed *bool) (welcomed bool, err error) {
+func (a *Agent) run(ctx context.Context, url string, reconnect bool, progressed *bool) (welcomed bool, err error) {
 	hello, gen := a.hello()
-	conn, welcome, err := a.handshake(ctx, &hello)
+	conn, welcome, err := a.handshake(ctx, url, &hello)
 	if err != nil {
 		return false, err
 	}
@@ -91,9 +95,13 @@ func (a *Agent) run(ctx context.Context, reconnect bool, progressed *bool) (welc
 		_, waiting := a.out.unackedSince()
 		*progressed = a.out.stats().acked > acked || !waiting
 	}()
+	a.collector.Store(&url)
 	a.connected.Store(true)
-	defer a.connected.Store(false)
-	a.log.Info("connected to the collector", "url", a.cfg.URL, "last_seq", welcome.LastSeq)
+	defer func() {
+		a.connected.Store(false)
+		a.collector.Store(nil)
+	}()
+	a.log.Info("connected to the collector", "url", url, "last_seq", welcome.LastSeq)
 	if skew := time.Duration(welcome.ServerTime-a.cfg.Clock.Now().UnixMilli()) * time.Millisecond; welcome.ServerTime > 0 && skew.Abs() > time.Minute {
 		// The collector refuses times more than protocol.MaxFutureSkewMillis
 		// ahead of its clock.
@@ -133,22 +141,23 @@ func (a *Agent) run(ctx context.Context, reconnect bool, progressed *bool) (welc
 	}
 }
 
-// handshake dials the collector, sends hello and waits for its welcome.
-func (a *Agent) handshake(ctx context.Context, hello *protocol.Hello) (*websocket.Conn, *protocol.Welcome, error) {
-	hctx, cancel := context.WithTimeout(ctx, dialTimeout)
+// handshake dials the collector at url, sends hello and waits for its
+// welcome, all within Config.HandshakeTimeout.
+func (a *Agent) handshake(ctx context.Context, url string, hello *protocol.Hello) (*websocket.Conn, *protocol.Welcome, error) {
+	hctx, cancel := context.WithTimeout(ctx, a.cfg.HandshakeTimeout)
 	defer cancel()
 	header := http.Header{}
 	if a.cfg.Token != "" {
 		header.Set("Authorization", "Bearer "+a.cfg.Token)
 	}
-	conn, resp, err := websocket.Dial(hctx, a.cfg.URL, &websocket.DialOptions{
+	conn, resp, err := websocket.Dial(hctx, url, &websocket.DialOptions{
 		HTTPClient: a.cfg.HTTPClient, HTTPHeader: header, Subprotocols: []string{protocol.Subprotocol},
 	})
 	if err != nil {
 		if resp != nil {
-			return nil, nil, fmt.Errorf("dial %s: HTTP %d: %w", a.cfg.URL, resp.StatusCode, err)
+			return nil, nil, fmt.Errorf("dial %s: HTTP %d: %w", url, resp.StatusCode, err)
 		}
-		return nil, nil, fmt.Errorf("dial %s: %w", a.cfg.URL, err)
+		return nil, nil, fmt.Errorf("dial %s: %w", url, err)
 	}
 	conn.SetReadLimit(protocol.MaxMessageBytes)
 	fail := func(err error) (*websocket.Conn, *protocol.Welcome, error) {
