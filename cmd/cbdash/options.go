@@ -47,9 +47,10 @@ type serveOptions struct {
 	// the defaults of collector.Limits and web.LiveLimits.
 	Limits      collector.Limits
 	Live        web.LiveLimits
-	Hystrix     []string // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
-	Prometheus  []string // --prometheus: Prometheus endpoints to scrape, same form
-	SourcesFile string   // --sources: a JSON file of targets (source.File)
+	Hystrix     []string    // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
+	Prometheus  []string    // --prometheus: Prometheus endpoints to scrape, same form
+	SourcesFile string      // --sources: a JSON file of targets (source.File)
+	OTLP        otlpOptions // --otlp-*: OpenTelemetry metrics export
 
 	// targets are the pull sources of --hystrix, --prometheus and
 	// --sources, set by validate.
@@ -94,6 +95,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.StringArrayVar(&o.Hystrix, "hystrix", nil, "a Hystrix stream to read, as URL,service=NAME[,instance=NAME][,header=Name: value] (repeatable): hystrix-go, Spring/resilience4j, opossum-hystrix, Turbine")
 	fs.StringArrayVar(&o.Prometheus, "prometheus", nil, "a Prometheus endpoint to scrape for resilience4j or opossum-prometheus breakers, as URL,service=NAME[,instance=NAME][,interval=5s][,header=Name: value] (repeatable)")
 	fs.StringVar(&o.SourcesFile, "sources", "", `a JSON file of streams and endpoints to read: {"targets": [{"kind": "hystrix", "url": ..., "service": ..., "instance": ..., "header": {...}}]}`)
+	o.OTLP.bind(fs)
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
 }
 
@@ -148,6 +150,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return usageError{fmt.Errorf("--log-format %q: want text or json", o.LogFormat)}
+	}
+	if err := o.OTLP.validate(); err != nil {
+		return err
 	}
 	return o.parseTargets()
 }

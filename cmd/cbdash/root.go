@@ -27,7 +27,7 @@ func fromEnv(name string) bool {
 	switch name {
 	case "addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
 		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced",
-		"trusted-proxy", "secure-cookies",
+		"trusted-proxy", "secure-cookies", "otlp-endpoint", "otlp-interval", "otlp-header",
 		"server", "token", "timeout", "agent-token", "password":
 		return true
 	}

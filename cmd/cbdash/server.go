@@ -18,6 +18,7 @@ import (
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/otelexport"
 	"github.com/cbdash/cbdash/internal/source"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
@@ -39,6 +40,7 @@ type server struct {
 	http      *http.Server
 	ln        net.Listener
 	tls       bool
+	otlp      *otelexport.Exporter // nil without --otlp-endpoint
 }
 
 // openServer opens the store, builds the collector and the dashboard, and
@@ -130,11 +132,16 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s (flag --addr or CBDASH_ADDR): %w", o.Addr, err)
 	}
+	if s.otlp, err = o.OTLP.start(ctx, reg, s.ln.Addr()); err != nil {
+		s.ln.Close()
+		return nil, err
+	}
 	// Only once the server can start: a first start that fails must not
 	// make the admin account and spend its one-time password.
 	created, pw, err := web.EnsureAdmin(ctx, s.store, o.AdminPassword)
 	if err != nil {
 		s.ln.Close()
+		s.stopExport(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("creating the admin account: %w", err)
 	}
 	switch {
@@ -244,11 +251,23 @@ func (s *server) run(ctx context.Context, beforeStop func(context.Context)) erro
 	svcWG.Wait()
 	stopCol()
 	colWG.Wait()
+	s.stopExport(sctx) // a last export of the final figures
 	if err := s.closeStore(); err != nil {
 		return errors.Join(runErr, fmt.Errorf("closing the database: %w", err))
 	}
 	s.log.Info("stopped")
 	return runErr
+}
+
+// stopExport makes the OTLP export's last export and stops it.
+func (s *server) stopExport(ctx context.Context) {
+	if s.otlp == nil {
+		return
+	}
+	if err := s.otlp.Shutdown(ctx); err != nil {
+		s.log.Warn("the last OTLP export failed", "err", err)
+	}
+	s.otlp = nil
 }
 
 // closeStore closes the store once (no-op when it was never opened).

@@ -112,12 +112,15 @@ func TestMetricsStateSeriesIsRewritten(t *testing.T) {
 		`cbdash_collector_batches_total{result="stored"} 2`,
 		`cbdash_collector_window_reports_total 2`,
 		`cbdash_collector_agent_connections 1`,
+		`cbdash_breaker_instances{breaker="db",service="api",state="half_open"} 1`,
+		`cbdash_breaker_instances{breaker="db",service="api",state="open"} 0`,
+		`cbdash_dependencies_open 0`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	if strings.Contains(text, `state="open"`) {
+	if strings.Contains(text, `cbdash_breaker_state{breaker="db",service="api",state="open"}`) {
 		t.Error("the old state series is still exported")
 	}
 }

@@ -185,6 +185,9 @@ func New(cfg Config) (*Collector, error) {
 		sessions: make(map[*session]struct{}), tokenConns: make(map[string]int),
 	}
 	c.live = newLive(cfg.Clock.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
+	if err := cfg.Registerer.Register(newLiveGauges(c.live)); err != nil {
+		return nil, fmt.Errorf("collector: metrics: %w", err)
+	}
 	c.holds = newHoldManager(c)
 	return c, nil
 }

@@ -376,7 +376,7 @@ func (l *live) applyLocked(r applyReq) bool {
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
 		ib.dep.unpublished = true
-		l.metrics.addCalls(ib.dep.key, &w.Counts)
+		l.metrics.addWindow(ib.dep.key, w)
 	}
 	for d := range urgent {
 		l.changedLocked(d)

@@ -40,6 +40,7 @@ type metrics struct {
 	subDrops    prometheus.Counter
 	agentDrops  *prometheus.CounterVec
 	distrust    *prometheus.CounterVec // see trust.go
+	latency     *latencyHistograms     // see metrics_fleet.go
 
 	mu         sync.Mutex
 	stateLabel map[cbdash.DependencyKey]string
@@ -102,12 +103,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cbdash_collector_agent_refused_total",
 			Help: "What agents sent that the collector refused or did not trust, by reason (" + distrustReasons + ").",
 		}, []string{"reason"}),
+		latency:    newLatencyHistograms(),
 		stateLabel: make(map[cbdash.DependencyKey]string),
 		callsByDep: make(map[cbdash.DependencyKey][]prometheus.Counter),
 	}
 	for _, c := range []prometheus.Collector{
 		m.state, m.calls, m.batches, m.windows, m.transitions, m.lag, m.commit,
-		m.queue, m.connections, m.subscribers, m.subDrops, m.agentDrops, m.distrust,
+		m.queue, m.connections, m.subscribers, m.subDrops, m.agentDrops, m.distrust, m.latency,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -139,11 +141,18 @@ func (m *metrics) setState(k cbdash.DependencyKey, v *cbdash.Dependency) {
 	m.state.WithLabelValues(k.Service, k.Breaker, s).Set(1)
 }
 
-// addCalls adds a window report's counts to the breaker's call counters.
-func (m *metrics) addCalls(k cbdash.DependencyKey, c *protocol.Counts) {
+// addWindow adds a window report's counts to the breaker's call counters
+// and its latency histogram to the breaker's.
+func (m *metrics) addWindow(k cbdash.DependencyKey, w *protocol.Window) {
 	if m == nil {
 		return
 	}
+	m.latency.add(k, w)
+	m.addCalls(k, &w.Counts)
+}
+
+// addCalls adds counts to the breaker's call counters.
+func (m *metrics) addCalls(k cbdash.DependencyKey, c *protocol.Counts) {
 	m.mu.Lock()
 	cs := m.callsByDep[k]
 	if cs == nil {
@@ -166,6 +175,7 @@ func (m *metrics) forget(k cbdash.DependencyKey) {
 	if m == nil {
 		return
 	}
+	m.latency.forget(k)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old, ok := m.stateLabel[k]; ok {

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"github.com/cbdash/cbdash/internal/otelexport"
+)
+
+// otlpOptions are the flags of the OpenTelemetry metrics export.
+type otlpOptions struct {
+	Endpoint string        // --otlp-endpoint: OTLP/HTTP receiver; "" = no export
+	Interval time.Duration // --otlp-interval
+	Headers  []string      // --otlp-header: "Name=value", repeatable
+	headers  map[string]string
+}
+
+func (o *otlpOptions) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Endpoint, "otlp-endpoint", "", "export the /metrics figures over OTLP/HTTP to this receiver, e.g. http://otel-collector:4318 (/v1/metrics is appended to a URL without a path; default: no export)")
+	fs.DurationVar(&o.Interval, "otlp-interval", 15*time.Second, "time between OTLP exports")
+	fs.StringArrayVar(&o.Headers, "otlp-header", nil, "a header sent with every OTLP export, as Name=value (repeatable), e.g. an API key of the back end")
+}
+
+// validate checks the flags, naming the bad one, and parses the headers.
+func (o *otlpOptions) validate() error {
+	o.headers = nil
+	if o.Endpoint == "" {
+		if len(o.Headers) > 0 {
+			return usageError{fmt.Errorf("--otlp-header needs --otlp-endpoint")}
+		}
+		return nil
+	}
+	if u, err := url.Parse(o.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageError{fmt.Errorf("--otlp-endpoint %q: want an http:// or https:// URL such as http://otel-collector:4318", o.Endpoint)}
+	}
+	if o.Interval <= 0 {
+		return usageError{fmt.Errorf("--otlp-interval must be positive (got %v)", o.Interval)}
+	}
+	o.headers = map[string]string{}
+	for _, h := range o.Headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return usageError{fmt.Errorf("--otlp-header %q: want Name=value", h)}
+		}
+		o.headers[strings.TrimSpace(k)] = v
+	}
+	return nil
+}
+
+// start starts the export of reg's figures (nil when there is none to
+// make); addr is where this collector listens, which with the host name
+// identifies it among collectors sharing one database.
+func (o *otlpOptions) start(ctx context.Context, reg prometheus.Gatherer, addr net.Addr) (*otelexport.Exporter, error) {
+	if o.Endpoint == "" {
+		return nil, nil
+	}
+	host, _ := os.Hostname()
+	id := host
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		id = fmt.Sprintf("%s:%d", host, tcp.Port)
+	}
+	exp, err := otelexport.New(ctx, otelexport.Config{Endpoint: o.Endpoint, Interval: o.Interval, Headers: o.headers, Gatherer: reg, CollectorID: id})
+	if err != nil {
+		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
+	}
+	return exp, nil
+}
