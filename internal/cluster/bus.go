@@ -1,0 +1,224 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// Errors of a Bus.
+var (
+	// ErrNoRoute is returned by Route when no live collector holds the
+	// instance's connection (it is offline, or connected to this node:
+	// the caller handles its own instances before routing).
+	ErrNoRoute = errors.New("cluster: no collector holds the instance's connection")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("cluster: closed")
+	// ErrInvalid is wrapped by errors for bad arguments; the message names
+	// the argument.
+	ErrInvalid = errors.New("cluster: invalid argument")
+)
+
+// Message is what a subscriber receives.
+type Message struct {
+	Channel string // the logical channel it was published or routed on
+	From    string // the node that sent it
+	Payload []byte
+	// Gap, when set, carries no payload: it says that messages may have
+	// been missed on Channel (the node's listening connection was lost and
+	// is back), so the subscriber should resynchronise from the store.
+	Gap bool
+}
+
+// Bus connects the collectors of one deployment. Implementations are safe
+// for concurrent use.
+type Bus interface {
+	// NodeID identifies this node among the collectors.
+	NodeID() string
+	// Publish sends payload to the subscribers of channel on every other
+	// node; it never blocks on a slow subscriber. Errors: ErrInvalid (a bad
+	// channel name), ErrClosed, the database's error.
+	Publish(ctx context.Context, channel string, payload []byte) error
+	// Subscribe returns the messages other nodes publish (or route to this
+	// node) on channel, until cancel is called or the subscriber falls
+	// more than its buffer behind, when the channel is closed.
+	Subscribe(channel string) (msgs <-chan Message, cancel func())
+	// Claim records that the instance (service, instance) is connected to
+	// this node; Release undoes a claim of this node (a later claim by
+	// another node stays).
+	Claim(ctx context.Context, service, instance string) error
+	Release(ctx context.Context, service, instance string) error
+	// Route sends payload on channel to the node that holds the instance's
+	// connection. Errors: ErrNoRoute, ErrInvalid, ErrClosed, the
+	// database's error.
+	Route(ctx context.Context, channel, service, instance string, payload []byte) error
+	// Lead runs fn while this node is the leader of the singleton name,
+	// and again each time it becomes leader after losing it, until ctx
+	// ends; fn's context ends when leadership is lost. It returns when ctx
+	// is done and fn has returned. At most one node holds a name's lock at
+	// a time; a leader that loses it stops within the implementation's
+	// check interval, so fn must tolerate a short overlap (be idempotent).
+	Lead(ctx context.Context, name string, fn func(ctx context.Context)) error
+	// Close stops the bus; subscribers' channels are closed.
+	Close() error
+}
+
+var channelName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,39}$`)
+
+func checkChannel(ch string) error {
+	if !channelName.MatchString(ch) {
+		return fmt.Errorf("%w: channel %q (want 1-40 of a-z, 0-9, _, starting with a letter)", ErrInvalid, ch)
+	}
+	return nil
+}
+
+func checkInstance(service, instance string) error {
+	if strings.TrimSpace(service) == "" || strings.TrimSpace(instance) == "" {
+		return fmt.Errorf("%w: service %q and instance %q must not be empty", ErrInvalid, service, instance)
+	}
+	return nil
+}
+
+// subscribers is the local fan-out of a node: bounded channels, a
+// subscriber that lets its buffer fill is dropped (its channel closed)
+// rather than slowing the others.
+type subscribers struct {
+	buffer int
+	mu     sync.Mutex
+	closed bool
+	subs   map[string]map[chan Message]struct{}
+	drops  int
+}
+
+func newSubscribers(buffer int) *subscribers {
+	return &subscribers{buffer: buffer, subs: map[string]map[chan Message]struct{}{}}
+}
+
+func (s *subscribers) add(channel string) (<-chan Message, func()) {
+	ch := make(chan Message, s.buffer)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	if s.subs[channel] == nil {
+		s.subs[channel] = map[chan Message]struct{}{}
+	}
+	s.subs[channel][ch] = struct{}{}
+	return ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.subs[channel][ch]; ok {
+			delete(s.subs[channel], ch)
+			close(ch)
+		}
+	}
+}
+
+func (s *subscribers) deliver(m Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs[m.Channel] {
+		select {
+		case ch <- m:
+		default:
+			delete(s.subs[m.Channel], ch)
+			close(ch)
+			s.drops++
+		}
+	}
+}
+
+// gap tells every subscriber that messages may have been missed.
+func (s *subscribers) gap(from string) {
+	s.mu.Lock()
+	chans := make([]string, 0, len(s.subs))
+	for c := range s.subs {
+		chans = append(chans, c)
+	}
+	s.mu.Unlock()
+	for _, c := range chans {
+		s.deliver(Message{Channel: c, From: from, Gap: true})
+	}
+}
+
+func (s *subscribers) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, set := range s.subs {
+		for ch := range set {
+			close(ch)
+		}
+	}
+	clear(s.subs)
+}
+
+// Local is the Bus of a single collector (an SQLite deployment): there is
+// no other node to publish or route to, and it is the leader of every
+// singleton.
+type Local struct {
+	id   string
+	subs *subscribers
+}
+
+var _ Bus = (*Local)(nil)
+
+// NewLocal returns the single node's Bus.
+func NewLocal() *Local { return &Local{id: "local", subs: newSubscribers(1)} }
+
+// NodeID is "local".
+func (l *Local) NodeID() string { return l.id }
+
+// Publish checks channel and sends nothing: there is no other node.
+func (l *Local) Publish(_ context.Context, channel string, _ []byte) error {
+	return checkChannel(channel)
+}
+
+// Subscribe returns a channel that receives nothing until cancel or Close.
+func (l *Local) Subscribe(channel string) (<-chan Message, func()) { return l.subs.add(channel) }
+
+// Claim does nothing: every instance is this node's.
+func (l *Local) Claim(context.Context, string, string) error { return nil }
+
+// Release does nothing.
+func (l *Local) Release(context.Context, string, string) error { return nil }
+
+// Route returns ErrNoRoute: an instance not connected here is offline.
+func (l *Local) Route(_ context.Context, channel, service, instance string, _ []byte) error {
+	if err := checkChannel(channel); err != nil {
+		return err
+	}
+	if err := checkInstance(service, instance); err != nil {
+		return err
+	}
+	return ErrNoRoute
+}
+
+// Lead runs fn at once with ctx: the single node leads everything.
+func (l *Local) Lead(ctx context.Context, _ string, fn func(context.Context)) error {
+	fn(ctx)
+	<-ctx.Done()
+	return nil
+}
+
+// Close closes the subscribers' channels.
+func (l *Local) Close() error {
+	l.subs.close()
+	return nil
+}
+
+// ForStore returns the Bus for the store at db (the --db value): a
+// Postgres bus for a postgres:// or postgresql:// URL, with cfg (its URL
+// set to db), and Local for anything else (an SQLite file, one node).
+func ForStore(ctx context.Context, db string, cfg Config) (Bus, error) {
+	if !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://") {
+		return NewLocal(), nil
+	}
+	cfg.URL = db
+	return Open(ctx, cfg)
+}

@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// connect opens a connection of its own for role, named in
+// pg_stat_activity as cbdash-<role>-<node id> (application_name).
+func (p *Postgres) connect(ctx context.Context, role string) (*pgx.Conn, error) {
+	cc, err := pgx.ParseConfig(p.cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	cc.RuntimeParams["application_name"] = "cbdash-" + role + "-" + p.cfg.NodeID
+	return pgx.ConnectConfig(ctx, cc)
+}
+
+// listenLoop keeps the listening connection up: it reports the first
+// connection's outcome on ready (Open fails when it does not come up),
+// then reconnects after Config.Reconnect each time it is lost, telling
+// subscribers of the gap.
+func (p *Postgres) listenLoop(ready chan<- error) {
+	defer p.wg.Done()
+	first := true // no connection has been up yet
+	for {
+		err := p.listen(p.ctx, func() {
+			if first {
+				first = false
+				ready <- nil
+			} else {
+				p.subs.gap(p.cfg.NodeID)
+			}
+		})
+		if first {
+			ready <- err
+			return
+		}
+		if p.ctx.Err() != nil {
+			return
+		}
+		p.log.Warn("the cluster's listening connection was lost; reconnecting", "err", err, "in", p.cfg.Reconnect)
+		if !p.wait(p.ctx, p.cfg.Reconnect) {
+			return
+		}
+	}
+}
+
+// listen runs one listening connection: LISTEN on the bus's channel and
+// this node's own, write this node's claims with the connection's id, then
+// deliver notifications until the connection fails or ctx ends.
+func (p *Postgres) listen(ctx context.Context, up func()) error {
+	conn, err := p.connect(ctx, "listen")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		p.mu.Lock()
+		p.listener = listenerID{}
+		p.mu.Unlock()
+		_ = conn.Close(context.WithoutCancel(ctx))
+	}()
+	for _, ch := range []string{busChannel, nodeChannelPrefix + p.cfg.NodeID} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("listen %s: %w", ch, err)
+		}
+	}
+	l := listenerID{pid: conn.PgConn().PID()}
+	if err := conn.QueryRow(ctx, `SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&l.start); err != nil {
+		return fmt.Errorf("reading the connection's start: %w", err)
+	}
+	p.mu.Lock()
+	p.listener = l
+	claims := make([][2]string, 0, len(p.claims))
+	for k := range p.claims {
+		claims = append(claims, k)
+	}
+	p.mu.Unlock()
+	for _, k := range claims {
+		if err := p.writeClaim(ctx, conn, l, k[0], k[1]); err != nil {
+			return err
+		}
+	}
+	up()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		var env envelope
+		if err := json.Unmarshal([]byte(n.Payload), &env); err != nil {
+			p.log.Warn("a malformed cluster message was ignored", "channel", n.Channel, "err", err)
+			continue
+		}
+		if env.From == p.cfg.NodeID {
+			continue // this node's own publication: applied here already
+		}
+		m := Message{Channel: env.Channel, From: env.From, Payload: []byte(env.Data)}
+		if env.Ref != 0 {
+			// Read on this connection, before the next notification: the
+			// order of the messages is kept.
+			if err := conn.QueryRow(ctx, `SELECT body FROM cbdash_cluster_payloads WHERE id = $1`, env.Ref).Scan(&m.Payload); err != nil {
+				p.log.Warn("a cluster message sent by reference could not be read", "ref", env.Ref, "err", err)
+				m = Message{Channel: env.Channel, From: env.From, Gap: true}
+			}
+		}
+		p.subs.deliver(m)
+	}
+}
