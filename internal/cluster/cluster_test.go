@@ -26,7 +26,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // database creates a database of the test's own on the PostgreSQL of
 // CBDASH_TEST_POSTGRES and returns its URL; it is dropped at the end.
 // Without the variable the test is skipped, except under CI=true.
-func database(t *testing.T) string {
+func database(t *testing.T) string { return benchDatabase(t) }
+
+func benchDatabase(t testing.TB) string {
 	t.Helper()
 	admin := os.Getenv("CBDASH_TEST_POSTGRES")
 	if admin == "" {
@@ -71,7 +73,9 @@ func database(t *testing.T) string {
 	return u.String()
 }
 
-func open(t *testing.T, dbURL, node string) *cluster.Postgres {
+func open(t *testing.T, dbURL, node string) *cluster.Postgres { return openB(t, dbURL, node) }
+
+func openB(t testing.TB, dbURL, node string) *cluster.Postgres {
 	t.Helper()
 	b, err := cluster.Open(context.Background(), cluster.Config{
 		URL: dbURL, NodeID: node, Clock: clocktest.NewRunning(),

@@ -257,6 +257,11 @@ func (p *Postgres) notify(ctx context.Context, pgChannel, channel string, payloa
 		return fmt.Errorf("cluster: notify: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// The row only has to outlive its readers, not a crash of the
+	// database: no wait for the WAL to reach the disk.
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
+		return fmt.Errorf("cluster: notify: %w", err)
+	}
 	if now := p.cfg.Clock.Now(); now.Sub(p.lastCleanup) > time.Minute {
 		if _, err := tx.Exec(ctx, `DELETE FROM cbdash_cluster_payloads WHERE created_at < now() - $1::interval`, payloadKeep.String()); err != nil {
 			return fmt.Errorf("cluster: notify: cleanup: %w", err)
