@@ -23,7 +23,10 @@
 // IdleReportInterval. Batches carry a sequence number; the collector
 // acknowledges what it has stored and the agent resends the rest after a
 // reconnect, so nothing is lost or counted twice when the collector
-// restarts or the connection drops.
+// restarts or the connection drops. Given several collectors sharing one
+// database (Config.URLs), the agent connects to one, starting at one picked
+// by a hash of its service and instance, and fails over to the next in the
+// same way.
 //
 // The agent never slows the service down: the breakers' hot path only
 // updates their counters, the agent's transition observer only queues,
