@@ -12,8 +12,8 @@ import (
 // Errors of a Bus.
 var (
 	// ErrNoRoute is returned by Route when no live collector holds the
-	// instance's connection (it is offline, or connected to this node:
-	// the caller handles its own instances before routing).
+	// instance's connection: it is offline (a command for it waits in the
+	// store for its next hello).
 	ErrNoRoute = errors.New("cluster: no collector holds the instance's connection")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("cluster: closed")
@@ -51,8 +51,9 @@ type Bus interface {
 	// another node stays).
 	Claim(ctx context.Context, service, instance string) error
 	Release(ctx context.Context, service, instance string) error
-	// Route sends payload on channel to the node that holds the instance's
-	// connection. Errors: ErrNoRoute, ErrInvalid, ErrClosed, the
+	// Route sends payload on channel to the subscribers of the node that
+	// holds the instance's connection (this node's own when it is this
+	// one). Errors: ErrNoRoute, ErrInvalid, ErrClosed, the
 	// database's error.
 	Route(ctx context.Context, channel, service, instance string, payload []byte) error
 	// Lead runs fn while this node is the leader of the singleton name,
@@ -159,17 +160,21 @@ func (s *subscribers) close() {
 }
 
 // Local is the Bus of a single collector (an SQLite deployment): there is
-// no other node to publish or route to, and it is the leader of every
-// singleton.
+// no other node to publish to, Route reaches this node's subscribers for
+// the instances claimed here, and it is the leader of every singleton.
 type Local struct {
-	id   string
-	subs *subscribers
+	id     string
+	subs   *subscribers
+	mu     sync.Mutex
+	claims map[[2]string]bool
 }
 
 var _ Bus = (*Local)(nil)
 
 // NewLocal returns the single node's Bus.
-func NewLocal() *Local { return &Local{id: "local", subs: newSubscribers(1)} }
+func NewLocal() *Local {
+	return &Local{id: "local", subs: newSubscribers(1024), claims: map[[2]string]bool{}}
+}
 
 // NodeID is "local".
 func (l *Local) NodeID() string { return l.id }
@@ -179,24 +184,46 @@ func (l *Local) Publish(_ context.Context, channel string, _ []byte) error {
 	return checkChannel(channel)
 }
 
-// Subscribe returns a channel that receives nothing until cancel or Close.
+// Subscribe returns the messages routed to this node on channel.
 func (l *Local) Subscribe(channel string) (<-chan Message, func()) { return l.subs.add(channel) }
 
-// Claim does nothing: every instance is this node's.
-func (l *Local) Claim(context.Context, string, string) error { return nil }
+// Claim records that the instance is connected here.
+func (l *Local) Claim(_ context.Context, service, instance string) error {
+	if err := checkInstance(service, instance); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claims[[2]string{service, instance}] = true
+	return nil
+}
 
-// Release does nothing.
-func (l *Local) Release(context.Context, string, string) error { return nil }
+// Release forgets a claim.
+func (l *Local) Release(_ context.Context, service, instance string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.claims, [2]string{service, instance})
+	return nil
+}
 
-// Route returns ErrNoRoute: an instance not connected here is offline.
-func (l *Local) Route(_ context.Context, channel, service, instance string, _ []byte) error {
+// Route delivers payload to this node's subscribers of channel when the
+// instance is claimed here, and returns ErrNoRoute (it is offline)
+// otherwise.
+func (l *Local) Route(_ context.Context, channel, service, instance string, payload []byte) error {
 	if err := checkChannel(channel); err != nil {
 		return err
 	}
 	if err := checkInstance(service, instance); err != nil {
 		return err
 	}
-	return ErrNoRoute
+	l.mu.Lock()
+	held := l.claims[[2]string{service, instance}]
+	l.mu.Unlock()
+	if !held {
+		return ErrNoRoute
+	}
+	l.subs.deliver(Message{Channel: channel, From: l.id, Payload: payload})
+	return nil
 }
 
 // Lead runs fn at once with ctx: the single node leads everything.

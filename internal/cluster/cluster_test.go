@@ -215,6 +215,13 @@ func TestRouteReachesTheNodeHoldingTheInstance(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the routed command did not reach a")
 	}
+	// Routed to the node itself: its own subscribers.
+	if err := a.Route(ctx, "commands", "api", "i1", []byte("reset")); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-atA; m.From != "a" || string(m.Payload) != "reset" {
+		t.Fatalf("a received %+v", m)
+	}
 	// A node that dies holds no route: its listening connection is gone.
 	if err := b.Claim(ctx, "api", "i2"); err != nil {
 		t.Fatal(err)
@@ -327,7 +334,18 @@ func TestLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := l.Route(context.Background(), "commands", "api", "i1", nil); !errors.Is(err, cluster.ErrNoRoute) {
-		t.Fatalf("route: %v, want ErrNoRoute", err)
+		t.Fatalf("route to an instance not claimed: %v, want ErrNoRoute", err)
+	}
+	cmds, cancelCmds := l.Subscribe("commands")
+	defer cancelCmds()
+	if err := l.Claim(context.Background(), "api", "i1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Route(context.Background(), "commands", "api", "i1", []byte("reset")); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-cmds; string(m.Payload) != "reset" {
+		t.Fatalf("routed %+v", m)
 	}
 	if err := l.Publish(context.Background(), "Bad-Name", nil); !errors.Is(err, cluster.ErrInvalid) {
 		t.Fatalf("publish on a bad channel: %v, want ErrInvalid", err)
