@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"testing"
 
 	"github.com/pressly/goose/v3"
@@ -13,12 +13,16 @@ import (
 
 func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.db")
-	db, err := sql.Open("sqlite", dsn(path, true))
+	path := testDSN(t, "old.db")
+	d, driver, raw := sqliteDialect, "sqlite", sqliteDSN(path, true)
+	if IsPostgres(path) {
+		d, driver, raw = postgresDialect, "pgx", path
+	}
+	db, err := sql.Open(driver, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrationsFS(), goose.WithDisableGlobalRegistry(true))
+	p, err := goose.NewProvider(d.goose(), db, migrationsFS(d), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,10 +30,12 @@ func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Data written by version 1 of the schema.
-	if _, err := db.Exec(`INSERT INTO services (id, name, first_seen, last_seen) VALUES (1, 'pay', 1, 1);
-		INSERT INTO instances (id, service_id, name, started_at, first_seen, last_seen) VALUES (1, 1, 'pay-1', 7, 1, 1);
-		INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (1, 7, 41);`); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{`INSERT INTO services (id, name, first_seen, last_seen) VALUES (1, 'pay', 1, 1)`,
+		`INSERT INTO instances (id, service_id, name, started_at, first_seen, last_seen) VALUES (1, 1, 'pay-1', 7, 1, 1)`,
+		`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (1, 7, 41)`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var version int64
 	if version, err = p.GetDBVersion(ctx); err != nil || version != 1 {
