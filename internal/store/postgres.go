@@ -85,3 +85,17 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 	}
 	return start(opts, postgresDialect, wdb, rdb), nil
 }
+
+// CheckDSN reports what can be told of dsn without connecting: a
+// PostgreSQL URL that does not parse (the error names it with its
+// password masked). A SQLite path is checked by Open. Errors: a plain
+// error saying what is wrong.
+func CheckDSN(dsn string) error {
+	if !IsPostgres(dsn) {
+		return nil
+	}
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		return fmt.Errorf("the PostgreSQL DSN %s does not parse: %w", MaskDSN(dsn), err)
+	}
+	return nil
+}
