@@ -1,13 +1,18 @@
 package store
 
 import (
+	"compress/gzip"
 	"context"
 	"database/sql"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/pressly/goose/v3"
 
+	"github.com/cbdash/cbdash/internal/pgtest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -66,5 +71,49 @@ func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
 	}
 	if _, err := s.CreateAgentToken(ctx, "pay"); err != nil {
 		t.Fatalf("agent tokens after migration: %v", err)
+	}
+}
+
+// TestOpenMigratesADatabaseOfTheOldLayout opens a SQLite database that the
+// cbdash before the PostgreSQL store made and migrated (its migrations at
+// migrations/*.sql, now migrations/sqlite/*.sql with the same versions;
+// testdata/old-layout.db.gz, at version 30, with a service, an instance
+// at seq 41 and a user): it opens without a migration to apply, keeps its
+// rows and takes new writes.
+func TestOpenMigratesADatabaseOfTheOldLayout(t *testing.T) {
+	pgtest.SkipUnlessSQLite(t, "the old layout was SQLite's")
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	gz, err := os.Open("testdata/old-layout.db.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	r, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("Open of an old-layout database: %v", err)
+	}
+	defer s.Close()
+	if seq, err := s.LastSeq(ctx, "pay", "pay-1", 7); err != nil || seq != 41 {
+		t.Fatalf("LastSeq = %d, %v; want 41", seq, err)
+	}
+	if _, _, err := s.UserByName(ctx, "ann"); err != nil {
+		t.Fatalf("the old database's user: %v", err)
+	}
+	stored, err := s.SaveBatch(ctx, "pay", "pay-1", 7, protocol.Batch{Seq: 42, Windows: []protocol.Window{
+		{Breaker: "db", Start: 1_700_000_001_000, Millis: 1000, State: protocol.StateClosed}}}, fromMs(1_700_000_002_000))
+	if err != nil || !stored {
+		t.Fatalf("SaveBatch on the old database = %v, %v", stored, err)
 	}
 }
