@@ -4,12 +4,12 @@ import (
 	"compress/gzip"
 	"context"
 	"database/sql"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"github.com/pressly/goose/v3"
 
 	"github.com/cbdash/cbdash/internal/pgtest"
