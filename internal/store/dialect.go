@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,13 +202,29 @@ func topLevelComma(s string) bool {
 	return false
 }
 
+// beginGroup runs at the start of each group transaction. On PostgreSQL,
+// where several cbdash processes may share one database, it takes a
+// transaction-level advisory lock named after the schema, so the group
+// transactions of all writers on that schema take turns (their
+// read-modify-write of history rows and their seq checks cannot
+// interleave), and it forgets the roll-up watermarks, which another
+// process's Compact may have moved. SQLite has one writer per file.
+func (d *dialect) beginGroup(x *wtx) error {
+	if !d.postgres {
+		return nil
+	}
+	x.w.c.wm = nil
+	_, err := x.exec("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
+	return err
+}
+
 // translate maps a PostgreSQL unique violation, which the single writer
 // meets only when another process wrote the same key, to
 // cbdash.ErrConflict; other errors are returned as they are.
 func (d *dialect) translate(err error) error {
 	var pe *pgconn.PgError
 	if d.postgres && errors.As(err, &pe) && pe.Code == "23505" {
-		return errors.Join(cbdash.ErrConflict, err)
+		return fmt.Errorf("%w: %w", cbdash.ErrConflict, err)
 	}
 	return err
 }

@@ -222,6 +222,13 @@ func (w *writer) commit(group []*op) {
 		return
 	}
 	x := newWtx(ctx, w, tx)
+	if err := w.d.beginGroup(x); err != nil {
+		failAll(fmt.Errorf("store: begin: %w", err))
+		x.close()
+		tx.Rollback()
+		w.finish(group, errs, false)
+		return
+	}
 	for i, o := range group {
 		if x.broken != nil {
 			break
