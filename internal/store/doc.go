@@ -29,6 +29,13 @@
 // backends share every query and scan; database/sql reconnects after the
 // server drops a connection. History reads use a REPEATABLE READ read-only
 // transaction on PostgreSQL, so one query sees one snapshot as on SQLite.
+// Several processes may share one PostgreSQL database: each group
+// transaction first takes a transaction-level advisory lock named after
+// the schema (so the writers' transactions take turns: seq checks and the
+// read-modify-write of history rows never interleave) and re-reads the
+// roll-up watermarks. The writer's id caches stay valid across processes
+// because rows are never renumbered; a breaker row another process's
+// hello deleted is the one case they do not see.
 //
 // # Migrations
 //
