@@ -181,8 +181,7 @@ func (o *Options) validate() error {
 // and release it with Close. All methods are safe for concurrent use.
 type Store struct {
 	opts Options
-	d    *dialect
-	rdb  *readDB // read-only pool
+	rdb  *readDB // read-only pool, with the backend's dialect
 	wdb  *sql.DB // the writer's single connection
 	w    *writer
 
@@ -269,7 +268,7 @@ func openSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 
 // start starts the writer on opened, migrated pools.
 func start(opts Options, d *dialect, wdb, rdb *sql.DB) *Store {
-	s := &Store{opts: opts, d: d, rdb: &readDB{db: rdb, d: d}, wdb: wdb}
+	s := &Store{opts: opts, rdb: &readDB{db: rdb, d: d}, wdb: wdb}
 	s.w = newWriter(wdb, d, opts)
 	go s.w.run()
 	return s

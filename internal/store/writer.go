@@ -429,8 +429,8 @@ func storageError(err error) bool {
 const writableEvery = time.Second
 
 // Writable reports whether the store can commit now: nil, or why not (a
-// read-only file or file system, a full disk, a schema the writes do not
-// fit). It fails while the last write that failed for the database's
+// read-only file or file system, a full disk, PostgreSQL unreachable or
+// refusing writes, a schema the writes do not fit). It fails while the last write that failed for the database's
 // sake has not been followed by one that committed; otherwise it commits a
 // one-row write through the writer (at most once per second: that answer
 // is reused meanwhile). Errors: that write's or the probe's error,
