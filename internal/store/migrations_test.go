@@ -2,6 +2,7 @@ package store
 
 import (
 	"io/fs"
+	"os"
 	"slices"
 	"testing"
 )
@@ -24,6 +25,22 @@ func TestMigrationsAreTheSameVersionsOnBothBackends(t *testing.T) {
 	lite, pg := names(sqliteDialect), names(postgresDialect)
 	if len(lite) == 0 || !slices.Equal(lite, pg) {
 		t.Fatalf("migrations/sqlite has %v,\nmigrations/postgres has %v: each version goes in both", lite, pg)
+	}
+}
+
+// TestNoMigrationIsLeftInTheOldFolder: a migration written for the layout
+// before the PostgreSQL store (migrations/000NN_x.sql) would be embedded
+// by neither backend; it belongs in migrations/sqlite and
+// migrations/postgres (see doc.go).
+func TestNoMigrationIsLeftInTheOldFolder(t *testing.T) {
+	entries, err := os.ReadDir("migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			t.Errorf("migrations/%s: move it to migrations/sqlite and write its twin in migrations/postgres (same name)", e.Name())
+		}
 	}
 }
 
