@@ -5,7 +5,7 @@ ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
 DEMO_DB ?= ./cbdash-demo.db
 
-.PHONY: demo serve test test-sdk test-adapters test-server bench generate lint build check-generated check-tidy check
+.PHONY: demo serve test test-sdk test-adapters test-server test-store bench generate lint build check-generated check-tidy check
 
 # demo and serve run the built binary rather than `go run`, which exits 1
 # when Ctrl-C stops its child (make then printed "Error 1" after a clean stop).
@@ -38,8 +38,16 @@ EXTRA_MODULES = sdk/adapter/gobreaker sdk/adapter/failsafe sdk/adapter/e2e examp
 test-adapters:
 	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
 
+# The store's suite (internal/store, internal/storetest) runs on SQLite and
+# then, when CBDASH_TEST_POSTGRES names a PostgreSQL server
+# (postgres://cbdash:cbdash@127.0.0.1:5432/cbdash?sslmode=disable in CI),
+# again on PostgreSQL; without it that run is skipped with a message.
 test-server:
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# Only the store's suite, on both backends (see test-server).
+test-store:
+	$(GO) test -race -count=1 ./internal/store/... ./internal/storetest/...
 
 bench:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count 5 ./...

@@ -24,18 +24,21 @@ type dbOptions struct {
 }
 
 func (o *dbOptions) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&o.DB, "db", "./cbdash.db", "the server's SQLite database file (env CBDASH_DB)")
+	fs.StringVar(&o.DB, "db", "./cbdash.db", "the server's database: its SQLite file, or its postgres:// URL (env CBDASH_DB)")
 }
 
 // open opens an existing database: a mistyped path must not create an
 // empty one.
 func (o dbOptions) open(ctx context.Context) (*store.Store, error) {
-	if _, err := os.Stat(o.DB); err != nil {
+	if err := store.CheckDSN(o.DB); err != nil {
+		return nil, fmt.Errorf("--db: %w", err)
+	}
+	if _, err := os.Stat(o.DB); err != nil && !store.IsPostgres(o.DB) {
 		return nil, fmt.Errorf("no database at %s (flag --db or CBDASH_DB): start `cbdash serve` once, or give the server's --db: %w", o.DB, err)
 	}
 	st, err := store.Open(ctx, o.DB, store.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("opening %s (flag --db or CBDASH_DB): %w", o.DB, err)
+		return nil, fmt.Errorf("opening %s (flag --db or CBDASH_DB): %w", store.MaskDSN(o.DB), err)
 	}
 	return st, nil
 }

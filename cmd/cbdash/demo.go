@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,7 +87,7 @@ func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr
 	if err != nil {
 		return err
 	}
-	setup, err := setupDemo(ctx, srv.store, o.DB+".tokens")
+	setup, err := setupDemo(ctx, srv.store, demoTokensFile(o.DB))
 	if err != nil {
 		_ = srv.closeStore()
 		return err
@@ -284,4 +286,18 @@ cbdash demo: %s  (%s)
   Breakers open and close within the first minute. Ctrl-C stops the demo.
 
 `, url, view, demoOperator, d.password, url, url, d.apiToken)
+}
+
+// demoTokensFile is where the demo keeps its tokens between runs: beside
+// its SQLite file, or in the working directory for a PostgreSQL database
+// (named after the database, so two demos on two databases keep theirs).
+func demoTokensFile(db string) string {
+	if !store.IsPostgres(db) {
+		return db + ".tokens"
+	}
+	name := "cbdash-demo"
+	if u, err := url.Parse(db); err == nil && strings.Trim(u.Path, "/") != "" {
+		name = "cbdash-demo-" + strings.Trim(u.Path, "/")
+	}
+	return name + ".tokens"
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/source"
+	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 )
 
@@ -67,7 +68,7 @@ type serveOptions struct {
 // and demo.
 func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet time.Duration) {
 	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port)")
-	fs.StringVar(&o.DB, "db", db, "SQLite database file (created if missing)")
+	fs.StringVar(&o.DB, "db", db, "the database: a SQLite file (created if missing), or PostgreSQL as postgres://user:password@host:5432/dbname")
 	fs.Var(dayDuration{&o.Retention.PerSecond}, "retention-seconds", "how long per-second history is kept (e.g. 24h, 2d; default 24h)")
 	fs.Var(dayDuration{&o.Retention.PerMinute}, "retention-minutes", "how long per-minute history is kept (default 30d)")
 	fs.Var(dayDuration{&o.Retention.PerHour}, "retention-hours", "how long per-hour history is kept (default 365d)")
@@ -123,6 +124,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.DB == "" {
 		return usageError{fmt.Errorf("--db is empty")}
+	}
+	if err := store.CheckDSN(o.DB); err != nil {
+		return usageError{fmt.Errorf("--db: %w", err)}
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		return usageError{fmt.Errorf("--tls-cert and --tls-key go together (got only one)")}

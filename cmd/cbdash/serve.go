@@ -7,6 +7,7 @@ import (
 
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/store"
 )
 
 func newServeCmd(clk clock.Clock) *cobra.Command {
@@ -29,7 +30,7 @@ closed.`,
 			if err != nil {
 				return err
 			}
-			log.Info("cbdash is serving", "url", srv.URL(), "agents", srv.AgentURL(), "db", o.DB, "anonymous", o.Anonymous)
+			log.Info("cbdash is serving", "url", srv.URL(), "agents", srv.AgentURL(), "db", store.MaskDSN(o.DB), "anonymous", o.Anonymous)
 			if o.MetricsToken == "" && !loopbackOnly(srv.ln.Addr()) {
 				log.Warn("/metrics is open to anyone who can reach this address; --metrics-token closes it", "addr", srv.ln.Addr().String())
 			}

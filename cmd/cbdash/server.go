@@ -62,7 +62,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening the database %s (flag --db or CBDASH_DB): %w", o.DB, err)
+		return nil, fmt.Errorf("opening the database %s (flag --db or CBDASH_DB): %w", store.MaskDSN(o.DB), err)
 	}
 	reg := prometheus.NewRegistry()
 	s.col, err = collector.New(collector.Config{

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for a store on PostgreSQL
+
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/disktest"
+	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 )
@@ -82,7 +85,11 @@ func TestFullDiskIsNotReadyAndTheAgentIsToldToRetry(t *testing.T) {
 // the window report behind it is stored.
 func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 	h := startHarness(t, "", nil)
-	db, err := sql.Open("sqlite", h.path+"?_pragma=busy_timeout(5000)")
+	driver, dsn := "sqlite", h.path+"?_pragma=busy_timeout(5000)"
+	if store.IsPostgres(h.path) {
+		driver, dsn = "pgx", h.path
+	}
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

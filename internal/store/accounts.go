@@ -470,12 +470,8 @@ func (s *Store) IssueUserToken(ctx context.Context, actor string, userID int64, 
 		if err := row.Scan(&user); err != nil {
 			return fmt.Errorf("%w: user %d", cbdash.ErrNotFound, userID)
 		}
-		res, err := x.exec("INSERT INTO user_tokens (hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+		id, err := x.insertID("INSERT INTO user_tokens (hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
 			hashToken(tok), userID, name, now, ms(expires))
-		if err != nil {
-			return err
-		}
-		id, err := res.LastInsertId()
 		if err != nil {
 			return err
 		}

@@ -64,12 +64,9 @@ func (s *Store) CreateAlertRule(ctx context.Context, r cbdash.AlertRule) (cbdash
 		r.Format = cbdash.FormatJSON
 	}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`INSERT INTO alert_rules (name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms)
+		var err error
+		r.ID, err = x.insertID(`INSERT INTO alert_rules (name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, append(ruleArgs(r), r.CreatedAt.UnixMilli())...)
-		if err != nil {
-			return err
-		}
-		r.ID, err = res.LastInsertId()
 		return err
 	}})
 	if err != nil {
@@ -182,13 +179,10 @@ func (s *Store) AlertRules(ctx context.Context) ([]cbdash.AlertRule, error) {
 func (s *Store) SaveAlertDelivery(ctx context.Context, d cbdash.AlertDelivery) (int64, error) {
 	var id int64
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`INSERT INTO alert_deliveries (rule_id, subject, event, url, status, attempts, ok, error, body, at_ms)
+		var err error
+		id, err = x.insertID(`INSERT INTO alert_deliveries (rule_id, subject, event, url, status, attempts, ok, error, body, at_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			d.RuleID, d.Subject, d.Event, d.URL, d.Status, d.Attempts, d.OK, d.Error, d.Body, d.At.UnixMilli())
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
 		return err
 	}})
 	if err != nil {

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/cbdash/cbdash/internal/storetest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -69,7 +69,7 @@ func TestAckedBatchesSurviveKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a process")
 	}
-	path := filepath.Join(t.TempDir(), "crash.db")
+	path := storetest.Path(t) // on PostgreSQL: the collector process killed, the server keeps what it committed
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashEnv+"="+path)
 	out, err := cmd.StdoutPipe()

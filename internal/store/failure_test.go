@@ -25,6 +25,7 @@ func openErr(t *testing.T, path string) error {
 }
 
 func TestOpenExplainsPathsItCannotUse(t *testing.T) {
+	sqliteOnly(t, "file paths")
 	dir := t.TempDir()
 	if err := openErr(t, dir); !strings.Contains(err.Error(), dir+" is a directory, not a database file") {
 		t.Errorf("directory: %v", err)
@@ -47,6 +48,7 @@ func TestOpenExplainsPathsItCannotUse(t *testing.T) {
 }
 
 func TestOpenExplainsAReadOnlyFileSystem(t *testing.T) {
+	sqliteOnly(t, "a read-only file system under the database file")
 	dir := disktest.Tmpfs(t, 4<<20)
 	path := filepath.Join(dir, "cbdash.db")
 	s, err := store.Open(context.Background(), path, store.Options{})
@@ -64,7 +66,7 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	s, path := openStore(t, store.Options{})
 	s.Close()
 	db := rawDB(t, path)
-	if _, err := db.Exec(`INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, 1)`); err != nil {
+	if _, err := db.Exec(`INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, true)`); err != nil {
 		t.Fatal(err)
 	}
 	err := openErr(t, path)
@@ -77,6 +79,7 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 // Writable with an error once a batch fails to commit, and recovers once
 // space is freed and a write commits again.
 func TestWritableSeesAFullDisk(t *testing.T) {
+	sqliteOnly(t, "a full file system under the database file (TestWritableSeesPostgreSQLGoAndComeBack is PostgreSQL's)")
 	dir := disktest.Tmpfs(t, 2<<20)
 	ctx := context.Background()
 	s, err := store.Open(ctx, filepath.Join(dir, "cbdash.db"), store.Options{})

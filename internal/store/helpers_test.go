@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for rawDB
+
 	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/pgtest"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
@@ -57,15 +60,27 @@ func mustSave(tb testing.TB, s *store.Store, service, instance string, startedAt
 	return stored
 }
 
-// rawDB opens the store's file directly, as another process would.
+// rawDB opens the store's database directly, as another process would
+// (the SQLite file, or the PostgreSQL DSN with its schema).
 func rawDB(tb testing.TB, path string) *sql.DB {
 	tb.Helper()
-	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)")
+	driver, dsn := "sqlite", path+"?_pragma=busy_timeout(5000)"
+	if store.IsPostgres(path) {
+		driver, dsn = "pgx", path
+	}
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
 	return db
+}
+
+// sqliteOnly skips a test of what only SQLite has (a file, its WAL, its
+// writer in this process) while the suite runs on PostgreSQL.
+func sqliteOnly(tb testing.TB, why string) {
+	tb.Helper()
+	pgtest.SkipUnlessSQLite(tb, why)
 }
 
 func testingProcs() int { return runtime.GOMAXPROCS(0) }

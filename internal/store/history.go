@@ -79,7 +79,7 @@ func (s *Store) History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Po
 
 	// One read transaction: the watermarks and the rows come from the
 	// same snapshot, so no bucket is counted twice or missed.
-	tx, err := s.rdb.BeginTx(ctx, nil)
+	tx, err := s.rdb.snapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: history: %w", err)
 	}
@@ -134,7 +134,7 @@ func (s *Store) History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Po
 
 // readSpan appends the rows of level src in [from, to) to points, rolled
 // into buckets of level dst.
-func readSpan(ctx context.Context, tx *sql.Tx, src, dst level, dep, from, to int64, points []cbdash.Point) ([]cbdash.Point, error) {
+func readSpan(ctx context.Context, tx *readTx, src, dst level, dep, from, to int64, points []cbdash.Point) ([]cbdash.Point, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT start, "+rowColumns+" FROM "+src.table()+
 		" WHERE dep_id = ? AND start >= ? AND start < ? ORDER BY start", dep, from, to)
 	if err != nil {

@@ -21,12 +21,9 @@ func (s *Store) SaveConfigChange(ctx context.Context, c cbdash.ConfigChange) (in
 	}
 	var id int64
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`INSERT INTO config_changes (service, breaker, instance, at_ms, previous, config) VALUES (?, ?, ?, ?, ?, ?)`,
+		var err error
+		id, err = x.insertID(`INSERT INTO config_changes (service, breaker, instance, at_ms, previous, config) VALUES (?, ?, ?, ?, ?, ?)`,
 			c.Service, c.Breaker, c.Instance, c.At.UnixMilli(), string(prev), string(cur))
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
 		return err
 	}})
 	if err != nil {

@@ -24,12 +24,9 @@ func (s *Store) CreateIncident(ctx context.Context, inc cbdash.Incident) (int64,
 	}
 	var id int64
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`INSERT INTO incidents (service, breaker, start_ms, end_ms, instances, opens, first_instance, first_cause)
+		var err error
+		id, err = x.insertID(`INSERT INTO incidents (service, breaker, start_ms, end_ms, instances, opens, first_instance, first_cause)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, args...)
-		if err != nil {
-			return err
-		}
-		id, err = res.LastInsertId()
 		return err
 	}})
 	if err != nil {
@@ -207,12 +204,8 @@ func (s *Store) AddIncidentNote(ctx context.Context, n cbdash.IncidentNote) (cbd
 		} else if err != nil {
 			return err
 		}
-		res, err := x.exec(`INSERT INTO incident_notes (incident_id, at_ms, author, text) VALUES (?, ?, ?, ?)`,
+		n.ID, err = x.insertID(`INSERT INTO incident_notes (incident_id, at_ms, author, text) VALUES (?, ?, ?, ?)`,
 			n.IncidentID, n.At.UnixMilli(), n.Author, n.Text)
-		if err != nil {
-			return err
-		}
-		n.ID, err = res.LastInsertId()
 		return err
 	}})
 	if err != nil {

@@ -108,7 +108,7 @@ func (x *wtx) instance(service, instance string, startedAt, now int64) (instRef,
 	}
 	var r instRef
 	q, err := x.queryRow(`INSERT INTO services (name, first_seen, last_seen) VALUES (?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen) RETURNING id`, service, now, now)
+		ON CONFLICT (name) DO UPDATE SET last_seen = max(services.last_seen, excluded.last_seen) RETURNING id`, service, now, now)
 	if err != nil {
 		return r, err
 	}
@@ -116,7 +116,7 @@ func (x *wtx) instance(service, instance string, startedAt, now int64) (instRef,
 		return r, fmt.Errorf("store: save service: %w", err)
 	}
 	q, err = x.queryRow(`INSERT INTO instances (service_id, name, started_at, first_seen, last_seen) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (service_id, name) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen) RETURNING id`,
+		ON CONFLICT (service_id, name) DO UPDATE SET last_seen = max(instances.last_seen, excluded.last_seen) RETURNING id`,
 		r.serviceID, instance, startedAt, now, now)
 	if err != nil {
 		return r, err

@@ -20,8 +20,8 @@ func (x *wtx) addInstanceMinute(dep, inst int64, w *protocol.Window) error {
 	c := w.Counts
 	_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = calls + excluded.calls, failures = failures + excluded.failures,
-		slow = slow + excluded.slow, rejected = rejected + excluded.rejected, state_rank = min(state_rank, excluded.state_rank)`,
+		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,
+		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = min(instance_minutes.state_rank, excluded.state_rank)`,
 		dep, inst, minute, c.Admitted, c.Failures, c.Slow, c.Rejected(), cbdash.StateRank(w.State))
 	if err != nil {
 		return fmt.Errorf("store: save instance minute: %w", err)

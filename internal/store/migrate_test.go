@@ -1,24 +1,33 @@
 package store
 
 import (
+	"compress/gzip"
 	"context"
 	"database/sql"
+	"io"
+	"os"
 	"path/filepath"
 	"testing"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"github.com/pressly/goose/v3"
 
+	"github.com/cbdash/cbdash/internal/pgtest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.db")
-	db, err := sql.Open("sqlite", dsn(path, true))
+	path := testDSN(t, "old.db")
+	d, driver, raw := sqliteDialect, "sqlite", sqliteDSN(path, true)
+	if IsPostgres(path) {
+		d, driver, raw = postgresDialect, "pgx", path
+	}
+	db, err := sql.Open(driver, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrationsFS(), goose.WithDisableGlobalRegistry(true))
+	p, err := goose.NewProvider(d.goose(), db, migrationsFS(d), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,10 +35,12 @@ func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Data written by version 1 of the schema.
-	if _, err := db.Exec(`INSERT INTO services (id, name, first_seen, last_seen) VALUES (1, 'pay', 1, 1);
-		INSERT INTO instances (id, service_id, name, started_at, first_seen, last_seen) VALUES (1, 1, 'pay-1', 7, 1, 1);
-		INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (1, 7, 41);`); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{`INSERT INTO services (id, name, first_seen, last_seen) VALUES (1, 'pay', 1, 1)`,
+		`INSERT INTO instances (id, service_id, name, started_at, first_seen, last_seen) VALUES (1, 1, 'pay-1', 7, 1, 1)`,
+		`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (1, 7, 41)`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var version int64
 	if version, err = p.GetDBVersion(ctx); err != nil || version != 1 {
@@ -60,5 +71,49 @@ func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
 	}
 	if _, err := s.CreateAgentToken(ctx, "pay"); err != nil {
 		t.Fatalf("agent tokens after migration: %v", err)
+	}
+}
+
+// TestOpenMigratesADatabaseOfTheOldLayout opens a SQLite database that the
+// cbdash before the PostgreSQL store made and migrated (its migrations at
+// migrations/*.sql, now migrations/sqlite/*.sql with the same versions;
+// testdata/old-layout.db.gz, at version 30, with a service, an instance
+// at seq 41 and a user): it opens without a migration to apply, keeps its
+// rows and takes new writes.
+func TestOpenMigratesADatabaseOfTheOldLayout(t *testing.T) {
+	pgtest.SkipUnlessSQLite(t, "the old layout was SQLite's")
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	gz, err := os.Open("testdata/old-layout.db.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	r, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("Open of an old-layout database: %v", err)
+	}
+	defer s.Close()
+	if seq, err := s.LastSeq(ctx, "pay", "pay-1", 7); err != nil || seq != 41 {
+		t.Fatalf("LastSeq = %d, %v; want 41", seq, err)
+	}
+	if _, _, err := s.UserByName(ctx, "ann"); err != nil {
+		t.Fatalf("the old database's user: %v", err)
+	}
+	stored, err := s.SaveBatch(ctx, "pay", "pay-1", 7, protocol.Batch{Seq: 42, Windows: []protocol.Window{
+		{Breaker: "db", Start: 1_700_000_001_000, Millis: 1000, State: protocol.StateClosed}}}, fromMs(1_700_000_002_000))
+	if err != nil || !stored {
+		t.Fatalf("SaveBatch on the old database = %v, %v", stored, err)
 	}
 }

@@ -83,7 +83,7 @@ func checkPath(path string) error {
 	return nil
 }
 
-//go:embed migrations/*.sql
+//go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
 var migrations embed.FS
 
 // Retention says how long each level of history is kept. A zero field
@@ -177,11 +177,11 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// Store is cbdash's SQLite database. Create it with Open and release it
-// with Close. All methods are safe for concurrent use.
+// Store is cbdash's database, SQLite or PostgreSQL. Create it with Open
+// and release it with Close. All methods are safe for concurrent use.
 type Store struct {
 	opts Options
-	rdb  *sql.DB // read-only pool
+	rdb  *readDB // read-only pool, with the backend's dialect
 	wdb  *sql.DB // the writer's single connection
 	w    *writer
 
@@ -190,9 +190,9 @@ type Store struct {
 	healthErr error
 }
 
-// dsn builds a modernc DSN whose PRAGMAs apply to every connection the pool
-// opens (a PRAGMA run once on a pool reaches only one connection).
-func dsn(path string, write bool) string {
+// sqliteDSN builds a modernc DSN whose PRAGMAs apply to every connection
+// the pool opens (a PRAGMA run once on a pool reaches only one connection).
+func sqliteDSN(path string, write bool) string {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -211,20 +211,31 @@ func dsn(path string, write bool) string {
 	return path + "?" + q.Encode()
 }
 
-// Open opens (creating if needed) the database at path, migrates it to the
-// latest schema (each migration in its own transaction) and starts the
-// writer goroutine. The ctx bounds the migrations only. Errors: an
-// invalid option (naming the field); a path that is a directory, whose
-// folder does not exist, on a read-only file system or not writable
-// (each its own message, naming the path); a database written by a newer
-// cbdash (naming both schema versions); or the driver's error wrapped
-// with the step that failed.
-func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+// Open opens the database that dsn names, migrates it to the latest
+// schema (each migration in its own transaction) and starts the writer
+// goroutine. A dsn starting with postgres:// or postgresql:// is a
+// PostgreSQL database (see openPostgres); anything else is a SQLite file
+// path, a file: URI or :memory:, created if needed. The ctx bounds
+// connecting and the migrations only. Errors: an invalid option (naming
+// the field); for SQLite a path that is a directory, whose folder does
+// not exist, on a read-only file system or not writable (each its own
+// message, naming the path); for PostgreSQL a DSN that does not parse or
+// a server that cannot be reached (naming the DSN, its password masked);
+// a database written by a newer cbdash (naming both schema versions); or
+// the driver's error wrapped with the step that failed.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	opts.setDefaults()
-	wdb, err := sql.Open("sqlite", dsn(path, true))
+	if IsPostgres(dsn) {
+		return openPostgres(ctx, dsn, opts)
+	}
+	return openSQLite(ctx, dsn, opts)
+}
+
+func openSQLite(ctx context.Context, path string, opts Options) (*Store, error) {
+	wdb, err := sql.Open("sqlite", sqliteDSN(path, true))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -236,11 +247,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, err
 	}
-	if err := migrate(ctx, wdb, path, opts.Logger); err != nil {
+	if err := migrate(ctx, wdb, sqliteDialect, path, opts.Logger); err != nil {
 		wdb.Close()
 		return nil, err
 	}
-	rdb, err := sql.Open("sqlite", dsn(path, false))
+	rdb, err := sql.Open("sqlite", sqliteDSN(path, false))
 	if err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", path, err)
@@ -252,17 +263,22 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", path, err)
 	}
-	s := &Store{opts: opts, rdb: rdb, wdb: wdb}
-	s.w = newWriter(wdb, opts)
+	return start(opts, sqliteDialect, wdb, rdb), nil
+}
+
+// start starts the writer on opened, migrated pools.
+func start(opts Options, d *dialect, wdb, rdb *sql.DB) *Store {
+	s := &Store{opts: opts, rdb: &readDB{db: rdb, d: d}, wdb: wdb}
+	s.w = newWriter(wdb, d, opts)
 	go s.w.run()
-	return s, nil
+	return s
 }
 
 // migrate applies the embedded migrations that the database lacks. Out of
 // order application is allowed because several packages own number ranges
 // (see docs: 00001-00009 store, 00010-00019 users, 00020-00029 incidents).
-func migrate(ctx context.Context, db *sql.DB, path string, log *slog.Logger) error {
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, migrationsFS(),
+func migrate(ctx context.Context, db *sql.DB, d *dialect, name string, log *slog.Logger) error {
+	p, err := goose.NewProvider(d.goose(), db, migrationsFS(d),
 		goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true), goose.WithSlog(log))
 	if err != nil {
 		return fmt.Errorf("store: migrations: %w", err)
@@ -271,7 +287,7 @@ func migrate(ctx context.Context, db *sql.DB, path string, log *slog.Logger) err
 	known := sources[len(sources)-1].Version
 	if have, err := p.GetDBVersion(ctx); err == nil && have > known {
 		return fmt.Errorf("store: %w: the database %s was written by a newer cbdash: its schema is at version %d, this build knows versions up to %d (run the newer cbdash, or open another database)",
-			ErrNewerSchema, path, have, known)
+			ErrNewerSchema, name, have, known)
 	}
 	res, err := p.Up(ctx)
 	if err != nil {
@@ -290,12 +306,13 @@ func (s *Store) Close() error {
 	if !s.w.stop() {
 		return nil
 	}
-	return errors.Join(s.rdb.Close(), s.wdb.Close())
+	return errors.Join(s.rdb.db.Close(), s.wdb.Close())
 }
 
-// migrationsFS is the embedded migrations directory as goose expects it.
-func migrationsFS() fs.FS {
-	f, err := fs.Sub(migrations, "migrations")
+// migrationsFS is the dialect's embedded migrations directory as goose
+// expects it.
+func migrationsFS(d *dialect) fs.FS {
+	f, err := fs.Sub(migrations, "migrations/"+d.name())
 	if err != nil {
 		panic(err) // a constant, valid path: cannot happen
 	}
@@ -304,12 +321,16 @@ func migrationsFS() fs.FS {
 
 // Transient reports whether err, from a write, is the environment's
 // trouble that may pass (a full disk, an I/O error, a read-only file, a
-// busy or locked database, the store closed or a canceled context), as
-// opposed to one the same write will meet again (a constraint, a schema
-// the statement does not fit).
+// busy or locked database, PostgreSQL unreachable, restarting or failing
+// a serialization, the store closed or a canceled context), as opposed to
+// one the same write will meet again (a constraint, a schema the
+// statement does not fit).
 func Transient(err error) bool {
 	if errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
+	}
+	if isPgError(err) {
+		return transientPostgres(err)
 	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {

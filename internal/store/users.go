@@ -64,12 +64,8 @@ func (s *Store) CreateUser(ctx context.Context, name, role string, passwordHash 
 		if n > 0 {
 			return fmt.Errorf("%w: user %q exists", cbdash.ErrConflict, name)
 		}
-		res, err := x.exec("INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
+		u.ID, err = x.insertID("INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
 			name, role, passwordHash, ms(u.CreatedAt))
-		if err != nil {
-			return err
-		}
-		u.ID, err = res.LastInsertId()
 		return err
 	}})
 	if err != nil {

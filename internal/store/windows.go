@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -185,10 +186,24 @@ func selectRowSQL(l level) string {
 	return "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = ? AND start = ?"
 }
 
+// putRowSQL writes a whole row, replacing the one of the same bucket (an
+// upsert both backends spell the same).
 func putRowSQL(l level) string {
-	return "INSERT OR REPLACE INTO " + l.table() + " (dep_id, start, " + rowColumns +
-		") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	return "INSERT INTO " + l.table() + " (dep_id, start, " + rowColumns +
+		") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dep_id, start) DO UPDATE SET " +
+		replaceAll
 }
+
+// replaceAll is the SET clause of putRowSQL: every column of rowColumns
+// from the new row.
+var replaceAll = func() string {
+	cols := strings.Split(rowColumns, ",")
+	for i, c := range cols {
+		c = strings.TrimSpace(c)
+		cols[i] = c + " = excluded." + c
+	}
+	return strings.Join(cols, ", ")
+}()
 
 // bucketKey names one row of one level.
 type bucketKey struct{ dep, start int64 }

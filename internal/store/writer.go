@@ -28,6 +28,7 @@ type op struct {
 // writer is the single goroutine that owns every write.
 type writer struct {
 	db       *sql.DB
+	d        *dialect
 	log      *slog.Logger
 	maxGroup int
 	queue    chan *op
@@ -79,9 +80,10 @@ func (c *cache) reset() {
 	c.wm = nil
 }
 
-func newWriter(db *sql.DB, opts Options) *writer {
+func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
 	w := &writer{
 		db:       db,
+		d:        d,
 		log:      opts.Logger,
 		maxGroup: opts.MaxGroup,
 		queue:    make(chan *op, opts.QueueSize),
@@ -220,6 +222,13 @@ func (w *writer) commit(group []*op) {
 		return
 	}
 	x := newWtx(ctx, w, tx)
+	if err := w.d.beginGroup(x); err != nil {
+		failAll(fmt.Errorf("store: begin: %w", err))
+		x.close()
+		tx.Rollback()
+		w.finish(group, errs, false)
+		return
+	}
 	for i, o := range group {
 		if x.broken != nil {
 			break
@@ -314,7 +323,7 @@ func (x *wtx) st(query string) (*sql.Stmt, error) {
 	if st, ok := x.stmts[query]; ok {
 		return st, nil
 	}
-	st, err := x.tx.PrepareContext(x.ctx, query)
+	st, err := x.tx.PrepareContext(x.ctx, x.w.d.q(query))
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", query, err)
 	}
@@ -328,7 +337,7 @@ func (x *wtx) exec(query string, args ...any) (sql.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(x.ctx, args...)
+	return st.ExecContext(x.ctx, x.w.d.args(args)...)
 }
 
 // queryRow runs a prepared single-row query in the transaction.
@@ -337,7 +346,20 @@ func (x *wtx) queryRow(query string, args ...any) (*sql.Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.QueryRowContext(x.ctx, args...), nil
+	return st.QueryRowContext(x.ctx, x.w.d.args(args)...), nil
+}
+
+// insertID runs an INSERT into a table with an id column and returns the
+// new row's id (RETURNING: both backends have it; PostgreSQL's driver has
+// no LastInsertId).
+func (x *wtx) insertID(query string, args ...any) (int64, error) {
+	row, err := x.queryRow(query+" RETURNING id", args...)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = row.Scan(&id)
+	return id, err
 }
 
 // savepoint runs fn inside a savepoint, rolling back to it when fn fails
@@ -347,6 +369,7 @@ func (x *wtx) savepoint(fn func(*wtx) error) error {
 		return fmt.Errorf("store: savepoint: %w", err)
 	}
 	if err := fn(x); err != nil {
+		err = x.w.d.translate(err)
 		x.dirty = true
 		x.w.c.reset()
 		if _, rerr := x.exec("ROLLBACK TO op"); rerr != nil {
@@ -406,8 +429,8 @@ func storageError(err error) bool {
 const writableEvery = time.Second
 
 // Writable reports whether the store can commit now: nil, or why not (a
-// read-only file or file system, a full disk, a schema the writes do not
-// fit). It fails while the last write that failed for the database's
+// read-only file or file system, a full disk, PostgreSQL unreachable or
+// refusing writes, a schema the writes do not fit). It fails while the last write that failed for the database's
 // sake has not been followed by one that committed; otherwise it commits a
 // one-row write through the writer (at most once per second: that answer
 // is reused meanwhile). Errors: that write's or the probe's error,

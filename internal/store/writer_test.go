@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,7 @@ import (
 )
 
 func TestSaveBatchGivesUpWhenTheQueueIsFullAndCtxEnds(t *testing.T) {
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), Options{QueueSize: 1})
+	s, err := Open(context.Background(), testDSN(t, "q.db"), Options{QueueSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +45,7 @@ func TestSaveBatchGivesUpWhenTheQueueIsFullAndCtxEnds(t *testing.T) {
 
 func TestCloseStopsTheWriterGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "g.db"), Options{})
+	s, err := Open(context.Background(), testDSN(t, "g.db"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +63,7 @@ func TestOpenRefusesNegativeOptionsNamingTheField(t *testing.T) {
 		"QueueSize":         {QueueSize: -1},
 	} {
 		t.Run(field, func(t *testing.T) {
-			_, err := Open(context.Background(), filepath.Join(t.TempDir(), "o.db"), opts)
+			_, err := Open(context.Background(), testDSN(t, "o.db"), opts)
 			if err == nil || !strings.Contains(err.Error(), field) {
 				t.Fatalf("Open = %v, want an error naming %s", err, field)
 			}

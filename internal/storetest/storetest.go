@@ -1,6 +1,8 @@
 // Package storetest opens real stores for tests: a SQLite file in the
-// test's temporary directory, on the clock the test gives, closed when the
-// test ends. It is what tests use instead of a fake store.
+// test's temporary directory, or, while the suite runs on PostgreSQL (see
+// internal/pgtest), a schema of the test's own, on the clock the test
+// gives, closed when the test ends. It is what tests use instead of a
+// fake store.
 package storetest
 
 import (
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/pgtest"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
@@ -20,10 +23,14 @@ func Open(tb testing.TB, clk clock.Clock) *store.Store {
 	return OpenFile(tb, Path(tb), store.Options{Clock: clk})
 }
 
-// Path returns the path of a new, not yet existing database file in
-// tb.TempDir(), for a test that opens the same file more than once.
+// Path returns the DSN of a new, empty database for a test that opens the
+// same database more than once: a not yet existing file in tb.TempDir(),
+// or on PostgreSQL a new schema (pgtest.DSN), dropped when the test ends.
 func Path(tb testing.TB) string {
 	tb.Helper()
+	if pgtest.Active() {
+		return pgtest.DSN(tb)
+	}
 	return filepath.Join(tb.TempDir(), "cbdash.db")
 }
 
@@ -33,11 +40,11 @@ func OpenFile(tb testing.TB, path string, opts store.Options) *store.Store {
 	tb.Helper()
 	st, err := store.Open(context.Background(), path, opts)
 	if err != nil {
-		tb.Fatalf("storetest: open %s: %v", path, err)
+		tb.Fatalf("storetest: open %s: %v", store.MaskDSN(path), err)
 	}
 	tb.Cleanup(func() {
 		if err := st.Close(); err != nil {
-			tb.Errorf("storetest: close %s: %v", path, err)
+			tb.Errorf("storetest: close %s: %v", store.MaskDSN(path), err)
 		}
 	})
 	return st

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// IsPostgres reports whether dsn names a PostgreSQL database (it starts
+// with postgres:// or postgresql://) rather than a SQLite file.
+func IsPostgres(dsn string) bool {
+	l := strings.ToLower(dsn)
+	return strings.HasPrefix(l, "postgres://") || strings.HasPrefix(l, "postgresql://")
+}
+
+// MaskDSN returns dsn fit for a log or an error message: a PostgreSQL
+// URL's password (in the user part or a password= parameter) replaced by
+// "xxxxx". Anything else (a SQLite path) is returned as it is.
+func MaskDSN(dsn string) string {
+	if !IsPostgres(dsn) {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "postgres://(a DSN that does not parse)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// connectTimeout bounds each new connection when the DSN sets no
+// connect_timeout, so that an unreachable server fails a write (and the
+// ack) within seconds instead of hanging the writer.
+const connectTimeout = 5 * time.Second
+
+// openPostgres opens a PostgreSQL store through pgx's database/sql
+// driver: one connection for the writer (the same single-writer group
+// commit as SQLite's) and a pool of Options.ReadConns read-only
+// connections (default_transaction_read_only). database/sql replaces a
+// connection the server dropped, so when the server comes back the next
+// write reconnects; meanwhile writes fail with a Transient error.
+func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	masked := MaskDSN(dsn)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: the PostgreSQL DSN %s does not parse: %w", masked, err)
+	}
+	if !strings.Contains(dsn, "connect_timeout") {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	wcfg := cfg.Copy()
+	wcfg.RuntimeParams["application_name"] = "cbdash writer"
+	wdb := stdlib.OpenDB(*wcfg)
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	if err := wdb.PingContext(ctx); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("store: cannot reach PostgreSQL at %s: %w", masked, err)
+	}
+	if err := migrate(ctx, wdb, postgresDialect, masked, opts.Logger); err != nil {
+		wdb.Close()
+		return nil, err
+	}
+	rcfg := cfg.Copy()
+	rcfg.RuntimeParams["application_name"] = "cbdash reader"
+	rcfg.RuntimeParams["default_transaction_read_only"] = "on"
+	rdb := stdlib.OpenDB(*rcfg)
+	rdb.SetMaxOpenConns(opts.ReadConns)
+	rdb.SetMaxIdleConns(opts.ReadConns)
+	if err := rdb.PingContext(ctx); err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("store: open %s for reading: %w", masked, err)
+	}
+	return start(opts, postgresDialect, wdb, rdb), nil
+}
+
+// CheckDSN reports what can be told of dsn without connecting: a
+// PostgreSQL URL that does not parse (the error names it with its
+// password masked). A SQLite path is checked by Open. Errors: a plain
+// error saying what is wrong.
+func CheckDSN(dsn string) error {
+	if !IsPostgres(dsn) {
+		return nil
+	}
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		return fmt.Errorf("the PostgreSQL DSN %s does not parse: %w", MaskDSN(dsn), err)
+	}
+	return nil
+}
