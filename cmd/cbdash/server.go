@@ -16,6 +16,7 @@ import (
 
 	"github.com/cbdash/cbdash/internal/alert"
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/cluster"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/otelexport"
@@ -41,6 +42,7 @@ type server struct {
 	ln        net.Listener
 	tls       bool
 	otlp      *otelexport.Exporter // nil without --otlp-endpoint
+	bus       cluster.Bus          // Local for SQLite; the collectors' bus on PostgreSQL
 }
 
 // openServer opens the store, builds the collector and the dashboard, and
@@ -64,11 +66,14 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	if err != nil {
 		return nil, fmt.Errorf("opening the database %s (flag --db or CBDASH_DB): %w", store.MaskDSN(o.DB), err)
 	}
+	if s.bus, err = openBus(ctx, o.DB, log, clk); err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, Clock: clk,
-		Limits: o.Limits,
+		Limits: o.Limits, Cluster: s.bus,
 	})
 	if err != nil {
 		return nil, err
@@ -203,7 +208,9 @@ func (s *server) run(ctx context.Context, beforeStop func(context.Context)) erro
 	defer stopSvc()
 	var svcWG sync.WaitGroup
 	// The sources feed the collector: they stop with the services, before it.
-	loops := map[string]func(context.Context) error{"incidents": s.incidents.Run, "alerts": s.alerts.Run, "sources": s.sources.Run}
+	loops := map[string]func(context.Context) error{
+		"incidents": s.lead("incidents", s.incidents.Run), "alerts": s.lead("alerts", s.alerts.Run), "sources": s.sources.Run,
+	}
 	for name, loop := range loops {
 		svcWG.Add(1)
 		go func() {
@@ -270,8 +277,13 @@ func (s *server) stopExport(ctx context.Context) {
 	s.otlp = nil
 }
 
-// closeStore closes the store once (no-op when it was never opened).
+// closeStore closes the bus and the store once (no-op when they were
+// never opened).
 func (s *server) closeStore() error {
+	if s.bus != nil {
+		_ = s.bus.Close()
+		s.bus = nil
+	}
 	if s.store == nil {
 		return nil
 	}

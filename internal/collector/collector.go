@@ -11,6 +11,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/cluster"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,11 @@ type Config struct {
 	// Limits bound the instances and breakers of one agent token and the
 	// dependencies of the collector (see Limits; zero values = defaults).
 	Limits Limits
+	// Cluster connects the collectors sharing the Store (fleet.go): live
+	// updates, holds and routed commands between them, and the leadership
+	// of compaction. nil = cluster.NewLocal() (one collector). The
+	// collector does not close it.
+	Cluster cluster.Bus
 }
 
 func (c *Config) setDefaults() {
@@ -92,6 +98,9 @@ func (c *Config) setDefaults() {
 	def(&c.MaxHold, cbdash.DefaultMaxHold)
 	c.Limits.setDefaults()
 	c.Clock = clock.OrSystem(c.Clock)
+	if c.Cluster == nil {
+		c.Cluster = cluster.NewLocal()
+	}
 	if c.SubscriberBuffer == 0 {
 		c.SubscriberBuffer = 4096
 	}
@@ -151,6 +160,7 @@ type Collector struct {
 	failMu   sync.Mutex
 	failures map[failKey]int // batches that failed to be stored, by attempts
 	holds    *holdManager
+	fleet    *fleet
 
 	mu         sync.Mutex
 	sessions   map[*session]struct{}
@@ -189,6 +199,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
 	c.holds = newHoldManager(c)
+	c.fleet = newFleet(c, cfg.Cluster)
 	return c, nil
 }
 
@@ -222,6 +233,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}()
 	c.ready = true
 	c.mu.Unlock()
+	defer c.startFleet(ctx)()
 
 	publish, stopPublish := c.clk.NewTicker(c.cfg.PublishInterval)
 	defer stopPublish()
@@ -251,6 +263,9 @@ func (c *Collector) Run(ctx context.Context) error {
 			c.holds.sweep(ctx)
 			c.closeRevokedSessions(ctx)
 		case <-compact:
+			if !c.fleet.leadsCompaction() {
+				continue
+			}
 			if err := c.store.Compact(ctx, c.now()); err != nil && ctx.Err() == nil {
 				c.log.Error("compact", "err", err)
 			}

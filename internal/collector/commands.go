@@ -86,6 +86,7 @@ func (c *Collector) Issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 	for _, s := range c.live.sessions(req.Service, targets) {
 		s.send(wire)
 	}
+	c.fleet.route(ctx, req.Service, targets, wire)
 	return cmd, nil
 }
 

@@ -193,6 +193,7 @@ func (c *Collector) CreateHold(ctx context.Context, req cbdash.HoldRequest) (cbd
 		m.reconcileLocked(ctx, hi, false)
 	}
 	m.mu.Unlock()
+	c.fleet.holdChanged(ctx, h.ID)
 	return c.store.Hold(ctx, h.ID)
 }
 
@@ -243,6 +244,7 @@ func (c *Collector) ReleaseHold(ctx context.Context, id, actor, reason string) (
 		}
 	}
 	m.mu.Unlock()
+	c.fleet.holdChanged(ctx, id)
 	m.flushStats(ctx)
 	return c.store.Hold(ctx, id)
 }

@@ -91,6 +91,9 @@ type applyReq struct {
 	b    *protocol.Batch
 	at   time.Time
 	skew int64
+	// remote is set for another collector's update (fleet.go): it is
+	// counted in that collector's metrics, not in these.
+	remote bool
 }
 
 // applyQueue bounds the batches waiting for applyLoop; readers wait when
@@ -376,7 +379,9 @@ func (l *live) applyLocked(r applyReq) bool {
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
 		ib.dep.unpublished = true
-		l.metrics.addWindow(ib.dep.key, w)
+		if !r.remote {
+			l.metrics.addWindow(ib.dep.key, w)
+		}
 	}
 	for d := range urgent {
 		l.changedLocked(d)

@@ -149,6 +149,7 @@ func (c *Collector) register(ctx context.Context, h *protocol.Hello, s *session,
 		w = func() { welcome(last) }
 	}
 	prev := c.live.hello(h, last, s, now, w)
+	c.fleet.hello(ctx, h, last, now, s != nil)
 	return last, prev, nil
 }
 
@@ -167,6 +168,7 @@ func (c *Collector) admitBatch(h *protocol.Hello, b *protocol.Batch, now time.Ti
 // response then reflects it).
 func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at time.Time, skew int64, tr transport) bool {
 	r := applyReq{k: k, b: b, at: at, skew: skew}
+	c.fleet.batch(r)
 	if tr == overHTTP {
 		c.live.applyNow(r)
 		return true

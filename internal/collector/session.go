@@ -144,6 +144,7 @@ func (s *session) run(ctx context.Context, token string) {
 	// here on: a newer connection of the instance may go on (see
 	// handshake), while this one finishes its closing handshake.
 	s.c.live.disconnect(s.key, s)
+	s.c.fleet.disconnected(s.key)
 	s.markQuiet()
 }
 

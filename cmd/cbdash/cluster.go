@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/cluster"
+	"github.com/cbdash/cbdash/internal/store"
+)
+
+// openBus returns the bus of the collectors sharing the database db: on
+// PostgreSQL the database's LISTEN/NOTIFY and advisory locks (every
+// collector started with the same --db joins), else the single node's.
+func openBus(ctx context.Context, db string, log *slog.Logger, clk clock.Clock) (cluster.Bus, error) {
+	bus, err := cluster.ForStore(ctx, db, cluster.Config{Logger: log.With("component", "cluster"), Clock: clk})
+	if err != nil {
+		return nil, fmt.Errorf("joining the collectors of %s (flag --db): %w", store.MaskDSN(db), err)
+	}
+	return bus, nil
+}
+
+// leadRetry is the wait before a singleton that failed is run again while
+// this collector still leads it.
+const leadRetry = time.Second
+
+// lead wraps a singleton's loop: it runs only while this collector leads
+// name on the bus (one collector of the deployment at a time), and again
+// after a failure while it still leads. The returned loop returns nil when
+// ctx ends.
+func (s *server) lead(name string, run func(context.Context) error) func(context.Context) error {
+	bus, log := s.bus, s.log
+	return func(ctx context.Context) error {
+		return bus.Lead(ctx, name, func(lctx context.Context) {
+			for lctx.Err() == nil {
+				err := run(lctx)
+				if lctx.Err() != nil {
+					return
+				}
+				log.Warn("a singleton stopped; running it again", "singleton", name, "err", err, "in", leadRetry)
+				t := time.NewTimer(leadRetry) // real time: a pause before retrying, not a logical delay
+				select {
+				case <-t.C:
+				case <-lctx.Done():
+					t.Stop()
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,489 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/cluster"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Several collectors, one fleet. Every collector of a deployment keeps the
+// live state of the whole fleet: it publishes, on the bus (Config.Cluster),
+// each hello and validated batch of the instances connected to it, in the
+// compact form of fleetwire.go, and applies the other collectors' into its
+// own live view as it applies its own agents' (an instance connected here
+// is never changed by another collector's updates). Holds are stored
+// desired state: a collector that creates or releases one says so on the
+// bus and every collector applies it to the instances connected to it. A
+// command for an instance connected elsewhere is routed to that collector
+// (cluster.Route); its result is stored by the collector the agent
+// answers, once. Compaction runs on the leader of "compaction" only.
+//
+// NOTIFY is not durable: when the bus says messages may have been missed
+// (a gap), the collector reads the instances' last state and the live
+// holds from the store again.
+
+// Channels of the bus.
+const (
+	chanLive  = "live"  // fleetUpdate arrays
+	chanHolds = "holds" // a hold id that was created or released
+	chanCmd   = "cmd"   // a routedCommand to an instance connected to the receiver
+)
+
+// fleetQueue bounds the encoded updates waiting to be published; when it
+// is full, updates are dropped (counted), never waited for.
+const fleetQueue = 8192
+
+// fleetPayload is the size the publisher packs updates up to, under
+// NOTIFY's limit of 8000 bytes so they go inline.
+const fleetPayload = 7600
+
+// resyncEvery bounds how often a collector resynchronises from the store
+// after gaps.
+const resyncEvery = time.Second
+
+// fleet is a collector's side of the bus.
+type fleet struct {
+	c    *Collector
+	bus  cluster.Bus
+	solo bool // a Local bus: nothing is published
+
+	out     chan []byte
+	dropped atomic.Int64
+	started sync.Map // instKey -> int64: the started_at of its last hello here
+
+	compacting atomic.Bool // this collector leads "compaction"
+
+	pubMu     sync.Mutex
+	pubFailed bool // the last publish failed (logged once until one succeeds)
+}
+
+func newFleet(c *Collector, bus cluster.Bus) *fleet {
+	_, solo := bus.(*cluster.Local)
+	return &fleet{c: c, bus: bus, solo: solo, out: make(chan []byte, fleetQueue)}
+}
+
+// routedCommand is a command sent to the collector an instance is
+// connected to.
+type routedCommand struct {
+	Service  string           `json:"s"`
+	Instance string           `json:"i"`
+	Command  protocol.Command `json:"c"`
+}
+
+// enqueue queues an update for the publisher without blocking.
+func (f *fleet) enqueue(u fleetUpdate) {
+	if f.solo {
+		return
+	}
+	data, err := json.Marshal(u)
+	if err != nil {
+		f.c.log.Error("encode fleet update", "err", err)
+		return
+	}
+	select {
+	case f.out <- data:
+	default:
+		f.dropped.Add(1)
+	}
+}
+
+// hello publishes an instance's hello (last: its last stored seq) and,
+// for a websocket session, claims the instance for this collector so that
+// commands for it are routed here.
+func (f *fleet) hello(ctx context.Context, h *protocol.Hello, last uint64, at time.Time, connected bool) {
+	if connected {
+		if err := f.bus.Claim(ctx, h.Service, h.Instance); err != nil && ctx.Err() == nil {
+			f.c.log.Warn("claim instance on the bus: commands from other collectors wait for its next hello",
+				"service", h.Service, "instance", h.Instance, "err", err)
+		}
+	}
+	f.started.Store(instKey{h.Service, h.Instance}, h.StartedAt)
+	f.enqueue(fleetUpdate{Kind: updHello, Service: h.Service, Instance: h.Instance, StartedAt: h.StartedAt,
+		Seq: last, At: at.UnixMilli(), Hello: h})
+}
+
+// batch publishes a validated batch as it is applied here.
+func (f *fleet) batch(r applyReq) {
+	if f.solo {
+		return
+	}
+	started, ok := f.started.Load(r.k)
+	if !ok {
+		return
+	}
+	f.enqueue(batchUpdate(r, started.(int64)))
+}
+
+// disconnected releases the claim of an instance whose last session here
+// ended.
+func (f *fleet) disconnected(k instKey) {
+	if f.c.live.session(k) != nil {
+		return // a newer session of it is here
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.bus.Release(ctx, k.service, k.instance); err != nil && !errors.Is(err, cluster.ErrClosed) {
+		f.c.log.Info("release instance on the bus", "service", k.service, "instance", k.instance, "err", err)
+	}
+}
+
+// route sends wire to the targets of a command that are not connected
+// here; an instance no collector holds gets it from the store at its next
+// hello.
+func (f *fleet) route(ctx context.Context, service string, targets []string, wire protocol.Command) {
+	for _, inst := range targets {
+		if f.c.live.session(instKey{service, inst}) != nil {
+			continue
+		}
+		p, err := json.Marshal(routedCommand{Service: service, Instance: inst, Command: wire})
+		if err != nil {
+			continue
+		}
+		err = f.bus.Route(ctx, chanCmd, service, inst, p)
+		if err != nil && !errors.Is(err, cluster.ErrNoRoute) {
+			f.c.log.Warn("route command", "id", wire.ID, "service", service, "instance", inst, "err", err)
+		}
+	}
+}
+
+// holdChanged tells the other collectors that hold id was created or
+// released.
+func (f *fleet) holdChanged(ctx context.Context, id string) {
+	if f.solo {
+		return
+	}
+	if err := f.bus.Publish(ctx, chanHolds, []byte(id)); err != nil {
+		f.c.log.Warn("publish hold change: other collectors apply it at their next gap or hello", "hold", id, "err", err)
+	}
+}
+
+// leadsCompaction reports whether this collector runs compaction now.
+func (f *fleet) leadsCompaction() bool { return f.solo || f.compacting.Load() }
+
+// run runs the publisher, the subscribers and the compaction leadership
+// until ctx ends, and returns once they have stopped.
+func (f *fleet) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	start := func(fn func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(ctx)
+		}()
+	}
+	start(f.publishLoop)
+	start(func(ctx context.Context) { f.subscribe(ctx, chanLive, f.applyLive, f.resyncLive) })
+	start(func(ctx context.Context) { f.subscribe(ctx, chanHolds, f.applyHold, f.resyncHolds) })
+	start(func(ctx context.Context) { f.subscribe(ctx, chanCmd, f.applyCommand, nil) })
+	start(func(ctx context.Context) {
+		_ = f.bus.Lead(ctx, "compaction", func(lctx context.Context) {
+			f.compacting.Store(true)
+			<-lctx.Done()
+			f.compacting.Store(false)
+		})
+	})
+	wg.Wait()
+}
+
+// publishLoop packs queued updates into messages of up to fleetPayload
+// bytes and publishes them, in order.
+func (f *fleet) publishLoop(ctx context.Context) {
+	buf := make([]byte, 0, fleetPayload+1024)
+	for {
+		var first []byte
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-f.out:
+		}
+		buf = append(append(buf[:0], '['), first...)
+	pack:
+		for len(buf) < fleetPayload {
+			select {
+			case d := <-f.out:
+				if len(buf)+len(d)+2 > fleetPayload {
+					f.publish(ctx, append(buf, ']'))
+					buf = append(buf[:0], '[')
+					buf = append(buf, d...)
+					continue
+				}
+				buf = append(append(buf, ','), d...)
+			default:
+				break pack
+			}
+		}
+		f.publish(ctx, append(buf, ']'))
+	}
+}
+
+func (f *fleet) publish(ctx context.Context, p []byte) {
+	err := f.bus.Publish(ctx, chanLive, p)
+	f.pubMu.Lock()
+	defer f.pubMu.Unlock()
+	switch {
+	case err == nil && f.pubFailed:
+		f.pubFailed = false
+		f.c.log.Info("publishing live updates on the bus again")
+	case err != nil && !f.pubFailed && ctx.Err() == nil:
+		f.pubFailed = true
+		f.c.log.Warn("publish live updates on the bus: other collectors miss them until it succeeds", "err", err)
+	}
+}
+
+// subscribe delivers the messages of channel to apply until ctx ends; a
+// gap, or being dropped for falling behind, runs resync (nil: nothing to
+// do), at most every resyncEvery.
+func (f *fleet) subscribe(ctx context.Context, channel string, apply func(context.Context, cluster.Message), resync func(context.Context)) {
+	var last time.Time
+	gap := func() {
+		if resync == nil {
+			return
+		}
+		if wait := resyncEvery - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait) // real time: pacing the store, not a logical delay
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		last = time.Now()
+		resync(ctx)
+	}
+	for ctx.Err() == nil {
+		msgs, cancel := f.bus.Subscribe(channel)
+		for open := true; open; {
+			select {
+			case <-ctx.Done():
+				cancel()
+				return
+			case m, ok := <-msgs:
+				switch {
+				case !ok:
+					open = false
+				case m.Gap:
+					gap()
+				default:
+					apply(ctx, m)
+				}
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		// Dropped for falling behind (or the bus closed): subscribe again
+		// after a pause, then read what was missed.
+		f.c.log.Info("fell behind the bus; reading the fleet from the store again", "channel", channel)
+		last = time.Time{}
+		t := time.NewTimer(resyncEvery) // real time, as above
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		if resync != nil {
+			resync(ctx)
+		}
+	}
+}
+
+func (f *fleet) applyLive(_ context.Context, m cluster.Message) {
+	us, err := decodeUpdates(m.Payload)
+	if err != nil {
+		f.c.log.Warn("a fleet update from another collector is unreadable", "from", m.From, "err", err)
+		return
+	}
+	for i := range us {
+		f.c.live.remote(&us[i])
+	}
+}
+
+func (f *fleet) resyncLive(ctx context.Context) {
+	ibs, err := f.c.store.Instances(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.c.log.Info("resynchronise live state from the store after a gap on the bus: not now", "err", err)
+		}
+		return
+	}
+	f.c.live.resync(ibs)
+}
+
+func (f *fleet) applyCommand(_ context.Context, m cluster.Message) {
+	var rc routedCommand
+	if err := json.Unmarshal(m.Payload, &rc); err != nil {
+		f.c.log.Warn("a routed command is unreadable", "from", m.From, "err", err)
+		return
+	}
+	if s := f.c.live.session(instKey{rc.Service, rc.Instance}); s != nil {
+		s.send(rc.Command)
+	}
+}
+
+// applyHold reads a hold another collector created or released and
+// applies it to the instances connected here.
+func (f *fleet) applyHold(ctx context.Context, m cluster.Message) {
+	h, err := f.c.store.Hold(ctx, string(m.Payload))
+	if err != nil {
+		if ctx.Err() == nil {
+			f.c.log.Info("read a hold another collector changed", "hold", string(m.Payload), "err", err)
+		}
+		return
+	}
+	f.c.holds.adopt(ctx, []cbdash.HoldRecord{h})
+}
+
+func (f *fleet) resyncHolds(ctx context.Context) {
+	hs, err := f.c.store.Holds(ctx, cbdash.HoldQuery{LiveAt: f.c.now().UTC(), Limit: 5000})
+	if err != nil {
+		if ctx.Err() == nil {
+			f.c.log.Info("resynchronise holds from the store after a gap on the bus: not now", "err", err)
+		}
+		return
+	}
+	f.c.holds.adopt(ctx, hs)
+}
+
+// adopt takes holds another collector created or released (as stored)
+// and applies them to the instances connected here.
+func (m *holdManager) adopt(ctx context.Context, hs []cbdash.HoldRecord) {
+	now := m.c.now()
+	m.mu.Lock()
+	changed := false
+	for _, h := range hs {
+		h.Coverage = nil
+		if !now.Before(h.Until) {
+			continue
+		}
+		if old, ok := m.holds[h.ID]; ok && old.ReleasedAt.Equal(h.ReleasedAt) {
+			continue
+		}
+		m.holds[h.ID] = h
+		if !h.ReleasedAt.IsZero() {
+			m.endSpans(h.ID, h.ReleasedAt)
+		}
+		changed = true
+	}
+	if changed {
+		for _, hi := range m.c.live.holdInstances() {
+			if hi.reachable() {
+				m.reconcileLocked(ctx, hi, false)
+			}
+		}
+	}
+	m.mu.Unlock()
+}
+
+// remote applies another collector's update to an instance that is not
+// connected here.
+func (l *live) remote(u *fleetUpdate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := instKey{u.Service, u.Instance}
+	inst := l.instances[k]
+	if inst != nil && (inst.sess != nil || inst.pull) {
+		if u.Kind != updHello {
+			return // connected here: its own reports are what counts
+		}
+		if inst.sess != nil {
+			return // a hello elsewhere: this session is about to end
+		}
+	}
+	if inst == nil {
+		inst = &instance{key: k, breakers: make(map[string]*ibreaker)}
+		l.instances[k] = inst
+	}
+	inst.pull = false
+	if inst.startedAt != u.StartedAt {
+		inst.startedAt, inst.liveSeq = u.StartedAt, 0
+	}
+	at := time.UnixMilli(u.At).UTC()
+	switch u.Kind {
+	case updHello:
+		if u.Hello == nil {
+			return
+		}
+		inst.liveSeq = max(inst.liveSeq, u.Seq)
+		inst.hello, inst.labels, inst.lastSeen, inst.stale = u.Hello, u.Hello.Labels, at, false
+		declared := make(map[string]bool, len(u.Hello.Breakers))
+		for _, c := range u.Hello.Breakers {
+			declared[c.Name] = true
+			ib := l.breakerLocked(inst, c.Name)
+			ib.config = c
+			ib.dep.shape = nil
+			l.changedLocked(ib.dep)
+		}
+		for name, ib := range inst.breakers {
+			if !declared[name] {
+				l.dropBreakerLocked(ib)
+			}
+		}
+	case updBatch:
+		l.applyLocked(applyReq{k: k, b: u.batch(), at: at, skew: u.Skew, remote: true})
+	}
+}
+
+// resync sets the instances not connected here to their last state in
+// the store (after a gap on the bus).
+func (l *live) resync(ibs []cbdash.InstanceBreaker) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range ibs {
+		k := instKey{r.Service, r.Instance}
+		inst := l.instances[k]
+		if inst != nil && (inst.sess != nil || inst.pull) {
+			continue
+		}
+		if inst == nil {
+			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
+			l.instances[k] = inst
+		}
+		ib := l.breakerLocked(inst, r.Breaker)
+		if ib.config != r.Config {
+			ib.config, ib.dep.shape = r.Config, nil
+		}
+		if r.State != ib.state {
+			ib.state = r.State
+			l.urgent[ib.dep] = struct{}{}
+		}
+		if r.LastTransition.After(ib.lastTransition) {
+			ib.lastTransition = r.LastTransition
+		}
+		if r.Last.Start > ib.last.Start {
+			ib.last = r.Last
+		}
+		if r.LastSeen.After(inst.lastSeen) {
+			inst.lastSeen = r.LastSeen
+		}
+		l.changedLocked(ib.dep)
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startFleet runs the collector's side of the bus until the returned
+// function is called (it waits for it to stop).
+func (c *Collector) startFleet(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.fleet.run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
