@@ -40,13 +40,45 @@ func (s *server) lead(name string, run func(context.Context) error) func(context
 					return
 				}
 				log.Warn("a singleton stopped; running it again", "singleton", name, "err", err, "in", leadRetry)
-				t := time.NewTimer(leadRetry) // real time: a pause before retrying, not a logical delay
+				t := clock.NewTimer(s.clk, leadRetry)
 				select {
 				case <-t.C:
 				case <-lctx.Done():
-					t.Stop()
 				}
+				t.Stop()
 			}
 		})
 	}
+}
+
+// ruleReload is how often the leader of alert delivery reads the rules
+// again: a rule created or changed through another collector's API
+// reaches the engine of the one that delivers within it.
+const ruleReload = 2 * time.Second
+
+// alertsWithRules runs alert delivery, reading the rules again every
+// ruleReload while it runs.
+func (s *server) alertsWithRules(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick, stop := s.clk.NewTicker(ruleReload)
+		defer stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick:
+				if err := s.alerts.Reload(ctx); err != nil && ctx.Err() == nil {
+					s.log.Warn("reading the alert rules again", "err", err)
+				}
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	return s.alerts.Run(ctx)
 }

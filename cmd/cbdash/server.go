@@ -43,6 +43,7 @@ type server struct {
 	tls       bool
 	otlp      *otelexport.Exporter // nil without --otlp-endpoint
 	bus       cluster.Bus          // Local for SQLite; the collectors' bus on PostgreSQL
+	clk       clock.Clock
 }
 
 // openServer opens the store, builds the collector and the dashboard, and
@@ -50,7 +51,7 @@ type server struct {
 // the store, the collector, the incident and alert services and the
 // dashboard. On error, whatever was opened is closed.
 func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock.Clock) (_ *server, err error) {
-	s := &server{log: log, tls: o.TLSCert != ""}
+	s := &server{log: log, tls: o.TLSCert != "", clk: clk}
 	defer func() {
 		if err != nil {
 			s.closeStore()
@@ -209,7 +210,7 @@ func (s *server) run(ctx context.Context, beforeStop func(context.Context)) erro
 	var svcWG sync.WaitGroup
 	// The sources feed the collector: they stop with the services, before it.
 	loops := map[string]func(context.Context) error{
-		"incidents": s.lead("incidents", s.incidents.Run), "alerts": s.lead("alerts", s.alerts.Run), "sources": s.sources.Run,
+		"incidents": s.lead("incidents", s.incidents.Run), "alerts": s.lead("alerts", s.alertsWithRules), "sources": s.sources.Run,
 	}
 	for name, loop := range loops {
 		svcWG.Add(1)

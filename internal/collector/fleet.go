@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/cluster"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -246,16 +247,10 @@ func (f *fleet) subscribe(ctx context.Context, channel string, apply func(contex
 		if resync == nil {
 			return
 		}
-		if wait := resyncEvery - time.Since(last); wait > 0 {
-			t := time.NewTimer(wait) // real time: pacing the store, not a logical delay
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			}
+		if wait := resyncEvery - f.c.now().Sub(last); wait > 0 && !f.pause(ctx, wait) {
+			return
 		}
-		last = time.Now()
+		last = f.c.now()
 		resync(ctx)
 	}
 	for ctx.Err() == nil {
@@ -284,16 +279,24 @@ func (f *fleet) subscribe(ctx context.Context, channel string, apply func(contex
 		// after a pause, then read what was missed.
 		f.c.log.Info("fell behind the bus; reading the fleet from the store again", "channel", channel)
 		last = time.Time{}
-		t := time.NewTimer(resyncEvery) // real time, as above
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !f.pause(ctx, resyncEvery) {
 			return
 		}
 		if resync != nil {
 			resync(ctx)
 		}
+	}
+}
+
+// pause waits d on the collector's clock; false when ctx ended first.
+func (f *fleet) pause(ctx context.Context, d time.Duration) bool {
+	t := clock.NewTimer(f.c.clk, d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
