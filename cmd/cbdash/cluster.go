@@ -15,7 +15,7 @@ import (
 // PostgreSQL the database's LISTEN/NOTIFY and advisory locks (every
 // collector started with the same --db joins), else the single node's.
 func openBus(ctx context.Context, db string, log *slog.Logger, clk clock.Clock) (cluster.Bus, error) {
-	bus, err := cluster.ForStore(ctx, db, cluster.Config{Logger: log.With("component", "cluster"), Clock: clk})
+	bus, err := cluster.ForStore(ctx, db, cluster.Config{Logger: log, Clock: clk})
 	if err != nil {
 		return nil, fmt.Errorf("joining the collectors of %s (flag --db): %w", store.MaskDSN(db), err)
 	}
