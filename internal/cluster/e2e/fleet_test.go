@@ -36,7 +36,9 @@ type serveProc struct {
 	done chan struct{}
 }
 
-func (p *serveProc) agentURL() string { return "ws" + strings.TrimPrefix(p.url, "http") + "/api/v1/agent" }
+func (p *serveProc) agentURL() string {
+	return "ws" + strings.TrimPrefix(p.url, "http") + "/api/v1/agent"
+}
 
 type syncBuffer struct {
 	mu sync.Mutex
