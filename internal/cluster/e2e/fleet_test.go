@@ -305,6 +305,21 @@ func TestTwoCollectorsOverOnePostgreSQLActAsOne(t *testing.T) {
 	eventually.True(t, "the instances on B closed again after the release on A", allIn(onB, breaker.Closed))
 	eventually.True(t, "the instances on A closed again", allIn(fleet, breaker.Closed))
 
+	// A command issued on A for an instance on B is routed there, and its
+	// result recorded once.
+	var cmd cbdash.Command
+	creq := map[string]any{"service": "checkout", "breaker": "payments", "action": "reset", "instance": onB[0].name, "reason": "e2e: reset from A"}
+	if code := api(t, userTok, http.MethodPost, a.url+"/api/v1/commands", creq, &cmd); code/100 != 2 {
+		t.Fatalf("issue a reset on A for %s on B: status %d", onB[0].name, code)
+	}
+	eventually.True(t, "the reset issued on A applied by the instance on B", func() bool {
+		var got cbdash.Command
+		if api(t, userTok, http.MethodGet, a.url+"/api/v1/commands/"+cmd.ID, nil, &got) != http.StatusOK {
+			return false
+		}
+		return len(got.Targets) == 1 && got.Targets[0].Status == cbdash.TargetApplied
+	})
+
 	// One trip: an instance whose breaker opens once and stays open.
 	tripper := newMember("t0", breaker.Config{MinimumCalls: 10, OpenDuration: time.Hour})
 	fleet = append(fleet, tripper)
