@@ -200,6 +200,9 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c.holds = newHoldManager(c)
 	c.fleet = newFleet(c, cfg.Cluster)
+	if err := c.fleet.register(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("collector: metrics: %w", err)
+	}
 	return c, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/cluster"
 	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Several collectors, one fleet. Every collector of a deployment keeps the
@@ -55,9 +56,11 @@ type fleet struct {
 	bus  cluster.Bus
 	solo bool // a Local bus: nothing is published
 
-	out     chan []byte
-	dropped atomic.Int64
-	started sync.Map // instKey -> int64: the started_at of its last hello here
+	out       chan []byte
+	dropped   atomic.Int64
+	published atomic.Int64 // updates
+	received  atomic.Int64 // other collectors' updates
+	started   sync.Map     // instKey -> int64: the started_at of its last hello here
 
 	compacting atomic.Bool // this collector leads "compaction"
 
@@ -93,6 +96,25 @@ func (f *fleet) enqueue(u fleetUpdate) {
 	default:
 		f.dropped.Add(1)
 	}
+}
+
+// register exports the fleet's counters.
+func (f *fleet) register(r prometheus.Registerer) error {
+	for _, m := range []struct {
+		name, help string
+		v          *atomic.Int64
+	}{
+		{"cbdash_collector_fleet_updates_published_total", "Live updates (an instance's hello or batch) published to the other collectors.", &f.published},
+		{"cbdash_collector_fleet_updates_dropped_total", "Live updates not published because the queue to the bus was full (the other collectors' views miss them).", &f.dropped},
+		{"cbdash_collector_fleet_updates_received_total", "Other collectors' live updates received (applied unless the instance is connected here).", &f.received},
+	} {
+		v := m.v
+		if err := r.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
+			func() float64 { return float64(v.Load()) })); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hello publishes an instance's hello (last: its last stored seq) and,
@@ -204,28 +226,35 @@ func (f *fleet) publishLoop(ctx context.Context) {
 			return
 		case first = <-f.out:
 		}
+		n := 1
 		buf = append(append(buf[:0], '['), first...)
 	pack:
 		for len(buf) < fleetPayload {
 			select {
 			case d := <-f.out:
 				if len(buf)+len(d)+2 > fleetPayload {
-					f.publish(ctx, append(buf, ']'))
-					buf = append(buf[:0], '[')
+					f.publish(ctx, append(buf, ']'), n)
+					buf, n = append(buf[:0], '['), 0
 					buf = append(buf, d...)
+					n++
 					continue
 				}
 				buf = append(append(buf, ','), d...)
+				n++
 			default:
 				break pack
 			}
 		}
-		f.publish(ctx, append(buf, ']'))
+		f.publish(ctx, append(buf, ']'), n)
 	}
 }
 
-func (f *fleet) publish(ctx context.Context, p []byte) {
+// publish publishes p, a JSON array of n updates.
+func (f *fleet) publish(ctx context.Context, p []byte, n int) {
 	err := f.bus.Publish(ctx, chanLive, p)
+	if err == nil {
+		f.published.Add(int64(n))
+	}
 	f.pubMu.Lock()
 	defer f.pubMu.Unlock()
 	switch {
@@ -309,6 +338,7 @@ func (f *fleet) applyLive(_ context.Context, m cluster.Message) {
 	for i := range us {
 		f.c.live.remote(&us[i])
 	}
+	f.received.Add(int64(len(us)))
 }
 
 func (f *fleet) resyncLive(ctx context.Context) {
