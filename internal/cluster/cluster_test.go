@@ -379,3 +379,68 @@ func TestConfigIsValidated(t *testing.T) {
 		})
 	}
 }
+
+// inSchema returns dbURL with its connections in a new schema name.
+func inSchema(t *testing.T, dbURL, name string) string {
+	t.Helper()
+	exec(t, dbURL, "CREATE SCHEMA "+name)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// TestDeploymentsInTwoSchemasOfOneDatabaseAreApart: channels and advisory
+// locks belong to the database, so two deployments in two schemas of it
+// must keep their own: a node hears only its schema's nodes, and each
+// schema has a leader of its own.
+func TestDeploymentsInTwoSchemasOfOneDatabaseAreApart(t *testing.T) {
+	db := database(t)
+	one, two := inSchema(t, db, "one"), inSchema(t, db, "two")
+	a1, b1, a2 := open(t, one, "a"), open(t, one, "b"), open(t, two, "a")
+	msgs, cancel := b1.Subscribe("events")
+	defer cancel()
+	ctx := context.Background()
+	for _, p := range []struct {
+		bus *cluster.Postgres
+		msg string
+	}{{a1, "x"}, {a2, "from the other schema"}, {a1, "z"}} {
+		if err := p.bus.Publish(ctx, "events", []byte(p.msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"x", "z"} {
+		select {
+		case m := <-msgs:
+			if string(m.Payload) != want {
+				t.Fatalf("b in schema one received %q, want %q", m.Payload, want)
+			}
+		case <-time.After(10 * time.Second): // real time: the database's delivery
+			t.Fatalf("b in schema one did not receive %q", want)
+		}
+	}
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	led := make(chan string, 2)
+	for _, bus := range []*cluster.Postgres{a1, a2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = bus.Lead(lctx, "incidents", func(context.Context) { led <- "led" })
+		}()
+	}
+	for range 2 {
+		select {
+		case <-led:
+		case <-time.After(10 * time.Second): // real time, as above
+			t.Fatal("the nodes of two schemas did not both lead incidents")
+		}
+	}
+	stop()
+	wg.Wait()
+}

@@ -27,6 +27,12 @@
 //     killed, pg_terminate_backend, a network failure) PostgreSQL releases
 //     the lock and another node's next try takes it.
 //
+// Channels and advisory locks belong to the database, not to a schema: a
+// deployment whose connections use another schema than public (by
+// search_path) suffixes its channels and lock names with a hash of the
+// schema's name, so that deployments in two schemas of one database stay
+// apart.
+//
 // Each of its connections is named in pg_stat_activity (application_name
 // cbdash-listen-<node>, cbdash-lead-<singleton>-<node>).
 //

@@ -21,7 +21,7 @@ func (p *Postgres) Lead(ctx context.Context, name string, fn func(context.Contex
 	defer cancel()
 	stop := context.AfterFunc(p.ctx, cancel)
 	defer stop()
-	key := lockKey(name)
+	key := lockKey(name + p.ns)
 	for ctx.Err() == nil {
 		err := p.leadOn(ctx, name, key, fn)
 		if ctx.Err() != nil {

@@ -63,7 +63,7 @@ func (p *Postgres) listen(ctx context.Context, up func()) error {
 		p.mu.Unlock()
 		_ = conn.Close(context.WithoutCancel(ctx))
 	}()
-	for _, ch := range []string{busChannel, nodeChannelPrefix + p.cfg.NodeID} {
+	for _, ch := range []string{p.busChan(), p.nodeChan(p.cfg.NodeID)} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return fmt.Errorf("listen %s: %w", ch, err)
 		}

@@ -106,6 +106,7 @@ func (c *Config) setDefaults() error {
 // connection of its own for listening, and one per singleton it leads or
 // tries to. Its methods are safe for concurrent use.
 type Postgres struct {
+	ns   string // "" in the schema public, else a suffix naming the schema (see namespace)
 	cfg  Config
 	log  *slog.Logger
 	pool *pgxpool.Pool
@@ -157,8 +158,13 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 		pool.Close()
 		return nil, err
 	}
+	ns, err := namespace(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	p := &Postgres{
-		cfg: cfg, log: cfg.Logger.With("component", "cluster", "node", cfg.NodeID), pool: pool,
+		ns: ns, cfg: cfg, log: cfg.Logger.With("component", "cluster", "node", cfg.NodeID), pool: pool,
 		subs: newSubscribers(cfg.SubscriberBuffer), claims: map[[2]string]bool{}, leading: map[string]bool{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -210,6 +216,31 @@ CREATE TABLE IF NOT EXISTS cbdash_cluster_routes (
 	return nil
 }
 
+// namespace returns "" when the connections' schema is public, else "_"
+// and 8 hex digits of a hash of its name. Channels and advisory locks are
+// the database's, not the schema's: two deployments in two schemas of one
+// database (each with its own tables, by search_path) suffix their
+// channels and lock names with it so that they do not hear each other or
+// share leaders.
+func namespace(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return "", fmt.Errorf("cluster: reading the schema: %w", err)
+	}
+	if schema == "public" || schema == "" {
+		return "", nil
+	}
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("_%08x", h.Sum32()), nil
+}
+
+// busChan is the PostgreSQL channel of the fan-out; nodeChan that of what
+// is routed to node.
+func (p *Postgres) busChan() string { return busChannel + p.ns }
+
+func (p *Postgres) nodeChan(node string) string { return nodeChannelPrefix + node + p.ns }
+
 // lockKey is the advisory lock key of a singleton name.
 func lockKey(name string) int64 {
 	h := fnv.New64a()
@@ -228,7 +259,7 @@ func (p *Postgres) Publish(ctx context.Context, channel string, payload []byte) 
 	if err := checkChannel(channel); err != nil {
 		return err
 	}
-	return p.notify(ctx, busChannel, channel, payload)
+	return p.notify(ctx, p.busChan(), channel, payload)
 }
 
 // Subscribe returns the messages of channel that other nodes publish or
@@ -363,7 +394,7 @@ WHERE r.service = $1 AND r.instance = $2`, service, instance).Scan(&node)
 		p.subs.deliver(Message{Channel: channel, From: node, Payload: payload})
 		return nil
 	}
-	return p.notify(ctx, nodeChannelPrefix+node, channel, payload)
+	return p.notify(ctx, p.nodeChan(node), channel, payload)
 }
 
 func (p *Postgres) isClosed() bool {
