@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // Member pages of GET /api/v1/breakers/:service/:breaker.
@@ -131,24 +130,9 @@ func (s *Server) apiBreaker(c echo.Context) error {
 	return c.JSON(http.StatusOK, page)
 }
 
-// memberRank orders members' states, the odd ones first: open, half-open,
-// forced open, forced closed, then closed (an unknown state before
-// closed).
-func memberRank(state string) int {
-	switch state {
-	case protocol.StateOpen:
-		return 0
-	case protocol.StateHalfOpen:
-		return 1
-	case protocol.StateForcedOpen:
-		return 2
-	case protocol.StateForcedClosed:
-		return 3
-	case protocol.StateClosed:
-		return 5
-	}
-	return 4
-}
+// memberRank orders members' states, the odd ones first: open,
+// half-open, forced open, forced closed, then closed (cbdash.StateRank).
+func memberRank(state string) int { return cbdash.StateRank(state) }
 
 func memberCompare(a, b cbdash.InstanceBreaker) int {
 	if r := memberRank(a.State) - memberRank(b.State); r != 0 {

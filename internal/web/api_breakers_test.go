@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 					At: now.Add(-time.Second).UnixMilli(), Cause: protocol.Cause{Kind: cause}})
 			}
 			b.Windows = append(b.Windows, protocol.Window{Breaker: n, Start: now.Add(-time.Second).UnixMilli(), Millis: 1000, State: state,
-				Counts: protocol.Counts{Admitted: 40, Successes: 39, Failures: 1, Errors: 1},
+				Counts:   protocol.Counts{Admitted: 40, Successes: 39, Failures: 1, Errors: 1},
 				Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, MinimumCalls: 10}})
 		}
 		h.ingest("shop", inst, b)
@@ -158,7 +159,7 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 				if r := rank(a.State) - rank(b.State); r != 0 {
 					return r
 				}
-				return cmpString(a.Instance, b.Instance)
+				return strings.Compare(a.Instance, b.Instance)
 			}) {
 				t.Error("members are not ordered by state (open, half-open, forced open, closed), then instance")
 			}
@@ -184,14 +185,4 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 			t.Errorf("limit=1001: %d, want 400", res.StatusCode)
 		}
 	})
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
