@@ -24,7 +24,15 @@ func (s *Server) mountAlertsAPI(read, op routes) {
 	read.GET("/api/v1/alerts/firing", s.apiAlertsFiring)
 }
 
-func alertRuleID(c echo.Context) (int64, error) { return idParam(c, "alert rule") }
+// alertsAndID is the alert service and the :id of a rule's route.
+func (s *Server) alertsAndID(c echo.Context) (Alerts, int64, error) {
+	as, err := s.alerts()
+	if err != nil {
+		return nil, 0, err
+	}
+	id, err := idParam(c, "alert rule")
+	return as, id, err
+}
 
 func (s *Server) apiAlertRules(c echo.Context) error {
 	as, err := s.alerts()
@@ -44,11 +52,7 @@ func (s *Server) apiAlertRules(c echo.Context) error {
 }
 
 func (s *Server) apiAlertRule(c echo.Context) error {
-	as, err := s.alerts()
-	if err != nil {
-		return err
-	}
-	id, err := alertRuleID(c)
+	as, id, err := s.alertsAndID(c)
 	if err != nil {
 		return err
 	}
@@ -85,11 +89,7 @@ func (s *Server) apiCreateAlertRule(c echo.Context) error {
 // apiUpdateAlertRule rewrites rule :id; a webhook URL sent back as it was
 // shown masked keeps the stored one (alert.Service.UpdateRule).
 func (s *Server) apiUpdateAlertRule(c echo.Context) error {
-	as, err := s.alerts()
-	if err != nil {
-		return err
-	}
-	id, err := alertRuleID(c)
+	as, id, err := s.alertsAndID(c)
 	if err != nil {
 		return err
 	}
@@ -109,11 +109,7 @@ func (s *Server) apiUpdateAlertRule(c echo.Context) error {
 }
 
 func (s *Server) apiDeleteAlertRule(c echo.Context) error {
-	as, err := s.alerts()
-	if err != nil {
-		return err
-	}
-	id, err := alertRuleID(c)
+	as, id, err := s.alertsAndID(c)
 	if err != nil {
 		return err
 	}

@@ -191,6 +191,18 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do(apiCall{"GET", "/api/v1/commands/" + url.PathEscape(cmd.ID), "", 200})
 	do(apiCall{"POST", "/api/v1/commands", `{"service":"checkout","breaker":"search","action":"force_open"}`, 400})
 
+	var rule struct{ ID int64 }
+	ruleBody := `{"name":"payments open","service":"checkout","breaker":"payments","kind":"open","hold":"1m","webhook_url":"http://127.0.0.1:9/hook"}`
+	if err := json.Unmarshal(do(apiCall{"POST", "/api/v1/alerts/rules", ruleBody, 201}), &rule); err != nil {
+		t.Fatal(err)
+	}
+	ruleURL := fmt.Sprintf("/api/v1/alerts/rules/%d", rule.ID)
+	do(apiCall{"GET", ruleURL, "", 200})
+	do(apiCall{"PUT", ruleURL, strings.Replace(ruleBody, `"1m"`, `"2m"`, 1), 200})
+	do(apiCall{"POST", "/api/v1/alerts/rules", `{"service":"checkout","kind":"sometimes","webhook_url":"http://127.0.0.1:9/hook"}`, 400})
+	do(apiCall{"DELETE", ruleURL, "", 204})
+	do(apiCall{"GET", ruleURL, "", 404})
+
 	hold := `{"selector":{"service":"*","breaker":"payments"},"action":"force_open","ttl":"10m","reason":"openapi drill","actor":"mallory"}`
 	do(apiCall{"POST", "/api/v1/holds?dry_run=1", hold, 200})
 	var h1 cbdash.HoldRecord
