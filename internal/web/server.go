@@ -1,8 +1,11 @@
-// Package web is the cbdash dashboard: server-rendered pages (overview,
-// dependency, timeline, audit log, admin), the live websocket that pushes
-// rendered fragments, accounts with roles, sessions, user API tokens,
-// CSRF protection and security headers, and the one HTTP error handler of
-// the server.
+// Package web is every HTTP route of cbdash: the dashboard's
+// server-rendered pages (overview, dependency, timeline, audit log, admin),
+// the live websocket that pushes rendered fragments, the JSON API under
+// /api/v1 with its OpenAPI document (openapi.json), the agents' transports
+// and the health, readiness and metrics endpoints; accounts with roles,
+// sessions, user API tokens, CSRF protection, body limits and security
+// headers applied by route group; and the one HTTP error handler of the
+// server. It is the only package that imports the HTTP framework.
 //
 // It depends on the collector and the store only through the small
 // interfaces declared here (Collector, Store), so it renders whatever
