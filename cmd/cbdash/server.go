@@ -110,11 +110,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.HTTPErrorHandler
-	auth := s.web.Auth()
-	s.col.Mount(e, auth)
-	incident.NewAPI(s.store, clk, actor).Mount(e, auth.Read, auth.Operate)
-	alert.NewAPI(s.alerts).RevealTo(web.IsAdmin).Mount(e, auth.Read, auth.Operate)
-	s.web.Mount(e)
+	s.web.Mount(e) // every route: pages, the JSON API, the agents' transports
 
 	s.http = &http.Server{
 		Handler:           e,
@@ -152,13 +148,6 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 			"user", web.AdminName, "password", pw)
 	}
 	return s, nil
-}
-
-// actor is the user an Operate middleware authenticated, for incident
-// notes.
-func actor(c echo.Context) string {
-	name, _ := c.Get(collector.ActorKey).(string)
-	return name
 }
 
 // URL is the server's base URL, from the address it actually listens on.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -102,17 +103,7 @@ func strictUnmarshal(data []byte, v any) error {
 }
 
 // jsonReason turns a decoding error into a reason that names the field.
-func jsonReason(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		field := te.Field
-		if field == "" {
-			field = "message"
-		}
-		return fmt.Sprintf("%s: expected %s, got JSON %s", truncate(field, 80), te.Type, te.Value)
-	}
-	return truncate(err.Error(), 200)
-}
+func jsonReason(err error) string { return cbdash.JSONReason(err) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -12,7 +12,6 @@ import (
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
-	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 )
 
@@ -73,11 +72,13 @@ type saveItem struct {
 	ackOnly bool   // a duplicate: acknowledged, not stored
 }
 
-// handleAgent serves GET /api/v1/agent.
-func (c *Collector) handleAgent(ec echo.Context) error {
-	r, w := ec.Request(), ec.Response()
+// ServeAgent serves GET /api/v1/agent, the agents' websocket (the token
+// is checked in the hello; see session.run). Before Run is ready it
+// returns an error wrapping cbdash.ErrUnavailable, nothing written; once
+// the websocket is accepted it returns nil when the session ends.
+func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if !c.isReady() {
-		return echo.NewHTTPError(http.StatusServiceUnavailable, "collector is not ready")
+		return unavailable("collector is not ready")
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{protocol.Subprotocol},

@@ -16,7 +16,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/web/templates"
 )
 
@@ -120,7 +119,7 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 		if err != nil {
 			return nil, err
 		}
-		iq, err := incident.ParseQuery(q.Get)
+		iq, err := parseIncidentQuery(q.Get)
 		if err != nil {
 			return nil, err
 		}
