@@ -50,6 +50,7 @@ type serveOptions struct {
 	Hystrix     []string // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
 	Prometheus  []string // --prometheus: Prometheus endpoints to scrape, same form
 	SourcesFile string   // --sources: a JSON file of targets (source.File)
+	Pprof       string   // --pprof: loopback address serving net/http/pprof ("" = off)
 
 	// targets are the pull sources of --hystrix, --prometheus and
 	// --sources, set by validate.
@@ -94,6 +95,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.StringArrayVar(&o.Hystrix, "hystrix", nil, "a Hystrix stream to read, as URL,service=NAME[,instance=NAME][,header=Name: value] (repeatable): hystrix-go, Spring/resilience4j, opossum-hystrix, Turbine")
 	fs.StringArrayVar(&o.Prometheus, "prometheus", nil, "a Prometheus endpoint to scrape for resilience4j or opossum-prometheus breakers, as URL,service=NAME[,instance=NAME][,interval=5s][,header=Name: value] (repeatable)")
 	fs.StringVar(&o.SourcesFile, "sources", "", `a JSON file of streams and endpoints to read: {"targets": [{"kind": "hystrix", "url": ..., "service": ..., "instance": ..., "header": {...}}]}`)
+	fs.StringVar(&o.Pprof, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, e.g. 127.0.0.1:6060 (default: off)")
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
 }
 
