@@ -23,6 +23,8 @@ type op struct {
 	// probe marks Store.Writable's write: its success says nothing of the
 	// writes that failed before it.
 	probe bool
+	// flushIM has the group write the buffered instance minutes.
+	flushIM bool
 }
 
 // writer is the single goroutine that owns every write.
@@ -46,6 +48,13 @@ type writer struct {
 	// Caches of committed rows, touched only by the writer goroutine and
 	// thrown away whenever a transaction or savepoint is rolled back.
 	c cache
+
+	// im holds the instance minutes of committed batches not written yet
+	// (instance_minutes.go), imAt when they were last written; both
+	// touched only by the writer goroutine.
+	im    map[imKey]*imRow
+	imAt  time.Time
+	clock interface{ Now() time.Time }
 }
 
 // cache holds ids and watermarks so that the hot path (a batch of window
@@ -55,7 +64,11 @@ type cache struct {
 	breakers  map[int64]map[string]*brRef // instance id -> breaker name
 	deps      map[cbdash.DependencyKey]int64
 	wm        *watermarks // nil = not loaded
+	seqs      map[runKey]int64 // last stored seq of an agent process
 }
+
+// runKey names one agent process of an instance.
+type runKey struct{ inst, startedAt int64 }
 
 type instKey struct{ service, instance string }
 
@@ -77,6 +90,7 @@ func (c *cache) reset() {
 	c.breakers = make(map[int64]map[string]*brRef)
 	c.deps = make(map[cbdash.DependencyKey]int64)
 	c.wm = nil
+	c.seqs = make(map[runKey]int64)
 }
 
 func newWriter(db *sql.DB, opts Options) *writer {
@@ -87,7 +101,10 @@ func newWriter(db *sql.DB, opts Options) *writer {
 		queue:    make(chan *op, opts.QueueSize),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		im:       make(map[imKey]*imRow),
+		clock:    opts.Clock,
 	}
+	w.imAt = w.clock.Now()
 	w.c.reset()
 	return w
 }
@@ -119,10 +136,14 @@ func (w *writer) run() {
 			for {
 				group = w.collect(group[:0])
 				if len(group) == 0 {
-					return
+					break
 				}
 				w.commit(group)
 			}
+			if len(w.im) > 0 {
+				w.commit(append(group[:0], &op{flushIM: true, run: func(*wtx) error { return nil }}))
+			}
+			return
 		}
 		group = append(group[:0], first)
 		group = w.collect(group)
@@ -220,16 +241,24 @@ func (w *writer) commit(group []*op) {
 		return
 	}
 	x := newWtx(ctx, w, tx)
+	flushIM := false
 	for i, o := range group {
 		if x.broken != nil {
 			break
 		}
 		errs[i] = x.savepoint(o.run)
+		flushIM = flushIM || o.flushIM
 	}
+	now := w.clock.Now()
+	flushIM = flushIM || now.Sub(w.imAt) >= instanceMinutesEvery
 	if x.broken != nil {
 		failAll(x.broken)
 	} else if err := x.flush(); err != nil {
 		failAll(fmt.Errorf("store: write windows: %w", err))
+	} else if flushIM {
+		if err := x.writeInstanceMinutes(); err != nil {
+			failAll(fmt.Errorf("store: write instance minutes: %w", err))
+		}
 	}
 	x.close()
 	committed := false
@@ -243,6 +272,15 @@ func (w *writer) commit(group []*op) {
 	}
 	if !committed {
 		tx.Rollback()
+	}
+	switch {
+	case committed && flushIM:
+		clear(w.im)
+		w.imAt = now
+	case committed:
+		for k, r := range x.im {
+			addInto(w.im, k, *r)
+		}
 	}
 	w.finish(group, errs, committed && !x.dirty)
 }
@@ -300,10 +338,11 @@ type wtx struct {
 	// released: nothing of the transaction may be committed.
 	broken error
 	acc    *accumulator
+	im     map[imKey]*imRow // this transaction's instance minutes
 }
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
-	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator()}
+	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(), im: make(map[imKey]*imRow)}
 }
 
 // st returns query's statement, prepared once per transaction. (A
