@@ -63,7 +63,7 @@ type cache struct {
 	instances map[instKey]instRef
 	breakers  map[int64]map[string]*brRef // instance id -> breaker name
 	deps      map[cbdash.DependencyKey]int64
-	wm        *watermarks // nil = not loaded
+	wm        *watermarks      // nil = not loaded
 	seqs      map[runKey]int64 // last stored seq of an agent process
 }
 
