@@ -55,6 +55,12 @@ type writer struct {
 	im    map[imKey]*imRow
 	imAt  time.Time
 	clock interface{ Now() time.Time }
+
+	// prepared are statements prepared on the writer's one connection,
+	// outside any transaction, by query: a transaction binds them
+	// (Tx.StmtContext reuses the connection's statement) instead of
+	// preparing every query afresh. Touched only by the writer goroutine.
+	prepared map[string]*sql.Stmt
 }
 
 // cache holds ids and watermarks so that the hot path (a batch of window
@@ -102,6 +108,7 @@ func newWriter(db *sql.DB, opts Options) *writer {
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 		im:       make(map[imKey]*imRow),
+		prepared: make(map[string]*sql.Stmt),
 		clock:    opts.Clock,
 	}
 	w.imAt = w.clock.Now()
@@ -147,6 +154,9 @@ func (w *writer) run() {
 		}
 		group = append(group[:0], first)
 		group = w.collect(group)
+		if len(group) > 1 && len(group) < w.maxGroup {
+			group = w.collectFor(group, groupWait)
+		}
 		w.commit(group)
 	}
 }
@@ -159,6 +169,23 @@ func (w *writer) collect(group []*op) []*op {
 		case o := <-w.queue:
 			group = append(group, o)
 		default:
+			return group
+		}
+	}
+	return group
+}
+
+// collectFor appends the ops that arrive within d, up to maxGroup.
+func (w *writer) collectFor(group []*op, d time.Duration) []*op {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for len(group) < w.maxGroup {
+		select {
+		case o := <-w.queue:
+			group = append(group, o)
+		case <-t.C:
+			return group
+		case <-w.quit:
 			return group
 		}
 	}
@@ -261,6 +288,7 @@ func (w *writer) commit(group []*op) {
 		}
 	}
 	x.close()
+	defer w.prepare(x.unprepared)
 	committed := false
 	if anyNil(errs) {
 		if err := tx.Commit(); err != nil {
@@ -325,6 +353,34 @@ func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
 	}
 }
 
+// prepare prepares queries on the writer's connection for the next
+// transactions (outside a transaction: the pool's one connection is free).
+// A query that fails to prepare is prepared per transaction, as before.
+func (w *writer) prepare(queries []string) {
+	for _, q := range queries {
+		if _, ok := w.prepared[q]; ok || len(w.prepared) >= maxPrepared {
+			continue
+		}
+		if st, err := w.db.PrepareContext(context.Background(), q); err == nil {
+			w.prepared[q] = st
+		}
+	}
+}
+
+// maxPrepared bounds the statements the writer keeps prepared (its
+// queries are a fixed set; the bound guards against a query built with a
+// value).
+const maxPrepared = 256
+
+// groupWait is how long the writer waits for more operations when a group
+// already has several (the sign of many concurrent writers, such as a
+// thousand agents' batches): fewer, larger transactions, each with its
+// fixed costs (statements, the per-second rows, the commit) shared. A lone
+// operation never waits.
+// It is real time, not the store's clock: it paces CPU work, as a
+// scheduler would, and says nothing about the data.
+const groupWait = 5 * time.Millisecond
+
 // wtx is the writer's view of one group transaction.
 type wtx struct {
 	ctx   context.Context
@@ -339,6 +395,8 @@ type wtx struct {
 	broken error
 	acc    *accumulator
 	im     map[imKey]*imRow // this transaction's instance minutes
+	// unprepared are the queries this transaction had to prepare itself.
+	unprepared []string
 }
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
@@ -353,11 +411,17 @@ func (x *wtx) st(query string) (*sql.Stmt, error) {
 	if st, ok := x.stmts[query]; ok {
 		return st, nil
 	}
+	if p, ok := x.w.prepared[query]; ok {
+		st := x.tx.StmtContext(x.ctx, p)
+		x.stmts[query] = st
+		return st, nil
+	}
 	st, err := x.tx.PrepareContext(x.ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", query, err)
 	}
 	x.stmts[query] = st
+	x.unprepared = append(x.unprepared, query)
 	return st, nil
 }
 
