@@ -28,6 +28,10 @@ type instance struct {
 	sess      *session // connected websocket session, nil when offline
 	pull      bool     // its last hello came over HTTP ingest: commands reach it in ingest answers
 	skewMs    int64    // the agent's clock minus the collector's (ms), measured from its batches
+	// gen counts the changes to the instance or any of its breakers
+	// (every hello, batch, restore and staleness change): a breaker's
+	// cached entry of an aggregate is good while gen is the same.
+	gen uint64
 }
 
 // ibreaker is one breaker on one instance.
@@ -44,6 +48,12 @@ type ibreaker struct {
 	held           *cbdash.Hold
 	lastTrip       *protocol.Transition
 	lastTripAt     time.Time // when lastTrip was received
+	// entry is this breaker's line of its dependency's aggregate, as last
+	// computed, good while inst.gen is entryGen and the dependency's
+	// shape is entryShape (aggregate.go).
+	entry      cbdash.InstanceBreaker
+	entryGen   uint64
+	entryShape *shape
 }
 
 // dep is one dependency (service + breaker name) across instances.
@@ -230,6 +240,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
 			l.instances[k] = inst
 		}
+		inst.gen++
 		ib := l.breakerLocked(inst, r.Breaker)
 		ib.config = r.Config
 		ib.state = r.State
@@ -295,6 +306,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 		inst.liveSeq = 0
 	}
 	inst.liveSeq = max(inst.liveSeq, storedSeq)
+	inst.gen++
 	inst.hello = h
 	inst.labels = h.Labels
 	inst.lastSeen = at
@@ -361,6 +373,7 @@ func (l *live) applyLocked(r applyReq) bool {
 	if inst == nil || b.Seq <= inst.liveSeq {
 		return false
 	}
+	inst.gen++
 	if !r.early {
 		inst.liveSeq = b.Seq
 		inst.lastSeen = at
@@ -623,6 +636,7 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 			}
 		case age > l.staleAfter && !inst.stale:
 			inst.stale = true
+			inst.gen++
 			for _, ib := range inst.breakers {
 				l.changedLocked(ib.dep)
 				changed = append(changed, ib.dep)
