@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -90,15 +91,16 @@ subscriber of /api/v1/events.`,
 
 // dbSize returns a reader of the bytes in use in the SQLite file path
 // (pages minus free pages, through the WAL: what the server has
-// committed), opened read-only; nil for "".
-func dbSize(path string) func(context.Context) (int64, error) {
+// committed) and of the history's parts (SQLite's dbstat: the pages of
+// the tables and their indexes), opened read-only; nil for "".
+func dbSize(path string) func(context.Context) (map[string]int64, error) {
 	if path == "" {
 		return nil
 	}
-	return func(ctx context.Context) (int64, error) {
+	return func(ctx context.Context) (map[string]int64, error) {
 		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		defer db.Close()
 		var pages, free, size int64
@@ -107,9 +109,30 @@ func dbSize(path string) func(context.Context) (int64, error) {
 			v      *int64
 		}{{"page_count", &pages}, {"freelist_count", &free}, {"page_size", &size}} {
 			if err := db.QueryRowContext(ctx, "PRAGMA "+q.pragma).Scan(q.v); err != nil {
-				return 0, fmt.Errorf("database %s: PRAGMA %s: %w", path, q.pragma, err)
+				return nil, fmt.Errorf("database %s: PRAGMA %s: %w", path, q.pragma, err)
 			}
 		}
-		return (pages - free) * size, nil
+		out := map[string]int64{"total": (pages - free) * size}
+		rows, err := db.QueryContext(ctx, `SELECT name, SUM(pgsize - unused) FROM dbstat GROUP BY name`)
+		if err != nil {
+			return out, nil // no dbstat in this build: the total only
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			var n int64
+			if rows.Scan(&name, &n) != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(name, "windows_second"):
+				out["seconds"] += n
+			case strings.HasPrefix(name, "instance_minutes"):
+				out["instance_minutes"] += n
+			case strings.HasPrefix(name, "transitions"):
+				out["transitions"] += n
+			}
+		}
+		return out, rows.Err()
 	}
 }

@@ -66,9 +66,12 @@ type Config struct {
 	// process CPU and resident memory.
 	MetricsToken string
 	// DBSize, when set, returns the server database's size in bytes (its
-	// pages in use): the run reads it at the start and the end of the
-	// measurement for Result.DBBytesPerDepSecond. nil = not measured.
-	DBSize func(ctx context.Context) (int64, error)
+	// pages in use) under "total", and, where it can tell, the bytes of
+	// parts of it: "seconds" (the per-second history level),
+	// "instance_minutes" (per-instance minutes), "transitions" (with their
+	// indexes). The run reads it at the start and the end of the
+	// measurement for Result's DB figures. nil = not measured.
+	DBSize func(ctx context.Context) (map[string]int64, error)
 	// Clock stamps what the simulated agents send (their start, window
 	// reports, transitions), as a real agent's clock does; nil =
 	// clock.System(). Pacing, timeouts and the latencies measured are
@@ -167,20 +170,25 @@ type Result struct {
 	Dependencies   int           `json:"dependencies"`   // BreakersPerInstance: one service
 	DBGrowth       int64         `json:"db_growth_bytes"`
 	DBBytesPerDepS float64       `json:"db_bytes_per_dependency_second"` // DBGrowth / (Dependencies x Measured); 0 without Config.DBSize
+	// Of that growth, per dependency-second: the per-second history level,
+	// the per-instance minutes and the transitions (Config.DBSize's parts).
+	SecondsPerDepS         float64 `json:"seconds_level_bytes_per_dependency_second"`
+	InstanceMinutesPerDepS float64 `json:"instance_minutes_bytes_per_dependency_second"`
+	TransitionsPerDepS     float64 `json:"transitions_bytes_per_dependency_second"`
 }
 
 // String formats r as one line per measure.
 func (r Result) String() string {
 	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
 		"server CPU: %.2f cores, %.1f µs per acked window report (decode floor %.2f µs, ratio %.1f); RSS %.0f MB (peak %.0f MB)\n"+
-		"database: %d bytes grown, %.0f bytes per dependency-second (%d dependencies)\n"+
+		"database: %d bytes grown, %.0f bytes per dependency-second (%d dependencies): per-second level %.0f, instance minutes %.0f, transitions %.0f\n"+
 		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
 		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen, event stream dropped %d times)\n"+
 		"  agent to collector p50 %v p99 %v; collector to subscriber p50 %v p99 %v",
 		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
 		r.ServerCPU, float64(r.CPUPerReport)/float64(time.Microsecond), float64(r.DecodeFloor)/float64(time.Microsecond), r.FloorRatio,
 		float64(r.RSS)/1e6, float64(r.PeakRSS)/1e6,
-		r.DBGrowth, r.DBBytesPerDepS, r.Dependencies,
+		r.DBGrowth, r.DBBytesPerDepS, r.Dependencies, r.SecondsPerDepS, r.InstanceMinutesPerDepS, r.TransitionsPerDepS,
 		r.Rate, r.Offered, r.Measured.Round(time.Millisecond), r.Refused, r.Errors,
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent, r.SubscriberDrops,
 		r.InboundP50.Round(10*time.Microsecond), r.InboundP99.Round(10*time.Microsecond), r.FanoutP50.Round(10*time.Microsecond), r.FanoutP99.Round(10*time.Microsecond))
@@ -334,9 +342,12 @@ wait:
 		}
 		res.RSS, res.PeakRSS = int64(last.rss), int64(max(peak, last.rss, first.rss))
 	}
-	if first.db >= 0 && last.db >= 0 && res.Dependencies > 0 {
-		res.DBGrowth = last.db - first.db
-		res.DBBytesPerDepS = float64(res.DBGrowth) / (float64(res.Dependencies) * last.at.Sub(first.at).Seconds())
+	if first.db != nil && last.db != nil && res.Dependencies > 0 {
+		depS := float64(res.Dependencies) * last.at.Sub(first.at).Seconds()
+		per := func(part string) float64 { return float64(last.db[part]-first.db[part]) / depS }
+		res.DBGrowth = last.db["total"] - first.db["total"]
+		res.DBBytesPerDepS = per("total")
+		res.SecondsPerDepS, res.InstanceMinutesPerDepS, res.TransitionsPerDepS = per("seconds"), per("instance_minutes"), per("transitions")
 	}
 	res.DecodeFloor = decodeFloor(cfg.BreakersPerInstance)
 	if res.DecodeFloor > 0 && res.CPUPerReport > 0 {

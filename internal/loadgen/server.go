@@ -20,7 +20,7 @@ type serverSample struct {
 	at    time.Time
 	cpu   float64 // process_cpu_seconds_total
 	rss   float64 // process_resident_memory_bytes
-	db    int64   // Config.DBSize, -1 when unknown
+	db    map[string]int64 // Config.DBSize, nil when unknown
 	valid bool    // the process metrics were there
 }
 
@@ -28,10 +28,10 @@ type serverSample struct {
 // Prometheus text format; only the two untyped-looking lines matter), and
 // the database size when Config.DBSize is set.
 func (r *run) scrape(ctx context.Context) serverSample {
-	s := serverSample{at: time.Now(), db: -1}
+	s := serverSample{at: time.Now()}
 	if r.cfg.DBSize != nil {
-		if n, err := r.cfg.DBSize(ctx); err == nil {
-			s.db = n
+		if m, err := r.cfg.DBSize(ctx); err == nil {
+			s.db = m
 		} else {
 			r.cfg.Logger.Warn("database size", "err", err)
 		}
