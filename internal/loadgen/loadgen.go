@@ -282,7 +282,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, ctx.Err()
 	case <-warm.C:
 	}
-	first := r.scrape(ctx)
+	first := r.scrape(ctx, true)
 	r.measuring.Store(true)
 	t0 := time.Now()
 	end := time.NewTimer(cfg.Duration)
@@ -296,7 +296,7 @@ wait:
 			end.Stop()
 			return res, ctx.Err()
 		case <-peek.C:
-			if s := r.scrape(ctx); s.valid {
+			if s := r.scrape(ctx, false); s.valid {
 				peak = max(peak, s.rss)
 			}
 		case <-end.C:
@@ -305,7 +305,7 @@ wait:
 	}
 	r.measuring.Store(false)
 	res.Measured = time.Since(t0)
-	last := r.scrape(ctx)
+	last := r.scrape(ctx, true)
 	// Give transitions sent at the very end a moment to arrive.
 	grace := time.NewTimer(time.Second)
 	select {

@@ -26,10 +26,10 @@ type serverSample struct {
 
 // scrape reads the server's own process counters from /metrics (the
 // Prometheus text format; only the two untyped-looking lines matter), and
-// the database size when Config.DBSize is set.
-func (r *run) scrape(ctx context.Context) serverSample {
+// the database size when withDB and Config.DBSize is set.
+func (r *run) scrape(ctx context.Context, withDB bool) serverSample {
 	s := serverSample{at: time.Now()}
-	if r.cfg.DBSize != nil {
+	if withDB && r.cfg.DBSize != nil {
 		if m, err := r.cfg.DBSize(ctx); err == nil {
 			s.db = m
 		} else {

@@ -57,22 +57,47 @@ func (x *wtx) addInstanceMinute(dep, inst int64, w *protocol.Window) {
 		imRow{calls: c.Admitted, failures: c.Failures, slow: c.Slow, rejected: c.Rejected(), rank: cbdash.StateRank(w.State)})
 }
 
-// writeInstanceMinutes writes the writer's committed sums and this
-// transaction's as upserts.
-func (x *wtx) writeInstanceMinutes() error {
-	for _, m := range []map[imKey]*imRow{x.w.im, x.im} {
-		for k, r := range m {
-			_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
+// imFlushRows bounds the buffered instance minutes one group transaction
+// writes when they are due by time: a fleet's minutes are spread over
+// several transactions instead of one large one (a read's flush writes
+// them all).
+const imFlushRows = 4000
+
+// writeInstanceMinutes writes buffered instance minutes as upserts: with
+// all, the writer's committed sums and this transaction's (which are then
+// not kept); otherwise at most imFlushRows of the writer's. It returns the
+// keys of the writer's sums it wrote (to forget once committed).
+func (x *wtx) writeInstanceMinutes(all bool) ([]imKey, error) {
+	var written []imKey
+	put := func(k imKey, r *imRow) error {
+		_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = calls + excluded.calls, failures = failures + excluded.failures,
 		slow = slow + excluded.slow, rejected = rejected + excluded.rejected, state_rank = min(state_rank, excluded.state_rank)`,
-				k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
-			if err != nil {
-				return fmt.Errorf("store: save instance minute: %w", err)
+			k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
+		if err != nil {
+			return fmt.Errorf("store: save instance minute: %w", err)
+		}
+		return nil
+	}
+	for k, r := range x.w.im {
+		if !all && len(written) >= imFlushRows {
+			break
+		}
+		if err := put(k, r); err != nil {
+			return nil, err
+		}
+		written = append(written, k)
+	}
+	if all {
+		for k, r := range x.im {
+			if err := put(k, r); err != nil {
+				return nil, err
 			}
 		}
+		clear(x.im)
 	}
-	return nil
+	return written, nil
 }
 
 // flushInstanceMinutes has the writer write its buffered instance minutes

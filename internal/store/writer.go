@@ -52,9 +52,13 @@ type writer struct {
 	// im holds the instance minutes of committed batches not written yet
 	// (instance_minutes.go), imAt when they were last written; both
 	// touched only by the writer goroutine.
-	im    map[imKey]*imRow
-	imAt  time.Time
-	clock interface{ Now() time.Time }
+	im   map[imKey]*imRow
+	imAt time.Time
+	// imFlushing: a round of writing them is under way, imRound rows of
+	// it still to write.
+	imFlushing bool
+	imRound    int
+	clock      interface{ Now() time.Time }
 
 	// prepared are statements prepared on the writer's one connection,
 	// outside any transaction, by query: a transaction binds them
@@ -277,13 +281,19 @@ func (w *writer) commit(group []*op) {
 		flushIM = flushIM || o.flushIM
 	}
 	now := w.clock.Now()
-	flushIM = flushIM || now.Sub(w.imAt) >= instanceMinutesEvery
+	if !w.imFlushing && now.Sub(w.imAt) >= instanceMinutesEvery && len(w.im) > 0 {
+		// A round: the sums buffered now, written imFlushRows a
+		// transaction; what arrives meanwhile waits for the next round.
+		w.imFlushing, w.imRound, w.imAt = true, len(w.im), now
+	}
+	due := flushIM || w.imFlushing
+	var imWritten []imKey
 	if x.broken != nil {
 		failAll(x.broken)
 	} else if err := x.flush(); err != nil {
 		failAll(fmt.Errorf("store: write windows: %w", err))
-	} else if flushIM {
-		if err := x.writeInstanceMinutes(); err != nil {
+	} else if due {
+		if imWritten, err = x.writeInstanceMinutes(flushIM); err != nil {
 			failAll(fmt.Errorf("store: write instance minutes: %w", err))
 		}
 	}
@@ -301,13 +311,18 @@ func (w *writer) commit(group []*op) {
 	if !committed {
 		tx.Rollback()
 	}
-	switch {
-	case committed && flushIM:
-		clear(w.im)
-		w.imAt = now
-	case committed:
-		for k, r := range x.im {
+	if committed {
+		for _, k := range imWritten {
+			delete(w.im, k)
+		}
+		for k, r := range x.im { // emptied when written
 			addInto(w.im, k, *r)
+		}
+		if w.imRound -= len(imWritten); flushIM || w.imRound <= 0 {
+			w.imFlushing = false
+		}
+		if flushIM {
+			w.imAt = now
 		}
 	}
 	w.finish(group, errs, committed && !x.dirty)
