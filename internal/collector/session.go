@@ -23,8 +23,10 @@ const outQueue = 256
 
 // saveQueue is how many validated batches of one connection may wait for
 // their commit; when it is full the connection stops reading (the agent's
-// own backpressure).
-const saveQueue = 64
+// own backpressure). Small: a backlog waits in the socket and in the
+// agent, not in the collector's memory (64 batches of 40 window reports
+// for each of a thousand connections were gigabytes).
+const saveQueue = 8
 
 // session is one agent websocket connection. The handler goroutine reads;
 // a writer goroutine owns writes; a saver goroutine commits batches in
