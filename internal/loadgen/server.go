@@ -18,10 +18,10 @@ import (
 // the server process.
 type serverSample struct {
 	at    time.Time
-	cpu   float64 // process_cpu_seconds_total
-	rss   float64 // process_resident_memory_bytes
+	cpu   float64          // process_cpu_seconds_total
+	rss   float64          // process_resident_memory_bytes
 	db    map[string]int64 // Config.DBSize, nil when unknown
-	valid bool    // the process metrics were there
+	valid bool             // the process metrics were there
 }
 
 // scrape reads the server's own process counters from /metrics (the
