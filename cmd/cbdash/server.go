@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cbdash/cbdash/internal/alert"
 	"github.com/cbdash/cbdash/internal/clock"
@@ -65,6 +66,9 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		return nil, fmt.Errorf("opening the database %s (flag --db or CBDASH_DB): %w", store.MaskDSN(o.DB), err)
 	}
 	reg := prometheus.NewRegistry()
+	// The process's own CPU, memory and runtime figures (what cbdash
+	// loadgen measures the server by).
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, Clock: clk,

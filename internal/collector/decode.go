@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/batchjson"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -44,6 +45,9 @@ func decode(data []byte) (m message, seq uint64, err error) {
 	body := bytes.TrimLeft(data, " \t\r\n")
 	switch {
 	case bytes.HasPrefix(body, batchPrefix):
+		if b, ok := batchjson.Decode(body); ok && b.Type == protocol.TypeBatch {
+			return message{Batch: &b}, b.Seq, nil
+		}
 		var b protocol.Batch
 		err := json.Unmarshal(body, &b)
 		if err == nil && b.Type == protocol.TypeBatch {

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -21,8 +22,10 @@ const outQueue = 256
 
 // saveQueue is how many validated batches of one connection may wait for
 // their commit; when it is full the connection stops reading (the agent's
-// own backpressure).
-const saveQueue = 64
+// own backpressure). Small: a backlog waits in the socket and in the
+// agent, not in the collector's memory (64 batches of 40 window reports
+// for each of a thousand connections were gigabytes).
+const saveQueue = 8
 
 // session is one agent websocket connection. The handler goroutine reads;
 // a writer goroutine owns writes; a saver goroutine commits batches in
@@ -250,8 +253,10 @@ const binaryReason = "binary frames are refused: send every message as one JSON 
 // is a duplicate: it is acknowledged in turn, never stored again.
 func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 	c := s.c
+	buf := readBufs.Get().(*bytes.Buffer)
+	defer readBufs.Put(buf)
 	for {
-		typ, data, err := s.conn.Read(ctx)
+		typ, data, err := readMessage(ctx, s.conn, buf)
 		if err != nil {
 			return
 		}
@@ -303,6 +308,32 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 			return
 		}
 	}
+}
+
+// readBufs are the buffers sessions read messages into: a session's next
+// message reuses the last one's memory (what is decoded from it is
+// copied: strings and slices of its own), and an idle session holds none.
+var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxKeptBuffer is the largest read buffer put back for reuse (a rare
+// large message does not pin its size).
+const maxKeptBuffer = 256 << 10
+
+// readMessage reads one message into buf (reset first) and returns its
+// bytes, valid until the next call; as websocket.Conn.Read otherwise.
+func readMessage(ctx context.Context, conn *websocket.Conn, buf *bytes.Buffer) (websocket.MessageType, []byte, error) {
+	if buf.Cap() > maxKeptBuffer {
+		*buf = bytes.Buffer{}
+	}
+	buf.Reset()
+	typ, r, err := conn.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
+		return 0, nil, err
+	}
+	return typ, buf.Bytes(), nil
 }
 
 // rehello accepts a new hello on an open connection when it names the same
