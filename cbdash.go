@@ -24,13 +24,17 @@ import (
 )
 
 // Errors shared by every server package. Wrap them with %w; the HTTP
-// layer maps them to statuses (404, 400, 401, 403, 409) in one place.
+// layer maps them to statuses (404, 400, 401, 403, 409, 503) in one
+// place. ErrUnavailable is a refusal for now (the collector is starting,
+// or the store cannot commit): retry later; its message is the reason
+// before ": unavailable".
 var (
 	ErrNotFound     = errors.New("not found")
 	ErrInvalid      = errors.New("invalid input")
 	ErrUnauthorized = errors.New("unauthorized")
 	ErrForbidden    = errors.New("forbidden")
 	ErrConflict     = errors.New("conflict")
+	ErrUnavailable  = errors.New("unavailable")
 )
 
 // Roles of dashboard users, from least to most privileged.

@@ -164,9 +164,9 @@ func runDrills(ctx context.Context, col *collector.Collector, clk clock.Clock, l
 	wait := demoDrillAfter
 	for clock.Sleep(clk, wait, ctx.Done()) {
 		wait = demoDrillEvery
-		h, err := col.CreateHold(ctx, cbdash.HoldRequest{
+		h, err := col.CreateHold(ctx, cbdash.Actor{Name: "demo", Kind: cbdash.ActorSystem}, cbdash.HoldRequest{
 			Selector: cbdash.Selector{Service: "checkout", Breaker: "pricing"}, Action: protocol.ActionForceOpen,
-			TTL: demoDrillFor, Reason: "scripted drill: do checkout's pricing fallbacks serve?", Actor: "demo",
+			TTL: demoDrillFor, Reason: "scripted drill: do checkout's pricing fallbacks serve?",
 		})
 		if err != nil {
 			if ctx.Err() == nil {

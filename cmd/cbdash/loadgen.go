@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +28,8 @@ type loadgenOptions struct {
 	TransitionEvery time.Duration
 	DialConcurrency int
 	JSON            bool
+	MetricsToken    string
+	DB              string
 }
 
 // newLoadgenCmd is the loadgen command; its simulated agents stamp what
@@ -52,7 +57,7 @@ subscriber of /api/v1/events.`,
 				URL: o.Server, AgentURLs: o.AgentServers, Token: o.AgentToken, ReadToken: o.Token, Service: o.Service,
 				Instances: o.Instances, BreakersPerInstance: o.Breakers, Interval: o.Interval,
 				Duration: o.Duration, TransitionEvery: o.TransitionEvery, DialConcurrency: o.DialConcurrency,
-				Logger: log, Clock: clk,
+				Logger: log, Clock: clk, MetricsToken: o.MetricsToken, DBSize: dbSize(o.DB),
 			})
 			if err != nil {
 				if errors.Is(err, loadgen.ErrInvalid) {
@@ -81,5 +86,55 @@ subscriber of /api/v1/events.`,
 	f.DurationVar(&o.TransitionEvery, "transition-every", 10*time.Second, "how often, on average, each agent flips a breaker")
 	f.IntVar(&o.DialConcurrency, "dial-concurrency", 50, "concurrent websocket dials")
 	f.BoolVar(&o.JSON, "json", false, "print the result as JSON")
+	f.StringVar(&o.MetricsToken, "metrics-token", "", "bearer token of the server's /metrics (serve --metrics-token), scraped for its CPU and memory")
+	f.StringVar(&o.DB, "db", "", "the server's SQLite file, when on this machine: its growth is measured (read-only)")
 	return cmd
+}
+
+// dbSize returns a reader of the bytes in use in the SQLite file path
+// (pages minus free pages, through the WAL: what the server has
+// committed) and of the history's parts (SQLite's dbstat: the pages of
+// the tables and their indexes), opened read-only; nil for "".
+func dbSize(path string) func(context.Context) (map[string]int64, error) {
+	if path == "" {
+		return nil
+	}
+	return func(ctx context.Context) (map[string]int64, error) {
+		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+		if err != nil {
+			return nil, err
+		}
+		defer db.Close()
+		var pages, free, size int64
+		for _, q := range []struct {
+			pragma string
+			v      *int64
+		}{{"page_count", &pages}, {"freelist_count", &free}, {"page_size", &size}} {
+			if err := db.QueryRowContext(ctx, "PRAGMA "+q.pragma).Scan(q.v); err != nil {
+				return nil, fmt.Errorf("database %s: PRAGMA %s: %w", path, q.pragma, err)
+			}
+		}
+		out := map[string]int64{"total": (pages - free) * size}
+		rows, err := db.QueryContext(ctx, `SELECT name, SUM(pgsize - unused) FROM dbstat GROUP BY name`)
+		if err != nil {
+			return out, nil // no dbstat in this build: the total only
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			var n int64
+			if rows.Scan(&name, &n) != nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(name, "windows_second"):
+				out["seconds"] += n
+			case strings.HasPrefix(name, "instance_minutes"):
+				out["instance_minutes"] += n
+			case strings.HasPrefix(name, "transitions"):
+				out["transitions"] += n
+			}
+		}
+		return out, rows.Err()
+	}
 }

@@ -59,8 +59,8 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 		if err != nil {
 			return err
 		}
-		var d cbdash.Dependency
-		if err := c.do(ctx, "GET", "/api/v1/breakers/"+url.PathEscape(service)+"/"+url.PathEscape(breaker), nil, &d); err != nil {
+		d, err := dependencyWithMembers(ctx, c, service, breaker)
+		if err != nil {
 			return err
 		}
 		deps = []cbdash.Dependency{d}
@@ -112,6 +112,32 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 		}
 	}
 	return tw.Flush()
+}
+
+// dependencyWithMembers reads one dependency with every member, page by
+// page (the server answers them the odd ones first).
+func dependencyWithMembers(ctx context.Context, c *apiClient, service, breaker string) (cbdash.Dependency, error) {
+	path := "/api/v1/breakers/" + url.PathEscape(service) + "/" + url.PathEscape(breaker) + "?limit=1000"
+	var all []cbdash.InstanceBreaker
+	for cursor := ""; ; {
+		var page struct {
+			cbdash.Dependency
+			Next string `json:"next"`
+		}
+		q := path
+		if cursor != "" {
+			q += "&cursor=" + url.QueryEscape(cursor)
+		}
+		if err := c.do(ctx, "GET", q, nil, &page); err != nil {
+			return cbdash.Dependency{}, err
+		}
+		all = append(all, page.PerInstance...)
+		if page.Next == "" || page.Next == cursor {
+			page.PerInstance = all
+			return page.Dependency, nil
+		}
+		cursor = page.Next
+	}
 }
 
 // perSec prints calls per second as the dashboard does.

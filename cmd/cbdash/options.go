@@ -52,6 +52,7 @@ type serveOptions struct {
 	Prometheus  []string    // --prometheus: Prometheus endpoints to scrape, same form
 	SourcesFile string      // --sources: a JSON file of targets (source.File)
 	OTLP        otlpOptions // --otlp-*: OpenTelemetry metrics export
+	Pprof       string      // --pprof: loopback address serving net/http/pprof ("" = off)
 
 	// targets are the pull sources of --hystrix, --prometheus and
 	// --sources, set by validate.
@@ -97,6 +98,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.StringArrayVar(&o.Prometheus, "prometheus", nil, "a Prometheus endpoint to scrape for resilience4j or opossum-prometheus breakers, as URL,service=NAME[,instance=NAME][,interval=5s][,header=Name: value] (repeatable)")
 	fs.StringVar(&o.SourcesFile, "sources", "", `a JSON file of streams and endpoints to read: {"targets": [{"kind": "hystrix", "url": ..., "service": ..., "instance": ..., "header": {...}}]}`)
 	o.OTLP.bind(fs)
+	fs.StringVar(&o.Pprof, "pprof", "", "serve Go profiles (net/http/pprof) on this loopback address, e.g. 127.0.0.1:6060 (default: off)")
 	fs.BoolVar(&o.SecureCookies, "secure-cookies", false, "mark cookies Secure and send HSTS: for a dashboard served over HTTPS by a TLS-terminating proxy (implied by --tls-cert)")
 }
 

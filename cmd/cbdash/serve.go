@@ -26,6 +26,11 @@ closed.`,
 				return err
 			}
 			log := o.logger(cmd.ErrOrStderr())
+			prof, err := startPprof(o.Pprof, log)
+			if err != nil {
+				return err
+			}
+			defer prof.stop()
 			srv, err := openServer(cmd.Context(), o, log, clk)
 			if err != nil {
 				return err

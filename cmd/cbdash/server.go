@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cbdash/cbdash/internal/alert"
 	"github.com/cbdash/cbdash/internal/clock"
@@ -71,6 +72,9 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
+	// The process's own CPU, memory and runtime figures (what cbdash
+	// loadgen measures the server by).
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, Clock: clk,
@@ -116,11 +120,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.HTTPErrorHandler
-	auth := s.web.Auth()
-	s.col.Mount(e, auth)
-	incident.NewAPI(s.store, clk, actor).Mount(e, auth.Read, auth.Operate)
-	alert.NewAPI(s.alerts).RevealTo(web.IsAdmin).Mount(e, auth.Read, auth.Operate)
-	s.web.Mount(e)
+	s.web.Mount(e) // every route: pages, the JSON API, the agents' transports
 
 	s.http = &http.Server{
 		Handler:           e,
@@ -158,13 +158,6 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 			"user", web.AdminName, "password", pw)
 	}
 	return s, nil
-}
-
-// actor is the user an Operate middleware authenticated, for incident
-// notes.
-func actor(c echo.Context) string {
-	name, _ := c.Get(collector.ActorKey).(string)
-	return name
 }
 
 // URL is the server's base URL, from the address it actually listens on.

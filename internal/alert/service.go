@@ -147,15 +147,21 @@ func (s *Service) Firing() map[int64][]string {
 // delivery in progress is abandoned and logged, and sent again by the next
 // Run) and returns nil once every rule's delivery goroutine has ended. It
 // returns an error only when the rules or the alert state cannot be loaded
-// at start.
+// at start (a ctx done while loading is a clean stop, nil).
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.Reload(ctx); err != nil {
+		if ctx.Err() != nil { // stopped while starting: a clean stop
+			return nil
+		}
 		return err
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	pending, err := s.restore(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	for _, n := range pending {

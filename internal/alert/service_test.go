@@ -1,19 +1,13 @@
 package alert_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"go.uber.org/goleak"
 
 	"github.com/cbdash/cbdash"
@@ -33,51 +27,7 @@ func (f *feed) Subscribe() ([]cbdash.Dependency, <-chan cbdash.Event, func()) {
 	return []cbdash.Dependency{dep(payments, "a:closed", "b:closed")}, f.ch, func() {}
 }
 
-// errorHandler maps the cbdash sentinels like the web package's handler.
-func errorHandler(err error, c echo.Context) {
-	status := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, cbdash.ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, cbdash.ErrInvalid):
-		status = http.StatusBadRequest
-	}
-	var he *echo.HTTPError
-	if errors.As(err, &he) {
-		status = he.Code
-	}
-	_ = c.JSON(status, map[string]string{"error": err.Error()})
-}
-
-type apiClient struct {
-	t    *testing.T
-	base string
-}
-
-func (a apiClient) do(method, path string, body any, out any) int {
-	a.t.Helper()
-	var buf bytes.Buffer
-	if body != nil {
-		if err := json.NewEncoder(&buf).Encode(body); err != nil {
-			a.t.Fatal(err)
-		}
-	}
-	req, _ := http.NewRequest(method, a.base+path, &buf)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			a.t.Fatal(err)
-		}
-	}
-	return resp.StatusCode
-}
-
-func TestServiceWithAPI(t *testing.T) {
+func TestServiceRulesAndDeliveries(t *testing.T) {
 	clk := breakertest.NewClock(t0)
 	st := storetest.Open(t, clk)
 	rcv := newReceiver(t)
@@ -87,25 +37,13 @@ func TestServiceWithAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := echo.New()
-	e.HTTPErrorHandler = errorHandler
-	alert.NewAPI(svc).Mount(e, nil, nil)
-	srv := httptest.NewUnstartedServer(e)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	rctx := context.Background()
+	created, err := svc.CreateRule(rctx, cbdash.AlertRule{Name: "payments open", Service: "checkout", Breaker: "payments",
+		Kind: cbdash.AlertOpen, Hold: time.Minute, WebhookURL: rcv.URL, Format: cbdash.FormatSlack})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("create rule: %v", err)
 	}
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	defer srv.Close()
-	api := apiClient{t, srv.URL}
-
-	var rule alert.RuleJSON
-	if code := api.do("POST", "/api/v1/alerts/rules", alert.RuleJSON{Name: "payments open", Service: "checkout", Breaker: "payments",
-		Kind: cbdash.AlertOpen, Hold: "1m", WebhookURL: rcv.URL, Format: cbdash.FormatSlack}, &rule); code != http.StatusCreated {
-		t.Fatalf("create rule: %d", code)
-	}
+	rule := alert.RuleOut(created, nil, true)
 	if rule.ID == 0 || rule.Hold != "1m0s" {
 		t.Fatalf("created %+v", rule)
 	}
@@ -114,8 +52,12 @@ func TestServiceWithAPI(t *testing.T) {
 		{Service: "checkout", Kind: cbdash.AlertOpen, WebhookURL: rcv.URL, Hold: "soon"},
 		{Service: "checkout", Kind: cbdash.AlertOpen, WebhookURL: "not a url"},
 	} {
-		if code := api.do("POST", "/api/v1/alerts/rules", bad, nil); code != http.StatusBadRequest {
-			t.Errorf("create %+v: %d, want 400", bad, code)
+		r, err := bad.Rule()
+		if err == nil {
+			_, err = svc.CreateRule(rctx, r)
+		}
+		if !errors.Is(err, cbdash.ErrInvalid) {
+			t.Errorf("create %+v: %v, want invalid", bad, err)
 		}
 	}
 
@@ -154,29 +96,26 @@ func TestServiceWithAPI(t *testing.T) {
 			t.Errorf("message %d = %s, want text starting %q", i, bodies[i], prefix)
 		}
 	}
-	var log []cbdash.AlertDelivery
-	if code := api.do("GET", "/api/v1/alerts/deliveries?rule="+itoa(rule.ID), nil, &log); code != 200 {
-		t.Fatalf("deliveries: %d", code)
+	log, err := svc.Deliveries(rctx, cbdash.DeliveryQuery{RuleID: rule.ID})
+	if err != nil {
+		t.Fatalf("deliveries: %v", err)
 	}
 	if len(log) != 2 || log[0].Event != cbdash.AlertResolved || log[1].Event != cbdash.AlertFiring || !log[0].OK || log[1].Status != 200 {
 		t.Errorf("delivery log = %+v", log)
 	}
 
-	rule.Disabled = true
-	if code := api.do("PUT", "/api/v1/alerts/rules/"+itoa(rule.ID), rule, nil); code != 200 {
-		t.Errorf("update: %d", code)
+	created.Disabled = true
+	if err := svc.UpdateRule(rctx, created); err != nil {
+		t.Errorf("update: %v", err)
 	}
-	var rules []alert.RuleJSON
-	api.do("GET", "/api/v1/alerts/rules", nil, &rules)
-	if len(rules) != 1 || !rules[0].Disabled {
-		t.Errorf("rules after update = %+v", rules)
+	rules, err := svc.Rules(rctx)
+	if err != nil || len(rules) != 1 || !rules[0].Disabled {
+		t.Errorf("rules after update = %+v (%v)", rules, err)
 	}
-	if code := api.do("DELETE", "/api/v1/alerts/rules/"+itoa(rule.ID), nil, nil); code != http.StatusNoContent {
-		t.Errorf("delete: %d", code)
+	if err := svc.DeleteRule(rctx, rule.ID); err != nil {
+		t.Errorf("delete: %v", err)
 	}
-	if code := api.do("GET", "/api/v1/alerts/rules/"+itoa(rule.ID), nil, nil); code != http.StatusNotFound {
-		t.Errorf("get after delete: %d, want 404", code)
+	if _, err := svc.Rule(rctx, rule.ID); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Errorf("get after delete: %v, want not found", err)
 	}
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -114,15 +114,19 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	bestCloseness := -1.0
 	for _, ib := range d.sorted {
 		inst := ib.inst
-		name := inst.key.instance
-		v.PerInstance = append(v.PerInstance, cbdash.InstanceBreaker{
-			Service: d.key.Service, Instance: name, Breaker: d.key.Breaker, Labels: inst.labels,
-			State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
-			OpenSince: ib.openSince,
-			Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
-			Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
-			ClockSkewMillis: inst.skewMs,
-		})
+		if ib.entryGen != inst.gen || ib.entryShape != d.shape || inst.gen == 0 {
+			ib.entry = cbdash.InstanceBreaker{
+				Service: d.key.Service, Instance: inst.key.instance, Breaker: d.key.Breaker, Labels: inst.labels,
+				State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
+				OpenSince: ib.openSince,
+				Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
+				Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
+				ClockSkewMillis: inst.skewMs,
+			}
+			ib.entry.Shown.Failure, ib.entry.Shown.Slow = cbdash.InstanceRatesOf(ib.entry, nil)
+			ib.entryGen, ib.entryShape = inst.gen, d.shape
+		}
+		v.PerInstance = append(v.PerInstance, ib.entry)
 		v.Instances++
 		if inst.stale {
 			v.Stale++
@@ -155,10 +159,6 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	v.P99 = quantile(0.99, hist)
 	v.P50Millis, v.P99Millis = float64(v.P50)/float64(time.Millisecond), float64(v.P99)/float64(time.Millisecond)
 	v.Closeness = cbdash.ClosenessOf(v.Headroom)
-	for i := range v.PerInstance {
-		in := &v.PerInstance[i]
-		in.Shown.Failure, in.Shown.Slow = cbdash.InstanceRatesOf(*in, nil)
-	}
 	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
 	return v
 }

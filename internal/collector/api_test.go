@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -42,7 +43,7 @@ func call(t *testing.T, method, url, token string, body any) (int, []byte) {
 	return resp.StatusCode, data
 }
 
-func TestJSONAPI(t *testing.T) {
+func TestQueries(t *testing.T) {
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -52,42 +53,35 @@ func TestJSONAPI(t *testing.T) {
 	a.send(b)
 	a.expect(protocol.TypeAck, nil)
 	waitForState(t, h, protocol.StateOpen)
-	u := h.srv.URL
-	tests := []struct {
-		name, method, path string
-		body               any
-		status             int
-		contains           string
-	}{
-		{"healthz", "GET", "/healthz", nil, 200, "ok"},
-		{"readyz", "GET", "/readyz", nil, 200, "ready"},
-		{"services", "GET", "/api/v1/services", nil, 200, `"name":"api","state":"open","breakers":2,"instances":1`},
-		{"breakers", "GET", "/api/v1/breakers?service=api", nil, 200, `"breaker":"db","state":"open"`},
-		{"one breaker", "GET", "/api/v1/breakers/api/db", nil, 200, `"opens_today":1`},
-		{"unknown breaker", "GET", "/api/v1/breakers/api/queue", nil, 404, "not found"},
-		{"history", "GET", "/api/v1/breakers/api/db/history?resolution=second", nil, 200, `"admitted":20`},
-		{"gaps", "GET", "/api/v1/breakers/api/db/gaps", nil, 200, `"instance":"a1",`},
-		{"gaps count the lost calls", "GET", "/api/v1/breakers/api/db/gaps", nil, 200, `"lost_calls":42}`},
-		{"no gaps of another breaker", "GET", "/api/v1/breakers/api/cache/gaps", nil, 200, `[]`},
-		{"gaps bad range", "GET", "/api/v1/breakers/api/db/gaps?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", nil, 400, "before"},
-		{"history bad resolution", "GET", "/api/v1/breakers/api/db/history?resolution=week", nil, 400, "resolution"},
-		{"history bad range", "GET", "/api/v1/breakers/api/db/history?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", nil, 400, "before"},
-		{"transitions", "GET", "/api/v1/transitions?service=api&breaker=db", nil, 200, `"to":"open"`},
-		{"transitions bad limit", "GET", "/api/v1/transitions?limit=-1", nil, 400, "limit"},
-		{"issue", "POST", "/api/v1/commands", map[string]any{"service": "api", "breaker": "db", "action": "force_open", "ttl": "5m", "reason": "drill"}, 201, `"status":"pending"`},
-		{"issue without ttl", "POST", "/api/v1/commands", map[string]any{"service": "api", "breaker": "db", "action": "force_open"}, 400, "ttl is required"},
-		{"issue unknown breaker", "POST", "/api/v1/commands", map[string]any{"service": "api", "breaker": "nope", "action": "reset"}, 404, "not found"},
-		{"commands", "GET", "/api/v1/commands?service=api", nil, 200, `"reason":"drill"`},
-		{"unknown command", "GET", "/api/v1/commands/nope", nil, 404, "not found"},
-		{"metrics", "GET", "/metrics", nil, 200, `cbdash_breaker_state{breaker="db",service="api",state="open"} 1`},
+	ctx := t.Context()
+	if svcs := h.col.Services(); len(svcs) != 1 || svcs[0].Name != "api" || svcs[0].State != protocol.StateOpen || svcs[0].Instances != 1 {
+		t.Errorf("services %+v", svcs)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			status, body := call(t, tt.method, u+tt.path, "", tt.body)
-			if status != tt.status || !strings.Contains(string(body), tt.contains) {
-				t.Fatalf("%s %s: %d %s; want %d containing %s", tt.method, tt.path, status, body, tt.status, tt.contains)
-			}
-		})
+	db := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	window := cbdash.HistoryQuery{DependencyKey: db, From: h.now().Add(-time.Hour), To: h.now().Add(time.Minute), Resolution: cbdash.ResolutionSecond}
+	pts, err := h.col.History(ctx, window)
+	if err != nil || len(pts) == 0 || pts[0].Counts.Admitted != 20 {
+		t.Errorf("history %+v (%v)", pts, err)
+	}
+	gaps, err := h.col.Gaps(ctx, window)
+	if err != nil || len(gaps) != 1 || gaps[0].Instance != "a1" || gaps[0].Calls != 42 {
+		t.Errorf("gaps %+v (%v)", gaps, err)
+	}
+	other := window
+	other.DependencyKey = cbdash.DependencyKey{Service: "api", Breaker: "cache"}
+	if gaps, err := h.col.Gaps(ctx, other); err != nil || len(gaps) != 0 {
+		t.Errorf("gaps of another breaker %+v (%v)", gaps, err)
+	}
+	unknown := window
+	unknown.DependencyKey = cbdash.DependencyKey{Service: "api", Breaker: "queue"}
+	if _, err := h.col.History(ctx, unknown); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Errorf("history of an unknown breaker: %v, want not found", err)
+	}
+	if _, err := h.col.Issue(ctx, cbdash.Actor{}, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset}); !errors.Is(err, cbdash.ErrInvalid) {
+		t.Errorf("a command by nobody: %v, want invalid", err)
+	}
+	if status, cause := h.col.Readiness(ctx); status != "ready" || cause != nil {
+		t.Errorf("readiness %q %v", status, cause)
 	}
 }
 
@@ -162,7 +156,7 @@ func TestHTTPIngest(t *testing.T) {
 		t.Fatalf("%d transitions stored, want exactly 1", len(ts))
 	}
 	// A pending command comes back in the response.
-	if _, err := h.col.Issue(t.Context(), cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Instance: "h1"}); err != nil {
+	if _, err := h.col.Issue(t.Context(), cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, Instance: "h1"}); err != nil {
 		t.Fatal(err)
 	}
 	next := req

@@ -16,7 +16,7 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// Issue records an operator command and sends it to the targeted
+// issue is Issue once the actor is in req.Actor. It records an operator command and sends it to the targeted
 // instances that are connected; the others receive it when they reconnect,
 // unless it expired. Targets: req.Instance names one instance; otherwise
 // req.Share percent of the live instances (0 or 100: every known instance,
@@ -41,7 +41,7 @@ import (
 // Errors: cbdash.ErrInvalid naming the bad field, cbdash.ErrNotFound for
 // a breaker or instance the collector does not know, cbdash.ErrConflict
 // as above, or the store's error (then nothing was sent).
-func (c *Collector) Issue(ctx context.Context, req cbdash.CommandRequest) (cbdash.Command, error) {
+func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdash.Command, error) {
 	if err := validateRequest(&req); err != nil {
 		return cbdash.Command{}, err
 	}
@@ -98,7 +98,7 @@ func (c *Collector) issueHold(ctx context.Context, req cbdash.CommandRequest) (c
 	if req.Instance != "" {
 		hr.Selector.Instances = []string{req.Instance}
 	}
-	h, err := c.CreateHold(ctx, hr)
+	h, err := c.createHold(ctx, hr)
 	if err != nil {
 		return cbdash.Command{}, err
 	}
@@ -125,7 +125,7 @@ func (c *Collector) releaseHolds(ctx context.Context, req cbdash.CommandRequest)
 	}
 	var last cbdash.HoldRecord
 	for _, h := range hs {
-		r, err := c.ReleaseHold(ctx, h.ID, req.Actor, reason)
+		r, err := c.releaseHold(ctx, h.ID, req.Actor, reason)
 		if err != nil {
 			return cbdash.Command{}, true, err
 		}

@@ -24,7 +24,7 @@ func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
 	defer cancel()
 
 	// Both connected: both get the command at once.
-	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "failover", Actor: "ann"})
+	cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "ann"}, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "failover", Actor: "ann"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
 	// after the welcome when it reconnects.
 	b.conn.CloseNow()
 	eventually.True(t, "a2 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a2"})) == 0 })
-	only, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a2"})
+	only, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestCommandShareAndValidation(t *testing.T) {
 	for _, inst := range []string{"a1", "a2", "a3", "a4"} {
 		dialRaw(t, h, h.token).hello(inst, 1)
 	}
-	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceClosed, TTL: time.Minute, Share: 50, Reason: "drill"})
+	cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionForceClosed, TTL: time.Minute, Share: 50, Reason: "drill"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestCommandShareAndValidation(t *testing.T) {
 	if got := targetNames(cmd); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("a 50%% share targeted %v, want %v (by hash)", got, want)
 	}
-	again, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Share: 50})
+	again, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Share: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestCommandShareAndValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := h.col.Issue(ctx, tt.req); !errors.Is(err, tt.want) {
+			if _, err := h.col.Issue(ctx, cbdash.Actor{Name: "ann"}, tt.req); !errors.Is(err, tt.want) {
 				t.Fatalf("err %v, want %v", err, tt.want)
 			}
 		})
@@ -155,7 +155,7 @@ func TestUnansweredCommandTargetsExpire(t *testing.T) {
 	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	ctx := context.Background()
 	dialRaw(t, h, h.token).hello("a1", 1) // connected but never answers
-	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, TTL: time.Second})
+	cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "db", Action: protocol.ActionReset, TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

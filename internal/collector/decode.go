@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/batchjson"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -43,6 +45,9 @@ func decode(data []byte) (m message, seq uint64, err error) {
 	body := bytes.TrimLeft(data, " \t\r\n")
 	switch {
 	case bytes.HasPrefix(body, batchPrefix):
+		if b, ok := batchjson.Decode(body); ok && b.Type == protocol.TypeBatch {
+			return message{Batch: &b}, b.Seq, nil
+		}
 		var b protocol.Batch
 		err := json.Unmarshal(body, &b)
 		if err == nil && b.Type == protocol.TypeBatch {
@@ -102,17 +107,7 @@ func strictUnmarshal(data []byte, v any) error {
 }
 
 // jsonReason turns a decoding error into a reason that names the field.
-func jsonReason(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		field := te.Field
-		if field == "" {
-			field = "message"
-		}
-		return fmt.Sprintf("%s: expected %s, got JSON %s", truncate(field, 80), te.Type, te.Value)
-	}
-	return truncate(err.Error(), 200)
-}
+func jsonReason(err error) string { return cbdash.JSONReason(err) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

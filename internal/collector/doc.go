@@ -3,8 +3,15 @@
 // POST /api/v1/ingest), validates every message, stores batches through the
 // store and acknowledges them only after they are committed, keeps the live
 // state of every breaker across every instance, fans live changes out to
-// dashboard subscribers, routes operator commands to instances, and serves
-// the JSON API, health checks and Prometheus metrics.
+// dashboard subscribers, and routes operator commands to instances.
+//
+// It serves no route itself: internal/web mounts every HTTP route over its
+// plain methods (Dependencies, History, Issue, CreateHold, Readiness, ...,
+// each audited action with an explicit cbdash.Actor) and over its
+// transports, which are net/http handlers that return the error to answer
+// (ServeAgent, ServeIngest, ServeEvents, ServeMetrics), so the server's
+// one error handler maps every refusal. The package does not import the
+// HTTP framework.
 //
 // Live state (see Dependency in package cbdash) is aggregated per
 // dependency (service + breaker name) across instances: instances by state,

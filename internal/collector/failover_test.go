@@ -22,7 +22,6 @@ import (
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,16 +43,12 @@ func startNode(t *testing.T, st *store.Store, clk clock.Clock) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = testErrorHandler
-	col.Mount(e, Auth{})
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &node{col: col, ln: &cutListener{Listener: inner, conns: map[net.Conn]struct{}{}}, done: make(chan error, 1)}
-	n.srv = httptest.NewUnstartedServer(e)
+	n.srv = httptest.NewUnstartedServer(testMux(col))
 	n.srv.Listener.Close()
 	n.srv.Listener = n.ln
 	n.srv.Start()

@@ -437,6 +437,7 @@ func (l *live) remote(u *fleetUpdate) {
 		l.instances[k] = inst
 	}
 	inst.pull = false
+	inst.gen++ // its lines in the dependencies' aggregates are out of date
 	if inst.startedAt != u.StartedAt {
 		inst.startedAt, inst.liveSeq = u.StartedAt, 0
 	}
@@ -481,6 +482,7 @@ func (l *live) resync(ibs []cbdash.InstanceBreaker) {
 			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
 			l.instances[k] = inst
 		}
+		inst.gen++
 		ib := l.breakerLocked(inst, r.Breaker)
 		if ib.config != r.Config {
 			ib.config, ib.dep.shape = r.Config, nil

@@ -20,7 +20,6 @@ import (
 	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,26 +40,59 @@ type harness struct {
 	halted chan struct{} // closed when stop has finished
 }
 
-// testErrorHandler stands in for web.HTTPErrorHandler: the same mapping of
-// sentinels to statuses, JSON bodies.
-func testErrorHandler(err error, c echo.Context) {
+// testMux serves the collector's own handlers as internal/web mounts
+// them (the agent websocket, HTTP ingest, the event stream, metrics and
+// readiness), with the web error handler's mapping of sentinels to
+// statuses and JSON bodies. (The collector's tests cannot import web,
+// which imports this package.)
+func testMux(col *Collector) http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r); err != nil {
+				writeTestError(w, err)
+			}
+		})
+	}
+	handle("GET /api/v1/agent", col.ServeAgent)
+	handle("POST /api/v1/ingest", col.ServeIngest)
+	handle("GET /api/v1/events", col.ServeEvents)
+	handle("GET /metrics", col.ServeMetrics)
+	handle("GET /readyz", func(w http.ResponseWriter, r *http.Request) error {
+		status, cause := col.Readiness(r.Context())
+		code := http.StatusOK
+		body := map[string]string{"status": status}
+		if status != "ready" {
+			code = http.StatusServiceUnavailable
+			if cause != nil {
+				body["error"] = cause.Error()
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		return json.NewEncoder(w).Encode(body)
+	})
+	return mux
+}
+
+func writeTestError(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
-	var he *echo.HTTPError
-	switch {
-	case errors.As(err, &he):
-		status = he.Code
-	case errors.Is(err, cbdash.ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, cbdash.ErrUnauthorized):
-		status = http.StatusUnauthorized
-	case errors.Is(err, cbdash.ErrForbidden):
-		status = http.StatusForbidden
-	case errors.Is(err, cbdash.ErrNotFound):
-		status = http.StatusNotFound
+	for _, m := range []struct {
+		err    error
+		status int
+	}{
+		{cbdash.ErrInvalid, http.StatusBadRequest}, {cbdash.ErrUnauthorized, http.StatusUnauthorized},
+		{cbdash.ErrForbidden, http.StatusForbidden}, {cbdash.ErrNotFound, http.StatusNotFound},
+		{cbdash.ErrConflict, http.StatusConflict}, {cbdash.ErrUnavailable, http.StatusServiceUnavailable},
+	} {
+		if errors.Is(err, m.err) {
+			status = m.status
+			break
+		}
 	}
-	if !c.Response().Committed {
-		_ = c.JSON(status, map[string]string{"error": err.Error()})
-	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 }
 
 // startHarness opens (or reopens) the database at path and starts a
@@ -94,15 +126,11 @@ func startHarnessOn(t testing.TB, path, addr string, mod func(*Config)) *harness
 	if err != nil {
 		t.Fatalf("create token: %v", err)
 	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = testErrorHandler
-	col.Mount(e, Auth{})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	srv := httptest.NewUnstartedServer(e)
+	srv := httptest.NewUnstartedServer(testMux(col))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()

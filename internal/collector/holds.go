@@ -160,7 +160,7 @@ func (l *live) holdInstLocked(inst *instance) holdInst {
 // MaxHold is the longest hold the collector accepts (Config.MaxHold).
 func (c *Collector) MaxHold() time.Duration { return c.cfg.MaxHold }
 
-// CreateHold stores a hold and applies it to every connected instance it
+// createHold is CreateHold once the actor is in req.Actor. It stores a hold and applies it to every connected instance it
 // covers, now and at every later hello (an instance on HTTP ingest: at
 // its next ingest), until it expires or is released. Breakers that cannot
 // be held (holds_unsupported) are never sent it. The actor is req.Actor.
@@ -171,7 +171,7 @@ func (c *Collector) MaxHold() time.Duration { return c.cfg.MaxHold }
 // Config.MaxHold names the limit; a selector whose live breakers all
 // cannot be held gives their reason), or the store's error (then nothing
 // was sent).
-func (c *Collector) CreateHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
+func (c *Collector) createHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
 	if err := req.Validate(c.cfg.MaxHold); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
@@ -206,7 +206,7 @@ func coversAny(sel cbdash.Selector, hi holdInst) bool {
 	return false
 }
 
-// ReleaseHold ends hold id before its expiry: every instance breaker it
+// releaseHold is ReleaseHold with the actor's name. It ends hold id before its expiry: every instance breaker it
 // governed returns to its automatic state (closed, with an empty window)
 // unless an older live hold covers it, which is then applied again. actor
 // and reason go into the audit log; reason is required.
@@ -214,7 +214,7 @@ func coversAny(sel cbdash.Selector, hi holdInst) bool {
 // Errors: cbdash.ErrInvalid for a missing reason, cbdash.ErrNotFound for
 // an unknown hold, cbdash.ErrConflict for a hold already released or
 // expired, or the store's error.
-func (c *Collector) ReleaseHold(ctx context.Context, id, actor, reason string) (cbdash.HoldRecord, error) {
+func (c *Collector) releaseHold(ctx context.Context, id, actor, reason string) (cbdash.HoldRecord, error) {
 	if strings.TrimSpace(reason) == "" {
 		return cbdash.HoldRecord{}, fmt.Errorf("%w: reason is required: it goes into the audit log", cbdash.ErrInvalid)
 	}

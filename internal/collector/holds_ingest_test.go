@@ -53,7 +53,7 @@ func TestHoldsReachInstancesOnHTTPIngestThroughTheirPendingCommands(t *testing.T
 	if cmds := old.ingest(); len(cmds) != 0 {
 		t.Fatalf("commands before any hold: %+v", cmds)
 	}
-	hold, err := h.col.CreateHold(ctx, cbdash.HoldRequest{Selector: cbdash.Selector{Service: cbdash.AnyService, Breaker: "db"},
+	hold, err := h.col.CreateHold(ctx, cbdash.Actor{Name: "ann"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: cbdash.AnyService, Breaker: "db"},
 		Action: protocol.ActionForceOpen, TTL: 10 * time.Minute, Reason: "drill", Actor: "ann"})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestHoldsReachInstancesOnHTTPIngestThroughTheirPendingCommands(t *testing.T
 	}
 
 	// A release reaches it at its next ingest.
-	if _, err := h.col.ReleaseHold(ctx, hold.ID, "ann", "drill over"); err != nil {
+	if _, err := h.col.ReleaseHold(ctx, cbdash.Actor{Name: "ann"}, hold.ID, "drill over"); err != nil {
 		t.Fatal(err)
 	}
 	rel := holdCommand(old.ingest(), protocol.ActionRelease)
@@ -124,12 +124,12 @@ func TestBreakersThatCannotBeHeldAreRefusedUpFrontWithTheReason(t *testing.T) {
 	req := cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "search"}, Action: protocol.ActionForceOpen,
 		TTL: time.Minute, Reason: "drill", Actor: "ann"}
 
-	_, err := h.col.CreateHold(ctx, req)
+	_, err := h.col.CreateHold(ctx, cbdash.Actor{Name: req.Actor}, req)
 	if !errors.Is(err, cbdash.ErrInvalid) || !strings.Contains(err.Error(), "api/g1: "+why) {
 		t.Errorf("CreateHold: %v, want invalid naming api/g1 and %q", err, why)
 	}
 	for _, action := range []string{protocol.ActionForceOpen, protocol.ActionRelease, protocol.ActionReset} {
-		_, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "api", Breaker: "search", Action: action, TTL: time.Minute, Reason: "r", Actor: "ann"})
+		_, err := h.col.Issue(ctx, cbdash.Actor{Name: "ann"}, cbdash.CommandRequest{Service: "api", Breaker: "search", Action: action, TTL: time.Minute, Reason: "r", Actor: "ann"})
 		if !errors.Is(err, cbdash.ErrInvalid) || !strings.Contains(err.Error(), why) {
 			t.Errorf("Issue %s: %v, want invalid with %q", action, err, why)
 		}
@@ -153,7 +153,7 @@ func TestBreakersThatCannotBeHeldAreRefusedUpFrontWithTheReason(t *testing.T) {
 	if strings.Join(plan.Instances, ",") != "api/s1" || len(plan.Unsupported) != 1 || plan.Unsupported[0] != "api/g1: "+why {
 		t.Errorf("plan %+v, want s1 covered and g1 unsupported", plan)
 	}
-	hold, err := h.col.CreateHold(ctx, req)
+	hold, err := h.col.CreateHold(ctx, cbdash.Actor{Name: req.Actor}, req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,13 +12,12 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
-	"github.com/labstack/echo/v4"
 )
 
 // retryAfterSeconds is the Retry-After of a 503 answer to an agent.
 const retryAfterSeconds = 5
 
-// handleIngest serves POST /api/v1/ingest: a protocol.IngestRequest (the
+// ServeIngest serves POST /api/v1/ingest: a protocol.IngestRequest (the
 // hello naming the instance and one batch) with the agent token as
 // "Authorization: Bearer". It runs the ingest pipeline (see pipeline.go)
 // and answers protocol.IngestResponse after the batch is committed (a
@@ -28,18 +28,19 @@ const retryAfterSeconds = 5
 // {"error": reason}: 401 bad token, 403 token limited to another service,
 // 400 (ErrInvalid) for a malformed or invalid request (nothing of it is
 // stored; the same body is refused again), 503 with Retry-After before Run
-// or when the store cannot commit now (retry the same body).
-func (c *Collector) handleIngest(ec echo.Context) error {
-	r := ec.Request()
+// or when the store cannot commit now (retry the same body). The errors
+// are returned, nothing written, for the server's error handler (503:
+// cbdash.ErrUnavailable, Retry-After already set).
+func (c *Collector) ServeIngest(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	if !c.isReady() {
-		return c.ingestRefused(ec, retryLater(nil, "collector is not ready"))
+		return c.ingestRefused(w, retryLater(nil, "collector is not ready"))
 	}
 	svc, rf := c.authorize(ctx, bearer(r))
 	if rf != nil {
-		return c.ingestRefused(ec, rf)
+		return c.ingestRefused(w, rf)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(ec.Response(), r.Body, protocol.MaxMessageBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, protocol.MaxMessageBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -53,9 +54,11 @@ func (c *Collector) handleIngest(ec echo.Context) error {
 	}
 	resp, rf := c.ingest(ctx, svc, store.AgentTokenID(bearer(r)), &req.Hello, &req.Batch)
 	if rf != nil {
-		return c.ingestRefused(ec, rf)
+		return c.ingestRefused(w, rf)
 	}
-	return ec.JSON(http.StatusOK, resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	return json.NewEncoder(w).Encode(resp)
 }
 
 // ingest runs the pipeline's steps after the token (see pipeline.go) for
@@ -107,10 +110,10 @@ func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol
 
 // ingestRefused answers a refusal: its kind's status (a retry-later one is
 // 503 with Retry-After) and its reason.
-func (c *Collector) ingestRefused(ec echo.Context, rf *refusal) error {
+func (c *Collector) ingestRefused(w http.ResponseWriter, rf *refusal) error {
 	if !rf.Permanent() {
-		ec.Response().Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
-		return echo.NewHTTPError(http.StatusServiceUnavailable, rf.Reason)
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		return unavailable(rf.Reason)
 	}
 	return fmt.Errorf("%w", rf)
 }

@@ -28,6 +28,10 @@ type instance struct {
 	sess      *session // connected websocket session, nil when offline
 	pull      bool     // its last hello came over HTTP ingest: commands reach it in ingest answers
 	skewMs    int64    // the agent's clock minus the collector's (ms), measured from its batches
+	// gen counts the changes to the instance or any of its breakers
+	// (every hello, batch, restore and staleness change): a breaker's
+	// cached entry of an aggregate is good while gen is the same.
+	gen uint64
 }
 
 // ibreaker is one breaker on one instance.
@@ -44,6 +48,12 @@ type ibreaker struct {
 	held           *cbdash.Hold
 	lastTrip       *protocol.Transition
 	lastTripAt     time.Time // when lastTrip was received
+	// entry is this breaker's line of its dependency's aggregate, as last
+	// computed, good while inst.gen is entryGen and the dependency's
+	// shape is entryShape (aggregate.go).
+	entry      cbdash.InstanceBreaker
+	entryGen   uint64
+	entryShape *shape
 }
 
 // dep is one dependency (service + breaker name) across instances.
@@ -81,6 +91,11 @@ type live struct {
 	// goroutine that applies them: a thousand readers contending for mu
 	// would convoy behind every aggregate computed under it.
 	applies chan applyReq
+	// transitions is the short path: the transitions of a batch, queued
+	// ahead of it, which applyLoop applies before any queued window
+	// report, so a transition never waits behind window-report work.
+	transitions chan applyReq
+	scratch     map[*dep]bool // applyLocked's dependencies to publish, reused
 }
 
 // applyReq is a validated batch of an instance, received at at, from an
@@ -91,6 +106,9 @@ type applyReq struct {
 	b    *protocol.Batch
 	at   time.Time
 	skew int64
+	// early: only b's transitions, on the short path (the batch follows
+	// on the applies queue, with transitionsDone, to apply the rest).
+	early, transitionsDone bool
 	// remote is set for another collector's update (fleet.go): it is
 	// counted in that collector's metrics, not in these.
 	remote bool
@@ -104,8 +122,21 @@ const applyQueue = 4096
 // lock hold.
 const maxApplyGroup = 64
 
-// enqueue hands a validated batch to applyLoop; false when ctx ended first.
+// enqueue hands a validated batch to applyLoop; false when ctx ended
+// first. A batch's transitions go ahead on the short path (before the
+// batch, so applyLoop, which drains that path first, never applies the
+// batch before them).
 func (l *live) enqueue(ctx context.Context, r applyReq) bool {
+	if len(r.b.Transitions) > 0 {
+		e := r
+		e.early = true
+		select {
+		case l.transitions <- e:
+			r.transitionsDone = true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	select {
 	case l.applies <- r:
 		return true
@@ -119,11 +150,15 @@ func (l *live) enqueue(ctx context.Context, r applyReq) bool {
 func (l *live) applyLoop(stop <-chan struct{}) {
 	for {
 		select {
+		case r := <-l.transitions:
+			l.applyGroup(r)
 		case r := <-l.applies:
 			l.applyGroup(r)
 		case <-stop:
 			for {
 				select {
+				case r := <-l.transitions:
+					l.applyGroup(r)
 				case r := <-l.applies:
 					l.applyGroup(r)
 				default:
@@ -135,14 +170,35 @@ func (l *live) applyLoop(stop <-chan struct{}) {
 }
 
 // applyGroup applies r and whatever else is queued (up to maxApplyGroup)
-// under one lock hold.
+// under one lock hold, the short path's transitions first (r itself first
+// when it is one: it was queued before them).
 func (l *live) applyGroup(r applyReq) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.applyLocked(r)
+	if r.early {
+		l.applyLocked(r)
+	}
+	l.drainTransitionsLocked()
+	if !r.early {
+		l.applyLocked(r)
+	}
 	for range maxApplyGroup - 1 {
+		l.drainTransitionsLocked()
 		select {
 		case r := <-l.applies:
+			l.applyLocked(r)
+		default:
+			return
+		}
+	}
+}
+
+// drainTransitionsLocked applies every transition queued on the short
+// path.
+func (l *live) drainTransitionsLocked() {
+	for {
+		select {
+		case r := <-l.transitions:
 			l.applyLocked(r)
 		default:
 			return
@@ -156,7 +212,7 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 		instances: make(map[instKey]*instance), deps: make(map[cbdash.DependencyKey]*dep),
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
 		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
-		applies: make(chan applyReq, applyQueue),
+		applies: make(chan applyReq, applyQueue), transitions: make(chan applyReq, applyQueue),
 	}
 }
 
@@ -187,6 +243,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
 			l.instances[k] = inst
 		}
+		inst.gen++
 		ib := l.breakerLocked(inst, r.Breaker)
 		ib.config = r.Config
 		ib.state = r.State
@@ -252,6 +309,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 		inst.liveSeq = 0
 	}
 	inst.liveSeq = max(inst.liveSeq, storedSeq)
+	inst.gen++
 	inst.hello = h
 	inst.labels = h.Labels
 	inst.lastSeen = at
@@ -318,10 +376,13 @@ func (l *live) applyLocked(r applyReq) bool {
 	if inst == nil || b.Seq <= inst.liveSeq {
 		return false
 	}
-	inst.liveSeq = b.Seq
-	inst.lastSeen = at
-	if b.SentAt > 0 {
-		inst.skewMs = r.skew
+	inst.gen++
+	if !r.early {
+		inst.liveSeq = b.Seq
+		inst.lastSeen = at
+		if b.SentAt > 0 {
+			inst.skewMs = r.skew
+		}
 	}
 	// An agent behind the collector: its reports count in the last minute
 	// by the time they were received (one ahead had its times corrected).
@@ -329,15 +390,23 @@ func (l *live) applyLocked(r applyReq) bool {
 	if r.skew < -skewTolerance.Milliseconds() {
 		late = -r.skew
 	}
-	urgent := make(map[*dep]bool)
-	if inst.stale {
+	if l.scratch == nil {
+		l.scratch = make(map[*dep]bool)
+	}
+	urgent := l.scratch
+	defer clear(urgent)
+	if inst.stale && !r.early {
 		inst.stale = false
 		for _, ib := range inst.breakers {
 			urgent[ib.dep] = true
 		}
 	}
 	l.rollDayLocked(at)
-	for i := range b.Transitions {
+	transitions := b.Transitions
+	if r.transitionsDone {
+		transitions = nil
+	}
+	for i := range transitions {
 		t := &b.Transitions[i]
 		ib := l.breakerLocked(inst, t.Breaker)
 		ts := time.UnixMilli(t.At).UTC()
@@ -364,7 +433,11 @@ func (l *live) applyLocked(r applyReq) bool {
 		l.hub.publish(cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: rec})
 	}
 	nowSec := at.Unix()
-	for i := range b.Windows {
+	windows := b.Windows
+	if r.early {
+		windows = nil
+	}
+	for i := range windows {
 		w := &b.Windows[i]
 		ib := l.breakerLocked(inst, w.Breaker)
 		if end := w.Start + w.Millis; end >= ib.stateAt {
@@ -568,6 +641,7 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 			}
 		case age > l.staleAfter && !inst.stale:
 			inst.stale = true
+			inst.gen++
 			for _, ib := range inst.breakers {
 				l.changedLocked(ib.dep)
 				changed = append(changed, ib.dep)

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -12,7 +13,6 @@ import (
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
-	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 )
 
@@ -22,8 +22,10 @@ const outQueue = 256
 
 // saveQueue is how many validated batches of one connection may wait for
 // their commit; when it is full the connection stops reading (the agent's
-// own backpressure).
-const saveQueue = 64
+// own backpressure). Small: a backlog waits in the socket and in the
+// agent, not in the collector's memory (64 batches of 40 window reports
+// for each of a thousand connections were gigabytes).
+const saveQueue = 8
 
 // session is one agent websocket connection. The handler goroutine reads;
 // a writer goroutine owns writes; a saver goroutine commits batches in
@@ -73,11 +75,13 @@ type saveItem struct {
 	ackOnly bool   // a duplicate: acknowledged, not stored
 }
 
-// handleAgent serves GET /api/v1/agent.
-func (c *Collector) handleAgent(ec echo.Context) error {
-	r, w := ec.Request(), ec.Response()
+// ServeAgent serves GET /api/v1/agent, the agents' websocket (the token
+// is checked in the hello; see session.run). Before Run is ready it
+// returns an error wrapping cbdash.ErrUnavailable, nothing written; once
+// the websocket is accepted it returns nil when the session ends.
+func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if !c.isReady() {
-		return echo.NewHTTPError(http.StatusServiceUnavailable, "collector is not ready")
+		return unavailable("collector is not ready")
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{protocol.Subprotocol},
@@ -250,8 +254,10 @@ const binaryReason = "binary frames are refused: send every message as one JSON 
 // is a duplicate: it is acknowledged in turn, never stored again.
 func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 	c := s.c
+	buf := readBufs.Get().(*bytes.Buffer)
+	defer readBufs.Put(buf)
 	for {
-		typ, data, err := s.conn.Read(ctx)
+		typ, data, err := readMessage(ctx, s.conn, buf)
 		if err != nil {
 			return
 		}
@@ -303,6 +309,32 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 			return
 		}
 	}
+}
+
+// readBufs are the buffers sessions read messages into: a session's next
+// message reuses the last one's memory (what is decoded from it is
+// copied: strings and slices of its own), and an idle session holds none.
+var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxKeptBuffer is the largest read buffer put back for reuse (a rare
+// large message does not pin its size).
+const maxKeptBuffer = 256 << 10
+
+// readMessage reads one message into buf (reset first) and returns its
+// bytes, valid until the next call; as websocket.Conn.Read otherwise.
+func readMessage(ctx context.Context, conn *websocket.Conn, buf *bytes.Buffer) (websocket.MessageType, []byte, error) {
+	if buf.Cap() > maxKeptBuffer {
+		*buf = bytes.Buffer{}
+	}
+	buf.Reset()
+	typ, r, err := conn.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
+		return 0, nil, err
+	}
+	return typ, buf.Bytes(), nil
 }
 
 // rehello accepts a new hello on an open connection when it names the same

@@ -131,25 +131,31 @@ func (a *agent) next(windows int) uint64 {
 }
 
 func (a *agent) sendWindows(ctx context.Context) error {
-	now := a.r.cfg.Clock.Now().UnixMilli()
-	b := protocol.Batch{Type: protocol.TypeBatch, SentAt: now, Windows: make([]protocol.Window, len(a.names))}
-	for i, n := range a.names {
-		ok := 80 + rand.Int64N(40)
-		failed := rand.Int64N(5)
-		lat := make([]int64, protocol.NumLatencyBuckets)
-		lat[3], lat[4], lat[6] = ok/2, ok-ok/2, failed
-		b.Windows[i] = protocol.Window{
-			Breaker: n, Start: now - a.r.cfg.Interval.Milliseconds(), Millis: max(1, a.r.cfg.Interval.Milliseconds()),
-			State: a.states[i], InFlight: rand.Int64N(4), Latency: lat, LatencySumMs: float64(ok*12 + failed*80),
-			Counts:   protocol.Counts{Admitted: ok + failed, Successes: ok, Failures: failed, Errors: failed},
-			Headroom: protocol.Headroom{Calls: 100, Failures: failed * 2, MinimumCalls: 20, FailureRate: float64(failed * 2), FailureRateThreshold: 50},
-		}
-	}
+	b := windowBatch(a.names, a.states, a.r.cfg.Interval, a.r.cfg.Clock.Now().UnixMilli())
 	b.Seq = a.next(len(b.Windows))
 	if a.r.measuring.Load() {
 		a.r.offered.Add(int64(len(b.Windows)))
 	}
 	return a.write(ctx, b)
+}
+
+// windowBatch is one batch of window reports, one per breaker, ending at
+// now (Unix ms), its counts random (80-119 successes, 0-4 failures).
+func windowBatch(names, states []string, interval time.Duration, now int64) protocol.Batch {
+	b := protocol.Batch{Type: protocol.TypeBatch, SentAt: now, Windows: make([]protocol.Window, len(names))}
+	for i, n := range names {
+		ok := 80 + rand.Int64N(40)
+		failed := rand.Int64N(5)
+		lat := make([]int64, protocol.NumLatencyBuckets)
+		lat[3], lat[4], lat[6] = ok/2, ok-ok/2, failed
+		b.Windows[i] = protocol.Window{
+			Breaker: n, Start: now - interval.Milliseconds(), Millis: max(1, interval.Milliseconds()),
+			State: states[i], InFlight: rand.Int64N(4), Latency: lat, LatencySumMs: float64(ok*12 + failed*80),
+			Counts:   protocol.Counts{Admitted: ok + failed, Successes: ok, Failures: failed, Errors: failed},
+			Headroom: protocol.Headroom{Calls: 100, Failures: failed * 2, MinimumCalls: 20, FailureRate: float64(failed * 2), FailureRateThreshold: 50},
+		}
+	}
+	return b
 }
 
 func (a *agent) sendTransition(ctx context.Context) error {

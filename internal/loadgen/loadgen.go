@@ -66,6 +66,17 @@ type Config struct {
 	DialConcurrency int
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
+	// MetricsToken, when set, is sent as a Bearer token to /metrics
+	// (serve --metrics-token), which the run scrapes for the server's own
+	// process CPU and resident memory.
+	MetricsToken string
+	// DBSize, when set, returns the server database's size in bytes (its
+	// pages in use) under "total", and, where it can tell, the bytes of
+	// parts of it: "seconds" (the per-second history level),
+	// "instance_minutes" (per-instance minutes), "transitions" (with their
+	// indexes). The run reads it at the start and the end of the
+	// measurement for Result's DB figures. nil = not measured.
+	DBSize func(ctx context.Context) (map[string]int64, error)
 	// Clock stamps what the simulated agents send (their start, window
 	// reports, transitions), as a real agent's clock does; nil =
 	// clock.System(). Pacing, timeouts and the latencies measured are
@@ -153,15 +164,40 @@ type Result struct {
 	// stream for falling behind (it is reopened at once; transitions sent
 	// meanwhile are missed, so Seen < Sent).
 	SubscriberDrops int64 `json:"subscriber_drops"`
+
+	// From the server's own /metrics, scraped when the measurement starts
+	// and ends (and every few seconds for the peak): its process CPU over
+	// the measurement (ServerCPU, in cores), that CPU per acked window
+	// report, and its resident memory. Zero when /metrics had no process
+	// metrics.
+	ServerCPU      float64       `json:"server_cpu_cores"`
+	CPUPerReport   time.Duration `json:"cpu_per_report"`
+	RSS            int64         `json:"rss_bytes"`      // at the end
+	PeakRSS        int64         `json:"peak_rss_bytes"` // highest seen while measuring
+	DecodeFloor    time.Duration `json:"decode_floor"`   // CPU to decode one window report, measured in loadgen
+	FloorRatio     float64       `json:"floor_ratio"`    // CPUPerReport / DecodeFloor
+	Dependencies   int           `json:"dependencies"`   // BreakersPerInstance: one service
+	DBGrowth       int64         `json:"db_growth_bytes"`
+	DBBytesPerDepS float64       `json:"db_bytes_per_dependency_second"` // DBGrowth / (Dependencies x Measured); 0 without Config.DBSize
+	// Of that growth, per dependency-second: the per-second history level,
+	// the per-instance minutes and the transitions (Config.DBSize's parts).
+	SecondsPerDepS         float64 `json:"seconds_level_bytes_per_dependency_second"`
+	InstanceMinutesPerDepS float64 `json:"instance_minutes_bytes_per_dependency_second"`
+	TransitionsPerDepS     float64 `json:"transitions_bytes_per_dependency_second"`
 }
 
 // String formats r as one line per measure.
 func (r Result) String() string {
 	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
+		"server CPU: %.2f cores, %.1f µs per acked window report (decode floor %.2f µs, ratio %.1f); RSS %.0f MB (peak %.0f MB)\n"+
+		"database: %d bytes grown, %.0f bytes per dependency-second (%d dependencies): per-second level %.0f, instance minutes %.0f, transitions %.0f\n"+
 		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
 		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen, event stream dropped %d times)\n"+
 		"  agent to collector p50 %v p99 %v; collector to subscriber p50 %v p99 %v",
 		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
+		r.ServerCPU, float64(r.CPUPerReport)/float64(time.Microsecond), float64(r.DecodeFloor)/float64(time.Microsecond), r.FloorRatio,
+		float64(r.RSS)/1e6, float64(r.PeakRSS)/1e6,
+		r.DBGrowth, r.DBBytesPerDepS, r.Dependencies, r.SecondsPerDepS, r.InstanceMinutesPerDepS, r.TransitionsPerDepS,
 		r.Rate, r.Offered, r.Measured.Round(time.Millisecond), r.Refused, r.Errors,
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent, r.SubscriberDrops,
 		r.InboundP50.Round(10*time.Microsecond), r.InboundP99.Round(10*time.Microsecond), r.FanoutP50.Round(10*time.Microsecond), r.FanoutP99.Round(10*time.Microsecond))
@@ -255,17 +291,30 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, ctx.Err()
 	case <-warm.C:
 	}
+	first := r.scrape(ctx, true)
 	r.measuring.Store(true)
 	t0 := time.Now()
 	end := time.NewTimer(cfg.Duration)
-	select {
-	case <-ctx.Done():
-		end.Stop()
-		return res, ctx.Err()
-	case <-end.C:
+	peek := time.NewTicker(5 * time.Second)
+	defer peek.Stop()
+	var peak float64
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			end.Stop()
+			return res, ctx.Err()
+		case <-peek.C:
+			if s := r.scrape(ctx, false); s.valid {
+				peak = max(peak, s.rss)
+			}
+		case <-end.C:
+			break wait
+		}
 	}
 	r.measuring.Store(false)
 	res.Measured = time.Since(t0)
+	last := r.scrape(ctx, true)
 	// Give transitions sent at the very end a moment to arrive.
 	grace := time.NewTimer(time.Second)
 	select {
@@ -291,6 +340,28 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.P50, res.P99, res.Max = percentiles(lat)
 	res.InboundP50, res.InboundP99, _ = percentiles(in)
 	res.FanoutP50, res.FanoutP99, _ = percentiles(out)
+	res.Dependencies = cfg.BreakersPerInstance
+	if first.valid && last.valid {
+		cpu := last.cpu - first.cpu
+		res.ServerCPU = cpu / last.at.Sub(first.at).Seconds()
+		if res.Windows > 0 {
+			// Over the scrapes' span, the reports acked in it (the
+			// measurement's rate).
+			res.CPUPerReport = time.Duration(cpu / (res.Rate * last.at.Sub(first.at).Seconds()) * float64(time.Second))
+		}
+		res.RSS, res.PeakRSS = int64(last.rss), int64(max(peak, last.rss, first.rss))
+	}
+	if first.db != nil && last.db != nil && res.Dependencies > 0 {
+		depS := float64(res.Dependencies) * last.at.Sub(first.at).Seconds()
+		per := func(part string) float64 { return float64(last.db[part]-first.db[part]) / depS }
+		res.DBGrowth = last.db["total"] - first.db["total"]
+		res.DBBytesPerDepS = per("total")
+		res.SecondsPerDepS, res.InstanceMinutesPerDepS, res.TransitionsPerDepS = per("seconds"), per("instance_minutes"), per("transitions")
+	}
+	res.DecodeFloor = decodeFloor(cfg.BreakersPerInstance)
+	if res.DecodeFloor > 0 && res.CPUPerReport > 0 {
+		res.FloorRatio = float64(res.CPUPerReport) / float64(res.DecodeFloor)
+	}
 	return res, nil
 }
 

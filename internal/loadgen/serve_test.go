@@ -12,7 +12,6 @@ import (
 
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/store"
-	"github.com/labstack/echo/v4"
 )
 
 // TestServeForLoad runs a bare collector (no dashboard) on
@@ -59,9 +58,19 @@ func TestServeForLoad(t *testing.T) {
 		go prof.ListenAndServe() //nolint:errcheck // closed below
 		defer prof.Close()
 	}
-	e := echo.New()
-	col.Mount(e, collector.Auth{})
-	srv := &http.Server{Addr: addr, Handler: e}
+	// The collector's own transports, as internal/web mounts them.
+	mux := http.NewServeMux()
+	for pattern, h := range map[string]func(http.ResponseWriter, *http.Request) error{
+		"GET /api/v1/agent": col.ServeAgent, "POST /api/v1/ingest": col.ServeIngest,
+		"GET /api/v1/events": col.ServeEvents, "GET /metrics": col.ServeMetrics,
+	} {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			}
+		})
+	}
+	srv := &http.Server{Addr: addr, Handler: mux}
 	go srv.ListenAndServe() //nolint:errcheck // closed below
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()

@@ -127,11 +127,7 @@ func Start(tb testing.TB, o Options) *Stack {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = web.HTTPErrorHandler
-	s.Collector.Mount(e, s.Web.Auth())
-	if s.Alerts != nil {
-		alert.NewAPI(s.Alerts).Mount(e, s.Web.Auth().Read, s.Web.Auth().Operate)
-	}
-	s.Web.Mount(e)
+	s.Web.Mount(e) // every route: pages, the JSON API, the agents' transports
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		tb.Fatalf("stacktest: listen on %s: %v", o.Addr, err)

@@ -214,6 +214,9 @@ func (d *dialect) beginGroup(x *wtx) error {
 		return nil
 	}
 	x.w.c.wm = nil
+	// Another collector may have stored batches of an agent process that
+	// failed over: the last seqs are read again (dedup must see them).
+	clear(x.w.c.seqs)
 	_, err := x.exec("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
 	return err
 }

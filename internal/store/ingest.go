@@ -256,24 +256,31 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 	if err != nil {
 		return false, err
 	}
-	var last int64
-	q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = ? AND started_at = ?`, inst.id, startedAt)
-	if err != nil {
-		return false, err
-	}
-	switch err := q.Scan(&last); {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return false, fmt.Errorf("store: read last seq: %w", err)
+	rk := runKey{inst.id, startedAt}
+	last, known := x.w.c.seqs[rk]
+	if !known {
+		q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = ? AND started_at = ?`, inst.id, startedAt)
+		if err != nil {
+			return false, err
+		}
+		switch err := q.Scan(&last); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return false, fmt.Errorf("store: read last seq: %w", err)
+		}
 	}
 	seq := int64(b.Seq)
 	if seq <= last {
+		x.w.c.seqs[rk] = last
 		return false, nil
 	}
 	if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (?, ?, ?)
 		ON CONFLICT (instance_id, started_at) DO UPDATE SET last_seq = excluded.last_seq`, inst.id, startedAt, seq); err != nil {
 		return false, fmt.Errorf("store: record seq: %w", err)
 	}
+	// A failure after this resets the caches (savepoint), so the cache
+	// never holds a seq that was rolled back.
+	x.w.c.seqs[rk] = seq
 	if _, err := x.exec(`UPDATE instances SET last_seen = max(last_seen, ?) WHERE id = ?`, now, inst.id); err != nil {
 		return false, fmt.Errorf("store: touch instance: %w", err)
 	}
@@ -321,14 +328,12 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 		if err := x.setState(br, w.State, 0); err != nil {
 			return false, fmt.Errorf("store: breaker state: %w", err)
 		}
-		if err := x.addInstanceMinute(deps[i], inst.id, w); err != nil {
-			return false, err
-		}
 	}
-	// Last, once nothing can fail any more: the accumulator is not rolled
-	// back with the savepoint.
+	// Last, once nothing can fail any more: the accumulators are not
+	// rolled back with the savepoint.
 	for i := range b.Windows {
 		x.acc.addWindow(deps[i], &b.Windows[i])
+		x.addInstanceMinute(deps[i], inst.id, &b.Windows[i])
 	}
 	return true, nil
 }

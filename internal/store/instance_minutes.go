@@ -10,23 +10,101 @@ import (
 )
 
 // Per-instance history (instance_minutes): one row per dependency,
-// instance and minute, written with every window report in the batch's
-// transaction, so a batch stored once is counted once.
+// instance and minute. A window report costs a row write here, twenty
+// thousand a second for a thousand instances of twenty breakers, so the
+// writer sums them in memory (a batch's share once its transaction has
+// committed: a batch stored once is counted once) and writes the sums as
+// upserts every instanceMinutesEvery, before any read of the table
+// (InstanceHistory, FleetNotClosed) and when the store closes. A crash
+// (kill -9) loses at most the last instanceMinutesEvery of per-instance
+// history; the per-dependency history is written with its batch.
 
-// addInstanceMinute adds window w of instance inst, dependency dep, to its
-// minute.
-func (x *wtx) addInstanceMinute(dep, inst int64, w *protocol.Window) error {
-	minute := w.Start - w.Start%60000
+// instanceMinutesEvery is how often the buffered instance minutes are
+// written.
+const instanceMinutesEvery = 10 * time.Second
+
+// imKey names one row of instance_minutes.
+type imKey struct{ dep, inst, minute int64 }
+
+// imRow is a delta to add to one row.
+type imRow struct {
+	calls, failures, slow, rejected int64
+	rank                            int
+}
+
+func (r *imRow) add(o imRow) {
+	r.calls = protocol.SatAdd(r.calls, o.calls)
+	r.failures = protocol.SatAdd(r.failures, o.failures)
+	r.slow = protocol.SatAdd(r.slow, o.slow)
+	r.rejected = protocol.SatAdd(r.rejected, o.rejected)
+	r.rank = min(r.rank, o.rank)
+}
+
+// addInto adds d to m[k].
+func addInto(m map[imKey]*imRow, k imKey, d imRow) {
+	if cur := m[k]; cur != nil {
+		cur.add(d)
+		return
+	}
+	m[k] = &d
+}
+
+// addInstanceMinute stages window w of instance inst, dependency dep, for
+// its minute, in this transaction (the writer keeps it once committed).
+func (x *wtx) addInstanceMinute(dep, inst int64, w *protocol.Window) {
 	c := w.Counts
-	_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
+	addInto(x.im, imKey{dep, inst, w.Start - w.Start%60000},
+		imRow{calls: c.Admitted, failures: c.Failures, slow: c.Slow, rejected: c.Rejected(), rank: cbdash.StateRank(w.State)})
+}
+
+// imFlushRows bounds the buffered instance minutes one group transaction
+// writes when they are due by time: a fleet's minutes are spread over
+// several transactions instead of one large one (a read's flush writes
+// them all).
+const imFlushRows = 4000
+
+// writeInstanceMinutes writes buffered instance minutes as upserts: with
+// all, the writer's committed sums and this transaction's (which are then
+// not kept); otherwise at most imFlushRows of the writer's. It returns the
+// keys of the writer's sums it wrote (to forget once committed).
+func (x *wtx) writeInstanceMinutes(all bool) ([]imKey, error) {
+	var written []imKey
+	put := func(k imKey, r *imRow) error {
+		_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,
 		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = min(instance_minutes.state_rank, excluded.state_rank)`,
-		dep, inst, minute, c.Admitted, c.Failures, c.Slow, c.Rejected(), cbdash.StateRank(w.State))
-	if err != nil {
-		return fmt.Errorf("store: save instance minute: %w", err)
+			k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
+		if err != nil {
+			return fmt.Errorf("store: save instance minute: %w", err)
+		}
+		return nil
 	}
-	return nil
+	for k, r := range x.w.im {
+		if !all && len(written) >= imFlushRows {
+			break
+		}
+		if err := put(k, r); err != nil {
+			return nil, err
+		}
+		written = append(written, k)
+	}
+	if all {
+		for k, r := range x.im {
+			if err := put(k, r); err != nil {
+				return nil, err
+			}
+		}
+		clear(x.im)
+	}
+	return written, nil
+}
+
+// flushInstanceMinutes has the writer write its buffered instance minutes
+// now (the reads of instance_minutes call it first, so they see every
+// stored batch).
+func (s *Store) flushInstanceMinutes(ctx context.Context) error {
+	return s.w.do(ctx, &op{flushIM: true, run: func(*wtx) error { return nil }})
 }
 
 // expireInstanceMinutes deletes per-instance minutes older than keep.
@@ -53,6 +131,9 @@ func init() {
 func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQuery) ([]cbdash.InstanceMinute, error) {
 	if q.Service == "" || q.Breaker == "" {
 		return nil, fmt.Errorf("store: instance history: service and breaker are required: %w", cbdash.ErrInvalid)
+	}
+	if err := s.flushInstanceMinutes(ctx); err != nil {
+		return nil, fmt.Errorf("store: instance history: %w", err)
 	}
 	to := int64(1<<62 - 1)
 	if !q.To.IsZero() {
@@ -89,6 +170,9 @@ func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQue
 // minute and the dependencies (service + breaker) with at least one such
 // instance, oldest first; minutes with none are absent.
 func (s *Store) FleetNotClosed(ctx context.Context, from, to time.Time) ([]cbdash.FleetMinute, error) {
+	if err := s.flushInstanceMinutes(ctx); err != nil {
+		return nil, fmt.Errorf("store: fleet not closed: %w", err)
+	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT m.minute, COUNT(*), COUNT(DISTINCT m.dep_id) FROM instance_minutes m
 		WHERE m.minute >= ? AND m.minute < ? AND m.state_rank IN (?, ?, ?)
 		GROUP BY m.minute ORDER BY m.minute`, from.UnixMilli(), to.UnixMilli(),

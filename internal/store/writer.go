@@ -23,6 +23,8 @@ type op struct {
 	// probe marks Store.Writable's write: its success says nothing of the
 	// writes that failed before it.
 	probe bool
+	// flushIM has the group write the buffered instance minutes.
+	flushIM bool
 }
 
 // writer is the single goroutine that owns every write.
@@ -47,6 +49,23 @@ type writer struct {
 	// Caches of committed rows, touched only by the writer goroutine and
 	// thrown away whenever a transaction or savepoint is rolled back.
 	c cache
+
+	// im holds the instance minutes of committed batches not written yet
+	// (instance_minutes.go), imAt when they were last written; both
+	// touched only by the writer goroutine.
+	im   map[imKey]*imRow
+	imAt time.Time
+	// imFlushing: a round of writing them is under way, imRound rows of
+	// it still to write.
+	imFlushing bool
+	imRound    int
+	clock      interface{ Now() time.Time }
+
+	// prepared are statements prepared on the writer's one connection,
+	// outside any transaction, by query: a transaction binds them
+	// (Tx.StmtContext reuses the connection's statement) instead of
+	// preparing every query afresh. Touched only by the writer goroutine.
+	prepared map[string]*sql.Stmt
 }
 
 // cache holds ids and watermarks so that the hot path (a batch of window
@@ -55,8 +74,12 @@ type cache struct {
 	instances map[instKey]instRef
 	breakers  map[int64]map[string]*brRef // instance id -> breaker name
 	deps      map[cbdash.DependencyKey]int64
-	wm        *watermarks // nil = not loaded
+	wm        *watermarks      // nil = not loaded
+	seqs      map[runKey]int64 // last stored seq of an agent process
 }
+
+// runKey names one agent process of an instance.
+type runKey struct{ inst, startedAt int64 }
 
 type instKey struct{ service, instance string }
 
@@ -78,6 +101,7 @@ func (c *cache) reset() {
 	c.breakers = make(map[int64]map[string]*brRef)
 	c.deps = make(map[cbdash.DependencyKey]int64)
 	c.wm = nil
+	c.seqs = make(map[runKey]int64)
 }
 
 func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
@@ -89,7 +113,11 @@ func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
 		queue:    make(chan *op, opts.QueueSize),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		im:       make(map[imKey]*imRow),
+		prepared: make(map[string]*sql.Stmt),
+		clock:    opts.Clock,
 	}
+	w.imAt = w.clock.Now()
 	w.c.reset()
 	return w
 }
@@ -121,13 +149,20 @@ func (w *writer) run() {
 			for {
 				group = w.collect(group[:0])
 				if len(group) == 0 {
-					return
+					break
 				}
 				w.commit(group)
 			}
+			if len(w.im) > 0 {
+				w.commit(append(group[:0], &op{flushIM: true, run: func(*wtx) error { return nil }}))
+			}
+			return
 		}
 		group = append(group[:0], first)
 		group = w.collect(group)
+		if len(group) > 1 && len(group) < w.maxGroup {
+			group = w.collectFor(group, groupWait)
+		}
 		w.commit(group)
 	}
 }
@@ -140,6 +175,23 @@ func (w *writer) collect(group []*op) []*op {
 		case o := <-w.queue:
 			group = append(group, o)
 		default:
+			return group
+		}
+	}
+	return group
+}
+
+// collectFor appends the ops that arrive within d, up to maxGroup.
+func (w *writer) collectFor(group []*op, d time.Duration) []*op {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for len(group) < w.maxGroup {
+		select {
+		case o := <-w.queue:
+			group = append(group, o)
+		case <-t.C:
+			return group
+		case <-w.quit:
 			return group
 		}
 	}
@@ -229,18 +281,33 @@ func (w *writer) commit(group []*op) {
 		w.finish(group, errs, false)
 		return
 	}
+	flushIM := false
 	for i, o := range group {
 		if x.broken != nil {
 			break
 		}
 		errs[i] = x.savepoint(o.run)
+		flushIM = flushIM || o.flushIM
 	}
+	now := w.clock.Now()
+	if !w.imFlushing && now.Sub(w.imAt) >= instanceMinutesEvery && len(w.im) > 0 {
+		// A round: the sums buffered now, written imFlushRows a
+		// transaction; what arrives meanwhile waits for the next round.
+		w.imFlushing, w.imRound, w.imAt = true, len(w.im), now
+	}
+	due := flushIM || w.imFlushing
+	var imWritten []imKey
 	if x.broken != nil {
 		failAll(x.broken)
 	} else if err := x.flush(); err != nil {
 		failAll(fmt.Errorf("store: write windows: %w", err))
+	} else if due {
+		if imWritten, err = x.writeInstanceMinutes(flushIM); err != nil {
+			failAll(fmt.Errorf("store: write instance minutes: %w", err))
+		}
 	}
 	x.close()
+	defer w.prepare(x.unprepared)
 	committed := false
 	if anyNil(errs) {
 		if err := tx.Commit(); err != nil {
@@ -252,6 +319,20 @@ func (w *writer) commit(group []*op) {
 	}
 	if !committed {
 		tx.Rollback()
+	}
+	if committed {
+		for _, k := range imWritten {
+			delete(w.im, k)
+		}
+		for k, r := range x.im { // emptied when written
+			addInto(w.im, k, *r)
+		}
+		if w.imRound -= len(imWritten); flushIM || w.imRound <= 0 {
+			w.imFlushing = false
+		}
+		if flushIM {
+			w.imAt = now
+		}
 	}
 	w.finish(group, errs, committed && !x.dirty)
 }
@@ -296,6 +377,34 @@ func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
 	}
 }
 
+// prepare prepares queries on the writer's connection for the next
+// transactions (outside a transaction: the pool's one connection is free).
+// A query that fails to prepare is prepared per transaction, as before.
+func (w *writer) prepare(queries []string) {
+	for _, q := range queries {
+		if _, ok := w.prepared[q]; ok || len(w.prepared) >= maxPrepared {
+			continue
+		}
+		if st, err := w.db.PrepareContext(context.Background(), w.d.q(q)); err == nil {
+			w.prepared[q] = st
+		}
+	}
+}
+
+// maxPrepared bounds the statements the writer keeps prepared (its
+// queries are a fixed set; the bound guards against a query built with a
+// value).
+const maxPrepared = 256
+
+// groupWait is how long the writer waits for more operations when a group
+// already has several (the sign of many concurrent writers, such as a
+// thousand agents' batches): fewer, larger transactions, each with its
+// fixed costs (statements, the per-second rows, the commit) shared. A lone
+// operation never waits.
+// It is real time, not the store's clock: it paces CPU work, as a
+// scheduler would, and says nothing about the data.
+const groupWait = 5 * time.Millisecond
+
 // wtx is the writer's view of one group transaction.
 type wtx struct {
 	ctx   context.Context
@@ -309,10 +418,13 @@ type wtx struct {
 	// released: nothing of the transaction may be committed.
 	broken error
 	acc    *accumulator
+	im     map[imKey]*imRow // this transaction's instance minutes
+	// unprepared are the queries this transaction had to prepare itself.
+	unprepared []string
 }
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
-	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator()}
+	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(), im: make(map[imKey]*imRow)}
 }
 
 // st returns query's statement, prepared once per transaction. (A
@@ -323,11 +435,17 @@ func (x *wtx) st(query string) (*sql.Stmt, error) {
 	if st, ok := x.stmts[query]; ok {
 		return st, nil
 	}
+	if p, ok := x.w.prepared[query]; ok {
+		st := x.tx.StmtContext(x.ctx, p)
+		x.stmts[query] = st
+		return st, nil
+	}
 	st, err := x.tx.PrepareContext(x.ctx, x.w.d.q(query))
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", query, err)
 	}
 	x.stmts[query] = st
+	x.unprepared = append(x.unprepared, query)
 	return st, nil
 }
 

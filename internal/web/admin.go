@@ -102,7 +102,7 @@ func orNever(t time.Time) string {
 func expired(at, now time.Time) bool { return !at.IsZero() && !at.After(now) }
 
 // actorOf is the admin acting, for the account log.
-func actorOf(c echo.Context) string { return userOf(c).Name }
+func actorOf(c echo.Context) string { return actorFrom(c).Name }
 
 // done redirects to the admin page with a notice (POST, redirect, GET).
 func done(c echo.Context, format string, args ...any) error {

@@ -31,6 +31,8 @@ type Alerts interface {
 	Deliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error)
 	// Alerts returns the alerts firing now, longest firing first.
 	Alerts() []cbdash.FiringAlert
+	// Firing returns the subjects firing now per rule id.
+	Firing() map[int64][]string
 }
 
 // mountAlerts registers the alerts page (read) and the rule editor's

@@ -28,7 +28,8 @@ const (
 	csrfField     = "_csrf"
 	csrfHeader    = "X-CSRF-Token"
 	userKey       = "cbdash.user"
-	viaKey        = "cbdash.via" // "session", "token" or "anonymous"
+	viaKey        = "cbdash.via"   // "session", "token" or "anonymous"
+	actorKey      = "cbdash.actor" // a cbdash.Actor, set by require
 	csrfKey       = "csrf"
 	// AdminName is the account EnsureAdmin creates on first start.
 	AdminName = "admin"
@@ -80,8 +81,16 @@ func userOf(c echo.Context) *cbdash.User {
 	return u
 }
 
-// IsAdmin reports whether the caller of c, as identified by the Auth
-// middlewares, has the admin role (for secrets only admins may see, such
+// actorFrom is the caller that require let through, as the actor of an
+// audited action (a user by session or by API token); the zero Actor on a
+// route without require, which the domain's audited methods refuse.
+func actorFrom(c echo.Context) cbdash.Actor {
+	a, _ := c.Get(actorKey).(cbdash.Actor)
+	return a
+}
+
+// IsAdmin reports whether the caller of c, as identified by the
+// authentication middleware, has the admin role (for secrets only admins may see, such
 // as webhook URLs).
 func IsAdmin(c echo.Context) bool {
 	u := userOf(c)
@@ -107,6 +116,11 @@ func (s *Server) require(role string) echo.MiddlewareFunc {
 			if !cbdash.RoleAllows(u.Role, role) {
 				return errorf(cbdash.ErrForbidden, "%s needs the %s role", c.Request().URL.Path, role)
 			}
+			kind := cbdash.ActorUser
+			if v, _ := c.Get(viaKey).(string); v == "token" {
+				kind = cbdash.ActorToken
+			}
+			c.Set(actorKey, cbdash.UserActor(*u, kind))
 			return next(c)
 		}
 	}

@@ -149,6 +149,7 @@ func TestHTTPErrorHandler(t *testing.T) {
 		{cbdash.ErrUnauthorized, 401, "unauthorized"},
 		{cbdash.ErrForbidden, 403, "forbidden"},
 		{cbdash.ErrConflict, 409, "conflict"},
+		{fmt.Errorf("collector is not ready: %w", cbdash.ErrUnavailable), 503, "collector is not ready"},
 		{echo.NewHTTPError(http.StatusTeapot, "short and stout"), 418, "short and stout"},
 		{errors.New("disk on fire"), 500, "internal error"},
 	} {

@@ -110,3 +110,55 @@ func (nopHistory) Transitions(context.Context, cbdash.TransitionQuery) ([]cbdash
 func (nopHistory) Commands(context.Context, cbdash.CommandQuery) ([]cbdash.Command, error) {
 	return nil, nil
 }
+
+// depOf makes a dependency of n instances, a few of them open, half-open,
+// forced or stale, each with a last window report.
+func depOf(n int, now time.Time) cbdash.Dependency {
+	d := cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}, State: protocol.StateOpen, Instances: n}
+	for i := range n {
+		st := protocol.StateClosed
+		switch i % 97 {
+		case 3:
+			st = protocol.StateOpen
+		case 5:
+			st = protocol.StateHalfOpen
+		case 7:
+			st = protocol.StateForcedOpen
+		}
+		d.PerInstance = append(d.PerInstance, cbdash.InstanceBreaker{
+			Service: d.Service, Instance: fmt.Sprintf("checkout-%04d", i), Breaker: d.Breaker, State: st, Stale: i%211 == 0,
+			LastSeen: now.Add(-time.Second), LastTransition: now.Add(-time.Duration(i) * time.Second),
+			Config: protocol.BreakerConfig{Name: d.Breaker, WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 20},
+			Last: protocol.Window{Breaker: d.Breaker, Millis: 1000, State: st, Counts: protocol.Counts{Admitted: 100, Successes: 100 - int64(i%9), Failures: int64(i % 9)},
+				Headroom: protocol.Headroom{Calls: 100, Failures: int64(i % 9), MinimumCalls: 20, FailureRate: float64(i % 9), FailureRateThreshold: 50}},
+		})
+	}
+	return d
+}
+
+// BenchmarkDependencyInstances1000 builds and renders the dependency
+// page's header and instance table for a dependency of 1,000 instances:
+// the first page (the odd ones first), and every instance (iall=1).
+// Target: the page under 100 ms.
+func BenchmarkDependencyInstances1000(b *testing.B) {
+	now := clocktest.Epoch()
+	d := depOf(1000, now)
+	for _, tc := range []struct {
+		name string
+		pg   instancePaging
+	}{{"first-page", instancePaging{Page: 1}}, {"all", instancePaging{All: true}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				w := &countWriter{}
+				v := templates.Dependency{Page: templates.Page{Title: d.String()}, Service: d.Service, Breaker: d.Breaker,
+					Header: depHeader(d, nil, now), Instances: instanceTable(d, nil, now, tc.pg, nil)}
+				if err := templates.DependencyPage(v).Render(context.Background(), w); err != nil {
+					b.Fatal(err)
+				}
+				size = w.n
+			}
+			b.ReportMetric(float64(size), "bytes/page")
+		})
+	}
+}

@@ -161,7 +161,7 @@ func (s *Server) command(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.col.Issue(c.Request().Context(), f.request(userOf(c).Name)); err != nil {
+	if _, err := s.col.Issue(c.Request().Context(), actorFrom(c), f.request(actorFrom(c).Name)); err != nil {
 		return err
 	}
 	return redirect(c, backHref(c, f.key, s.now())+"#commands-title")

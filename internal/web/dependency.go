@@ -2,6 +2,8 @@ package web
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -254,6 +256,7 @@ func (s *Server) dependency(c echo.Context) error {
 	live.Set("view", "dependency")
 	live.Set("service", k.Service)
 	live.Set("breaker", k.Breaker)
+	pagingOf(c.QueryParams()).values(live)
 	p.LiveURL = "/live?" + live.Encode()
 	v := templates.Dependency{
 		Page: p, Service: k.Service, Breaker: k.Breaker,
@@ -263,7 +266,7 @@ func (s *Server) dependency(c echo.Context) error {
 		Misuse:      misuseIn(pts),
 		Custom:      customForm("/dependency", base, sp, c.QueryParam("from") != ""),
 		Charts:      dependencyChartsWithGaps(pts, gaps, sp.from, sp.to, d),
-		Instances:   instanceRows(d, causes, s.now()),
+		Instances:   instanceTable(d, causes, s.now(), pagingOf(c.QueryParams()), c.QueryParams()),
 		Transitions: trs,
 		Commands:    cmds,
 		AuditHref:   "/audit?" + url.Values{"service": {k.Service}}.Encode(),
@@ -308,6 +311,106 @@ func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.T
 		OpensToday: d.OpensToday,
 		Labels:     labelList(d.Labels),
 	}
+}
+
+// instancesPerPage is how many instances the dependency page lists at
+// once: the odd ones first (instancePage).
+const instancesPerPage = 50
+
+// instancePaging is which instances the table shows: page Page (1-based)
+// of instancesPerPage, or all of them.
+type instancePaging struct {
+	Page int
+	All  bool
+}
+
+// pagingOf reads ipage and iall from a query (a bad or missing ipage is 1).
+func pagingOf(q url.Values) instancePaging {
+	p, _ := strconv.Atoi(q.Get("ipage"))
+	return instancePaging{Page: max(p, 1), All: q.Get("iall") == "1"}
+}
+
+// values sets ipage and iall in q (removing them at their defaults).
+func (pg instancePaging) values(q url.Values) url.Values {
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Del("ipage")
+	q.Del("iall")
+	if pg.All {
+		q.Set("iall", "1")
+	} else if pg.Page > 1 {
+		q.Set("ipage", strconv.Itoa(pg.Page))
+	}
+	return q
+}
+
+// oddFirst orders d's instances as an on-call engineer reads them: live
+// instances open, half-open or forced first (by state), then stale ones,
+// then the rest; within each, the highest failure rate of the last
+// window report first, then by name.
+func oddFirst(ins []cbdash.InstanceBreaker) []cbdash.InstanceBreaker {
+	out := slices.Clone(ins)
+	group := func(in *cbdash.InstanceBreaker) int {
+		switch {
+		case !in.Stale && cbdash.NotClosed(in.State):
+			return 0
+		case in.Stale:
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(out, func(a, b cbdash.InstanceBreaker) int {
+		if ga, gb := group(&a), group(&b); ga != gb {
+			return ga - gb
+		}
+		if ra, rb := cbdash.StateRank(a.State), cbdash.StateRank(b.State); ra != rb {
+			return ra - rb
+		}
+		if fa, fb := a.Last.Headroom.FailureRate, b.Last.Headroom.FailureRate; fa != fb {
+			if fa > fb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Instance, b.Instance)
+	})
+	return out
+}
+
+// instanceTable is the dependency page's instance table: one page of the
+// instances, odd ones first (oddFirst), with links to the next and
+// previous pages and to all of them; base is the page's own query.
+func instanceTable(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time, pg instancePaging, base url.Values) templates.InstanceTable {
+	ins := oddFirst(d.PerInstance)
+	n := len(ins)
+	t := templates.InstanceTable{Total: n}
+	from, to := 0, n
+	if !pg.All {
+		pages := max(1, (n+instancesPerPage-1)/instancesPerPage)
+		page := min(pg.Page, pages)
+		from, to = (page-1)*instancesPerPage, min(n, page*instancesPerPage)
+		href := func(p instancePaging) string {
+			return "/dependency?" + p.values(maps.Clone(base)).Encode() + "#dep-instances"
+		}
+		if page > 1 {
+			t.PrevHref = href(instancePaging{Page: page - 1})
+		}
+		if page < pages {
+			t.NextHref = href(instancePaging{Page: page + 1})
+		}
+		if pages > 1 {
+			t.AllHref = href(instancePaging{All: true})
+		}
+	} else if n > instancesPerPage {
+		t.FirstHref = "/dependency?" + instancePaging{Page: 1}.values(maps.Clone(base)).Encode() + "#dep-instances"
+	}
+	d.PerInstance = ins[from:to]
+	t.Rows = instanceRows(d, causes, now)
+	if n > 0 {
+		t.Showing = fmt.Sprintf("%d-%d of %d instances, open, half-open and forced first, then the highest failure rate", from+1, to, n)
+	}
+	return t
 }
 
 // instanceRows are the instance table's rows. Rates are the instance's

@@ -27,7 +27,8 @@ func (s *Server) withLogger(next echo.HandlerFunc) echo.HandlerFunc {
 // HTTPErrorHandler is the one error handler of the cbdash server (set it
 // as echo's HTTPErrorHandler). It maps errors wrapping cbdash.ErrNotFound
 // to 404, ErrInvalid to 400, ErrUnauthorized to 401, ErrForbidden to 403,
-// ErrConflict to 409, passes *echo.HTTPError through as is, and turns
+// ErrConflict to 409, ErrUnavailable to 503 (its reason as the message),
+// passes *echo.HTTPError through as is, and turns
 // anything else into a 500 whose cause is logged (with the logger Mount
 // installs) but not shown. It answers {"error": "..."} as JSON for paths
 // under /api/ and for clients that accept application/json, an HTML page
@@ -82,6 +83,7 @@ func statusOf(err error) (int, string) {
 		{cbdash.ErrUnauthorized, http.StatusUnauthorized},
 		{cbdash.ErrForbidden, http.StatusForbidden},
 		{cbdash.ErrConflict, http.StatusConflict},
+		{cbdash.ErrUnavailable, http.StatusServiceUnavailable},
 	} {
 		if errors.Is(err, m.err) {
 			return m.status, userMessage(err)
@@ -101,6 +103,9 @@ func userMessage(err error) string {
 	msg := err.Error()
 	for _, p := range internalPrefixes {
 		msg = strings.TrimPrefix(msg, p)
+	}
+	if errors.Is(err, cbdash.ErrUnavailable) { // the reason alone: "collector is not ready"
+		return strings.TrimSuffix(msg, ": "+cbdash.ErrUnavailable.Error())
 	}
 	if !errors.Is(err, cbdash.ErrNotFound) {
 		return msg

@@ -35,8 +35,12 @@ type HoldService interface {
 	// PlanHold is the dry run: what req would cover now. Errors wrap
 	// cbdash.ErrInvalid and name the field or the limit.
 	PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error)
-	CreateHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error)
-	ReleaseHold(ctx context.Context, id, actor, reason string) (cbdash.HoldRecord, error)
+	// Hold returns one hold with its coverage; cbdash.ErrNotFound for an
+	// unknown id.
+	Hold(ctx context.Context, id string) (cbdash.HoldRecord, error)
+	// CreateHold and ReleaseHold record actor in the audit log.
+	CreateHold(ctx context.Context, actor cbdash.Actor, req cbdash.HoldRequest) (cbdash.HoldRecord, error)
+	ReleaseHold(ctx context.Context, actor cbdash.Actor, id, reason string) (cbdash.HoldRecord, error)
 	// MaxHold is the longest hold accepted.
 	MaxHold() time.Duration
 }
@@ -314,7 +318,7 @@ func (s *Server) holdConfirm(c echo.Context) error {
 		}
 	}
 	v := templates.HoldConfirm{Page: s.page(c, "Confirm hold", "holds"), Fields: holdFields(c), Back: back}
-	req, err := holdForm(c, userOf(c).Name)
+	req, err := holdForm(c, actorFrom(c).Name)
 	v.Title = incident.ActionText(req.Action) + " " + req.Selector.String()
 	if err == nil {
 		var plan cbdash.HoldPlan
@@ -365,11 +369,11 @@ func (s *Server) holdCreate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	req, err := holdForm(c, userOf(c).Name)
+	req, err := holdForm(c, actorFrom(c).Name)
 	if err != nil {
 		return err
 	}
-	h, err := hs.CreateHold(c.Request().Context(), req)
+	h, err := hs.CreateHold(c.Request().Context(), actorFrom(c), req)
 	if err != nil {
 		return err
 	}
@@ -382,7 +386,7 @@ func (s *Server) holdRelease(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := hs.ReleaseHold(c.Request().Context(), c.Param("id"), userOf(c).Name, strings.TrimSpace(c.FormValue("reason")))
+	h, err := hs.ReleaseHold(c.Request().Context(), actorFrom(c), c.Param("id"), strings.TrimSpace(c.FormValue("reason")))
 	if err != nil {
 		return err
 	}

@@ -213,7 +213,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 	mustContain(t, "the overview", overview.body, "held open", `data-testid="held-report"`, `href="/holds/`+id+`"`)
 
 	// A second, narrower hold wins where it matches: the most recent.
-	newer, err := s.col.CreateHold(context.Background(), cbdash.HoldRequest{Selector: cbdash.Selector{Service: "checkout", Breaker: "payments", Instances: []string{"checkout-2"}},
+	newer, err := s.col.CreateHold(context.Background(), cbdash.Actor{Name: "otto"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "checkout", Breaker: "payments", Instances: []string{"checkout-2"}},
 		Action: protocol.ActionForceClosed, TTL: 5 * time.Minute, Reason: "let checkout-2 through", Actor: "otto"})
 	if err != nil {
 		t.Fatal(err)

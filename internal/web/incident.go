@@ -55,7 +55,7 @@ func (s *Server) incidentsPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q, err := incident.ParseQuery(c.QueryParam)
+	q, err := parseIncidentQuery(c.QueryParam)
 	if err != nil {
 		return err
 	}
@@ -133,13 +133,7 @@ func incidentRow(inc cbdash.Incident, now time.Time) templates.IncidentRow {
 	}
 }
 
-func incidentID(c echo.Context) (int64, error) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, errorf(cbdash.ErrNotFound, "incident %q", c.Param("id"))
-	}
-	return id, nil
-}
+func incidentID(c echo.Context) (int64, error) { return idParam(c, "incident") }
 
 // incidentPage renders one incident: summary, lanes, charts, timeline.
 func (s *Server) incidentPage(c echo.Context) error {
@@ -326,15 +320,7 @@ func (s *Server) incidentNote(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	text := strings.TrimSpace(c.FormValue("text"))
-	if text == "" || len(text) > incident.MaxNoteLen {
-		return errorf(cbdash.ErrInvalid, "a note needs 1 to %d characters", incident.MaxNoteLen)
-	}
-	author := "anonymous"
-	if u := userOf(c); u != nil {
-		author = u.Name
-	}
-	if _, err := is.AddIncidentNote(c.Request().Context(), cbdash.IncidentNote{IncidentID: id, At: s.now(), Author: author, Text: text}); err != nil {
+	if _, err := incident.NewNotes(is, s.cfg.Clock).AddNote(c.Request().Context(), actorFrom(c), id, c.FormValue("text")); err != nil {
 		return err
 	}
 	return redirect(c, incidentHref(id))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,7 +17,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/web/templates"
 )
 
@@ -98,7 +98,9 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 		}
 		u := userOf(c)
 		canOp := u != nil && !anonymous(c) && cbdash.RoleAllows(u.Role, cbdash.RoleOperator)
-		return &dependencyLive{s: s, key: k, span: sp, canOp: canOp}, nil
+		page := maps.Clone(q)
+		page.Del("view")
+		return &dependencyLive{s: s, key: k, span: sp, canOp: canOp, paging: pagingOf(q), query: page}, nil
 	case "audit":
 		return &auditLive{s: s, service: q.Get("service")}, nil
 	case "incident":
@@ -120,7 +122,7 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 		if err != nil {
 			return nil, err
 		}
-		iq, err := incident.ParseQuery(q.Get)
+		iq, err := parseIncidentQuery(q.Get)
 		if err != nil {
 			return nil, err
 		}
@@ -423,6 +425,8 @@ type dependencyLive struct {
 	canOp               bool      // the page has the operator panel: its instance list is kept live
 	lastOpInsts         uint64    // hash of the instance list last sent
 	chartsAt            time.Time // when the charts were last drawn
+	paging              instancePaging
+	query               url.Values // the page's own query (for the instance table's links)
 }
 
 func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
@@ -464,7 +468,7 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 			buf.Write(part.Bytes())
 		}
 		part.Reset()
-		if err := templates.InstancesTable(instanceRows(d.dep, causes, now)).Render(ctx, &part); err != nil {
+		if err := templates.InstancesTable(instanceTable(d.dep, causes, now, d.paging, d.query)).Render(ctx, &part); err != nil {
 			return nil, err
 		}
 		if h := hash(part.Bytes()); h != d.lastInsts {

@@ -185,7 +185,7 @@ func TestLiveDependencyShowsCommandResults(t *testing.T) {
 	ctx := context.Background()
 	sock := h.login("vera").live(ctx, "view=dependency&service=checkout&breaker=payments")
 	sock.next(`id="dep-commands"`)
-	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Action: protocol.ActionForceOpen,
+	cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "otto"}, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Action: protocol.ActionForceOpen,
 		TTL: 15 * time.Minute, Reason: "drill", Actor: "otto"})
 	if err != nil {
 		t.Fatal(err)

@@ -142,7 +142,7 @@ func TestSecurityCommandResultsOnlyFromTheCommandsInstance(t *testing.T) {
 	}
 	issue := func() cbdash.Command {
 		t.Helper()
-		cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "billing", Breaker: "payments",
+		cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "otto"}, cbdash.CommandRequest{Service: "billing", Breaker: "payments",
 			Action: protocol.ActionReset, Reason: "stuck", Actor: "otto"})
 		if err != nil {
 			t.Fatal(err)
@@ -222,7 +222,7 @@ func TestSecurityACommandCauseIsBelievedOnlyForACommandTheCollectorSent(t *testi
 		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: "0123456789abcdef01234567", Action: protocol.ActionForceOpen,
 			Actor: "admin", Reason: "maintenance"}}}})
 	// A real command for checkout-1, answered with a transition naming it.
-	cmd, err := h.col.Issue(ctx, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Instance: "checkout-1",
+	cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "otto"}, cbdash.CommandRequest{Service: "checkout", Breaker: "payments", Instance: "checkout-1",
 		Action: protocol.ActionReset, Reason: "back to normal", Actor: "otto"})
 	if err != nil {
 		t.Fatal(err)

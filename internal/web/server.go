@@ -1,8 +1,11 @@
-// Package web is the cbdash dashboard: server-rendered pages (overview,
-// dependency, timeline, audit log, admin), the live websocket that pushes
-// rendered fragments, accounts with roles, sessions, user API tokens,
-// CSRF protection and security headers, and the one HTTP error handler of
-// the server.
+// Package web is every HTTP route of cbdash: the dashboard's
+// server-rendered pages (overview, dependency, timeline, audit log, admin),
+// the live websocket that pushes rendered fragments, the JSON API under
+// /api/v1 with its OpenAPI document (openapi.json), the agents' transports
+// and the health, readiness and metrics endpoints; accounts with roles,
+// sessions, user API tokens, CSRF protection, body limits and security
+// headers applied by route group; and the one HTTP error handler of the
+// server. It is the only package that imports the HTTP framework.
 //
 // It depends on the collector and the store only through the small
 // interfaces declared here (Collector, Store), so it renders whatever
@@ -41,7 +44,10 @@ type Collector interface {
 	// events; the channel is closed when the subscriber is too slow or
 	// cancel is called.
 	Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func())
-	Issue(ctx context.Context, r cbdash.CommandRequest) (cbdash.Command, error)
+	// Issue records and sends an operator command by actor (who goes
+	// into the audit log).
+	Issue(ctx context.Context, actor cbdash.Actor, r cbdash.CommandRequest) (cbdash.Command, error)
+	API
 }
 
 // History is what the dashboard reads from the store besides accounts.
@@ -96,6 +102,8 @@ type AccountLifecycle interface {
 type Store interface {
 	History
 	Accounts
+	// Command returns one command; cbdash.ErrNotFound for an unknown id.
+	Command(ctx context.Context, id string) (cbdash.Command, error)
 }
 
 // Config configures a Server. Collector and Store are required; every
@@ -244,13 +252,21 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Mount registers the dashboard on e: how client addresses are found
-// (Config.TrustedProxies, as e.IPExtractor), request body limits on every
-// route, collector's and others' included (before routing), security
-// headers on every
-// response, static assets, login and logout, the pages (behind the
-// viewer role, or open when Anonymous), operator commands (operator
-// role, CSRF-checked), admin pages (admin role) and the live websocket.
+// Mount registers every route of the server on e, in one place: how
+// client addresses are found (Config.TrustedProxies, as e.IPExtractor),
+// request body limits on every route (before routing), security headers
+// on every response, static assets, then the routes in groups that apply
+// authentication, CSRF and the actor of audited actions the same way to
+// pages and JSON alike:
+//
+//   - open: health, readiness, metrics (its own token), the agents'
+//     websocket and ingest (agent tokens), the OpenAPI document;
+//   - login and logout (CSRF);
+//   - read: viewer role (or anonymous viewing) for pages and the JSON
+//     API's reads;
+//   - op: operator role, CSRF for session callers, and the typed actor
+//     (actorFrom) that every command, hold, release and note records;
+//   - admin: admin role, for the admin pages.
 func (s *Server) Mount(e *echo.Echo) {
 	e.IPExtractor = ipExtractor(s.cfg.TrustedProxies)
 	e.Pre(s.limitBodies)
@@ -276,6 +292,11 @@ func (s *Server) Mount(e *echo.Echo) {
 	s.mountIncidents(read, op) // incident pages: internal/web/incident.go
 	s.mountHolds(read, op)     // hold list, drill reports, fleet-wide holds: internal/web/holds.go
 	s.mountAlerts(read, op)    // alerts page and rule editor: internal/web/alerts.go
+
+	// The JSON API: reads need no CSRF token (they change nothing and
+	// set no cookie); writes are the op group's.
+	apiRead := routes{e: e, mw: []echo.MiddlewareFunc{s.identify, s.require(cbdash.RoleViewer)}}
+	s.mountAPI(routes{e: e}, apiRead, op) // internal/web/api*.go
 
 	admin := g.with(s.require(cbdash.RoleAdmin))
 	admin.GET("/admin", s.adminPage)
@@ -309,6 +330,12 @@ func (r routes) GET(path string, h echo.HandlerFunc) { r.e.GET(path, h, r.mw...)
 
 // POST registers a POST route behind r's middlewares.
 func (r routes) POST(path string, h echo.HandlerFunc) { r.e.POST(path, h, r.mw...) }
+
+// PUT registers a PUT route behind r's middlewares.
+func (r routes) PUT(path string, h echo.HandlerFunc) { r.e.PUT(path, h, r.mw...) }
+
+// DELETE registers a DELETE route behind r's middlewares.
+func (r routes) DELETE(path string, h echo.HandlerFunc) { r.e.DELETE(path, h, r.mw...) }
 
 // errorf wraps a sentinel with a message: errorf(cbdash.ErrInvalid,
 // "reason is required").

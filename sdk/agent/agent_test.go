@@ -279,6 +279,40 @@ func TestIdleBreakerReportsAtTheIdleRateAndShowsHalfOpen(t *testing.T) {
 	}
 }
 
+// After a quiet stretch the calls of the next tick are reported in that
+// tick's period, not from the start of the stretch (a collector buckets a
+// report at its start: a hold's drill report put calls made after the
+// hold began before it): the stretch gets a report of its own without
+// counts, so the breaker's history stays continuous.
+func TestCallsAfterAQuietStretchAreReportedInTheirOwnSecond(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.tick()
+	waitFor(t, 5*time.Second, "the first report", func() bool { return len(f.col.windows("payments")) == 1 })
+	first := f.col.windows("payments")[0]
+	for range 4 { // quiet: nothing to say
+		f.tick()
+	}
+	calls(f.b, 3, false)
+	f.tick()
+	waitFor(t, 5*time.Second, "the reports after the quiet stretch", func() bool { return len(f.col.windows("payments")) == 3 })
+	ws := f.col.windows("payments")
+	quiet, busy := ws[1], ws[2]
+	end := first.Start + first.Millis
+	if quiet.Start != end || quiet.Millis != 4_000 || quiet.Counts != (protocol.Counts{}) || quiet.State != protocol.StateClosed {
+		t.Fatalf("quiet stretch report = %+v, want [%d, +4s) closed without counts", quiet, end)
+	}
+	if busy.Start != end+4_000 || busy.Millis != 1_000 || busy.Counts.Admitted != 3 || busy.Counts.Successes != 3 {
+		t.Fatalf("report of the calls = %+v, want the last second [%d, +1s) with 3 successes", busy, end+4_000)
+	}
+	var sum int64
+	for _, w := range ws {
+		sum += w.Counts.Successes
+	}
+	if sum != 3 {
+		t.Fatalf("successes over every report = %d, want 3", sum)
+	}
+}
+
 func TestASecondEndOfACallIsReportedAsMisuse(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	c, err := f.b.Allow()

@@ -61,8 +61,12 @@ func (a *Agent) observe(t breaker.Transition) {
 // reportState is what the report goroutine remembers of a breaker between
 // two window reports.
 type reportState struct {
-	since    time.Time // start of the period not reported yet
-	reported bool      // a report was sent (the first one is never idle)
+	since time.Time // start of the period not reported yet
+	// quietAt is the last report tick after since that found nothing
+	// to report (zero when there was none): nothing happened in
+	// [since, quietAt], so what the next report counts happened after it.
+	quietAt  time.Time
+	reported bool // a report was sent (the first one is never idle)
 	totals   breaker.Totals
 	latency  []uint64
 	latSum   time.Duration
@@ -174,7 +178,7 @@ func (a *Agent) takeTransitions() []item {
 func (a *Agent) report(now time.Time, final bool) {
 	var windows []item
 	for _, t := range a.registered() {
-		if w, ok := a.window(t, now, final); ok {
+		for _, w := range a.windows(t, now, final) {
 			windows = append(windows, newItem(nil, &w, nil))
 		}
 	}
@@ -183,9 +187,14 @@ func (a *Agent) report(now time.Time, final bool) {
 	a.queue(windows...)
 }
 
-// window computes t's report for the period ending now from the deltas of
-// its cumulative counters. ok is false when there is nothing to say yet.
-func (a *Agent) window(t *tracked, now time.Time, final bool) (protocol.Window, bool) {
+// windows computes t's reports for the period ending now from the deltas
+// of its cumulative counters: none when there is nothing to say yet, one
+// in general, and two after a quiet stretch (ticks with nothing to
+// report): a report of the stretch without counts, then one of the last
+// tick's period with what happened in it, so calls are placed in the
+// second they were seen, not at the start of the stretch (a collector
+// buckets a report at its start).
+func (a *Agent) windows(t *tracked, now time.Time, final bool) []protocol.Window {
 	s := t.src.Snapshot()
 	r := &t.rep
 	if now.Before(r.since) { // a late tick
@@ -195,30 +204,49 @@ func (a *Agent) window(t *tracked, now time.Time, final bool) (protocol.Window, 
 	active := counts != (protocol.Counts{}) || s.State != r.state || s.InFlight != r.inFlight || !r.reported
 	idleDue := now.Sub(r.since) >= a.cfg.IdleReportInterval
 	if !active && (final || !idleDue) {
-		return protocol.Window{}, false
+		if !final && now.After(r.since) {
+			r.quietAt = now
+		}
+		return nil
 	}
-	start := r.since
-	if maxSpan := protocol.MaxWindowMillis * time.Millisecond; now.Sub(start) > maxSpan {
-		start = now.Add(-maxSpan)
+	var forcedUntil int64
+	if !s.ForcedUntil.IsZero() {
+		forcedUntil = s.ForcedUntil.UnixMilli()
+	}
+	var out []protocol.Window
+	from := r.since
+	if active && r.reported && r.quietAt.After(r.since) && r.quietAt.Before(now) {
+		// The quiet stretch, as its idle report would have said it.
+		out = append(out, span(t.cfg.Name, r.since, r.quietAt, protocol.Window{
+			State: r.state.String(), InFlight: max(r.inFlight, 0), Headroom: headroom(s), ForcedUntil: forcedUntil}))
+		from = r.quietAt
 	}
 	w := protocol.Window{
-		Breaker:  t.cfg.Name,
-		Start:    start.UnixMilli(),
-		Millis:   max(now.UnixMilli()-start.UnixMilli(), 1),
-		State:    s.State.String(),
-		Counts:   counts,
-		InFlight: max(s.InFlight, 0),
-		Headroom: headroom(s),
+		State:       s.State.String(),
+		Counts:      counts,
+		InFlight:    max(s.InFlight, 0),
+		Headroom:    headroom(s),
+		ForcedUntil: forcedUntil,
 	}
 	if lat, sum, ended := latencyDelta(s.Latency, r.latency, s.LatencySum-r.latSum); ended {
 		w.Latency, w.LatencySumMs = lat, sum
 	}
-	if !s.ForcedUntil.IsZero() {
-		w.ForcedUntil = s.ForcedUntil.UnixMilli()
-	}
+	out = append(out, span(t.cfg.Name, from, now, w))
 	*r = reportState{since: now, reported: true, totals: s.Totals, latency: s.Latency,
 		latSum: s.LatencySum, state: s.State, inFlight: s.InFlight}
-	return w, true
+	return out
+}
+
+// span sets w's breaker and its period [start, end], cut to the protocol's
+// longest window (the most recent part kept) and at least 1 ms long.
+func span(name string, start, end time.Time, w protocol.Window) protocol.Window {
+	if maxSpan := protocol.MaxWindowMillis * time.Millisecond; end.Sub(start) > maxSpan {
+		start = end.Add(-maxSpan)
+	}
+	w.Breaker = name
+	w.Start = start.UnixMilli()
+	w.Millis = max(end.UnixMilli()-start.UnixMilli(), 1)
+	return w
 }
 
 func countsDelta(cur, prev breaker.Totals) protocol.Counts {

@@ -116,7 +116,7 @@ func (a *Agent) retire(now time.Time) {
 	}
 	var windows []item
 	for _, t := range due {
-		if w, ok := a.window(t, now, true); ok {
+		for _, w := range a.windows(t, now, true) {
 			windows = append(windows, newItem(nil, &w, nil))
 		}
 	}

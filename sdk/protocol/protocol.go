@@ -540,6 +540,38 @@ func checkChars(field, v string) error {
 	return nil
 }
 
+// windowOK reports whether w passes every check Batch.Validate makes of a
+// window report (breakers declared in known, nil = any; times against
+// ref), without building the field names an error would need.
+func windowOK(w *Window, known map[string]bool, ref int64) bool {
+	if checkName("", w.Breaker) != nil || (known != nil && !known[w.Breaker]) || !ValidState(w.State) ||
+		checkTime("", w.Start, ref) != nil || w.Millis <= 0 || w.Millis > MaxWindowMillis || w.Counts.validate() != nil {
+		return false
+	}
+	inRange := func(v int64) bool { return v >= 0 && v <= MaxCount }
+	if !inRange(w.InFlight) || (len(w.Latency) != 0 && len(w.Latency) != NumLatencyBuckets) {
+		return false
+	}
+	for _, n := range w.Latency {
+		if !inRange(n) {
+			return false
+		}
+	}
+	if v := w.LatencySumMs; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxLatencySumMillis || w.ForcedUntil < 0 {
+		return false
+	}
+	h := &w.Headroom
+	if !inRange(h.Calls) || !inRange(h.Failures) || !inRange(h.Slow) || !inRange(h.MinimumCalls) {
+		return false
+	}
+	for _, v := range [...]float64{h.FailureRate, h.FailureRateThreshold, h.SlowCallRate, h.SlowCallRateThreshold} {
+		if checkPercent("", v) != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func checkPercent(field string, v float64) error {
 	if math.IsNaN(v) || v < 0 || v > 100 {
 		return invalid("%s must be within 0..100 (got %v)", field, v)
@@ -757,7 +789,11 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 			return invalid("%s.open_ms is negative", p)
 		}
 	}
-	for i, w := range b.Windows {
+	for i := range b.Windows {
+		w := &b.Windows[i]
+		if windowOK(w, known, ref) {
+			continue // the checks below, without naming fields: no allocation
+		}
 		p := fmt.Sprintf("windows[%d]", i)
 		if err := checkBreaker(p+".breaker", w.Breaker); err != nil {
 			return err

@@ -218,6 +218,16 @@ type GapBand struct {
 	Title string // what was lost: instances, calls, time
 }
 
+// InstanceTable is one page of a dependency's instance table.
+type InstanceTable struct {
+	Rows    []InstanceRow
+	Total   int    // instances of the dependency
+	Showing string // "1-50 of 1000 instances, ..."; "" when there are none
+	// Links to the previous and next page, to all instances, and (when
+	// all are shown) back to the first page; "" when there is none.
+	PrevHref, NextHref, AllHref, FirstHref string
+}
+
 // InstanceRow is one instance of a dependency.
 type InstanceRow struct {
 	Instance       string
@@ -327,7 +337,7 @@ type Dependency struct {
 	Misuse      int64
 	Custom      CustomRange
 	Charts      []Chart
-	Instances   []InstanceRow
+	Instances   InstanceTable
 	Transitions []TransitionRow
 	Commands    []CommandView
 	Operator    *OperatorForm // nil when the user may not operate

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"runtime"
@@ -20,7 +21,6 @@ import (
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 )
@@ -51,14 +51,18 @@ func startServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	col.Mount(e, collector.Auth{})
+	// The agents' websocket, as internal/web mounts it.
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/agent", func(w http.ResponseWriter, r *http.Request) {
+		if err := col.ServeAgent(w, r); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(e)
+	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
@@ -190,7 +194,7 @@ func TestGobreakerThroughOpenAndBackToClosed(t *testing.T) {
 
 	// gobreaker cannot be held: the collector refuses the hold up front,
 	// naming why (the agent would refuse it too).
-	_, err = s.col.Issue(context.Background(), cbdash.CommandRequest{Service: "shop", Breaker: "search",
+	_, err = s.col.Issue(context.Background(), cbdash.Actor{Name: "ops"}, cbdash.CommandRequest{Service: "shop", Breaker: "search",
 		Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "drill", Actor: "ops"})
 	if !errors.Is(err, cbdash.ErrInvalid) || !strings.Contains(err.Error(), "cannot be held open or closed") {
 		t.Errorf("force open of a gobreaker breaker: %v, want refused: cannot be held open or closed", err)
@@ -213,7 +217,7 @@ func TestFailsafeThroughOpenAndBackToClosedAndObeysAForceOpenHold(t *testing.T) 
 	s.waitTransitions(t, "payments", "closed>open:failure_rate", "open>half_open:open_elapsed", "half_open>closed:probes_succeeded")
 	s.waitCounts(t, "payments", protocol.Counts{Admitted: 6, Successes: 3, Failures: 3, Errors: 3})
 
-	cmd, err := s.col.Issue(ctx, cbdash.CommandRequest{Service: "shop", Breaker: "payments",
+	cmd, err := s.col.Issue(ctx, cbdash.Actor{Name: "ops"}, cbdash.CommandRequest{Service: "shop", Breaker: "payments",
 		Action: protocol.ActionForceOpen, TTL: time.Hour, Reason: "failover drill", Actor: "ops"})
 	if err != nil {
 		t.Fatal(err)

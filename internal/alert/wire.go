@@ -1,0 +1,114 @@
+package alert
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cbdash/cbdash"
+)
+
+// RuleJSON is an alert rule on the wire (the JSON API and the CLI):
+// durations are Go duration strings ("30s", "2m").
+type RuleJSON struct {
+	ID         int64     `json:"id"`
+	Name       string    `json:"name"`
+	Service    string    `json:"service"`
+	Breaker    string    `json:"breaker,omitempty"`
+	Kind       string    `json:"kind"`
+	For        string    `json:"for,omitempty"`
+	Margin     float64   `json:"margin,omitempty"`
+	Hold       string    `json:"hold,omitempty"`
+	WebhookURL string    `json:"webhook_url"`
+	Format     string    `json:"format,omitempty"`
+	Disabled   bool      `json:"disabled,omitempty"`
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	Firing     []string  `json:"firing,omitempty"` // subjects firing now (responses only)
+}
+
+// RuleOut is r on the wire with the subjects firing now; unless reveal
+// (the caller is an admin), its webhook URL is masked (MaskURL).
+func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
+	j := RuleJSON{ID: r.ID, Name: r.Name, Service: r.Service, Breaker: r.Breaker, Kind: r.Kind, Margin: r.Margin,
+		WebhookURL: r.WebhookURL, Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing}
+	if r.For > 0 {
+		j.For = r.For.String()
+	}
+	if r.Hold > 0 {
+		j.Hold = r.Hold.String()
+	}
+	if !reveal {
+		j.WebhookURL = MaskURL(j.WebhookURL)
+	}
+	return j
+}
+
+// Rule is j as a rule to save. A bad duration is an error wrapping
+// cbdash.ErrInvalid naming the field; the rest is checked by CreateRule
+// and UpdateRule.
+func (j RuleJSON) Rule() (cbdash.AlertRule, error) {
+	r := cbdash.AlertRule{ID: j.ID, Name: j.Name, Service: j.Service, Breaker: j.Breaker, Kind: j.Kind, Margin: j.Margin,
+		WebhookURL: j.WebhookURL, Format: j.Format, Disabled: j.Disabled}
+	var err error
+	if r.For, err = parseDuration("for", j.For); err != nil {
+		return r, err
+	}
+	r.Hold, err = parseDuration("hold", j.Hold)
+	return r, err
+}
+
+func parseDuration(name, v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s must be a duration like 30s or 2m (got %q): %w", name, v, cbdash.ErrInvalid)
+	}
+	return d, nil
+}
+
+// DeliveriesOut is ds as a caller may see them: unless reveal (the caller
+// is an admin), webhook URLs masked (MaskURL). It changes ds in place.
+func DeliveriesOut(ds []cbdash.AlertDelivery, reveal bool) []cbdash.AlertDelivery {
+	if reveal {
+		return ds
+	}
+	for i := range ds {
+		ds[i].URL = MaskURL(ds[i].URL)
+	}
+	return ds
+}
+
+// FiringJSON is an alert firing now on the wire.
+type FiringJSON struct {
+	RuleID  int64  `json:"rule_id"`
+	Rule    string `json:"rule"` // the rule's name
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	// Since is when it started firing (RFC 3339); SinceMs the same in Unix
+	// ms.
+	Since   string `json:"since"`
+	SinceMs int64  `json:"since_ms"`
+	// For is how long it has been firing by the server's clock, to the
+	// second ("3m12s").
+	For    string `json:"for"`
+	Detail string `json:"detail"`
+}
+
+// FiringOut is the alerts firing now (as Service.Alerts gives them,
+// longest firing first) on the wire, named after their rules, with how
+// long each has been firing at now.
+func FiringOut(rules []cbdash.AlertRule, alerts []cbdash.FiringAlert, now time.Time) []FiringJSON {
+	byID := make(map[int64]cbdash.AlertRule, len(rules))
+	for _, r := range rules {
+		byID[r.ID] = r
+	}
+	out := []FiringJSON{}
+	for _, f := range alerts {
+		r := byID[f.RuleID]
+		out = append(out, FiringJSON{RuleID: f.RuleID, Rule: r.Name, Kind: r.Kind, Subject: f.Subject,
+			Since: f.Since.UTC().Format("2006-01-02T15:04:05.000Z07:00"), SinceMs: f.Since.UnixMilli(),
+			For: now.Sub(f.Since).Truncate(time.Second).String(), Detail: f.Detail})
+	}
+	return out
+}

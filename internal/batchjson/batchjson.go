@@ -1,0 +1,390 @@
+// Package batchjson decodes the batches agents send every second without
+// reflection, for the collector's hot path: the JSON Go's encoder writes
+// for a protocol.Batch of window reports. Decode gives up (ok false) on
+// anything else, and the caller then decodes with encoding/json: Decode
+// never decides differently from it.
+package batchjson
+
+import (
+	"strconv"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// Decode decodes data as one protocol.Batch: exactly what
+// json.Unmarshal would decode into a zero Batch, or ok false when it gives
+// up and leaves data to encoding/json. It gives up on any key it does not
+// know (or knows in another case), a repeated key, null, a string with an
+// escape or a control character, a number that does not fit its field,
+// transitions, command results or dropped counts, and trailing data; so
+// it has no errors of its own, and what it accepts is judged by the same
+// validation as before. data must be valid UTF-8 (the caller checks).
+// FuzzDecodeMatchesJSON holds it to encoding/json. Safe for concurrent
+// use; the Batch shares nothing with data.
+func Decode(data []byte) (b protocol.Batch, ok bool) {
+	d := fastDec{data: data}
+	ok = d.batch(&b) && d.end()
+	return b, ok
+}
+
+type fastDec struct {
+	data []byte
+	pos  int
+}
+
+func (d *fastDec) ws() {
+	for d.pos < len(d.data) {
+		switch d.data[d.pos] {
+		case ' ', '\t', '\r', '\n':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+// end reports whether only whitespace is left.
+func (d *fastDec) end() bool {
+	d.ws()
+	return d.pos == len(d.data)
+}
+
+// byte consumes c (after whitespace).
+func (d *fastDec) byte(c byte) bool {
+	d.ws()
+	if d.pos < len(d.data) && d.data[d.pos] == c {
+		d.pos++
+		return true
+	}
+	return false
+}
+
+// peek returns the next byte after whitespace, 0 at the end.
+func (d *fastDec) peek() byte {
+	d.ws()
+	if d.pos < len(d.data) {
+		return d.data[d.pos]
+	}
+	return 0
+}
+
+// rawString returns the bytes of a string without escapes or control
+// characters (after whitespace); ok false otherwise.
+func (d *fastDec) rawString() ([]byte, bool) {
+	if !d.byte('"') {
+		return nil, false
+	}
+	start := d.pos
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		switch {
+		case c == '"':
+			s := d.data[start:d.pos]
+			d.pos++
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		}
+		d.pos++
+	}
+	return nil, false
+}
+
+// str decodes a string, sharing the common state names.
+func (d *fastDec) str() (string, bool) {
+	s, ok := d.rawString()
+	if !ok {
+		return "", false
+	}
+	switch string(s) { // no allocation: compared, not converted
+	case protocol.StateClosed:
+		return protocol.StateClosed, true
+	case protocol.StateOpen:
+		return protocol.StateOpen, true
+	case protocol.StateHalfOpen:
+		return protocol.StateHalfOpen, true
+	}
+	return string(s), true
+}
+
+// number returns the literal of a JSON number and whether it is an
+// integer (no fraction, no exponent); ok false when it is not a number.
+func (d *fastDec) number() (lit []byte, integer, ok bool) {
+	d.ws()
+	start, p := d.pos, d.pos
+	n := len(d.data)
+	if p < n && d.data[p] == '-' {
+		p++
+	}
+	switch {
+	case p < n && d.data[p] == '0':
+		p++
+	case p < n && d.data[p] >= '1' && d.data[p] <= '9':
+		for p < n && d.data[p] >= '0' && d.data[p] <= '9' {
+			p++
+		}
+	default:
+		return nil, false, false
+	}
+	integer = true
+	if p < n && d.data[p] == '.' {
+		integer = false
+		p++
+		if p >= n || d.data[p] < '0' || d.data[p] > '9' {
+			return nil, false, false
+		}
+		for p < n && d.data[p] >= '0' && d.data[p] <= '9' {
+			p++
+		}
+	}
+	if p < n && (d.data[p] == 'e' || d.data[p] == 'E') {
+		integer = false
+		p++
+		if p < n && (d.data[p] == '+' || d.data[p] == '-') {
+			p++
+		}
+		if p >= n || d.data[p] < '0' || d.data[p] > '9' {
+			return nil, false, false
+		}
+		for p < n && d.data[p] >= '0' && d.data[p] <= '9' {
+			p++
+		}
+	}
+	d.pos = p
+	return d.data[start:p], integer, true
+}
+
+// int64 decodes an integer that fits an int64.
+func (d *fastDec) int64() (int64, bool) {
+	lit, integer, ok := d.number()
+	if !ok || !integer {
+		return 0, false
+	}
+	// Fast path: up to 18 digits cannot overflow.
+	neg := lit[0] == '-'
+	digits := lit
+	if neg {
+		digits = lit[1:]
+	}
+	if len(digits) <= 18 {
+		var v int64
+		for _, c := range digits {
+			v = v*10 + int64(c-'0')
+		}
+		if neg {
+			v = -v
+		}
+		return v, true
+	}
+	v, err := strconv.ParseInt(string(lit), 10, 64)
+	return v, err == nil
+}
+
+func (d *fastDec) uint64() (uint64, bool) {
+	lit, integer, ok := d.number()
+	if !ok || !integer || lit[0] == '-' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(lit), 10, 64)
+	return v, err == nil
+}
+
+func (d *fastDec) float64() (float64, bool) {
+	lit, integer, ok := d.number()
+	if !ok {
+		return 0, false
+	}
+	if integer && len(lit) <= 15 && lit[0] != '-' { // exact in a float64 (and no -0)
+		v, ok := (&fastDec{data: lit}).int64()
+		return float64(v), ok
+	}
+	v, err := strconv.ParseFloat(string(lit), 64)
+	return v, err == nil
+}
+
+// object decodes an object, calling field for every key (each key at most
+// once: seen is a bit per field index that field returns; -1 = unknown,
+// which gives up).
+func (d *fastDec) object(field func(key []byte) (idx int, ok bool)) bool {
+	if !d.byte('{') {
+		return false
+	}
+	if d.byte('}') {
+		return true
+	}
+	var seen uint64
+	for {
+		key, ok := d.rawString()
+		if !ok || !d.byte(':') {
+			return false
+		}
+		idx, ok := field(key)
+		if !ok || idx < 0 || idx > 63 || seen&(1<<idx) != 0 {
+			return false
+		}
+		seen |= 1 << idx
+		if d.byte(',') {
+			continue
+		}
+		return d.byte('}')
+	}
+}
+
+func (d *fastDec) batch(b *protocol.Batch) bool {
+	return d.object(func(key []byte) (int, bool) {
+		var ok bool
+		switch string(key) {
+		case "type":
+			b.Type, ok = d.str()
+			return 0, ok
+		case "seq":
+			b.Seq, ok = d.uint64()
+			return 1, ok
+		case "sent_at":
+			b.SentAt, ok = d.int64()
+			return 2, ok
+		case "windows":
+			return 3, d.windows(b)
+		}
+		return -1, false
+	})
+}
+
+func (d *fastDec) windows(b *protocol.Batch) bool {
+	if !d.byte('[') {
+		return false
+	}
+	b.Windows = make([]protocol.Window, 0, 8)
+	if d.byte(']') {
+		return true
+	}
+	for {
+		b.Windows = append(b.Windows, protocol.Window{})
+		if !d.window(&b.Windows[len(b.Windows)-1]) {
+			return false
+		}
+		if d.byte(',') {
+			continue
+		}
+		return d.byte(']')
+	}
+}
+
+func (d *fastDec) window(w *protocol.Window) bool {
+	return d.object(func(key []byte) (int, bool) {
+		var ok bool
+		switch string(key) {
+		case "breaker":
+			w.Breaker, ok = d.str()
+			return 0, ok
+		case "start":
+			w.Start, ok = d.int64()
+			return 1, ok
+		case "duration_ms":
+			w.Millis, ok = d.int64()
+			return 2, ok
+		case "state":
+			w.State, ok = d.str()
+			return 3, ok
+		case "counts":
+			return 4, d.counts(&w.Counts)
+		case "in_flight":
+			w.InFlight, ok = d.int64()
+			return 5, ok
+		case "latency":
+			return 6, d.latency(w)
+		case "latency_sum_ms":
+			w.LatencySumMs, ok = d.float64()
+			return 7, ok
+		case "headroom":
+			return 8, d.headroom(&w.Headroom)
+		case "forced_until":
+			w.ForcedUntil, ok = d.int64()
+			return 9, ok
+		}
+		return -1, false
+	})
+}
+
+func (d *fastDec) latency(w *protocol.Window) bool {
+	if !d.byte('[') {
+		return false
+	}
+	w.Latency = make([]int64, 0, protocol.NumLatencyBuckets)
+	if d.byte(']') {
+		return true
+	}
+	for {
+		v, ok := d.int64()
+		if !ok {
+			return false
+		}
+		w.Latency = append(w.Latency, v)
+		if d.byte(',') {
+			continue
+		}
+		return d.byte(']')
+	}
+}
+
+func (d *fastDec) counts(c *protocol.Counts) bool {
+	if d.peek() != '{' {
+		return false
+	}
+	fields := [...]struct {
+		name string
+		p    *int64
+	}{
+		{"admitted", &c.Admitted}, {"successes", &c.Successes}, {"failures", &c.Failures}, {"errors", &c.Errors},
+		{"timeouts", &c.Timeouts}, {"panics", &c.Panics}, {"slow", &c.Slow}, {"ignored", &c.Ignored},
+		{"rejected_open", &c.RejectedOpen}, {"rejected_half_open_full", &c.RejectedHalfOpen},
+		{"rejected_forced_open", &c.RejectedForced}, {"rejected_bulkhead", &c.RejectedBulkhead},
+		{"fallback_successes", &c.FallbackSuccess}, {"fallback_failures", &c.FallbackFailure}, {"misuse", &c.Misuse},
+	}
+	next := 0 // Go writes the fields in order: look there first
+	return d.object(func(key []byte) (int, bool) {
+		for i := range fields {
+			j := (next + i) % len(fields)
+			if fields[j].name == string(key) {
+				var ok bool
+				*fields[j].p, ok = d.int64()
+				next = j + 1
+				return j, ok
+			}
+		}
+		return -1, false
+	})
+}
+
+func (d *fastDec) headroom(h *protocol.Headroom) bool {
+	return d.object(func(key []byte) (int, bool) {
+		var ok bool
+		switch string(key) {
+		case "calls":
+			h.Calls, ok = d.int64()
+			return 0, ok
+		case "failures":
+			h.Failures, ok = d.int64()
+			return 1, ok
+		case "slow":
+			h.Slow, ok = d.int64()
+			return 2, ok
+		case "minimum_calls":
+			h.MinimumCalls, ok = d.int64()
+			return 3, ok
+		case "failure_rate":
+			h.FailureRate, ok = d.float64()
+			return 4, ok
+		case "failure_rate_threshold":
+			h.FailureRateThreshold, ok = d.float64()
+			return 5, ok
+		case "slow_call_rate":
+			h.SlowCallRate, ok = d.float64()
+			return 6, ok
+		case "slow_call_rate_threshold":
+			h.SlowCallRateThreshold, ok = d.float64()
+			return 7, ok
+		}
+		return -1, false
+	})
+}

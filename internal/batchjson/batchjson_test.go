@@ -1,0 +1,92 @@
+package batchjson_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/cbdash/cbdash/internal/batchjson"
+	"github.com/cbdash/cbdash/internal/loadgen"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// seeds are batches as agents send them, and near misses it must leave
+// to encoding/json.
+func seeds() [][]byte {
+	full, _ := json.Marshal(protocol.Batch{Type: protocol.TypeBatch, Seq: 7, SentAt: 1, Windows: []protocol.Window{{
+		Breaker: "pay", Start: -5, Millis: 1000, State: protocol.StateForcedOpen, ForcedUntil: 99,
+		Counts:   protocol.Counts{Admitted: 1, Successes: 2, Failures: 3, Errors: 4, Timeouts: 5, Panics: 6, Slow: 7, Ignored: 8, RejectedOpen: 9, RejectedHalfOpen: 10, RejectedForced: 11, RejectedBulkhead: 12, FallbackSuccess: 13, FallbackFailure: 14, Misuse: 15},
+		InFlight: 3, Latency: []int64{}, LatencySumMs: 1.5e-3,
+		Headroom: protocol.Headroom{Calls: 1, Failures: 2, Slow: 3, MinimumCalls: 4, FailureRate: 55.5, FailureRateThreshold: 50, SlowCallRate: 0.25, SlowCallRateThreshold: 1e300},
+	}}})
+	return [][]byte{
+		loadgen.SampleBatch(20, 1), loadgen.SampleBatch(1, 1<<63), full,
+		[]byte(`{"type":"batch","seq":1,"windows":[]}`),
+		[]byte(` {"type":"batch","seq":1,"windows":[ {"breaker":"a","latency":[1, 2 ,3]} ] } `),
+		[]byte(`{"type":"batch","seq":1,"Windows":[]}`),                             // another case
+		[]byte(`{"type":"batch","seq":1,"seq":2}`),                                  // repeated key
+		[]byte(`{"type":"batch","seq":1.0}`),                                        // not an integer
+		[]byte(`{"type":"batch","seq":-1}`),                                         // negative
+		[]byte(`{"type":"batch","sent_at":9223372036854775808}`),                    // overflow
+		[]byte(`{"type":"batch","windows":[{"breaker":"a\u0041"}]}`),                // escape
+		[]byte(`{"type":"batch","windows":null}`),                                   // null
+		[]byte(`{"type":"batch","transitions":[]}`),                                 // not handled
+		[]byte(`{"type":"batch","seq":1} x`),                                        // trailing data
+		[]byte(`{"type":"batch","windows":[{"latency_sum_ms":1e400}]}`),             // out of range
+		[]byte(`{"type":"batch","windows":[{"latency_sum_ms":-0.0e+1}]}`),           // odd but valid
+		[]byte(`{"type":"batch","windows":[{"counts":{"misuse":1,"admitted":2}}]}`), // any order
+		[]byte(`{"type":"batch","seq":01}`),                                         // bad number
+	}
+}
+
+func TestDecodeIsEncodingJSONOnAgentBatches(t *testing.T) {
+	for i, data := range seeds()[:5] {
+		got, ok := batchjson.Decode(data)
+		if !ok {
+			t.Fatalf("seed %d: gave up on %s", i, data)
+		}
+		var want protocol.Batch
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d:\n got %#v\nwant %#v", i, got, want)
+		}
+	}
+}
+
+func TestDecodeGivesUpOnWhatItDoesNotKnow(t *testing.T) {
+	for _, data := range seeds()[5:] {
+		if _, ok := batchjson.Decode(data); ok {
+			var want protocol.Batch
+			if json.Unmarshal(data, &want) != nil {
+				t.Errorf("accepted what encoding/json refuses: %s", data)
+			}
+		}
+	}
+}
+
+// FuzzDecodeMatchesJSON: whatever Decode accepts, encoding/json decodes
+// to the same Batch.
+func FuzzDecodeMatchesJSON(f *testing.F) {
+	for _, s := range seeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !utf8.Valid(data) {
+			return
+		}
+		got, ok := batchjson.Decode(data)
+		if !ok {
+			return
+		}
+		var want protocol.Batch
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("Decode accepted what encoding/json refuses (%v): %q", err, data)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("differs on %q:\n got %#v\nwant %#v", data, got, want)
+		}
+	})
+}

@@ -1,0 +1,125 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cbdash/cbdash/internal/batchjson"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// serverSample is what one scrape of the collector's /metrics says about
+// the server process.
+type serverSample struct {
+	at    time.Time
+	cpu   float64          // process_cpu_seconds_total
+	rss   float64          // process_resident_memory_bytes
+	db    map[string]int64 // Config.DBSize, nil when unknown
+	valid bool             // the process metrics were there
+}
+
+// scrape reads the server's own process counters from /metrics (the
+// Prometheus text format; only the two untyped-looking lines matter), and
+// the database size when withDB and Config.DBSize is set.
+func (r *run) scrape(ctx context.Context, withDB bool) serverSample {
+	s := serverSample{at: time.Now()}
+	if withDB && r.cfg.DBSize != nil {
+		if m, err := r.cfg.DBSize(ctx); err == nil {
+			s.db = m
+		} else {
+			r.cfg.Logger.Warn("database size", "err", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.cfg.URL, "/")+"/metrics", nil)
+	if err != nil {
+		return s
+	}
+	if r.cfg.MetricsToken != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.MetricsToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.cfg.Logger.Warn("scrape /metrics", "err", err)
+		return s
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		r.cfg.Logger.Warn("scrape /metrics", "status", resp.Status)
+		return s
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	found := 0
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		var p *float64
+		switch name {
+		case "process_cpu_seconds_total":
+			p = &s.cpu
+		case "process_resident_memory_bytes":
+			p = &s.rss
+		default:
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			*p = v
+			found++
+		}
+	}
+	s.valid = found == 2
+	return s
+}
+
+// SampleBatch returns the JSON of a window-report batch as a simulated
+// agent of breakers breakers sends it (the same generator, fixed times):
+// the input of the decode-floor benchmark (collector's
+// BenchmarkDecodeBatch) and of Result.DecodeFloor.
+func SampleBatch(breakers int, seq uint64) []byte {
+	names := make([]string, breakers)
+	states := make([]string, breakers)
+	for i := range names {
+		names[i], states[i] = fmt.Sprintf("dep-%02d", i), protocol.StateClosed
+	}
+	b := windowBatch(names, states, time.Second, 1_700_000_000_000)
+	b.Seq = seq
+	data, _ := json.Marshal(b)
+	return data
+}
+
+// decodeFloor measures, in this process, the CPU a decode of one window
+// report costs: batches as the agents send them, decoded into
+// protocol.Batch as the collector decodes them (batchjson, one goroutine,
+// for about 300 ms of wall time, counted in this process's CPU time where
+// the system tells it).
+func decodeFloor(breakers int) time.Duration {
+	if breakers == 0 {
+		return 0
+	}
+	data := SampleBatch(breakers, 1)
+	var n int
+	start, cpu0 := time.Now(), cpuTime()
+	for time.Since(start) < 300*time.Millisecond {
+		for range 50 {
+			if _, ok := batchjson.Decode(data); !ok {
+				return 0
+			}
+			n++
+		}
+	}
+	spent := time.Since(start)
+	if cpu := cpuTime() - cpu0; cpu0 > 0 && cpu > 0 {
+		spent = cpu // this process's CPU: the loadgen's other goroutines have stopped by now
+	}
+	return spent / time.Duration(n*breakers)
+}

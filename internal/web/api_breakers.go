@@ -1,0 +1,272 @@
+package web
+
+import (
+	"encoding/base64"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cbdash/cbdash"
+)
+
+// Member pages of GET /api/v1/breakers/:service/:breaker.
+const (
+	DefaultMemberPage = 100
+	MaxMemberPage     = 1000
+)
+
+func (s *Server) mountBreakersAPI(read, op routes) {
+	read.GET("/api/v1/services", s.apiServices)
+	read.GET("/api/v1/breakers", s.apiBreakers)
+	read.GET("/api/v1/breakers/:service/:breaker", s.apiBreaker)
+	read.GET("/api/v1/breakers/:service/:breaker/history", s.apiHistory)
+	read.GET("/api/v1/breakers/:service/:breaker/gaps", s.apiGaps)
+	read.GET("/api/v1/transitions", s.apiTransitions)
+	read.GET("/api/v1/commands", s.apiCommands)
+	read.GET("/api/v1/commands/:id", s.apiCommand)
+	op.POST("/api/v1/commands", s.apiIssue)
+}
+
+func (s *Server) apiServices(c echo.Context) error {
+	return c.JSON(http.StatusOK, s.col.Services())
+}
+
+// dependencySummary is a dependency without its members: its per_instance
+// is left out (the dependency's own endpoint pages them).
+type dependencySummary struct {
+	cbdash.Dependency
+	PerInstance []cbdash.InstanceBreaker `json:"per_instance,omitempty"`
+}
+
+// apiBreakers lists dependencies, worst first, optionally of one service
+// (?service=): summaries, or with ?members=all every member too (large:
+// about 1 KB per instance and breaker).
+func (s *Server) apiBreakers(c echo.Context) error {
+	deps := s.col.Dependencies()
+	if svc := c.QueryParam("service"); svc != "" {
+		deps = slices.DeleteFunc(deps, func(d cbdash.Dependency) bool { return d.Service != svc })
+	}
+	switch c.QueryParam("members") {
+	case "all":
+		return c.JSON(http.StatusOK, deps)
+	case "", "none":
+	default:
+		return errorf(cbdash.ErrInvalid, "members must be all or none")
+	}
+	out := make([]dependencySummary, len(deps))
+	for i, d := range deps {
+		d.PerInstance = nil
+		out[i] = dependencySummary{Dependency: d}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// dependencyPage is one dependency with one page of its members, the odd
+// ones first (memberLess).
+type dependencyPage struct {
+	cbdash.Dependency
+	// Members is how many members the dependency has in all.
+	Members int `json:"members"`
+	// Next is the cursor of the next page (?cursor=), "" after the last.
+	Next string `json:"next,omitempty"`
+}
+
+// apiBreaker answers one dependency with a page of its members:
+// ?limit= (default DefaultMemberPage, at most MaxMemberPage), from
+// ?cursor= (the previous page's next) or ?offset=.
+func (s *Server) apiBreaker(c echo.Context) error {
+	k, err := depKey(c)
+	if err != nil {
+		return err
+	}
+	d, err := s.col.Dependency(k)
+	if err != nil {
+		return err
+	}
+	n, err := limitParam(c.QueryParam, MaxMemberPage)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		n = DefaultMemberPage
+	}
+	members := slices.Clone(d.PerInstance)
+	slices.SortFunc(members, memberCompare)
+	start := 0
+	switch cur, off := c.QueryParam("cursor"), c.QueryParam("offset"); {
+	case cur != "" && off != "":
+		return errorf(cbdash.ErrInvalid, "give cursor or offset, not both")
+	case cur != "":
+		rank, inst, err := parseCursor(cur)
+		if err != nil {
+			return err
+		}
+		start, _ = slices.BinarySearchFunc(members, cursorKey{rank, inst}, func(m cbdash.InstanceBreaker, k cursorKey) int {
+			if r := memberRank(m.State); r != k.rank {
+				return r - k.rank
+			}
+			return strings.Compare(m.Instance, k.instance)
+		})
+		if start < len(members) && memberRank(members[start].State) == rank && members[start].Instance == inst {
+			start++ // the cursor is the last member of the previous page
+		}
+	case off != "":
+		if start, err = strconv.Atoi(off); err != nil || start < 0 {
+			return errorf(cbdash.ErrInvalid, "offset must be a number of members, 0 or more")
+		}
+		start = min(start, len(members))
+	}
+	end := min(start+n, len(members))
+	page := dependencyPage{Dependency: d, Members: len(members)}
+	page.PerInstance = append([]cbdash.InstanceBreaker{}, members[start:end]...)
+	if end < len(members) {
+		last := members[end-1]
+		page.Next = cursorOf(memberRank(last.State), last.Instance)
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// memberRank orders members' states, the odd ones first: open,
+// half-open, forced open, forced closed, then closed (cbdash.StateRank).
+func memberRank(state string) int { return cbdash.StateRank(state) }
+
+func memberCompare(a, b cbdash.InstanceBreaker) int {
+	if r := memberRank(a.State) - memberRank(b.State); r != 0 {
+		return r
+	}
+	return strings.Compare(a.Instance, b.Instance)
+}
+
+type cursorKey struct {
+	rank     int
+	instance string
+}
+
+// cursorOf is the opaque cursor after a member: its rank and instance.
+func cursorOf(rank int, instance string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(rank) + ":" + instance))
+}
+
+func parseCursor(cur string) (int, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(cur)
+	if err == nil {
+		if r, inst, ok := strings.Cut(string(b), ":"); ok {
+			if rank, err := strconv.Atoi(r); err == nil {
+				return rank, inst, nil
+			}
+		}
+	}
+	return 0, "", errorf(cbdash.ErrInvalid, "cursor is not one this server gave (use the next of the previous page)")
+}
+
+// historyQuery reads a dependency's ?from=&to= (default the last hour).
+func (s *Server) historyQuery(c echo.Context) (cbdash.HistoryQuery, error) {
+	k, err := depKey(c)
+	if err != nil {
+		return cbdash.HistoryQuery{}, err
+	}
+	q := cbdash.HistoryQuery{DependencyKey: k}
+	q.From, q.To, err = timeRange(c.QueryParam, s.now(), time.Hour)
+	return q, err
+}
+
+// apiHistory serves ?from=&to=, ?resolution=second|minute|hour and
+// ?instance=.
+func (s *Server) apiHistory(c echo.Context) error {
+	q, err := s.historyQuery(c)
+	if err != nil {
+		return err
+	}
+	q.Instance = c.QueryParam("instance")
+	switch r := cbdash.Resolution(c.QueryParam("resolution")); r {
+	case "", cbdash.ResolutionSecond, cbdash.ResolutionMinute, cbdash.ResolutionHour:
+		q.Resolution = r
+	default:
+		return errorf(cbdash.ErrInvalid, "resolution %q is not second, minute or hour", truncate(string(r), 20))
+	}
+	pts, err := s.col.History(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, pts)
+}
+
+// apiGaps serves the gaps of a dependency's history, ?from=&to= as for
+// history.
+func (s *Server) apiGaps(c echo.Context) error {
+	q, err := s.historyQuery(c)
+	if err != nil {
+		return err
+	}
+	gaps, err := s.col.Gaps(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, gaps)
+}
+
+func (s *Server) apiTransitions(c echo.Context) error {
+	q := cbdash.TransitionQuery{Service: c.QueryParam("service"), Breaker: c.QueryParam("breaker"), Instance: c.QueryParam("instance")}
+	var err error
+	if c.QueryParam("from") != "" || c.QueryParam("to") != "" {
+		if q.From, q.To, err = timeRange(c.QueryParam, s.now(), 24*time.Hour); err != nil {
+			return err
+		}
+	}
+	if q.Limit, err = limitParam(c.QueryParam, 10000); err != nil {
+		return err
+	}
+	ts, err := s.store.Transitions(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ts)
+}
+
+func (s *Server) apiCommands(c echo.Context) error {
+	q := cbdash.CommandQuery{Service: c.QueryParam("service"), Breaker: c.QueryParam("breaker")}
+	var err error
+	if q.Limit, err = limitParam(c.QueryParam, 10000); err != nil {
+		return err
+	}
+	cmds, err := s.store.Commands(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, cmds)
+}
+
+func (s *Server) apiCommand(c echo.Context) error {
+	cmd, err := s.store.Command(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, cmd)
+}
+
+// apiIssue issues a command from a JSON cbdash.CommandRequest (ttl in
+// nanoseconds, or a Go duration string such as "10m") as the caller; the
+// body's actor is ignored.
+func (s *Server) apiIssue(c echo.Context) error {
+	var body struct {
+		cbdash.CommandRequest
+		TTL ttlField `json:"ttl"`
+	}
+	if err := decodeBody(c, "command request", &body); err != nil {
+		return err
+	}
+	req := body.CommandRequest
+	var err error
+	if req.TTL, err = body.TTL.duration(); err != nil {
+		return err
+	}
+	cmd, err := s.col.Issue(c.Request().Context(), actorFrom(c), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, cmd)
+}

@@ -1,0 +1,188 @@
+package web_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// TestBreakerSummariesStaySmallAndMembersPageExactlyOnce builds the load
+// of `cbdash loadgen` (1,000 instances x 20 breakers of one service)
+// through the real collector's HTTP ingest: the dependency list stays
+// under 200 KB, and a dependency's members page through every instance
+// once, the odd ones (open, half-open, forced) before the closed ones.
+func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 ingests")
+	}
+	const instances, breakers = 1000, 20
+	h := newHarness(t, web.Config{})
+	now := h.clock.Now()
+	names := make([]string, breakers)
+	for i := range names {
+		names[i] = fmt.Sprintf("dep-%02d", i)
+	}
+	odd := map[string]string{} // instance -> its state of dep-03, when not closed
+	for i := range instances {
+		inst := fmt.Sprintf("i-%04d", i)
+		var b protocol.Batch
+		for _, n := range names {
+			state := protocol.StateClosed
+			if n == "dep-03" {
+				switch i % 50 {
+				case 7:
+					state = protocol.StateOpen
+				case 19:
+					state = protocol.StateHalfOpen
+				case 33:
+					state = protocol.StateForcedOpen
+				}
+			}
+			if state != protocol.StateClosed {
+				odd[inst] = state
+				cause := map[string]string{protocol.StateOpen: protocol.CauseFailureRate, protocol.StateHalfOpen: protocol.CauseOpenElapsed,
+					protocol.StateForcedOpen: protocol.CauseAgentCommand}[state]
+				b.Transitions = append(b.Transitions, protocol.Transition{Breaker: n, From: protocol.StateClosed, To: state,
+					At: now.Add(-time.Second).UnixMilli(), Cause: protocol.Cause{Kind: cause}})
+			}
+			b.Windows = append(b.Windows, protocol.Window{Breaker: n, Start: now.Add(-time.Second).UnixMilli(), Millis: 1000, State: state,
+				Counts:   protocol.Counts{Admitted: 40, Successes: 39, Failures: 1, Errors: 1},
+				Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, MinimumCalls: 10}})
+		}
+		h.ingest("shop", inst, b)
+	}
+	eventually.True(t, "1,000 instances of shop/dep-03", func() bool {
+		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "shop", Breaker: "dep-03"})
+		return err == nil && d.Instances == instances
+	})
+	otto, _, _ := h.st.UserByName(t.Context(), "otto")
+	token, err := h.st.CreateUserToken(t.Context(), otto.ID, "pages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) []byte {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, h.url+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %.300s", path, res.StatusCode, body)
+		}
+		return body
+	}
+
+	t.Run("the dependency list is summaries under 200 KB", func(t *testing.T) {
+		body := get("/api/v1/breakers")
+		var deps []map[string]any
+		if err := json.Unmarshal(body, &deps); err != nil || len(deps) != breakers {
+			t.Fatalf("%d dependencies (%v), want %d", len(deps), err, breakers)
+		}
+		if len(body) >= 200<<10 {
+			t.Errorf("GET /api/v1/breakers is %d bytes at %d x %d, want under 200 KB", len(body), instances, breakers)
+		}
+		t.Logf("GET /api/v1/breakers: %d bytes for %d x %d", len(body), instances, breakers)
+		for _, d := range deps {
+			if _, ok := d["per_instance"]; ok {
+				t.Fatalf("a summary carries its members: %v", d["breaker"])
+			}
+			if d["breaker"] == "dep-03" && (d["state"] != protocol.StateOpen || d["instances"] != float64(instances)) {
+				t.Errorf("dep-03 summary: state %v, %v instances", d["state"], d["instances"])
+			}
+		}
+	})
+
+	for _, by := range []string{"cursor", "offset"} {
+		t.Run("members page through every instance once, the odd ones first, by "+by, func(t *testing.T) {
+			var seen []cbdash.InstanceBreaker
+			next, offset := "", 0
+			for pages := 0; ; pages++ {
+				if pages > instances {
+					t.Fatal("the pages do not end")
+				}
+				q := url.Values{"limit": {"150"}}
+				if by == "cursor" && next != "" {
+					q.Set("cursor", next)
+				}
+				if by == "offset" {
+					q.Set("offset", fmt.Sprint(offset))
+				}
+				var page struct {
+					cbdash.Dependency
+					Members int    `json:"members"`
+					Next    string `json:"next"`
+				}
+				if err := json.Unmarshal(get("/api/v1/breakers/shop/dep-03?"+q.Encode()), &page); err != nil {
+					t.Fatal(err)
+				}
+				if page.Members != instances || len(page.PerInstance) > 150 {
+					t.Fatalf("page of %d members of %d", len(page.PerInstance), page.Members)
+				}
+				seen = append(seen, page.PerInstance...)
+				offset += len(page.PerInstance)
+				if page.Next == "" {
+					break
+				}
+				next = page.Next
+			}
+			ids := map[string]int{}
+			for _, m := range seen {
+				ids[m.Instance]++
+			}
+			if len(seen) != instances || len(ids) != instances {
+				t.Fatalf("%d members seen, %d distinct, want each of %d once", len(seen), len(ids), instances)
+			}
+			for i, m := range seen[:len(odd)] {
+				if odd[m.Instance] != m.State {
+					t.Fatalf("member %d is %s %s; the %d odd ones should come first", i, m.Instance, m.State, len(odd))
+				}
+			}
+			rank := func(s string) int {
+				return slices.Index([]string{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateClosed}, s)
+			}
+			if !slices.IsSortedFunc(seen, func(a, b cbdash.InstanceBreaker) int {
+				if r := rank(a.State) - rank(b.State); r != 0 {
+					return r
+				}
+				return strings.Compare(a.Instance, b.Instance)
+			}) {
+				t.Error("members are not ordered by state (open, half-open, forced open, closed), then instance")
+			}
+		})
+	}
+
+	t.Run("a page is at most 1000 members and 100 by default", func(t *testing.T) {
+		var page struct {
+			PerInstance []cbdash.InstanceBreaker `json:"per_instance"`
+			Next        string                   `json:"next"`
+		}
+		if err := json.Unmarshal(get("/api/v1/breakers/shop/dep-00"), &page); err != nil || len(page.PerInstance) != web.DefaultMemberPage || page.Next == "" {
+			t.Fatalf("default page: %d members, next %q (%v)", len(page.PerInstance), page.Next, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, h.url+"/api/v1/breakers/shop/dep-00?limit=1001", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("limit=1001: %d, want 400", res.StatusCode)
+		}
+	})
+}
