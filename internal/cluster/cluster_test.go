@@ -444,3 +444,18 @@ func TestDeploymentsInTwoSchemasOfOneDatabaseAreApart(t *testing.T) {
 	stop()
 	wg.Wait()
 }
+
+// TestANodeKnowsWhetherItHasPeers: alone, a node counts no peer; another
+// node that starts is counted as soon as it has said so on the bus, and
+// no longer once it has stopped.
+func TestANodeKnowsWhetherItHasPeers(t *testing.T) {
+	db := database(t)
+	a := open(t, db, "a")
+	eventually.True(t, "a alone: no peer", func() bool { return a.Peers() == 0 })
+	b := open(t, db, "b")
+	eventually.True(t, "b counted by a", func() bool { return a.Peers() >= 1 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "b no longer counted once stopped", func() bool { return a.Peers() == 0 })
+}

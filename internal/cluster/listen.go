@@ -4,18 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // connect opens a connection of its own for role, named in
-// pg_stat_activity as cbdash-<role>-<node id> (application_name).
+// pg_stat_activity as cbdash-<role>-<node id><namespace> (application_name).
 func (p *Postgres) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	cc, err := pgx.ParseConfig(p.cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	cc.RuntimeParams["application_name"] = "cbdash-" + role + "-" + p.cfg.NodeID
+	cc.RuntimeParams["application_name"] = "cbdash-" + role + "-" + p.cfg.NodeID + p.ns
 	return pgx.ConnectConfig(ctx, cc)
 }
 
@@ -85,10 +87,17 @@ func (p *Postgres) listen(ctx context.Context, up func()) error {
 		}
 	}
 	up()
+	own := `{"f":"` + p.cfg.NodeID + `",` // how this node's envelopes begin (node ids need no escaping)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
+		}
+		if strings.HasPrefix(n.Payload, own) {
+			continue // this node's own publication, not decoded
+		}
+		if p.peers.Load() <= 0 {
+			p.peers.Store(1) // another node spoke: at least one peer, before the next count
 		}
 		var env envelope
 		if err := json.Unmarshal([]byte(n.Payload), &env); err != nil {
@@ -110,3 +119,30 @@ func (p *Postgres) listen(ctx context.Context, up func()) error {
 		p.subs.deliver(m)
 	}
 }
+
+// peersLoop counts, every LeaderRetry, the other nodes listening in the
+// database (their listening connections in pg_stat_activity), for Peers.
+func (p *Postgres) peersLoop() {
+	defer p.wg.Done()
+	for {
+		var n int
+		ctx, cancel := context.WithTimeout(p.ctx, max(p.cfg.LeaderRetry, time.Second))
+		err := p.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'cbdash-listen-%' AND application_name <> $1`,
+			"cbdash-listen-"+p.cfg.NodeID+p.ns).Scan(&n)
+		cancel()
+		if err != nil {
+			n = -1 // unknown: publish
+		}
+		p.peers.Store(int64(n))
+		if !p.wait(p.ctx, p.cfg.LeaderRetry) {
+			return
+		}
+	}
+}
+
+// Peers returns how many other nodes were listening in the database at
+// the last count (every LeaderRetry; nodes of other schemas may be
+// included), or -1 when unknown. A node with no peer may skip publishing
+// what only others would read: a node that joins reads the store first.
+func (p *Postgres) Peers() int { return int(p.peers.Load()) }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -106,11 +107,12 @@ func (c *Config) setDefaults() error {
 // connection of its own for listening, and one per singleton it leads or
 // tries to. Its methods are safe for concurrent use.
 type Postgres struct {
-	ns   string // "" in the schema public, else a suffix naming the schema (see namespace)
-	cfg  Config
-	log  *slog.Logger
-	pool *pgxpool.Pool
-	subs *subscribers
+	ns    string       // "" in the schema public, else a suffix naming the schema (see namespace)
+	peers atomic.Int64 // see Peers
+	cfg   Config
+	log   *slog.Logger
+	pool  *pgxpool.Pool
+	subs  *subscribers
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -168,6 +170,9 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 		subs: newSubscribers(cfg.SubscriberBuffer), claims: map[[2]string]bool{}, leading: map[string]bool{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.peers.Store(-1)
+	p.wg.Add(1)
+	go p.peersLoop()
 	ready := make(chan error, 1)
 	p.wg.Add(1)
 	go p.listenLoop(ready)
@@ -180,8 +185,17 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 		_ = p.Close()
 		return nil, fmt.Errorf("cluster: listening: %w", err)
 	}
+	// Say so at once: nodes that counted no peer (see Peers) publish again
+	// from now on, not from their next count.
+	if err := p.notify(ctx, p.busChan(), joinChannel, nil); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
 	return p, nil
 }
+
+// joinChannel carries the message a node sends when it starts listening.
+const joinChannel = "cluster_join"
 
 func createSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	tx, err := pool.Begin(ctx)

@@ -81,9 +81,23 @@ type routedCommand struct {
 	Command  protocol.Command `json:"c"`
 }
 
+// peered is a bus that knows whether other collectors listen (a
+// collector alone on its database then publishes nothing: one that joins
+// reads the store at its start).
+type peered interface{ Peers() int }
+
+// alone reports whether no other collector listens on the bus.
+func (f *fleet) alone() bool {
+	if f.solo {
+		return true
+	}
+	p, ok := f.bus.(peered)
+	return ok && p.Peers() == 0
+}
+
 // enqueue queues an update for the publisher without blocking.
 func (f *fleet) enqueue(u fleetUpdate) {
-	if f.solo {
+	if f.alone() {
 		return
 	}
 	data, err := json.Marshal(u)
@@ -134,7 +148,7 @@ func (f *fleet) hello(ctx context.Context, h *protocol.Hello, last uint64, at ti
 
 // batch publishes a validated batch as it is applied here.
 func (f *fleet) batch(r applyReq) {
-	if f.solo {
+	if f.alone() {
 		return
 	}
 	started, ok := f.started.Load(r.k)
