@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,9 +43,17 @@ const (
 // is full, updates are dropped (counted), never waited for.
 const fleetQueue = 8192
 
-// fleetPayload is the size the publisher packs updates up to, under
-// NOTIFY's limit of 8000 bytes so they go inline.
-const fleetPayload = 7600
+// fleetPayload is the size the publisher packs updates up to, as the bus
+// will send it (escaped as a JSON string, see notifySize), under NOTIFY's
+// limit of 8000 bytes with room for the envelope, so they go inline.
+const fleetPayload = 7800
+
+// notifySize is the size of update d (encoding/json's output, which has
+// no raw control or HTML characters) once escaped in the bus's envelope,
+// a JSON string: a quote or a backslash takes two bytes.
+func notifySize(d []byte) int {
+	return len(d) + bytes.Count(d, []byte{'"'}) + bytes.Count(d, []byte{'\\'})
+}
 
 // resyncEvery bounds how often a collector resynchronises from the store
 // after gaps.
@@ -240,21 +249,20 @@ func (f *fleet) publishLoop(ctx context.Context) {
 			return
 		case first = <-f.out:
 		}
-		n := 1
+		n, size := 1, 2+notifySize(first)
 		buf = append(append(buf[:0], '['), first...)
 	pack:
-		for len(buf) < fleetPayload {
+		for size < fleetPayload {
 			select {
 			case d := <-f.out:
-				if len(buf)+len(d)+2 > fleetPayload {
+				ds := notifySize(d)
+				if size+ds+1 > fleetPayload {
 					f.publish(ctx, append(buf, ']'), n)
-					buf, n = append(buf[:0], '['), 0
-					buf = append(buf, d...)
-					n++
+					buf, n, size = append(append(buf[:0], '['), d...), 1, 2+ds
 					continue
 				}
 				buf = append(append(buf, ','), d...)
-				n++
+				n, size = n+1, size+ds+1
 			default:
 				break pack
 			}

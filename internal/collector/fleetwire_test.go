@@ -42,6 +42,9 @@ func TestAFleetUpdateCarriesTheBatchAsApplied(t *testing.T) {
 	if len(data) >= 8000 {
 		t.Errorf("a batch of 20 window reports is %d bytes as a fleet update, want under 8000 (inline in a NOTIFY)", len(data))
 	}
+	if esc, _ := json.Marshal(string(data)); notifySize(data) != len(esc)-2 {
+		t.Errorf("notifySize %d, the update escaped as a JSON string is %d bytes", notifySize(data), len(esc)-2)
+	}
 	full, _ := json.Marshal(b)
 	t.Logf("20 window reports: %d bytes as a fleet update, %d as protocol JSON", len(data), len(full))
 	us, err := decodeUpdates(data)
