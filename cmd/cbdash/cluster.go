@@ -11,11 +11,16 @@ import (
 	"github.com/cbdash/cbdash/internal/store"
 )
 
+// busBuffer is how many messages (each up to 8000 bytes) a subscriber of
+// the bus may fall behind before it is dropped and resynchronises from the
+// store: room for a few seconds of a thousand other agents' updates.
+const busBuffer = 8192
+
 // openBus returns the bus of the collectors sharing the database db: on
 // PostgreSQL the database's LISTEN/NOTIFY and advisory locks (every
 // collector started with the same --db joins), else the single node's.
 func openBus(ctx context.Context, db string, log *slog.Logger, clk clock.Clock) (cluster.Bus, error) {
-	bus, err := cluster.ForStore(ctx, db, cluster.Config{Logger: log, Clock: clk})
+	bus, err := cluster.ForStore(ctx, db, cluster.Config{Logger: log, Clock: clk, SubscriberBuffer: busBuffer})
 	if err != nil {
 		return nil, fmt.Errorf("joining the collectors of %s (flag --db): %w", store.MaskDSN(db), err)
 	}
