@@ -1,0 +1,79 @@
+package collector
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/cluster"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/pgtest"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// TestACollectorThatMissedTheBusReadsTheStore: collector A shows an
+// instance connected to B from B's updates on the bus; while A's listening
+// connection is down, B stores a trip of that instance, which A misses;
+// once A listens again it is told of the gap and reads the instance's
+// state from the store: it shows the breaker open although it received no
+// update meanwhile.
+func TestACollectorThatMissedTheBusReadsTheStore(t *testing.T) {
+	if os.Getenv(pgtest.EnvDSN) == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not set in CI", pgtest.EnvDSN)
+		}
+		t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
+	}
+	dsn := pgtest.DSN(t)
+	clk := clocktest.NewRunning()
+	ctx := context.Background()
+	openBus := func(node string) cluster.Bus {
+		b, err := cluster.Open(ctx, cluster.Config{URL: dsn, NodeID: node, Clock: clk, Reconnect: 2 * time.Second,
+			LeaderRetry: 100 * time.Millisecond, LeaderCheck: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	busA, busB := openBus("gapa"), openBus("gapb")
+	a := startHarness(t, dsn, func(c *Config) { c.Clock, c.Cluster = clk, busA })
+	b := startHarness(t, dsn, func(c *Config) { c.Clock, c.Cluster = clk, busB })
+
+	ag := dialRaw(t, b, b.token)
+	ag.hello("b1", 1)
+	ag.send(b.batch(1, 10, 0))
+	var ack protocol.Ack
+	ag.expect(protocol.TypeAck, &ack)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	state := func() string {
+		d, err := a.col.Dependency(k)
+		if err != nil || len(d.PerInstance) != 1 {
+			return ""
+		}
+		return d.PerInstance[0].State
+	}
+	eventually.True(t, "A showing b1, connected to B, closed", func() bool { return state() == protocol.StateClosed })
+
+	received := a.col.fleet.received.Load()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'cbdash-listen-gapa%'`); err != nil {
+		t.Fatal(err)
+	}
+	ag.send(b.batch(2, 10, 10, b.trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	ag.expect(protocol.TypeAck, &ack)
+	eventually.True(t, "A showing b1 open after the gap", func() bool { return state() == protocol.StateOpen })
+	if got := a.col.fleet.received.Load(); got != received {
+		t.Fatalf("A received %d updates meanwhile: its listener was back before B published, the gap was not exercised", got-received)
+	}
+}
