@@ -378,17 +378,26 @@ func (d *Detector) shareReached(s *depState) bool {
 func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Change {
 	s := d.dep(dep.DependencyKey)
 	s.live = dep.Instances
-	present := make(map[string]bool, len(dep.PerInstance))
+	n := 0 // live instances in the view: every one has a state below
 	for _, ib := range dep.PerInstance {
 		if ib.Stale {
 			continue
 		}
-		present[ib.Instance] = true
+		n++
 		if _, ok := s.states[ib.Instance]; !ok {
 			s.states[ib.Instance] = ib.State
 		}
 		if _, ok := s.tripped[ib.Instance]; !ok && ib.LastTrip != nil {
 			s.tripped[ib.Instance] = ib.LastTrip.At // seen in its state; Resync must not count it again
+		}
+	}
+	if len(s.states) == n {
+		return s.settle(at) // no state of an instance gone or stale: nothing to forget
+	}
+	present := make(map[string]bool, n)
+	for _, ib := range dep.PerInstance {
+		if !ib.Stale {
+			present[ib.Instance] = true
 		}
 	}
 	for inst := range s.states {
