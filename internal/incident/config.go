@@ -8,20 +8,15 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-type instBreaker struct {
-	k    cbdash.DependencyKey
-	inst string
-}
-
 // configWatch notices breaker configurations that change between two
 // dependency events (a hello with a new configuration). It does no I/O and
 // is not safe for concurrent use.
 type configWatch struct {
-	last map[instBreaker]protocol.BreakerConfig
+	last map[cbdash.DependencyKey]map[string]protocol.BreakerConfig // by dependency, then instance
 }
 
 func newConfigWatch() *configWatch {
-	return &configWatch{last: make(map[instBreaker]protocol.BreakerConfig)}
+	return &configWatch{last: make(map[cbdash.DependencyKey]map[string]protocol.BreakerConfig)}
 }
 
 // observe returns the changes a dependency event shows; the first
@@ -30,16 +25,25 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 	if ev.Kind != cbdash.EventDependency || ev.Dependency == nil {
 		return nil
 	}
+	k := ev.Dependency.DependencyKey
+	last := w.last[k]
+	if last == nil {
+		last = make(map[string]protocol.BreakerConfig, len(ev.Dependency.PerInstance))
+		w.last[k] = last
+	}
 	var out []cbdash.ConfigChange
-	for _, ib := range ev.Dependency.PerInstance {
-		key := instBreaker{ev.Dependency.DependencyKey, ib.Instance}
-		prev, seen := w.last[key]
+	for i := range ev.Dependency.PerInstance {
+		ib := &ev.Dependency.PerInstance[i]
 		if ib.Config.Name == "" {
 			continue // not declared yet
 		}
-		w.last[key] = ib.Config
-		if seen && prev != ib.Config {
-			out = append(out, cbdash.ConfigChange{DependencyKey: key.k, Instance: ib.Instance, At: ev.At, Previous: prev, Config: ib.Config})
+		prev, seen := last[ib.Instance]
+		if seen && prev == ib.Config {
+			continue
+		}
+		last[ib.Instance] = ib.Config
+		if seen {
+			out = append(out, cbdash.ConfigChange{DependencyKey: k, Instance: ib.Instance, At: ev.At, Previous: prev, Config: ib.Config})
 		}
 	}
 	return out

@@ -1,10 +1,12 @@
 package incident
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -96,8 +98,12 @@ type depState struct {
 	// trips holds, per instance that is down now, the transition that took
 	// it down (the start of its current episode).
 	trips map[string]cbdash.TransitionRecord
-	live  int // live instances from the last dependency event, 0 = unknown
-	inc   *cbdash.Incident
+	// tripped is, per live instance, the time (agent Unix ms) of the last
+	// trip (transition to open) seen: Resync tells a trip missed while the
+	// feed dropped us from one already counted.
+	tripped map[string]int64
+	live    int // live instances from the last dependency event, 0 = unknown
+	inc     *cbdash.Incident
 	// closedSince is when every instance became closed during an open
 	// incident; zero while one is down.
 	closedSince time.Time
@@ -119,7 +125,7 @@ func NewDetector(cfg Config) (*Detector, error) {
 func (d *Detector) dep(k cbdash.DependencyKey) *depState {
 	s := d.deps[k]
 	if s == nil {
-		s = &depState{states: make(map[string]string), trips: make(map[string]cbdash.TransitionRecord)}
+		s = &depState{states: make(map[string]string), trips: make(map[string]cbdash.TransitionRecord), tripped: make(map[string]int64)}
 		d.deps[k] = s
 	}
 	return s
@@ -153,20 +159,67 @@ func (d *Detector) Restore(snapshot []cbdash.Dependency, open []cbdash.Incident,
 // Resync takes the states of a fresh snapshot as truth (after the feed
 // dropped us and events were missed) at time now: known instances take the
 // snapshot's state, and an incident whose instances are all closed starts
-// its quiet period at now. It returns no changes; Tick closes incidents.
-func (d *Detector) Resync(snapshot []cbdash.Dependency, now time.Time) {
+// its quiet period at now. A trip missed meanwhile (an instance's last trip,
+// InstanceBreaker.LastTrip, newer than the last one seen, or an instance
+// down now that was not) counts as if it had been observed: it opens or
+// joins the dependency's incident, at the trip's time, even when the
+// instance has closed again since. It returns the changes, as Observe does;
+// Tick closes incidents.
+func (d *Detector) Resync(snapshot []cbdash.Dependency, now time.Time) []Change {
+	var out []Change
 	for _, dep := range snapshot {
 		s := d.dep(dep.DependencyKey)
+		var missed []cbdash.TransitionRecord
 		for _, ib := range dep.PerInstance {
-			if !ib.Stale {
-				s.states[ib.Instance] = ib.State
-				if !down(ib.State) {
-					delete(s.trips, ib.Instance)
-				}
+			if ib.Stale {
+				continue
+			}
+			if tr, ok := missedTrip(s, ib); ok {
+				missed = append(missed, tr)
+			}
+			s.states[ib.Instance] = ib.State
+			if !down(ib.State) {
+				delete(s.trips, ib.Instance)
 			}
 		}
-		d.observeDependency(dep, now)
+		s.live = dep.Instances
+		slices.SortFunc(missed, func(a, b cbdash.TransitionRecord) int {
+			if a.At != b.At {
+				return cmp.Compare(a.At, b.At)
+			}
+			return strings.Compare(a.Instance, b.Instance)
+		})
+		for _, tr := range missed {
+			cur := s.states[tr.Instance]
+			out = append(out, d.observeTransition(tr)...)
+			s.states[tr.Instance] = cur // the snapshot's state, later than the trip
+			if !down(cur) {
+				delete(s.trips, tr.Instance)
+			}
+		}
+		out = append(out, d.observeDependency(dep, now)...)
 	}
+	return out
+}
+
+// missedTrip returns the trip of ib that the detector has not seen: its
+// last trip when newer than the last one seen, else, when it is down now
+// and was not, a transition into its state at the start of its episode.
+func missedTrip(s *depState, ib cbdash.InstanceBreaker) (cbdash.TransitionRecord, bool) {
+	rec := cbdash.TransitionRecord{Service: ib.Service, Instance: ib.Instance}
+	switch {
+	case ib.LastTrip != nil && ib.LastTrip.At > s.tripped[ib.Instance]:
+		rec.Transition = *ib.LastTrip
+	case down(ib.State) && !down(s.states[ib.Instance]):
+		at := ib.OpenSince
+		if at.IsZero() {
+			at = ib.LastTransition
+		}
+		rec.Transition = protocol.Transition{Breaker: ib.Breaker, From: protocol.StateClosed, To: ib.State, At: at.UnixMilli()}
+	default:
+		return rec, false
+	}
+	return rec, true
 }
 
 // SetID records the ID the store gave the open incident of k.
@@ -203,6 +256,9 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 	s := d.dep(k)
 	at := time.UnixMilli(tr.At).UTC()
 	s.states[tr.Instance] = tr.To
+	if tr.To == protocol.StateOpen && tr.At > s.tripped[tr.Instance] {
+		s.tripped[tr.Instance] = tr.At
+	}
 	if !down(tr.To) {
 		delete(s.trips, tr.Instance)
 		if s.inc != nil && at.After(s.lastUp) {
@@ -322,20 +378,33 @@ func (d *Detector) shareReached(s *depState) bool {
 func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Change {
 	s := d.dep(dep.DependencyKey)
 	s.live = dep.Instances
-	present := make(map[string]bool, len(dep.PerInstance))
+	n := 0 // live instances in the view: every one has a state below
 	for _, ib := range dep.PerInstance {
 		if ib.Stale {
 			continue
 		}
-		present[ib.Instance] = true
+		n++
 		if _, ok := s.states[ib.Instance]; !ok {
 			s.states[ib.Instance] = ib.State
+		}
+		if _, ok := s.tripped[ib.Instance]; !ok && ib.LastTrip != nil {
+			s.tripped[ib.Instance] = ib.LastTrip.At // seen in its state; Resync must not count it again
+		}
+	}
+	if len(s.states) == n {
+		return s.settle(at) // no state of an instance gone or stale: nothing to forget
+	}
+	present := make(map[string]bool, n)
+	for _, ib := range dep.PerInstance {
+		if !ib.Stale {
+			present[ib.Instance] = true
 		}
 	}
 	for inst := range s.states {
 		if !present[inst] {
 			delete(s.states, inst)
 			delete(s.trips, inst)
+			delete(s.tripped, inst)
 		}
 	}
 	return s.settle(at)

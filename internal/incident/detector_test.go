@@ -2,6 +2,7 @@ package incident_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -303,6 +304,56 @@ func TestDetectorResync(t *testing.T) {
 		cs := d.Tick(t0.Add(time.Minute + incident.DefaultQuiet))
 		if len(cs) != 1 || cs[0].Kind != incident.Closed || !cs[0].Incident.End.Equal(t0.Add(time.Minute)) {
 			t.Fatalf("got %+v, want closed with end at the resync", cs)
+		}
+	})
+	trip := func(at int) *protocol.Transition {
+		return &protocol.Transition{Breaker: key.Breaker, From: protocol.StateClosed, To: protocol.StateOpen, At: t0.Add(time.Duration(at) * time.Second).UnixMilli()}
+	}
+	inst := func(name, state string, last *protocol.Transition) cbdash.InstanceBreaker {
+		return cbdash.InstanceBreaker{Service: key.Service, Breaker: key.Breaker, Instance: name, State: state, LastTrip: last}
+	}
+	dep := func(ibs ...cbdash.InstanceBreaker) []cbdash.Dependency {
+		return []cbdash.Dependency{{DependencyKey: key, Instances: len(ibs), PerInstance: ibs}}
+	}
+	t.Run("a trip missed while the feed dropped us opens the incident at its time", func(t *testing.T) {
+		d, _ := incident.NewDetector(incident.Config{})
+		d.Restore(dep(inst("a", protocol.StateClosed, nil), inst("b", protocol.StateClosed, nil)), nil, t0)
+		cs := d.Resync(dep(inst("a", protocol.StateHalfOpen, trip(10)), inst("b", protocol.StateOpen, trip(12))), t0.Add(time.Minute))
+		if len(cs) != 2 || cs[0].Kind != incident.Opened || cs[1].Kind != incident.Updated {
+			t.Fatalf("got %+v, want opened then updated", cs)
+		}
+		inc := cs[1].Incident
+		if !inc.Start.Equal(t0.Add(10*time.Second)) || inc.FirstInstance != "a" || !slices.Equal(inc.Instances, []string{"a", "b"}) || inc.Opens != 2 {
+			t.Fatalf("incident %+v, want a's trip at 10 s first, a and b, 2 opens", inc)
+		}
+		if cs := d.Resync(dep(inst("a", protocol.StateHalfOpen, trip(10)), inst("b", protocol.StateOpen, trip(12))), t0.Add(2*time.Minute)); len(cs) != 0 {
+			t.Fatalf("the same snapshot again: %+v, want nothing", cs)
+		}
+	})
+	t.Run("a trip that also closed while the feed dropped us is an incident too", func(t *testing.T) {
+		d, _ := incident.NewDetector(incident.Config{})
+		d.Restore(dep(inst("a", protocol.StateClosed, nil)), nil, t0)
+		cs := d.Resync(dep(inst("a", protocol.StateClosed, trip(10))), t0.Add(time.Minute))
+		if len(cs) != 1 || cs[0].Kind != incident.Opened || !cs[0].Incident.Start.Equal(t0.Add(10*time.Second)) {
+			t.Fatalf("got %+v, want an incident opened at 10 s", cs)
+		}
+		cs = d.Tick(t0.Add(time.Minute + incident.DefaultQuiet))
+		if len(cs) != 1 || cs[0].Kind != incident.Closed || !cs[0].Incident.End.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("got %+v, want closed with end at the resync", cs)
+		}
+	})
+	t.Run("a trip seen before the drop is not counted again", func(t *testing.T) {
+		d, _ := incident.NewDetector(incident.Config{})
+		prev := map[string]string{}
+		d.Restore(dep(inst("a", protocol.StateClosed, nil)), nil, t0)
+		if cs := d.Observe(tr(10, "a:open").event(prev)); len(cs) != 1 {
+			t.Fatalf("got %v", cs)
+		}
+		if cs := d.Resync(dep(inst("a", protocol.StateOpen, trip(10))), t0.Add(time.Minute)); len(cs) != 0 {
+			t.Fatalf("got %+v, want nothing", cs)
+		}
+		if open := d.Open(); len(open) != 1 || open[0].Opens != 1 {
+			t.Fatalf("open %+v, want one incident with 1 open", open)
 		}
 	})
 }

@@ -112,14 +112,16 @@ func (s *Service) Run(ctx context.Context) error {
 	first := true
 	for {
 		snapshot, events, cancel := s.cfg.Source.Subscribe()
+		var missed []Change
 		s.mu.Lock()
 		if first {
 			s.det.Restore(snapshot, open, s.cfg.Clock.Now())
 			first = false
 		} else {
-			s.det.Resync(snapshot, s.cfg.Clock.Now())
+			missed = s.det.Resync(snapshot, s.cfg.Clock.Now())
 		}
 		s.mu.Unlock()
+		s.persist(ctx, missed)
 		again := s.consume(ctx, events, tick)
 		cancel()
 		if !again {
