@@ -32,7 +32,7 @@ import (
 // back at its normal rate. Buckets that are full are forgotten once more
 // than maxBuckets are held.
 type loginLimiter struct {
-	mu   sync.Mutex
+	mu     sync.Mutex
 	user   bucketSet
 	device bucketSet
 	addr   bucketSet
@@ -58,7 +58,7 @@ func newLoginLimiter(userBurst, addrBurst int, every time.Duration) *loginLimite
 	return &loginLimiter{
 		user:   bucketSet{burst: userBurst, every: every, m: make(map[string]*bucket)},
 		device: bucketSet{burst: userBurst, every: every, m: make(map[string]*bucket)},
-		addr: bucketSet{burst: addrBurst, every: every, m: make(map[string]*bucket)},
+		addr:   bucketSet{burst: addrBurst, every: every, m: make(map[string]*bucket)},
 	}
 }
 
