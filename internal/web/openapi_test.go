@@ -247,8 +247,12 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	}
 
 	var cmd cbdash.Command
-	if err := json.Unmarshal(do(apiCall{"POST", "/api/v1/commands", `{"service":"checkout","breaker":"search","action":"reset","reason":"openapi"}`, 201}), &cmd); err != nil {
+	issued := do(apiCall{"POST", "/api/v1/commands", `{"service":"checkout","breaker":"search","action":"reset","reason":"openapi"}`, 201})
+	if err := json.Unmarshal(issued, &cmd); err != nil {
 		t.Fatal(err)
+	}
+	if bytes.Contains(issued, []byte("0001-01-01")) {
+		t.Errorf("a reset with pending targets has zero times (a pending target's at, a reset's expires_at are absent): %s", issued)
 	}
 	if cmd.Actor != "otto" {
 		t.Errorf("the command's actor is %q, want the token's user otto", cmd.Actor)
