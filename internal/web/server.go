@@ -308,6 +308,7 @@ func (s *Server) Mount(e *echo.Echo) {
 	admin.POST("/admin/users/enable", s.enableUser)
 	admin.POST("/admin/users/delete", s.deleteUser)
 	admin.POST("/admin/tokens/revoke", s.revokeToken)
+	admin.POST("/admin/tokens/expire", s.expireToken)
 }
 
 // routes registers handlers on an echo.Echo with middlewares applied to
