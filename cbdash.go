@@ -248,7 +248,7 @@ type CommandTarget struct {
 	Status   string    `json:"status"`
 	State    string    `json:"state,omitempty"` // breaker state after the command
 	Error    string    `json:"error,omitempty"`
-	At       time.Time `json:"at,omitempty"`
+	At       time.Time `json:"at,omitzero"` // when the instance answered; absent while pending
 }
 
 // Command is a recorded operator command: the audit log entry.
@@ -256,7 +256,7 @@ type Command struct {
 	ID string `json:"id"`
 	CommandRequest
 	IssuedAt  time.Time `json:"issued_at"`
-	ExpiresAt time.Time `json:"expires_at,omitempty"` // forced state ends (zero = none)
+	ExpiresAt time.Time `json:"expires_at,omitzero"` // forced state ends (absent = none: release, reset)
 	// HoldID names the hold this command applies or releases; "" for a
 	// command of its own (a reset, a release of no hold).
 	HoldID  string          `json:"hold_id,omitempty"`

@@ -187,7 +187,7 @@ func (r HoldRequest) Validate(maxHold time.Duration) error {
 	case len(r.Actor) > protocol.MaxNameLen:
 		return bad("actor is longer than %d bytes", protocol.MaxNameLen)
 	}
-	return nil
+	return CheckText("reason", r.Reason, false)
 }
 
 func truncate(s string, n int) string {

@@ -87,7 +87,7 @@ threshold), stale (an instance stopped reporting).`,
 			if err := c.do(cmd.Context(), "POST", "/api/v1/alerts/rules", r, &created); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "created alert rule %d (%s, %s on %s)\n", created.ID, nameOr(created), created.Kind, scopeOf(created))
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "created alert rule %d (%s, %s on %s)\n", created.ID, clean(nameOr(created)), clean(created.Kind), clean(scopeOf(created)))
 			return err
 		},
 	}
@@ -159,7 +159,7 @@ func printAlerts(w io.Writer, rules []alert.RuleJSON, firing []alert.FiringJSON)
 		if hold == "" {
 			hold = "2m (default)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, clean(nameOr(r)), r.Kind, clean(scopeOf(r)), hold, r.Format, status, len(r.Firing))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, clean(nameOr(r)), clean(r.Kind), clean(scopeOf(r)), clean(hold), clean(r.Format), status, len(r.Firing))
 	}
 	if len(rules) == 0 {
 		fmt.Fprintln(tw, "(no alert rule)\t\t\t\t\t\t\t")

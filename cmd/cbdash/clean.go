@@ -33,3 +33,38 @@ func clean(s string) string {
 func unsafeRune(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == unicode.ReplacementChar
 }
+
+// cleanText is clean for a multi-line text (a Markdown report): line
+// breaks and tabs stay, every other unsafe rune is escaped.
+func cleanText(s string) string {
+	return escapeUnsafe(s, "\n\t", func(b *strings.Builder, r rune) {
+		if r < 0x100 && r != unicode.ReplacementChar {
+			fmt.Fprintf(b, `\x%02x`, r)
+		} else {
+			fmt.Fprintf(b, `\u%04x`, r)
+		}
+	})
+}
+
+// cleanJSON is clean for a JSON document: unsafe runes (which can only
+// be in its strings; line breaks and tabs between tokens stay) become
+// \uXXXX escapes, so the output is still the same JSON.
+func cleanJSON(s string) string {
+	return escapeUnsafe(s, "\n\t", func(b *strings.Builder, r rune) { fmt.Fprintf(b, `\u%04x`, r) })
+}
+
+func escapeUnsafe(s, keep string, esc func(*strings.Builder, rune)) string {
+	unsafe := func(r rune) bool { return unsafeRune(r) && !strings.ContainsRune(keep, r) }
+	if strings.IndexFunc(s, unsafe) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unsafe(r) {
+			esc(&b, r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

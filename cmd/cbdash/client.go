@@ -114,7 +114,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, in, out any) er
 				e.Error = http.StatusText(resp.StatusCode)
 			}
 		}
-		return &apiError{Status: resp.StatusCode, Message: e.Error}
+		return &apiError{Status: resp.StatusCode, Message: clean(e.Error)}
 	}
 	if out == nil {
 		return nil

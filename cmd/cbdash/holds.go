@@ -112,12 +112,12 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 		reached = 100 * float64(len(p.Instances)) / float64(p.Eligible)
 	}
 	fmt.Fprintf(w, "dry run: %s %s for %v would cover %d service(s) %v, %d of %d instance(s) now (%.0f%% reached), about %.1f calls/s %s\n",
-		actionWords(req.Action), req.Selector, req.TTL, len(p.Services), p.Services, len(p.Instances), p.Eligible, reached, p.CallsPerSecond, verb)
+		actionWords(req.Action), clean(req.Selector.String()), req.TTL, len(p.Services), clean(fmt.Sprint(p.Services)), len(p.Instances), p.Eligible, reached, p.CallsPerSecond, verb)
 	for _, inst := range p.Instances {
-		fmt.Fprintf(w, "  %s\n", inst)
+		fmt.Fprintf(w, "  %s\n", clean(fmt.Sprint(inst)))
 	}
 	if len(p.Superseded) > 0 {
-		fmt.Fprintf(w, "it would take precedence (most recent wins) over hold(s) %s where both match\n", strings.Join(p.Superseded, ", "))
+		fmt.Fprintf(w, "it would take precedence (most recent wins) over hold(s) %s where both match\n", clean(strings.Join(p.Superseded, ", ")))
 	}
 	fmt.Fprintln(w, "nothing was changed")
 	return nil
@@ -140,7 +140,7 @@ func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait 
 		}
 	}
 	fmt.Fprintf(w, "%s %s: hold %s until %s, %d instance(s) now; instances that start later are covered too\n",
-		actionWords(h.Action), h.Selector, h.ID, h.Until.Local().Format(time.TimeOnly), len(h.Coverage))
+		actionWords(h.Action), clean(h.Selector.String()), clean(h.ID), h.Until.Local().Format(time.TimeOnly), len(h.Coverage))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	failed := 0
 	for _, cv := range h.Coverage {
@@ -149,12 +149,12 @@ func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait 
 			detail = cv.Error
 			failed++
 		}
-		fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", cv.Service, cv.Instance, cv.Breaker, cv.Status, detail)
+		fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", clean(cv.Service), clean(cv.Instance), clean(cv.Breaker), clean(cv.Status), clean(detail))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "follow it: cbdash holds; end it: cbdash release %s --reason ...\n", h.ID)
+	fmt.Fprintf(w, "follow it: cbdash holds; end it: cbdash release %s --reason ...\n", clean(h.ID))
 	if failed > 0 {
 		return fmt.Errorf("%d instance(s) could not apply the hold", failed)
 	}
@@ -179,7 +179,7 @@ func releaseHold(ctx context.Context, c *apiClient, id, reason string, wait time
 	if err := c.do(ctx, "POST", "/api/v1/holds/"+url.PathEscape(id)+"/release", map[string]string{"reason": reason}, &h); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "released hold %s (%s %s), by %s: %s\n", h.ID, actionWords(h.Action), h.Selector, h.ReleasedBy, h.ReleaseReason)
+	fmt.Fprintf(w, "released hold %s (%s %s), by %s: %s\n", clean(h.ID), actionWords(h.Action), clean(h.Selector.String()), clean(h.ReleasedBy), clean(h.ReleaseReason))
 	var cmds []cbdash.Command
 	deadline := time.Now().Add(wait)
 	for {
@@ -211,7 +211,7 @@ func releaseHold(ctx context.Context, c *apiClient, id, reason string, wait time
 			if t.Error != "" {
 				detail = t.Error
 			}
-			fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", cmd.Service, t.Instance, cmd.Breaker, t.Status, detail)
+			fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", clean(cmd.Service), clean(t.Instance), clean(cmd.Breaker), clean(t.Status), clean(detail))
 		}
 	}
 	return tw.Flush()
@@ -244,9 +244,12 @@ func newHoldsCmd() *cobra.Command {
 				return err
 			}
 			if o.JSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(hs)
+				out, err := json.MarshalIndent(hs, "", "  ")
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), cleanJSON(string(out)))
+				return err
 			}
 			return printHolds(cmd.OutOrStdout(), hs, time.Now())
 		},
@@ -273,7 +276,11 @@ func newHoldsCmd() *cobra.Command {
 			if err := c.do(cmd.Context(), "GET", path, nil, &out); err != nil {
 				return err
 			}
-			_, err = cmd.OutOrStdout().Write(out)
+			if asJSON {
+				_, err = io.WriteString(cmd.OutOrStdout(), cleanJSON(string(out)))
+			} else {
+				_, err = io.WriteString(cmd.OutOrStdout(), cleanText(string(out)))
+			}
 			return err
 		},
 	}
@@ -306,7 +313,7 @@ func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
 				cov += fmt.Sprintf(", %d %s", counts[st], st)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.ID, actionWords(h.Action), h.Selector, h.Actor, h.Reason, until, cov)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(h.ID), actionWords(h.Action), clean(h.Selector.String()), clean(h.Actor), clean(h.Reason), until, cov)
 	}
 	if len(hs) == 0 {
 		fmt.Fprintln(tw, "(no hold in force)\t\t\t\t\t\t")

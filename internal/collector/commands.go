@@ -186,7 +186,7 @@ func validateRequest(r *cbdash.CommandRequest) error {
 	case len(r.Actor) > protocol.MaxNameLen:
 		return bad("actor is longer than %d bytes", protocol.MaxNameLen)
 	}
-	return nil
+	return cbdash.CheckText("reason", r.Reason, false)
 }
 
 // wireCommand is the protocol message for cmd sent at now: a force's TTL

@@ -221,6 +221,9 @@ func (c *Collector) releaseHold(ctx context.Context, id, actor, reason string) (
 	if len(reason) > 1000 {
 		return cbdash.HoldRecord{}, fmt.Errorf("%w: reason is longer than 1000 bytes", cbdash.ErrInvalid)
 	}
+	if err := cbdash.CheckText("reason", reason, false); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
 	now := c.now().UTC()
 	m := c.holds
 	m.mu.Lock()

@@ -517,6 +517,46 @@ func TestHostileAgents(t *testing.T) {
 		})
 	})
 
+	// The per-token instance and breaker limits and the server-wide
+	// dependency limit, on collectors configured with small ones: the
+	// hello that would pass a limit is refused for good (403 over HTTP).
+	for _, lc := range []struct {
+		name     string
+		limits   Limits
+		second   protocol.Hello
+		fragment string
+	}{
+		{"instances per token", Limits{MaxInstancesPerToken: 1}, rawHello("i2", started), "instances, the most one token may have"},
+		{"breakers per token", Limits{MaxBreakersPerToken: 3}, rawHello("i2", started), "one token may have (serve flag --max-breakers-per-token)"},
+		{"dependencies", Limits{MaxDependencies: 2}, evilHello("e1", started), "new ones would pass its limit of"},
+	} {
+		t.Run("limit/"+lc.name, func(t *testing.T) {
+			for _, transport := range []string{"ws", "http"} {
+				lh := startHarness(t, "", func(c *Config) { c.Clock, c.Limits = clk, lc.limits })
+				url := lh.srv.URL + "/api/v1/ingest"
+				if transport == "ws" {
+					dialRaw(t, lh, lh.token).hello("i1", started)
+					a := dialRaw(t, lh, lh.token)
+					a.send(lc.second)
+					var e protocol.Error
+					a.expect(protocol.TypeError, &e)
+					if !e.Fatal || e.Retry || !strings.Contains(e.Reason, lc.fragment) {
+						t.Fatalf("websocket: %+v, want a permanent fatal error with %q", e, lc.fragment)
+					}
+				} else {
+					if status, body := postRaw(t, url, lh.token, mustJSON(t, protocol.IngestRequest{Hello: rawHello("i1", started), Batch: evilBatch(clk.Now(), 1)})); status != http.StatusOK {
+						t.Fatalf("HTTP: the first instance: %d %s", status, body)
+					}
+					status, body := postRaw(t, url, lh.token, mustJSON(t, protocol.IngestRequest{Hello: lc.second, Batch: evilBatch(clk.Now(), 1)}))
+					if status != http.StatusForbidden || !strings.Contains(body, lc.fragment) {
+						t.Fatalf("HTTP: %d %s, want 403 with %q", status, body, lc.fragment)
+					}
+				}
+				cover(lc.fragment, transport)
+			}
+		})
+	}
+
 	// Every documented refusal was asserted (over both transports where
 	// both can carry it).
 	wsOnly := map[string]bool{"the first message must be a hello": true, "binary frames are refused": true, "unknown message type": true,

@@ -61,8 +61,10 @@ type session struct {
 	goAway chan struct{} // signalled by goingAway
 	mu     sync.Mutex
 	dead   bool
-	// closing is the reason of a goingAway in progress, "" when none.
-	closing string
+	// closing is the reason of a goingAway in progress, "" when none;
+	// closeCode is its close status.
+	closing   string
+	closeCode websocket.StatusCode
 }
 
 // saveItem is a validated batch to commit, or, in order with them, a
@@ -536,12 +538,12 @@ func (s *session) writeLoop(ctx context.Context) {
 				}
 			}
 			s.mu.Lock()
-			reason := s.closing
+			reason, code := s.closing, s.closeCode
 			s.mu.Unlock()
 			closed := make(chan struct{})
 			go func() {
 				defer close(closed)
-				_ = s.conn.Close(websocket.StatusGoingAway, truncate(reason, 100))
+				_ = s.conn.Close(code, truncate(reason, 100))
 			}()
 			t := time.NewTimer(closeGrace)
 			select {
@@ -610,14 +612,27 @@ func (s *session) fatal(ctx context.Context, rf *refusal) {
 // the error is queued to it; the close follows once it is written (or
 // after WriteTimeout).
 func (s *session) goingAway(reason string) {
+	s.ending(reason, true, websocket.StatusGoingAway)
+}
+
+// revoked ends a session whose agent token was revoked or has expired:
+// a permanent fatal error (no retry: the token will not work again) and
+// close status 1008 (policy violation), as for a bad token in a hello.
+func (s *session) revoked() {
+	s.ending("agent token revoked or expired (unauthorized)", false, websocket.StatusPolicyViolation)
+}
+
+// ending queues a fatal error (retry or not) for the writer goroutine,
+// which closes the connection with code once it is written.
+func (s *session) ending(reason string, retry bool, code websocket.StatusCode) {
 	s.mu.Lock()
 	if s.dead || s.closing != "" {
 		s.mu.Unlock()
 		return
 	}
-	s.closing = reason
+	s.closing, s.closeCode = reason, code
 	s.mu.Unlock()
-	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: true})
+	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: retry})
 	select {
 	case s.out <- data:
 	default:

@@ -19,9 +19,10 @@ func (c *Collector) RevokeAgentToken(ctx context.Context, actor, id string) (clo
 }
 
 // CloseAgentToken closes every open agent connection made with token id
-// (see store.AgentToken.ID) and returns how many. The agents reconnect
-// and are refused if the token is no longer valid. Safe for concurrent
-// use.
+// (see store.AgentToken.ID) and returns how many: each gets a permanent
+// fatal error ("agent token revoked or expired") and close status 1008
+// (within closeGrace). The agents that reconnect are refused if the token
+// is no longer valid. Safe for concurrent use.
 func (c *Collector) CloseAgentToken(id string) int {
 	c.mu.Lock()
 	var hit []*session
@@ -32,7 +33,7 @@ func (c *Collector) CloseAgentToken(id string) int {
 	}
 	c.mu.Unlock()
 	for _, s := range hit {
-		s.kill("agent token revoked or expired")
+		s.revoked()
 	}
 	return len(hit)
 }

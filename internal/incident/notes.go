@@ -32,7 +32,8 @@ func NewNotes(store NoteStore, clk clock.Clock) *Notes {
 
 // AddNote validates text (trimmed, 1..MaxNoteLen bytes) and stores it as
 // a note on incident id by actor (its Name is the note's author). Errors
-// wrap cbdash.ErrInvalid (a zero actor, empty or too long text) or
+// wrap cbdash.ErrInvalid (a zero actor, empty or too long text, a control
+// character other than a line break or tab) or
 // cbdash.ErrNotFound (no such incident).
 func (n *Notes) AddNote(ctx context.Context, actor cbdash.Actor, id int64, text string) (cbdash.IncidentNote, error) {
 	text = strings.TrimSpace(text)
@@ -41,6 +42,9 @@ func (n *Notes) AddNote(ctx context.Context, actor cbdash.Actor, id int64, text 
 	}
 	if actor.IsZero() {
 		return cbdash.IncidentNote{}, fmt.Errorf("a note needs its author: %w", cbdash.ErrInvalid)
+	}
+	if err := cbdash.CheckText("note text", text, true); err != nil {
+		return cbdash.IncidentNote{}, err
 	}
 	return n.store.AddIncidentNote(ctx, cbdash.IncidentNote{IncidentID: id, At: n.clk.Now(), Author: actor.Name, Text: text})
 }

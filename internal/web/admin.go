@@ -241,3 +241,32 @@ func (s *Server) revokeToken(c echo.Context) error {
 	}
 	return done(c, "Agent token %s is revoked.", store.AgentTokenRef(agentID))
 }
+
+// expireToken sets when a user API token ("ut-12") or an agent token
+// ("at-...") stops working: in "days" days from now, or never when days
+// is empty. An agent token's open connections are closed once it has
+// expired (the collector's sweep).
+func (s *Server) expireToken(c echo.Context) error {
+	ctx := c.Request().Context()
+	ref := c.FormValue("ref")
+	agent, agentID, userID, err := store.ParseTokenRef(ref)
+	if err != nil {
+		return err
+	}
+	until, err := s.expiryFrom(c)
+	if err != nil {
+		return err
+	}
+	if agent {
+		err = s.store.ExpireAgentToken(ctx, actorOf(c), agentID, until)
+	} else {
+		err = s.store.ExpireUserToken(ctx, actorOf(c), userID, until)
+	}
+	if err != nil {
+		return err
+	}
+	if until.IsZero() {
+		return done(c, "%s does not expire.", ref)
+	}
+	return done(c, "%s expires %s UTC.", ref, until.UTC().Format(time.DateTime))
+}

@@ -79,3 +79,45 @@ func TestHoldAPIRefusesHoldsOverTheMaximumShowsTheBlastRadiusAndActsAsTheCaller(
 		t.Fatalf("Markdown report: %d\n%s", code, md)
 	}
 }
+
+// TestAPIRefusesControlCharactersInReasonsAndNotes: a hold's, a
+// command's and a release's reason and an incident note with terminal
+// controls are refused with a 400 naming the field.
+func TestAPIRefusesControlCharactersInReasonsAndNotes(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("api", "db", 1, 0))
+	otto, _, _ := h.st.UserByName(t.Context(), "otto")
+	token, err := h.st.CreateUserToken(t.Context(), otto.ID, "holds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, h.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	const evil = `x\u001b[2J\u009b31m`
+	for _, tc := range []struct{ path, body string }{
+		{"/api/v1/holds", `{"selector":{"service":"api","breaker":"db"},"action":"force_open","ttl":"10m","reason":"` + evil + `"}`},
+		{"/api/v1/commands", `{"service":"api","breaker":"db","action":"reset","reason":"` + evil + `"}`},
+	} {
+		if code, body := call("POST", tc.path, tc.body); code != http.StatusBadRequest || !strings.Contains(body, "reason contains the control character U+001B") {
+			t.Errorf("POST %s with controls in the reason: %d %s, want 400 naming reason", tc.path, code, body)
+		}
+	}
+	code, body := call("POST", "/api/v1/holds", `{"selector":{"service":"api","breaker":"db"},"action":"force_open","ttl":"10m","reason":"drill"}`)
+	var hold cbdash.HoldRecord
+	if code != http.StatusCreated && code != http.StatusOK || json.Unmarshal([]byte(body), &hold) != nil {
+		t.Fatalf("a clean hold: %d %s", code, body)
+	}
+	if code, body := call("POST", "/api/v1/holds/"+hold.ID+"/release", `{"reason":"done\u009b"}`); code != http.StatusBadRequest || !strings.Contains(body, "U+009B") {
+		t.Errorf("a release with a C1 control: %d %s, want 400 naming reason", code, body)
+	}
+}

@@ -213,23 +213,34 @@ func (s *Server) loginPage(c echo.Context) error {
 }
 
 // login checks a user name and password (bcrypt), rate-limited per
-// client IP and user name, and starts a session.
+// client IP and per user name (per device for a client with a valid
+// device cookie of the user, see loginLimiter), and starts a session.
 func (s *Server) login(c echo.Context) error {
 	ctx := c.Request().Context()
 	name := strings.TrimSpace(c.FormValue("user"))
 	next := localPath(c.FormValue("next"))
 	csrf, _ := c.Get(csrfKey).(string)
 	addr := c.RealIP()
-	ticket, refused, wait := s.logins.reserve(name, addr, s.now())
+	var device string
+	if ck, err := c.Cookie(deviceCookie); err == nil && ck.Value != "" {
+		if _, hash, err := s.store.UserByName(ctx, name); err == nil {
+			device = deviceKey(ck.Value, name, hash, s.now())
+		}
+	}
+	ticket, refused, wait := s.logins.reserve(name, device, addr, s.now())
 	if refused != "" {
 		s.metrics.loginRefused.WithLabelValues(refused).Inc()
 		s.log.Warn("login refused by the limiter", "limit", refused, "user", name, "addr", addr, "retry_after", wait.Round(time.Second))
 		c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		return render(c, http.StatusTooManyRequests, templates.Login(csrf, next, name, "Too many attempts. Wait a minute and try again."))
 	}
-	u, err := s.checkPassword(ctx, name, c.FormValue("password"))
-	if err == nil {
+	u, hash, err := s.checkPassword(ctx, name, c.FormValue("password"))
+	switch {
+	case err == nil:
 		ticket.Succeeded(s.now())
+		s.setDevice(c.Response(), name, hash)
+	case errors.Is(err, cbdash.ErrUnauthorized):
+		ticket.Failed(s.now())
 	}
 	s.metrics.loginResult(err)
 	if errors.Is(err, errDisabled) {
@@ -263,7 +274,7 @@ var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("cbdash: no such user"), b
 // Config.MaxHashing comparisons run at once; a login that waits longer
 // than hashWait for its turn is refused (503) instead of starving the
 // server's other requests of CPU.
-func (s *Server) checkPassword(ctx context.Context, name, password string) (cbdash.User, error) {
+func (s *Server) checkPassword(ctx context.Context, name, password string) (cbdash.User, []byte, error) {
 	wait, cancel := context.WithTimeout(ctx, hashWait)
 	defer cancel()
 	select {
@@ -271,23 +282,23 @@ func (s *Server) checkPassword(ctx context.Context, name, password string) (cbda
 		defer func() { <-s.hashing }()
 	case <-wait.Done():
 		s.metrics.loginRefused.WithLabelValues("busy").Inc()
-		return cbdash.User{}, echo.NewHTTPError(http.StatusServiceUnavailable, "too many logins at once; try again in a moment")
+		return cbdash.User{}, nil, echo.NewHTTPError(http.StatusServiceUnavailable, "too many logins at once; try again in a moment")
 	}
 	u, hash, err := s.store.UserByName(ctx, name)
 	if errors.Is(err, cbdash.ErrNotFound) {
 		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
-		return cbdash.User{}, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
+		return cbdash.User{}, nil, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
 	}
 	if err != nil {
-		return cbdash.User{}, err
+		return cbdash.User{}, nil, err
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil {
-		return cbdash.User{}, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
+		return cbdash.User{}, nil, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
 	}
 	if u.Disabled { // said only to whoever knows the password
-		return cbdash.User{}, errDisabled
+		return cbdash.User{}, nil, errDisabled
 	}
-	return u, nil
+	return u, hash, nil
 }
 
 func (s *Server) logout(c echo.Context) error {

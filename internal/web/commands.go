@@ -46,6 +46,9 @@ func parseCommandForm(c echo.Context) (commandForm, error) {
 	if len(f.reason) > 500 {
 		return f, errorf(cbdash.ErrInvalid, "reason is longer than 500 bytes")
 	}
+	if err := cbdash.CheckText("reason", f.reason, false); err != nil {
+		return f, err
+	}
 	switch f.scope {
 	case "all", "":
 		f.scope = "all"

@@ -12,19 +12,30 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// loginLimiter bounds login attempts per user name and per client
-// address with token buckets (golang.org/x/time/rate). An attempt takes
-// a token from both buckets before the password is checked, under one
-// lock, so parallel attempts cannot all be evaluated; a successful login
-// gives its tokens back, so only failures add up. While a bucket is
-// empty every attempt is refused, and each refusal doubles the time the
-// bucket takes to refill (up to maxBackoff); a bucket that has refilled
-// completely is back at its normal rate. Buckets that are full are
-// forgotten once more than maxBuckets are held.
+// loginLimiter bounds login attempts per client address, and per user
+// name or per device, with token buckets (golang.org/x/time/rate). An
+// attempt takes a token from its buckets before the password is checked,
+// under one lock, so parallel attempts cannot all be evaluated; a
+// successful login gives its tokens back, so only failures add up.
+//
+// An attempt that presents a valid device cookie of the user (a client
+// that logged in as that user before, see device.go) takes from its
+// device's bucket instead of the user's: failures from elsewhere, which
+// empty the user's bucket, do not lock out a client that has proven
+// itself (OWASP's "device cookies"). Untrusted clients share the user's
+// bucket.
+//
+// While a bucket is empty every attempt is refused. Each evaluated
+// failure that leaves a bucket empty doubles the time it takes to refill
+// (up to maxBackoff); refusals do not, so a flood of refused tries
+// cannot keep a lock in place. A bucket that has refilled completely is
+// back at its normal rate. Buckets that are full are forgotten once more
+// than maxBuckets are held.
 type loginLimiter struct {
-	mu   sync.Mutex
-	user bucketSet
-	addr bucketSet
+	mu     sync.Mutex
+	user   bucketSet
+	device bucketSet
+	addr   bucketSet
 }
 
 const (
@@ -45,8 +56,9 @@ type bucket struct {
 
 func newLoginLimiter(userBurst, addrBurst int, every time.Duration) *loginLimiter {
 	return &loginLimiter{
-		user: bucketSet{burst: userBurst, every: every, m: make(map[string]*bucket)},
-		addr: bucketSet{burst: addrBurst, every: every, m: make(map[string]*bucket)},
+		user:   bucketSet{burst: userBurst, every: every, m: make(map[string]*bucket)},
+		device: bucketSet{burst: userBurst, every: every, m: make(map[string]*bucket)},
+		addr:   bucketSet{burst: addrBurst, every: every, m: make(map[string]*bucket)},
 	}
 }
 
@@ -72,8 +84,11 @@ func (b *bucketSet) get(key string, now time.Time) *bucket {
 	return k
 }
 
-// backOff doubles the refill interval of an empty bucket.
+// backOff doubles the refill interval of k if it is empty.
 func (k *bucket) backOff(now time.Time) {
+	if k.lim.TokensAt(now) >= 1 {
+		return
+	}
 	k.every = min(2*k.every, maxBackoff)
 	k.lim.SetLimitAt(now, rate.Every(k.every))
 }
@@ -88,10 +103,19 @@ func (k *bucket) wait(now time.Time) time.Duration {
 }
 
 // loginTicket is an attempt the limiter let through; Succeeded gives its
-// tokens back.
+// tokens back, Failed backs off the buckets it emptied.
 type loginTicket struct {
 	l          *loginLimiter
-	user, addr *bucket
+	user, addr *bucket // user is the device's bucket for a trusted device
+}
+
+// Failed records an evaluated failure: each of the attempt's buckets
+// that is now empty refills at half its rate (up to maxBackoff).
+func (t loginTicket) Failed(now time.Time) {
+	t.l.mu.Lock()
+	defer t.l.mu.Unlock()
+	t.user.backOff(now)
+	t.addr.backOff(now)
 }
 
 // Succeeded gives the attempt's tokens back: a successful login does not
@@ -117,20 +141,23 @@ func (k *bucket) refund(now time.Time) {
 	k.lim = lim
 }
 
-// reserve takes one token from the buckets of user and addr, or refuses
-// the attempt: refused names the limit ("user" or "address") and wait
-// says when to try again.
-func (l *loginLimiter) reserve(user, addr string, now time.Time) (t loginTicket, refused string, wait time.Duration) {
+// reserve takes one token from the buckets of addr and of user (of
+// device instead, when device is not "": the key of a valid device
+// cookie of user), or refuses the attempt: refused names the limit
+// ("user", "device" or "address") and wait says when to try again. A
+// refusal changes no bucket.
+func (l *loginLimiter) reserve(user, device, addr string, now time.Time) (t loginTicket, refused string, wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	u := l.user.get(strings.ToLower(user), now)
+	u, limit := l.user.get(strings.ToLower(user), now), "user"
+	if device != "" {
+		u, limit = l.device.get(device, now), "device"
+	}
 	a := l.addr.get(addr, now)
 	switch {
 	case u.lim.TokensAt(now) < 1:
-		u.backOff(now)
-		return t, "user", u.wait(now)
+		return t, limit, u.wait(now)
 	case a.lim.TokensAt(now) < 1:
-		a.backOff(now)
 		return t, "address", a.wait(now)
 	}
 	u.lim.AllowN(now, 1)

@@ -11,7 +11,8 @@ import (
 // metrics are the dashboard's Prometheus series.
 type metrics struct {
 	// loginRefused counts logins refused before their password was
-	// checked, by limit: "user", "address" (the login limiter) or "busy"
+	// checked, by limit: "user", "device", "address" (the login limiter)
+	// or "busy"
 	// (no bcrypt slot in time).
 	loginRefused *prometheus.CounterVec
 	// logins counts checked logins by result: ok, failed, disabled, error.
@@ -22,7 +23,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		loginRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cbdash_login_refused_total",
-			Help: "Login attempts refused before the password was checked, by limit (user, address, busy).",
+			Help: "Login attempts refused before the password was checked, by limit (user, device, address, busy).",
 		}, []string{"limit"}),
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cbdash_logins_total",

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // loadOpenAPI parses and validates the served document.
@@ -57,9 +59,12 @@ func TestOpenAPIDocumentIsValidAndServedWithoutLogin(t *testing.T) {
 	}
 }
 
-// documented reports whether path is one the document must describe.
-func documented(path string) bool {
-	return strings.HasPrefix(path, "/api/") || path == "/healthz" || path == "/readyz" || path == "/metrics"
+// documented reports whether the route is one the document must
+// describe: the JSON API, the probes, /metrics and the login form (the
+// login limiter's answers).
+func documented(method, path string) bool {
+	return strings.HasPrefix(path, "/api/") || path == "/healthz" || path == "/readyz" || path == "/metrics" ||
+		method == http.MethodPost && path == "/login"
 }
 
 var echoParam = regexp.MustCompile(`:([a-z_]+)`)
@@ -71,7 +76,7 @@ func TestOpenAPIDescribesEveryRouteAndNoOther(t *testing.T) {
 	h.srv.Mount(e) // the routes of the real server
 	served := map[string]bool{}
 	for _, r := range e.Routes() {
-		if !documented(r.Path) || r.Method == "echo_route_not_found" {
+		if !documented(r.Method, r.Path) || r.Method == "echo_route_not_found" {
 			continue
 		}
 		p := echoParam.ReplaceAllString(r.Path, "{$1}")
@@ -100,8 +105,67 @@ type apiCall struct {
 	status       int
 }
 
+// strict makes every documented object schema of doc refuse properties
+// it does not list (additionalProperties: false; allOf compositions are
+// merged into one object first, since each of their parts would refuse
+// the others' properties), so a field the server sends that the
+// document lacks fails the response validation.
+func strict(doc *openapi3.T) {
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(*openapi3.SchemaRef)
+	walk = func(ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		v := ref.Value
+		seen[v] = true
+		if len(v.AllOf) > 0 {
+			merged := *v
+			merged.AllOf = nil
+			merged.Type = &openapi3.Types{openapi3.TypeObject}
+			merged.Properties = openapi3.Schemas{}
+			for _, part := range v.AllOf {
+				for name, p := range part.Value.Properties {
+					merged.Properties[name] = p
+				}
+				merged.Required = append(merged.Required, part.Value.Required...)
+				merged.Nullable = merged.Nullable || part.Value.Nullable
+			}
+			*v = merged
+		}
+		if v.Type.Is(openapi3.TypeObject) && len(v.Properties) > 0 && v.AdditionalProperties.Has == nil && v.AdditionalProperties.Schema == nil {
+			no := false
+			v.AdditionalProperties.Has = &no
+		}
+		for _, p := range v.Properties {
+			walk(p)
+		}
+		walk(v.Items)
+		walk(v.AdditionalProperties.Schema)
+		for _, list := range []openapi3.SchemaRefs{v.OneOf, v.AnyOf} {
+			for _, p := range list {
+				walk(p)
+			}
+		}
+	}
+	for _, ref := range doc.Components.Schemas {
+		walk(ref)
+	}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			for _, res := range op.Responses.Map() {
+				for _, mt := range res.Value.Content {
+					walk(mt.Schema)
+				}
+			}
+		}
+	}
+}
+
 func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	doc := loadOpenAPI(t)
+	strict(doc)
+	doc.Servers = nil // "/" is relative to wherever the document came from; the router matches any host without
 	router, err := legacy.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +236,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		{"GET", fmt.Sprintf("/api/v1/incidents/%d", inc), "", 200},
 		{"GET", "/api/v1/incidents/999", "", 404},
 		{"POST", fmt.Sprintf("/api/v1/incidents/%d/notes", inc), `{"text":"looking"}`, 201},
+		{"GET", fmt.Sprintf("/api/v1/incidents/%d/export.json", inc), "", 200},
+		{"GET", "/api/v1/breakers/checkout/payments?limit=2&offset=1", "", 200},
 		{"GET", "/api/v1/alerts/rules", "", 200},
 		{"GET", "/api/v1/alerts/firing", "", 200},
 		{"GET", "/api/v1/alerts/deliveries", "", 200},
@@ -181,8 +247,12 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	}
 
 	var cmd cbdash.Command
-	if err := json.Unmarshal(do(apiCall{"POST", "/api/v1/commands", `{"service":"checkout","breaker":"search","action":"reset","reason":"openapi"}`, 201}), &cmd); err != nil {
+	issued := do(apiCall{"POST", "/api/v1/commands", `{"service":"checkout","breaker":"search","action":"reset","reason":"openapi"}`, 201})
+	if err := json.Unmarshal(issued, &cmd); err != nil {
 		t.Fatal(err)
+	}
+	if bytes.Contains(issued, []byte("0001-01-01")) {
+		t.Errorf("a reset with pending targets has zero times (a pending target's at, a reset's expires_at are absent): %s", issued)
 	}
 	if cmd.Actor != "otto" {
 		t.Errorf("the command's actor is %q, want the token's user otto", cmd.Actor)
@@ -222,5 +292,78 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	}
 	if rel.ReleasedBy != "otto" {
 		t.Errorf("released by %q, want otto", rel.ReleasedBy)
+	}
+}
+
+func TestOpenAPIOperationsHaveUniqueIDs(t *testing.T) {
+	doc := loadOpenAPI(t)
+	seen := map[string]string{}
+	for p, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			where := method + " " + p
+			switch {
+			case op.OperationID == "":
+				t.Errorf("%s has no operationId", where)
+			case seen[op.OperationID] != "":
+				t.Errorf("%s and %s share the operationId %q", where, seen[op.OperationID], op.OperationID)
+			}
+			seen[op.OperationID] = where
+		}
+	}
+	if len(doc.Servers) == 0 {
+		t.Error("the document has no servers (generators and linters need one)")
+	}
+}
+
+// TestOpenAPIEnumsAreTheGoConstants compares the document's enums with
+// the constants the server sends.
+func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
+	doc := loadOpenAPI(t)
+	states := []string{protocol.StateClosed, protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed}
+	actions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed, protocol.ActionRelease, protocol.ActionReset}
+	holdActions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed}
+	kinds := []string{cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale}
+	formats := []string{cbdash.FormatJSON, cbdash.FormatSlack}
+	causes := []string{protocol.CauseFailureRate, protocol.CauseSlowCallRate, protocol.CauseOpenElapsed, protocol.CauseProbeFailed,
+		protocol.CauseProbesSucceeded, protocol.CauseCommand, protocol.CauseExpired, protocol.CauseLibraryRule, protocol.CauseAgentCommand,
+		protocol.CauseSampled, "unknown", ""} // unknown: sdk/agent's kind for a cause it was not told; "": an incident's unknown first cause
+	for _, c := range []struct {
+		schema, prop string
+		want         []string
+	}{
+		{"Cause", "kind", causes},
+		{"Cause", "action", actions},
+		{"InstanceBreaker", "state", states},
+		{"Window", "state", states},
+		{"DependencySummary", "state", append(slices.Clone(states), "")},
+		{"Transition", "from", states},
+		{"Transition", "to", states},
+		{"AlertRule", "kind", kinds},
+		{"AlertRuleRequest", "kind", kinds},
+		{"FiringAlert", "kind", kinds},
+		{"AlertRule", "format", formats},
+		{"AlertRuleRequest", "format", append(slices.Clone(formats), "")},
+		{"HoldRecord", "action", holdActions},
+		{"HoldRequest", "action", holdActions},
+		{"HoldPlan", "action", holdActions},
+		{"Hold", "action", holdActions},
+		{"Command", "action", actions},
+		{"CommandRequest", "action", actions},
+		{"CommandTarget", "status", []string{cbdash.TargetPending, cbdash.TargetApplied, cbdash.TargetFailed, cbdash.TargetExpired}},
+	} {
+		s := doc.Components.Schemas[c.schema]
+		if s == nil || s.Value.Properties[c.prop] == nil {
+			t.Errorf("%s.%s is not in the document", c.schema, c.prop)
+			continue
+		}
+		var got []string
+		for _, v := range s.Value.Properties[c.prop].Value.Enum {
+			got = append(got, fmt.Sprint(v))
+		}
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(c.want))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s.%s enum %q, want the constants %q", c.schema, c.prop, got, want)
+		}
 	}
 }

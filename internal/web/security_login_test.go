@@ -49,7 +49,7 @@ func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
 		}
 	})
 
-	t.Run("refusals back off: waiting one interval is not enough", func(t *testing.T) {
+	t.Run("evaluated failures back off: waiting one interval is not enough", func(t *testing.T) {
 		c := h.client()
 		clk.Advance(12 * time.Second)
 		if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
@@ -157,5 +157,115 @@ func TestSecurityLoginRedirectStaysLocal(t *testing.T) {
 	res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {h.users["vera"]}, "next": {"/timeline?range=1h"}})
 	if res.header.Get("Location") != "/timeline?range=1h" {
 		t.Errorf("a local next went to %q", res.header.Get("Location"))
+	}
+}
+
+// deviceCookieOf returns the client's device cookie for /login ("" when
+// it has none).
+func (c *client) deviceCookieOf() string {
+	u, _ := url.Parse(c.h.url + "/login")
+	for _, ck := range c.hc.Jar.Cookies(u) {
+		if ck.Name == "cbdash_device" {
+			return ck.Value
+		}
+	}
+	return ""
+}
+
+// withDevice is a new client (no session) that presents device cookie value.
+func (h *harness) withDevice(value string) *client {
+	c := h.client()
+	u, _ := url.Parse(h.url + "/login")
+	c.hc.Jar.SetCookies(u, []*http.Cookie{{Name: "cbdash_device", Value: value, Path: "/login"}})
+	return c
+}
+
+func TestSecurityLoginAttackerCannotLockOutAProvenDevice(t *testing.T) {
+	clk := clocktest.Virtual() // does not move unless told: no bucket refills by itself
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, web.Config{LoginBurst: 5, MaxHashing: 5, Clock: clk, Registerer: reg})
+
+	victim := h.login("otto")
+	device := victim.deviceCookieOf()
+	if device == "" {
+		t.Fatal("a successful login set no cbdash_device cookie")
+	}
+	other := h.login("vera").deviceCookieOf()
+
+	// The attacker's wrong tries, from a forged X-Forwarded-For each and
+	// from fresh clients, lock otto's shared bucket.
+	var got []int
+	for i := range 8 {
+		got = append(got, h.client().loginFrom("otto", "guess", fmt.Sprintf("198.51.100.%d", i+1)))
+	}
+	if want := []int{401, 401, 401, 401, 401, 429, 429, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the attacker's statuses %v, want %v", got, want)
+	}
+
+	t.Run("the victim with a device cookie still logs in", func(t *testing.T) {
+		c := h.withDevice(device)
+		if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusSeeOther {
+			t.Errorf("otto's right password with his device cookie = %d, want 303", s)
+		}
+	})
+	t.Run("an attacker without a cookie is still limited", func(t *testing.T) {
+		if s := h.client().loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
+			t.Errorf("the right password without a device cookie while otto is locked = %d, want 429", s)
+		}
+	})
+	t.Run("forged and other users' cookies are ignored", func(t *testing.T) {
+		parts := strings.Split(device, ".")
+		forged := []string{
+			"x", "", parts[0] + "." + parts[1] + ".AAAA",
+			parts[0] + ".1" + parts[1] + "." + parts[2], // issued-at changed under the same MAC
+			other, // vera's valid cookie used for otto
+		}
+		for _, v := range forged {
+			if s := h.withDevice(v).loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
+				t.Errorf("cookie %q while otto is locked = %d, want 429 (ignored)", v, s)
+			}
+		}
+		// otto's own cookie past its 30 days: TestDeviceCookieIsBoundToUserKeyAndTime
+		// (moving the virtual clock a month fires every ticker of the stack).
+	})
+	t.Run("a device's own failures are limited per device", func(t *testing.T) {
+		c := h.client()
+		if s := c.loginFrom("ada", h.users["ada"], ""); s != http.StatusSeeOther {
+			t.Fatalf("ada's login = %d", s)
+		}
+		var got []int
+		for range 6 {
+			got = append(got, c.loginFrom("ada", "guess", ""))
+		}
+		if want := []int{401, 401, 401, 401, 401, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("wrong tries with ada's device cookie: %v, want %v", got, want)
+		}
+		if r := counter(t, reg, "cbdash_login_refused_total", "device"); r != 1 {
+			t.Errorf("cbdash_login_refused_total{limit=device} = %v, want 1", r)
+		}
+		// The device's failures did not touch ada's shared bucket.
+		if s := h.client().loginFrom("ada", h.users["ada"], ""); s != http.StatusSeeOther {
+			t.Errorf("ada from another client = %d, want 303", s)
+		}
+	})
+}
+
+func TestSecurityLoginRefusalsDoNotExtendTheLock(t *testing.T) {
+	clk := clocktest.Virtual()
+	h := newHarness(t, web.Config{LoginBurst: 2, MaxHashing: 2, LoginEvery: 10 * time.Second, Clock: clk})
+	c := h.client()
+	for range 2 { // the 2nd failure empties the bucket: refill every 20 s
+		if s := c.loginFrom("otto", "guess", ""); s != http.StatusUnauthorized {
+			t.Fatalf("a first wrong try = %d", s)
+		}
+	}
+	for range 100 {
+		if s := c.loginFrom("otto", "guess", ""); s != http.StatusTooManyRequests {
+			t.Fatalf("a try while locked = %d, want 429", s)
+		}
+	}
+	clk.Advance(20 * time.Second)
+	if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusSeeOther {
+		t.Errorf("after one backed-off interval (100 refusals in it) = %d, want 303", s)
 	}
 }

@@ -177,6 +177,7 @@ func TestSecurityRevokedAccessEndsAtOnce(t *testing.T) {
 		for path, form := range map[string]url.Values{
 			"/admin/users/disable": {"name": {"ada"}}, "/admin/users/delete": {"name": {"ada"}},
 			"/admin/users/role": {"name": {"otto"}, "role": {"admin"}}, "/admin/tokens/revoke": {"ref": {"ut-1"}},
+			"/admin/tokens/expire": {"ref": {"ut-1"}, "days": {"1"}},
 		} {
 			if r := otto.postForm(path, form); r.status != http.StatusForbidden {
 				t.Errorf("operator %s = %d, want 403", path, r.status)
@@ -267,5 +268,49 @@ func TestSecurityRevokedAgentTokenClosesItsConnection(t *testing.T) {
 	_, msg, err := again.Read(rctx)
 	if err != nil || !strings.Contains(string(msg), "agent token") || !strings.Contains(string(msg), `"fatal":true`) {
 		t.Errorf("reconnect with the revoked token: %s %v, want a fatal token error", msg, err)
+	}
+}
+
+func TestAdminSetsATokensExpiryAfterItsCreation(t *testing.T) {
+	h := newHarness(t, web.Config{})
+	clk := h.virtual()
+	admin := h.login("ada")
+	tok := secretIn(admin.postForm("/admin/tokens", url.Values{"user": {"otto"}, "name": {"cli"}}).body, "cbdash_ut_")
+	ref := refOf(t, h, "otto")
+	if r := admin.postForm("/admin/tokens/expire", url.Values{"ref": {ref}, "days": {"0"}}); r.status != http.StatusBadRequest || !strings.Contains(r.body, "days") {
+		t.Errorf("0 days = %d, want 400 naming days", r.status)
+	}
+	if r := admin.postForm("/admin/tokens/expire", url.Values{"ref": {ref}, "days": {"1"}}); r.status != http.StatusSeeOther {
+		t.Fatalf("expire in 1 day = %d %.300s", r.status, r.body)
+	}
+	if r := h.bearerGet("/", tok); r.status != http.StatusOK {
+		t.Fatalf("the token before its expiry = %d", r.status)
+	}
+	if !strings.Contains(admin.get("/admin").body, clk.Now().Add(24*time.Hour).UTC().Format(time.DateOnly)) {
+		t.Error("the admin page does not show the new expiry")
+	}
+	clk.Advance(25 * time.Hour)
+	if r := h.bearerGet("/", tok); r.status != http.StatusUnauthorized {
+		t.Errorf("the token after its expiry = %d, want 401", r.status)
+	}
+	admin = h.login("ada") // her session of 12 h ended too
+	if r := admin.postForm("/admin/tokens/expire", url.Values{"ref": {ref}}); r.status != http.StatusSeeOther {
+		t.Fatalf("expire never = %d %.300s", r.status, r.body)
+	}
+	if r := h.bearerGet("/", tok); r.status != http.StatusOK {
+		t.Errorf("the token set to never expire = %d, want 200", r.status)
+	}
+	evs, err := h.st.AccountEvents(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if strings.Contains(e.Action, "expire") && e.Actor == "ada" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d expiry changes by ada in the account log, want 2: %+v", n, evs)
 	}
 }

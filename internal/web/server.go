@@ -131,9 +131,10 @@ type Config struct {
 	LiveInterval time.Duration
 	// LoginBurst and LoginEvery limit failed login attempts (token
 	// buckets counted before the password is checked): LoginBurst per
-	// user name and 4 x LoginBurst per client address at once, then one
-	// per LoginEvery, backing off while attempts keep coming. 0 = 5 and
-	// 12 seconds.
+	// user name (per device for a client with a valid device cookie of
+	// the user, see loginLimiter) and 4 x LoginBurst per client address
+	// at once, then one per LoginEvery, backing off with each further
+	// failure. 0 = 5 and 12 seconds.
 	LoginBurst int
 	LoginEvery time.Duration
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
@@ -308,6 +309,7 @@ func (s *Server) Mount(e *echo.Echo) {
 	admin.POST("/admin/users/enable", s.enableUser)
 	admin.POST("/admin/users/delete", s.deleteUser)
 	admin.POST("/admin/tokens/revoke", s.revokeToken)
+	admin.POST("/admin/tokens/expire", s.expireToken)
 }
 
 // routes registers handlers on an echo.Echo with middlewares applied to
