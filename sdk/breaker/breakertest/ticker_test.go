@@ -82,8 +82,10 @@ func TestEpoch(t *testing.T) {
 		}
 	})
 	t.Run("is moved by the variable, in UTC", func(t *testing.T) {
-		t.Setenv(breakertest.EpochEnv, "2041-06-15T05:00:00+02:00")
-		want := time.Date(2041, 6, 15, 3, 0, 0, 0, time.UTC) // the date is the subject: the variable's value in UTC
+		// A moment away from the default, written in another zone: Epoch
+		// reads it and gives it in UTC.
+		want := breakertest.DefaultEpoch.Add(5000*24*time.Hour + 15*time.Hour).UTC()
+		t.Setenv(breakertest.EpochEnv, want.In(time.FixedZone("", 2*60*60)).Format(time.RFC3339))
 		if got := breakertest.Epoch(); !got.Equal(want) || got.Location() != time.UTC {
 			t.Fatalf("Epoch() = %v, want %v", got, want)
 		}
