@@ -471,19 +471,7 @@ func (l *live) remote(u *fleetUpdate) {
 		}
 		inst.liveSeq = max(inst.liveSeq, u.Seq)
 		inst.hello, inst.labels, inst.lastSeen, inst.stale = u.Hello, u.Hello.Labels, at, false
-		declared := make(map[string]bool, len(u.Hello.Breakers))
-		for _, c := range u.Hello.Breakers {
-			declared[c.Name] = true
-			ib := l.breakerLocked(inst, c.Name)
-			ib.config = c
-			ib.dep.shape = nil
-			l.changedLocked(ib.dep)
-		}
-		for name, ib := range inst.breakers {
-			if !declared[name] {
-				l.dropBreakerLocked(ib)
-			}
-		}
+		l.declareLocked(inst, u.Hello.Breakers)
 	case updBatch:
 		l.applyLocked(applyReq{k: k, b: u.batch(), at: at, skew: u.Skew, remote: true})
 	}

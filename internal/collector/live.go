@@ -321,8 +321,15 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 		}
 		inst.sess = s
 	}
-	declared := make(map[string]bool, len(h.Breakers))
-	for _, c := range h.Breakers {
+	l.declareLocked(inst, h.Breakers)
+	return previous
+}
+
+// declareLocked makes inst's breakers those its hello declares (configs
+// as given), dropping the ones it no longer declares.
+func (l *live) declareLocked(inst *instance, breakers []protocol.BreakerConfig) {
+	declared := make(map[string]bool, len(breakers))
+	for _, c := range breakers {
 		declared[c.Name] = true
 		ib := l.breakerLocked(inst, c.Name)
 		ib.config = c
@@ -334,7 +341,6 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 			l.dropBreakerLocked(ib)
 		}
 	}
-	return previous
 }
 
 // session returns the connected session of an instance, or nil.
