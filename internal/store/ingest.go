@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -258,6 +259,11 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 	}
 	rk := runKey{inst.id, startedAt}
 	last, known := x.w.c.seqs[rk]
+	if staged, ok := x.runs[rk]; ok && (!known || staged > last) {
+		// Stored by an earlier op of this group (the cache may have been
+		// reset since by a failed op): not in the table until flush.
+		last, known = staged, true
+	}
 	if !known {
 		q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = ? AND started_at = ?`, inst.id, startedAt)
 		if err != nil {
@@ -274,16 +280,12 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 		x.w.c.seqs[rk] = last
 		return false, nil
 	}
-	if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (?, ?, ?)
-		ON CONFLICT (instance_id, started_at) DO UPDATE SET last_seq = excluded.last_seq`, inst.id, startedAt, seq); err != nil {
-		return false, fmt.Errorf("store: record seq: %w", err)
-	}
-	// A failure after this resets the caches (savepoint), so the cache
-	// never holds a seq that was rolled back.
+	// The seq and the instance's last-seen time are staged (x.runs,
+	// x.seen, at the end) and written by flush with the group's other
+	// rows, in the same transaction. A failure after this resets the
+	// caches (savepoint), so the cache never holds a seq that was rolled
+	// back.
 	x.w.c.seqs[rk] = seq
-	if _, err := x.exec(`UPDATE instances SET last_seen = max(last_seen, ?) WHERE id = ?`, now, inst.id); err != nil {
-		return false, fmt.Errorf("store: touch instance: %w", err)
-	}
 	for i := range b.Transitions {
 		t := &b.Transitions[i]
 		if _, err := x.exec(`INSERT INTO transitions (service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at)
@@ -329,11 +331,81 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 			return false, fmt.Errorf("store: breaker state: %w", err)
 		}
 	}
-	// Last, once nothing can fail any more: the accumulators are not
-	// rolled back with the savepoint.
+	// Last, once nothing can fail any more: the accumulators and staged
+	// rows are not rolled back with the savepoint.
+	x.runs[rk] = seq
+	x.seen[inst.id] = max(x.seen[inst.id], now)
 	for i := range b.Windows {
 		x.acc.addWindow(deps[i], &b.Windows[i])
 		x.addInstanceMinute(deps[i], inst.id, &b.Windows[i])
 	}
 	return true, nil
 }
+
+// flushRuns writes the staged last seqs (instance_runs) and last-seen
+// times (instances) of the group's batches in multi-row statements.
+func (x *wtx) flushRuns() error {
+	if len(x.runs) > 0 {
+		args := make([]any, 0, 3*len(x.runs))
+		for rk, seq := range x.runs {
+			args = append(args, rk.inst, rk.startedAt, seq)
+		}
+		if err := x.execRows(3, args, func(values string) string {
+			return "INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES " + values +
+				" ON CONFLICT (instance_id, started_at) DO UPDATE SET last_seq = excluded.last_seq"
+		}); err != nil {
+			return fmt.Errorf("store: record seq: %w", err)
+		}
+	}
+	if len(x.seen) > 0 {
+		args := make([]any, 0, 2*len(x.seen))
+		for id, at := range x.seen {
+			args = append(args, id, at)
+		}
+		// VALUES names its columns column1, column2... in both SQLite and
+		// PostgreSQL.
+		if err := x.execRows(2, args, func(values string) string {
+			return "UPDATE instances SET last_seen = max(last_seen, v.column2) FROM (VALUES " + values +
+				") AS v WHERE instances.id = v.column1"
+		}); err != nil {
+			return fmt.Errorf("store: touch instances: %w", err)
+		}
+	}
+	return nil
+}
+
+// execRows runs the statement query(values) over rows of cols integer
+// parameters each (args, flat), in statements of 100, 10 and 1 rows, so
+// that a few statement shapes are prepared whatever the count.
+func (x *wtx) execRows(cols int, args []any, query func(values string) string) error {
+	for _, n := range []int{100, 10, 1} {
+		for len(args) >= n*cols {
+			if _, err := x.exec(query(placeholders(n, cols)), args[:n*cols]...); err != nil {
+				return err
+			}
+			args = args[n*cols:]
+		}
+	}
+	return nil
+}
+
+// placeholders returns n rows of cols integer parameters,
+// "(CAST(? AS BIGINT), ...), ..." (the casts type PostgreSQL's
+// parameters), cached by shape.
+func placeholders(n, cols int) string {
+	k := [2]int{n, cols}
+	placeholderMu.Lock()
+	defer placeholderMu.Unlock()
+	if p, ok := placeholderCache[k]; ok {
+		return p
+	}
+	row := "(" + strings.Repeat("CAST(? AS BIGINT), ", cols-1) + "CAST(? AS BIGINT))"
+	p := strings.Repeat(row+", ", n-1) + row
+	placeholderCache[k] = p
+	return p
+}
+
+var (
+	placeholderMu    sync.Mutex
+	placeholderCache = map[[2]int]string{}
+)

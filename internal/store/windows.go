@@ -182,17 +182,23 @@ func rowArgs(dep, start int64, r *row) []any {
 		c.FallbackSuccess, c.FallbackFailure, r.inFlight, r.open, r.reports, r.latSum, encodeHist(r.lat), c.Misuse}
 }
 
-func selectRowSQL(l level) string {
-	return "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = ? AND start = ?"
-}
+// selectRowSQL reads one row of level l (built once per level: the
+// writer runs it thousands of times a second).
+func selectRowSQL(l level) string { return rowSQL[l].sel }
 
 // putRowSQL writes a whole row, replacing the one of the same bucket (an
 // upsert both backends spell the same).
-func putRowSQL(l level) string {
-	return "INSERT INTO " + l.table() + " (dep_id, start, " + rowColumns +
-		") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dep_id, start) DO UPDATE SET " +
-		replaceAll
-}
+func putRowSQL(l level) string { return rowSQL[l].put }
+
+var rowSQL = func() (q [levelHour + 1]struct{ sel, put string }) {
+	for l := levelSecond; l <= levelHour; l++ {
+		q[l].sel = "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = ? AND start = ?"
+		q[l].put = "INSERT INTO " + l.table() + " (dep_id, start, " + rowColumns +
+			") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dep_id, start) DO UPDATE SET " +
+			replaceAll
+	}
+	return q
+}()
 
 // replaceAll is the SET clause of putRowSQL: every column of rowColumns
 // from the new row.
@@ -283,6 +289,9 @@ func (x *wtx) mergeRow(l level, k bucketKey, delta *row) (*row, error) {
 // its minute, and into its hour when that is rolled up too, so roll-ups
 // stay exact whatever order reports arrive in.
 func (x *wtx) flush() error {
+	if err := x.flushRuns(); err != nil {
+		return err
+	}
 	if len(x.acc.seconds) == 0 {
 		return nil
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -68,5 +70,76 @@ func TestOpenRefusesNegativeOptionsNamingTheField(t *testing.T) {
 				t.Fatalf("Open = %v, want an error naming %s", err, field)
 			}
 		})
+	}
+}
+
+// A group in which a batch is stored, another op fails (which resets the
+// writer's caches), and the same batch arrives again: the resend is
+// recognised although its seq is only staged (written by the group's
+// flush), and the group's rows are written once.
+func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
+	s, err := Open(context.Background(), testDSN(t, "g.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	t0 := clocktest.Epoch()
+	batch := func(seq uint64) protocol.Batch {
+		return protocol.Batch{Seq: seq, Windows: []protocol.Window{{Breaker: "db", Start: t0.UnixMilli() + int64(seq)*1000, Millis: 1000,
+			State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 10, Successes: 10}}}}
+	}
+	// Hold the writer inside a transaction while the group queues up.
+	entered, release := make(chan struct{}), make(chan struct{})
+	go s.w.do(ctx, &op{run: func(*wtx) error {
+		close(entered)
+		<-release
+		return nil
+	}})
+	<-entered
+	type result struct {
+		stored bool
+		err    error
+	}
+	results := make([]chan result, 4)
+	queued := 0
+	enqueue := func(i int, f func() (bool, error)) {
+		results[i] = make(chan result, 1)
+		go func() {
+			stored, err := f()
+			results[i] <- result{stored, err}
+		}()
+		queued++
+		eventually.True(t, fmt.Sprintf("op %d queued", i), func() bool { return len(s.w.queue) == queued })
+	}
+	save := func(seq uint64) func() (bool, error) {
+		return func() (bool, error) { return s.SaveBatch(ctx, "pay", "pay-1", 1, batch(seq), t0) }
+	}
+	failing := errors.New("this op fails")
+	enqueue(0, save(1))
+	enqueue(1, func() (bool, error) { return false, s.w.do(ctx, &op{run: func(*wtx) error { return failing }}) })
+	enqueue(2, save(1))
+	enqueue(3, save(2))
+	close(release)
+	want := []result{{true, nil}, {false, failing}, {false, nil}, {true, nil}}
+	for i, ch := range results {
+		got := <-ch
+		if got.stored != want[i].stored || !errors.Is(got.err, want[i].err) {
+			t.Errorf("op %d = %v, %v; want %v, %v", i, got.stored, got.err, want[i].stored, want[i].err)
+		}
+	}
+	if last, err := s.LastSeq(ctx, "pay", "pay-1", 1); err != nil || last != 2 {
+		t.Errorf("LastSeq = %d, %v; want 2", last, err)
+	}
+	var admitted int64
+	if err := s.rdb.QueryRowContext(ctx, "SELECT sum(admitted) FROM windows_second").Scan(&admitted); err != nil {
+		t.Fatal(err)
+	}
+	if admitted != 20 {
+		t.Errorf("stored %d admitted calls, want 20 (two batches of 10, the resend not counted)", admitted)
+	}
+	// After a restart (caches empty) the resend is still a duplicate.
+	if stored, err := s.SaveBatch(ctx, "pay", "pay-1", 1, batch(2), t0); err != nil || stored {
+		t.Errorf("resend of seq 2 = %v, %v; want a duplicate", stored, err)
 	}
 }
