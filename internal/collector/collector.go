@@ -187,6 +187,9 @@ func New(cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
+	if err := registerStoreMetrics(cfg.Registerer, cfg.Store); err != nil {
+		return nil, fmt.Errorf("collector: metrics: %w", err)
+	}
 	h := newHub(cfg.SubscriberBuffer)
 	h.onDrop = m.subDrops.Inc
 	h.onCount = func(n int) { m.subscribers.Set(float64(n)) }

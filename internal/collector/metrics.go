@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"github.com/cbdash/cbdash/internal/store"
 	"sync"
 
 	"github.com/cbdash/cbdash"
@@ -202,4 +203,29 @@ func (m *metrics) agentDropped(d *protocol.Dropped) {
 			m.agentDrops.WithLabelValues(f.kind).Add(float64(f.n))
 		}
 	}
+}
+
+// registerStoreMetrics exports the store writer's counters: transactions
+// and operations committed (their ratio is the group size) and
+// operations that failed.
+func registerStoreMetrics(reg prometheus.Registerer, st *store.Store) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cbdash_store_transactions_total",
+			Help: "Group transactions the store's writer committed.",
+		}, func() float64 { return float64(st.Stats().Transactions) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cbdash_store_operations_total",
+			Help: "Writes the store's writer committed (a batch, a hello, a command...), in cbdash_store_transactions_total transactions.",
+		}, func() float64 { return float64(st.Stats().Ops) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cbdash_store_failed_operations_total",
+			Help: "Writes the store's writer could not commit.",
+		}, func() float64 { return float64(st.Stats().FailedOps) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
