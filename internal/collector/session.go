@@ -256,10 +256,8 @@ const binaryReason = "binary frames are refused: send every message as one JSON 
 // is a duplicate: it is acknowledged in turn, never stored again.
 func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 	c := s.c
-	buf := readBufs.Get().(*bytes.Buffer)
-	defer readBufs.Put(buf)
 	for {
-		typ, data, err := readMessage(ctx, s.conn, buf)
+		typ, buf, err := readMessage(ctx, s.conn)
 		if err != nil {
 			return
 		}
@@ -270,10 +268,11 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 		if typ != websocket.MessageText {
 			c.metrics.batches.WithLabelValues("refused").Inc()
 			rf = refuse(cbdash.ErrInvalid, "%s", binaryReason)
-		} else if m, seq, err = decode(data); err != nil {
+		} else if m, seq, err = decode(buf.Bytes()); err != nil {
 			c.metrics.batches.WithLabelValues("refused").Inc()
 			rf = invalidInput("", err)
 		}
+		putReadBuf(buf) // what decode returned is copied out of it
 		if rf == nil && m.Hello != nil {
 			if rf := s.rehello(ctx, m.Hello, now); rf != nil {
 				s.fatal(ctx, rf)
@@ -313,30 +312,37 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 	}
 }
 
-// readBufs are the buffers sessions read messages into: a session's next
-// message reuses the last one's memory (what is decoded from it is
-// copied: strings and slices of its own), and an idle session holds none.
+// readBufs are the buffers sessions read messages into, taken when a
+// message has arrived and put back once it is decoded (what is decoded
+// from it is copied: strings and slices of its own), so a session waiting
+// for its next message, as a thousand mostly are, holds none.
 var readBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxKeptBuffer is the largest read buffer put back for reuse (a rare
 // large message does not pin its size).
 const maxKeptBuffer = 256 << 10
 
-// readMessage reads one message into buf (reset first) and returns its
-// bytes, valid until the next call; as websocket.Conn.Read otherwise.
-func readMessage(ctx context.Context, conn *websocket.Conn, buf *bytes.Buffer) (websocket.MessageType, []byte, error) {
-	if buf.Cap() > maxKeptBuffer {
-		*buf = bytes.Buffer{}
+func putReadBuf(buf *bytes.Buffer) {
+	if buf.Cap() <= maxKeptBuffer {
+		readBufs.Put(buf)
 	}
-	buf.Reset()
+}
+
+// readMessage waits for the next message and reads it into a buffer of
+// readBufs (give it back with putReadBuf); as websocket.Conn.Read
+// otherwise.
+func readMessage(ctx context.Context, conn *websocket.Conn) (websocket.MessageType, *bytes.Buffer, error) {
 	typ, r, err := conn.Reader(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
+	buf := readBufs.Get().(*bytes.Buffer)
+	buf.Reset()
 	if _, err := buf.ReadFrom(r); err != nil {
+		putReadBuf(buf)
 		return 0, nil, err
 	}
-	return typ, buf.Bytes(), nil
+	return typ, buf, nil
 }
 
 // rehello accepts a new hello on an open connection when it names the same
