@@ -69,32 +69,38 @@ const imFlushRows = 4000
 // keys of the writer's sums it wrote (to forget once committed).
 func (x *wtx) writeInstanceMinutes(all bool) ([]imKey, error) {
 	var written []imKey
-	put := func(k imKey, r *imRow) error {
-		_, err := x.exec(`INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,
-		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = min(instance_minutes.state_rank, excluded.state_rank)`,
-			k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
-		if err != nil {
-			return fmt.Errorf("store: save instance minute: %w", err)
-		}
-		return nil
+	args := make([]any, 0, 8*min(len(x.w.im)+len(x.im), imFlushRows))
+	put := func(k imKey, r *imRow) {
+		args = append(args, k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
 	}
 	for k, r := range x.w.im {
 		if !all && len(written) >= imFlushRows {
 			break
 		}
-		if err := put(k, r); err != nil {
-			return nil, err
-		}
+		put(k, r)
 		written = append(written, k)
 	}
 	if all {
 		for k, r := range x.im {
-			if err := put(k, r); err != nil {
-				return nil, err
-			}
+			put(k, r)
 		}
+	}
+	// Rows in statements of up to 100 (execRows); no key twice in one
+	// (PostgreSQL refuses an upsert that touches a row twice): the
+	// writer's sums and this transaction's are written by separate
+	// statements when a key is in both.
+	cut := 8 * len(written)
+	for _, part := range [][]any{args[:cut], args[cut:]} {
+		if err := x.execRows(8, part, func(values string) string {
+			return `INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
+		VALUES ` + values + `
+		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,
+		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = min(instance_minutes.state_rank, excluded.state_rank)`
+		}); err != nil {
+			return nil, fmt.Errorf("store: save instance minute: %w", err)
+		}
+	}
+	if all {
 		clear(x.im)
 	}
 	return written, nil

@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cbdash/cbdash"
+
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -141,5 +143,74 @@ func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
 	// After a restart (caches empty) the resend is still a duplicate.
 	if stored, err := s.SaveBatch(ctx, "pay", "pay-1", 1, batch(2), t0); err != nil || stored {
 		t.Errorf("resend of seq 2 = %v, %v; want a duplicate", stored, err)
+	}
+}
+
+// One group of 237 instances' batches: the staged seqs, last-seen times
+// and instance minutes are written in multi-row statements of 100, 10 and
+// 1 rows (execRows), every row once, on both backends.
+func TestAGroupOfManyInstancesWritesEveryStagedRow(t *testing.T) {
+	s, err := Open(context.Background(), testDSN(t, "many.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	t0 := clocktest.Epoch().Truncate(time.Minute)
+	entered, release := make(chan struct{}), make(chan struct{})
+	go s.w.do(ctx, &op{run: func(*wtx) error {
+		close(entered)
+		<-release
+		return nil
+	}})
+	<-entered
+	const n = 237
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			b := protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{{Breaker: "db", Start: t0.UnixMilli(), Millis: 1000,
+				State: protocol.StateClosed, Counts: protocol.Counts{Admitted: int64(i + 1), Successes: int64(i + 1)}}}}
+			stored, err := s.SaveBatch(ctx, "pay", fmt.Sprintf("pay-%03d", i), 7, b, t0.Add(time.Duration(i)*time.Millisecond))
+			if err == nil && !stored {
+				err = fmt.Errorf("batch of pay-%03d not stored", i)
+			}
+			errs <- err
+		}()
+	}
+	eventually.True(t, "every batch queued", func() bool { return len(s.w.queue) == n })
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tx := s.Stats().Transactions; tx != 2 {
+		t.Fatalf("%d transactions, want 2 (the held one and one group)", tx)
+	}
+	for i := range n {
+		if last, err := s.LastSeq(ctx, "pay", fmt.Sprintf("pay-%03d", i), 7); err != nil || last != uint64(i+1) {
+			t.Fatalf("LastSeq of pay-%03d = %d, %v; want %d", i, last, err, i+1)
+		}
+	}
+	var seen, want int64
+	for i := range n {
+		want += t0.Add(time.Duration(i) * time.Millisecond).UnixMilli()
+	}
+	if err := s.rdb.QueryRowContext(ctx, "SELECT sum(last_seen) FROM instances").Scan(&seen); err != nil || seen != want {
+		t.Errorf("sum of last_seen = %d, %v; want %d (each instance its own batch's time)", seen, err, want)
+	}
+	mins, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mins) != n {
+		t.Fatalf("%d instance minutes, want %d", len(mins), n)
+	}
+	for _, m := range mins {
+		var i int
+		fmt.Sscanf(m.Instance, "pay-%03d", &i)
+		if m.Calls != int64(i+1) || !m.Start.Equal(t0) {
+			t.Errorf("%s: %d calls at %v, want %d at %v", m.Instance, m.Calls, m.Start, i+1, t0)
+		}
 	}
 }
