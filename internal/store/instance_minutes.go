@@ -40,6 +40,12 @@ func (r *imRow) add(o imRow) {
 	r.rank = min(r.rank, o.rank)
 }
 
+// imDelta is one window report's share of an instance minute.
+type imDelta struct {
+	k imKey
+	r imRow
+}
+
 // addInto adds d to m[k].
 func addInto(m map[imKey]*imRow, k imKey, d imRow) {
 	if cur := m[k]; cur != nil {
@@ -53,8 +59,8 @@ func addInto(m map[imKey]*imRow, k imKey, d imRow) {
 // its minute, in this transaction (the writer keeps it once committed).
 func (x *wtx) addInstanceMinute(dep, inst int64, w *protocol.Window) {
 	c := w.Counts
-	addInto(x.im, imKey{dep, inst, w.Start - w.Start%60000},
-		imRow{calls: c.Admitted, failures: c.Failures, slow: c.Slow, rejected: c.Rejected(), rank: cbdash.StateRank(w.State)})
+	x.im = append(x.im, imDelta{imKey{dep, inst, w.Start - w.Start%60000},
+		imRow{calls: c.Admitted, failures: c.Failures, slow: c.Slow, rejected: c.Rejected(), rank: cbdash.StateRank(w.State)}})
 }
 
 // imFlushRows bounds the buffered instance minutes one group transaction
@@ -81,7 +87,11 @@ func (x *wtx) writeInstanceMinutes(all bool) ([]imKey, error) {
 		written = append(written, k)
 	}
 	if all {
-		for k, r := range x.im {
+		mine := make(map[imKey]*imRow, len(x.im))
+		for _, d := range x.im {
+			addInto(mine, d.k, d.r)
+		}
+		for k, r := range mine {
 			put(k, r)
 		}
 	}
@@ -101,7 +111,7 @@ func (x *wtx) writeInstanceMinutes(all bool) ([]imKey, error) {
 		}
 	}
 	if all {
-		clear(x.im)
+		x.im = x.im[:0]
 	}
 	return written, nil
 }

@@ -112,6 +112,19 @@ func finite(v float64) float64 {
 	return v
 }
 
+// addWindow adds one window report to r, as r.add(fromWindow(w)) does,
+// without copying its histogram.
+func (r *row) addWindow(w *protocol.Window) {
+	r.counts.Add(w.Counts)
+	r.inFlight = protocol.SatAdd(r.inFlight, w.InFlight)
+	if w.State != protocol.StateClosed {
+		r.open = protocol.SatAdd(r.open, 1)
+	}
+	r.reports = protocol.SatAdd(r.reports, 1)
+	r.latSum = finite(r.latSum + w.LatencySumMs)
+	r.lat = addHist(r.lat, w.Latency)
+}
+
 // fromWindow turns one window report into a second-level row.
 func fromWindow(w *protocol.Window) row {
 	r := row{counts: w.Counts, inFlight: w.InFlight, reports: 1, latSum: w.LatencySumMs}
@@ -227,11 +240,11 @@ func newAccumulator() *accumulator {
 
 func (a *accumulator) addWindow(dep int64, w *protocol.Window) {
 	k := bucketKey{dep, floorMs(w.Start, 1000)}
-	r := fromWindow(w)
 	if cur, ok := a.seconds[k]; ok {
-		cur.add(&r)
+		cur.addWindow(w)
 		return
 	}
+	r := fromWindow(w)
 	a.seconds[k] = &r
 }
 

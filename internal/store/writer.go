@@ -332,8 +332,8 @@ func (w *writer) commit(group []*op) {
 		for _, k := range imWritten {
 			delete(w.im, k)
 		}
-		for k, r := range x.im { // emptied when written
-			addInto(w.im, k, *r)
+		for _, d := range x.im { // emptied when written
+			addInto(w.im, d.k, d.r)
 		}
 		if w.imRound -= len(imWritten); flushIM || w.imRound <= 0 {
 			w.imFlushing = false
@@ -435,7 +435,7 @@ type wtx struct {
 	// released: nothing of the transaction may be committed.
 	broken error
 	acc    *accumulator
-	im     map[imKey]*imRow // this transaction's instance minutes
+	im     []imDelta // this transaction's instance minutes, report by report
 	// runs and seen are the batches' last seqs and instances' last-seen
 	// times, staged by saveBatch and written by flush in a few multi-row
 	// statements.
@@ -449,7 +449,7 @@ type wtx struct {
 }
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
-	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(), im: make(map[imKey]*imRow),
+	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(),
 		runs: make(map[runKey]int64), seen: make(map[int64]int64)}
 }
 
