@@ -198,6 +198,8 @@ func (x *wtx) setWatermark(level string, v int64, cached *int64) error {
 // expire applies retention. Seconds and minutes are kept until rolled up
 // even past their retention.
 func (x *wtx) expire(now int64, r Retention) error {
+	// Rows deleted here must not come back from the row cache.
+	clear(x.w.c.rows)
 	wm, err := x.watermarks()
 	if err != nil {
 		return err

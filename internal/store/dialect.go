@@ -217,6 +217,8 @@ func (d *dialect) beginGroup(x *wtx) error {
 	// Another collector may have stored batches of an agent process that
 	// failed over: the last seqs are read again (dedup must see them).
 	clear(x.w.c.seqs)
+	// And it may have written the seconds the row cache holds.
+	clear(x.w.c.rows)
 	_, err := x.exec("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
 	return err
 }

@@ -274,17 +274,23 @@ func cmpInt(a, b int64) int {
 
 // mergeRow reads the row at (l, k), merges delta into it (add for seconds,
 // roll for coarser levels), writes it back and returns the merged row.
+// A second's row comes from the writer's row cache when it holds it.
 func (x *wtx) mergeRow(l level, k bucketKey, delta *row) (*row, error) {
-	q, err := x.queryRow(selectRowSQL(l), k.dep, k.start)
-	if err != nil {
-		return nil, err
-	}
 	var cur row
-	switch err := scanRow(q, &cur); {
-	case errors.Is(err, sql.ErrNoRows):
-		cur = row{}
-	case err != nil:
-		return nil, fmt.Errorf("read %s row: %w", l.table(), err)
+	if c, ok := x.w.c.rows[k]; ok && l == levelSecond {
+		cur = *c
+		cur.lat = slices.Clone(c.lat) // the cached row stays as committed
+	} else {
+		q, err := x.queryRow(selectRowSQL(l), k.dep, k.start)
+		if err != nil {
+			return nil, err
+		}
+		switch err := scanRow(q, &cur); {
+		case errors.Is(err, sql.ErrNoRows):
+			cur = row{}
+		case err != nil:
+			return nil, fmt.Errorf("read %s row: %w", l.table(), err)
+		}
 	}
 	if l == levelSecond {
 		cur.add(delta)
@@ -293,6 +299,9 @@ func (x *wtx) mergeRow(l level, k bucketKey, delta *row) (*row, error) {
 	}
 	if _, err := x.exec(putRowSQL(l), rowArgs(k.dep, k.start, &cur)...); err != nil {
 		return nil, fmt.Errorf("write %s row: %w", l.table(), err)
+	}
+	if l == levelSecond {
+		x.rows[k] = &cur
 	}
 	return &cur, nil
 }

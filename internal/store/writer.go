@@ -76,7 +76,22 @@ type cache struct {
 	deps      map[cbdash.DependencyKey]int64
 	wm        *watermarks      // nil = not loaded
 	seqs      map[runKey]int64 // last stored seq of an agent process
+	// rows are committed windows_second rows of the last rowCacheSpan
+	// (by start, behind the newest), so that a second reported into by
+	// several groups is read once. On PostgreSQL, where another
+	// collector may write the same rows, every group starts without them
+	// (dialect.beginGroup).
+	rows      map[bucketKey]*row
+	rowNewest int64 // the newest start in rows
 }
+
+// rowCacheSpan is how far behind the newest second the row cache keeps
+// seconds (agents report each second within a few seconds of its end;
+// a resend after a reconnect reads its rows from the table).
+const rowCacheSpan = 10 * 1000
+
+// maxCachedRows bounds the row cache (seconds x dependencies).
+const maxCachedRows = 100_000
 
 // runKey names one agent process of an instance.
 type runKey struct{ inst, startedAt int64 }
@@ -102,6 +117,26 @@ func (c *cache) reset() {
 	c.deps = make(map[cbdash.DependencyKey]int64)
 	c.wm = nil
 	c.seqs = make(map[runKey]int64)
+	c.rows = make(map[bucketKey]*row)
+	c.rowNewest = 0
+}
+
+// keepRows adds the rows of a committed transaction to the row cache and
+// forgets those older than rowCacheSpan behind the newest.
+func (c *cache) keepRows(rows map[bucketKey]*row) {
+	for k, r := range rows {
+		c.rows[k] = r
+		c.rowNewest = max(c.rowNewest, k.start)
+	}
+	if len(c.rows) > maxCachedRows {
+		clear(c.rows)
+		return
+	}
+	for k := range c.rows {
+		if k.start < c.rowNewest-rowCacheSpan {
+			delete(c.rows, k)
+		}
+	}
 }
 
 func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
@@ -328,6 +363,9 @@ func (w *writer) commit(group []*op) {
 	if !committed {
 		tx.Rollback()
 	}
+	if committed && !x.dirty {
+		w.c.keepRows(x.rows)
+	}
 	if committed {
 		for _, k := range imWritten {
 			delete(w.im, k)
@@ -441,6 +479,9 @@ type wtx struct {
 	// statements.
 	runs map[runKey]int64
 	seen map[int64]int64
+	// rows are the windows_second rows this transaction wrote, for the
+	// writer's row cache once committed.
+	rows map[bucketKey]*row
 	// inOp: a group's op is running; spOpen: its savepoint is open
 	// (savepoint, open).
 	inOp, spOpen bool
@@ -450,7 +491,7 @@ type wtx struct {
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
 	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(),
-		runs: make(map[runKey]int64), seen: make(map[int64]int64)}
+		runs: make(map[runKey]int64), seen: make(map[int64]int64), rows: make(map[bucketKey]*row)}
 }
 
 // st returns query's statement, prepared once per transaction. (A
