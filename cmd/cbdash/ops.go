@@ -118,7 +118,7 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 // page (the server answers them the odd ones first).
 func dependencyWithMembers(ctx context.Context, c *apiClient, service, breaker string) (cbdash.Dependency, error) {
 	path := "/api/v1/breakers/" + url.PathEscape(service) + "/" + url.PathEscape(breaker) + "?limit=1000"
-	var all []cbdash.InstanceBreaker
+	var all []*cbdash.InstanceBreaker
 	for cursor := ""; ; {
 		var page struct {
 			cbdash.Dependency
