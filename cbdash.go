@@ -149,8 +149,18 @@ type Dependency struct {
 	// OpenSince is the earliest OpenSince of the live instances that are
 	// not closed: how long the dependency has been in trouble. Zero when
 	// every live instance is closed (or forced closed).
-	OpenSince   time.Time         `json:"open_since,omitzero"`
-	PerInstance []InstanceBreaker `json:"per_instance"`
+	OpenSince time.Time `json:"open_since,omitzero"`
+	// PerInstance has one line per instance, stale ones included (in
+	// instance order in the collector's views), never a nil element.
+	// The lines are shared and read-only: the collector gives the same
+	// pointers to every view and subscriber of the dependency, keeps
+	// them in the views that follow while an instance reports nothing
+	// new, and builds a new line rather than change one it has handed
+	// out. Reordering or re-slicing a copy of the slice is fine; to change
+	// a line, copy it first (c := *ib), and clone its Labels, Held,
+	// LastTrip or Last.Latency before changing what they point to (they
+	// are shared too).
+	PerInstance []*InstanceBreaker `json:"per_instance"`
 }
 
 // Resolution is the granularity of stored history.

@@ -13,7 +13,7 @@ func TestRatesOfShowsTheWindowOrTheTrip(t *testing.T) {
 	hr := protocol.Headroom{Calls: 40, MinimumCalls: 20, FailureRate: 12.5, FailureRateThreshold: 50, SlowCallRateThreshold: 80}
 	tripped := &protocol.Transition{From: protocol.StateClosed, To: protocol.StateOpen,
 		Cause: protocol.Cause{Kind: protocol.CauseSlowCallRate, FailureRate: 3, SlowCallRate: 85, Threshold: 80}}
-	dep := func(state string, ins ...cbdash.InstanceBreaker) cbdash.Dependency {
+	dep := func(state string, ins ...*cbdash.InstanceBreaker) cbdash.Dependency {
 		return cbdash.Dependency{State: state, Headroom: hr, FailureRate: 7, PerInstance: ins}
 	}
 	for _, tc := range []struct {
@@ -24,11 +24,11 @@ func TestRatesOfShowsTheWindowOrTheTrip(t *testing.T) {
 		{"closed: the window", dep(protocol.StateClosed), "failure rate 12.5% of 50%", "slow-call rate 0% of 80%"},
 		{"closed below the minimum: not judged", cbdash.Dependency{State: protocol.StateClosed, Headroom: protocol.Headroom{Calls: 1, Failures: 1, MinimumCalls: 20, FailureRate: 100, FailureRateThreshold: 50}},
 			"failure rate not judged yet (1 of 20 calls)", "slow-call rate not judged yet (1 of 20 calls)"},
-		{"open with a known trip: at the trip", dep(protocol.StateOpen, cbdash.InstanceBreaker{Instance: "a", State: protocol.StateOpen, LastTrip: tripped}),
+		{"open with a known trip: at the trip", dep(protocol.StateOpen, &cbdash.InstanceBreaker{Instance: "a", State: protocol.StateOpen, LastTrip: tripped}),
 			"failure rate, at trip 3% of 50%", "slow-call rate, tripped at 85% of 80%"},
-		{"open, trip unknown: the last minute", dep(protocol.StateOpen, cbdash.InstanceBreaker{Instance: "a", State: protocol.StateOpen}),
+		{"open, trip unknown: the last minute", dep(protocol.StateOpen, &cbdash.InstanceBreaker{Instance: "a", State: protocol.StateOpen}),
 			"failure rate, last min 7% of 50%", "slow-call rate, last min 0% of 80%"},
-		{"a stale instance's trip does not explain it", dep(protocol.StateOpen, cbdash.InstanceBreaker{Instance: "a", State: protocol.StateOpen, Stale: true, LastTrip: tripped}),
+		{"a stale instance's trip does not explain it", dep(protocol.StateOpen, &cbdash.InstanceBreaker{Instance: "a", State: protocol.StateOpen, Stale: true, LastTrip: tripped}),
 			"failure rate, last min 7% of 50%", "slow-call rate, last min 0% of 80%"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -118,7 +118,7 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 // page (the server answers them the odd ones first).
 func dependencyWithMembers(ctx context.Context, c *apiClient, service, breaker string) (cbdash.Dependency, error) {
 	path := "/api/v1/breakers/" + url.PathEscape(service) + "/" + url.PathEscape(breaker) + "?limit=1000"
-	var all []cbdash.InstanceBreaker
+	var all []*cbdash.InstanceBreaker
 	for cursor := ""; ; {
 		var page struct {
 			cbdash.Dependency
@@ -131,7 +131,11 @@ func dependencyWithMembers(ctx context.Context, c *apiClient, service, breaker s
 		if err := c.do(ctx, "GET", q, nil, &page); err != nil {
 			return cbdash.Dependency{}, err
 		}
-		all = append(all, page.PerInstance...)
+		for _, ib := range page.PerInstance {
+			if ib != nil { // a null member (not one the server sends) would break Dependency's contract
+				all = append(all, ib)
+			}
+		}
 		if page.Next == "" || page.Next == cursor {
 			page.PerInstance = all
 			return page.Dependency, nil

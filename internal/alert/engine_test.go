@@ -32,7 +32,7 @@ func dep(k cbdash.DependencyKey, states ...string) cbdash.Dependency {
 			d.ByState[st]++
 			d.Instances++
 		}
-		d.PerInstance = append(d.PerInstance, ib)
+		d.PerInstance = append(d.PerInstance, &ib)
 	}
 	return d
 }

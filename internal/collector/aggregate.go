@@ -97,7 +97,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		ByState:       make(map[string]int),
 		OpensToday:    d.opensToday,
 		LastChange:    d.lastChange,
-		PerInstance:   make([]cbdash.InstanceBreaker, 0, len(d.members)),
+		PerInstance:   make([]*cbdash.InstanceBreaker, 0, len(d.members)),
 	}
 	if d.sorted == nil {
 		d.sorted = make([]*ibreaker, 0, len(d.members))
@@ -114,16 +114,8 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	bestCloseness := -1.0
 	for _, ib := range d.sorted {
 		inst := ib.inst
-		if ib.entryGen != inst.gen || ib.entryShape != d.shape || inst.gen == 0 {
-			ib.entry = cbdash.InstanceBreaker{
-				Service: d.key.Service, Instance: inst.key.instance, Breaker: d.key.Breaker, Labels: inst.labels,
-				State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
-				OpenSince: ib.openSince,
-				Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
-				Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
-				ClockSkewMillis: inst.skewMs,
-			}
-			ib.entry.Shown.Failure, ib.entry.Shown.Slow = cbdash.InstanceRatesOf(ib.entry, nil)
+		if ib.entry == nil || ib.entryGen != inst.gen || ib.entryShape != d.shape || inst.gen == 0 {
+			ib.entry = lineOf(d, ib)
 			ib.entryGen, ib.entryShape = inst.gen, d.shape
 		}
 		v.PerInstance = append(v.PerInstance, ib.entry)
@@ -161,6 +153,23 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	v.Closeness = cbdash.ClosenessOf(v.Headroom)
 	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
 	return v
+}
+
+// lineOf builds ib's line of d's aggregate. It is a new line every time:
+// the previous one may be held by views and subscribers, which share it
+// read-only (cbdash.Dependency.PerInstance), so it is never changed.
+func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
+	inst := ib.inst
+	e := &cbdash.InstanceBreaker{
+		Service: d.key.Service, Instance: inst.key.instance, Breaker: d.key.Breaker, Labels: inst.labels,
+		State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
+		OpenSince: ib.openSince,
+		Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
+		Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
+		ClockSkewMillis: inst.skewMs,
+	}
+	e.Shown.Failure, e.Shown.Slow = cbdash.InstanceRatesOf(*e, nil)
+	return e
 }
 
 // shape is what changes only with a hello: configuration drift and the

@@ -50,8 +50,9 @@ type ibreaker struct {
 	lastTripAt     time.Time // when lastTrip was received
 	// entry is this breaker's line of its dependency's aggregate, as last
 	// computed, good while inst.gen is entryGen and the dependency's
-	// shape is entryShape (aggregate.go).
-	entry      cbdash.InstanceBreaker
+	// shape is entryShape (aggregate.go); nil until computed. Views and
+	// subscribers share it: it is replaced, never modified.
+	entry      *cbdash.InstanceBreaker
 	entryGen   uint64
 	entryShape *shape
 }
@@ -741,6 +742,9 @@ func sortDependencies(ds []cbdash.Dependency) {
 	})
 }
 
+// cloneDependency copies a view for a caller that may change it: its own
+// ByState and PerInstance slice, sharing the lines (immutable, see
+// cbdash.Dependency.PerInstance) and the labels.
 func cloneDependency(v *cbdash.Dependency) cbdash.Dependency {
 	c := *v
 	c.ByState = maps.Clone(v.ByState)

@@ -36,7 +36,7 @@ func perInstance(t *testing.T, h *harness) map[string]cbdash.InstanceBreaker {
 	}
 	m := map[string]cbdash.InstanceBreaker{}
 	for _, in := range d.PerInstance {
-		m[in.Instance] = in
+		m[in.Instance] = *in
 	}
 	return m
 }

@@ -32,8 +32,7 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 		w.last[k] = last
 	}
 	var out []cbdash.ConfigChange
-	for i := range ev.Dependency.PerInstance {
-		ib := &ev.Dependency.PerInstance[i]
+	for _, ib := range ev.Dependency.PerInstance {
 		if ib.Config.Name == "" {
 			continue // not declared yet
 		}

@@ -205,7 +205,7 @@ func (d *Detector) Resync(snapshot []cbdash.Dependency, now time.Time) []Change 
 // missedTrip returns the trip of ib that the detector has not seen: its
 // last trip when newer than the last one seen, else, when it is down now
 // and was not, a transition into its state at the start of its episode.
-func missedTrip(s *depState, ib cbdash.InstanceBreaker) (cbdash.TransitionRecord, bool) {
+func missedTrip(s *depState, ib *cbdash.InstanceBreaker) (cbdash.TransitionRecord, bool) {
 	rec := cbdash.TransitionRecord{Service: ib.Service, Instance: ib.Instance}
 	switch {
 	case ib.LastTrip != nil && ib.LastTrip.At > s.tripped[ib.Instance]:

@@ -63,7 +63,7 @@ func (s step) event(prev map[string]string) cbdash.Event {
 		stale[n] = true
 	}
 	for inst, st := range prev {
-		dep.PerInstance = append(dep.PerInstance, cbdash.InstanceBreaker{Service: key.Service, Breaker: key.Breaker, Instance: inst, State: st, Stale: stale[inst]})
+		dep.PerInstance = append(dep.PerInstance, &cbdash.InstanceBreaker{Service: key.Service, Breaker: key.Breaker, Instance: inst, State: st, Stale: stale[inst]})
 	}
 	return cbdash.Event{Kind: cbdash.EventDependency, At: at, Dependency: &dep}
 }
@@ -262,7 +262,7 @@ func TestDetector(t *testing.T) {
 func TestDetectorRestore(t *testing.T) {
 	t.Run("an open incident whose instances are all closed starts its quiet period at restore", func(t *testing.T) {
 		d, _ := incident.NewDetector(incident.Config{})
-		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 2, PerInstance: []cbdash.InstanceBreaker{
+		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 2, PerInstance: []*cbdash.InstanceBreaker{
 			{Instance: "a", State: protocol.StateClosed}, {Instance: "b", State: protocol.StateClosed},
 		}}}
 		open := cbdash.Incident{ID: 7, DependencyKey: key, Start: t0, Open: true, Instances: []string{"a"}, Opens: 1}
@@ -277,7 +277,7 @@ func TestDetectorRestore(t *testing.T) {
 	})
 	t.Run("an open incident with an instance still open stays open", func(t *testing.T) {
 		d, _ := incident.NewDetector(incident.Config{})
-		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 1, PerInstance: []cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateOpen}}}}
+		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 1, PerInstance: []*cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateOpen}}}}
 		d.Restore(snap, []cbdash.Incident{{ID: 3, DependencyKey: key, Start: t0, Open: true, Instances: []string{"a"}}}, t0)
 		if cs := d.Tick(t0.Add(time.Hour)); len(cs) != 0 {
 			t.Fatalf("closed: %v", cs)
@@ -296,7 +296,7 @@ func TestDetectorResync(t *testing.T) {
 			t.Fatalf("got %v", cs)
 		}
 		// The close of a was lost; the snapshot says closed.
-		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 1, PerInstance: []cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateClosed}}}}
+		snap := []cbdash.Dependency{{DependencyKey: key, Instances: 1, PerInstance: []*cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateClosed}}}}
 		d.Resync(snap, t0.Add(time.Minute))
 		if cs := d.Tick(t0.Add(time.Minute + incident.DefaultQuiet - time.Second)); len(cs) != 0 {
 			t.Fatalf("closed early: %v", cs)
@@ -309,10 +309,10 @@ func TestDetectorResync(t *testing.T) {
 	trip := func(at int) *protocol.Transition {
 		return &protocol.Transition{Breaker: key.Breaker, From: protocol.StateClosed, To: protocol.StateOpen, At: t0.Add(time.Duration(at) * time.Second).UnixMilli()}
 	}
-	inst := func(name, state string, last *protocol.Transition) cbdash.InstanceBreaker {
-		return cbdash.InstanceBreaker{Service: key.Service, Breaker: key.Breaker, Instance: name, State: state, LastTrip: last}
+	inst := func(name, state string, last *protocol.Transition) *cbdash.InstanceBreaker {
+		return &cbdash.InstanceBreaker{Service: key.Service, Breaker: key.Breaker, Instance: name, State: state, LastTrip: last}
 	}
-	dep := func(ibs ...cbdash.InstanceBreaker) []cbdash.Dependency {
+	dep := func(ibs ...*cbdash.InstanceBreaker) []cbdash.Dependency {
 		return []cbdash.Dependency{{DependencyKey: key, Instances: len(ibs), PerInstance: ibs}}
 	}
 	t.Run("a trip missed while the feed dropped us opens the incident at its time", func(t *testing.T) {
@@ -375,7 +375,7 @@ func BenchmarkDetectorObserve(b *testing.B) {
 		k := cbdash.DependencyKey{Service: "svc", Breaker: "dep-" + strconv.Itoa(i)}
 		dep := cbdash.Dependency{DependencyKey: k, Instances: 3}
 		for j := range 3 {
-			dep.PerInstance = append(dep.PerInstance, cbdash.InstanceBreaker{Instance: "i-" + strconv.Itoa(j), State: protocol.StateClosed})
+			dep.PerInstance = append(dep.PerInstance, &cbdash.InstanceBreaker{Instance: "i-" + strconv.Itoa(j), State: protocol.StateClosed})
 		}
 		evs = append(evs, cbdash.Event{Kind: cbdash.EventDependency, At: t0, Dependency: &dep})
 		if i%100 == 0 {

@@ -183,10 +183,11 @@ func (r faultRun) events() []cbdash.Event {
 			cfg.FailureRateThreshold = thr
 			d := cbdash.Dependency{DependencyKey: k, Instances: len(r.Instances)}
 			for _, inst := range r.Instances {
-				d.PerInstance = append(d.PerInstance, cbdash.InstanceBreaker{Service: r.Service, Breaker: r.Breaker, Instance: inst, State: protocol.StateClosed, Config: breakerConfig(r.Breaker)})
+				ib := &cbdash.InstanceBreaker{Service: r.Service, Breaker: r.Breaker, Instance: inst, State: protocol.StateClosed, Config: breakerConfig(r.Breaker)}
 				if inst == cc.Instance {
-					d.PerInstance[len(d.PerInstance)-1].Config = cfg
+					ib.Config = cfg
 				}
+				d.PerInstance = append(d.PerInstance, ib)
 			}
 			at := t0.Add(time.Duration(cc.AtMs-int64(1-i)*1000) * time.Millisecond)
 			out = append(out, cbdash.Event{Kind: cbdash.EventDependency, At: at, Dependency: &d})

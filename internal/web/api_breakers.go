@@ -39,7 +39,7 @@ func (s *Server) apiServices(c echo.Context) error {
 // is left out (the dependency's own endpoint pages them).
 type dependencySummary struct {
 	cbdash.Dependency
-	PerInstance []cbdash.InstanceBreaker `json:"per_instance,omitempty"`
+	PerInstance []*cbdash.InstanceBreaker `json:"per_instance,omitempty"`
 }
 
 // apiBreakers lists dependencies, worst first, optionally of one service
@@ -66,7 +66,7 @@ func (s *Server) apiBreakers(c echo.Context) error {
 }
 
 // dependencyPage is one dependency with one page of its members, the odd
-// ones first (memberLess).
+// ones first (memberCompare).
 type dependencyPage struct {
 	cbdash.Dependency
 	// Members is how many members the dependency has in all.
@@ -105,7 +105,7 @@ func (s *Server) apiBreaker(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		start, _ = slices.BinarySearchFunc(members, cursorKey{rank, inst}, func(m cbdash.InstanceBreaker, k cursorKey) int {
+		start, _ = slices.BinarySearchFunc(members, cursorKey{rank, inst}, func(m *cbdash.InstanceBreaker, k cursorKey) int {
 			if r := memberRank(m.State); r != k.rank {
 				return r - k.rank
 			}
@@ -122,7 +122,7 @@ func (s *Server) apiBreaker(c echo.Context) error {
 	}
 	end := min(start+n, len(members))
 	page := dependencyPage{Dependency: d, Members: len(members)}
-	page.PerInstance = append([]cbdash.InstanceBreaker{}, members[start:end]...)
+	page.PerInstance = append([]*cbdash.InstanceBreaker{}, members[start:end]...)
 	if end < len(members) {
 		last := members[end-1]
 		page.Next = cursorOf(memberRank(last.State), last.Instance)
@@ -134,7 +134,7 @@ func (s *Server) apiBreaker(c echo.Context) error {
 // half-open, forced open, forced closed, then closed (cbdash.StateRank).
 func memberRank(state string) int { return cbdash.StateRank(state) }
 
-func memberCompare(a, b cbdash.InstanceBreaker) int {
+func memberCompare(a, b *cbdash.InstanceBreaker) int {
 	if r := memberRank(a.State) - memberRank(b.State); r != 0 {
 		return r
 	}

@@ -109,7 +109,7 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 
 	for _, by := range []string{"cursor", "offset"} {
 		t.Run("members page through every instance once, the odd ones first, by "+by, func(t *testing.T) {
-			var seen []cbdash.InstanceBreaker
+			var seen []*cbdash.InstanceBreaker
 			next, offset := "", 0
 			for pages := 0; ; pages++ {
 				if pages > instances {
@@ -155,7 +155,7 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 			rank := func(s string) int {
 				return slices.Index([]string{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateClosed}, s)
 			}
-			if !slices.IsSortedFunc(seen, func(a, b cbdash.InstanceBreaker) int {
+			if !slices.IsSortedFunc(seen, func(a, b *cbdash.InstanceBreaker) int {
 				if r := rank(a.State) - rank(b.State); r != 0 {
 					return r
 				}

@@ -125,7 +125,7 @@ func depOf(n int, now time.Time) cbdash.Dependency {
 		case 7:
 			st = protocol.StateForcedOpen
 		}
-		d.PerInstance = append(d.PerInstance, cbdash.InstanceBreaker{
+		d.PerInstance = append(d.PerInstance, &cbdash.InstanceBreaker{
 			Service: d.Service, Instance: fmt.Sprintf("checkout-%04d", i), Breaker: d.Breaker, State: st, Stale: i%211 == 0,
 			LastSeen: now.Add(-time.Second), LastTransition: now.Add(-time.Duration(i) * time.Second),
 			Config: protocol.BreakerConfig{Name: d.Breaker, WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 20},

@@ -53,7 +53,7 @@ func TestChartsFromHistory(t *testing.T) {
 	}
 	// Minutes 0-2 and 5, nothing in between: a gap.
 	pts := []cbdash.Point{pt(0, 60, 0, 0), pt(1, 30, 30, 1), pt(2, 60, 0, 0), pt(5, 0, 60, 2)}
-	d := cbdash.Dependency{PerInstance: []cbdash.InstanceBreaker{{Config: protocol.BreakerConfig{FailureRateThreshold: 50}}}, Instances: 3}
+	d := cbdash.Dependency{PerInstance: []*cbdash.InstanceBreaker{{Config: protocol.BreakerConfig{FailureRateThreshold: 50}}}, Instances: 3}
 	charts := dependencyCharts(pts, from, to, d)
 	if len(charts) != 5 {
 		t.Fatalf("%d charts", len(charts))
@@ -175,7 +175,7 @@ func TestTimelineLaneEndsWhereReportsOfNotClosedStop(t *testing.T) {
 func dep2(svc, br string, n int) cbdash.Dependency {
 	d := cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: svc, Breaker: br}, State: protocol.StateClosed, Instances: n}
 	for i := range n {
-		d.PerInstance = append(d.PerInstance, cbdash.InstanceBreaker{Instance: fmt.Sprintf("%c-%d", svc[0], i+1), State: protocol.StateClosed})
+		d.PerInstance = append(d.PerInstance, &cbdash.InstanceBreaker{Instance: fmt.Sprintf("%c-%d", svc[0], i+1), State: protocol.StateClosed})
 	}
 	return d
 }

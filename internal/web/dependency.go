@@ -349,7 +349,7 @@ func (pg instancePaging) values(q url.Values) url.Values {
 // instances open, half-open or forced first (by state), then stale ones,
 // then the rest; within each, the highest failure rate of the last
 // window report first, then by name.
-func oddFirst(ins []cbdash.InstanceBreaker) []cbdash.InstanceBreaker {
+func oddFirst(ins []*cbdash.InstanceBreaker) []*cbdash.InstanceBreaker {
 	out := slices.Clone(ins)
 	group := func(in *cbdash.InstanceBreaker) int {
 		switch {
@@ -360,8 +360,8 @@ func oddFirst(ins []cbdash.InstanceBreaker) []cbdash.InstanceBreaker {
 		}
 		return 2
 	}
-	slices.SortStableFunc(out, func(a, b cbdash.InstanceBreaker) int {
-		if ga, gb := group(&a), group(&b); ga != gb {
+	slices.SortStableFunc(out, func(a, b *cbdash.InstanceBreaker) int {
+		if ga, gb := group(a), group(b); ga != gb {
 			return ga - gb
 		}
 		if ra, rb := cbdash.StateRank(a.State), cbdash.StateRank(b.State); ra != rb {
@@ -431,7 +431,7 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 		if c, ok := causes[in.Instance]; ok {
 			cause = &c
 		}
-		f, sl := cbdash.InstanceRatesOf(in, cause)
+		f, sl := cbdash.InstanceRatesOf(*in, cause)
 		failure, slow := cellText(rateOf(f)), cellText(rateOf(sl))
 		rows = append(rows, templates.InstanceRow{
 			Instance:       in.Instance,

@@ -201,8 +201,8 @@ func storedDependency(ctx context.Context, is IncidentStore, k cbdash.Dependency
 	if err != nil {
 		return d, err
 	}
-	for _, ib := range ibs {
-		if ib.Service == k.Service && ib.Breaker == k.Breaker {
+	for i := range ibs {
+		if ib := &ibs[i]; ib.Service == k.Service && ib.Breaker == k.Breaker {
 			d.PerInstance = append(d.PerInstance, ib)
 		}
 	}

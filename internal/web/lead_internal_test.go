@@ -14,7 +14,7 @@ func TestATileLeadsWithTheRateThatTrippedIt(t *testing.T) {
 		Cause: protocol.Cause{Kind: protocol.CauseSlowCallRate, FailureRate: 0, SlowCallRate: 60, Threshold: 50}}
 	d := cbdash.Dependency{State: protocol.StateOpen, Instances: 1, ByState: map[string]int{protocol.StateOpen: 1},
 		Headroom:    protocol.Headroom{FailureRateThreshold: 50, SlowCallRateThreshold: 50},
-		PerInstance: []cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateOpen, LastTrip: trip}}}
+		PerInstance: []*cbdash.InstanceBreaker{{Instance: "a", State: protocol.StateOpen, LastTrip: trip}}}
 	tl := tile(d, templates.Spark{}, nil, clocktest.Epoch())
 	if !tl.SlowLeads || tl.Slow.Big != "60%" {
 		t.Fatalf("slow-call trip: leads %v with %+v", tl.SlowLeads, tl.Slow)

@@ -14,7 +14,7 @@ func TestOpenBreakerShowsTheRateThatTrippedIt(t *testing.T) {
 		DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
 		State:         protocol.StateOpen, Instances: 2, FailureRate: 2.2,
 		Headroom: hr,
-		PerInstance: []cbdash.InstanceBreaker{
+		PerInstance: []*cbdash.InstanceBreaker{
 			{Instance: "checkout-1", State: protocol.StateClosed, Last: protocol.Window{Headroom: hr}},
 			{Instance: "checkout-2", State: protocol.StateOpen, Last: protocol.Window{Headroom: hr}},
 		},
@@ -61,7 +61,7 @@ func TestTripsComeFromLiveStateWithoutAStoreQuery(t *testing.T) {
 	d := cbdash.Dependency{
 		DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
 		State:         protocol.StateOpen,
-		PerInstance: []cbdash.InstanceBreaker{
+		PerInstance: []*cbdash.InstanceBreaker{
 			{Instance: "checkout-1", State: protocol.StateClosed},
 			{Instance: "checkout-2", State: protocol.StateOpen, LastTrip: &protocol.Transition{
 				From: protocol.StateClosed, To: protocol.StateOpen,

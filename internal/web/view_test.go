@@ -13,7 +13,7 @@ import (
 func staleDep(service, breaker string, total, n int) cbdash.Dependency {
 	d := cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: service, Breaker: breaker}, Instances: total, Stale: n}
 	for i := 1; i <= total; i++ {
-		d.PerInstance = append(d.PerInstance, cbdash.InstanceBreaker{
+		d.PerInstance = append(d.PerInstance, &cbdash.InstanceBreaker{
 			Service: service, Instance: fmt.Sprintf("%s-%d", service, i), Breaker: breaker, Stale: i <= n,
 		})
 	}

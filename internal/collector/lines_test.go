@@ -1,0 +1,163 @@
+package collector
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// deepCopyLine copies a line and everything it points to, to compare
+// with later.
+func deepCopyLine(ib *cbdash.InstanceBreaker) cbdash.InstanceBreaker {
+	c := *ib
+	c.Labels = maps.Clone(ib.Labels)
+	c.Last.Latency = slices.Clone(ib.Last.Latency)
+	if ib.Held != nil {
+		h := *ib.Held
+		c.Held = &h
+	}
+	if ib.LastTrip != nil {
+		tr := *ib.LastTrip
+		c.LastTrip = &tr
+	}
+	return c
+}
+
+func deepCopyLines(ibs []*cbdash.InstanceBreaker) []cbdash.InstanceBreaker {
+	out := make([]cbdash.InstanceBreaker, len(ibs))
+	for i, ib := range ibs {
+		out[i] = deepCopyLine(ib)
+	}
+	return out
+}
+
+// unchanged fails the test for each line of a view that is no longer
+// deep-equal to its copy taken when the view was published.
+func unchanged(t *testing.T, what string, lines []*cbdash.InstanceBreaker, want []cbdash.InstanceBreaker) {
+	t.Helper()
+	if len(lines) != len(want) {
+		t.Fatalf("%s has %d lines, had %d", what, len(lines), len(want))
+	}
+	for i, ib := range lines {
+		if got := deepCopyLine(ib); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("%s: the line of %s changed:\n got %+v\nwant %+v", what, want[i].Instance, got, want[i])
+		}
+	}
+}
+
+// lineOfInstance is the line of an instance in d; it fails the test when
+// there is none.
+func lineOfInstance(t *testing.T, d *cbdash.Dependency, instance string) *cbdash.InstanceBreaker {
+	t.Helper()
+	for _, ib := range d.PerInstance {
+		if ib.Instance == instance {
+			return ib
+		}
+	}
+	t.Fatalf("no line of %s in %s", instance, d.DependencyKey)
+	return nil
+}
+
+// nextView is the next dependency event of sub.
+func nextView(t *testing.T, sub *subscriber) *cbdash.Dependency {
+	t.Helper()
+	timeout := time.After(10 * time.Second) // a guard: the view is queued already
+	for {
+		select {
+		case e := <-sub.ch:
+			if e.Kind == cbdash.EventDependency {
+				return e.Dependency
+			}
+		case <-timeout:
+			t.Fatal("no dependency event")
+		}
+	}
+}
+
+// TestAPublishedViewsLinesNeverChange: the lines of a view a subscriber
+// (or a caller of dependency) holds keep their values while the
+// instances move on; the next view has new lines for the instances that
+// reported, and the very same line for one that sent nothing.
+func TestAPublishedViewsLinesNeverChange(t *testing.T) {
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	for _, inst := range []string{"a", "b", "c"} {
+		l.hello(testHello("api", inst, cfg, map[string]string{"region": "eu", "pod": inst}), 0, nil, clk.Now(), nil)
+	}
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	hist := func(n int64) []int64 {
+		h := make([]int64, protocol.NumLatencyBuckets)
+		h[2] = n
+		return h
+	}
+	report := func(inst string, seq uint64, state string, admitted, failures int64, trs ...protocol.Transition) {
+		t.Helper()
+		w := window("db", state, clk.Now(), protocol.Counts{Admitted: admitted, Successes: admitted - failures, Failures: failures},
+			protocol.Headroom{Calls: admitted, Failures: failures, MinimumCalls: 10, FailureRate: 100 * float64(failures) / float64(admitted), FailureRateThreshold: 50},
+			hist(admitted))
+		if !l.apply(instKey{"api", inst}, &protocol.Batch{Seq: seq, Windows: []protocol.Window{w}, Transitions: trs}, clk.Now()) {
+			t.Fatalf("batch %d of %s not applied", seq, inst)
+		}
+	}
+
+	_, sub := l.subscribe(map[string]bool{cbdash.EventDependency: true}, 0)
+	defer l.hub.remove(sub)
+	clk.Advance(time.Second)
+	for _, inst := range []string{"a", "b", "c"} {
+		report(inst, 1, protocol.StateClosed, 20, 1)
+	}
+	l.flush()
+	first := nextView(t, sub)
+	called, ok := l.dependency(k)
+	if !ok || len(first.PerInstance) != 3 || len(called.PerInstance) != 3 {
+		t.Fatalf("first view: known %v, %d and %d lines, want 3", ok, len(first.PerInstance), len(called.PerInstance))
+	}
+	wantFirst, wantCalled := deepCopyLines(first.PerInstance), deepCopyLines(called.PerInstance)
+	cFirst := lineOfInstance(t, first, "c")
+
+	// a trips, b is forced open by an operator, both report new windows;
+	// c sends nothing.
+	clk.Advance(time.Second)
+	report("a", 2, protocol.StateOpen, 30, 25, protocol.Transition{
+		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(),
+		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 83, Threshold: 50},
+	})
+	report("b", 2, protocol.StateForcedOpen, 40, 0, protocol.Transition{
+		Breaker: "db", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: clk.Now().UnixMilli(),
+		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: "c1", Action: protocol.ActionForceOpen, Actor: "ann", Reason: "maintenance"},
+	})
+	l.flush()
+	second := nextView(t, sub)
+
+	unchanged(t, "the subscriber's first view", first.PerInstance, wantFirst)
+	unchanged(t, "the first view from dependency()", called.PerInstance, wantCalled)
+	if a := lineOfInstance(t, second, "a"); a.State != protocol.StateOpen || a.LastTrip == nil || a.Last.Counts.Failures != 25 || a.OpenSince.IsZero() {
+		t.Errorf("a in the second view: state %q, last trip %v, %d failures, open since %v; want open, tripped, 25, set",
+			a.State, a.LastTrip, a.Last.Counts.Failures, a.OpenSince)
+	}
+	if b := lineOfInstance(t, second, "b"); b.State != protocol.StateForcedOpen || b.Held == nil || b.Held.Actor != "ann" || b.Last.Counts.Admitted != 40 {
+		t.Errorf("b in the second view: state %q, held %+v, %d admitted; want forced open by ann, 40", b.State, b.Held, b.Last.Counts.Admitted)
+	}
+	if second.State != protocol.StateOpen || first.State != protocol.StateClosed {
+		t.Errorf("states: first %q, second %q; want closed then open", first.State, second.State)
+	}
+	if c := lineOfInstance(t, second, "c"); c != cFirst {
+		t.Errorf("c sent nothing, yet the second view has a new line for it: %p, first %p", c, cFirst)
+	}
+	for _, inst := range []string{"a", "b"} {
+		if lineOfInstance(t, second, inst) == lineOfInstance(t, first, inst) {
+			t.Errorf("%s reported, yet the second view has the first view's line for it", inst)
+		}
+	}
+	// A copy of a view has a slice of its own: reordering it leaves the
+	// view as it was.
+	slices.Reverse(called.PerInstance)
+	if again, _ := l.dependency(k); again.PerInstance[0].Instance != "a" {
+		t.Errorf("reordering a copy reordered the view: first line %s", again.PerInstance[0].Instance)
+	}
+}
