@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,9 @@ type session struct {
 	c      *Collector
 	conn   *websocket.Conn
 	cancel context.CancelFunc
+	// saveCtx is the session's context without its cancellation, for
+	// the saver's writes (storeCtx); the saver's alone.
+	saveCtx context.Context
 
 	// Set by the handshake, read-only afterwards.
 	key       instKey
@@ -411,7 +415,7 @@ func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
 		case it.ackOnly:
 			// Every batch before it is stored (or refused) by now: the
 			// ack names the highest stored seq, as a welcome does.
-			s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: max(s.lastStored, it.seq)})
+			s.ack(ctx, max(s.lastStored, it.seq))
 			continue
 		}
 		group := []*protocol.Batch{it.batch}
@@ -455,12 +459,12 @@ func (s *session) store(ctx context.Context, group []*protocol.Batch, at time.Ti
 	// Not canceled with the session: SaveBatch then returns only once the
 	// batch is committed or refused, so when the session has ended none of
 	// its writes is still pending (see handshake).
-	stored, rf := c.save(context.WithoutCancel(ctx), s.key, s.startedAt, b, len(group), at)
+	stored, rf := c.save(s.storeCtx(ctx), s.key, s.startedAt, b, len(group), at)
 	switch {
 	case rf == nil:
 		_ = stored // a duplicate (stored by another connection) is acknowledged too
 		s.lastStored = max(s.lastStored, b.Seq)
-		s.sendWait(ctx, protocol.Ack{Type: protocol.TypeAck, Seq: s.lastStored})
+		s.ack(ctx, s.lastStored)
 		return true
 	case ctx.Err() != nil:
 		return false
@@ -481,6 +485,28 @@ func (s *session) store(ctx context.Context, group []*protocol.Batch, at time.Ti
 	s.fatal(ctx, rf)
 	s.kill("store error")
 	return false
+}
+
+// storeCtx is ctx without its cancellation, made once per session (a
+// batch's save runs to its end whatever happens to the connection).
+func (s *session) storeCtx(ctx context.Context) context.Context {
+	if s.saveCtx == nil {
+		s.saveCtx = context.WithoutCancel(ctx)
+	}
+	return s.saveCtx
+}
+
+// ack queues the acknowledgement of every batch up to seq; its bytes are
+// json.Marshal's of protocol.Ack, without the reflection (one a batch).
+func (s *session) ack(ctx context.Context, seq uint64) {
+	data := make([]byte, 0, 40)
+	data = append(data, `{"type":"`+protocol.TypeAck+`","seq":`...)
+	data = strconv.AppendUint(data, seq, 10)
+	data = append(data, '}')
+	select {
+	case s.out <- data:
+	case <-ctx.Done():
+	}
 }
 
 // merge returns the batches as one: everything they carry, in order, under
@@ -514,11 +540,20 @@ const closeGrace = time.Second
 // queued (the error naming why last), sends a close frame with status 1001
 // and ends the session.
 func (s *session) writeLoop(ctx context.Context) {
+	// Each write has between half of WriteTimeout and all of it: a
+	// deadline is made anew only when less than half is left, not for
+	// every message (a timer a write, thousands a second, otherwise).
+	var wctx context.Context
+	cancel := func() {}
+	defer func() { cancel() }()
+	var deadline time.Time
 	write := func(data []byte) bool {
-		wctx, cancel := context.WithTimeout(ctx, s.c.cfg.WriteTimeout)
-		err := s.conn.Write(wctx, websocket.MessageText, data)
-		cancel()
-		if err != nil {
+		if now := time.Now(); wctx == nil || deadline.Sub(now) < s.c.cfg.WriteTimeout/2 {
+			cancel()
+			deadline = now.Add(s.c.cfg.WriteTimeout)
+			wctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		if err := s.conn.Write(wctx, websocket.MessageText, data); err != nil {
 			s.cancel()
 			return false
 		}
