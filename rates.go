@@ -34,19 +34,31 @@ type ShownRate struct {
 // Pct formats a percentage as the dashboard and the CLI print it: whole
 // numbers without decimals ("50%"), others with one ("12.5%").
 func Pct(v float64) string {
-	if v == math.Trunc(v) {
-		return strconv.FormatFloat(v, 'f', 0, 64) + "%"
-	}
-	return strconv.FormatFloat(v, 'f', 1, 64) + "%"
+	var buf [32]byte
+	return string(appendPct(buf[:0], v))
 }
 
+// appendPct appends Pct(v) to b.
+func appendPct(b []byte, v float64) []byte {
+	prec := 1
+	if v == math.Trunc(v) {
+		prec = 0
+	}
+	return append(strconv.AppendFloat(b, v, 'f', prec, 64), '%')
+}
+
+// shownRate builds its text in one allocation: the collector makes two
+// for every instance line it rebuilds, thousands a second.
 func shownRate(label string, value, threshold float64) ShownRate {
 	r := ShownRate{Label: label, Value: value, Threshold: threshold, Judged: true}
+	var buf [64]byte
+	b := appendPct(buf[:0], value)
 	if threshold <= 0 {
-		r.Text = Pct(value) + " (no threshold)"
+		b = append(b, " (no threshold)"...)
 	} else {
-		r.Text = Pct(value) + " of " + Pct(threshold)
+		b = appendPct(append(b, " of "...), threshold)
 	}
+	r.Text = string(b)
 	return r
 }
 
@@ -131,6 +143,15 @@ type ShownRates struct {
 // at the trip, otherwise its last window report's sliding window. cause
 // may be nil.
 func InstanceRatesOf(in InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
+	return instanceRatesOf(&in, cause)
+}
+
+// LineRatesOf is InstanceRatesOf of *in, without copying the line.
+func LineRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
+	return instanceRatesOf(in, cause)
+}
+
+func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
 	h := in.Last.Headroom
 	if Tripped(in.State) && !in.Stale {
 		c := cause

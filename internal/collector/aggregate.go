@@ -168,7 +168,7 @@ func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
 		Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
 		ClockSkewMillis: inst.skewMs,
 	}
-	e.Shown.Failure, e.Shown.Slow = cbdash.InstanceRatesOf(*e, nil)
+	e.Shown.Failure, e.Shown.Slow = cbdash.LineRatesOf(e, nil)
 	return e
 }
 
