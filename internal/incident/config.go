@@ -12,11 +12,15 @@ import (
 // dependency events (a hello with a new configuration). It does no I/O and
 // is not safe for concurrent use.
 type configWatch struct {
-	last map[cbdash.DependencyKey]map[string]protocol.BreakerConfig // by dependency, then instance
+	// last points at the configuration of each instance's line in the
+	// last event, by dependency, then instance: lines are read-only
+	// (cbdash.Dependency.PerInstance), so the pointer stands for the value
+	// and an unchanged line is recognised by its pointer alone.
+	last map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig
 }
 
 func newConfigWatch() *configWatch {
-	return &configWatch{last: make(map[cbdash.DependencyKey]map[string]protocol.BreakerConfig)}
+	return &configWatch{last: make(map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig)}
 }
 
 // observe returns the changes a dependency event shows; the first
@@ -28,7 +32,7 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 	k := ev.Dependency.DependencyKey
 	last := w.last[k]
 	if last == nil {
-		last = make(map[string]protocol.BreakerConfig, len(ev.Dependency.PerInstance))
+		last = make(map[string]*protocol.BreakerConfig, len(ev.Dependency.PerInstance))
 		w.last[k] = last
 	}
 	var out []cbdash.ConfigChange
@@ -37,12 +41,12 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 			continue // not declared yet
 		}
 		prev, seen := last[ib.Instance]
-		if seen && prev == ib.Config {
-			continue
+		if prev == &ib.Config {
+			continue // the same line
 		}
-		last[ib.Instance] = ib.Config
-		if seen {
-			out = append(out, cbdash.ConfigChange{DependencyKey: k, Instance: ib.Instance, At: ev.At, Previous: prev, Config: ib.Config})
+		last[ib.Instance] = &ib.Config // the newest line only is kept
+		if seen && *prev != ib.Config {
+			out = append(out, cbdash.ConfigChange{DependencyKey: k, Instance: ib.Instance, At: ev.At, Previous: *prev, Config: ib.Config})
 		}
 	}
 	return out
