@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,25 +81,13 @@ func TestOpenRefusesNegativeOptionsNamingTheField(t *testing.T) {
 // recognised although its seq is only staged (written by the group's
 // flush), and the group's rows are written once.
 func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
-	s, err := Open(context.Background(), testDSN(t, "g.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, release := openHeld(t, "g.db")
 	ctx := context.Background()
 	t0 := clocktest.Epoch()
 	batch := func(seq uint64) protocol.Batch {
 		return protocol.Batch{Seq: seq, Windows: []protocol.Window{{Breaker: "db", Start: t0.UnixMilli() + int64(seq)*1000, Millis: 1000,
 			State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 10, Successes: 10}}}}
 	}
-	// Hold the writer inside a transaction while the group queues up.
-	entered, release := make(chan struct{}), make(chan struct{})
-	go s.w.do(ctx, &op{run: func(*wtx) error {
-		close(entered)
-		<-release
-		return nil
-	}})
-	<-entered
 	type result struct {
 		stored bool
 		err    error
@@ -122,7 +111,7 @@ func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
 	enqueue(1, func() (bool, error) { return false, s.w.do(ctx, &op{run: func(*wtx) error { return failing }}) })
 	enqueue(2, save(1))
 	enqueue(3, save(2))
-	close(release)
+	release()
 	want := []result{{true, nil}, {false, failing}, {false, nil}, {true, nil}}
 	for i, ch := range results {
 		got := <-ch
@@ -140,7 +129,7 @@ func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
 	if admitted != 20 {
 		t.Errorf("stored %d admitted calls, want 20 (two batches of 10, the resend not counted)", admitted)
 	}
-	// After a restart (caches empty) the resend is still a duplicate.
+	// A later resend of seq 2 is a duplicate too.
 	if stored, err := s.SaveBatch(ctx, "pay", "pay-1", 1, batch(2), t0); err != nil || stored {
 		t.Errorf("resend of seq 2 = %v, %v; want a duplicate", stored, err)
 	}
@@ -150,20 +139,9 @@ func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
 // and instance minutes are written in multi-row statements of 100, 10 and
 // 1 rows (execRows), every row once, on both backends.
 func TestAGroupOfManyInstancesWritesEveryStagedRow(t *testing.T) {
-	s, err := Open(context.Background(), testDSN(t, "many.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, release := openHeld(t, "many.db")
 	ctx := context.Background()
 	t0 := clocktest.Epoch().Truncate(time.Minute)
-	entered, release := make(chan struct{}), make(chan struct{})
-	go s.w.do(ctx, &op{run: func(*wtx) error {
-		close(entered)
-		<-release
-		return nil
-	}})
-	<-entered
 	const n = 237
 	errs := make(chan error, n)
 	for i := range n {
@@ -178,7 +156,7 @@ func TestAGroupOfManyInstancesWritesEveryStagedRow(t *testing.T) {
 		}()
 	}
 	eventually.True(t, "every batch queued", func() bool { return len(s.w.queue) == n })
-	close(release)
+	release()
 	for range n {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -213,4 +191,27 @@ func TestAGroupOfManyInstancesWritesEveryStagedRow(t *testing.T) {
 			t.Errorf("%s: %d calls at %v, want %d at %v", m.Instance, m.Calls, m.Start, i+1, t0)
 		}
 	}
+}
+
+// openHeld opens a store whose writer is held inside a transaction (one
+// op that waits) until release is called, so that the ops queued
+// meanwhile are committed as one group.
+func openHeld(t *testing.T, name string) (*Store, func()) {
+	t.Helper()
+	s, err := Open(context.Background(), testDSN(t, name), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	entered, hold := make(chan struct{}), make(chan struct{})
+	go s.w.do(context.Background(), &op{run: func(*wtx) error {
+		close(entered)
+		<-hold
+		return nil
+	}})
+	<-entered
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	return s, release
 }
