@@ -198,3 +198,133 @@ func TestReviewAGroupWhoseEndFailsStoresNothingAndForgetsItsRows(t *testing.T) {
 		})
 	}
 }
+
+// Two stores on one PostgreSQL schema (two collectors) write the same
+// dependency-second in turn, and one agent process's batches arrive at
+// either: each store's row cache must not hide the other's rows, and its
+// seq cache must not hide the other's batches.
+func TestReviewTwoStoresOnOnePostgreSQLTakeTurnsOnOneSecond(t *testing.T) {
+	dsn := testDSN(t, "two.db")
+	a := rvOpen(t, dsn, Options{})
+	if !a.w.d.postgres {
+		t.Skip("PostgreSQL only: a SQLite file has one server")
+	}
+	b := rvOpen(t, dsn, Options{})
+	t0 := clocktest.Epoch().Truncate(time.Minute)
+	want := int64(0)
+	for i, st := range []*Store{a, b, a, b, a, a, b, b} {
+		seq := uint64(i + 1)
+		n := int64(1) << i
+		rvMustSave(t, st, "pay-1", rvBatch(seq, t0, n), t0, true)
+		want += n
+		// The resend through the other store is a duplicate, and so is
+		// the one through the same store.
+		other := a
+		if st == a {
+			other = b
+		}
+		rvMustSave(t, other, "pay-1", rvBatch(seq, t0, n), t0, false)
+		rvMustSave(t, st, "pay-1", rvBatch(seq, t0, n), t0, false)
+		if got := rvCalls(t, a, "windows_second", t0); got != want {
+			t.Fatalf("after batch %d the second holds %d calls, want %d", seq, got, want)
+		}
+	}
+	// The same within groups: a batch staged in a's group while b's cache
+	// holds the seq before it.
+	res := rvGroup(t, a, rvSave(a, "pay-1", rvBatch(9, t0, 1000), t0), rvSave(a, "pay-1", rvBatch(9, t0, 1000), t0))
+	if res[0] != (rvResult{true, nil}) || res[1] != (rvResult{false, nil}) {
+		t.Fatalf("a's group = %+v; want stored, duplicate", res)
+	}
+	res = rvGroup(t, b, rvSave(b, "pay-1", rvBatch(9, t0, 1000), t0), rvSave(b, "pay-1", rvBatch(10, t0, 2000), t0))
+	if res[0] != (rvResult{false, nil}) || res[1] != (rvResult{true, nil}) {
+		t.Fatalf("b's group = %+v; want duplicate, stored", res)
+	}
+	want += 3000
+	if got := rvCalls(t, b, "windows_second", t0); got != want {
+		t.Fatalf("the second holds %d calls, want %d", got, want)
+	}
+	rvLastSeq(t, a, "pay-1", 10)
+}
+
+// Compaction between groups, with the second in the row cache: a batch
+// into a second already rolled up counts in the second and its minute;
+// once retention deletes the second, a later batch into it starts a new
+// row (the cache does not bring the deleted one back) and still counts in
+// the minute.
+func TestReviewLateBatchesIntoARolledUpAndThenExpiredSecond(t *testing.T) {
+	ctx := context.Background()
+	t0 := clocktest.Epoch().Truncate(time.Minute)
+	t.Run("rolled up", func(t *testing.T) {
+		s := rvOpen(t, testDSN(t, "late.db"), Options{})
+		rvMustSave(t, s, "pay-1", rvBatch(1, t0, 10), t0, true)
+		if err := s.Compact(ctx, t0.Add(2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if got := rvCalls(t, s, "windows_minute", t0); got != 10 {
+			t.Fatalf("rolled up: the minute holds %d calls, want 10", got)
+		}
+		rvMustSave(t, s, "pay-1", rvBatch(2, t0, 5), t0, true)
+		if sec, min := rvCalls(t, s, "windows_second", t0), rvCalls(t, s, "windows_minute", t0); sec != 15 || min != 15 {
+			t.Fatalf("late batch: second %d, minute %d calls; want 15, 15", sec, min)
+		}
+	})
+	t.Run("rolled up and expired", func(t *testing.T) {
+		// Seconds kept 1 ms: deleted as soon as rolled up, while the row
+		// cache still holds the second (the newest one it has).
+		s := rvOpen(t, testDSN(t, "expired.db"), Options{Retention: Retention{Seconds: time.Millisecond}})
+		rvMustSave(t, s, "pay-1", rvBatch(1, t0, 10), t0, true)
+		if err := s.Compact(ctx, t0.Add(2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if sec, min := rvCalls(t, s, "windows_second", t0), rvCalls(t, s, "windows_minute", t0); sec != 0 || min != 10 {
+			t.Fatalf("compacted: second %d, minute %d calls; want 0 (deleted), 10", sec, min)
+		}
+		rvMustSave(t, s, "pay-1", rvBatch(2, t0, 7), t0, true)
+		if sec, min := rvCalls(t, s, "windows_second", t0), rvCalls(t, s, "windows_minute", t0); sec != 7 || min != 17 {
+			t.Fatalf("late batch: second %d, minute %d calls; want 7 (a new row), 17", sec, min)
+		}
+	})
+}
+
+// An op whose first statement fails (its savepoint opened by that
+// statement), between ops that staged rows, on an instance whose seq and
+// breakers are cached: the others are stored, the failed one is not and
+// its resend is stored once. On PostgreSQL a failed statement outside a
+// savepoint would abort the whole transaction.
+func TestReviewAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
+	s := rvOpen(t, testDSN(t, "first.db"), Options{})
+	t0 := clocktest.Epoch().Truncate(time.Minute)
+	rvMustSave(t, s, "pay-a", rvBatch(1, t0, 1), t0, true)
+	rvMustSave(t, s, "pay-c", rvBatch(1, t0, 2), t0, true)
+	if s.w.d.postgres {
+		rvExec(t, s, `CREATE FUNCTION rv_boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$`,
+			`CREATE TRIGGER rv_boom BEFORE INSERT ON transitions FOR EACH ROW WHEN (NEW.breaker = 'boom') EXECUTE FUNCTION rv_boom()`)
+	} else {
+		rvExec(t, s, `CREATE TRIGGER rv_boom BEFORE INSERT ON transitions WHEN NEW.breaker = 'boom' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`)
+	}
+	boom := rvBatch(2, t0, 40)
+	boom.Transitions = []protocol.Transition{{Breaker: "boom", From: protocol.StateClosed, To: protocol.StateOpen, At: t0.UnixMilli(), Generation: 1}}
+	res := rvGroup(t, s,
+		rvSave(s, "pay-a", rvBatch(2, t0, 10), t0),
+		rvSave(s, "pay-c", boom, t0),
+		rvSave(s, "pay-a", rvBatch(3, t0, 100), t0),
+		rvSave(s, "pay-c", boom, t0))
+	if res[0] != (rvResult{true, nil}) || res[2] != (rvResult{true, nil}) || res[1].err == nil || res[3].err == nil {
+		t.Fatalf("group = %+v; want stored, error, stored, error", res)
+	}
+	if got := rvCalls(t, s, "windows_second", t0); got != 113 {
+		t.Fatalf("the second holds %d calls, want 113", got)
+	}
+	if s.w.d.postgres {
+		rvExec(t, s, `DROP TRIGGER rv_boom ON transitions`)
+	} else {
+		rvExec(t, s, `DROP TRIGGER rv_boom`)
+	}
+	rvMustSave(t, s, "pay-c", boom, t0, true)
+	rvMustSave(t, s, "pay-c", boom, t0, false)
+	if got := rvCalls(t, s, "windows_second", t0); got != 153 {
+		t.Fatalf("the second holds %d calls, want 153", got)
+	}
+	rvLastSeq(t, s, "pay-a", 3)
+	rvLastSeq(t, s, "pay-c", 2)
+}
