@@ -328,3 +328,28 @@ func TestReviewAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
 	rvLastSeq(t, s, "pay-a", 3)
 	rvLastSeq(t, s, "pay-c", 2)
 }
+
+// A window a few minutes ahead (protocol.MaxFutureSkewMillis lets a
+// window start up to 5 minutes after its batch's sent_at, and the
+// collector's skew correction goes by sent_at) must not keep the row
+// cache from holding the seconds of everyone else's reports.
+func TestReviewAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
+	s := rvOpen(t, testDSN(t, "ahead.db"), Options{})
+	if s.w.d.postgres {
+		t.Skip("SQLite only: PostgreSQL starts every group without cached rows")
+	}
+	t0 := clocktest.Epoch().Truncate(time.Minute)
+	rvMustSave(t, s, "pay-1", rvBatch(1, t0, 1), t0, true)
+	if len(s.w.c.rows) != 1 {
+		t.Fatalf("%d cached rows after one second, want 1", len(s.w.c.rows))
+	}
+	rvMustSave(t, s, "pay-2", rvBatch(1, t0.Add(4*time.Minute), 1), t0, true)
+	for i := range 5 {
+		at := t0.Add(time.Duration(i+1) * time.Second)
+		rvMustSave(t, s, "pay-1", rvBatch(uint64(i+2), at, 1), at, true)
+	}
+	if _, ok := s.w.c.rows[bucketKey{1, t0.Add(5 * time.Second).UnixMilli()}]; !ok {
+		t.Errorf("the newest second is not cached after a window 4 minutes ahead (cache holds %d rows, newest %v)",
+			len(s.w.c.rows), time.UnixMilli(s.w.c.rowNewest).Sub(t0))
+	}
+}
