@@ -353,3 +353,47 @@ func TestReviewAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
 			len(s.w.c.rows), time.UnixMilli(s.w.c.rowNewest).Sub(t0))
 	}
 }
+
+// One instance minute in the writer's buffered sums and in the group's
+// own shares, written together (an instance-history read flushes them):
+// two statements, since PostgreSQL refuses an upsert that touches a row
+// twice; and a hello that forgets the batch's breaker in the same group.
+func TestReviewAGroupWritesOneInstanceMinuteFromBothSumsAndAHelloForgetsABreaker(t *testing.T) {
+	s := rvOpen(t, testDSN(t, "im.db"), Options{})
+	ctx := context.Background()
+	t0 := clocktest.Epoch().Truncate(time.Minute)
+	hello := func(breakers ...string) protocol.Hello {
+		h := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: "pay", Instance: "pay-1", StartedAt: 1}
+		for _, b := range breakers {
+			h.Breakers = append(h.Breakers, protocol.BreakerConfig{Name: b})
+		}
+		return h
+	}
+	if err := s.SaveHello(ctx, hello("db", "cache"), t0); err != nil {
+		t.Fatal(err)
+	}
+	rvMustSave(t, s, "pay-1", rvBatch(1, t0, 10), t0, true) // buffered by the writer
+	open := rvBatch(2, t0.Add(time.Second), 20)
+	open.Windows[0].State = protocol.StateOpen
+	res := rvGroup(t, s,
+		rvSave(s, "pay-1", open, t0),
+		func() (bool, error) { return false, s.SaveHello(ctx, hello("cache"), t0) }, // forgets db
+		func() (bool, error) { return false, s.flushInstanceMinutes(ctx) },
+		rvSave(s, "pay-1", rvBatch(3, t0.Add(2*time.Second), 40), t0))
+	for i, r := range res {
+		if r.err != nil {
+			t.Fatalf("op %d of the group: %v", i, r.err)
+		}
+	}
+	if calls := rvInstanceCalls(t, s, t0); calls != 70 {
+		t.Errorf("the instance minute counts %d calls, want 70", calls)
+	}
+	var state string
+	if err := s.rdb.QueryRowContext(ctx, "SELECT b.state FROM breakers b JOIN instances i ON i.id = b.instance_id WHERE i.name = 'pay-1' AND b.name = 'db'").Scan(&state); err != nil {
+		t.Fatalf("the breaker db, reported after the hello that forgot it: %v", err)
+	}
+	if state != protocol.StateClosed {
+		t.Errorf("breaker db is %q, want closed (its last report)", state)
+	}
+	rvLastSeq(t, s, "pay-1", 3)
+}
