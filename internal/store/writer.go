@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +83,7 @@ type cache struct {
 	// collector may write the same rows, every group starts without them
 	// (dialect.beginGroup).
 	rows      map[bucketKey]*row
-	rowNewest int64 // the newest start in rows
+	rowNewest int64 // the newest start of the rows last kept (keepRows)
 }
 
 // rowCacheSpan is how far behind the newest second the row cache keeps
@@ -122,12 +123,23 @@ func (c *cache) reset() {
 }
 
 // keepRows adds the rows of a committed transaction to the row cache and
-// forgets those older than rowCacheSpan behind the newest.
+// forgets those older than rowCacheSpan behind the newest start of this
+// transaction's rows. The reference is the transaction's own, not the
+// newest start ever kept: a window may start minutes ahead of its batch
+// (protocol.MaxFutureSkewMillis), and such an outlier would otherwise
+// have every second of the present forgotten as soon as it is kept,
+// until the clock caught up with it (it costs its own group's rows
+// only).
 func (c *cache) keepRows(rows map[bucketKey]*row) {
+	if len(rows) == 0 {
+		return
+	}
+	newest := int64(math.MinInt64)
 	for k, r := range rows {
 		c.rows[k] = r
-		c.rowNewest = max(c.rowNewest, k.start)
+		newest = max(newest, k.start)
 	}
+	c.rowNewest = newest
 	if len(c.rows) > maxCachedRows {
 		clear(c.rows)
 		return
