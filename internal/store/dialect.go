@@ -219,8 +219,16 @@ func (d *dialect) beginGroup(x *wtx) error {
 	clear(x.w.c.seqs)
 	// And it may have written the seconds the row cache holds.
 	clear(x.w.c.rows)
-	_, err := x.exec("SELECT pg_advisory_xact_lock(hashtext(current_schema()))")
-	return err
+	if _, err := x.exec("SELECT pg_advisory_xact_lock(hashtext(current_schema()))"); err != nil {
+		return err
+	}
+	// The transaction's id, to ask the server whether it committed when
+	// the answer to COMMIT is lost (writer.committedAfterAll).
+	q, err := x.queryRow("SELECT txid_current()")
+	if err != nil {
+		return err
+	}
+	return q.Scan(&x.txid)
 }
 
 // translate maps a PostgreSQL unique violation, which the single writer

@@ -365,11 +365,20 @@ func (w *writer) commit(group []*op) {
 	defer w.prepare(x.unprepared)
 	committed := false
 	if anyNil(errs) {
-		if err := tx.Commit(); err != nil {
-			failAll(fmt.Errorf("store: commit: %w", err))
-		} else {
+		switch err := tx.Commit(); {
+		case err == nil:
 			committed = true
 			w.txs.Add(1)
+		case w.committedAfterAll(x.txid):
+			// The server committed; only its answer was lost (the
+			// connection failed at that moment). Carrying on as if it had
+			// failed would write the instance minutes of this
+			// transaction again and lose its own.
+			w.log.Warn("store: the answer to a COMMIT was lost; the server says the transaction committed", "err", err)
+			committed = true
+			w.txs.Add(1)
+		default:
+			failAll(fmt.Errorf("store: commit: %w", err))
 		}
 	}
 	if !committed {
@@ -394,6 +403,39 @@ func (w *writer) commit(group []*op) {
 	}
 	w.finish(group, errs, committed && !x.dirty)
 }
+
+// committedAfterAll asks PostgreSQL, on another connection, whether the
+// transaction txid committed although its COMMIT failed (txid_status; 0 =
+// not known, SQLite: false). A transaction still in progress (its
+// backend has not read the COMMIT yet) is asked about again for up to
+// lostCommitWait; false when the server cannot be asked.
+func (w *writer) committedAfterAll(txid int64) bool {
+	if !w.d.postgres || txid == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lostCommitWait)
+	defer cancel()
+	for {
+		var status sql.NullString
+		if err := w.db.QueryRowContext(ctx, w.d.q("SELECT txid_status(?)"), txid).Scan(&status); err != nil {
+			return false
+		}
+		if status.String != "in progress" {
+			return status.String == "committed"
+		}
+		t := time.NewTimer(20 * time.Millisecond) // real time: the server's pace
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// lostCommitWait bounds how long committedAfterAll waits for a
+// transaction whose COMMIT's answer was lost to end.
+const lostCommitWait = 5 * time.Second
 
 func anyNil(errs []error) bool {
 	for _, e := range errs {
@@ -494,6 +536,8 @@ type wtx struct {
 	// rows are the windows_second rows this transaction wrote, for the
 	// writer's row cache once committed.
 	rows map[bucketKey]*row
+	// txid is the PostgreSQL transaction's id (0 on SQLite).
+	txid int64
 	// inOp: a group's op is running; spOpen: its savepoint is open
 	// (savepoint, open).
 	inOp, spOpen bool

@@ -13,7 +13,7 @@ import (
 // ingest (a fallback, or a second path of the same process): batches
 // resent over the other transport are acknowledged and not stored again,
 // and every batch counts once in the stored history.
-func TestReviewOneAgentProcessOverWebsocketAndHTTPStoresEachBatchOnce(t *testing.T) {
+func TestOneAgentProcessOverWebsocketAndHTTPStoresEachBatchOnce(t *testing.T) {
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)

@@ -11,7 +11,7 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// Review of the group write path (staged seqs, lazy savepoints, row
+// The group write path (staged seqs, lazy savepoints, row
 // cache): failures at the end of a group, several stores on one
 // PostgreSQL schema, compaction and retention between groups.
 
@@ -149,7 +149,7 @@ func rvFailSeq13(t *testing.T, s *Store, deferred bool) (drop func()) {
 // holds: no batch of the group is acknowledged, nothing of it is stored,
 // the caches forget what it staged (the resends are stored, each once,
 // and the second's sum reads the table, not the rolled-back row).
-func TestReviewAGroupWhoseEndFailsStoresNothingAndForgetsItsRows(t *testing.T) {
+func TestAGroupWhoseEndFailsStoresNothingAndForgetsItsRows(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		deferred bool
@@ -203,7 +203,7 @@ func TestReviewAGroupWhoseEndFailsStoresNothingAndForgetsItsRows(t *testing.T) {
 // dependency-second in turn, and one agent process's batches arrive at
 // either: each store's row cache must not hide the other's rows, and its
 // seq cache must not hide the other's batches.
-func TestReviewTwoStoresOnOnePostgreSQLTakeTurnsOnOneSecond(t *testing.T) {
+func TestTwoStoresOnOnePostgreSQLTakeTurnsOnOneSecond(t *testing.T) {
 	dsn := testDSN(t, "two.db")
 	a := rvOpen(t, dsn, Options{})
 	if !a.w.d.postgres {
@@ -251,7 +251,7 @@ func TestReviewTwoStoresOnOnePostgreSQLTakeTurnsOnOneSecond(t *testing.T) {
 // once retention deletes the second, a later batch into it starts a new
 // row (the cache does not bring the deleted one back) and still counts in
 // the minute.
-func TestReviewLateBatchesIntoARolledUpAndThenExpiredSecond(t *testing.T) {
+func TestLateBatchesIntoARolledUpAndThenExpiredSecond(t *testing.T) {
 	ctx := context.Background()
 	t0 := clocktest.Epoch().Truncate(time.Minute)
 	t.Run("rolled up", func(t *testing.T) {
@@ -291,7 +291,7 @@ func TestReviewLateBatchesIntoARolledUpAndThenExpiredSecond(t *testing.T) {
 // breakers are cached: the others are stored, the failed one is not and
 // its resend is stored once. On PostgreSQL a failed statement outside a
 // savepoint would abort the whole transaction.
-func TestReviewAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
+func TestAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
 	s := rvOpen(t, testDSN(t, "first.db"), Options{})
 	t0 := clocktest.Epoch().Truncate(time.Minute)
 	rvMustSave(t, s, "pay-a", rvBatch(1, t0, 1), t0, true)
@@ -333,7 +333,7 @@ func TestReviewAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
 // window start up to 5 minutes after its batch's sent_at, and the
 // collector's skew correction goes by sent_at) must not keep the row
 // cache from holding the seconds of everyone else's reports.
-func TestReviewAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
+func TestAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
 	s := rvOpen(t, testDSN(t, "ahead.db"), Options{})
 	if s.w.d.postgres {
 		t.Skip("SQLite only: PostgreSQL starts every group without cached rows")
@@ -358,7 +358,7 @@ func TestReviewAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
 // own shares, written together (an instance-history read flushes them):
 // two statements, since PostgreSQL refuses an upsert that touches a row
 // twice; and a hello that forgets the batch's breaker in the same group.
-func TestReviewAGroupWritesOneInstanceMinuteFromBothSumsAndAHelloForgetsABreaker(t *testing.T) {
+func TestAGroupWritesOneInstanceMinuteFromBothSumsAndAHelloForgetsABreaker(t *testing.T) {
 	s := rvOpen(t, testDSN(t, "im.db"), Options{})
 	ctx := context.Background()
 	t0 := clocktest.Epoch().Truncate(time.Minute)
