@@ -109,9 +109,10 @@ func TestACommitWhoseAnswerIsLost(t *testing.T) {
 	ctx := context.Background()
 	t0 := clocktest.Epoch().Truncate(time.Minute)
 	rvMustSave(t, s, "pay-1", rvBatch(1, t0, 10), t0, true)
-	// The writer's instance minutes are due (its clock 11 s on): the next
-	// group writes those it buffered (seq 1's).
-	clk.Advance(11 * time.Second)
+	// The writer's instance minutes are due (its clock past the minute's
+	// end and the grace for late reports): the next group writes those it
+	// buffered (seq 1's).
+	clk.Advance(time.Minute + imGrace + time.Second)
 	relay.armed.Store(true)
 	stored, err := s.SaveBatch(ctx, "pay", "pay-1", 1, rvBatch(2, t0, 20), t0)
 	if relay.ate.Load() != 1 {

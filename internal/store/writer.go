@@ -346,9 +346,13 @@ func (w *writer) commit(group []*op) {
 	}
 	now := w.clock.Now()
 	if !w.imFlushing && now.Sub(w.imAt) >= instanceMinutesEvery && len(w.im) > 0 {
-		// A round: the sums buffered now, written imFlushRows a
-		// transaction; what arrives meanwhile waits for the next round.
-		w.imFlushing, w.imRound, w.imAt = true, len(w.im), now
+		// A round: the sums of the minutes that have ended, written
+		// imFlushRows a transaction; what arrives meanwhile waits for the
+		// next round.
+		w.imAt = now
+		if n := imDueCount(w.im, now.UnixMilli()); n > 0 {
+			w.imFlushing, w.imRound = true, n
+		}
 	}
 	due := flushIM || w.imFlushing
 	var imWritten []imKey
@@ -357,7 +361,7 @@ func (w *writer) commit(group []*op) {
 	} else if err := x.flush(); err != nil {
 		failAll(fmt.Errorf("store: write windows: %w", err))
 	} else if due {
-		if imWritten, err = x.writeInstanceMinutes(flushIM); err != nil {
+		if imWritten, err = x.writeInstanceMinutes(flushIM, now.UnixMilli()); err != nil {
 			failAll(fmt.Errorf("store: write instance minutes: %w", err))
 		}
 	}

@@ -215,3 +215,59 @@ func openHeld(t *testing.T, name string) (*Store, func()) {
 	t.Cleanup(release)
 	return s, release
 }
+
+// An instance minute is written once its minute has ended and the grace
+// for late reports has passed, not while it lasts; a late report for it
+// adds to the row written.
+func TestInstanceMinutesAreWrittenWhenTheirMinuteHasEnded(t *testing.T) {
+	clk := clocktest.Virtual()
+	s, err := Open(context.Background(), testDSN(t, "im.db"), Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	m0 := clk.Now().Truncate(time.Minute)
+	save := func(seq uint64, start time.Time, calls int64) {
+		t.Helper()
+		b := protocol.Batch{Seq: seq, Windows: []protocol.Window{{Breaker: "db", Start: start.UnixMilli(), Millis: 1000,
+			State: protocol.StateClosed, Counts: protocol.Counts{Admitted: calls, Successes: calls}}}}
+		if stored, err := s.SaveBatch(ctx, "pay", "pay-1", 1, b, clk.Now()); err != nil || !stored {
+			t.Fatalf("batch %d: %v, %v", seq, stored, err)
+		}
+	}
+	stored := func() (rows, calls int64) {
+		t.Helper()
+		if err := s.rdb.QueryRowContext(ctx, "SELECT count(*), coalesce(sum(calls), 0) FROM instance_minutes").Scan(&rows, &calls); err != nil {
+			t.Fatal(err)
+		}
+		return rows, calls
+	}
+	clk.Set(m0.Add(5 * time.Second))
+	save(1, m0.Add(5*time.Second), 10)
+	clk.Advance(instanceMinutesEvery + time.Second) // a round is due, but the minute has not ended
+	save(2, m0.Add(16*time.Second), 20)
+	if rows, _ := stored(); rows != 0 {
+		t.Fatalf("%d instance minute rows while the minute lasts, want 0", rows)
+	}
+	clk.Set(m0.Add(time.Minute + imGrace + time.Second))
+	save(3, m0.Add(time.Minute+imGrace), 300) // the next minute's
+	if rows, calls := stored(); rows != 1 || calls != 30 {
+		t.Fatalf("after the minute and its grace: %d rows, %d calls; want 1 row of 30 calls", rows, calls)
+	}
+	// A late report for the minute written: added at the next round.
+	save(4, m0.Add(30*time.Second), 4000)
+	clk.Advance(instanceMinutesEvery + time.Second)
+	save(5, m0.Add(time.Minute+imGrace+time.Second), 50000)
+	if rows, calls := stored(); rows != 1 || calls != 4030 {
+		t.Fatalf("after a late report: %d rows, %d calls; want the first minute's row at 4030 calls (the second minute not ended)", rows, calls)
+	}
+	// A read writes every sum first.
+	mins, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mins) != 2 || mins[0].Calls != 4030 || mins[1].Calls != 50300 {
+		t.Fatalf("instance history = %+v, want minutes of 4030 and 50300 calls", mins)
+	}
+}
