@@ -1,9 +1,13 @@
 package collector
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 func TestDecode(t *testing.T) {
@@ -43,5 +47,32 @@ func TestDecode(t *testing.T) {
 				t.Fatalf("decoded a %s with seq %d, want a %s with seq %d", got, seq, tt.kind, tt.seq)
 			}
 		})
+	}
+}
+
+// A decoded hello keeps no spare capacity in its breaker list (the
+// collector keeps every instance's last hello).
+func TestDecodedHelloListsHaveNoSpareCapacity(t *testing.T) {
+	h := protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: "pay", Instance: "pay-1", StartedAt: 1}
+	for i := range 20 {
+		h.Breakers = append(h.Breakers, protocol.BreakerConfig{Name: fmt.Sprintf("b%d", i), WindowKind: "count", WindowSize: 10})
+	}
+	data, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := decode(data)
+	if err != nil || m.Hello == nil {
+		t.Fatalf("decode = %v, %v", m, err)
+	}
+	if b := m.Hello.Breakers; len(b) != 20 || cap(b) != len(b) {
+		t.Errorf("breakers len %d cap %d, want 20 and 20", len(b), cap(b))
+	}
+	req, err := decodeIngest([]byte(`{"hello":` + string(data) + `,"batch":{"type":"batch","seq":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := req.Hello.Breakers; len(b) != 20 || cap(b) != len(b) {
+		t.Errorf("ingest hello breakers len %d cap %d, want 20 and 20", len(b), cap(b))
 	}
 }
