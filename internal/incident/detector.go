@@ -103,7 +103,13 @@ type depState struct {
 	// feed dropped us from one already counted.
 	tripped map[string]int64
 	live    int // live instances from the last dependency event, 0 = unknown
-	inc     *cbdash.Incident
+	// prev is the last dependency event's lines and prevStale their
+	// staleness: a line at the same place with the same pointer is the
+	// same read-only line (cbdash.Dependency.PerInstance), already
+	// learned from, and is passed over without reading it.
+	prev      []*cbdash.InstanceBreaker
+	prevStale []bool
+	inc       *cbdash.Incident
 	// closedSince is when every instance became closed during an open
 	// incident; zero while one is down.
 	closedSince time.Time
@@ -378,8 +384,22 @@ func (d *Detector) shareReached(s *depState) bool {
 func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Change {
 	s := d.dep(dep.DependencyKey)
 	s.live = dep.Instances
+	lines := dep.PerInstance
+	same := len(s.prev) == len(lines)
+	if !same {
+		s.prevStale = make([]bool, len(lines))
+	}
 	n := 0 // live instances in the view: every one has a state below
-	for _, ib := range dep.PerInstance {
+	for i, ib := range lines {
+		if same && s.prev[i] == ib {
+			// Learned from at the last event; only this function forgets
+			// instances, and it did not forget this one then.
+			if !s.prevStale[i] {
+				n++
+			}
+			continue
+		}
+		s.prevStale[i] = ib.Stale
 		if ib.Stale {
 			continue
 		}
@@ -391,6 +411,7 @@ func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Chan
 			s.tripped[ib.Instance] = ib.LastTrip.At // seen in its state; Resync must not count it again
 		}
 	}
+	s.prev = lines
 	if len(s.states) == n {
 		return s.settle(at) // no state of an instance gone or stale: nothing to forget
 	}
