@@ -107,37 +107,53 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		sort.Slice(d.sorted, func(i, j int) bool { return d.sorted[i].inst.key.instance < d.sorted[j].inst.key.instance })
 		d.shape = nil
 	}
-	if d.shape == nil {
+	if d.shape == nil || len(d.lines) != len(d.sorted) {
+		// Membership or configurations changed: every line anew.
 		d.shape = shapeOf(d.sorted)
-	}
-	v.Labels = d.shape.labels
-	bestCloseness := -1.0
-	for _, ib := range d.sorted {
-		inst := ib.inst
-		if ib.entry == nil || ib.entryGen != inst.gen || ib.entryShape != d.shape || inst.gen == 0 {
-			ib.entry = lineOf(d, ib)
-			ib.entryGen, ib.entryShape = inst.gen, d.shape
+		d.lines = make([]*cbdash.InstanceBreaker, len(d.sorted))
+		d.slots = make([]memberSlot, len(d.sorted))
+		for i, ib := range d.sorted {
+			ib.slot = i
+			d.refresh(ib)
 		}
-		v.PerInstance = append(v.PerInstance, ib.entry)
+		for _, ib := range d.dirty {
+			ib.dirty = false
+		}
+	} else {
+		for _, ib := range d.dirty {
+			ib.dirty = false
+			if ib.dep == d && ib.slot < len(d.sorted) && d.sorted[ib.slot] == ib {
+				d.refresh(ib)
+			}
+		}
+	}
+	d.dirty = d.dirty[:0]
+	v.Labels = d.shape.labels
+	v.PerInstance = append(v.PerInstance, d.lines...)
+	var byState stateCounts
+	bestCloseness := -1.0
+	for i := range d.slots {
+		m := &d.slots[i]
 		v.Instances++
-		if inst.stale {
+		if m.stale {
 			v.Stale++
 			continue
 		}
-		v.ByState[ib.state]++
-		if cbdash.NotClosed(ib.state) && !ib.openSince.IsZero() && (v.OpenSince.IsZero() || ib.openSince.Before(v.OpenSince)) {
-			v.OpenSince = ib.openSince
+		byState.add(m.state)
+		if cbdash.NotClosed(m.state) && !m.openSince.IsZero() && (v.OpenSince.IsZero() || m.openSince.Before(v.OpenSince)) {
+			v.OpenSince = m.openSince
 		}
-		if stateRank(ib.state) < stateRank(v.State) {
-			v.State = ib.state
+		if m.rank < stateRank(v.State) {
+			v.State = m.state
 		}
-		if c := cbdash.ClosenessOf(ib.last.Headroom).Score; c > bestCloseness {
-			bestCloseness, v.Headroom = c, ib.last.Headroom
+		if m.closeness > bestCloseness {
+			bestCloseness, v.Headroom = m.closeness, *m.headroom
 		}
-		if ib.held != nil && (v.Held == nil || outlasts(ib.held, v.Held)) {
-			v.Held = ib.held
+		if m.held != nil && (v.Held == nil || outlasts(m.held, v.Held)) {
+			v.Held = m.held
 		}
 	}
+	byState.into(v.ByState)
 	counts, hist, span := d.recent.sum(now.Unix())
 	v.Recent = counts
 	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
@@ -158,6 +174,64 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 // lineOf builds ib's line of d's aggregate. It is a new line every time:
 // the previous one may be held by views and subscribers, which share it
 // read-only (cbdash.Dependency.PerInstance), so it is never changed.
+// memberSlot is what a dependency's aggregate needs of one member, as of
+// its line (refresh).
+type memberSlot struct {
+	stale     bool
+	rank      int
+	state     string
+	openSince time.Time
+	closeness float64            // cbdash.ClosenessOf(headroom).Score
+	headroom  *protocol.Headroom // in the member's read-only line
+	held      *cbdash.Hold
+}
+
+// refresh builds ib's line and slot anew.
+func (d *dep) refresh(ib *ibreaker) {
+	e := lineOf(d, ib)
+	ib.entry = e
+	d.lines[ib.slot] = e
+	d.slots[ib.slot] = memberSlot{stale: e.Stale, rank: stateRank(e.State), state: e.State, openSince: e.OpenSince,
+		closeness: cbdash.ClosenessOf(e.Last.Headroom).Score, headroom: &e.Last.Headroom, held: e.Held}
+}
+
+// stateCounts counts live members by state without a map operation per
+// member (there are five states).
+type stateCounts struct {
+	states [8]string
+	n      [8]int
+	extra  map[string]int
+}
+
+func (c *stateCounts) add(state string) {
+	for i := range c.states {
+		switch c.states[i] {
+		case state:
+			c.n[i]++
+			return
+		case "":
+			c.states[i], c.n[i] = state, 1
+			return
+		}
+	}
+	if c.extra == nil {
+		c.extra = make(map[string]int)
+	}
+	c.extra[state]++
+}
+
+func (c *stateCounts) into(m map[string]int) {
+	for i, st := range c.states {
+		if st == "" {
+			break
+		}
+		m[st] += c.n[i]
+	}
+	for st, n := range c.extra {
+		m[st] += n
+	}
+}
+
 func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
 	inst := ib.inst
 	e := &cbdash.InstanceBreaker{

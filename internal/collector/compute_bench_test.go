@@ -45,7 +45,7 @@ func BenchmarkComputeView(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				for range changed { // what applying their reports does to the cache
-					insts[next].gen++
+					l.bump(insts[next])
 					next = (next + 1) % instances
 				}
 				d.view = nil

@@ -459,7 +459,7 @@ func (l *live) remote(u *fleetUpdate) {
 		l.instances[k] = inst
 	}
 	inst.pull = false
-	inst.gen++ // its lines in the dependencies' aggregates are out of date
+	l.bump(inst) // its lines in the dependencies' aggregates are out of date
 	if inst.startedAt != u.StartedAt {
 		inst.startedAt, inst.liveSeq = u.StartedAt, 0
 	}
@@ -492,7 +492,7 @@ func (l *live) resync(ibs []cbdash.InstanceBreaker) {
 			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
 			l.instances[k] = inst
 		}
-		inst.gen++
+		l.bump(inst)
 		ib := l.breakerLocked(inst, r.Breaker)
 		if ib.config != r.Config {
 			ib.config, ib.dep.shape = r.Config, nil

@@ -28,10 +28,6 @@ type instance struct {
 	sess      *session // connected websocket session, nil when offline
 	pull      bool     // its last hello came over HTTP ingest: commands reach it in ingest answers
 	skewMs    int64    // the agent's clock minus the collector's (ms), measured from its batches
-	// gen counts the changes to the instance or any of its breakers
-	// (every hello, batch, restore and staleness change): a breaker's
-	// cached entry of an aggregate is good while gen is the same.
-	gen uint64
 }
 
 // ibreaker is one breaker on one instance.
@@ -49,23 +45,33 @@ type ibreaker struct {
 	lastTrip       *protocol.Transition
 	lastTripAt     time.Time // when lastTrip was received
 	// entry is this breaker's line of its dependency's aggregate, as last
-	// computed, good while inst.gen is entryGen and the dependency's
-	// shape is entryShape (aggregate.go); nil until computed. Views and
-	// subscribers share it: it is replaced, never modified.
-	entry      *cbdash.InstanceBreaker
-	entryGen   uint64
-	entryShape *shape
+	// computed (aggregate.go); nil until computed. Views and subscribers
+	// share it: it is replaced, never modified.
+	entry *cbdash.InstanceBreaker
+	// slot is ib's place in dep.sorted (and dep.lines, dep.slots);
+	// dirty: ib changed since its line was built (live.bump), and is on
+	// dep.dirty. Every change to an instance or its breakers goes with a
+	// bump, under mu.
+	slot  int
+	dirty bool
 }
 
 // dep is one dependency (service + breaker name) across instances.
 type dep struct {
-	key         cbdash.DependencyKey
-	members     map[string]*ibreaker // by instance name
-	sorted      []*ibreaker          // members by instance name; nil when members changed
-	shape       *shape               // nil when a member's hello changed
-	recent      recent
-	opensToday  int
-	lastChange  time.Time
+	key        cbdash.DependencyKey
+	members    map[string]*ibreaker // by instance name
+	sorted     []*ibreaker          // members by instance name; nil when members changed
+	shape      *shape               // nil when a member's hello changed
+	recent     recent
+	opensToday int
+	lastChange time.Time
+	// lines and slots are, in sorted's order, each member's line and what
+	// the aggregate needs of it, in one array a view walks without
+	// following a pointer per member; dirty lists the members changed
+	// since (live.bump), rebuilt by the next compute.
+	lines       []*cbdash.InstanceBreaker
+	slots       []memberSlot
+	dirty       []*ibreaker
 	view        *cbdash.Dependency // cached aggregate, nil when out of date
 	unpublished bool               // changed since the last dependency event
 	published   time.Time          // clock time of the last event (pacing only)
@@ -221,6 +227,20 @@ func stateRank(s string) int { return cbdash.StateRank(s) }
 
 func forced(s string) bool { return s == protocol.StateForcedOpen || s == protocol.StateForcedClosed }
 
+// bump records a change to inst or any of its breakers (every hello,
+// batch, restore and staleness change): its lines in the dependencies'
+// aggregates are rebuilt by their next compute. A breaker added after
+// the bump changes its dependency's membership, which rebuilds every
+// line of it.
+func (l *live) bump(inst *instance) {
+	for _, ib := range inst.breakers {
+		if !ib.dirty {
+			ib.dirty = true
+			ib.dep.dirty = append(ib.dep.dirty, ib)
+		}
+	}
+}
+
 // setOpensToday seeds the per-dependency count of opens since midnight UTC
 // (from the store, at start).
 func (l *live) setOpensToday(m map[cbdash.DependencyKey]int) {
@@ -244,7 +264,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
 			l.instances[k] = inst
 		}
-		inst.gen++
+		l.bump(inst)
 		ib := l.breakerLocked(inst, r.Breaker)
 		ib.config = r.Config
 		ib.state = r.State
@@ -310,7 +330,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 		inst.liveSeq = 0
 	}
 	inst.liveSeq = max(inst.liveSeq, storedSeq)
-	inst.gen++
+	l.bump(inst)
 	inst.hello = h
 	inst.labels = h.Labels
 	inst.lastSeen = at
@@ -383,7 +403,7 @@ func (l *live) applyLocked(r applyReq) bool {
 	if inst == nil || b.Seq <= inst.liveSeq {
 		return false
 	}
-	inst.gen++
+	l.bump(inst)
 	if !r.early {
 		inst.liveSeq = b.Seq
 		inst.lastSeen = at
@@ -648,7 +668,7 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 			}
 		case age > l.staleAfter && !inst.stale:
 			inst.stale = true
-			inst.gen++
+			l.bump(inst)
 			for _, ib := range inst.breakers {
 				l.changedLocked(ib.dep)
 				changed = append(changed, ib.dep)
