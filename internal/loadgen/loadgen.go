@@ -170,15 +170,21 @@ type Result struct {
 	// the measurement (ServerCPU, in cores), that CPU per acked window
 	// report, and its resident memory. Zero when /metrics had no process
 	// metrics.
-	ServerCPU      float64       `json:"server_cpu_cores"`
-	CPUPerReport   time.Duration `json:"cpu_per_report"`
-	RSS            int64         `json:"rss_bytes"`      // at the end
-	PeakRSS        int64         `json:"peak_rss_bytes"` // highest seen while measuring
-	DecodeFloor    time.Duration `json:"decode_floor"`   // CPU to decode one window report, measured in loadgen
-	FloorRatio     float64       `json:"floor_ratio"`    // CPUPerReport / DecodeFloor
-	Dependencies   int           `json:"dependencies"`   // BreakersPerInstance: one service
-	DBGrowth       int64         `json:"db_growth_bytes"`
-	DBBytesPerDepS float64       `json:"db_bytes_per_dependency_second"` // DBGrowth / (Dependencies x Measured); 0 without Config.DBSize
+	ServerCPU    float64       `json:"server_cpu_cores"`
+	CPUPerReport time.Duration `json:"cpu_per_report"`
+	RSS          int64         `json:"rss_bytes"`      // at the end
+	PeakRSS      int64         `json:"peak_rss_bytes"` // highest seen while measuring
+	DecodeFloor  time.Duration `json:"decode_floor"`   // CPU to decode one window report, measured in loadgen
+	FloorRatio   float64       `json:"floor_ratio"`    // CPUPerReport / DecodeFloor
+	Dependencies int           `json:"dependencies"`   // BreakersPerInstance: one service
+	// The store writer over the measurement, from the same scrapes: group
+	// transactions committed a second and writes (batches, hellos,
+	// commands...) per transaction. Zero when /metrics had no store
+	// counters.
+	StoreTxPerSec  float64 `json:"store_transactions_per_second"`
+	WritesPerTx    float64 `json:"store_writes_per_transaction"`
+	DBGrowth       int64   `json:"db_growth_bytes"`
+	DBBytesPerDepS float64 `json:"db_bytes_per_dependency_second"` // DBGrowth / (Dependencies x Measured); 0 without Config.DBSize
 	// Of that growth, per dependency-second: the per-second history level,
 	// the per-instance minutes and the transitions (Config.DBSize's parts).
 	SecondsPerDepS         float64 `json:"seconds_level_bytes_per_dependency_second"`
@@ -190,6 +196,7 @@ type Result struct {
 func (r Result) String() string {
 	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
 		"server CPU: %.2f cores, %.1f µs per acked window report (decode floor %.2f µs, ratio %.1f); RSS %.0f MB (peak %.0f MB)\n"+
+		"store: %.1f transactions/s, %.1f writes per transaction\n"+
 		"database: %d bytes grown, %.0f bytes per dependency-second (%d dependencies): per-second level %.0f, instance minutes %.0f, transitions %.0f\n"+
 		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
 		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen, event stream dropped %d times)\n"+
@@ -197,6 +204,7 @@ func (r Result) String() string {
 		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
 		r.ServerCPU, float64(r.CPUPerReport)/float64(time.Microsecond), float64(r.DecodeFloor)/float64(time.Microsecond), r.FloorRatio,
 		float64(r.RSS)/1e6, float64(r.PeakRSS)/1e6,
+		r.StoreTxPerSec, r.WritesPerTx,
 		r.DBGrowth, r.DBBytesPerDepS, r.Dependencies, r.SecondsPerDepS, r.InstanceMinutesPerDepS, r.TransitionsPerDepS,
 		r.Rate, r.Offered, r.Measured.Round(time.Millisecond), r.Refused, r.Errors,
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent, r.SubscriberDrops,
@@ -350,6 +358,13 @@ wait:
 			res.CPUPerReport = time.Duration(cpu / (res.Rate * last.at.Sub(first.at).Seconds()) * float64(time.Second))
 		}
 		res.RSS, res.PeakRSS = int64(last.rss), int64(max(peak, last.rss, first.rss))
+	}
+	if first.storeValid && last.storeValid {
+		tx := last.storeTx - first.storeTx
+		res.StoreTxPerSec = tx / last.at.Sub(first.at).Seconds()
+		if tx > 0 {
+			res.WritesPerTx = (last.storeOps - first.storeOps) / tx
+		}
 	}
 	if first.db != nil && last.db != nil && res.Dependencies > 0 {
 		depS := float64(res.Dependencies) * last.at.Sub(first.at).Seconds()

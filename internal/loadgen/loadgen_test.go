@@ -38,6 +38,10 @@ func TestRunMeasuresAgainstARealCollector(t *testing.T) {
 	if res.Instances != 20 || res.Windows == 0 || res.Offered < 500 || res.Refused != 0 || res.Errors != 0 {
 		t.Fatalf("result %+v", res)
 	}
+	// The store's counters from /metrics: groups of at least one write.
+	if res.StoreTxPerSec <= 0 || res.WritesPerTx < 1 {
+		t.Fatalf("store: %.1f transactions/s, %.1f writes per transaction", res.StoreTxPerSec, res.WritesPerTx)
+	}
 	if res.Seen == 0 || res.Seen > res.Sent || res.P50 <= 0 || res.P99 < res.P50 || res.Max < res.P99 {
 		t.Fatalf("transitions seen %d of %d, p50 %v p99 %v max %v", res.Seen, res.Sent, res.P50, res.P99, res.Max)
 	}

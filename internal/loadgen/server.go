@@ -22,6 +22,10 @@ type serverSample struct {
 	rss   float64          // process_resident_memory_bytes
 	db    map[string]int64 // Config.DBSize, nil when unknown
 	valid bool             // the process metrics were there
+	// The store writer's counters (cbdash_store_transactions_total and
+	// cbdash_store_operations_total); storeValid when both were there.
+	storeTx, storeOps float64
+	storeValid        bool
 }
 
 // scrape reads the server's own process counters from /metrics (the
@@ -57,27 +61,33 @@ func (r *run) scrape(ctx context.Context, withDB bool) serverSample {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	found := 0
+	found, store := 0, 0
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
 		if !ok {
 			continue
 		}
 		var p *float64
+		n := &found
 		switch name {
 		case "process_cpu_seconds_total":
 			p = &s.cpu
 		case "process_resident_memory_bytes":
 			p = &s.rss
+		case "cbdash_store_transactions_total":
+			p, n = &s.storeTx, &store
+		case "cbdash_store_operations_total":
+			p, n = &s.storeOps, &store
 		default:
 			continue
 		}
 		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
 			*p = v
-			found++
+			*n++
 		}
 	}
 	s.valid = found == 2
+	s.storeValid = store == 2
 	return s
 }
 
