@@ -81,6 +81,13 @@ func TestServiceRulesAndDeliveries(t *testing.T) {
 	eventually.True(t, "the alert", func() bool { return len(rcv.received()) == 1 })
 	clk.Set(at(120 + 61))
 	eventually.True(t, "the resolve", func() bool { return len(rcv.received()) >= 2 })
+	// The receiver has the resolve before the service has its answer:
+	// stop the service only once the delivery is logged (stopping it
+	// earlier cancels the request, logged as "context canceled").
+	eventually.True(t, "the resolve's delivery logged", func() bool {
+		log, err := svc.Deliveries(rctx, cbdash.DeliveryQuery{RuleID: created.ID})
+		return err == nil && len(log) == 2 && log[0].Event == cbdash.AlertResolved && log[0].OK
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
