@@ -189,7 +189,6 @@ type memberSlot struct {
 // refresh builds ib's line and slot anew.
 func (d *dep) refresh(ib *ibreaker) {
 	e := lineOf(d, ib)
-	ib.entry = e
 	d.lines[ib.slot] = e
 	d.slots[ib.slot] = memberSlot{stale: e.Stale, rank: stateRank(e.State), state: e.State, openSince: e.OpenSince,
 		closeness: cbdash.ClosenessOf(e.Last.Headroom).Score, headroom: &e.Last.Headroom, held: e.Held}

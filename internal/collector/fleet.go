@@ -483,15 +483,10 @@ func (l *live) resync(ibs []cbdash.InstanceBreaker) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range ibs {
-		k := instKey{r.Service, r.Instance}
-		inst := l.instances[k]
-		if inst != nil && (inst.sess != nil || inst.pull) {
+		if inst := l.instances[instKey{r.Service, r.Instance}]; inst != nil && (inst.sess != nil || inst.pull) {
 			continue
 		}
-		if inst == nil {
-			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
-			l.instances[k] = inst
-		}
+		inst := l.storedInstanceLocked(r)
 		l.bump(inst)
 		ib := l.breakerLocked(inst, r.Breaker)
 		if ib.config != r.Config {

@@ -44,10 +44,6 @@ type ibreaker struct {
 	held           *cbdash.Hold
 	lastTrip       *protocol.Transition
 	lastTripAt     time.Time // when lastTrip was received
-	// entry is this breaker's line of its dependency's aggregate, as last
-	// computed (aggregate.go); nil until computed. Views and subscribers
-	// share it: it is replaced, never modified.
-	entry *cbdash.InstanceBreaker
 	// slot is ib's place in dep.sorted (and dep.lines, dep.slots);
 	// dirty: ib changed since its line was built (live.bump), and is on
 	// dep.dirty. Every change to an instance or its breakers goes with a
@@ -251,6 +247,18 @@ func (l *live) setOpensToday(m map[cbdash.DependencyKey]int) {
 	}
 }
 
+// storedInstanceLocked returns the instance of stored line r, made from
+// it (labels, last seen) when live state has none.
+func (l *live) storedInstanceLocked(r cbdash.InstanceBreaker) *instance {
+	k := instKey{r.Service, r.Instance}
+	inst := l.instances[k]
+	if inst == nil {
+		inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
+		l.instances[k] = inst
+	}
+	return inst
+}
+
 // restore rebuilds instances from the store's last known state. They start
 // with the last-seen time the store had, so the sweep marks them stale (or
 // forgets them) as it would have.
@@ -258,12 +266,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range ibs {
-		k := instKey{r.Service, r.Instance}
-		inst := l.instances[k]
-		if inst == nil {
-			inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
-			l.instances[k] = inst
-		}
+		inst := l.storedInstanceLocked(r)
 		l.bump(inst)
 		ib := l.breakerLocked(inst, r.Breaker)
 		ib.config = r.Config

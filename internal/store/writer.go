@@ -82,8 +82,7 @@ type cache struct {
 	// several groups is read once. On PostgreSQL, where another
 	// collector may write the same rows, every group starts without them
 	// (dialect.beginGroup).
-	rows      map[bucketKey]*row
-	rowNewest int64 // the newest start of the rows last kept (keepRows)
+	rows map[bucketKey]*row
 }
 
 // rowCacheSpan is how far behind the newest second the row cache keeps
@@ -119,7 +118,6 @@ func (c *cache) reset() {
 	c.wm = nil
 	c.seqs = make(map[runKey]int64)
 	c.rows = make(map[bucketKey]*row)
-	c.rowNewest = 0
 }
 
 // keepRows adds the rows of a committed transaction to the row cache and
@@ -139,13 +137,12 @@ func (c *cache) keepRows(rows map[bucketKey]*row) {
 		c.rows[k] = r
 		newest = max(newest, k.start)
 	}
-	c.rowNewest = newest
 	if len(c.rows) > maxCachedRows {
 		clear(c.rows)
 		return
 	}
 	for k := range c.rows {
-		if k.start < c.rowNewest-rowCacheSpan {
+		if k.start < newest-rowCacheSpan {
 			delete(c.rows, k)
 		}
 	}

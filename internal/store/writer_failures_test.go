@@ -349,8 +349,7 @@ func TestAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
 		rvMustSave(t, s, "pay-1", rvBatch(uint64(i+2), at, 1), at, true)
 	}
 	if _, ok := s.w.c.rows[bucketKey{1, t0.Add(5 * time.Second).UnixMilli()}]; !ok {
-		t.Errorf("the newest second is not cached after a window 4 minutes ahead (cache holds %d rows, newest %v)",
-			len(s.w.c.rows), time.UnixMilli(s.w.c.rowNewest).Sub(t0))
+		t.Errorf("the newest second is not cached after a window 4 minutes ahead (cache holds %d rows)", len(s.w.c.rows))
 	}
 }
 
