@@ -90,3 +90,47 @@ func FuzzDecodeMatchesJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodedBatchesShareNothing: windows are decoded in a pooled scratch
+// and copied out; a batch must own its windows and histograms (a later
+// decode reuses the scratch), each histogram must end at its own length
+// (an append must not write into the next window's), and nothing of one
+// batch may show in the next (here: histograms in a batch without any).
+func TestDecodedBatchesShareNothing(t *testing.T) {
+	first, ok := batchjson.Decode([]byte(`{"type":"batch","seq":1,"windows":[{"breaker":"a","latency":[1,2]},{"breaker":"b"},{"breaker":"c","latency":[3]},{"breaker":"d","latency":[]}]}`))
+	if !ok {
+		t.Fatal("gave up")
+	}
+	want := [][]int64{{1, 2}, nil, {3}, {}}
+	for i, w := range first.Windows {
+		if !reflect.DeepEqual(w.Latency, want[i]) || cap(w.Latency) != len(w.Latency) {
+			t.Fatalf("window %d: latency %v (cap %d), want %v at cap %d", i, w.Latency, cap(w.Latency), want[i], len(want[i]))
+		}
+	}
+	if cap(first.Windows) != len(first.Windows) {
+		t.Errorf("windows: cap %d for %d", cap(first.Windows), len(first.Windows))
+	}
+	_ = append(first.Windows[0].Latency, 99)
+	if first.Windows[2].Latency[0] != 3 {
+		t.Fatalf("an append to one histogram wrote into the next: %v", first.Windows[2].Latency)
+	}
+	second, ok := batchjson.Decode([]byte(`{"type":"batch","seq":2,"windows":[{"breaker":"x"},{"breaker":"y"}]}`))
+	if !ok {
+		t.Fatal("gave up")
+	}
+	for i, w := range second.Windows {
+		if w.Latency != nil || w.Breaker != []string{"x", "y"}[i] {
+			t.Fatalf("second batch's window %d = %+v: state of the first batch left in the scratch", i, w)
+		}
+	}
+	if first.Windows[0].Breaker != "a" || first.Windows[1].Breaker != "b" || !reflect.DeepEqual(first.Windows[0].Latency, []int64{1, 2}) {
+		t.Fatalf("the first batch changed after a second decode: %+v", first.Windows)
+	}
+	if _, ok := batchjson.Decode([]byte(`{"type":"batch","windows":[{"breaker":"p","latency":[1]},{"breaker":"q","latency":[x]}]}`)); ok {
+		t.Fatal("accepted a bad histogram")
+	}
+	third, _ := batchjson.Decode([]byte(`{"type":"batch","windows":[{"breaker":"z"}]}`))
+	if len(third.Windows) != 1 || third.Windows[0].Latency != nil || third.Windows[0].Breaker != "z" {
+		t.Fatalf("after a batch given up half-way: %+v", third.Windows)
+	}
+}
