@@ -67,7 +67,16 @@ type writer struct {
 	// (Tx.StmtContext reuses the connection's statement) instead of
 	// preparing every query afresh. Touched only by the writer goroutine.
 	prepared map[string]*sql.Stmt
+
+	// imBuf is the last transaction's emptied list of instance-minute
+	// shares, for the next one to append to: a transaction stages one a
+	// window report (800 at 1,000 x 20), and growing a fresh list each
+	// time was 7% of the collector's allocated bytes. Writer goroutine
+	// only; not kept beyond maxIMBuf.
+	imBuf []imDelta
 }
+
+const maxIMBuf = 1 << 14
 
 // cache holds ids and watermarks so that the hot path (a batch of window
 // reports) runs no lookups.
@@ -402,6 +411,9 @@ func (w *writer) commit(group []*op) {
 			w.imAt = now
 		}
 	}
+	if cap(x.im) <= maxIMBuf {
+		w.imBuf = x.im[:0]
+	}
 	w.finish(group, errs, committed && !x.dirty)
 }
 
@@ -547,8 +559,10 @@ type wtx struct {
 }
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
-	return &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(),
-		runs: make(map[runKey]int64), seen: make(map[int64]int64), rows: make(map[bucketKey]*row)}
+	x := &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(),
+		runs: make(map[runKey]int64), seen: make(map[int64]int64), rows: make(map[bucketKey]*row), im: w.imBuf}
+	w.imBuf = nil
+	return x
 }
 
 // st returns query's statement, prepared once per transaction. (A
