@@ -543,8 +543,51 @@ func checkChars(field, v string) error {
 // windowOK reports whether w passes every check Batch.Validate makes of a
 // window report (breakers declared in known, nil = any; times against
 // ref), without building the field names an error would need.
-func windowOK(w *Window, known map[string]bool, ref int64) bool {
-	if checkName("", w.Breaker) != nil || (known != nil && !known[w.Breaker]) || !ValidState(w.State) ||
+// declared is the set of breaker names a hello declared (any name when
+// there is no hello). A few dozen names are looked up in the hello's own
+// list, starting where a batch that keeps the hello's order has its
+// window; more are put in a map once per batch.
+type declared struct {
+	hello *Hello
+	m     map[string]bool
+}
+
+const declaredScan = 32 // names looked up in the list, not a map
+
+func declaredIn(hello *Hello) declared {
+	d := declared{hello: hello}
+	if hello != nil && len(hello.Breakers) > declaredScan {
+		d.m = make(map[string]bool, len(hello.Breakers))
+		for _, c := range hello.Breakers {
+			d.m[c.Name] = true
+		}
+	}
+	return d
+}
+
+// has reports whether name was declared; hint is where to look first
+// (-1: nowhere in particular).
+func (d declared) has(name string, hint int) bool {
+	switch {
+	case d.hello == nil:
+		return true
+	case d.m != nil:
+		return d.m[name]
+	}
+	bs := d.hello.Breakers
+	if hint >= 0 && hint < len(bs) && bs[hint].Name == name {
+		return true
+	}
+	for i := range bs {
+		if bs[i].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func windowOK(w *Window, known declared, hint int, ref int64) bool {
+	if checkName("", w.Breaker) != nil || !known.has(w.Breaker, hint) || !ValidState(w.State) ||
 		checkTime("", w.Start, ref) != nil || w.Millis <= 0 || w.Millis > MaxWindowMillis || w.Counts.validate() != nil {
 		return false
 	}
@@ -743,18 +786,12 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 			}
 		}
 	}
-	var known map[string]bool
-	if hello != nil {
-		known = make(map[string]bool, len(hello.Breakers))
-		for _, c := range hello.Breakers {
-			known[c.Name] = true
-		}
-	}
+	known := declaredIn(hello)
 	checkBreaker := func(field, name string) error {
 		if err := checkName(field, name); err != nil {
 			return err
 		}
-		if known != nil && !known[name] {
+		if !known.has(name, -1) {
 			return invalid("%s %q was not declared in hello", field, name)
 		}
 		return nil
@@ -791,7 +828,7 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 	}
 	for i := range b.Windows {
 		w := &b.Windows[i]
-		if windowOK(w, known, ref) {
+		if windowOK(w, known, i, ref) {
 			continue // the checks below, without naming fields: no allocation
 		}
 		p := fmt.Sprintf("windows[%d]", i)

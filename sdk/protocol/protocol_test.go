@@ -3,6 +3,7 @@ package protocol_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -363,5 +364,38 @@ func TestCountsAddSaturates(t *testing.T) {
 	c.Add(protocol.Counts{Admitted: 9e18})
 	if c.Admitted != math.MaxInt64 {
 		t.Fatalf("admitted %d, want math.MaxInt64", c.Admitted)
+	}
+}
+
+// TestBatchValidateDeclaredBreakers: a window's breaker must be one the
+// hello declared, in any order, for hellos whose names are looked up in
+// their list (a few) and in a map (many).
+func TestBatchValidateDeclaredBreakers(t *testing.T) {
+	for _, n := range []int{1, 5, 32, 33, 200} {
+		hello := validHello()
+		base := hello.Breakers[0]
+		hello.Breakers = nil
+		for i := range n {
+			c := base
+			c.Name = fmt.Sprintf("dep-%03d", i)
+			hello.Breakers = append(hello.Breakers, c)
+		}
+		b := validBatch()
+		b.Transitions, b.CommandResults = nil, nil
+		w := b.Windows[0]
+		b.Windows = nil
+		for i := n - 1; i >= 0; i-- { // the reverse of the hello's order
+			w.Breaker = hello.Breakers[i].Name
+			b.Windows = append(b.Windows, w)
+		}
+		if err := b.Validate(&hello, now); err != nil {
+			t.Fatalf("%d breakers: %v", n, err)
+		}
+		b.Windows[n/2].Breaker = "dep-x"
+		checkErr(t, b.Validate(&hello, now), fmt.Sprintf("windows[%d].breaker \"dep-x\" was not declared in hello", n/2))
+		b.Windows[n/2].Breaker = "anything"
+		if err := b.Validate(nil, now); err != nil {
+			t.Fatalf("%d breakers, no hello: %v", n, err)
+		}
 	}
 }
