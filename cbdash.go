@@ -85,11 +85,22 @@ type InstanceBreaker struct {
 	OpenSince time.Time `json:"open_since,omitzero"`
 	// Config is the breaker's configuration from the instance's hello;
 	// ConfigDiffers is true when it differs from the other instances'.
-	Config        protocol.BreakerConfig `json:"config"`
-	ConfigDiffers bool                   `json:"config_differs"`
-	// Last is the last window report (normally one second).
-	Last protocol.Window `json:"last"`
-	Held *Hold           `json:"held,omitempty"`
+	// Config points at an immutable value, shared by the lines of the
+	// instance's breaker until its next hello (and with the collector's
+	// own state): compare configurations by value (*a == *b), never by
+	// pointer, and copy one before changing it. Never nil in the
+	// collector's lines (a zero configuration before the hello); nil in
+	// the store's (store.Instances) only when the stored one is JSON null.
+	Config        *protocol.BreakerConfig `json:"config"`
+	ConfigDiffers bool                    `json:"config_differs"`
+	// Last is the last window report (normally one second). It points at
+	// an immutable value, the window as the collector applied it (shared
+	// with the decoded batch and the instance's later lines until its
+	// next report): copy it before changing it. Never nil in the
+	// collector's lines (a zero window before the first report); nil in
+	// lines that have no live state (store.Instances leaves it so).
+	Last *protocol.Window `json:"last"`
+	Held *Hold            `json:"held,omitempty"`
 	// LastTrip is the instance's last closed > open transition seen live
 	// (its cause says which rate tripped it, and the window then); nil
 	// when none was seen since the collector started.
@@ -158,8 +169,8 @@ type Dependency struct {
 	// new, and builds a new line rather than change one it has handed
 	// out. Reordering or re-slicing a copy of the slice is fine; to change
 	// a line, copy it first (c := *ib), and clone its Labels, Held,
-	// LastTrip or Last.Latency before changing what they point to (they
-	// are shared too).
+	// LastTrip, Config or Last (and Last.Latency) before changing what
+	// they point to (they are shared too).
 	PerInstance []*InstanceBreaker `json:"per_instance"`
 }
 

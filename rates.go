@@ -152,7 +152,10 @@ func LineRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow Show
 }
 
 func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
-	h := in.Last.Headroom
+	var h protocol.Headroom // none without a window (Last nil: a line not from live state)
+	if in.Last != nil {
+		h = in.Last.Headroom
+	}
 	if Tripped(in.State) && !in.Stale {
 		c := cause
 		if c == nil && in.LastTrip != nil {

@@ -41,7 +41,7 @@ func TestRatesOfShowsTheWindowOrTheTrip(t *testing.T) {
 			}
 		})
 	}
-	f, _ := cbdash.InstanceRatesOf(cbdash.InstanceBreaker{State: protocol.StateHalfOpen, LastTrip: tripped, Last: protocol.Window{Headroom: hr}}, nil)
+	f, _ := cbdash.InstanceRatesOf(cbdash.InstanceBreaker{State: protocol.StateHalfOpen, LastTrip: tripped, Last: &protocol.Window{Headroom: hr}}, nil)
 	if got := f.CellText(); got != "at trip 3% of 50%" {
 		t.Errorf("half-open instance cell %q, want its trip's", got)
 	}

@@ -101,7 +101,7 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 					state += " (stale)"
 				}
 				var adm, rej float64
-				if ib.Last.Millis > 0 {
+				if ib.Last != nil && ib.Last.Millis > 0 { // the server always sends it; a null would read as none
 					secs := float64(ib.Last.Millis) / 1000
 					adm, rej = float64(ib.Last.Counts.Admitted)/secs, float64(ib.Last.Counts.Rejected())/secs
 				}

@@ -237,7 +237,7 @@ func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
 		Service: d.key.Service, Instance: inst.key.instance, Breaker: d.key.Breaker, Labels: inst.labels,
 		State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
 		OpenSince: ib.openSince,
-		Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && ib.config != d.shape.majority,
+		Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && *ib.config != d.shape.majority,
 		Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
 		ClockSkewMillis: inst.skewMs,
 	}
@@ -256,12 +256,12 @@ type shape struct {
 func shapeOf(sorted []*ibreaker) *shape {
 	configs := make(map[protocol.BreakerConfig]int, 2)
 	for _, ib := range sorted {
-		configs[ib.config]++
+		configs[*ib.config]++ // by value: equal configurations of different hellos are one
 	}
 	sh := &shape{kinds: len(configs)}
 	best := 0
 	for i, ib := range sorted {
-		if c := ib.config; configs[c] > best {
+		if c := *ib.config; configs[c] > best {
 			sh.majority, best = c, configs[c]
 		}
 		sh.labels = sharedLabels(sh.labels, ib.inst.labels, i == 0)

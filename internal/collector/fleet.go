@@ -489,8 +489,12 @@ func (l *live) resync(ibs []cbdash.InstanceBreaker) {
 		inst := l.storedInstanceLocked(r)
 		l.bump(inst)
 		ib := l.breakerLocked(inst, r.Breaker)
-		if ib.config != r.Config {
-			ib.config, ib.dep.shape = r.Config, nil
+		rc := r.Config
+		if rc == nil {
+			rc = &noConfig
+		}
+		if *ib.config != *rc { // values: a pointer of the store's is never live state's
+			ib.config, ib.dep.shape = ownCopy(rc, &noConfig), nil
 		}
 		if r.State != ib.state {
 			ib.state = r.State
@@ -499,8 +503,8 @@ func (l *live) resync(ibs []cbdash.InstanceBreaker) {
 		if r.LastTransition.After(ib.lastTransition) {
 			ib.lastTransition = r.LastTransition
 		}
-		if r.Last.Start > ib.last.Start {
-			ib.last = r.Last
+		if r.Last != nil && r.Last.Start > ib.last.Start {
+			ib.last = ownCopy(r.Last, &noWindow)
 		}
 		if r.LastSeen.After(inst.lastSeen) {
 			inst.lastSeen = r.LastSeen

@@ -143,7 +143,7 @@ func (l *live) holdInstLocked(inst *instance) holdInst {
 		startedAt: inst.startedAt, sess: inst.sess, stale: inst.stale, pull: inst.pull && inst.sess == nil && !inst.stale, rates: make(map[string]float64, len(inst.breakers))}
 	for name, ib := range inst.breakers {
 		hi.breakers = append(hi.breakers, name)
-		if why, ok := cbdash.HoldsUnsupported(ib.config); ok {
+		if why, ok := cbdash.HoldsUnsupported(*ib.config); ok {
 			if hi.unsupported == nil {
 				hi.unsupported = make(map[string]string)
 			}

@@ -16,7 +16,9 @@ import (
 func deepCopyLine(ib *cbdash.InstanceBreaker) cbdash.InstanceBreaker {
 	c := *ib
 	c.Labels = maps.Clone(ib.Labels)
-	c.Last.Latency = slices.Clone(ib.Last.Latency)
+	cfg, w := *ib.Config, *ib.Last
+	w.Latency = slices.Clone(ib.Last.Latency)
+	c.Config, c.Last = &cfg, &w
 	if ib.Held != nil {
 		h := *ib.Held
 		c.Held = &h

@@ -31,16 +31,31 @@ type instance struct {
 }
 
 // ibreaker is one breaker on one instance.
+//
+// config and last point at immutable values, which the lines built from
+// ib share (cbdash.InstanceBreaker.Config, Last): they are replaced,
+// never written through, and never nil (noConfig, noWindow until
+// something is known). config is the breaker's entry in a copy of the
+// instance's hello's breakers (made once per hello that changes a
+// configuration, declareLocked) or a copy of a stored line's (restore,
+// resync). last is the window in the applied batch itself
+// (&b.Windows[i], applyLocked): once a session hands a batch to live
+// state (toLive) nothing writes its windows, neither live state, nor the
+// saver (merge copies them, store.SaveBatch and the holds' counts read
+// them), nor the fleet (it encodes them); a batch whose times the
+// collector moves (correctClock) or whose causes it vets (vetCauses) is
+// a copy made before that. A stored line's window is copied (restore,
+// resync).
 type ibreaker struct {
 	inst           *instance
 	dep            *dep
 	name           string
-	config         protocol.BreakerConfig
+	config         *protocol.BreakerConfig // immutable, shared with lines; see above
 	state          string
 	stateAt        int64 // agent Unix ms of the report that set state
 	lastTransition time.Time
-	openSince      time.Time // start of the current episode out of closed; zero while closed
-	last           protocol.Window
+	openSince      time.Time        // start of the current episode out of closed; zero while closed
+	last           *protocol.Window // immutable, shared with the batch and lines; see above
 	held           *cbdash.Hold
 	lastTrip       *protocol.Transition
 	lastTripAt     time.Time // when lastTrip was received
@@ -219,6 +234,24 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 	}
 }
 
+// noConfig and noWindow are the configuration and last window of a
+// breaker before anything is known of them: zero values, shared by every
+// such breaker and its lines, never written.
+var (
+	noConfig protocol.BreakerConfig
+	noWindow protocol.Window
+)
+
+// ownCopy returns a copy of *p for live state to point at (p comes from a
+// stored line, whose values the caller owns), or none when p is nil.
+func ownCopy[T any](p, none *T) *T {
+	if p == nil {
+		return none
+	}
+	c := *p
+	return &c
+}
+
 func stateRank(s string) int { return cbdash.StateRank(s) }
 
 func forced(s string) bool { return s == protocol.StateForcedOpen || s == protocol.StateForcedClosed }
@@ -269,14 +302,14 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 		inst := l.storedInstanceLocked(r)
 		l.bump(inst)
 		ib := l.breakerLocked(inst, r.Breaker)
-		ib.config = r.Config
+		ib.config = ownCopy(r.Config, &noConfig)
 		ib.state = r.State
 		ib.lastTransition = r.LastTransition
 		if cbdash.NotClosed(r.State) {
 			ib.openSince = r.OpenSince
 			ib.lastTrip, ib.lastTripAt = r.LastTrip, r.LastTripReceivedAt
 		}
-		ib.last = r.Last
+		ib.last = ownCopy(r.Last, &noWindow)
 		ib.held = r.Held
 		if r.LastSeen.After(inst.lastSeen) {
 			inst.lastSeen = r.LastSeen
@@ -301,7 +334,7 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 	ib := inst.breakers[name]
 	if ib == nil {
 		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.service, Breaker: name})
-		ib = &ibreaker{inst: inst, dep: d, name: name, state: protocol.StateClosed}
+		ib = &ibreaker{inst: inst, dep: d, name: name, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
 		inst.breakers[name] = ib
 		d.members[inst.key.instance] = ib
 		d.sorted = nil
@@ -350,13 +383,23 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 }
 
 // declareLocked makes inst's breakers those its hello declares (configs
-// as given), dropping the ones it no longer declares.
+// as given), dropping the ones it no longer declares. A breaker whose
+// configuration is unchanged keeps its config pointer; the changed ones
+// point into one copy of breakers, made here, so that nothing the caller
+// does with the hello later can change a line.
 func (l *live) declareLocked(inst *instance, breakers []protocol.BreakerConfig) {
 	declared := make(map[string]bool, len(breakers))
-	for _, c := range breakers {
+	var configs []protocol.BreakerConfig // breakers, copied at the first change
+	for i := range breakers {
+		c := &breakers[i]
 		declared[c.Name] = true
 		ib := l.breakerLocked(inst, c.Name)
-		ib.config = c
+		if *ib.config != *c {
+			if configs == nil {
+				configs = slices.Clone(breakers)
+			}
+			ib.config = &configs[i]
+		}
 		ib.dep.shape = nil
 		l.changedLocked(ib.dep)
 	}
@@ -478,7 +521,7 @@ func (l *live) applyLocked(r applyReq) bool {
 			ib.state, ib.stateAt = w.State, end
 			ib.held = holdFromWindow(w, ib.held)
 		}
-		ib.last = *w
+		ib.last = w // the batch's own window: immutable from here (see ibreaker)
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
 		ib.dep.unpublished = true

@@ -12,10 +12,11 @@ import (
 // dependency events (a hello with a new configuration). It does no I/O and
 // is not safe for concurrent use.
 type configWatch struct {
-	// last points at the configuration of each instance's line in the
-	// last event, by dependency, then instance: lines are read-only
-	// (cbdash.Dependency.PerInstance), so the pointer stands for the value
-	// and an unchanged line is recognised by its pointer alone.
+	// last is the configuration of each instance's line in the last
+	// event, by dependency, then instance: a line's Config points at an
+	// immutable value (cbdash.InstanceBreaker.Config), so an unchanged
+	// one is recognised by its pointer alone; a different pointer may
+	// still hold an equal value (a new hello), so values are compared.
 	last map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig
 }
 
@@ -37,16 +38,16 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 	}
 	var out []cbdash.ConfigChange
 	for _, ib := range ev.Dependency.PerInstance {
-		if ib.Config.Name == "" {
+		if ib.Config == nil || ib.Config.Name == "" {
 			continue // not declared yet
 		}
 		prev, seen := last[ib.Instance]
-		if prev == &ib.Config {
-			continue // the same line
+		if prev == ib.Config {
+			continue // the same configuration
 		}
-		last[ib.Instance] = &ib.Config // the newest line only is kept
-		if seen && *prev != ib.Config {
-			out = append(out, cbdash.ConfigChange{DependencyKey: k, Instance: ib.Instance, At: ev.At, Previous: *prev, Config: ib.Config})
+		last[ib.Instance] = ib.Config // the newest only is kept
+		if seen && *prev != *ib.Config {
+			out = append(out, cbdash.ConfigChange{DependencyKey: k, Instance: ib.Instance, At: ev.At, Previous: *prev, Config: *ib.Config})
 		}
 	}
 	return out

@@ -183,9 +183,10 @@ func (r faultRun) events() []cbdash.Event {
 			cfg.FailureRateThreshold = thr
 			d := cbdash.Dependency{DependencyKey: k, Instances: len(r.Instances)}
 			for _, inst := range r.Instances {
-				ib := &cbdash.InstanceBreaker{Service: r.Service, Breaker: r.Breaker, Instance: inst, State: protocol.StateClosed, Config: breakerConfig(r.Breaker)}
+				same := breakerConfig(r.Breaker) // one per line: equal values, different pointers
+				ib := &cbdash.InstanceBreaker{Service: r.Service, Breaker: r.Breaker, Instance: inst, State: protocol.StateClosed, Config: &same}
 				if inst == cc.Instance {
-					ib.Config = cfg
+					ib.Config = &cfg
 				}
 				d.PerInstance = append(d.PerInstance, ib)
 			}

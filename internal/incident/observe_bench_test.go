@@ -26,7 +26,7 @@ func BenchmarkObserveDependency(b *testing.B) {
 	for g := range pair {
 		for i := range n {
 			pair[g][i] = &cbdash.InstanceBreaker{Service: "pay", Instance: fmt.Sprintf("pay-%04d", i), Breaker: "db",
-				State: protocol.StateClosed, Last: protocol.Window{Counts: protocol.Counts{Admitted: int64(g)}}}
+				State: protocol.StateClosed, Last: &protocol.Window{Counts: protocol.Counts{Admitted: int64(g)}}}
 		}
 	}
 	which := make([]int, n)

@@ -196,7 +196,7 @@ func TestHystrixStream(t *testing.T) {
 		if !c.Sampled || !c.HoldsUnsupported || c.Library != source.LibraryHystrix || c.Settings.Map()["circuitBreakerErrorThresholdPercentage"] != "50" {
 			t.Errorf("config %+v, want a sampled Hystrix stream breaker with its properties, holds unsupported", c)
 		}
-		why, no := cbdash.HoldsUnsupported(c)
+		why, no := cbdash.HoldsUnsupported(*c)
 		if !no || !strings.Contains(why, "only reads") {
 			t.Errorf("HoldsUnsupported = %q, %v; want the reason that cbdash only reads it", why, no)
 		}

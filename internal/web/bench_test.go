@@ -128,8 +128,8 @@ func depOf(n int, now time.Time) cbdash.Dependency {
 		d.PerInstance = append(d.PerInstance, &cbdash.InstanceBreaker{
 			Service: d.Service, Instance: fmt.Sprintf("checkout-%04d", i), Breaker: d.Breaker, State: st, Stale: i%211 == 0,
 			LastSeen: now.Add(-time.Second), LastTransition: now.Add(-time.Duration(i) * time.Second),
-			Config: protocol.BreakerConfig{Name: d.Breaker, WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 20},
-			Last: protocol.Window{Breaker: d.Breaker, Millis: 1000, State: st, Counts: protocol.Counts{Admitted: 100, Successes: 100 - int64(i%9), Failures: int64(i % 9)},
+			Config: &protocol.BreakerConfig{Name: d.Breaker, WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 20},
+			Last: &protocol.Window{Breaker: d.Breaker, Millis: 1000, State: st, Counts: protocol.Counts{Admitted: 100, Successes: 100 - int64(i%9), Failures: int64(i % 9)},
 				Headroom: protocol.Headroom{Calls: 100, Failures: int64(i % 9), MinimumCalls: 20, FailureRate: float64(i % 9), FailureRateThreshold: 50}},
 		})
 	}

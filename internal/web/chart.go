@@ -336,11 +336,11 @@ func rateThresholds(cfg protocol.BreakerConfig) []thresholdData {
 func firstConfig(d cbdash.Dependency) (protocol.BreakerConfig, bool) {
 	for _, in := range d.PerInstance {
 		if !in.Stale {
-			return in.Config, true
+			return *in.Config, true
 		}
 	}
 	if len(d.PerInstance) > 0 {
-		return d.PerInstance[0].Config, true
+		return *d.PerInstance[0].Config, true
 	}
 	return protocol.BreakerConfig{}, false
 }

@@ -53,7 +53,7 @@ func TestChartsFromHistory(t *testing.T) {
 	}
 	// Minutes 0-2 and 5, nothing in between: a gap.
 	pts := []cbdash.Point{pt(0, 60, 0, 0), pt(1, 30, 30, 1), pt(2, 60, 0, 0), pt(5, 0, 60, 2)}
-	d := cbdash.Dependency{PerInstance: []*cbdash.InstanceBreaker{{Config: protocol.BreakerConfig{FailureRateThreshold: 50}}}, Instances: 3}
+	d := cbdash.Dependency{PerInstance: []*cbdash.InstanceBreaker{{Config: &protocol.BreakerConfig{FailureRateThreshold: 50}, Last: &protocol.Window{}}}, Instances: 3}
 	charts := dependencyCharts(pts, from, to, d)
 	if len(charts) != 5 {
 		t.Fatalf("%d charts", len(charts))

@@ -444,11 +444,11 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			LastTransition: agoView(in.LastTransition, now),
 			OpenSince:      sinceView(in.State, in.OpenSince, now),
 			LastSeen:       agoView(in.LastSeen, now),
-			Config:         configText(in.Config),
+			Config:         configText(*in.Config),
 			ConfigDiffers:  in.ConfigDiffers || drift[in.Instance] != "",
 			ConfigDrift:    drift[in.Instance],
 			Held:           holdView(in.Held, now),
-			Sampled:        sampledText(in.Config),
+			Sampled:        sampledText(*in.Config),
 		})
 	}
 	return rows

@@ -23,14 +23,14 @@ func driftTexts(d cbdash.Dependency) map[string]string {
 		}
 		found := false
 		for _, g := range groups {
-			if len(cbdash.ConfigDiff(in.Config, g.cfg)) == 0 {
+			if len(cbdash.ConfigDiff(*in.Config, g.cfg)) == 0 {
 				g.n++
 				found = true
 				break
 			}
 		}
 		if !found {
-			groups = append(groups, &group{cfg: in.Config, n: 1})
+			groups = append(groups, &group{cfg: *in.Config, n: 1})
 		}
 	}
 	if len(groups) < 2 {
@@ -44,7 +44,7 @@ func driftTexts(d cbdash.Dependency) map[string]string {
 	}
 	out := map[string]string{}
 	for _, in := range d.PerInstance {
-		diffs := cbdash.ConfigDiff(in.Config, major.cfg)
+		diffs := cbdash.ConfigDiff(*in.Config, major.cfg)
 		if len(diffs) == 0 {
 			continue
 		}

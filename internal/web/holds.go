@@ -235,7 +235,7 @@ func (s *Server) depHolds(ctx context.Context, d cbdash.Dependency, p templates.
 func unsupportedText(d cbdash.Dependency) (why, partly string) {
 	var no []string
 	for _, in := range d.PerInstance {
-		if r, ok := cbdash.HoldsUnsupported(in.Config); ok {
+		if r, ok := cbdash.HoldsUnsupported(*in.Config); ok {
 			why = r
 			no = append(no, in.Instance)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
 
@@ -195,6 +196,8 @@ func (s *Server) incidentModel(ctx context.Context, is IncidentStore, id int64, 
 
 // storedDependency is a dependency rebuilt from the stored instances
 // (configurations only), for a dependency the collector no longer knows.
+// Its lines have a zero window, and a zero configuration where the store
+// has none, as the collector's (never nil).
 func storedDependency(ctx context.Context, is IncidentStore, k cbdash.DependencyKey, instances int) (cbdash.Dependency, error) {
 	d := cbdash.Dependency{DependencyKey: k, Instances: instances}
 	ibs, err := is.Instances(ctx)
@@ -203,6 +206,12 @@ func storedDependency(ctx context.Context, is IncidentStore, k cbdash.Dependency
 	}
 	for i := range ibs {
 		if ib := &ibs[i]; ib.Service == k.Service && ib.Breaker == k.Breaker {
+			if ib.Config == nil {
+				ib.Config = &protocol.BreakerConfig{}
+			}
+			if ib.Last == nil {
+				ib.Last = &protocol.Window{}
+			}
 			d.PerInstance = append(d.PerInstance, ib)
 		}
 	}
