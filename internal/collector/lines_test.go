@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"maps"
 	"reflect"
 	"slices"
@@ -47,7 +48,7 @@ func unchanged(t *testing.T, what string, lines []*cbdash.InstanceBreaker, want 
 	}
 	for i, ib := range lines {
 		if got := deepCopyLine(ib); !reflect.DeepEqual(got, want[i]) {
-			t.Errorf("%s: the line of %s changed:\n got %+v\nwant %+v", what, want[i].Instance, got, want[i])
+			t.Errorf("%s: the line of %s changed:\n got %s\nwant %s", what, want[i].Instance, mustJSON(t, got), mustJSON(t, want[i]))
 		}
 	}
 }
@@ -161,5 +162,98 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 	slices.Reverse(called.PerInstance)
 	if again, _ := l.dependency(k); again.PerInstance[0].Instance != "a" {
 		t.Errorf("reordering a copy reordered the view: first line %s", again.PerInstance[0].Instance)
+	}
+}
+
+// TestALinesConfigAndWindowStayAsPublished: a line points at its
+// instance's configuration and last window rather than copying them; a
+// later hello with another configuration, a later report, and whatever
+// the caller then does with the hello it passed, leave a published line
+// with the values it had.
+func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	report := func(seq uint64, admitted int64) {
+		t.Helper()
+		w := window("db", protocol.StateClosed, clk.Now(), protocol.Counts{Admitted: admitted, Successes: admitted},
+			protocol.Headroom{Calls: admitted, MinimumCalls: 10, FailureRateThreshold: 50}, []int64{admitted})
+		if !l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: seq, Windows: []protocol.Window{w}}, clk.Now()) {
+			t.Fatalf("batch %d not applied", seq)
+		}
+	}
+	h := testHello("api", "a", cfg, nil)
+	l.hello(h, 0, nil, clk.Now(), nil)
+	clk.Advance(time.Second)
+	report(1, 20)
+	first, _ := l.dependency(k)
+	line := lineOfInstance(t, &first, "a")
+	want := deepCopyLine(line)
+	if line.Config.FailureRateThreshold != 50 || line.Last.Counts.Admitted != 20 {
+		t.Fatalf("first line: threshold %v, %d admitted; want 50, 20", line.Config.FailureRateThreshold, line.Last.Counts.Admitted)
+	}
+
+	h.Breakers[0].FailureRateThreshold = 99 // the caller's hello, changed after the fact
+	changed := cfg
+	changed.FailureRateThreshold = 20
+	l.hello(testHello("api", "a", changed, nil), 0, nil, clk.Now(), nil)
+	clk.Advance(time.Second)
+	report(2, 40)
+	second, _ := l.dependency(k)
+
+	unchanged(t, "the first view", first.PerInstance, []cbdash.InstanceBreaker{want})
+	if now := lineOfInstance(t, &second, "a"); now.Config.FailureRateThreshold != 20 || now.Last.Counts.Admitted != 40 || now.Last.Latency[0] != 40 {
+		t.Errorf("second line: threshold %v, %d admitted, latency %v; want 20, 40, [40]", now.Config.FailureRateThreshold, now.Last.Counts.Admitted, now.Last.Latency)
+	}
+}
+
+// TestConfigDriftComparesValues: configurations are told apart by value,
+// whichever hello (or stored line) each came from: equal ones never
+// differ, and a line with no configuration or window yet reads as the
+// zero value in JSON, as when lines held them by value.
+func TestConfigDriftComparesValues(t *testing.T) {
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	drifted := cfg
+	drifted.FailureRateThreshold = 20
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	differs := func(what string, want map[string]bool) *cbdash.Dependency {
+		t.Helper()
+		d, _ := l.dependency(k)
+		got := map[string]bool{}
+		for _, ib := range d.PerInstance {
+			got[ib.Instance] = ib.ConfigDiffers
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: config_differs %v, want %v", what, got, want)
+		}
+		return &d
+	}
+	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
+	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
+	l.hello(testHello("api", "c", drifted, nil), 0, nil, clk.Now(), nil)
+	stored := cfg // a restored instance's, from the store
+	l.restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "d", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now(), Config: &stored}})
+	d := differs("three equal from three sources, one drifted", map[string]bool{"a": false, "b": false, "c": true, "d": false})
+	if a, b := lineOfInstance(t, d, "a"), lineOfInstance(t, d, "b"); a.Config == b.Config {
+		t.Fatalf("a and b share a configuration pointer: the test would not tell values from pointers")
+	}
+
+	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
+	differs("b says hello again with the same configuration", map[string]bool{"a": false, "b": false, "c": true, "d": false})
+	l.hello(testHello("api", "c", cfg, nil), 0, nil, clk.Now(), nil)
+	d = differs("c comes back to the others' configuration", map[string]bool{"a": false, "b": false, "c": false, "d": false})
+
+	// d has no window yet, and a restored line without a configuration
+	// has the zero one: both are JSON objects, never null.
+	l.restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "e", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()}})
+	again, _ := l.dependency(k)
+	d = &again
+	zeroWindow := mustJSON(t, protocol.Window{})
+	for inst, config := range map[string][]byte{"d": mustJSON(t, cfg), "e": mustJSON(t, protocol.BreakerConfig{})} {
+		got := mustJSON(t, lineOfInstance(t, d, inst))
+		if !bytes.Contains(got, []byte(`"config":`+string(config)+`,`)) || !bytes.Contains(got, []byte(`"last":`+string(zeroWindow)+`,`)) {
+			t.Errorf("%s's line %s: want config %s and last %s", inst, got, config, zeroWindow)
+		}
 	}
 }
