@@ -167,9 +167,8 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 
 // TestALinesConfigAndWindowStayAsPublished: a line points at its
 // instance's configuration and last window rather than copying them; a
-// later hello with another configuration, a later report, and whatever
-// the caller then does with the hello it passed, leave a published line
-// with the values it had.
+// later hello with another configuration and a later report leave a
+// published line with the values it had.
 func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
@@ -182,8 +181,7 @@ func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 			t.Fatalf("batch %d not applied", seq)
 		}
 	}
-	h := testHello("api", "a", cfg, nil)
-	l.hello(h, 0, nil, clk.Now(), nil)
+	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
 	clk.Advance(time.Second)
 	report(1, 20)
 	first, _ := l.dependency(k)
@@ -193,7 +191,6 @@ func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 		t.Fatalf("first line: threshold %v, %d admitted; want 50, 20", line.Config.FailureRateThreshold, line.Last.Counts.Admitted)
 	}
 
-	h.Breakers[0].FailureRateThreshold = 99 // the caller's hello, changed after the fact
 	changed := cfg
 	changed.FailureRateThreshold = 20
 	l.hello(testHello("api", "a", changed, nil), 0, nil, clk.Now(), nil)

@@ -20,7 +20,7 @@ type instance struct {
 	key       instKey
 	labels    map[string]string // replaced, never mutated: shared with views
 	startedAt int64
-	hello     *protocol.Hello // last hello; nil when restored from the store
+	hello     *protocol.Hello // last hello, nil when restored from the store; never changed once here (lines point at its configurations)
 	liveSeq   uint64          // highest batch seq applied to live state for startedAt
 	lastSeen  time.Time
 	stale     bool
@@ -35,10 +35,12 @@ type instance struct {
 // config and last point at immutable values, which the lines built from
 // ib share (cbdash.InstanceBreaker.Config, Last): they are replaced,
 // never written through, and never nil (noConfig, noWindow until
-// something is known). config is the breaker's entry in a copy of the
-// instance's hello's breakers (made once per hello that changes a
-// configuration, declareLocked) or a copy of a stored line's (restore,
-// resync). last is the window in the applied batch itself
+// something is known). config is the breaker's entry in the instance's
+// last hello (&inst.hello.Breakers[i], declareLocked: no hello is changed
+// once handed to live state; the decoders make a new one per message,
+// and internal/source replaces its breakers' slice rather than write to
+// it) or a copy of a stored line's (restore, resync). last is the window
+// in the applied batch itself
 // (&b.Windows[i], applyLocked): once a session hands a batch to live
 // state (toLive) nothing writes its windows, neither live state, nor the
 // saver (merge copies them, store.SaveBatch and the holds' counts read
@@ -383,23 +385,17 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 }
 
 // declareLocked makes inst's breakers those its hello declares (configs
-// as given), dropping the ones it no longer declares. A breaker whose
-// configuration is unchanged keeps its config pointer; the changed ones
-// point into one copy of breakers, made here, so that nothing the caller
-// does with the hello later can change a line.
+// as given, each pointing at its entry of breakers, the hello's own:
+// immutable, see ibreaker), dropping the ones it no longer
+// declares. An unchanged configuration is pointed at anew too, so that
+// the previous hello's breakers are not kept alive.
 func (l *live) declareLocked(inst *instance, breakers []protocol.BreakerConfig) {
 	declared := make(map[string]bool, len(breakers))
-	var configs []protocol.BreakerConfig // breakers, copied at the first change
 	for i := range breakers {
 		c := &breakers[i]
 		declared[c.Name] = true
 		ib := l.breakerLocked(inst, c.Name)
-		if *ib.config != *c {
-			if configs == nil {
-				configs = slices.Clone(breakers)
-			}
-			ib.config = &configs[i]
-		}
+		ib.config = c
 		ib.dep.shape = nil
 		l.changedLocked(ib.dep)
 	}
