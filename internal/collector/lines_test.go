@@ -239,13 +239,12 @@ func TestConfigDriftComparesValues(t *testing.T) {
 	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
 	differs("b says hello again with the same configuration", map[string]bool{"a": false, "b": false, "c": true, "d": false})
 	l.hello(testHello("api", "c", cfg, nil), 0, nil, clk.Now(), nil)
-	d = differs("c comes back to the others' configuration", map[string]bool{"a": false, "b": false, "c": false, "d": false})
+	differs("c comes back to the others' configuration", map[string]bool{"a": false, "b": false, "c": false, "d": false})
 
 	// d has no window yet, and a restored line without a configuration
-	// has the zero one: both are JSON objects, never null.
+	// has the zero one (which differs): both are JSON objects, never null.
 	l.restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "e", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()}})
-	again, _ := l.dependency(k)
-	d = &again
+	d = differs("e restored without a configuration", map[string]bool{"a": false, "b": false, "c": false, "d": false, "e": true})
 	zeroWindow := mustJSON(t, protocol.Window{})
 	for inst, config := range map[string][]byte{"d": mustJSON(t, cfg), "e": mustJSON(t, protocol.BreakerConfig{})} {
 		got := mustJSON(t, lineOfInstance(t, d, inst))
