@@ -15,8 +15,8 @@ func TestOpenBreakerShowsTheRateThatTrippedIt(t *testing.T) {
 		State:         protocol.StateOpen, Instances: 2, FailureRate: 2.2,
 		Headroom: hr,
 		PerInstance: []*cbdash.InstanceBreaker{
-			{Instance: "checkout-1", State: protocol.StateClosed, Last: &protocol.Window{Headroom: hr}},
-			{Instance: "checkout-2", State: protocol.StateOpen, Last: &protocol.Window{Headroom: hr}},
+			{Instance: "checkout-1", State: protocol.StateClosed, Config: &protocol.BreakerConfig{}, Last: &protocol.Window{Headroom: hr}},
+			{Instance: "checkout-2", State: protocol.StateOpen, Config: &protocol.BreakerConfig{}, Last: &protocol.Window{Headroom: hr}},
 		},
 	}
 	trip := func(inst, from, to string, c protocol.Cause) cbdash.TransitionRecord {
