@@ -283,8 +283,14 @@ func (d *fastDec) windows(b *protocol.Batch) bool {
 	for {
 		sc.windows = append(sc.windows, protocol.Window{})
 		sc.spans = append(sc.spans, span{start: -1})
-		if !d.window(&sc.windows[len(sc.windows)-1], sc) {
-			return false
+		w := &sc.windows[len(sc.windows)-1]
+		d.ws()
+		if start, lat := d.pos, len(sc.latency); !d.windowInOrder(w, sc) {
+			// Not as Go's encoder writes it: from the start, any order.
+			d.pos, *w, sc.latency, sc.spans[len(sc.spans)-1] = start, protocol.Window{}, sc.latency[:lat], span{start: -1}
+			if !d.window(w, sc) {
+				return false
+			}
 		}
 		if d.byte(',') {
 			continue
@@ -325,6 +331,116 @@ func (sc *scratch) release() {
 	clear(sc.windows)
 	sc.windows, sc.latency, sc.spans = sc.windows[:0], sc.latency[:0], sc.spans[:0]
 	scratchPool.Put(sc)
+}
+
+// The in-order paths decode an object as Go's encoder writes a struct:
+// every key in field order, without spaces, an omitempty field possibly
+// missing. They compare each key as a literal instead of scanning it and
+// looking it up, and report false on any other shape (a key in another
+// order, a space, a repeated key), after which the caller rewinds and
+// decodes the object with object: what is accepted is the same.
+
+// lit consumes s when the data continues with it.
+func (d *fastDec) lit(s string) bool {
+	if len(d.data)-d.pos >= len(s) && string(d.data[d.pos:d.pos+len(s)]) == s {
+		d.pos += len(s)
+		return true
+	}
+	return false
+}
+
+func (d *fastDec) windowInOrder(w *protocol.Window, sc *scratch) bool {
+	var ok bool
+	if !d.lit(`{"breaker":`) {
+		return false
+	}
+	if w.Breaker, ok = d.str(); !ok || !d.lit(`,"start":`) {
+		return false
+	}
+	if w.Start, ok = d.int64(); !ok || !d.lit(`,"duration_ms":`) {
+		return false
+	}
+	if w.Millis, ok = d.int64(); !ok || !d.lit(`,"state":`) {
+		return false
+	}
+	if w.State, ok = d.str(); !ok || !d.lit(`,"counts":`) || !d.countsInOrder(&w.Counts) || !d.lit(`,"in_flight":`) {
+		return false
+	}
+	if w.InFlight, ok = d.int64(); !ok {
+		return false
+	}
+	if d.lit(`,"latency":`) && !d.latency(sc) {
+		return false
+	}
+	if !d.lit(`,"latency_sum_ms":`) {
+		return false
+	}
+	if w.LatencySumMs, ok = d.float64(); !ok || !d.lit(`,"headroom":`) || !d.headroomInOrder(&w.Headroom) {
+		return false
+	}
+	if d.lit(`,"forced_until":`) {
+		if w.ForcedUntil, ok = d.int64(); !ok {
+			return false
+		}
+	}
+	return d.lit("}")
+}
+
+var countKeys = [...]string{`{"admitted":`, `,"successes":`, `,"failures":`, `,"errors":`, `,"timeouts":`, `,"panics":`,
+	`,"slow":`, `,"ignored":`, `,"rejected_open":`, `,"rejected_half_open_full":`, `,"rejected_forced_open":`,
+	`,"rejected_bulkhead":`, `,"fallback_successes":`, `,"fallback_failures":`}
+
+func (d *fastDec) countsInOrder(c *protocol.Counts) bool {
+	ps := [...]*int64{&c.Admitted, &c.Successes, &c.Failures, &c.Errors, &c.Timeouts, &c.Panics, &c.Slow, &c.Ignored,
+		&c.RejectedOpen, &c.RejectedHalfOpen, &c.RejectedForced, &c.RejectedBulkhead, &c.FallbackSuccess, &c.FallbackFailure}
+	for i, k := range countKeys {
+		var ok bool
+		if !d.lit(k) {
+			return false
+		}
+		if *ps[i], ok = d.int64(); !ok {
+			return false
+		}
+	}
+	if d.lit(`,"misuse":`) {
+		var ok bool
+		if c.Misuse, ok = d.int64(); !ok {
+			return false
+		}
+	}
+	return d.lit("}")
+}
+
+func (d *fastDec) headroomInOrder(h *protocol.Headroom) bool {
+	var ok bool
+	if !d.lit(`{"calls":`) {
+		return false
+	}
+	if h.Calls, ok = d.int64(); !ok || !d.lit(`,"failures":`) {
+		return false
+	}
+	if h.Failures, ok = d.int64(); !ok || !d.lit(`,"slow":`) {
+		return false
+	}
+	if h.Slow, ok = d.int64(); !ok || !d.lit(`,"minimum_calls":`) {
+		return false
+	}
+	if h.MinimumCalls, ok = d.int64(); !ok || !d.lit(`,"failure_rate":`) {
+		return false
+	}
+	if h.FailureRate, ok = d.float64(); !ok || !d.lit(`,"failure_rate_threshold":`) {
+		return false
+	}
+	if h.FailureRateThreshold, ok = d.float64(); !ok || !d.lit(`,"slow_call_rate":`) {
+		return false
+	}
+	if h.SlowCallRate, ok = d.float64(); !ok || !d.lit(`,"slow_call_rate_threshold":`) {
+		return false
+	}
+	if h.SlowCallRateThreshold, ok = d.float64(); !ok {
+		return false
+	}
+	return d.lit("}")
 }
 
 func (d *fastDec) window(w *protocol.Window, sc *scratch) bool {

@@ -3,6 +3,7 @@ package batchjson_test
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -132,5 +133,50 @@ func TestDecodedBatchesShareNothing(t *testing.T) {
 	third, _ := batchjson.Decode([]byte(`{"type":"batch","windows":[{"breaker":"z"}]}`))
 	if len(third.Windows) != 1 || third.Windows[0].Latency != nil || third.Windows[0].Breaker != "z" {
 		t.Fatalf("after a batch given up half-way: %+v", third.Windows)
+	}
+}
+
+// TestDecodeOutOfOrderWindows: a window Go's encoder did not write (keys
+// in another order, a space) leaves the in-order path part-way, after
+// its histogram was taken; decoding it again from its start must give
+// what encoding/json gives, with the histogram once. A repeated key after
+// the last field is refused as before.
+func TestDecodeOutOfOrderWindows(t *testing.T) {
+	sample, ok := batchjson.Decode(loadgen.SampleBatch(1, 1))
+	if !ok {
+		t.Fatal("gave up on the sample")
+	}
+	w := sample.Windows[0]
+	w.Latency = []int64{1, 2, 3}
+	inOrder, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(inOrder)
+	at := strings.Index(s, `,"latency_sum_ms":`)
+	hr := strings.Index(s, `,"headroom":`)
+	if at < 0 || hr < at {
+		t.Fatalf("unexpected window JSON %s", s)
+	}
+	// headroom before latency_sum_ms: the in-order path fails after the histogram.
+	swapped := s[:at] + s[hr:len(s)-1] + s[at:hr] + "}"
+	spaced := strings.Replace(s, `"start":`, `"start": `, 1)
+	for _, win := range []string{s, swapped, spaced, s + "", strings.Replace(s, `{"breaker"`, `{ "breaker"`, 1)} {
+		data := []byte(`{"type":"batch","seq":3,"windows":[` + s + `,` + win + `]}`)
+		got, ok := batchjson.Decode(data)
+		if !ok {
+			t.Fatalf("gave up on %s", win)
+		}
+		var want protocol.Batch
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("window %s:\n got %#v\nwant %#v", win, got.Windows, want.Windows)
+		}
+	}
+	repeated := []byte(`{"type":"batch","seq":3,"windows":[` + s[:len(s)-1] + `,"breaker":"b"}]}`)
+	if _, ok := batchjson.Decode(repeated); ok {
+		t.Fatal("accepted a repeated key after the last field")
 	}
 }
