@@ -18,10 +18,16 @@ type configWatch struct {
 	// one is recognised by its pointer alone; a different pointer may
 	// still hold an equal value (a new hello), so values are compared.
 	last map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig
+	// lines are the last event's lines by dependency (the detector keeps
+	// the same slice): a line whose instance and configuration pointer
+	// are those of the line at its place in the last event is passed
+	// over without looking its instance up.
+	lines map[cbdash.DependencyKey][]*cbdash.InstanceBreaker
 }
 
 func newConfigWatch() *configWatch {
-	return &configWatch{last: make(map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig)}
+	return &configWatch{last: make(map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig),
+		lines: make(map[cbdash.DependencyKey][]*cbdash.InstanceBreaker)}
 }
 
 // observe returns the changes a dependency event shows; the first
@@ -37,9 +43,14 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 		w.last[k] = last
 	}
 	var out []cbdash.ConfigChange
-	for _, ib := range ev.Dependency.PerInstance {
+	before := w.lines[k]
+	w.lines[k] = ev.Dependency.PerInstance
+	for i, ib := range ev.Dependency.PerInstance {
 		if ib.Config == nil || ib.Config.Name == "" {
 			continue // not declared yet
+		}
+		if i < len(before) && before[i].Config == ib.Config && before[i].Instance == ib.Instance {
+			continue // as at its place in the last event, so in last too
 		}
 		prev, seen := last[ib.Instance]
 		if prev == ib.Config {
