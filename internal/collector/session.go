@@ -21,6 +21,69 @@ import (
 // whose agent lets it fill is closed (the agent reconnects and resends).
 const outQueue = 256
 
+// outbox queues the messages for the agent's socket, written by the
+// session's writer goroutine: at most outQueue wait. It is a list that
+// grows with what waits, not a channel of outQueue slots: those were 6 KB
+// a connection, 6 MB of a thousand mostly idle ones.
+type outbox struct {
+	mu    sync.Mutex
+	q     [][]byte
+	ready chan struct{} // signalled when q was empty and a message came
+	room  chan struct{} // signalled when messages were taken
+}
+
+// outboxKeep is the largest list the writer keeps for reuse once written.
+const outboxKeep = 16
+
+func newOutbox() *outbox {
+	return &outbox{ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// put queues data unless outQueue messages wait already.
+func (o *outbox) put(data []byte) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.q) >= outQueue {
+		return false
+	}
+	o.q = append(o.q, data)
+	if len(o.q) == 1 {
+		signal(o.ready)
+	}
+	return true
+}
+
+// putWait queues data, waiting for room until ctx is done (then data is
+// dropped). One goroutine at a time may wait.
+func (o *outbox) putWait(ctx context.Context, data []byte) {
+	for !o.put(data) {
+		select {
+		case <-o.room:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// swap takes every waiting message, leaving spare (emptied) in its place.
+func (o *outbox) swap(spare [][]byte) [][]byte {
+	o.mu.Lock()
+	batch := o.q
+	o.q = spare[:0]
+	o.mu.Unlock()
+	if len(batch) > 0 {
+		signal(o.room)
+	}
+	return batch
+}
+
 // saveQueue is how many validated batches of one connection may wait for
 // their commit; when it is full the connection stops reading (the agent's
 // own backpressure). Small: a backlog waits in the socket and in the
@@ -61,7 +124,7 @@ type session struct {
 	quiet     chan struct{}
 	quietOnce sync.Once
 
-	out    chan []byte
+	out    *outbox
 	goAway chan struct{} // signalled by goingAway
 	mu     sync.Mutex
 	dead   bool
@@ -97,7 +160,7 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 		return nil // Accept has written the response
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	s := &session{c: c, conn: conn, cancel: cancel, out: make(chan []byte, outQueue), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
+	s := &session{c: c, conn: conn, cancel: cancel, out: newOutbox(), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
 	s.tokenID = store.AgentTokenID(bearer(r))
 	defer close(s.done)
 	defer cancel()
@@ -503,10 +566,7 @@ func (s *session) ack(ctx context.Context, seq uint64) {
 	data = append(data, `{"type":"`+protocol.TypeAck+`","seq":`...)
 	data = strconv.AppendUint(data, seq, 10)
 	data = append(data, '}')
-	select {
-	case s.out <- data:
-	case <-ctx.Done():
-	}
+	s.out.putWait(ctx, data)
 }
 
 // merge returns the batches as one: everything they carry, in order, under
@@ -559,23 +619,38 @@ func (s *session) writeLoop(ctx context.Context) {
 		}
 		return true
 	}
+	// writeAll writes a batch taken from the outbox and hands it back,
+	// emptied, for the next swap.
+	writeAll := func(batch [][]byte) ([][]byte, bool) {
+		for i, data := range batch {
+			if !write(data) {
+				return nil, false
+			}
+			batch[i] = nil
+		}
+		if cap(batch) > outboxKeep {
+			return nil, true
+		}
+		return batch[:0], true
+	}
+	var spare [][]byte
+	ok := true
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case data := <-s.out:
-			if !write(data) {
+		case <-s.out.ready:
+			if spare, ok = writeAll(s.out.swap(spare)); !ok {
 				return
 			}
 		case <-s.goAway:
-			for drained := false; !drained; {
-				select {
-				case data := <-s.out:
-					if !write(data) {
-						return
-					}
-				default:
-					drained = true
+			for {
+				batch := s.out.swap(spare)
+				if len(batch) == 0 {
+					break
+				}
+				if spare, ok = writeAll(batch); !ok {
+					return
 				}
 			}
 			s.mu.Lock()
@@ -608,9 +683,7 @@ func (s *session) send(v any) {
 		s.c.log.Error("encode message", "err", err)
 		return
 	}
-	select {
-	case s.out <- data:
-	default:
+	if !s.out.put(data) {
 		s.kill("agent does not read its messages")
 	}
 }
@@ -623,10 +696,7 @@ func (s *session) sendWait(ctx context.Context, v any) {
 		s.c.log.Error("encode message", "err", err)
 		return
 	}
-	select {
-	case s.out <- data:
-	case <-ctx.Done():
-	}
+	s.out.putWait(ctx, data)
 }
 
 // fatal sends a fatal error directly and closes the connection: with
@@ -674,10 +744,7 @@ func (s *session) ending(reason string, retry bool, code websocket.StatusCode) {
 	s.closing, s.closeCode = reason, code
 	s.mu.Unlock()
 	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: retry})
-	select {
-	case s.out <- data:
-	default:
-	}
+	s.out.put(data)
 	select {
 	case s.goAway <- struct{}{}:
 	default:
