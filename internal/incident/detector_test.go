@@ -390,3 +390,36 @@ func BenchmarkDetectorObserve(b *testing.B) {
 		d.Observe(evs[i%len(evs)])
 	}
 }
+
+// An incident handed out in a Change never changes afterwards, although
+// the detector's later snapshots share its list of instances until one
+// joins: an instance joining between two others (an insert in place)
+// leaves the earlier snapshots as they were.
+func TestDetectorSnapshotsDoNotChange(t *testing.T) {
+	d, err := incident.NewDetector(incident.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := map[string]string{}
+	var got []incident.Change
+	for _, s := range []step{tr(0, "a:open"), tr(1, "d:open"), tr(2, "a:half_open"), tr(3, "a:open"), tr(4, "c:open"), tr(5, "b:open"), tr(6, "d:half_open"), tr(7, "d:open")} {
+		got = append(got, d.Observe(s.event(prev))...)
+	}
+	var insts []string
+	for _, c := range got {
+		insts = append(insts, strings.Join(c.Incident.Instances, ","))
+	}
+	want := []string{"a", "a,d", "a,d", "a,c,d", "a,b,c,d", "a,b,c,d"}
+	if !slices.Equal(insts, want) {
+		t.Fatalf("instances of the changes, after all of them: %q, want %q", insts, want)
+	}
+	open := d.Open()
+	if len(open) != 1 || strings.Join(open[0].Instances, ",") != "a,b,c,d" {
+		t.Fatalf("open: %+v", open)
+	}
+	_ = append(open[0].Instances, "z") // a reader's append does not reach the detector
+	d.Observe(tr(8, "e:open").event(prev))
+	if again := d.Open(); strings.Join(again[0].Instances, ",") != "a,b,c,d,e" || strings.Join(open[0].Instances, ",") != "a,b,c,d" {
+		t.Fatalf("after e: %q, earlier snapshot %q", again[0].Instances, open[0].Instances)
+	}
+}
