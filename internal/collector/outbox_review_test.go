@@ -1,0 +1,195 @@
+package collector
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/coder/websocket"
+)
+
+// drainOutbox is the writer's side of an outbox as writeLoop runs it: on
+// every ready signal it swaps the waiting messages out, handing back the
+// emptied list it took last, until stop is closed and nothing waits.
+func drainOutbox(o *outbox, stop <-chan struct{}, got func([]byte)) {
+	var spare [][]byte
+	for {
+		select {
+		case <-o.ready:
+			batch := o.swap(spare)
+			for i, m := range batch {
+				got(m)
+				batch[i] = nil
+			}
+			spare = batch[:0]
+		case <-stop:
+			for _, m := range o.swap(nil) {
+				got(m)
+			}
+			return
+		}
+	}
+}
+
+// Two producers waiting for room at once (the saver's acks and
+// sendWait) and one that never waits (send): no ready signal is lost,
+// nothing is dropped or duplicated, and each producer's messages come out
+// in the order it put them, through many swaps of a full outbox.
+func TestOutboxLosesNoWakeupWithConcurrentProducers(t *testing.T) {
+	o := newOutbox()
+	const n = 5 * outQueue
+	var mu sync.Mutex
+	next := map[byte]uint32{}
+	var bad []string
+	stop := make(chan struct{})
+	writer := make(chan struct{})
+	go func() {
+		defer close(writer)
+		drainOutbox(o, stop, func(m []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			p, i := m[0], binary.BigEndian.Uint32(m[1:])
+			if i != next[p] {
+				bad = append(bad, string(p)+": out of order")
+			}
+			next[p] = i + 1
+		})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range []byte{'a', 'b'} {
+		wg.Go(func() {
+			for i := range uint32(n) {
+				m := append([]byte{p}, binary.BigEndian.AppendUint32(nil, i)...)
+				o.putWait(ctx, m)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := uint32(0); i < n; {
+			m := append([]byte{'s'}, binary.BigEndian.AppendUint32(nil, i)...)
+			if o.put(m) {
+				i++
+			}
+		}
+	})
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatal("a producer waited for room until its deadline: a wakeup was lost")
+	}
+	close(stop)
+	<-writer
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("%d messages out of order, first %s", len(bad), bad[0])
+	}
+	for _, p := range []byte{'a', 'b', 's'} {
+		if next[p] != n {
+			t.Errorf("producer %c: %d of %d messages written", p, next[p], n)
+		}
+	}
+}
+
+// A session that goes away writes what its agent was owed, in order
+// (welcome, then the acks of its batches), with the fatal error last and
+// then the close frame: nothing queued after the error is written.
+func TestGoingAwayWritesQueuedAcksInOrderErrorLast(t *testing.T) {
+	h := startHarness(t, "", nil)
+	old := dialRaw(t, h, h.token)
+	old.hello("a1", 1)
+	const batches = 40
+	for seq := uint64(1); seq <= batches; seq++ {
+		old.send(h.batch(seq, 3, 0))
+	}
+	// Every batch committed: its ack is queued (or written) before the
+	// replacement below queues the error.
+	eventually.True(t, "all batches stored", func() bool {
+		last, err := h.store.LastSeq(context.Background(), "api", "a1", 1)
+		return err == nil && last == batches
+	})
+	fresh := dialRaw(t, h, h.token)
+	fresh.hello("a1", 1)
+	var last uint64
+	for {
+		typ, data, err := old.next()
+		if err != nil {
+			t.Fatalf("read before the error: %v", err)
+		}
+		if typ == protocol.TypeError {
+			if !strings.Contains(string(data), "replaced by a newer connection") {
+				t.Fatalf("error %s", data)
+			}
+			break
+		}
+		if typ != protocol.TypeAck {
+			t.Fatalf("got %s %s before the error", typ, data)
+		}
+		var a protocol.Ack
+		if err := json.Unmarshal(data, &a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Seq <= last {
+			t.Fatalf("ack %d after ack %d", a.Seq, last)
+		}
+		last = a.Seq
+	}
+	if typ, data, err := old.next(); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("after the error: %s %s (%v), want close 1001", typ, data, err)
+	}
+	if last != batches {
+		t.Fatalf("last ack before the error %d, want %d", last, batches)
+	}
+}
+
+// A lone message wakes the writer: after an empty outbox, after a full
+// one was swapped out, and after a swap outside the ready signal (as
+// goingAway's drain does) left the signal pending.
+func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
+	o := newOutbox()
+	delivered := make(chan []byte, outQueue)
+	stop := make(chan struct{})
+	writer := make(chan struct{})
+	go func() {
+		defer close(writer)
+		drainOutbox(o, stop, func(m []byte) { delivered <- m })
+	}()
+	defer func() { close(stop); <-writer }()
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case m := <-delivered:
+			if string(m) != want {
+				t.Fatalf("writer got %q, want %q", m, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q queued alone never reached the writer: its ready signal was lost", want)
+		}
+	}
+	for i := range 50 {
+		o.put([]byte{'a', byte(i)})
+		expect(string([]byte{'a', byte(i)}))
+	}
+	// A swap by someone else than the ready branch (goingAway's drain).
+	o.put([]byte("taken"))
+	for len(o.swap(nil)) == 0 { // the writer may have taken it first
+		select {
+		case m := <-delivered:
+			if string(m) != "taken" {
+				t.Fatalf("writer got %q", m)
+			}
+		default:
+			continue
+		}
+		break
+	}
+	o.put([]byte("after a stale signal"))
+	expect("after a stale signal")
+}
