@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -192,4 +194,80 @@ func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
 	}
 	o.put([]byte("after a stale signal"))
 	expect("after a stale signal")
+}
+
+// send queues without blocking up to outQueue messages and kills the
+// session at the next one (its agent does not read), in the order they
+// were sent; ending then queues its error after them, or drops it when
+// nothing more fits, and signals the writer either way; a sendWait
+// blocked on the full outbox returns when the session's context ends.
+func TestSendKillsAtTheBoundAndEndingQueuesTheErrorLast(t *testing.T) {
+	newSession := func() (*session, context.Context) {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		return &session{c: &Collector{log: slog.New(slog.DiscardHandler)}, out: newOutbox(), cancel: cancel, goAway: make(chan struct{}, 1)}, ctx
+	}
+	cmd := func(i int) protocol.Command {
+		return protocol.Command{Type: protocol.TypeCommand, ID: strconv.Itoa(i), Breaker: "db", Action: protocol.ActionForceOpen}
+	}
+
+	s, ctx := newSession()
+	for i := range outQueue {
+		s.send(cmd(i))
+	}
+	if s.dead || ctx.Err() != nil {
+		t.Fatalf("killed with %d messages waiting, the bound is %d", outQueue, outQueue)
+	}
+	s.send(cmd(outQueue))
+	if !s.dead || ctx.Err() == nil {
+		t.Fatal("the message over the bound did not kill the session")
+	}
+	q := s.out.swap(nil)
+	if len(q) != outQueue {
+		t.Fatalf("%d queued, want %d", len(q), outQueue)
+	}
+	for i, m := range q {
+		var c protocol.Command
+		if err := json.Unmarshal(m, &c); err != nil || c.ID != strconv.Itoa(i) {
+			t.Fatalf("message %d is %s", i, m)
+		}
+	}
+
+	s, _ = newSession()
+	s.send(cmd(1))
+	s.send(cmd(2))
+	s.ending("collector stopping", true, websocket.StatusGoingAway)
+	q = s.out.swap(nil)
+	if len(q) != 3 || !strings.Contains(string(q[2]), `"collector stopping"`) || !strings.Contains(string(q[0]), `"id":"1"`) {
+		t.Fatalf("queue after ending: %q", q)
+	}
+	select {
+	case <-s.goAway:
+	default:
+		t.Fatal("ending did not signal the writer")
+	}
+
+	s, ctx = newSession()
+	for i := range outQueue {
+		s.send(cmd(i))
+	}
+	s.ending("replaced", true, websocket.StatusGoingAway)
+	if q := s.out.swap(nil); len(q) != outQueue || strings.Contains(string(q[len(q)-1]), "replaced") {
+		t.Fatalf("a full outbox took the error: %d queued", len(q))
+	}
+	select {
+	case <-s.goAway:
+	default:
+		t.Fatal("ending on a full outbox did not signal the writer")
+	}
+	for range outQueue {
+		s.send(cmd(0))
+	}
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		s.sendWait(ctx, cmd(-1))
+	}()
+	s.kill("test")
+	<-waited // returns: the session's context ended
 }
