@@ -70,6 +70,20 @@ func TestDetectorSnapshotsSurviveCloseReopenAndRestore(t *testing.T) {
 	if got := d.Open(); len(got) != 1 || strings.Join(got[0].Instances, ",") != "a,b,m,x,z" {
 		t.Fatalf("second incident: %+v", got)
 	}
+	// Everything closes; a trip after the quiet period, with no tick in
+	// between, closes the second incident and opens a third at once.
+	run(tr(1200, "a:closed"), tr(1201, "b:closed"), tr(1202, "m:closed"), tr(1203, "x:closed"), tr(1204, "z:closed"))
+	n := len(all)
+	run(tr(3000, "b:open"), tr(3001, "q:open"), tr(3002, "a:open"))
+	var kinds []string
+	for _, h := range all[n:] {
+		if h.what != "open" {
+			kinds = append(kinds, h.what+":"+h.was)
+		}
+	}
+	if want := []string{"closed:a,b,m,x,z", "opened:b", "updated:b,q", "updated:a,b,q"}; !slices.Equal(kinds, want) {
+		t.Fatalf("changes %q, want %q", kinds, want)
+	}
 
 	// Restore an incident whose instances have spare capacity, then update it.
 	stored := make([]string, 2, 16)
