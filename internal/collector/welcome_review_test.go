@@ -1,0 +1,46 @@
+package collector
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// An instance that reconnects with many commands waiting gets its
+// welcome first, then every waiting command once, then the acks of its
+// batches: all queued through the outbox by the handshake before the
+// writer drains it.
+func TestReconnectGetsWelcomeThenEveryPendingCommand(t *testing.T) {
+	h := startHarness(t, "", nil)
+	ctx := context.Background()
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	a.conn.CloseNow()
+	eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
+	const n = 40
+	want := map[string]bool{}
+	for range n {
+		cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[cmd.ID] = true
+	}
+	b := dialRaw(t, h, h.token)
+	b.send(rawHello("a1", 1))
+	b.send(h.batch(1, 1, 0))
+	b.expect(protocol.TypeWelcome, nil)
+	got := map[string]bool{}
+	for len(got) < len(want) {
+		var c protocol.Command
+		b.expect(protocol.TypeCommand, &c)
+		if !want[c.ID] || got[c.ID] {
+			t.Fatalf("command %s: not waiting, or sent twice", c.ID)
+		}
+		got[c.ID] = true
+	}
+	b.expect(protocol.TypeAck, nil)
+}
