@@ -307,8 +307,12 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		prev.replaced()
 		s.noMerge = true
 	}
+	// Waiting for room, not send's kill at the bound: an instance may have
+	// more commands waiting than the outbox holds. The writer runs
+	// already (and ends the session on a write timeout, which ends the
+	// wait); the saver, the other one to wait, starts after the handshake.
 	for _, cmd := range c.pending(ctx, s.key, now) {
-		s.send(cmd)
+		s.sendWait(ctx, cmd)
 	}
 	c.holds.hello(ctx, s.key)
 	return true
