@@ -334,7 +334,9 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 	// Last, once nothing can fail any more: the accumulators and staged
 	// rows are not rolled back with the savepoint.
 	x.runs[rk] = seq
-	x.seen[inst.id] = max(x.seen[inst.id], now)
+	if at, ok := x.w.c.seen[inst.id]; !ok || now-at >= seenEvery || now < at {
+		x.seen[inst.id] = max(x.seen[inst.id], now)
+	}
 	for i := range b.Windows {
 		x.acc.addWindow(deps[i], &b.Windows[i])
 		x.addInstanceMinute(deps[i], inst.id, &b.Windows[i])

@@ -11,8 +11,9 @@ import (
 // Instances returns the last known state of every breaker of every
 // instance, sorted by service, instance and breaker: labels and
 // configuration from the latest hello, State (the latest reported, "" when
-// none yet), LastTransition, and LastSeen (the instance's latest batch or
-// hello). Stale, ConfigDiffers, Last and Held are left zero: they are live
+// none yet), LastTransition, and LastSeen (the instance's latest hello,
+// or its latest batch to within 5 s: a batch writes it at most every 5 s,
+// seenEvery). Stale, ConfigDiffers, Last and Held are left zero: they are live
 // state the collector derives. Errors: ctx's or a wrapped driver error.
 func (s *Store) Instances(ctx context.Context) ([]cbdash.InstanceBreaker, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT sv.name, i.name, i.labels, i.last_seen, b.name, b.config, b.state, b.last_transition

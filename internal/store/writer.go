@@ -92,7 +92,18 @@ type cache struct {
 	// collector may write the same rows, every group starts without them
 	// (dialect.beginGroup).
 	rows map[bucketKey]*row
+	// seen is the last-seen time (Unix ms) the writer committed for an
+	// instance from its batches (seenEvery).
+	seen map[int64]int64
 }
+
+// seenEvery is how often a batch writes its instance's last-seen time:
+// at most once in 5 s an instance, not with every batch (a row a second
+// for every agent, 8% of the collector's CPU at 5,000 agents). The
+// stored time is the latest hello or a batch at most 5 s before the
+// latest; it is compared with the stale timeout (15 s by default) and
+// shown as "seen Ns ago".
+const seenEvery = 5 * 1000
 
 // rowCacheSpan is how far behind the newest second the row cache keeps
 // seconds (agents report each second within a few seconds of its end;
@@ -127,6 +138,7 @@ func (c *cache) reset() {
 	c.wm = nil
 	c.seqs = make(map[runKey]int64)
 	c.rows = make(map[bucketKey]*row)
+	c.seen = make(map[int64]int64)
 }
 
 // keepRows adds the rows of a committed transaction to the row cache and
@@ -396,6 +408,9 @@ func (w *writer) commit(group []*op) {
 	}
 	if committed && !x.dirty {
 		w.c.keepRows(x.rows)
+		for id, at := range x.seen {
+			w.c.seen[id] = at
+		}
 	}
 	if committed {
 		for _, k := range imWritten {
