@@ -33,7 +33,7 @@ func TestACollectorThatMissedTheBusReadsTheStore(t *testing.T) {
 	clk := clocktest.NewRunning()
 	ctx := context.Background()
 	openBus := func(node string) cluster.Bus {
-		b, err := cluster.Open(ctx, cluster.Config{URL: dsn, NodeID: node, Clock: clk, Reconnect: 2 * time.Second,
+		b, err := cluster.Open(ctx, cluster.Config{URL: dsn, NodeID: node, Clock: clk, Reconnect: 4 * time.Second,
 			LeaderRetry: 100 * time.Millisecond, LeaderCheck: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -66,10 +66,25 @@ func TestACollectorThatMissedTheBusReadsTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name LIKE 'cbdash-listen-gapa%'`); err != nil {
+	// pg_terminate_backend only signals the backend: until it is gone it
+	// may still deliver B's notification (seen once in CI), so B
+	// publishes only once A's listening backend is no longer there. A
+	// listens again Reconnect later.
+	var pids []int32
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'cbdash-listen-gapa%'`).Scan(&pids); err != nil {
 		t.Fatal(err)
 	}
+	if len(pids) == 0 {
+		t.Fatal("no listening connection of A found")
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, pids); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "A's listening backend gone", func() bool {
+		var n int
+		return conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&n) == nil && n == 0
+	})
 	ag.send(b.batch(2, 10, 10, b.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 	ag.expect(protocol.TypeAck, &ack)
 	eventually.True(t, "A showing b1 open after the gap", func() bool { return state() == protocol.StateOpen })
