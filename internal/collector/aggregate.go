@@ -171,9 +171,6 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 	return v
 }
 
-// lineOf builds ib's line of d's aggregate. It is a new line every time:
-// the previous one may be held by views and subscribers, which share it
-// read-only (cbdash.Dependency.PerInstance), so it is never changed.
 // memberSlot is what a dependency's aggregate needs of one member, as of
 // its line (refresh).
 type memberSlot struct {
@@ -231,6 +228,9 @@ func (c *stateCounts) into(m map[string]int) {
 	}
 }
 
+// lineOf builds ib's line of d's aggregate. It is a new line every time:
+// the previous one may be held by views and subscribers, which share it
+// read-only (cbdash.Dependency.PerInstance), so it is never changed.
 func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
 	inst := ib.inst
 	e := &cbdash.InstanceBreaker{
