@@ -302,25 +302,18 @@ func (d *fastDec) windows(b *protocol.Batch) bool {
 	}
 	b.Windows = make([]protocol.Window, len(sc.windows))
 	copy(b.Windows, sc.windows)
-	if len(sc.latency) > 0 || hasSpan(sc.spans) {
-		all := make([]int64, len(sc.latency))
-		copy(all, sc.latency)
-		for i, sp := range sc.spans {
-			if sp.start >= 0 {
-				b.Windows[i].Latency = all[sp.start:sp.end:sp.end]
-			}
+	var all []int64 // every histogram of the batch, in one array
+	for i, sp := range sc.spans {
+		if sp.start < 0 {
+			continue
 		}
+		if all == nil { // non-nil once made, also when empty: "latency":[] is an empty list
+			all = make([]int64, len(sc.latency))
+			copy(all, sc.latency)
+		}
+		b.Windows[i].Latency = all[sp.start:sp.end:sp.end]
 	}
 	return true
-}
-
-func hasSpan(spans []span) bool {
-	for _, sp := range spans {
-		if sp.start >= 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // release clears the scratch (its windows hold strings) and pools it.

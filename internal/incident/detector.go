@@ -338,9 +338,8 @@ func (s *depState) addInstance(inst string) bool {
 		return false
 	}
 	if s.instShared {
-		// A snapshot holds the array: insert into a copy.
-		s.inc.Instances, s.instShared = slices.Insert(slices.Clip(s.inc.Instances), i, inst), false
-		return true
+		// A snapshot holds the array: without room, Insert copies it.
+		s.inc.Instances, s.instShared = slices.Clip(s.inc.Instances), false
 	}
 	s.inc.Instances = slices.Insert(s.inc.Instances, i, inst)
 	return true
