@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
@@ -46,13 +45,7 @@ func TestDetectorSnapshotsSurviveCloseReopenAndRestore(t *testing.T) {
 	run := func(steps ...step) {
 		t.Helper()
 		for _, s := range steps {
-			var cs []incident.Change
-			if s.tick {
-				cs = d.Tick(t0.Add(time.Duration(s.at) * time.Second))
-			} else {
-				cs = d.Observe(s.event(prev))
-			}
-			for _, c := range cs {
+			for _, c := range s.apply(d, prev) {
 				keep(c.Kind.String(), c.Incident)
 			}
 			keep("open", d.Open()...)

@@ -30,7 +30,15 @@ type step struct {
 }
 
 func tr(at int, s string) step { return step{at: at, tr: s} }
-func tick(at int) step         { return step{at: at, tick: true} }
+
+// apply gives the step to d (a tick, or its event) and returns the changes.
+func (s step) apply(d *incident.Detector, prev map[string]string) []incident.Change {
+	if s.tick {
+		return d.Tick(t0.Add(time.Duration(s.at) * time.Second))
+	}
+	return d.Observe(s.event(prev))
+}
+func tick(at int) step { return step{at: at, tick: true} }
 
 var key = cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
 
@@ -242,13 +250,7 @@ func TestDetector(t *testing.T) {
 			prev := map[string]string{}
 			var got []string
 			for _, s := range tt.steps {
-				var cs []incident.Change
-				if s.tick {
-					cs = d.Tick(t0.Add(time.Duration(s.at) * time.Second))
-				} else {
-					cs = d.Observe(s.event(prev))
-				}
-				for _, c := range cs {
+				for _, c := range s.apply(d, prev) {
 					got = append(got, describe(c))
 				}
 			}
