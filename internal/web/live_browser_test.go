@@ -53,8 +53,14 @@ func TestBrowserOpenSinceOnTileAndDependencyPage(t *testing.T) {
 		t.Errorf("tile open since %v, want the trip at %v", at, tripped)
 	}
 	// The duration ticks in the page, without a live update of the tile.
-	first := get(t, ctx, "duration", chromedp.Text(css(tileSel+` [data-since]`)))
-	run(t, ctx, stepTimeout, "duration ticks", until(`document.querySelector("`+tileSel+` [data-since]").textContent !== "`+first+`"`))
+	// Read in one script: live updates replace the tile, and a node
+	// looked up first and read afterwards may be gone by then (seen once
+	// in CI: "No node with given id found").
+	first := get(t, ctx, "duration", chromedp.Evaluate[string](`document.querySelector("`+tileSel+` [data-since]")?.textContent ?? ""`))
+	if first == "" {
+		t.Fatalf("no duration in the open tile")
+	}
+	run(t, ctx, stepTimeout, "duration ticks", until(`(document.querySelector("`+tileSel+` [data-since]")?.textContent ?? "`+first+`") !== "`+first+`"`))
 	screenshot(t, ctx, "open-since-tile.png")
 
 	run(t, ctx, stepTimeout, "dependency page",
