@@ -247,19 +247,21 @@ func (w *writer) collect(group []*op) []*op {
 }
 
 // collectFor appends the ops that arrive within d, up to maxGroup, and
-// stops early when none arrives for groupIdle: a few writers that each
-// wait for their last op (a handful of HTTP agents) are not kept waiting
-// for company that is not coming.
+// stops early when none arrives for groupIdle (groupIdleMany once the
+// group holds groupMany): a few writers that each wait for their last op
+// (a handful of HTTP agents) are not kept waiting for company that is not
+// coming, while the pauses of a busy machine do not split the stream of
+// a thousand agents into small transactions.
 func (w *writer) collectFor(group []*op, d time.Duration) []*op {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	idle := time.NewTimer(groupIdle)
+	idle := time.NewTimer(idleFor(len(group)))
 	defer idle.Stop()
 	for len(group) < w.maxGroup {
 		select {
 		case o := <-w.queue:
 			group = append(group, o)
-			idle.Reset(groupIdle)
+			idle.Reset(idleFor(len(group)))
 		case <-idle.C:
 			return group
 		case <-t.C:
@@ -527,20 +529,42 @@ const maxPrepared = 256
 // groupWait is how long the writer waits for more operations when a group
 // already has several (the sign of many concurrent writers, such as a
 // thousand agents' batches): fewer, larger transactions, each with its
-// fixed costs (statements, the per-second rows, the commit) shared. A lone
-// operation never waits. At 1,000 agents x 20 breakers, 50 ms instead of
-// 5 ms took the server from 39 to 27 us of CPU per window report
-// (docs/benchmarks.md, issue 15 third round); it adds up to 50 ms to an
-// acknowledgement under such load, which agents do not wait for.
+// fixed costs (statements, the per-second rows, the commit and its WAL
+// pages) shared. A lone operation never waits. At 1,000 agents x 20
+// breakers, 50 ms instead of 5 ms took the server from 39 to 27 us of CPU
+// per window report (issue 15, third round), and 150 ms with
+// groupIdleMany from 22 to 17.6 us (fourth round, 28.6 to 8.4
+// transactions a second); see docs/benchmarks.md. It adds up to 150 ms to
+// an acknowledgement under such load, which agents do not wait for (they
+// keep sending and resend what is unacknowledged after a reconnect).
 // It is real time, not the store's clock: it paces CPU work, as a
 // scheduler would, and says nothing about the data.
-const groupWait = 50 * time.Millisecond
+const groupWait = 150 * time.Millisecond
 
 // groupIdle ends a group's wait early when no operation arrives for this
 // long (collectFor): at a thousand batches a second one comes every
 // millisecond, so a 5 ms pause is rare; a few sequential writers pay 5 ms
 // a round, as they did when groupWait was 5 ms.
 const groupIdle = 5 * time.Millisecond
+
+// groupMany is the group size from which a group's idle wait is
+// groupIdleMany: that many operations at once are many concurrent
+// writers, not a handful waiting in turn.
+const groupMany = 16
+
+// groupIdleMany ends the wait of a group of groupMany or more when no
+// operation arrives for this long. On two busy cores a thousand agents'
+// batches arrive with pauses of more than groupIdle (a scheduler's
+// time slice, a GC), each of which cut the group short.
+const groupIdleMany = 20 * time.Millisecond
+
+// idleFor is the idle wait of a group of n operations.
+func idleFor(n int) time.Duration {
+	if n >= groupMany {
+		return groupIdleMany
+	}
+	return groupIdle
+}
 
 // wtx is the writer's view of one group transaction.
 type wtx struct {
