@@ -18,16 +18,24 @@ type configWatch struct {
 	// one is recognised by its pointer alone; a different pointer may
 	// still hold an equal value (a new hello), so values are compared.
 	last map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig
-	// lines are the last event's lines by dependency (the detector keeps
-	// the same slice): a line whose instance and configuration pointer
-	// are those of the line at its place in the last event is passed
-	// over without looking its instance up.
-	lines map[cbdash.DependencyKey][]*cbdash.InstanceBreaker
+	// places are the instance and configuration pointer of each line of
+	// the last event, by dependency and in its order: a line whose
+	// instance and configuration pointer are those at its place in the
+	// last event is passed over without looking its instance up. Not the
+	// lines themselves: they would keep the last event's lines, and the
+	// batches of windows their Last points into, alive.
+	places map[cbdash.DependencyKey][]configPlace
 }
 
 func newConfigWatch() *configWatch {
 	return &configWatch{last: make(map[cbdash.DependencyKey]map[string]*protocol.BreakerConfig),
-		lines: make(map[cbdash.DependencyKey][]*cbdash.InstanceBreaker)}
+		places: make(map[cbdash.DependencyKey][]configPlace)}
+}
+
+// configPlace is a line's instance and configuration (see configWatch.places).
+type configPlace struct {
+	instance string
+	config   *protocol.BreakerConfig
 }
 
 // observe returns the changes a dependency event shows; the first
@@ -43,14 +51,21 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 		w.last[k] = last
 	}
 	var out []cbdash.ConfigChange
-	before := w.lines[k]
-	w.lines[k] = ev.Dependency.PerInstance
+	before := w.places[k]
+	places := before
+	if len(places) != len(ev.Dependency.PerInstance) {
+		places = make([]configPlace, len(ev.Dependency.PerInstance))
+		w.places[k] = places
+	}
 	for i, ib := range ev.Dependency.PerInstance {
+		here := configPlace{ib.Instance, ib.Config}
+		same := i < len(before) && before[i] == here
+		places[i] = here // places may be before itself: read first
+		if same {
+			continue // as at its place in the last event, so in last too
+		}
 		if ib.Config == nil || ib.Config.Name == "" {
 			continue // not declared yet
-		}
-		if i < len(before) && before[i].Config == ib.Config && before[i].Instance == ib.Instance {
-			continue // as at its place in the last event, so in last too
 		}
 		prev, seen := last[ib.Instance]
 		if prev == ib.Config {

@@ -103,13 +103,15 @@ type depState struct {
 	// feed dropped us from one already counted.
 	tripped map[string]int64
 	live    int // live instances from the last dependency event, 0 = unknown
-	// prev is the last dependency event's lines and prevStale their
-	// staleness: a line at the same place with the same pointer is the
-	// same read-only line (cbdash.Dependency.PerInstance), already
-	// learned from, and is passed over without reading it.
-	prev      []*cbdash.InstanceBreaker
-	prevStale []bool
-	inc       *cbdash.Incident
+	// prev is what was learned from each line of the last dependency
+	// event, in its order: a line at the same place of the same
+	// instance, as stale and as tripped as then, has nothing new to teach
+	// (states and tripped only take an instance's first value) and is
+	// passed over without reading the maps. Not the lines themselves:
+	// they would keep the last event's lines, and the batches of windows
+	// their Last points into, alive until the next event.
+	prev []seenLine
+	inc  *cbdash.Incident
 	// instShared: a snapshot shares inc.Instances' array, so addInstance
 	// copies it before inserting (snapshot).
 	instShared bool
@@ -383,6 +385,12 @@ func (d *Detector) shareReached(s *depState) bool {
 	return float64(n)*100 >= d.cfg.Share*float64(live)
 }
 
+// seenLine is what observeDependency learned from a line (see depState.prev).
+type seenLine struct {
+	instance    string
+	stale, trip bool // trip: the line had a LastTrip
+}
+
 // observeDependency takes the live instance count, forgets stale and gone
 // instances, and learns the state of instances it has not seen a
 // transition from. at is the event's time: when a stale instance was the
@@ -392,21 +400,21 @@ func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Chan
 	s := d.dep(dep.DependencyKey)
 	s.live = dep.Instances
 	lines := dep.PerInstance
-	same := len(s.prev) == len(lines)
-	if !same {
-		s.prevStale = make([]bool, len(lines))
+	if len(s.prev) != len(lines) {
+		s.prev = make([]seenLine, len(lines)) // nothing matches a zero entry: instance names are not empty
 	}
 	n := 0 // live instances in the view: every one has a state below
 	for i, ib := range lines {
-		if same && s.prev[i] == ib {
+		seen := seenLine{instance: ib.Instance, stale: ib.Stale, trip: ib.LastTrip != nil}
+		if s.prev[i] == seen {
 			// Learned from at the last event; only this function forgets
 			// instances, and it did not forget this one then.
-			if !s.prevStale[i] {
+			if !seen.stale {
 				n++
 			}
 			continue
 		}
-		s.prevStale[i] = ib.Stale
+		s.prev[i] = seen
 		if ib.Stale {
 			continue
 		}
@@ -418,7 +426,6 @@ func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Chan
 			s.tripped[ib.Instance] = ib.LastTrip.At // seen in its state; Resync must not count it again
 		}
 	}
-	s.prev = lines
 	if len(s.states) == n {
 		return s.settle(at) // no state of an instance gone or stale: nothing to forget
 	}
