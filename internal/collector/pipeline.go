@@ -203,30 +203,46 @@ func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *pro
 	start := time.Now()
 	stored, err := c.store.SaveBatch(ctx, k.service, k.instance, startedAt, *b, at)
 	if err == nil {
-		if n == 1 {
-			c.forgetFailure(failKey{k, startedAt, b.Seq})
-		}
-		c.afterSave(b, n, stored, start, k)
+		c.saved(k, startedAt, b, n, stored, start)
 		return stored, nil
 	}
+	return false, c.saveFailed(k, startedAt, b, n, err, ctx.Err() != nil)
+}
+
+// saved does what follows a committed batch (n merged into b; stored
+// false: a duplicate): it forgets the batch's failures and counts it.
+func (c *Collector) saved(k instKey, startedAt int64, b *protocol.Batch, n int, stored bool, start time.Time) {
+	if n == 1 {
+		c.forgetFailure(failKey{k, startedAt, b.Seq})
+	}
+	c.afterSave(b, n, stored, start, k)
+}
+
+// saveFailed is the refusal for a batch (n merged into b) the store
+// failed to save with err; canceled: the caller's context was done. It
+// counts the failure: a batch that failed maxStoreAttempts times, not
+// for the database's passing trouble, is refused for good (giveUp). It
+// takes no lock held while the store writes, so the store's writer may
+// call it.
+func (c *Collector) saveFailed(k instKey, startedAt int64, b *protocol.Batch, n int, err error, canceled bool) *refusal {
 	c.metrics.batches.WithLabelValues("failed").Add(float64(n))
-	if ctx.Err() == nil {
+	if !canceled {
 		c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "batches", n, "err", err)
 	}
 	rf := retryLater(err, "collector could not store batch %d", b.Seq)
-	if ctx.Err() != nil || store.Transient(err) {
-		return false, rf
+	if canceled || store.Transient(err) {
+		return rf
 	}
 	if n > 1 {
 		rf.split = true
-		return false, rf
+		return rf
 	}
 	if c.countFailure(failKey{k, startedAt, b.Seq}) >= maxStoreAttempts {
 		c.metrics.batches.WithLabelValues("refused").Inc()
-		return false, &refusal{Kind: cbdash.ErrInvalid, giveUp: true, Cause: err,
+		return &refusal{Kind: cbdash.ErrInvalid, giveUp: true, Cause: err,
 			Reason: truncate(fmt.Sprintf("batch %d could not be stored in %d attempts (%v); it is refused for good", b.Seq, maxStoreAttempts, err), 500)}
 	}
-	return false, rf
+	return rf
 }
 
 // countFailure counts one more failure of a batch and returns the count.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -84,23 +85,24 @@ func (o *outbox) swap(spare [][]byte) [][]byte {
 	return batch
 }
 
-// saveQueue is how many validated batches of one connection may wait for
-// their commit; when it is full the connection stops reading (the agent's
+// saveQueue is how many validated batches of one connection may be on
+// their way to their commit (and refusals waiting to be sent behind
+// them); when that many are, the connection stops reading (the agent's
 // own backpressure). Small: a backlog waits in the socket and in the
 // agent, not in the collector's memory (64 batches of 40 window reports
 // for each of a thousand connections were gigabytes).
 const saveQueue = 8
 
-// session is one agent websocket connection. The handler goroutine reads;
-// a writer goroutine owns writes; a saver goroutine commits batches in
-// order and acknowledges them.
+// session is one agent websocket connection. The handler goroutine reads,
+// validates and hands each batch to the store's writer (SaveBatchAsync);
+// a writer goroutine owns the socket's writes: the queued messages
+// (welcome, commands, the error of a going away) and, in the order the
+// batches were read, their acknowledgements (after their commit) and
+// refusals.
 type session struct {
 	c      *Collector
 	conn   *websocket.Conn
 	cancel context.CancelFunc
-	// saveCtx is the session's context without its cancellation, for
-	// the saver's writes (storeCtx); the saver's alone.
-	saveCtx context.Context
 
 	// Set by the handshake, read-only afterwards.
 	key       instKey
@@ -109,15 +111,16 @@ type session struct {
 	service   string        // the token's service, "" = any
 	tokenID   string        // store.AgentTokenID of the connection's token (see tokens.go)
 	rehellos  *rate.Limiter // hellos on the open connection (Limits.RehelloBurst), on the collector's clock
-	// lastQueued is the highest seq queued to the saver (or stored before
+	// lastQueued is the highest seq handed to the store (or stored before
 	// the connection); owned by the reading goroutine.
 	lastQueued uint64
 	// lastStored is the highest seq stored (before the connection, or
-	// committed on it); owned by the saver after the handshake.
+	// committed on it); owned by the writer goroutine after the handshake.
 	lastStored uint64
 
-	noMerge bool          // set by the handshake: store batch by batch
-	done    chan struct{} // closed when the session has ended
+	saves saves
+
+	done chan struct{} // closed when the session has ended
 	// quiet is closed when the session reads and writes nothing more of
 	// the store (its last commit has returned), which may be before its
 	// closing handshake with the agent has ended.
@@ -134,14 +137,43 @@ type session struct {
 	closeCode websocket.StatusCode
 }
 
-// saveItem is a validated batch to commit, or, in order with them, a
-// refusal or the ack of a duplicate.
-type saveItem struct {
+// saves are a session's batches, refusals and duplicates' acks in the
+// order they were read, from when they are read until the writer
+// goroutine has answered them: at most saveQueue (slots). The store's
+// writer completes the batches (on its own goroutine, see
+// store.SaveBatchAsync); the session's writer answers from the front,
+// in order, what is complete.
+type saves struct {
+	slots chan struct{} // a token per entry in ring
+	ready chan struct{} // signalled when an entry was completed
+	ops   sync.WaitGroup // batches handed to the store and not completed
+
+	mu    sync.Mutex
+	ring  [saveQueue]*saveEntry
+	first int // index in ring of the oldest entry
+	n     int // entries in ring
+	// failed: a batch failed to be stored (not refused for good), and
+	// the session ends; the batches after it must not be written (the
+	// agent resends them all, and a later one stored would make the
+	// failed one look stored: the store keeps the highest seq).
+	failed bool
+}
+
+// saveEntry is a validated batch on its way to its commit, or, in order
+// with them, a refusal or the ack of a duplicate.
+type saveEntry struct {
 	batch   *protocol.Batch
-	at      time.Time
+	at      time.Time // received
+	start   time.Time // handed to the store (commit latency)
 	seq     uint64
 	reason  string // refused: the reason
 	ackOnly bool   // a duplicate: acknowledged, not stored
+
+	// Set once completed, under saves.mu.
+	complete bool
+	stored   bool     // stored, not a duplicate
+	err      error    // not stored: why (store.ErrSkipped: not tried)
+	rf       *refusal // err as answered to the agent
 }
 
 // ServeAgent serves GET /api/v1/agent, the agents' websocket (the token
@@ -161,6 +193,7 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	s := &session{c: c, conn: conn, cancel: cancel, out: newOutbox(), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
+	s.saves.slots, s.saves.ready = make(chan struct{}, saveQueue), make(chan struct{}, 1)
 	s.tokenID = store.AgentTokenID(bearer(r))
 	defer close(s.done)
 	defer cancel()
@@ -204,15 +237,10 @@ func (s *session) run(ctx context.Context, token string) {
 	}
 	s.c.log.Debug("agent connected", "service", s.key.service, "instance", s.key.instance)
 
-	queue := make(chan saveItem, saveQueue)
-	saved := make(chan struct{})
-	go func() {
-		defer close(saved)
-		s.saveLoop(ctx, queue)
-	}()
-	s.readLoop(ctx, queue)
-	close(queue)
-	<-saved
+	s.readLoop(ctx)
+	// The batches handed to the store are committed or skipped (after a
+	// failure) before the session is quiet.
+	s.saves.ops.Wait()
 	// Nothing of this connection is read or written to the store from
 	// here on: a newer connection of the instance may go on (see
 	// handshake), while this one finishes its closing handshake.
@@ -302,15 +330,13 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	}
 	s.lastQueued, s.lastStored = last, last
 	if prev != nil {
-		// Another connection of the instance came and went meanwhile: its
-		// commits may overlap ours, so this one stores batch by batch.
+		// Another connection of the instance came and went meanwhile.
 		prev.replaced()
-		s.noMerge = true
 	}
 	// Waiting for room, not send's kill at the bound: an instance may have
 	// more commands waiting than the outbox holds. The writer runs
 	// already (and ends the session on a write timeout, which ends the
-	// wait); the saver, the other one to wait, starts after the handshake.
+	// wait).
 	for _, cmd := range c.pending(ctx, s.key, now) {
 		s.sendWait(ctx, cmd)
 	}
@@ -322,10 +348,10 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 const binaryReason = "binary frames are refused: send every message as one JSON text frame"
 
 // readLoop reads messages until the connection ends, validating batches,
-// applying them to live state and queueing them for the saver. A batch at
-// or below the last one queued on this connection (or stored before it)
-// is a duplicate: it is acknowledged in turn, never stored again.
-func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
+// applying them to live state and handing them to the store. A batch at
+// or below the last one handed over on this connection (or stored before
+// it) is a duplicate: it is acknowledged in turn, never stored again.
+func (s *session) readLoop(ctx context.Context) {
 	c := s.c
 	for {
 		typ, buf, err := readMessage(ctx, s.conn)
@@ -354,33 +380,112 @@ func (s *session) readLoop(ctx context.Context, queue chan<- saveItem) {
 		if rf == nil {
 			rf = c.admitBatch(s.hello, m.Batch, now)
 		}
-		it := saveItem{seq: seq, at: now}
+		e := &saveEntry{seq: seq, at: now}
 		switch {
 		case rf != nil:
-			it.reason = rf.Reason
-			c.log.Info("batch refused", "service", s.key.service, "instance", s.key.instance, "seq", seq, "reason", it.reason)
+			e.reason = rf.Reason
+			c.log.Info("batch refused", "service", s.key.service, "instance", s.key.instance, "seq", seq, "reason", e.reason)
 		case seq <= s.lastQueued:
 			c.metrics.batches.WithLabelValues("duplicate").Inc()
-			it.ackOnly = true
+			e.ackOnly = true
 		default:
-			s.lastQueued = seq
 			b, skew := c.correctClock(s.key, m.Batch, now)
 			b = c.vetCauses(ctx, s.key, b)
-			it.batch = b
+			e.batch = b
 			if !c.toLive(ctx, s.key, b, now, skew, overWebsocket) {
 				return
 			}
-			c.metrics.queue.Inc()
 		}
-		select {
-		case queue <- it:
-		case <-ctx.Done():
-			if it.batch != nil {
-				c.metrics.queue.Dec()
-			}
+		if !s.hand(ctx, e) {
 			return
 		}
 	}
+}
+
+// hand puts e in line behind the connection's earlier messages, waiting
+// for room (saveQueue), and hands its batch to the store. It reports
+// false when the session ends first.
+func (s *session) hand(ctx context.Context, e *saveEntry) bool {
+	c := s.c
+	select {
+	case s.saves.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	q := &s.saves
+	q.mu.Lock()
+	failed := q.failed
+	if !failed {
+		q.ring[(q.first+q.n)%saveQueue] = e
+		q.n++
+	}
+	q.mu.Unlock()
+	if failed { // the session is ending: nothing more is stored or answered
+		<-q.slots
+		return false
+	}
+	if e.batch == nil {
+		s.completed(e, false, nil)
+		return true
+	}
+	s.lastQueued = e.seq
+	c.metrics.queue.Inc()
+	e.start = time.Now()
+	q.ops.Add(1)
+	// Not canceled with the session once queued: the batch is then
+	// committed (or skipped) before the session is quiet (see handshake).
+	err := c.store.SaveBatchAsync(ctx, s.key.service, s.key.instance, s.startedAt, e.batch, e.at, s.skip, func(stored bool, err error) {
+		c.metrics.queue.Dec()
+		s.completed(e, stored, err)
+		q.ops.Done()
+	})
+	if err != nil {
+		c.metrics.queue.Dec()
+		q.ops.Done()
+		s.completed(e, false, err)
+	}
+	return true
+}
+
+// skip tells the store's writer whether to leave a batch of this session
+// unwritten: one before it failed.
+func (s *session) skip() bool {
+	s.saves.mu.Lock()
+	defer s.saves.mu.Unlock()
+	return s.saves.failed
+}
+
+// completed records e's outcome (on the store's writer goroutine for a
+// batch, which is told before it writes anything later: a failure that
+// is not a refusal for good skips the batches after it) and wakes the
+// session's writer.
+func (s *session) completed(e *saveEntry, stored bool, err error) {
+	var rf *refusal
+	if err != nil && !errors.Is(err, store.ErrSkipped) {
+		rf = s.c.saveFailed(s.key, s.startedAt, e.batch, 1, err, errors.Is(err, context.Canceled))
+	}
+	q := &s.saves
+	q.mu.Lock()
+	e.complete, e.stored, e.err, e.rf = true, stored, err, rf
+	if err != nil && (rf == nil || !rf.giveUp) {
+		q.failed = true
+	}
+	q.mu.Unlock()
+	signal(q.ready)
+}
+
+// next takes the oldest entry if it is complete.
+func (q *saves) next() *saveEntry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n == 0 || !q.ring[q.first].complete {
+		return nil
+	}
+	e := q.ring[q.first]
+	q.ring[q.first] = nil
+	q.first, q.n = (q.first+1)%saveQueue, q.n-1
+	<-q.slots
+	return e
 }
 
 // readBufs are the buffers sessions read messages into, taken when a
@@ -441,168 +546,81 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 	return nil
 }
 
-// maxMerge bounds how many queued batches of one connection are stored in
-// one SaveBatch.
-const maxMerge = 64
-
-// saveLoop commits batches in order and acknowledges them after their
-// commit (acks are cumulative); refusals and duplicate acks are sent in the
-// same order. Batches that queued up while the previous commit ran are
-// merged and stored in one SaveBatch under the last one's seq (the store
-// records that every seq up to it is stored, which is then true), so a
-// connection's throughput does not depend on the commit latency.
-func (s *session) saveLoop(ctx context.Context, queue <-chan saveItem) {
-	c := s.c
-	var next *saveItem // an item taken from the queue but not yet handled
-	for {
-		if ctx.Err() != nil { // the session ended: nothing more is acknowledged
-			for it := range queue {
-				if it.batch != nil {
-					c.metrics.queue.Dec()
-				}
-			}
-			if next != nil && next.batch != nil {
-				c.metrics.queue.Dec()
-			}
-			return
-		}
-		var it saveItem
-		if next != nil {
-			it, next = *next, nil
-		} else {
-			var ok bool
-			if it, ok = <-queue; !ok {
-				return
-			}
-		}
-		switch {
-		case it.reason != "":
-			s.sendWait(ctx, protocol.Error{Type: protocol.TypeError, Seq: it.seq, Reason: it.reason})
-			continue
-		case it.ackOnly:
-			// Every batch before it is stored (or refused) by now: the
-			// ack names the highest stored seq, as a welcome does.
-			s.ack(ctx, max(s.lastStored, it.seq))
-			continue
-		}
-		group := []*protocol.Batch{it.batch}
-		at := it.at
-	collect:
-		for len(group) < maxMerge && !s.noMerge {
-			select {
-			case nx, ok := <-queue:
-				if !ok {
-					break collect
-				}
-				if nx.batch == nil {
-					next = &nx
-					break collect
-				}
-				group, at = append(group, nx.batch), nx.at
-			default:
-				break collect
-			}
-		}
-		c.metrics.queue.Sub(float64(len(group)))
-		if !s.store(ctx, group, at) {
-			for it := range queue { // drain: none of these is acknowledged
-				if it.batch != nil {
-					c.metrics.queue.Dec()
-				}
-			}
-			return
-		}
-	}
-}
-
-// store commits a group of batches (merged into one) and acknowledges it.
-// A group that fails for one batch's sake is stored batch by batch; a
-// batch refused for good (see Collector.save) is answered with an error
-// naming its seq, and the ones after it go on. On any other failure the
-// agent is told to retry later and the session ends: it reports false.
-func (s *session) store(ctx context.Context, group []*protocol.Batch, at time.Time) bool {
-	c := s.c
-	b := merge(group)
-	// Not canceled with the session: SaveBatch then returns only once the
-	// batch is committed or refused, so when the session has ended none of
-	// its writes is still pending (see handshake).
-	stored, rf := c.save(s.storeCtx(ctx), s.key, s.startedAt, b, len(group), at)
-	switch {
-	case rf == nil:
-		_ = stored // a duplicate (stored by another connection) is acknowledged too
-		s.lastStored = max(s.lastStored, b.Seq)
-		s.ack(ctx, s.lastStored)
-		return true
-	case ctx.Err() != nil:
-		return false
-	case rf.split:
-		for _, one := range group {
-			if !s.store(ctx, []*protocol.Batch{one}, at) {
-				return false
-			}
-		}
-		return true
-	case rf.giveUp:
-		c.log.Warn("batch refused for good after failing to be stored", "service", s.key.service, "instance", s.key.instance, "seq", b.Seq, "err", rf.Cause)
-		s.sendWait(ctx, protocol.Error{Type: protocol.TypeError, Seq: b.Seq, Reason: rf.Reason})
-		return true
-	}
-	// The agent keeps the batch and resends it on its next connection; the
-	// others queued behind it are not lost either (none is acknowledged).
-	s.fatal(ctx, rf)
-	s.kill("store error")
-	return false
-}
-
-// storeCtx is ctx without its cancellation, made once per session (a
-// batch's save runs to its end whatever happens to the connection).
-func (s *session) storeCtx(ctx context.Context) context.Context {
-	if s.saveCtx == nil {
-		s.saveCtx = context.WithoutCancel(ctx)
-	}
-	return s.saveCtx
-}
-
-// ack queues the acknowledgement of every batch up to seq; its bytes are
-// json.Marshal's of protocol.Ack, without the reflection (one a batch).
-func (s *session) ack(ctx context.Context, seq uint64) {
+// ackBytes is the acknowledgement of every batch up to seq: json.Marshal's
+// bytes of protocol.Ack, without the reflection (one a batch).
+func ackBytes(seq uint64) []byte {
 	data := make([]byte, 0, 40)
 	data = append(data, `{"type":"`+protocol.TypeAck+`","seq":`...)
 	data = strconv.AppendUint(data, seq, 10)
-	data = append(data, '}')
-	s.out.putWait(ctx, data)
+	return append(data, '}')
 }
 
-// merge returns the batches as one: everything they carry, in order, under
-// the last one's seq and the first one's sent_at.
-func merge(bs []*protocol.Batch) *protocol.Batch {
-	if len(bs) == 1 {
-		return bs[0]
+// answer writes, in the order they were read, the answers to the
+// complete entries at the front of s.saves: acknowledgements (acks are
+// cumulative: several in a row are written as the last one), refusals,
+// and for a batch that failed to be stored either its refusal for good
+// (the ones after it go on) or a fatal retry-later that ends the session
+// (the agent keeps the batch and the ones behind it, none acknowledged,
+// and resends them on its next connection). It reports false when the
+// session ends.
+func (s *session) answer(ctx context.Context, write func([]byte) bool) bool {
+	c := s.c
+	var ack uint64 // to acknowledge, 0 = nothing
+	flush := func() bool {
+		if ack == 0 {
+			return true
+		}
+		data := ackBytes(ack)
+		ack = 0
+		return write(data)
 	}
-	last := bs[len(bs)-1]
-	m := &protocol.Batch{Type: protocol.TypeBatch, Seq: last.Seq, SentAt: bs[0].SentAt}
-	for _, b := range bs {
-		m.Transitions = append(m.Transitions, b.Transitions...)
-		m.Windows = append(m.Windows, b.Windows...)
-		m.CommandResults = append(m.CommandResults, b.CommandResults...)
-		if d := b.Dropped; d != nil {
-			if m.Dropped == nil {
-				m.Dropped = &protocol.Dropped{}
+	refuse := func(seq uint64, reason string) bool {
+		data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Seq: seq, Reason: reason})
+		return flush() && write(data)
+	}
+	for e := s.saves.next(); e != nil; e = s.saves.next() {
+		switch {
+		case e.reason != "":
+			if !refuse(e.seq, e.reason) {
+				return false
 			}
-			m.Dropped.Add(*d)
+		case e.ackOnly:
+			// Every batch before it is stored (or refused) by now: the
+			// ack names the highest stored seq, as a welcome does.
+			ack = max(s.lastStored, e.seq)
+		case e.err == nil:
+			// A duplicate (stored by another connection) is acknowledged too.
+			c.saved(s.key, s.startedAt, e.batch, 1, e.stored, e.start)
+			s.lastStored = max(s.lastStored, e.seq)
+			ack = s.lastStored
+		case errors.Is(e.err, store.ErrSkipped):
+			// One before it failed, and the session ends.
+		case e.rf.giveUp:
+			c.log.Warn("batch refused for good after failing to be stored", "service", s.key.service, "instance", s.key.instance, "seq", e.seq, "err", e.rf.Cause)
+			if !refuse(e.seq, e.rf.Reason) {
+				return false
+			}
+		default:
+			if flush() {
+				s.fatal(ctx, e.rf)
+			}
+			s.kill("store error")
+			return false
 		}
 	}
-	return m
+	return flush()
 }
 
 // closeGrace bounds how long a session that goes away waits for the
 // agent's answer to its close frame.
 const closeGrace = time.Second
 
-// writeLoop writes queued messages, each with its own timeout, until ctx
-// is done; a failed write ends the session. On goingAway it writes what is
-// queued (the error naming why last), sends a close frame with status 1001
-// and ends the session.
+// writeLoop writes queued messages and the answers to batches (see
+// answer), each with its own timeout, until ctx is done; a failed write
+// ends the session. Queued messages are written before the first
+// answers (the welcome goes first). On goingAway it writes the answers that are
+// ready and what is queued (the error naming why last), sends a close
+// frame with status 1001 and ends the session.
 func (s *session) writeLoop(ctx context.Context) {
 	// Each write has between half of WriteTimeout and all of it: a
 	// deadline is made anew only when less than half is left, not for
@@ -623,6 +641,7 @@ func (s *session) writeLoop(ctx context.Context) {
 		}
 		return true
 	}
+	welcomed := false // the first queued message is written
 	// writeAll writes a batch taken from the outbox and hands it back,
 	// emptied, for the next swap.
 	writeAll := func(batch [][]byte) ([][]byte, bool) {
@@ -631,6 +650,7 @@ func (s *session) writeLoop(ctx context.Context) {
 				return nil, false
 			}
 			batch[i] = nil
+			welcomed = true
 		}
 		if cap(batch) > outboxKeep {
 			return nil, true
@@ -647,7 +667,21 @@ func (s *session) writeLoop(ctx context.Context) {
 			if spare, ok = writeAll(s.out.swap(spare)); !ok {
 				return
 			}
+		case <-s.saves.ready:
+			if !welcomed {
+				// The handshake queued the welcome before the first batch
+				// was read: it goes first.
+				if spare, ok = writeAll(s.out.swap(spare)); !ok {
+					return
+				}
+			}
+			if !s.answer(ctx, write) {
+				return
+			}
 		case <-s.goAway:
+			if welcomed && !s.answer(ctx, write) {
+				return
+			}
 			for {
 				batch := s.out.swap(spare)
 				if len(batch) == 0 {
@@ -692,8 +726,8 @@ func (s *session) send(v any) {
 	}
 }
 
-// sendWait queues v, waiting for room (used by the saver, which may block
-// on its own connection).
+// sendWait queues v, waiting for room (used by the handshake for the
+// commands pending for the instance, which may be more than fit).
 func (s *session) sendWait(ctx context.Context, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {

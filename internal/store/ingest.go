@@ -232,16 +232,13 @@ func (s *Store) SaveBatch(ctx context.Context, service, instance string, started
 	if b.Seq == 0 || b.Seq > math.MaxInt64 {
 		return false, fmt.Errorf("%w: seq %d is out of range", cbdash.ErrInvalid, b.Seq)
 	}
-	causes := make([][]byte, len(b.Transitions))
-	for i := range b.Transitions {
-		var err error
-		if causes[i], err = json.Marshal(b.Transitions[i].Cause); err != nil {
-			return false, fmt.Errorf("store: transition cause: %w", err)
-		}
+	causes, err := transitionCauses(&b)
+	if err != nil {
+		return false, err
 	}
 	stored := false
 	now := ms(at)
-	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		var err error
 		stored, err = x.saveBatch(service, instance, startedAt, &b, causes, now)
 		return err
@@ -250,6 +247,56 @@ func (s *Store) SaveBatch(ctx context.Context, service, instance string, started
 		return false, err
 	}
 	return stored, nil
+}
+
+// SaveBatchAsync is SaveBatch without the wait: it queues b (waiting for
+// room in the writer's queue until ctx is done) and returns; done is
+// then called exactly once, on the writer's goroutine, with SaveBatch's
+// outcome: at once when the batch is not written (it failed and was
+// rolled back to its savepoint, or skip said so: ErrSkipped), else after
+// the group's COMMIT or its failure. It is called before the writer runs
+// any operation queued after b, so an agent's later batches can be
+// skipped once one has failed (skip is asked on the writer's goroutine
+// just before b is written; nil = never). done and skip must not block or
+// call the Store. b must not change until done is called. When
+// SaveBatchAsync returns an error (as SaveBatch's before queueing:
+// cbdash.ErrInvalid, ErrClosed, ctx's), done is never called.
+func (s *Store) SaveBatchAsync(ctx context.Context, service, instance string, startedAt int64, b *protocol.Batch, at time.Time, skip func() bool, done func(stored bool, err error)) error {
+	if err := checkNames("service", service, "instance", instance); err != nil {
+		return err
+	}
+	if b.Seq == 0 || b.Seq > math.MaxInt64 {
+		return fmt.Errorf("%w: seq %d is out of range", cbdash.ErrInvalid, b.Seq)
+	}
+	causes, err := transitionCauses(b)
+	if err != nil {
+		return err
+	}
+	now := ms(at)
+	o := &op{skip: skip}
+	stored := false
+	o.run = func(x *wtx) error {
+		var err error
+		stored, err = x.saveBatch(service, instance, startedAt, b, causes, now)
+		return err
+	}
+	o.after = func(err error) { done(stored && err == nil, err) }
+	return s.w.enqueue(ctx, o)
+}
+
+// transitionCauses encodes the causes of b's transitions, as stored.
+func transitionCauses(b *protocol.Batch) ([][]byte, error) {
+	if len(b.Transitions) == 0 {
+		return nil, nil
+	}
+	causes := make([][]byte, len(b.Transitions))
+	for i := range b.Transitions {
+		var err error
+		if causes[i], err = json.Marshal(b.Transitions[i].Cause); err != nil {
+			return nil, fmt.Errorf("store: transition cause: %w", err)
+		}
+	}
+	return causes, nil
 }
 
 func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.Batch, causes [][]byte, now int64) (bool, error) {

@@ -26,6 +26,10 @@ import (
 // ErrClosed is returned by writes after Close has been called.
 var ErrClosed = errors.New("store: closed")
 
+// ErrSkipped is the outcome of a SaveBatchAsync whose skip said so: the
+// batch was not written.
+var ErrSkipped = errors.New("store: skipped")
+
 // ErrNewerSchema is wrapped by Open's error for a database whose schema is
 // newer than this build's migrations.
 var ErrNewerSchema = errors.New("newer schema")

@@ -21,6 +21,16 @@ import (
 type op struct {
 	run  func(x *wtx) error
 	done chan error
+	// after, when set, is told the op's outcome on the writer's
+	// goroutine instead of done (see Store.SaveBatchAsync): at once when
+	// the op is skipped or fails to be written (rolled back to its
+	// savepoint), else after the transaction's COMMIT (or its failure);
+	// always before the writer runs a later op. reported: it was told.
+	after    func(error)
+	reported bool
+	// skip, when set, is asked on the writer's goroutine just before the
+	// op runs; true: the op is not run and fails with ErrSkipped.
+	skip func() bool
 	// probe marks Store.Writable's write: its success says nothing of the
 	// writes that failed before it.
 	probe bool
@@ -38,6 +48,11 @@ type writer struct {
 	quit     chan struct{} // closed by stop: accept no more ops
 	stopped  chan struct{} // closed when run returns
 	stopOnce sync.Once
+	// qmu makes a check of quit and the send to queue one step against
+	// stop's close of quit: once quit is closed nothing more is queued,
+	// so the writer's last drain sees every op that was (an async op's
+	// after is then always called).
+	qmu sync.RWMutex
 
 	// Counters for Stats.
 	txs, ops, failed, dropped atomic.Uint64
@@ -194,7 +209,9 @@ func (w *writer) stop() bool {
 	first := false
 	w.stopOnce.Do(func() {
 		first = true
+		w.qmu.Lock()
 		close(w.quit)
+		w.qmu.Unlock()
 	})
 	<-w.stopped
 	return first
@@ -298,6 +315,8 @@ func (w *writer) do(ctx context.Context, o *op) error {
 }
 
 func (w *writer) enqueue(ctx context.Context, o *op) error {
+	w.qmu.RLock()
+	defer w.qmu.RUnlock()
 	select {
 	case <-w.quit:
 		return ErrClosed
@@ -316,6 +335,8 @@ func (w *writer) enqueue(ctx context.Context, o *op) error {
 // try enqueues a fire-and-forget op if there is room, and reports whether
 // it did.
 func (w *writer) try(o *op) bool {
+	w.qmu.RLock()
+	defer w.qmu.RUnlock()
 	select {
 	case <-w.quit:
 		return false
@@ -361,7 +382,17 @@ func (w *writer) commit(group []*op) {
 		if x.broken != nil {
 			break
 		}
-		errs[i] = x.savepoint(o.run)
+		if o.skip != nil && o.skip() {
+			errs[i] = ErrSkipped
+		} else {
+			errs[i] = x.savepoint(o.run)
+		}
+		if errs[i] != nil && o.after != nil {
+			// Not written, whatever the transaction does: said now, so
+			// that the op's owner can skip its later ops (see op.after).
+			o.reported = true
+			o.after(errs[i])
+		}
 		flushIM = flushIM || o.flushIM
 	}
 	now := w.clock.Now()
@@ -498,11 +529,15 @@ func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
 			w.failing = nil
 			w.failMu.Unlock()
 		}
-		if errs[i] != nil && o.done == nil {
+		if errs[i] != nil && o.done == nil && o.after == nil {
 			w.log.Error("store: background write failed", "err", errs[i])
 		}
 		if o.done != nil {
 			o.done <- errs[i]
+		}
+		if o.after != nil && !o.reported {
+			o.reported = true
+			o.after(errs[i])
 		}
 	}
 }
