@@ -144,8 +144,8 @@ type session struct {
 // store.SaveBatchAsync); the session's writer answers from the front,
 // in order, what is complete.
 type saves struct {
-	slots chan struct{} // a token per entry in ring
-	ready chan struct{} // signalled when an entry was completed
+	slots chan struct{}  // a token per entry in ring
+	ready chan struct{}  // signalled when an entry was completed
 	ops   sync.WaitGroup // batches handed to the store and not completed
 
 	mu    sync.Mutex
