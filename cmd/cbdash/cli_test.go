@@ -59,6 +59,11 @@ func TestCLIErrorsNameTheCulprit(t *testing.T) {
 		{"release without reason", unreachable, []string{"release", "checkout/payments"}, 2, []string{"--reason"}},
 		{"reset without reason", unreachable, []string{"reset", "checkout/payments"}, 2, []string{"--reason"}},
 		{"bad max hold", nil, []string{"serve", "--max-hold=-1s"}, 2, []string{"--max-hold"}},
+		{"ack delay too long", nil, []string{"serve", "--ack-delay=1m"}, 2, []string{"--ack-delay", "10s"}},
+		{"negative ack delay", map[string]string{"CBDASH_ACK_DELAY": "-1s"}, []string{"serve"}, 2, []string{"--ack-delay"}},
+		// The README's table gives these flags environment variables.
+		{"negative max dependencies", map[string]string{"CBDASH_MAX_DEPENDENCIES": "-1"}, []string{"serve"}, 2, []string{"--max-dependencies"}},
+		{"negative max live", map[string]string{"CBDASH_MAX_LIVE": "-1"}, []string{"serve"}, 2, []string{"--max-live"}},
 		{"bad incident share", nil, []string{"serve", "--incident-share=150"}, 2, []string{"--incident-share", "0..100"}},
 		{"server not a URL", map[string]string{"CBDASH_SERVER": "localhost:8080"}, []string{"status"}, 2, []string{"--server", "not an http(s) URL"}},
 		{"token needs service or user", nil, []string{"token", "create"}, 2, []string{"--service", "--user"}},

@@ -77,7 +77,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
-		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, Clock: clk,
+		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, AckDelay: o.AckDelay, Clock: clk,
 		Limits: o.Limits, Cluster: s.bus,
 	})
 	if err != nil {

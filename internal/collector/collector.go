@@ -66,6 +66,15 @@ type Config struct {
 	WriteTimeout time.Duration
 	// HelloTimeout bounds the wait for an agent's hello; 0 = 10 s.
 	HelloTimeout time.Duration
+	// AckDelay is how long a session may hold an acknowledgement, to
+	// write it with the next ones as one: acks are cumulative
+	// (docs/protocol.md), so with 2 s an agent reporting every second gets
+	// an ack every second or third batch, a write saved for each other one
+	// (the reference agent waits 30 s for an ack before it gives up on a
+	// collector). A refusal, a fatal error or the session's end writes a
+	// held ack at once, before it. Real time, as WriteTimeout. 0 = every
+	// ack at once (cbdash serve's default is 2 s: --ack-delay).
+	AckDelay time.Duration
 	// MaxHold is the longest hold (force open or force closed) accepted,
 	// from the API, the CLI and the dashboard alike; 0 =
 	// cbdash.DefaultMaxHold (24 h).
@@ -130,8 +139,8 @@ func (c *Config) validate() error {
 		return bad("GoneAfter", "is shorter than StaleAfter")
 	case c.SubscriberBuffer < 0:
 		return bad("SubscriberBuffer", "is negative")
-	case c.PublishInterval < 0, c.CompactEvery < 0, c.CommandDelivery < 0, c.WriteTimeout < 0, c.HelloTimeout < 0:
-		return bad("PublishInterval/CompactEvery/CommandDelivery/WriteTimeout/HelloTimeout", "is negative")
+	case c.PublishInterval < 0, c.CompactEvery < 0, c.CommandDelivery < 0, c.WriteTimeout < 0, c.HelloTimeout < 0, c.AckDelay < 0:
+		return bad("PublishInterval/CompactEvery/CommandDelivery/WriteTimeout/HelloTimeout/AckDelay", "is negative")
 	case c.MaxHold < 0:
 		return bad("MaxHold", "is negative")
 	case c.Limits.validate() != nil:

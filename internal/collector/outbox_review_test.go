@@ -198,10 +198,11 @@ func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
 
 // send queues without blocking up to outQueue messages and kills the
 // session at the next one (its agent does not read), in the order they
-// were sent; ending then queues its error after them, or drops it when
-// nothing more fits, and signals the writer either way; a sendWait
-// blocked on the full outbox returns when the session's context ends.
-func TestSendKillsAtTheBoundAndEndingQueuesTheErrorLast(t *testing.T) {
+// were sent; ending leaves its error to the writer, which writes it after
+// them (so it is not lost when nothing more fits in the outbox), and
+// signals the writer; a sendWait blocked on the full outbox returns when
+// the session's context ends.
+func TestSendKillsAtTheBoundAndEndingLeavesTheErrorToTheWriter(t *testing.T) {
 	newSession := func() (*session, context.Context) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
@@ -237,9 +238,14 @@ func TestSendKillsAtTheBoundAndEndingQueuesTheErrorLast(t *testing.T) {
 	s.send(cmd(1))
 	s.send(cmd(2))
 	s.ending("collector stopping", true, websocket.StatusGoingAway)
+	// The writer writes the error itself, after what is queued (see
+	// writeLoop): the queue keeps only the commands.
 	q = s.out.swap(nil)
-	if len(q) != 3 || !strings.Contains(string(q[2]), `"collector stopping"`) || !strings.Contains(string(q[0]), `"id":"1"`) {
+	if len(q) != 2 || !strings.Contains(string(q[0]), `"id":"1"`) || !strings.Contains(string(q[1]), `"id":"2"`) {
 		t.Fatalf("queue after ending: %q", q)
+	}
+	if s.closing != "collector stopping" || !s.closeRetry || s.closeCode != websocket.StatusGoingAway {
+		t.Fatalf("ending recorded %q retry %v code %v", s.closing, s.closeRetry, s.closeCode)
 	}
 	select {
 	case <-s.goAway:
@@ -252,8 +258,11 @@ func TestSendKillsAtTheBoundAndEndingQueuesTheErrorLast(t *testing.T) {
 		s.send(cmd(i))
 	}
 	s.ending("replaced", true, websocket.StatusGoingAway)
-	if q := s.out.swap(nil); len(q) != outQueue || strings.Contains(string(q[len(q)-1]), "replaced") {
-		t.Fatalf("a full outbox took the error: %d queued", len(q))
+	if q := s.out.swap(nil); len(q) != outQueue {
+		t.Fatalf("%d queued after ending on a full outbox, want %d", len(q), outQueue)
+	}
+	if s.closing != "replaced" || s.dead {
+		t.Fatalf("ending on a full outbox: closing %q dead %v, want the error kept for the writer", s.closing, s.dead)
 	}
 	select {
 	case <-s.goAway:

@@ -132,9 +132,10 @@ type session struct {
 	mu     sync.Mutex
 	dead   bool
 	// closing is the reason of a goingAway in progress, "" when none;
-	// closeCode is its close status.
-	closing   string
-	closeCode websocket.StatusCode
+	// closeCode is its close status and closeRetry its error's retry.
+	closing    string
+	closeCode  websocket.StatusCode
+	closeRetry bool // the error of the goingAway says retry
 }
 
 // saves are a session's batches, refusals and duplicates' acks in the
@@ -435,14 +436,14 @@ func (s *session) hand(ctx context.Context, e *saveEntry) bool {
 	// Not canceled with the session once queued: the batch is then
 	// committed (or skipped) before the session is quiet (see handshake).
 	err := c.store.SaveBatchAsync(ctx, s.key.service, s.key.instance, s.startedAt, e.batch, e.at, s.skip, func(stored bool, err error) {
-		c.metrics.queue.Dec()
 		s.completed(e, stored, err)
+		c.metrics.queue.Dec() // after: the gauge at 0 means every outcome is recorded
 		q.ops.Done()
 	})
 	if err != nil {
+		s.completed(e, false, err)
 		c.metrics.queue.Dec()
 		q.ops.Done()
-		s.completed(e, false, err)
 	}
 	return true
 }
@@ -563,10 +564,11 @@ func ackBytes(seq uint64) []byte {
 // (the agent keeps the batch and the ones behind it, none acknowledged,
 // and resends them on its next connection). It reports false when the
 // session ends.
-func (s *session) answer(ctx context.Context, write func([]byte) bool) bool {
+func (s *session) answer(ctx context.Context, write func([]byte) bool, held *heldAck) bool {
 	c := s.c
 	var ack uint64 // to acknowledge, 0 = nothing
 	flush := func() bool {
+		ack = max(ack, held.take())
 		if ack == 0 {
 			return true
 		}
@@ -608,7 +610,53 @@ func (s *session) answer(ctx context.Context, write func([]byte) bool) bool {
 			return false
 		}
 	}
+	if d := c.cfg.AckDelay; d > 0 && ack > 0 {
+		held.hold(ack, d)
+		return true
+	}
 	return flush()
+}
+
+// heldAck is an acknowledgement the session's writer holds for up to
+// Config.AckDelay, to be written with the ones after it as one (acks
+// are cumulative). Owned by the writer goroutine.
+type heldAck struct {
+	seq   uint64 // 0 = none
+	timer *time.Timer
+	due   <-chan time.Time // fires when the held ack is to be written; nil = none held
+}
+
+// hold holds an ack of seq; the first one held starts the wait.
+func (h *heldAck) hold(seq uint64, d time.Duration) {
+	h.seq = max(h.seq, seq)
+	if h.due != nil {
+		return
+	}
+	// Real time, as write deadlines: it paces writes, says nothing of the data.
+	if h.timer == nil {
+		h.timer = time.NewTimer(d)
+	} else {
+		h.timer.Reset(d)
+	}
+	h.due = h.timer.C
+}
+
+// take returns the held seq (0 = none) and holds nothing more.
+func (h *heldAck) take() uint64 {
+	seq := h.seq
+	h.seq = 0
+	if h.due != nil {
+		h.timer.Stop()
+		h.due = nil
+	}
+	return seq
+}
+
+// stop releases the timer.
+func (h *heldAck) stop() {
+	if h.timer != nil {
+		h.timer.Stop()
+	}
 }
 
 // closeGrace bounds how long a session that goes away waits for the
@@ -657,12 +705,19 @@ func (s *session) writeLoop(ctx context.Context) {
 		}
 		return batch[:0], true
 	}
+	var held heldAck
+	defer held.stop()
 	var spare [][]byte
 	ok := true
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-held.due:
+			held.due = nil // fired: take must not wait for it
+			if seq := held.take(); !write(ackBytes(seq)) {
+				return
+			}
 		case <-s.out.ready:
 			if spare, ok = writeAll(s.out.swap(spare)); !ok {
 				return
@@ -675,11 +730,14 @@ func (s *session) writeLoop(ctx context.Context) {
 					return
 				}
 			}
-			if !s.answer(ctx, write) {
+			if !s.answer(ctx, write, &held) {
 				return
 			}
 		case <-s.goAway:
-			if welcomed && !s.answer(ctx, write) {
+			if welcomed && !s.answer(ctx, write, &held) {
+				return
+			}
+			if seq := held.take(); seq > 0 && !write(ackBytes(seq)) {
 				return
 			}
 			for {
@@ -692,8 +750,14 @@ func (s *session) writeLoop(ctx context.Context) {
 				}
 			}
 			s.mu.Lock()
-			reason, code := s.closing, s.closeCode
+			reason, code, retry := s.closing, s.closeCode, s.closeRetry
 			s.mu.Unlock()
+			// Last, and whatever the outbox holds (a full one refuses no
+			// more messages): the error naming why.
+			data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: retry})
+			if !write(data) {
+				return
+			}
 			closed := make(chan struct{})
 			go func() {
 				defer close(closed)
@@ -771,18 +835,17 @@ func (s *session) revoked() {
 	s.ending("agent token revoked or expired (unauthorized)", false, websocket.StatusPolicyViolation)
 }
 
-// ending queues a fatal error (retry or not) for the writer goroutine,
-// which closes the connection with code once it is written.
+// ending has the writer goroutine write a fatal error (retry or not),
+// after every answer and queued message, and close the connection with
+// code.
 func (s *session) ending(reason string, retry bool, code websocket.StatusCode) {
 	s.mu.Lock()
 	if s.dead || s.closing != "" {
 		s.mu.Unlock()
 		return
 	}
-	s.closing, s.closeCode = reason, code
+	s.closing, s.closeCode, s.closeRetry = reason, code, retry
 	s.mu.Unlock()
-	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: retry})
-	s.out.put(data)
 	select {
 	case s.goAway <- struct{}{}:
 	default:
