@@ -40,11 +40,14 @@ func Pct(v float64) string {
 
 // appendPct appends Pct(v) to b.
 func appendPct(b []byte, v float64) []byte {
-	prec := 1
 	if v == math.Trunc(v) {
-		prec = 0
+		if v >= 0 && v < 1e15 && !math.Signbit(v) {
+			// A whole number, as AppendFloat(v, 'f', 0) writes it, faster.
+			return append(strconv.AppendInt(b, int64(v), 10), '%')
+		}
+		return append(strconv.AppendFloat(b, v, 'f', 0, 64), '%')
 	}
-	return append(strconv.AppendFloat(b, v, 'f', prec, 64), '%')
+	return append(strconv.AppendFloat(b, v, 'f', 1, 64), '%')
 }
 
 // shownRate builds its text in one allocation: the collector makes two
@@ -62,14 +65,17 @@ func shownRate(label string, value, threshold float64) ShownRate {
 	return r
 }
 
-// windowShown is a rate of a closed breaker's sliding window h.
-func windowShown(label string, value, threshold float64, h protocol.Headroom) ShownRate {
-	r := shownRate(label, value, threshold)
+// windowRates are the failure and slow-call rates of a closed breaker's
+// sliding window h; below its minimum calls both say "not judged yet",
+// in one text.
+func windowRates(h protocol.Headroom) (failure, slow ShownRate) {
 	if c := ClosenessOf(h); !c.Judged {
-		r.Judged = false
-		r.Text = "not judged yet (" + c.NotJudgedText() + ")"
+		text := "not judged yet (" + c.NotJudgedText() + ")"
+		return ShownRate{Label: "failure rate", Value: h.FailureRate, Threshold: h.FailureRateThreshold, Text: text},
+			ShownRate{Label: "slow-call rate", Value: h.SlowCallRate, Threshold: h.SlowCallRateThreshold, Text: text}
 	}
-	return r
+	return shownRate("failure rate", h.FailureRate, h.FailureRateThreshold),
+		shownRate("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold)
 }
 
 // Tripped reports whether a state is one a breaker reaches by tripping:
@@ -106,8 +112,7 @@ func RatesOf(d Dependency, causes map[string]protocol.Cause) (failure, slow Show
 		}
 	}
 	if d.State == protocol.StateClosed || d.State == protocol.StateForcedClosed || d.State == "" {
-		return windowShown("failure rate", h.FailureRate, h.FailureRateThreshold, h),
-			windowShown("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold, h)
+		return windowRates(h)
 	}
 	return shownRate("failure rate, last min", d.FailureRate, h.FailureRateThreshold),
 		shownRate("slow-call rate, last min", d.SlowCallRate, h.SlowCallRateThreshold)
@@ -170,8 +175,7 @@ func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow 
 			}
 		}
 	}
-	return windowShown("failure rate", h.FailureRate, h.FailureRateThreshold, h),
-		windowShown("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold, h)
+	return windowRates(h)
 }
 
 // StateWords is a breaker state in the words the dashboard and the CLI
