@@ -139,7 +139,9 @@ func TestObserveDependencyMatchesALookupOfEveryLine(t *testing.T) {
 				tr := cbdash.TransitionRecord{Service: k.Service, Instance: inst, Transition: protocol.Transition{
 					Breaker: k.Breaker, From: protocol.StateClosed, To: to, At: at.UnixMilli()}}
 				name = "transition " + inst + " " + to
-				apply(func(d *Detector) []Change { return d.Observe(cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: &tr}) })
+				apply(func(d *Detector) []Change {
+					return d.Observe(cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: &tr})
+				})
 			case op < 9: // a resync with the last event's lines
 				dep := cbdash.Dependency{DependencyKey: k, Instances: len(prev), PerInstance: prev}
 				name = "resync"
