@@ -398,3 +398,35 @@ func TestShutdownWithQueuedBatchesStoresThemOnce(t *testing.T) {
 		t.Fatalf("the store holds %d calls, last seq %d; want each of the %d batches once", admitted, last, saveQueue)
 	}
 }
+
+// TestAFailedBatchWithBatchesBehindItIsAlwaysAnsweredWithAFatalRetry: the
+// failure of a batch with others queued behind it ends the session only
+// after its answers are written: the acks of the batches before it, then
+// the fatal retry-later and close 1011, never a connection cut short
+// (the reading goroutine, finding the session failed as it hands the
+// next batch, must not cancel the writer before it has answered). Many
+// rounds, each a new agent process, since the end of the reading and
+// the writer's answers race.
+func TestAFailedBatchWithBatchesBehindItIsAlwaysAnsweredWithAFatalRetry(t *testing.T) {
+	h := startHarness(t, "", nil)
+	if _, err := rawStoreDB(t, h).Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 40 {
+		a := dialRaw(t, h, h.token)
+		a.hello("a1", int64(round+1))
+		var all []protocol.Batch
+		for seq := uint64(1); seq <= 14; seq++ {
+			if seq == 6 {
+				all = append(all, h.batch(seq, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
+			} else {
+				all = append(all, h.batch(seq, 10, 0))
+			}
+		}
+		a.sendAll(all...)
+		if got, want := a.answers(untilFatal), "[ack 5 fatal retry]"; fmt.Sprint(got) != want {
+			t.Fatalf("round %d: answers %v, want %s", round, got, want)
+		}
+		a.expectClose(websocket.StatusInternalError)
+	}
+}
