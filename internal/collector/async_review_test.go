@@ -430,3 +430,45 @@ func TestAFailedBatchWithBatchesBehindItIsAlwaysAnsweredWithAFatalRetry(t *testi
 		a.expectClose(websocket.StatusInternalError)
 	}
 }
+
+// TestAnAgentThatDoesNotWaitForTheWelcomeGetsItFirst: an agent process
+// whose batches 1-3 are stored reconnects and sends, without reading,
+// its hello, duplicates of 2 and 3, batch 4, a message that is not JSON,
+// batch 5, a binary frame and batch 6. The welcome comes first, saying
+// 3; then, in read order, acks up to 4, the refusal of the garbage, the
+// ack of 5, the refusal of the binary frame, the ack of 6. The store
+// holds batches 1-6 once each.
+func TestAnAgentThatDoesNotWaitForTheWelcomeGetsItFirst(t *testing.T) {
+	h := startHarness(t, "", nil)
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	a.sendAll(h.batch(1, 10, 0), h.batch(2, 10, 0), h.batch(3, 10, 0))
+	if got := a.answers(untilAck(3)); fmt.Sprint(got) != "[ack 3]" {
+		t.Fatalf("answers %v", got)
+	}
+	a.conn.Close(websocket.StatusNormalClosure, "")
+
+	b := dialRaw(t, h, h.token)
+	b.send(rawHello("a1", 1))
+	b.sendAll(h.batch(2, 10, 0), h.batch(3, 10, 0), h.batch(4, 10, 0))
+	b.sendRaw([]byte(`{"type":"batch","seq":`))
+	b.sendAll(h.batch(5, 10, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.conn.Write(ctx, websocket.MessageBinary, []byte{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	b.sendAll(h.batch(6, 10, 0))
+	var w protocol.Welcome
+	b.expect(protocol.TypeWelcome, &w)
+	if w.LastSeq != 3 {
+		t.Fatalf("welcome last_seq %d, want 3", w.LastSeq)
+	}
+	if got, want := b.answers(untilAck(6)), "[ack 4 error 0 ack 5 error 0 ack 6]"; fmt.Sprint(got) != want {
+		t.Fatalf("answers %v, want %s", got, want)
+	}
+	if admitted, last := storedCalls(t, h); admitted != 60 || last != 6 {
+		t.Fatalf("the store holds %d calls, last seq %d; want batches 1-6 once (60 calls)", admitted, last)
+	}
+	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
+}
