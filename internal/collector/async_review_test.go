@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/disktest"
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -469,6 +471,58 @@ func TestAnAgentThatDoesNotWaitForTheWelcomeGetsItFirst(t *testing.T) {
 	}
 	if admitted, last := storedCalls(t, h); admitted != 60 || last != 6 {
 		t.Fatalf("the store holds %d calls, last seq %d; want batches 1-6 once (60 calls)", admitted, last)
+	}
+	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
+}
+
+// TestAFullDiskAmidAStreamAcksOnlyWhatWasCommitted: batches 1-5 are
+// stored; then the disk fills, and the agent sends a batch too large for
+// what is left (6) and 7-14 behind it without waiting. None of 6-14 is
+// acknowledged: the agent gets a fatal retry-later and close 1011. Once
+// space is freed, a new connection's welcome says 5, the resent 6-14 are
+// acknowledged up to 14, and the store holds each of the 14 batches once.
+func TestAFullDiskAmidAStreamAcksOnlyWhatWasCommitted(t *testing.T) {
+	dir := disktest.Tmpfs(t, 2<<20)
+	h := startHarness(t, filepath.Join(dir, "cbdash.db"), nil)
+	var all []protocol.Batch
+	for seq := uint64(1); seq <= 14; seq++ {
+		b := h.batch(seq, 10, 0)
+		if seq == 6 {
+			for i := range 1500 {
+				tr := h.trans(protocol.StateClosed, protocol.StateOpen, uint64(i+1))
+				tr.Cause.Reason = strings.Repeat("x", 300)
+				b.Transitions = append(b.Transitions, tr)
+			}
+			b.Windows[0].State = protocol.StateOpen
+		}
+		all = append(all, b)
+	}
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	a.sendAll(all[:5]...)
+	if got := a.answers(untilAck(5)); fmt.Sprint(got) != "[ack 5]" {
+		t.Fatalf("answers %v", got)
+	}
+	free := disktest.Fill(t, dir)
+	a.sendAll(all[5:]...)
+	if got := a.answers(untilFatal); fmt.Sprint(got) != "[fatal retry]" {
+		t.Fatalf("answers on a full disk %v, want only a fatal retry-later", got)
+	}
+	a.expectClose(websocket.StatusInternalError)
+	free()
+	if admitted, last := storedCalls(t, h); admitted != 50 || last != 5 {
+		t.Fatalf("the store holds %d calls, last seq %d; want batches 1-5", admitted, last)
+	}
+	b := dialRaw(t, h, h.token)
+	if w := b.hello("a1", 1); w.LastSeq != 5 {
+		t.Fatalf("welcome last_seq %d, want 5", w.LastSeq)
+	}
+	b.sendAll(all[5:]...)
+	if got := b.answers(untilAck(14)); fmt.Sprint(got) != "[ack 14]" {
+		t.Fatalf("answers to the resend %v", got)
+	}
+	if admitted, last := storedCalls(t, h); admitted != 140 || last != 14 {
+		t.Fatalf("the store holds %d calls, last seq %d; want each of the 14 batches once", admitted, last)
 	}
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }
