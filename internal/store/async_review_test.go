@@ -236,3 +236,25 @@ func TestSaveBatchAsyncTellsAFailureBeforeTheNextBatchOfTheGroupRuns(t *testing.
 		t.Errorf("stored %d admitted calls, want 20 (pay-1/1 and pay-2/1)", got)
 	}
 }
+
+// A batch its owner asks to skip (ErrSkipped: one of its session's
+// batches failed, or the session ended while handing a later one) is not
+// the database's trouble: when it is the last op the writer ran, the
+// store is still writable (Writable, which /readyz asks, is nil), and no
+// write has failed for the database's sake.
+func TestASkippedBatchDoesNotMakeTheStoreUnwritable(t *testing.T) {
+	s, release := openHeld(t, "skipw.db")
+	done := make(chan error, 1)
+	err := s.SaveBatchAsync(context.Background(), "pay", "pay-1", 1, asyncBatch(1, false), clocktest.Epoch(),
+		func() bool { return true }, func(stored bool, err error) { done <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := <-done; !errors.Is(err, ErrSkipped) {
+		t.Fatalf("done(%v), want ErrSkipped", err)
+	}
+	if err := s.Writable(context.Background()); err != nil {
+		t.Fatalf("Writable after a skipped batch = %v, want nil", err)
+	}
+}
