@@ -526,3 +526,42 @@ func TestAFullDiskAmidAStreamAcksOnlyWhatWasCommitted(t *testing.T) {
 	}
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }
+
+// TestAStoreClosedUnderAnOpenSessionAcksNothingMore: batches 1-3 are
+// stored; then the store is closed while the collector runs, and the
+// agent sends 4-6. It gets no ack of them, but a fatal retry-later and
+// close 1011; the store holds batches 1-3, and the queue gauge is back
+// at 0.
+func TestAStoreClosedUnderAnOpenSessionAcksNothingMore(t *testing.T) {
+	h := startHarness(t, "", nil)
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	a.sendAll(h.batch(1, 10, 0), h.batch(2, 10, 0), h.batch(3, 10, 0))
+	if got := a.answers(untilAck(3)); fmt.Sprint(got) != "[ack 3]" {
+		t.Fatalf("answers %v", got)
+	}
+	if err := h.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.sendAll(h.batch(4, 10, 0), h.batch(5, 10, 0), h.batch(6, 10, 0))
+	if got := a.answers(untilFatal); fmt.Sprint(got) != "[fatal retry]" {
+		t.Fatalf("answers with the store closed %v, want a fatal retry-later", got)
+	}
+	a.expectClose(websocket.StatusInternalError)
+	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
+	s := storetestReopen(t, h)
+	if last, err := s.LastSeq(context.Background(), "api", "a1", 1); err != nil || last != 3 {
+		t.Fatalf("LastSeq %d, %v; want 3", last, err)
+	}
+}
+
+// storetestReopen opens the harness's database again (its store closed).
+func storetestReopen(t *testing.T, h *harness) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), h.path, store.Options{Clock: h.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
