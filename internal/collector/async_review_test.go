@@ -565,3 +565,59 @@ func storetestReopen(t *testing.T, h *harness) *store.Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// TestANewConnectionsWelcomeIsTheStoredPrefixWhenAQueuedBatchFails: as
+// above, 8 batches are handed to the held store when a new connection
+// replaces the agent's; batch 4 of them cannot be stored (its
+// transition; the cause column is renamed). Once the store goes on, the
+// new connection's welcome says 3: batches 5-8 were skipped, not stored
+// past the failed one, and the resend of 4-8 (the column back) stores
+// each once.
+func TestANewConnectionsWelcomeIsTheStoredPrefixWhenAQueuedBatchFails(t *testing.T) {
+	h := startHarness(t, "", nil)
+	db := rawStoreDB(t, h)
+	if _, err := db.Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
+		t.Fatal(err)
+	}
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	var all []protocol.Batch
+	for seq := uint64(1); seq <= saveQueue; seq++ {
+		if seq == 4 {
+			all = append(all, h.batch(seq, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
+		} else {
+			all = append(all, h.batch(seq, 10, 0))
+		}
+	}
+	release := storeLock(t, h)
+	a.sendAll(all...)
+	eventually.True(t, "8 batches handed to the store", func() bool { return queueDepth(h) == saveQueue })
+	b := dialRaw(t, h, h.token)
+	b.send(rawHello("a1", 1))
+	var e protocol.Error
+	a.expect(protocol.TypeError, &e)
+	if !e.Fatal || !strings.Contains(e.Reason, "replaced by a newer connection") {
+		t.Fatalf("the replaced connection got %+v", e)
+	}
+	a.expectClose(websocket.StatusGoingAway)
+	release()
+	var w protocol.Welcome
+	b.expect(protocol.TypeWelcome, &w)
+	if w.LastSeq != 3 {
+		t.Fatalf("welcome last_seq %d, want 3 (batch 4 failed, 5-8 skipped)", w.LastSeq)
+	}
+	if admitted, last := storedCalls(t, h); admitted != 30 || last != 3 {
+		t.Fatalf("the store holds %d calls, last seq %d; want batches 1-3", admitted, last)
+	}
+	if _, err := db.Exec(`ALTER TABLE transitions RENAME COLUMN cause_renamed TO cause`); err != nil {
+		t.Fatal(err)
+	}
+	b.sendAll(all[3:]...)
+	if got := b.answers(untilAck(saveQueue)); fmt.Sprint(got) != fmt.Sprintf("[ack %d]", saveQueue) {
+		t.Fatalf("answers to the resend %v", got)
+	}
+	if admitted, last := storedCalls(t, h); admitted != 10*saveQueue || last != saveQueue {
+		t.Fatalf("the store holds %d calls, last seq %d; want each of the %d batches once", admitted, last, saveQueue)
+	}
+	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
+}
