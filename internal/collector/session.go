@@ -248,6 +248,15 @@ func (s *session) run(ctx context.Context, token string) {
 	s.c.live.disconnect(s.key, s)
 	s.c.fleet.disconnected(s.key)
 	s.markQuiet()
+	if s.skip() {
+		// A batch failed to be stored, and reading stopped at the next
+		// one: the writer answers the entries before it and then the
+		// failure (a fatal retry-later), and ends the session itself.
+		// Canceling it now (the deferred cancel) would cut those
+		// answers short and leave the agent a connection closed without
+		// a word.
+		wg.Wait()
+	}
 }
 
 // markQuiet closes s.quiet once.

@@ -1,0 +1,54 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// BenchmarkSequentialWriters: n writers (HTTP agents, each waiting for
+// its batch's commit before sending the next) save batches of one
+// window report in turn. It reports batches a second and batches per
+// transaction: writers that all wait for the group they are in can send
+// nothing more, so any wait for company (groupIdle, groupIdleMany) is
+// paid in full by each round.
+func BenchmarkSequentialWriters(b *testing.B) {
+	for _, n := range []int{1, 4, 15, 16, 32} {
+		b.Run(fmt.Sprintf("writers=%d", n), func(b *testing.B) {
+			s, err := Open(context.Background(), testDSN(b, "w.db"), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			t0 := clocktest.Epoch()
+			var wg sync.WaitGroup
+			per := b.N/n + 1
+			txs := s.Stats().Transactions
+			b.ResetTimer()
+			for g := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range per {
+						bt := protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{{Breaker: "db", Start: t0.UnixMilli() + int64(i)*1000, Millis: 1000,
+							State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 10, Successes: 10}}}}
+						if _, err := s.SaveBatch(context.Background(), "pay", fmt.Sprintf("pay-%d", g), 1, bt, t0); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			total := float64(per * n)
+			b.ReportMetric(total/b.Elapsed().Seconds(), "batches/s")
+			b.ReportMetric(total/float64(s.Stats().Transactions-txs), "batches/tx")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
