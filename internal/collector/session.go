@@ -429,6 +429,7 @@ func (s *session) hand(ctx context.Context, e *saveEntry) bool {
 		q.ring[(q.first+q.n)%saveQueue] = e
 		q.n++
 	}
+	full := q.n == saveQueue
 	q.mu.Unlock()
 	if failed { // the session is ending: nothing more is stored or answered
 		<-q.slots
@@ -444,10 +445,15 @@ func (s *session) hand(ctx context.Context, e *saveEntry) bool {
 	q.ops.Add(1)
 	// Not canceled with the session once queued: the batch is then
 	// committed (or skipped) before the session is quiet (see handshake).
-	err := c.store.SaveBatchAsync(ctx, s.key.service, s.key.instance, s.startedAt, e.batch, e.at, s.skip, func(stored bool, err error) {
-		s.completed(e, stored, err)
-		c.metrics.queue.Dec() // after: the gauge at 0 means every outcome is recorded
-		q.ops.Done()
+	err := c.store.SaveBatchAsync(ctx, s.key.service, s.key.instance, s.startedAt, e.batch, e.at, store.Async{
+		Skip: s.skip,
+		Done: func(stored bool, err error) {
+			s.completed(e, stored, err)
+			c.metrics.queue.Dec() // after: the gauge at 0 means every outcome is recorded
+			q.ops.Done()
+		},
+		// Full: the ring is full, nothing more comes before a commit.
+		Stream: q, Full: full,
 	})
 	if err != nil {
 		s.completed(e, false, err)

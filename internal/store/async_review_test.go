@@ -67,15 +67,15 @@ func TestSaveBatchAsyncTellsEveryQueuedBatchOnceAcrossClose(t *testing.T) {
 			for i := range perAgent {
 				c := &call{}
 				calls[g] = append(calls[g], c)
-				err := s.SaveBatchAsync(context.Background(), "pay", fmt.Sprintf("pay-%d", g), 1, asyncBatch(uint64(i+1), false), clocktest.Epoch(), nil,
-					func(stored bool, err error) {
+				err := s.SaveBatchAsync(context.Background(), "pay", fmt.Sprintf("pay-%d", g), 1, asyncBatch(uint64(i+1), false), clocktest.Epoch(),
+					Async{Done: func(stored bool, err error) {
 						c.stored.Store(stored)
 						if err != nil {
 							c.err.Store(err)
 						}
 						c.done.Add(1)
 						dones.Add(1)
-					})
+					}})
 				if err != nil {
 					if !errors.Is(err, ErrClosed) {
 						t.Errorf("agent %d seq %d: SaveBatchAsync = %v, want nil or ErrClosed", g, i+1, err)
@@ -171,7 +171,7 @@ func TestSaveBatchAsyncTellsAFailureBeforeTheNextBatchOfTheGroupRuns(t *testing.
 	results := make(chan [2]any, 8)
 	queue := func(instance string, b *protocol.Batch, skip func() bool) {
 		t.Helper()
-		err := s.SaveBatchAsync(context.Background(), "pay", instance, 1, b, clocktest.Epoch(), skip, func(stored bool, err error) {
+		err := s.SaveBatchAsync(context.Background(), "pay", instance, 1, b, clocktest.Epoch(), Async{Skip: skip, Done: func(stored bool, err error) {
 			mu.Lock()
 			if err != nil && !errors.Is(err, ErrSkipped) && instance == "pay-1" {
 				failed = true
@@ -179,7 +179,7 @@ func TestSaveBatchAsyncTellsAFailureBeforeTheNextBatchOfTheGroupRuns(t *testing.
 			events = append(events, fmt.Sprintf("done %s/%d %v", instance, b.Seq, err == nil))
 			mu.Unlock()
 			results <- [2]any{fmt.Sprintf("%s/%d", instance, b.Seq), outcome{stored, err}}
-		})
+		}})
 		if err != nil {
 			t.Fatalf("SaveBatchAsync %s/%d = %v", instance, b.Seq, err)
 		}
@@ -246,7 +246,7 @@ func TestASkippedBatchDoesNotMakeTheStoreUnwritable(t *testing.T) {
 	s, release := openHeld(t, "skipw.db")
 	done := make(chan error, 1)
 	err := s.SaveBatchAsync(context.Background(), "pay", "pay-1", 1, asyncBatch(1, false), clocktest.Epoch(),
-		func() bool { return true }, func(stored bool, err error) { done <- err })
+		Async{Skip: func() bool { return true }, Done: func(stored bool, err error) { done <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,3 +52,26 @@ func BenchmarkSequentialWriters(b *testing.B) {
 		})
 	}
 }
+
+// allFull: a group waits for company unless every op comes from a stream
+// that hands nothing more before one of its ops is done (one full op of
+// the stream is enough: the others are its earlier ones).
+func TestAGroupOfFullStreamsDoesNotWait(t *testing.T) {
+	a, b := new(int), new(int)
+	tests := []struct {
+		name  string
+		group []*op
+		want  bool
+	}{
+		{"one stream, its last op full", []*op{{stream: a}, {stream: a}, {stream: a, full: true}}, true},
+		{"two streams, both full", []*op{{stream: a}, {stream: b, full: true}, {stream: a, full: true}}, true},
+		{"a stream with room", []*op{{stream: a, full: true}, {stream: b}}, false},
+		{"an op of no stream (a waiting caller)", []*op{{stream: a, full: true}, {}}, false},
+		{"no stream at all", []*op{{}, {}}, false},
+	}
+	for _, tt := range tests {
+		if got := allFull(tt.group); got != tt.want {
+			t.Errorf("%s: allFull = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type op struct {
 	// skip, when set, is asked on the writer's goroutine just before the
 	// op runs; true: the op is not run and fails with ErrSkipped.
 	skip func() bool
+	// stream and full: see Async.
+	stream any
+	full   bool
 	// probe marks Store.Writable's write: its success says nothing of the
 	// writes that failed before it.
 	probe bool
@@ -242,7 +245,7 @@ func (w *writer) run() {
 		}
 		group = append(group[:0], first)
 		group = w.collect(group)
-		if len(group) > 1 && len(group) < w.maxGroup {
+		if len(group) > 1 && len(group) < w.maxGroup && !allFull(group) {
 			group = w.collectFor(group, groupWait)
 		}
 		w.commit(group)
@@ -264,21 +267,25 @@ func (w *writer) collect(group []*op) []*op {
 }
 
 // collectFor appends the ops that arrive within d, up to maxGroup, and
-// stops early when none arrives for groupIdle (groupIdleMany once the
-// group holds groupMany): a few writers that each wait for their last op
-// (a handful of HTTP agents) are not kept waiting for company that is not
-// coming, while the pauses of a busy machine do not split the stream of
-// a thousand agents into small transactions.
+// stops early when none arrives for groupIdle (groupIdleMany once
+// groupMany have arrived during the wait): a few writers that each wait
+// for their last op (a handful of HTTP agents, agents resending a
+// backlog, however many ops they had queued at once) are not kept
+// waiting for company that is not coming, while the pauses of a busy
+// machine do not split the stream of a thousand agents into small
+// transactions.
 func (w *writer) collectFor(group []*op, d time.Duration) []*op {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	idle := time.NewTimer(idleFor(len(group)))
+	arrived := 0 // ops that came during the wait
+	idle := time.NewTimer(idleFor(arrived))
 	defer idle.Stop()
 	for len(group) < w.maxGroup {
 		select {
 		case o := <-w.queue:
 			group = append(group, o)
-			idle.Reset(idleFor(len(group)))
+			arrived++
+			idle.Reset(idleFor(arrived))
 		case <-idle.C:
 			return group
 		case <-t.C:
@@ -582,9 +589,10 @@ const groupWait = 150 * time.Millisecond
 // a round, as they did when groupWait was 5 ms.
 const groupIdle = 5 * time.Millisecond
 
-// groupMany is the group size from which a group's idle wait is
-// groupIdleMany: that many operations at once are many concurrent
-// writers, not a handful waiting in turn.
+// groupMany is how many operations must arrive while a group waits for
+// its idle wait to be groupIdleMany: a stream of them is many concurrent
+// writers, not a handful waiting in turn (those queue all they have at
+// once, then wait for the commit, so none arrives during the wait).
 const groupMany = 16
 
 // groupIdleMany ends the wait of a group of groupMany or more when no
@@ -593,7 +601,27 @@ const groupMany = 16
 // time slice, a GC), each of which cut the group short.
 const groupIdleMany = 20 * time.Millisecond
 
-// idleFor is the idle wait of a group of n operations.
+// allFull reports whether every op of group comes from a stream that
+// hands nothing more before one of its ops is done (Async.Full): then no
+// op can come while the group waits.
+func allFull(group []*op) bool {
+	streams := make(map[any]bool, 8) // stream: one of its ops is full
+	for _, o := range group {
+		if o.stream == nil {
+			return false
+		}
+		streams[o.stream] = streams[o.stream] || o.full
+	}
+	for _, full := range streams {
+		if !full {
+			return false
+		}
+	}
+	return true
+}
+
+// idleFor is the idle wait of a group after n operations arrived while
+// it waited.
 func idleFor(n int) time.Duration {
 	if n >= groupMany {
 		return groupIdleMany
