@@ -86,7 +86,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.Float64Var(&o.IncidentShare, "incident-share", 0, "percent (0..100) of a dependency's live instances that must be open, half-open or forced open at once for an incident to open (0 = one instance is enough)")
 	fs.BoolVar(&o.IncidentForced, "incident-include-forced", false, "let a force open (a drill) start an incident; by default forced states only extend an incident a trip opened")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
-	fs.DurationVar(&o.AckDelay, "ack-delay", 2*time.Second, "how long an acknowledgement to an agent may wait to be written with the next ones as one (acks are cumulative; 0 = each at once)")
+	fs.DurationVar(&o.AckDelay, "ack-delay", 0, "how long an acknowledgement to an agent may wait to be written with the next ones as one (acks are cumulative), e.g. 2s; 0 = each at once")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
 	fs.IntVar(&o.Limits.MaxInstancesPerToken, "max-instances-per-token", 10000, "the most instances one agent token may have known to the collector at once")
 	fs.IntVar(&o.Limits.MaxBreakersPerToken, "max-breakers-per-token", 200000, "the most breakers the instances of one agent token may declare in all")

@@ -73,7 +73,7 @@ type Config struct {
 	// (the reference agent waits 30 s for an ack before it gives up on a
 	// collector). A refusal, a fatal error or the session's end writes a
 	// held ack at once, before it. Real time, as WriteTimeout. 0 = every
-	// ack at once (cbdash serve's default is 2 s: --ack-delay).
+	// ack at once (cbdash serve --ack-delay, 0 by default).
 	AckDelay time.Duration
 	// MaxHold is the longest hold (force open or force closed) accepted,
 	// from the API, the CLI and the dashboard alike; 0 =
