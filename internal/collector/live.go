@@ -129,10 +129,18 @@ type applyReq struct {
 	// early: only b's transitions, on the short path (the batch follows
 	// on the applies queue, with transitionsDone, to apply the rest).
 	early, transitionsDone bool
+	// short is shared by the two requests of a batch whose transitions
+	// take the short path: whichever is applied first applies the
+	// transitions (under live's lock), the other not again.
+	short *shortPath
 	// remote is set for another collector's update (fleet.go): it is
 	// counted in that collector's metrics, not in these.
 	remote bool
 }
+
+// shortPath says whether a batch's transitions are applied (see
+// applyReq.short); guarded by live.mu.
+type shortPath struct{ applied bool }
 
 // applyQueue bounds the batches waiting for applyLoop; readers wait when
 // it is full.
@@ -148,6 +156,7 @@ const maxApplyGroup = 64
 // batch before them).
 func (l *live) enqueue(ctx context.Context, r applyReq) bool {
 	if len(r.b.Transitions) > 0 {
+		r.short = &shortPath{}
 		e := r
 		e.early = true
 		select {
@@ -203,9 +212,11 @@ func (l *live) applyGroup(r applyReq) {
 		l.applyLocked(r)
 	}
 	for range maxApplyGroup - 1 {
-		l.drainTransitionsLocked()
 		select {
 		case r := <-l.applies:
+			// r's transitions were queued on the short path before r:
+			// they are there now, and go first.
+			l.drainTransitionsLocked()
 			l.applyLocked(r)
 		default:
 			return
@@ -442,6 +453,9 @@ func (l *live) applyNow(r applyReq) bool {
 func (l *live) applyLocked(r applyReq) bool {
 	k, b, at := r.k, r.b, r.at
 	inst := l.instances[k]
+	if r.early && r.short.applied {
+		return false // its batch came first and applied them
+	}
 	if inst == nil || b.Seq <= inst.liveSeq {
 		return false
 	}
@@ -472,8 +486,11 @@ func (l *live) applyLocked(r applyReq) bool {
 	}
 	l.rollDayLocked(at)
 	transitions := b.Transitions
-	if r.transitionsDone {
+	if r.transitionsDone && r.short.applied {
 		transitions = nil
+	}
+	if r.short != nil {
+		r.short.applied = true
 	}
 	for i := range transitions {
 		t := &b.Transitions[i]
