@@ -222,6 +222,10 @@ func registerStoreMetrics(reg prometheus.Registerer, st *store.Store) error {
 			Name: "cbdash_store_failed_operations_total",
 			Help: "Writes the store's writer could not commit.",
 		}, func() float64 { return float64(st.Stats().FailedOps) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cbdash_store_skipped_operations_total",
+			Help: "Batches the store's writer left unwritten because one before them, of the same agent connection, had failed (the agent resends them).",
+		}, func() float64 { return float64(st.Stats().SkippedOps) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err

@@ -254,6 +254,11 @@ func TestASkippedBatchDoesNotMakeTheStoreUnwritable(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrSkipped) {
 		t.Fatalf("done(%v), want ErrSkipped", err)
 	}
+	// Counted as skipped, not as a failed write (cbdash_store_failed_operations_total).
+	eventually.True(t, "the skip counted", func() bool { return s.Stats().SkippedOps == 1 })
+	if st := s.Stats(); st.FailedOps != 0 {
+		t.Errorf("stats after a skipped batch: %+v, want no failed operation", st)
+	}
 	if err := s.Writable(context.Background()); err != nil {
 		t.Fatalf("Writable after a skipped batch = %v, want nil", err)
 	}

@@ -58,7 +58,7 @@ type writer struct {
 	qmu sync.RWMutex
 
 	// Counters for Stats.
-	txs, ops, failed, dropped atomic.Uint64
+	txs, ops, failed, skipped, dropped atomic.Uint64
 
 	// failing is the error of the last write that failed for the
 	// database's sake (not its input), nil once a later write committed.
@@ -521,10 +521,13 @@ func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
 		w.c.reset()
 	}
 	for i, o := range group {
-		if errs[i] != nil {
-			w.failed.Add(1)
-		} else {
+		switch {
+		case errs[i] == nil:
 			w.ops.Add(1)
+		case errors.Is(errs[i], ErrSkipped):
+			w.skipped.Add(1) // not tried: neither done nor failed
+		default:
+			w.failed.Add(1)
 		}
 		switch {
 		case errs[i] != nil && storageError(errs[i]):
@@ -791,7 +794,8 @@ type WriterStats struct {
 	QueueCap     int    // Options.QueueSize
 	Transactions uint64 // transactions committed
 	Ops          uint64 // operations committed (a batch, a hello, a command...)
-	FailedOps    uint64 // operations that returned an error
+	FailedOps    uint64 // operations that returned an error (not SkippedOps)
+	SkippedOps   uint64 // batches not written at their owner's word (Async.Skip, ErrSkipped)
 	Dropped      uint64 // best-effort background writes (token last-used) skipped on a full queue
 }
 
@@ -799,7 +803,7 @@ type WriterStats struct {
 func (s *Store) Stats() WriterStats {
 	w := s.w
 	return WriterStats{Queued: len(w.queue), QueueCap: cap(w.queue), Transactions: w.txs.Load(),
-		Ops: w.ops.Load(), FailedOps: w.failed.Load(), Dropped: w.dropped.Load()}
+		Ops: w.ops.Load(), FailedOps: w.failed.Load(), SkippedOps: w.skipped.Load(), Dropped: w.dropped.Load()}
 }
 
 // storageError reports whether err is the database's trouble rather than
