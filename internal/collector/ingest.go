@@ -91,7 +91,7 @@ func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol
 	cb = c.vetCauses(ctx, k, cb)
 	c.toLive(ctx, k, cb, now, skew, overHTTP)
 	c.metrics.queue.Inc()
-	stored, rf := c.save(ctx, k, h.StartedAt, cb, 1, now)
+	stored, rf := c.save(ctx, k, h.StartedAt, cb, now)
 	c.metrics.queue.Dec()
 	if rf != nil {
 		return protocol.IngestResponse{}, rf

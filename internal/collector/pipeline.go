@@ -54,10 +54,9 @@ type refusal struct {
 	Kind   error
 	Reason string
 	Cause  error
-	// From save: split says a merged group failed for a batch's sake (store
-	// them one by one to find it); giveUp that this batch alone is refused
-	// for good (Kind is then cbdash.ErrInvalid).
-	split, giveUp bool
+	// From save: giveUp says the batch is refused for good (Kind is then
+	// cbdash.ErrInvalid).
+	giveUp bool
 }
 
 func (r *refusal) Error() string { return r.Reason }
@@ -192,49 +191,41 @@ type failKey struct {
 // maxFailKeys bounds the failed batches remembered.
 const maxFailKeys = 10000
 
-// save commits batch b (n batches merged into one) of the agent process
-// (k, startedAt), received at at, and then counts it and publishes the
-// commands it answered. stored is false for a duplicate. A failure is
-// retry-later (the agent resends), except a batch alone (n == 1) that
-// failed maxStoreAttempts times with an error that is not transient: that
-// one is refused for good (giveUp). A merged group that fails so is to be
-// split (split) and stored batch by batch to find the one at fault.
-func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *protocol.Batch, n int, at time.Time) (stored bool, r *refusal) {
+// save commits batch b of the agent process (k, startedAt), received at
+// at, and then counts it and publishes the commands it answered. stored
+// is false for a duplicate. A failure is retry-later (the agent
+// resends), except a batch that failed maxStoreAttempts times with an
+// error that is not transient: that one is refused for good (giveUp).
+func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *protocol.Batch, at time.Time) (stored bool, r *refusal) {
 	start := time.Now()
 	stored, err := c.store.SaveBatch(ctx, k.service, k.instance, startedAt, *b, at)
 	if err == nil {
-		c.saved(k, startedAt, b, n, stored, start)
+		c.saved(k, startedAt, b, stored, start)
 		return stored, nil
 	}
-	return false, c.saveFailed(k, startedAt, b, n, err, ctx.Err() != nil)
+	return false, c.saveFailed(k, startedAt, b, err, ctx.Err() != nil)
 }
 
-// saved does what follows a committed batch (n merged into b; stored
-// false: a duplicate): it forgets the batch's failures and counts it.
-func (c *Collector) saved(k instKey, startedAt int64, b *protocol.Batch, n int, stored bool, start time.Time) {
-	if n == 1 {
-		c.forgetFailure(failKey{k, startedAt, b.Seq})
-	}
-	c.afterSave(b, n, stored, start, k)
+// saved does what follows a committed batch (stored false: a
+// duplicate): it forgets the batch's failures and counts it.
+func (c *Collector) saved(k instKey, startedAt int64, b *protocol.Batch, stored bool, start time.Time) {
+	c.forgetFailure(failKey{k, startedAt, b.Seq})
+	c.afterSave(b, stored, start, k)
 }
 
-// saveFailed is the refusal for a batch (n merged into b) the store
-// failed to save with err; canceled: the caller's context was done. It
+// saveFailed is the refusal for a batch the store failed to save with
+// err; canceled: the caller's context was done. It
 // counts the failure: a batch that failed maxStoreAttempts times, not
 // for the database's passing trouble, is refused for good (giveUp). It
 // takes no lock held while the store writes, so the store's writer may
 // call it.
-func (c *Collector) saveFailed(k instKey, startedAt int64, b *protocol.Batch, n int, err error, canceled bool) *refusal {
-	c.metrics.batches.WithLabelValues("failed").Add(float64(n))
+func (c *Collector) saveFailed(k instKey, startedAt int64, b *protocol.Batch, err error, canceled bool) *refusal {
+	c.metrics.batches.WithLabelValues("failed").Inc()
 	if !canceled {
-		c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "batches", n, "err", err)
+		c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "err", err)
 	}
 	rf := retryLater(err, "collector could not store batch %d", b.Seq)
 	if canceled || store.Transient(err) {
-		return rf
-	}
-	if n > 1 {
-		rf.split = true
 		return rf
 	}
 	if c.countFailure(failKey{k, startedAt, b.Seq}) >= maxStoreAttempts {
@@ -279,13 +270,13 @@ func (c *Collector) pending(ctx context.Context, k instKey, now time.Time) []pro
 // afterSave counts a committed batch (for the holds covering its breakers
 // too: counted once it is stored, so exactly once) and publishes the
 // commands it answered.
-func (c *Collector) afterSave(b *protocol.Batch, batches int, stored bool, start time.Time, k instKey) {
+func (c *Collector) afterSave(b *protocol.Batch, stored bool, start time.Time, k instKey) {
 	c.metrics.commit.Observe(time.Since(start).Seconds())
 	if !stored {
-		c.metrics.batches.WithLabelValues("duplicate").Add(float64(batches))
+		c.metrics.batches.WithLabelValues("duplicate").Inc()
 		return
 	}
-	c.metrics.batches.WithLabelValues("stored").Add(float64(batches))
+	c.metrics.batches.WithLabelValues("stored").Inc()
 	c.metrics.windows.Add(float64(len(b.Windows)))
 	c.metrics.transitions.Add(float64(len(b.Transitions)))
 	if b.SentAt > 0 {

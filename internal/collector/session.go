@@ -478,7 +478,7 @@ func (s *session) skip() bool {
 func (s *session) completed(e *saveEntry, stored bool, err error) {
 	var rf *refusal
 	if err != nil && !errors.Is(err, store.ErrSkipped) {
-		rf = s.c.saveFailed(s.key, s.startedAt, e.batch, 1, err, errors.Is(err, context.Canceled))
+		rf = s.c.saveFailed(s.key, s.startedAt, e.batch, err, errors.Is(err, context.Canceled))
 	}
 	q := &s.saves
 	q.mu.Lock()
@@ -607,7 +607,7 @@ func (s *session) answer(ctx context.Context, write func([]byte) bool, held *hel
 			ack = max(s.lastStored, e.seq)
 		case e.err == nil:
 			// A duplicate (stored by another connection) is acknowledged too.
-			c.saved(s.key, s.startedAt, e.batch, 1, e.stored, e.start)
+			c.saved(s.key, s.startedAt, e.batch, e.stored, e.start)
 			s.lastStored = max(s.lastStored, e.seq)
 			ack = s.lastStored
 		case errors.Is(e.err, store.ErrSkipped):

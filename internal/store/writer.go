@@ -578,7 +578,7 @@ const maxPrepared = 256
 // pages) shared. A lone operation never waits. At 1,000 agents x 20
 // breakers, 50 ms instead of 5 ms took the server from 39 to 27 us of CPU
 // per window report (issue 15, third round), and 150 ms with
-// groupIdleMany from 22 to 17.6 us (fourth round, 28.6 to 8.4
+// groupIdleMany from 22 to 17.6 us (fifth round, 28.6 to 8.4
 // transactions a second); see docs/benchmarks.md. It adds up to 150 ms to
 // an acknowledgement under such load, which agents do not wait for (they
 // keep sending and resend what is unacknowledged after a reconnect).
@@ -598,8 +598,8 @@ const groupIdle = 5 * time.Millisecond
 // once, then wait for the commit, so none arrives during the wait).
 const groupMany = 16
 
-// groupIdleMany ends the wait of a group of groupMany or more when no
-// operation arrives for this long. On two busy cores a thousand agents'
+// groupIdleMany ends the wait of a group, once groupMany operations have
+// arrived during it, when no more arrives for this long. On two busy cores a thousand agents'
 // batches arrive with pauses of more than groupIdle (a scheduler's
 // time slice, a GC), each of which cut the group short.
 const groupIdleMany = 20 * time.Millisecond
