@@ -93,7 +93,7 @@ func (o *outbox) swap(spare [][]byte) [][]byte {
 // for each of a thousand connections were gigabytes).
 const saveQueue = 8
 
-// session is one agent websocket connection. The handler goroutine reads,
+// session is one agent websocket connection. Its reading goroutine reads,
 // validates and hands each batch to the store's writer (SaveBatchAsync);
 // a writer goroutine owns the socket's writes: the queued messages
 // (welcome, commands, the error of a going away) and, in the order the
@@ -180,7 +180,9 @@ type saveEntry struct {
 // ServeAgent serves GET /api/v1/agent, the agents' websocket (the token
 // is checked in the hello; see session.run). Before Run is ready it
 // returns an error wrapping cbdash.ErrUnavailable, nothing written; once
-// the websocket is accepted it returns nil when the session ends.
+// the websocket is accepted it returns nil at once, the session going on
+// on a goroutine of its own until the agent, the collector's shutdown or
+// a refusal ends it (Run's return waits for it).
 func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if !c.isReady() {
 		return unavailable("collector is not ready")
@@ -192,18 +194,31 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return nil // Accept has written the response
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	// The session outlives the handler: it runs on a goroutine of its
+	// own, and the handler returns at once, so that net/http and the
+	// router let go of the request (headers, URL, the router's context)
+	// and of the goroutine that served it, a few kilobytes a connection
+	// otherwise held for as long as the agent stays connected. The
+	// request's context ends when the handler returns: the session's
+	// keeps its values and ends with the session (or the collector's
+	// shutdown, which ends every session).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	s := &session{c: c, conn: conn, cancel: cancel, out: newOutbox(), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
 	s.saves.slots, s.saves.ready = make(chan struct{}, saveQueue), make(chan struct{}, 1)
-	s.tokenID = store.AgentTokenID(bearer(r))
-	defer close(s.done)
-	defer cancel()
+	token := bearer(r)
+	s.tokenID = store.AgentTokenID(token)
 	if !c.addSession(s) {
+		cancel()
+		close(s.done)
 		conn.Close(websocket.StatusGoingAway, "collector stopping")
 		return nil
 	}
-	defer c.removeSession(s)
-	s.run(ctx, bearer(r))
+	go func() {
+		defer close(s.done)
+		defer cancel()
+		defer c.removeSession(s)
+		s.run(ctx, token)
+	}()
 	return nil
 }
 
