@@ -187,7 +187,7 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if !c.isReady() {
 		return unavailable("collector is not ready")
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	conn, err := websocket.Accept(smallWrites{w}, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{protocol.Subprotocol},
 		InsecureSkipVerify: true, // agents are not browsers: the token is the credential
 	})
