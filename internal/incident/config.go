@@ -39,7 +39,8 @@ type configPlace struct {
 }
 
 // observe returns the changes a dependency event shows; the first
-// configuration seen of an instance is not a change.
+// configuration seen of an instance is not a change, nor is that of an
+// instance back after it had left the dependency's lines (gone).
 func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 	if ev.Kind != cbdash.EventDependency || ev.Dependency == nil {
 		return nil
@@ -50,7 +51,15 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 		last = make(map[string]*protocol.BreakerConfig, len(ev.Dependency.PerInstance))
 		w.last[k] = last
 	}
+	if len(ev.Dependency.PerInstance) == 0 {
+		// The dependency is forgotten (its last instance is gone): so is
+		// what was learned of it.
+		delete(w.last, k)
+		delete(w.places, k)
+		return nil
+	}
 	var out []cbdash.ConfigChange
+	declared := 0 // lines with a configuration
 	before := w.places[k]
 	places := before
 	if len(places) != len(ev.Dependency.PerInstance) {
@@ -58,6 +67,9 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 		w.places[k] = places
 	}
 	for i, ib := range ev.Dependency.PerInstance {
+		if ib.Config != nil && ib.Config.Name != "" {
+			declared++
+		}
 		here := configPlace{ib.Instance, ib.Config}
 		same := i < len(before) && before[i] == here
 		places[i] = here // places may be before itself: read first
@@ -74,6 +86,21 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 		last[ib.Instance] = ib.Config // the newest only is kept
 		if seen && *prev != *ib.Config {
 			out = append(out, cbdash.ConfigChange{DependencyKey: k, Instance: ib.Instance, At: ev.At, Previous: *prev, Config: *ib.Config})
+		}
+	}
+	if len(last) > declared {
+		// An instance has left the dependency (it is gone: the collector
+		// forgot it after its GoneAfter): it is forgotten here too, or
+		// a fleet whose instances get new names (a deployment's pods)
+		// would grow last without end. One that comes back later is new.
+		present := make(map[string]struct{}, declared)
+		for _, ib := range ev.Dependency.PerInstance {
+			present[ib.Instance] = struct{}{}
+		}
+		for inst := range last {
+			if _, ok := present[inst]; !ok {
+				delete(last, inst)
+			}
 		}
 	}
 	return out

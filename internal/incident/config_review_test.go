@@ -15,7 +15,8 @@ import (
 // compared by value) over random event sequences: instances join, leave
 // and swap places, a leaving instance's place is taken by another with the
 // same configuration pointer, pointers are shared between instances,
-// equal values come in new pointers, and lines are not declared yet.
+// equal values come in new pointers, and lines are not declared yet;
+// an instance that leaves is forgotten.
 func TestConfigWatchMatchesALookupOfEveryLine(t *testing.T) {
 	k := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
 	at := clocktest.Epoch()
@@ -83,6 +84,17 @@ func TestConfigWatchMatchesALookupOfEveryLine(t *testing.T) {
 					want = append(want, fmt.Sprintf("%s %v>%v", ib.Instance, old.FailureRateThreshold, ib.Config.FailureRateThreshold))
 				}
 				ref[ib.Instance] = *ib.Config
+			}
+			// An instance that has left the lines (gone) is forgotten: if
+			// it comes back, its configuration is new, not a change.
+			for inst := range ref {
+				present := false
+				for _, ib := range lines {
+					present = present || ib.Instance == inst
+				}
+				if !present {
+					delete(ref, inst)
+				}
 			}
 			var got []string
 			for _, c := range w.observe(cbdash.Event{Kind: cbdash.EventDependency, At: at, Dependency: &cbdash.Dependency{DependencyKey: k, PerInstance: lines}}) {
