@@ -263,8 +263,9 @@ func (l *live) sessions(service string, instances []string) []*session {
 
 // commandResults publishes the commands a stored batch of instance k
 // answered (the store recorded the results in the batch's transaction,
-// for the commands of k's service that target k only). A result for a
-// command of another service, or one that does not target k, changed
+// for the commands of k's service that target k only, and for the
+// breaker the command named). A result for a command of another service,
+// one that does not target k or one that names another breaker changed
 // nothing: it is logged and counted, not published.
 func (c *Collector) commandResults(k instKey, rs []protocol.CommandResult) {
 	seen := make(map[string]bool, len(rs))
@@ -282,6 +283,12 @@ func (c *Collector) commandResults(k instKey, rs []protocol.CommandResult) {
 			c.metrics.distrusted(distrustForeignResult)
 			c.log.Warn("command result refused: the command is not for this instance", "id", r.ID,
 				"command_service", cmd.Service, "service", k.service, "instance", k.instance)
+			continue
+		}
+		if r.Breaker != cmd.Breaker {
+			c.metrics.distrusted(distrustForeignResult)
+			c.log.Warn("command result refused: it names another breaker than the command", "id", r.ID,
+				"command_breaker", cmd.Breaker, "breaker", r.Breaker, "service", k.service, "instance", k.instance)
 			continue
 		}
 		c.cmds.answered(r.ID, k)

@@ -372,11 +372,12 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 		if !r.OK {
 			status = cbdash.TargetFailed
 		}
-		// Only a target of this service's command: an instance of another
-		// service with the same name cannot answer for it.
+		// Only a target of this service's command, for the breaker the
+		// command named: an instance of another service with the same
+		// name cannot answer for it, nor a result naming another breaker.
 		if _, err := x.exec(`UPDATE command_targets SET status = ?, state = ?, error = ?, at = ?
-			WHERE command_id = ? AND instance = ? AND command_id IN (SELECT id FROM commands WHERE id = ? AND service = ?)`,
-			status, r.State, r.Error, r.At, r.ID, instance, r.ID, service); err != nil {
+			WHERE command_id = ? AND instance = ? AND command_id IN (SELECT id FROM commands WHERE id = ? AND service = ? AND breaker = ?)`,
+			status, r.State, r.Error, r.At, r.ID, instance, r.ID, service, r.Breaker); err != nil {
 			return false, fmt.Errorf("store: save command result: %w", err)
 		}
 	}

@@ -190,6 +190,15 @@ func TestSecurityCommandResultsOnlyFromTheCommandsInstance(t *testing.T) {
 			t.Errorf("after billing-2 answered billing-1's command the target is %s", got)
 		}
 	})
+	t.Run("the command's own instance cannot answer it for another breaker", func(t *testing.T) {
+		cmd := issue()
+		b := forged(cmd)
+		b.CommandResults[0].Breaker = "ledger"
+		h.ingest("billing", "billing-1", b)
+		if got := h.targetStatus(cmd.ID, "billing-1"); got != cbdash.TargetPending {
+			t.Errorf("after billing-1 answered a command for payments with a result for ledger, the target is %s, want still pending", got)
+		}
+	})
 	t.Run("the command's own instance answers it", func(t *testing.T) {
 		cmd := issue()
 		h.ingest("billing", "billing-1", forged(cmd))
@@ -204,7 +213,7 @@ func TestSecurityCommandResultsOnlyFromTheCommandsInstance(t *testing.T) {
 		}
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
-		if want := `cbdash_collector_agent_refused_total{reason="foreign_command_result"} 3`; !strings.Contains(string(b), want) {
+		if want := `cbdash_collector_agent_refused_total{reason="foreign_command_result"} 4`; !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	})
