@@ -16,7 +16,7 @@ import (
 	"github.com/coder/websocket"
 )
 
-// drainOutbox is the writer's side of an outbox as writeLoop runs it: on
+// drainOutbox is the writer's side of an outbox as the session's writer runs it: on
 // every ready signal it swaps the waiting messages out, handing back the
 // emptied list it took last, until stop is closed and nothing waits.
 func drainOutbox(o *outbox, stop <-chan struct{}, got func([]byte)) {
@@ -239,7 +239,7 @@ func TestSendKillsAtTheBoundAndEndingLeavesTheErrorToTheWriter(t *testing.T) {
 	s.send(cmd(2))
 	s.ending("collector stopping", true, websocket.StatusGoingAway)
 	// The writer writes the error itself, after what is queued (see
-	// writeLoop): the queue keeps only the commands.
+	// the writer): the queue keeps only the commands.
 	q = s.out.swap(nil)
 	if len(q) != 2 || !strings.Contains(string(q[0]), `"id":"1"`) || !strings.Contains(string(q[1]), `"id":"2"`) {
 		t.Fatalf("queue after ending: %q", q)

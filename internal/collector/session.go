@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -31,6 +32,7 @@ type outbox struct {
 	q     [][]byte
 	ready chan struct{} // signalled when q was empty and a message came
 	room  chan struct{} // signalled when messages were taken
+	wake  func()        // called after ready is signalled (session.kick); nil = none
 }
 
 // outboxKeep is the largest list the writer keeps for reuse once written.
@@ -50,13 +52,18 @@ func signal(c chan struct{}) {
 // put queues data unless outQueue messages wait already.
 func (o *outbox) put(data []byte) bool {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if len(o.q) >= outQueue {
+		o.mu.Unlock()
 		return false
 	}
 	o.q = append(o.q, data)
-	if len(o.q) == 1 {
+	first := len(o.q) == 1
+	if first {
 		signal(o.ready)
+	}
+	o.mu.Unlock()
+	if first && o.wake != nil {
+		o.wake()
 	}
 	return true
 }
@@ -128,6 +135,7 @@ type session struct {
 	quietOnce sync.Once
 
 	out    *outbox
+	w      writer
 	goAway chan struct{} // signalled by goingAway
 	mu     sync.Mutex
 	dead   bool
@@ -205,6 +213,8 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	s := &session{c: c, conn: conn, cancel: cancel, out: newOutbox(), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
 	s.saves.slots, s.saves.ready = make(chan struct{}, saveQueue), make(chan struct{}, 1)
+	s.w.ctx, s.w.done, s.w.cancel = ctx, make(chan struct{}), func() {}
+	s.out.wake = s.kick
 	token := bearer(r)
 	s.tokenID = store.AgentTokenID(token)
 	if !c.addSession(s) {
@@ -239,13 +249,7 @@ func (s *session) run(ctx context.Context, token string) {
 		return
 	}
 	s.conn.SetReadLimit(protocol.MaxMessageBytes)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.writeLoop(ctx)
-	}()
-	defer wg.Wait()
+	defer s.stopWriter()
 	defer s.cancel()
 
 	if !s.handshake(ctx, token) {
@@ -270,7 +274,7 @@ func (s *session) run(ctx context.Context, token string) {
 		// Canceling it now (the deferred cancel) would cut those
 		// answers short and leave the agent a connection closed without
 		// a word.
-		wg.Wait()
+		<-s.w.done
 	}
 }
 
@@ -503,6 +507,7 @@ func (s *session) completed(e *saveEntry, stored bool, err error) {
 	}
 	q.mu.Unlock()
 	signal(q.ready)
+	s.kick()
 }
 
 // next takes the oldest entry if it is complete.
@@ -641,7 +646,7 @@ func (s *session) answer(ctx context.Context, write func([]byte) bool, held *hel
 		}
 	}
 	if d := c.cfg.AckDelay; d > 0 && ack > 0 {
-		held.hold(ack, d)
+		held.hold(ack, d, s.kick)
 		return true
 	}
 	return flush()
@@ -649,35 +654,40 @@ func (s *session) answer(ctx context.Context, write func([]byte) bool, held *hel
 
 // heldAck is an acknowledgement the session's writer holds for up to
 // Config.AckDelay, to be written with the ones after it as one (acks
-// are cumulative). Owned by the writer goroutine.
+// are cumulative). Owned by the writer, but for fired.
 type heldAck struct {
-	seq   uint64 // 0 = none
-	timer *time.Timer
-	due   <-chan time.Time // fires when the held ack is to be written; nil = none held
+	seq   uint64      // 0 = none
+	timer *time.Timer // runs wake when the held ack is to be written
+	armed bool        // the timer runs for the held seq
+	fired atomic.Bool // the timer has run: the held ack is due
 }
 
-// hold holds an ack of seq; the first one held starts the wait.
-func (h *heldAck) hold(seq uint64, d time.Duration) {
+// hold holds an ack of seq; the first one held starts the wait, at the
+// end of which wake is called.
+func (h *heldAck) hold(seq uint64, d time.Duration, wake func()) {
 	h.seq = max(h.seq, seq)
-	if h.due != nil {
+	if h.armed {
 		return
 	}
+	h.armed = true
 	// Real time, as write deadlines: it paces writes, says nothing of the data.
 	if h.timer == nil {
-		h.timer = time.NewTimer(d)
+		h.timer = time.AfterFunc(d, func() {
+			h.fired.Store(true)
+			wake()
+		})
 	} else {
 		h.timer.Reset(d)
 	}
-	h.due = h.timer.C
 }
 
 // take returns the held seq (0 = none) and holds nothing more.
 func (h *heldAck) take() uint64 {
 	seq := h.seq
 	h.seq = 0
-	if h.due != nil {
+	if h.armed {
 		h.timer.Stop()
-		h.due = nil
+		h.armed = false
 	}
 	return seq
 }
@@ -693,117 +703,213 @@ func (h *heldAck) stop() {
 // agent's answer to its close frame.
 const closeGrace = time.Second
 
-// writeLoop writes queued messages and the answers to batches (see
-// answer), each with its own timeout, until ctx is done; a failed write
-// ends the session. Queued messages are written before the first
-// answers (the welcome goes first). On goingAway it writes the answers that are
-// ready and what is queued (the error naming why last), sends a close
-// frame with status 1001 and ends the session.
-func (s *session) writeLoop(ctx context.Context) {
-	// Each write has between half of WriteTimeout and all of it: a
-	// deadline is made anew only when less than half is left, not for
-	// every message (a timer a write, thousands a second, otherwise).
-	var wctx context.Context
-	cancel := func() {}
-	defer func() { cancel() }()
-	var deadline time.Time
-	write := func(data []byte) bool {
-		if now := time.Now(); wctx == nil || deadline.Sub(now) < s.c.cfg.WriteTimeout/2 {
-			cancel()
-			deadline = now.Add(s.c.cfg.WriteTimeout)
-			wctx, cancel = context.WithDeadline(ctx, deadline)
+// writer is the writing side of a session. No goroutine waits on an
+// idle connection: kick starts one when something is ready to write
+// (a queued message, an answer, a held ack that is due, a going away),
+// which writes what is ready and ends once nothing is; one runs at a
+// time. A goroutine and its stack for each of thousands of mostly
+// quiet connections (one batch a second each) was megabytes.
+type writer struct {
+	mu      sync.Mutex
+	running bool           // a writer goroutine runs
+	again   bool           // something was made ready while it ran: it looks again
+	ended   bool           // the session's writes have ended (a write failed, it went away, it ended): none runs again
+	done    chan struct{}  // closed when ended is set; nil for a session serving no connection (tests)
+	wg      sync.WaitGroup // the running writer
+
+	// Owned by the running writer goroutine.
+	ctx      context.Context    // the session's
+	wctx     context.Context    // the current write deadline (see write)
+	cancel   context.CancelFunc // wctx's
+	deadline time.Time
+	welcomed bool // the first queued message is written
+	spare    [][]byte
+	held     heldAck
+}
+
+// kick has a writer goroutine write what is ready: it starts one, or
+// has the running one look again before it ends.
+func (s *session) kick() {
+	w := &s.w
+	w.mu.Lock()
+	if w.done == nil || w.ended {
+		w.mu.Unlock()
+		return
+	}
+	if w.running {
+		w.again = true
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go s.writeSome()
+}
+
+// writeSome is the writer goroutine: it writes what is ready until
+// nothing is, or the session's writes end.
+func (s *session) writeSome() {
+	w := &s.w
+	defer w.wg.Done()
+	for {
+		ok := s.writeReady()
+		w.mu.Lock()
+		if !ok {
+			w.running = false
+			w.endLocked()
+			w.mu.Unlock()
+			return
 		}
-		if err := s.conn.Write(wctx, websocket.MessageText, data); err != nil {
-			s.cancel()
+		if !w.again {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.again = false
+		w.mu.Unlock()
+	}
+}
+
+func (w *writer) endLocked() {
+	if !w.ended {
+		w.ended = true
+		close(w.done)
+	}
+}
+
+// stopWriter ends the session's writes and waits for a running writer
+// (after the session's context is canceled, it stops at its next write).
+func (s *session) stopWriter() {
+	w := &s.w
+	w.mu.Lock()
+	w.endLocked()
+	w.mu.Unlock()
+	w.wg.Wait()
+	w.cancel()
+	w.held.stop()
+}
+
+// write writes one message with a timeout; a failed write ends the
+// session. Each write has between half of WriteTimeout and all of it: a
+// deadline is made anew only when less than half is left, not for every
+// message (a timer a write, thousands a second, otherwise).
+func (s *session) write(data []byte) bool {
+	w := &s.w
+	if now := time.Now(); w.wctx == nil || w.deadline.Sub(now) < s.c.cfg.WriteTimeout/2 {
+		w.cancel()
+		w.deadline = now.Add(s.c.cfg.WriteTimeout)
+		w.wctx, w.cancel = context.WithDeadline(w.ctx, w.deadline)
+	}
+	if err := s.conn.Write(w.wctx, websocket.MessageText, data); err != nil {
+		s.cancel()
+		return false
+	}
+	return true
+}
+
+// writeQueued writes what the outbox holds, and reports how many
+// messages that was.
+func (s *session) writeQueued() (int, bool) {
+	w := &s.w
+	batch := s.out.swap(w.spare)
+	for i, data := range batch {
+		if !s.write(data) {
+			return i, false
+		}
+		batch[i] = nil
+		w.welcomed = true
+	}
+	n := len(batch)
+	if cap(batch) > outboxKeep {
+		batch = nil
+	}
+	w.spare = batch[:0]
+	return n, true
+}
+
+// writeReady writes the queued messages and the answers to batches (see
+// answer) that are ready, and a held ack that is due; it reports false
+// when the session's writes have ended: its context is done, a write
+// failed, or it went away. Queued messages are written before the first
+// answers (the welcome goes first). On goingAway it writes the answers
+// that are ready and what is queued (the error naming why last), sends
+// a close frame with the status of the ending and ends the session.
+func (s *session) writeReady() bool {
+	w := &s.w
+	ctx := w.ctx
+	if ctx.Err() != nil {
+		return false
+	}
+	if w.held.fired.Swap(false) {
+		if seq := w.held.take(); seq > 0 && !s.write(ackBytes(seq)) {
 			return false
 		}
+	}
+	select {
+	case <-s.out.ready:
+		if _, ok := s.writeQueued(); !ok {
+			return false
+		}
+	default:
+	}
+	select {
+	case <-s.saves.ready:
+		if !w.welcomed {
+			// The handshake queued the welcome before the first batch
+			// was read: it goes first.
+			if _, ok := s.writeQueued(); !ok {
+				return false
+			}
+		}
+		if !s.answer(ctx, s.write, &w.held) {
+			return false
+		}
+	default:
+	}
+	select {
+	case <-s.goAway:
+	default:
 		return true
 	}
-	welcomed := false // the first queued message is written
-	// writeAll writes a batch taken from the outbox and hands it back,
-	// emptied, for the next swap.
-	writeAll := func(batch [][]byte) ([][]byte, bool) {
-		for i, data := range batch {
-			if !write(data) {
-				return nil, false
-			}
-			batch[i] = nil
-			welcomed = true
-		}
-		if cap(batch) > outboxKeep {
-			return nil, true
-		}
-		return batch[:0], true
+	if w.welcomed && !s.answer(ctx, s.write, &w.held) {
+		return false
 	}
-	var held heldAck
-	defer held.stop()
-	var spare [][]byte
-	ok := true
+	if seq := w.held.take(); seq > 0 && !s.write(ackBytes(seq)) {
+		return false
+	}
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-held.due:
-			held.due = nil // fired: take must not wait for it
-			if seq := held.take(); !write(ackBytes(seq)) {
-				return
-			}
-		case <-s.out.ready:
-			if spare, ok = writeAll(s.out.swap(spare)); !ok {
-				return
-			}
-		case <-s.saves.ready:
-			if !welcomed {
-				// The handshake queued the welcome before the first batch
-				// was read: it goes first.
-				if spare, ok = writeAll(s.out.swap(spare)); !ok {
-					return
-				}
-			}
-			if !s.answer(ctx, write, &held) {
-				return
-			}
-		case <-s.goAway:
-			if welcomed && !s.answer(ctx, write, &held) {
-				return
-			}
-			if seq := held.take(); seq > 0 && !write(ackBytes(seq)) {
-				return
-			}
-			for {
-				batch := s.out.swap(spare)
-				if len(batch) == 0 {
-					break
-				}
-				if spare, ok = writeAll(batch); !ok {
-					return
-				}
-			}
-			s.mu.Lock()
-			reason, code, retry := s.closing, s.closeCode, s.closeRetry
-			s.mu.Unlock()
-			// Last, and whatever the outbox holds (a full one refuses no
-			// more messages): the error naming why.
-			data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: retry})
-			if !write(data) {
-				return
-			}
-			closed := make(chan struct{})
-			go func() {
-				defer close(closed)
-				_ = s.conn.Close(code, truncate(reason, 100))
-			}()
-			t := time.NewTimer(closeGrace)
-			select {
-			case <-closed:
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-			s.kill(reason)
-			return
+		n, ok := s.writeQueued()
+		if !ok {
+			return false
+		}
+		if n == 0 {
+			break
 		}
 	}
+	s.mu.Lock()
+	reason, code, retry := s.closing, s.closeCode, s.closeRetry
+	s.mu.Unlock()
+	// Last, and whatever the outbox holds (a full one refuses no
+	// more messages): the error naming why.
+	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: retry})
+	if !s.write(data) {
+		return false
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = s.conn.Close(code, truncate(reason, 100))
+	}()
+	t := time.NewTimer(closeGrace)
+	select {
+	case <-closed:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	s.kill(reason)
+	return false
 }
 
 // send queues v without blocking; when the agent does not read and the
@@ -880,6 +986,7 @@ func (s *session) ending(reason string, retry bool, code websocket.StatusCode) {
 	case s.goAway <- struct{}{}:
 	default:
 	}
+	s.kick()
 }
 
 // replaced ends a session that a newer connection of the same instance
