@@ -382,8 +382,16 @@ const binaryReason = "binary frames are refused: send every message as one JSON 
 // it) is a duplicate: it is acknowledged in turn, never stored again.
 func (s *session) readLoop(ctx context.Context) {
 	c := s.c
+	// The reads take a context that is never done, and the connection
+	// is closed once when ctx is (which ends a read in progress, as the
+	// websocket does for a read's context): for a context that can be
+	// done, the websocket registers and removes a context.AfterFunc on
+	// every frame it reads, two allocations and two trips through the
+	// session context's lock a message.
+	reads := context.WithoutCancel(ctx)
+	defer context.AfterFunc(ctx, func() { s.conn.CloseNow() })()
 	for {
-		typ, buf, err := readMessage(ctx, s.conn)
+		typ, buf, err := readMessage(reads, s.conn)
 		if err != nil {
 			return
 		}
