@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
 )
@@ -81,4 +82,22 @@ func TestTheAgentHandlerReturnsWhileItsSessionGoesOn(t *testing.T) {
 	if !e.Fatal || !strings.Contains(e.Reason, "stopping") {
 		t.Fatalf("error %+v, want a fatal going away naming the stop", e)
 	}
+}
+
+// TestAPeerThatDoesNotAnswerItsCloseIsCutWithinTheGrace: after a fatal
+// refusal (here a first message that is not a hello), the collector
+// waits closeGrace for the agent's answer to its close frame, not the
+// websocket's 5 s: an agent that reads nothing more does not keep its
+// connection (and session) open.
+func TestAPeerThatDoesNotAnswerItsCloseIsCutWithinTheGrace(t *testing.T) {
+	h := startHarness(t, "", nil)
+	a := dialRaw(t, h, h.token)
+	open := func() int {
+		h.col.mu.Lock()
+		defer h.col.mu.Unlock()
+		return len(h.col.sessions)
+	}
+	eventually.True(t, "the session is open", func() bool { return open() == 1 })
+	a.sendRaw([]byte(`{"type":"batch","seq":1}`)) // and reads nothing: its close is never answered
+	eventually.Within(t, closeGrace+3*time.Second, "the session ended within the close grace", func() bool { return open() == 0 })
 }

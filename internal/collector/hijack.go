@@ -20,17 +20,24 @@ const agentWriteBuffer = 1024
 // empty once hijacked (the 101 is flushed before), and left to the
 // collector of garbage with the rest of the request once ServeAgent has
 // returned.
+//
+// It keeps the hijacked connection (conn), which the session closes
+// itself when the agent does not answer a close frame in time (see
+// session.closeWithin): the websocket has no other way to cut a
+// connection whose close handshake is under way.
 type smallWrites struct {
 	http.ResponseWriter
+	conn net.Conn // set by Hijack
 }
 
-func (w smallWrites) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallWrites) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
+	w.conn = conn
 	return conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(conn, agentWriteBuffer)), nil
 }
 
 // Unwrap lets http.ResponseController reach the writer underneath.
-func (w smallWrites) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *smallWrites) Unwrap() http.ResponseWriter { return w.ResponseWriter }

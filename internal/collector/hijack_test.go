@@ -22,8 +22,7 @@ func TestAnAgentsSocketWritesThroughASmallBufferAndLosesNothing(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 4*agentWriteBuffer/16+3) // over 4 buffers, not a multiple of one
 	sizes := make(chan int, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := smallWrites{w}
-		conn, err := websocket.Accept(hijackSpy{sw, sizes}, r, nil)
+		conn, err := websocket.Accept(hijackSpy{&smallWrites{ResponseWriter: w}, sizes}, r, nil)
 		if err != nil {
 			t.Errorf("accept: %v", err)
 			return
@@ -63,7 +62,7 @@ func TestAnAgentsSocketWritesThroughASmallBufferAndLosesNothing(t *testing.T) {
 
 // hijackSpy reports the size of the write buffer its Hijack hands on.
 type hijackSpy struct {
-	smallWrites
+	*smallWrites
 	sizes chan<- int
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -109,6 +110,7 @@ const saveQueue = 8
 type session struct {
 	c      *Collector
 	conn   *websocket.Conn
+	raw    net.Conn // conn's own connection (closeWithin cuts it)
 	cancel context.CancelFunc
 
 	// Set by the handshake, read-only afterwards.
@@ -195,7 +197,8 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if !c.isReady() {
 		return unavailable("collector is not ready")
 	}
-	conn, err := websocket.Accept(smallWrites{w}, r, &websocket.AcceptOptions{
+	sw := &smallWrites{ResponseWriter: w}
+	conn, err := websocket.Accept(sw, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{protocol.Subprotocol},
 		InsecureSkipVerify: true, // agents are not browsers: the token is the credential
 	})
@@ -211,7 +214,7 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	// keeps its values and ends with the session (or the collector's
 	// shutdown, which ends every session).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	s := &session{c: c, conn: conn, cancel: cancel, out: newOutbox(), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
+	s := &session{c: c, conn: conn, raw: sw.conn, cancel: cancel, out: newOutbox(), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
 	s.saves.slots, s.saves.ready = make(chan struct{}, saveQueue), make(chan struct{}, 1)
 	s.w.ctx, s.w.done, s.w.cancel = ctx, make(chan struct{}), func() {}
 	s.out.wake = s.kick
@@ -904,18 +907,7 @@ func (s *session) writeReady() bool {
 	if !s.write(data) {
 		return false
 	}
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		_ = s.conn.Close(code, truncate(reason, 100))
-	}()
-	t := time.NewTimer(closeGrace)
-	select {
-	case <-closed:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	t.Stop()
+	s.closeWithin(ctx, code, reason)
 	s.kill(reason)
 	return false
 }
@@ -959,8 +951,32 @@ func (s *session) fatal(ctx context.Context, rf *refusal) {
 		code = websocket.StatusInternalError
 	}
 	if s.conn.Write(wctx, websocket.MessageText, data) == nil {
-		s.conn.Close(code, truncate(reason, 100))
+		s.closeWithin(ctx, code, reason)
 	}
+}
+
+// closeWithin sends a close frame with code and reason and waits for the
+// agent's answer for closeGrace at most, then cuts the connection (the
+// websocket would wait 5 s, and its CloseNow waits for a close under way):
+// a peer that does not answer its close is not kept on.
+func (s *session) closeWithin(ctx context.Context, code websocket.StatusCode, reason string) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = s.conn.Close(code, truncate(reason, 100))
+	}()
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-closed:
+		return
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if s.raw != nil {
+		_ = s.raw.Close() // ends the close under way
+	}
+	<-closed
 }
 
 // goingAway ends the session with an error naming why and close status
