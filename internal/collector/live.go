@@ -62,11 +62,16 @@ type ibreaker struct {
 	lastTrip       *protocol.Transition
 	lastTripAt     time.Time // when lastTrip was received
 	// slot is ib's place in dep.sorted (and dep.lines, dep.slots);
-	// dirty: ib changed since its line was built (live.bump), and is on
-	// dep.dirty. Every change to an instance or its breakers goes with a
-	// bump, under mu.
-	slot  int
-	dirty bool
+	// dirty: ib is on dep.dirty (live.bump), to be visited by the next
+	// compute, which rebuilds its line unless fresh: the line is as ib
+	// is (refresh; bump clears it). Every change to an instance or its
+	// breakers goes with a bump, under mu. windows counts its windows
+	// applied since the dependency's last compute (saturating), busy
+	// says it had more than one in the interval before
+	// (dep.refreshApplied).
+	slot               int
+	windows            uint8
+	dirty, fresh, busy bool
 }
 
 // dep is one dependency (service + breaker name) across instances.
@@ -276,6 +281,7 @@ func forced(s string) bool { return s == protocol.StateForcedOpen || s == protoc
 // line of it.
 func (l *live) bump(inst *instance) {
 	for _, ib := range inst.breakers {
+		ib.fresh = false
 		if !ib.dirty {
 			ib.dirty = true
 			ib.dep.dirty = append(ib.dep.dirty, ib)
@@ -535,6 +541,7 @@ func (l *live) applyLocked(r applyReq) bool {
 			ib.held = holdFromWindow(w, ib.held)
 		}
 		ib.last = w // the batch's own window: immutable from here (see ibreaker)
+		ib.dep.refreshApplied(ib)
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
 		ib.dep.unpublished = true
