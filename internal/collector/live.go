@@ -121,6 +121,7 @@ type live struct {
 	// report, so a transition never waits behind window-report work.
 	transitions chan applyReq
 	scratch     map[*dep]bool // applyLocked's dependencies to publish, reused
+	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
 }
 
 // applyReq is a validated batch of an instance, received at at, from an
@@ -249,6 +250,7 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
 		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
 		applies: make(chan applyReq, applyQueue), transitions: make(chan applyReq, applyQueue),
+		lists: make(sharedLists),
 	}
 }
 
@@ -367,7 +369,9 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 // batch at or below it. welcome, when not nil, runs under the lock before
 // s becomes the instance's session: what it queues precedes any command
 // sent to s. It returns the instance's previous session, if any, so the
-// caller can close it outside the lock.
+// caller can close it outside the lock. h's breaker list may be
+// replaced by an equal one an earlier hello brought (sharedLists): the
+// caller reads h only after the call, or copied before it.
 func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Time, welcome func()) (previous *session) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -386,6 +390,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 	}
 	inst.liveSeq = max(inst.liveSeq, storedSeq)
 	l.bump(inst)
+	h.Breakers = l.lists.share(h.Service, h.Breakers)
 	inst.hello = h
 	inst.labels = h.Labels
 	inst.lastSeen = at
@@ -732,6 +737,7 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 				changed = append(changed, ib.dep)
 				l.dropBreakerLocked(ib)
 			}
+			l.lists.forget(k.service)
 		case age > l.staleAfter && !inst.stale:
 			inst.stale = true
 			l.bump(inst)

@@ -103,3 +103,57 @@ func TestLinesShowTheLastOfSeveralBatchesBetweenComputes(t *testing.T) {
 		}
 	}
 }
+
+// TestEqualBreakerListsAreShared: instances declaring the same breakers,
+// configured alike, share one list (their lines' configurations are
+// then one value), one configured otherwise keeps its own, and a list
+// no hello holds any more is not kept by live state.
+func TestEqualBreakerListsAreShared(t *testing.T) {
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	drifted := cfg
+	drifted.FailureRateThreshold = 20
+	hellos := map[string]*protocol.Hello{
+		"a": testHello("api", "a", cfg, nil), "b": testHello("api", "b", cfg, nil), "c": testHello("api", "c", drifted, nil),
+	}
+	ownB := weak.Make(&hellos["b"].Breakers[0])
+	for _, name := range []string{"a", "b", "c"} {
+		l.hello(hellos[name], 0, nil, clk.Now(), nil)
+	}
+	a, b, c := hellos["a"].Breakers, hellos["b"].Breakers, hellos["c"].Breakers
+	if &a[0] != &b[0] {
+		t.Error("two hellos with equal breaker lists do not share one")
+	}
+	if &c[0] == &a[0] || c[0] != drifted {
+		t.Errorf("a hello with another configuration shares the list of the others, or lost its own: %+v", c[0])
+	}
+	d, _ := l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+	if d.PerInstance[0].Config != &a[0] || d.PerInstance[1].Config != &a[0] || *d.PerInstance[2].Config != drifted {
+		t.Error("lines do not point at the shared configurations")
+	}
+	runtime.GC()
+	runtime.GC()
+	if ownB.Value() != nil {
+		t.Error("b's own list is kept although b's hello shares a's")
+	}
+	// a and b declare another breaker: the first list is held by no hello.
+	first := weak.Make(&a[0])
+	a, b, d = nil, nil, cbdash.Dependency{}
+	for _, name := range []string{"a", "b"} {
+		h := testHello("api", name, cfg, nil)
+		h.Breakers = append(h.Breakers, protocol.BreakerConfig{Name: "cache"})
+		l.hello(h, 0, nil, clk.Now(), nil)
+		hellos[name] = h
+	}
+	if &hellos["a"].Breakers[0] != &hellos["b"].Breakers[0] {
+		t.Error("the new equal lists are not shared")
+	}
+	l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"}) // lines anew
+	runtime.GC()
+	runtime.GC()
+	if first.Value() != nil {
+		t.Error("a list no hello holds any more is kept")
+	}
+	runtime.KeepAlive(hellos)
+	runtime.KeepAlive(l)
+}
