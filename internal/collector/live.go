@@ -50,8 +50,7 @@ type instance struct {
 // resync).
 type ibreaker struct {
 	inst           *instance
-	dep            *dep
-	name           string
+	dep            *dep                    // its name is dep.key.Breaker
 	config         *protocol.BreakerConfig // immutable, shared with lines; see above
 	state          string
 	stateAt        int64 // agent Unix ms of the report that set state
@@ -355,7 +354,7 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 	ib := inst.breakers[name]
 	if ib == nil {
 		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.service, Breaker: name})
-		ib = &ibreaker{inst: inst, dep: d, name: name, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
+		ib = &ibreaker{inst: inst, dep: d, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
 		inst.breakers[name] = ib
 		d.members[inst.key.instance] = ib
 		d.sorted = nil
@@ -754,7 +753,7 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 // dependency left without instances is forgotten (after an event that
 // shows it with no instances).
 func (l *live) dropBreakerLocked(ib *ibreaker) {
-	delete(ib.inst.breakers, ib.name)
+	delete(ib.inst.breakers, ib.dep.key.Breaker)
 	d := ib.dep
 	delete(d.members, ib.inst.key.instance)
 	d.sorted = nil
