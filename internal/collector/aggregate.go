@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -100,10 +101,7 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		PerInstance:   make([]*cbdash.InstanceBreaker, 0, len(d.members)),
 	}
 	if d.sorted == nil {
-		d.sorted = make([]*ibreaker, 0, len(d.members))
-		for _, ib := range d.members {
-			d.sorted = append(d.sorted, ib)
-		}
+		d.sorted = slices.Clone(d.members)
 		sort.Slice(d.sorted, func(i, j int) bool { return d.sorted[i].inst.key.instance < d.sorted[j].inst.key.instance })
 		d.shape = nil
 	}

@@ -69,6 +69,7 @@ type ibreaker struct {
 	// says it had more than one in the interval before
 	// (dep.refreshApplied).
 	slot               int
+	member             int32 // ib's place in dep.members
 	windows            uint8
 	dirty, fresh, busy bool
 }
@@ -76,9 +77,9 @@ type ibreaker struct {
 // dep is one dependency (service + breaker name) across instances.
 type dep struct {
 	key        cbdash.DependencyKey
-	members    map[string]*ibreaker // by instance name
-	sorted     []*ibreaker          // members by instance name; nil when members changed
-	shape      *shape               // nil when a member's hello changed
+	members    []*ibreaker // one per instance, in no order (ibreaker.member)
+	sorted     []*ibreaker // members by instance name; nil when members changed
+	shape      *shape      // nil when a member's hello changed
 	recent     recent
 	opensToday int
 	lastChange time.Time
@@ -344,7 +345,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 func (l *live) depLocked(k cbdash.DependencyKey) *dep {
 	d := l.deps[k]
 	if d == nil {
-		d = &dep{key: k, members: make(map[string]*ibreaker)}
+		d = &dep{key: k}
 		l.deps[k] = d
 	}
 	return d
@@ -356,7 +357,8 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.service, Breaker: name})
 		ib = &ibreaker{inst: inst, dep: d, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
 		inst.breakers[name] = ib
-		d.members[inst.key.instance] = ib
+		ib.member = int32(len(d.members))
+		d.members = append(d.members, ib)
 		d.sorted = nil
 		d.view = nil
 	}
@@ -753,9 +755,15 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 // dependency left without instances is forgotten (after an event that
 // shows it with no instances).
 func (l *live) dropBreakerLocked(ib *ibreaker) {
-	delete(ib.inst.breakers, ib.dep.key.Breaker)
 	d := ib.dep
-	delete(d.members, ib.inst.key.instance)
+	if int(ib.member) >= len(d.members) || d.members[ib.member] != ib {
+		return // dropped already
+	}
+	delete(ib.inst.breakers, d.key.Breaker)
+	last := d.members[len(d.members)-1]
+	d.members[ib.member], last.member = last, ib.member
+	d.members[len(d.members)-1] = nil
+	d.members = d.members[:len(d.members)-1]
 	d.sorted = nil
 	l.changedLocked(d)
 	if len(d.members) == 0 {
