@@ -39,7 +39,8 @@ type instance struct {
 // last hello (&inst.hello.Breakers[i], declareLocked: no hello is changed
 // once handed to live state; the decoders make a new one per message,
 // and internal/source replaces its breakers' slice rather than write to
-// it) or a copy of a stored line's (restore, resync). last is the window
+// it; hellos with equal lists share one, sharedLists) or a copy of a
+// stored line's (restore, resync). last is the window
 // in the applied batch itself
 // (&b.Windows[i], applyLocked): once a session hands a batch to live
 // state (toLive) nothing writes its windows, neither live state, nor the
