@@ -133,8 +133,14 @@ func heapAlloc() uint64 {
 // publication, when every line of the interval is still to be rebuilt).
 // ns/op is one second of load (20,000 window reports, decoding and the
 // test's own encoding included).
-func BenchmarkLiveHeapAt1000x20(b *testing.B) {
-	const instances, breakers = 1000, 20
+func BenchmarkLiveHeapAt1000x20(b *testing.B) { benchmarkLiveHeap(b, 1000, 20) }
+
+// BenchmarkLiveHeapAt5000x4 is BenchmarkLiveHeapAt1000x20 at 5,000
+// instances x 4 breakers (as many window reports, five times the
+// instances).
+func BenchmarkLiveHeapAt5000x4(b *testing.B) { benchmarkLiveHeap(b, 5000, 4) }
+
+func benchmarkLiveHeap(b *testing.B, instances, breakers int) {
 	base := heapAlloc()
 	f := newFleetLoad(b, instances, breakers)
 	for range 3 {
@@ -151,7 +157,7 @@ func BenchmarkLiveHeapAt1000x20(b *testing.B) {
 		if applied%(instances/10) != 0 {
 			return
 		}
-		per := float64(heapAlloc()-base) / (instances * breakers)
+		per := float64(heapAlloc()-base) / float64(instances*breakers)
 		if applied == instances/2 && *liveHeapProfile != "" {
 			writeHeapProfile(b, *liveHeapProfile)
 		}
