@@ -86,9 +86,10 @@ type InstanceBreaker struct {
 	// Config is the breaker's configuration from the instance's hello;
 	// ConfigDiffers is true when it differs from the other instances'.
 	// Config points at an immutable value, shared by the lines of the
-	// instance's breaker until its next hello (and with the collector's
-	// own state): compare configurations by value (*a == *b), never by
-	// pointer, and copy one before changing it. Never nil in the
+	// instance's breaker until its next hello, by those of instances
+	// whose hellos declare the same breakers alike, and with the
+	// collector's own state: compare configurations by value (*a == *b),
+	// never by pointer, and copy one before changing it. Never nil in the
 	// collector's lines (a zero configuration before the hello); nil in
 	// the store's (store.Instances) only when the stored one is JSON null.
 	Config        *protocol.BreakerConfig `json:"config"`

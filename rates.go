@@ -51,8 +51,13 @@ func appendPct(b []byte, v float64) []byte {
 }
 
 // shownRate builds its text in one allocation: the collector makes two
-// for every instance line it rebuilds, thousands a second.
-func shownRate(label string, value, threshold float64) ShownRate {
+// for every instance line it rebuilds, thousands a second. prev, when
+// not nil, is the rate shown before (in the line this one replaces):
+// when it is the same rate, its text is shared rather than built again.
+func shownRate(label string, value, threshold float64, prev *ShownRate) ShownRate {
+	if prev != nil && prev.Judged && prev.Value == value && prev.Threshold == threshold && prev.Label == label {
+		return *prev
+	}
 	r := ShownRate{Label: label, Value: value, Threshold: threshold, Judged: true}
 	var buf [64]byte
 	b := appendPct(buf[:0], value)
@@ -68,14 +73,24 @@ func shownRate(label string, value, threshold float64) ShownRate {
 // windowRates are the failure and slow-call rates of a closed breaker's
 // sliding window h; below its minimum calls both say "not judged yet",
 // in one text.
-func windowRates(h protocol.Headroom) (failure, slow ShownRate) {
+// prev, when not nil, are the rates shown before (see shownRate).
+func windowRates(h protocol.Headroom, prev *ShownRates) (failure, slow ShownRate) {
 	if c := ClosenessOf(h); !c.Judged {
 		text := "not judged yet (" + c.NotJudgedText() + ")"
 		return ShownRate{Label: "failure rate", Value: h.FailureRate, Threshold: h.FailureRateThreshold, Text: text},
 			ShownRate{Label: "slow-call rate", Value: h.SlowCallRate, Threshold: h.SlowCallRateThreshold, Text: text}
 	}
-	return shownRate("failure rate", h.FailureRate, h.FailureRateThreshold),
-		shownRate("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold)
+	pf, ps := prev.rates()
+	return shownRate("failure rate", h.FailureRate, h.FailureRateThreshold, pf),
+		shownRate("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold, ps)
+}
+
+// rates returns pointers to r's two rates, nil when r is.
+func (r *ShownRates) rates() (failure, slow *ShownRate) {
+	if r == nil {
+		return nil, nil
+	}
+	return &r.Failure, &r.Slow
 }
 
 // Tripped reports whether a state is one a breaker reaches by tripping:
@@ -106,16 +121,16 @@ func RatesOf(d Dependency, causes map[string]protocol.Cause) (failure, slow Show
 	if c, ok := depTrip(d, causes); ok {
 		switch c.Kind {
 		case protocol.CauseFailureRate:
-			return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold)
+			return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold, nil), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold, nil)
 		case protocol.CauseSlowCallRate:
-			return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold)
+			return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold, nil), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold, nil)
 		}
 	}
 	if d.State == protocol.StateClosed || d.State == protocol.StateForcedClosed || d.State == "" {
-		return windowRates(h)
+		return windowRates(h, nil)
 	}
-	return shownRate("failure rate, last min", d.FailureRate, h.FailureRateThreshold),
-		shownRate("slow-call rate, last min", d.SlowCallRate, h.SlowCallRateThreshold)
+	return shownRate("failure rate, last min", d.FailureRate, h.FailureRateThreshold, nil),
+		shownRate("slow-call rate, last min", d.SlowCallRate, h.SlowCallRateThreshold, nil)
 }
 
 func depTrip(d Dependency, causes map[string]protocol.Cause) (protocol.Cause, bool) {
@@ -148,15 +163,24 @@ type ShownRates struct {
 // at the trip, otherwise its last window report's sliding window. cause
 // may be nil.
 func InstanceRatesOf(in InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
-	return instanceRatesOf(&in, cause)
+	return instanceRatesOf(&in, cause, nil)
 }
 
 // LineRatesOf is InstanceRatesOf of *in, without copying the line.
 func LineRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
-	return instanceRatesOf(in, cause)
+	return instanceRatesOf(in, cause, nil)
 }
 
-func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
+// LineRatesAfter is LineRatesOf(in, nil) for a line that replaces one
+// showing prev (nil: none): a rate the same as before (label, value,
+// threshold, judged) is prev's, its text shared rather than built again
+// (the collector rebuilds thousands of lines a second, most showing what
+// they showed).
+func LineRatesAfter(in *InstanceBreaker, prev *ShownRates) (failure, slow ShownRate) {
+	return instanceRatesOf(in, nil, prev)
+}
+
+func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause, prev *ShownRates) (failure, slow ShownRate) {
 	var h protocol.Headroom // none without a window (Last nil: a line not from live state)
 	if in.Last != nil {
 		h = in.Last.Headroom
@@ -169,13 +193,15 @@ func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow 
 		if c != nil {
 			switch c.Kind {
 			case protocol.CauseFailureRate:
-				return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold)
+				pf, ps := prev.rates()
+				return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold, pf), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold, ps)
 			case protocol.CauseSlowCallRate:
-				return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold)
+				pf, ps := prev.rates()
+				return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold, pf), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold, ps)
 			}
 		}
 	}
-	return windowRates(h)
+	return windowRates(h, prev)
 }
 
 // StateWords is a breaker state in the words the dashboard and the CLI

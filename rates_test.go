@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -64,5 +65,45 @@ func TestTransitionRecordJSONGivesAtInBothForms(t *testing.T) {
 	var back cbdash.TransitionRecord
 	if err := json.Unmarshal(b, &back); err != nil || back.At != at.UnixMilli() || back.ID != 7 || back.Breaker != "b" {
 		t.Fatalf("round trip %+v: %v", back, err)
+	}
+}
+
+// TestLineRatesAfterAreTheLinesRates: whatever line a line replaces, its
+// rates are cbdash.LineRatesOf's; the same rate as before shares the previous
+// text (no new one built), another gets its own.
+func TestLineRatesAfterAreTheLinesRates(t *testing.T) {
+	judged := protocol.Headroom{Calls: 100, Failures: 4, MinimumCalls: 20, FailureRate: 4, FailureRateThreshold: 50}
+	moved := judged
+	moved.FailureRate, moved.Failures = 6, 6
+	early := protocol.Headroom{Calls: 3, MinimumCalls: 20, FailureRateThreshold: 50, SlowCallRateThreshold: 80}
+	trip := &protocol.Transition{From: protocol.StateClosed, To: protocol.StateOpen,
+		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 55, Threshold: 50}}
+	slowTrip := &protocol.Transition{From: protocol.StateClosed, To: protocol.StateOpen,
+		Cause: protocol.Cause{Kind: protocol.CauseSlowCallRate, SlowCallRate: 90, Threshold: 80}}
+	lines := map[string]*cbdash.InstanceBreaker{
+		"closed":          {State: protocol.StateClosed, Last: &protocol.Window{Headroom: judged}},
+		"closed, moved":   {State: protocol.StateClosed, Last: &protocol.Window{Headroom: moved}},
+		"not judged":      {State: protocol.StateClosed, Last: &protocol.Window{Headroom: early}},
+		"open":            {State: protocol.StateOpen, Last: &protocol.Window{Headroom: judged}, LastTrip: trip},
+		"open, slow trip": {State: protocol.StateOpen, Last: &protocol.Window{Headroom: judged}, LastTrip: slowTrip},
+		"stale open":      {State: protocol.StateOpen, Stale: true, Last: &protocol.Window{Headroom: judged}, LastTrip: trip},
+		"no window":       {State: protocol.StateClosed},
+	}
+	for name, in := range lines {
+		wantF, wantS := cbdash.LineRatesOf(in, nil)
+		if f, s := cbdash.LineRatesAfter(in, nil); f != wantF || s != wantS {
+			t.Errorf("%s after none: %+v %+v, want %+v %+v", name, f, s, wantF, wantS)
+		}
+		for prevName, prevLine := range lines {
+			var prev cbdash.ShownRates
+			prev.Failure, prev.Slow = cbdash.LineRatesOf(prevLine, nil)
+			f, s := cbdash.LineRatesAfter(in, &prev)
+			if f != wantF || s != wantS {
+				t.Errorf("%s after %s: %+v %+v, want %+v %+v", name, prevName, f, s, wantF, wantS)
+			}
+			if name == prevName && wantF.Judged && unsafe.StringData(f.Text) != unsafe.StringData(prev.Failure.Text) {
+				t.Errorf("%s after itself: the failure rate's text was built again", name)
+			}
+		}
 	}
 }

@@ -220,15 +220,15 @@ func (l *live) targets(k cbdash.DependencyKey, instance string, share float64) (
 		return nil, fmt.Errorf("breaker %s: %w", k, cbdash.ErrNotFound)
 	}
 	if instance != "" {
-		if d.members[instance] == nil {
+		if inst := l.instances[instKey{k.Service, instance}]; inst == nil || inst.breakers[k.Breaker] == nil {
 			return nil, fmt.Errorf("instance %q of breaker %s: %w", instance, k, cbdash.ErrNotFound)
 		}
 		return []string{instance}, nil
 	}
 	var names []string
-	for name, ib := range d.members {
+	for _, ib := range d.members {
 		if share == 0 || share == 100 || !ib.inst.stale {
-			names = append(names, name)
+			names = append(names, ib.inst.key.instance)
 		}
 	}
 	if share == 0 || share == 100 {

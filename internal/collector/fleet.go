@@ -470,6 +470,7 @@ func (l *live) remote(u *fleetUpdate) {
 			return
 		}
 		inst.liveSeq = max(inst.liveSeq, u.Seq)
+		u.Hello.Breakers = l.lists.share(u.Service, u.Hello.Breakers)
 		inst.hello, inst.labels, inst.lastSeen, inst.stale = u.Hello, u.Hello.Labels, at, false
 		l.declareLocked(inst, u.Hello.Breakers)
 	case updBatch:

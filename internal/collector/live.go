@@ -39,7 +39,8 @@ type instance struct {
 // last hello (&inst.hello.Breakers[i], declareLocked: no hello is changed
 // once handed to live state; the decoders make a new one per message,
 // and internal/source replaces its breakers' slice rather than write to
-// it) or a copy of a stored line's (restore, resync). last is the window
+// it; hellos with equal lists share one, sharedLists) or a copy of a
+// stored line's (restore, resync). last is the window
 // in the applied batch itself
 // (&b.Windows[i], applyLocked): once a session hands a batch to live
 // state (toLive) nothing writes its windows, neither live state, nor the
@@ -50,8 +51,7 @@ type instance struct {
 // resync).
 type ibreaker struct {
 	inst           *instance
-	dep            *dep
-	name           string
+	dep            *dep                    // its name is dep.key.Breaker
 	config         *protocol.BreakerConfig // immutable, shared with lines; see above
 	state          string
 	stateAt        int64 // agent Unix ms of the report that set state
@@ -62,19 +62,25 @@ type ibreaker struct {
 	lastTrip       *protocol.Transition
 	lastTripAt     time.Time // when lastTrip was received
 	// slot is ib's place in dep.sorted (and dep.lines, dep.slots);
-	// dirty: ib changed since its line was built (live.bump), and is on
-	// dep.dirty. Every change to an instance or its breakers goes with a
-	// bump, under mu.
-	slot  int
-	dirty bool
+	// dirty: ib is on dep.dirty (live.bump), to be visited by the next
+	// compute, which rebuilds its line unless fresh: the line is as ib
+	// is (refresh; bump clears it). Every change to an instance or its
+	// breakers goes with a bump, under mu. windows counts its windows
+	// applied since the dependency's last compute (saturating), busy
+	// says it had more than one in the interval before
+	// (dep.refreshApplied).
+	slot               int
+	member             int32 // ib's place in dep.members
+	windows            uint8
+	dirty, fresh, busy bool
 }
 
 // dep is one dependency (service + breaker name) across instances.
 type dep struct {
 	key        cbdash.DependencyKey
-	members    map[string]*ibreaker // by instance name
-	sorted     []*ibreaker          // members by instance name; nil when members changed
-	shape      *shape               // nil when a member's hello changed
+	members    []*ibreaker // one per instance, in no order (ibreaker.member)
+	sorted     []*ibreaker // members by instance name; nil when members changed
+	shape      *shape      // nil when a member's hello changed
 	recent     recent
 	opensToday int
 	lastChange time.Time
@@ -116,6 +122,7 @@ type live struct {
 	// report, so a transition never waits behind window-report work.
 	transitions chan applyReq
 	scratch     map[*dep]bool // applyLocked's dependencies to publish, reused
+	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
 }
 
 // applyReq is a validated batch of an instance, received at at, from an
@@ -244,6 +251,7 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
 		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
 		applies: make(chan applyReq, applyQueue), transitions: make(chan applyReq, applyQueue),
+		lists: make(sharedLists),
 	}
 }
 
@@ -276,6 +284,7 @@ func forced(s string) bool { return s == protocol.StateForcedOpen || s == protoc
 // line of it.
 func (l *live) bump(inst *instance) {
 	for _, ib := range inst.breakers {
+		ib.fresh = false
 		if !ib.dirty {
 			ib.dirty = true
 			ib.dep.dirty = append(ib.dep.dirty, ib)
@@ -337,7 +346,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 func (l *live) depLocked(k cbdash.DependencyKey) *dep {
 	d := l.deps[k]
 	if d == nil {
-		d = &dep{key: k, members: make(map[string]*ibreaker)}
+		d = &dep{key: k}
 		l.deps[k] = d
 	}
 	return d
@@ -347,9 +356,10 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 	ib := inst.breakers[name]
 	if ib == nil {
 		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.service, Breaker: name})
-		ib = &ibreaker{inst: inst, dep: d, name: name, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
+		ib = &ibreaker{inst: inst, dep: d, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
 		inst.breakers[name] = ib
-		d.members[inst.key.instance] = ib
+		ib.member = int32(len(d.members))
+		d.members = append(d.members, ib)
 		d.sorted = nil
 		d.view = nil
 	}
@@ -361,7 +371,9 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 // batch at or below it. welcome, when not nil, runs under the lock before
 // s becomes the instance's session: what it queues precedes any command
 // sent to s. It returns the instance's previous session, if any, so the
-// caller can close it outside the lock.
+// caller can close it outside the lock. h's breaker list may be
+// replaced by an equal one an earlier hello brought (sharedLists): the
+// caller reads h only after the call, or copied before it.
 func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Time, welcome func()) (previous *session) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -380,6 +392,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 	}
 	inst.liveSeq = max(inst.liveSeq, storedSeq)
 	l.bump(inst)
+	h.Breakers = l.lists.share(h.Service, h.Breakers)
 	inst.hello = h
 	inst.labels = h.Labels
 	inst.lastSeen = at
@@ -535,6 +548,7 @@ func (l *live) applyLocked(r applyReq) bool {
 			ib.held = holdFromWindow(w, ib.held)
 		}
 		ib.last = w // the batch's own window: immutable from here (see ibreaker)
+		ib.dep.refreshApplied(ib)
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
 		ib.dep.unpublished = true
@@ -725,6 +739,7 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 				changed = append(changed, ib.dep)
 				l.dropBreakerLocked(ib)
 			}
+			l.lists.forget(k.service)
 		case age > l.staleAfter && !inst.stale:
 			inst.stale = true
 			l.bump(inst)
@@ -741,9 +756,15 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 // dependency left without instances is forgotten (after an event that
 // shows it with no instances).
 func (l *live) dropBreakerLocked(ib *ibreaker) {
-	delete(ib.inst.breakers, ib.name)
 	d := ib.dep
-	delete(d.members, ib.inst.key.instance)
+	if int(ib.member) >= len(d.members) || d.members[ib.member] != ib {
+		return // dropped already
+	}
+	delete(ib.inst.breakers, d.key.Breaker)
+	last := d.members[len(d.members)-1]
+	d.members[ib.member], last.member = last, ib.member
+	d.members[len(d.members)-1] = nil
+	d.members = d.members[:len(d.members)-1]
 	d.sorted = nil
 	l.changedLocked(d)
 	if len(d.members) == 0 {
