@@ -842,8 +842,9 @@ func (s *session) writeQueued() (int, bool) {
 // writeReady writes the queued messages and the answers to batches (see
 // answer) that are ready, and a held ack that is due; it reports false
 // when the session's writes have ended: its context is done, a write
-// failed, or it went away. Queued messages are written before the first
-// answers (the welcome goes first). On goingAway it writes the answers
+// failed, or it went away. Messages queued before answers are ready are
+// written before them (the welcome and the commands waiting for the
+// instance go first). On goingAway it writes the answers
 // that are ready and what is queued (the error naming why last), sends
 // a close frame with the status of the ending and ends the session.
 func (s *session) writeReady() bool {
@@ -866,12 +867,11 @@ func (s *session) writeReady() bool {
 	}
 	select {
 	case <-s.saves.ready:
-		if !w.welcomed {
-			// The handshake queued the welcome before the first batch
-			// was read: it goes first.
-			if _, ok := s.writeQueued(); !ok {
-				return false
-			}
+		// What was queued before the answers were ready goes first: the
+		// welcome, and the commands the handshake queued for the instance
+		// before the first batch was read.
+		if _, ok := s.writeQueued(); !ok {
+			return false
 		}
 		if !s.answer(ctx, s.write, &w.held) {
 			return false
