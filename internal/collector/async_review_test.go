@@ -64,6 +64,19 @@ func storedCalls(t *testing.T, h *harness) (admitted int64, last uint64) {
 
 // queueDepth is the collector's gauge of batches handed to the store and
 // not completed.
+// expectResendStoredOnce checks the answers to an agent's resend of its
+// batches up to seq n (10 calls each, as the tests here send them): one
+// ack of n, and the store holds each of the n batches once.
+func expectResendStoredOnce(t *testing.T, h *harness, a *rawAgent, n uint64) {
+	t.Helper()
+	if got := a.answers(untilAck(n)); fmt.Sprint(got) != fmt.Sprintf("[ack %d]", n) {
+		t.Fatalf("answers to the resend %v, want [ack %d]", got, n)
+	}
+	if admitted, last := storedCalls(t, h); admitted != 10*int64(n) || last != n {
+		t.Fatalf("the store holds %d calls, last seq %d; want each of the %d batches once", admitted, last, n)
+	}
+}
+
 func queueDepth(h *harness) float64 {
 	var m dto.Metric
 	if err := h.col.metrics.queue.Write(&m); err != nil {
@@ -209,12 +222,7 @@ func TestABatchFailingInTheMiddleOfAStreamIsNotPassedByTheOnesBehindIt(t *testin
 		t.Fatalf("welcome last_seq %d, want 5", w.LastSeq)
 	}
 	b.sendAll(all[bad-1:]...)
-	if got := b.answers(untilAck(n)); fmt.Sprint(got) != "[ack 14]" {
-		t.Fatalf("answers to the resend %v, want acks up to 14", got)
-	}
-	if admitted, last := storedCalls(t, h); admitted != 10*n || last != n {
-		t.Fatalf("the store holds %d calls, last seq %d; want each of the %d batches once", admitted, last, n)
-	}
+	expectResendStoredOnce(t, h, b, n)
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }
 
@@ -344,12 +352,7 @@ func TestANewConnectionWaitsForTheEightBatchesItsPredecessorQueued(t *testing.T)
 		t.Fatalf("welcome last_seq %d, want %d: the replaced connection's batches were not final", w.LastSeq, saveQueue)
 	}
 	b.sendAll(all...)
-	if got := b.answers(untilAck(saveQueue)); fmt.Sprint(got) != fmt.Sprintf("[ack %d]", saveQueue) {
-		t.Fatalf("answers to the resend %v", got)
-	}
-	if admitted, last := storedCalls(t, h); admitted != 10*saveQueue || last != saveQueue {
-		t.Fatalf("the store holds %d calls, last seq %d; want each of the %d batches once", admitted, last, saveQueue)
-	}
+	expectResendStoredOnce(t, h, b, saveQueue)
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }
 
@@ -393,12 +396,7 @@ func TestShutdownWithQueuedBatchesStoresThemOnce(t *testing.T) {
 		t.Fatalf("welcome last_seq %d after the restart, want %d", w.LastSeq, saveQueue)
 	}
 	b.sendAll(all...)
-	if got := b.answers(untilAck(saveQueue)); fmt.Sprint(got) != fmt.Sprintf("[ack %d]", saveQueue) {
-		t.Fatalf("answers to the resend %v", got)
-	}
-	if admitted, last := storedCalls(t, h2); admitted != 10*saveQueue || last != saveQueue {
-		t.Fatalf("the store holds %d calls, last seq %d; want each of the %d batches once", admitted, last, saveQueue)
-	}
+	expectResendStoredOnce(t, h2, b, saveQueue)
 }
 
 // TestAFailedBatchWithBatchesBehindItIsAlwaysAnsweredWithAFatalRetry: the
@@ -518,12 +516,7 @@ func TestAFullDiskAmidAStreamAcksOnlyWhatWasCommitted(t *testing.T) {
 		t.Fatalf("welcome last_seq %d, want 5", w.LastSeq)
 	}
 	b.sendAll(all[5:]...)
-	if got := b.answers(untilAck(14)); fmt.Sprint(got) != "[ack 14]" {
-		t.Fatalf("answers to the resend %v", got)
-	}
-	if admitted, last := storedCalls(t, h); admitted != 140 || last != 14 {
-		t.Fatalf("the store holds %d calls, last seq %d; want each of the 14 batches once", admitted, last)
-	}
+	expectResendStoredOnce(t, h, b, 14)
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }
 
@@ -613,11 +606,6 @@ func TestANewConnectionsWelcomeIsTheStoredPrefixWhenAQueuedBatchFails(t *testing
 		t.Fatal(err)
 	}
 	b.sendAll(all[3:]...)
-	if got := b.answers(untilAck(saveQueue)); fmt.Sprint(got) != fmt.Sprintf("[ack %d]", saveQueue) {
-		t.Fatalf("answers to the resend %v", got)
-	}
-	if admitted, last := storedCalls(t, h); admitted != 10*saveQueue || last != saveQueue {
-		t.Fatalf("the store holds %d calls, last seq %d; want each of the %d batches once", admitted, last, saveQueue)
-	}
+	expectResendStoredOnce(t, h, b, saveQueue)
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }
