@@ -858,21 +858,19 @@ func (s *session) writeReady() bool {
 			return false
 		}
 	}
+	// What is queued goes before the answers that are ready: the welcome,
+	// and the commands the handshake queued for the instance before its
+	// first batch was read. (The outbox's ready signal is taken with it:
+	// a kick follows every message queued to an empty outbox.)
 	select {
 	case <-s.out.ready:
-		if _, ok := s.writeQueued(); !ok {
-			return false
-		}
 	default:
+	}
+	if _, ok := s.writeQueued(); !ok {
+		return false
 	}
 	select {
 	case <-s.saves.ready:
-		// What was queued before the answers were ready goes first: the
-		// welcome, and the commands the handshake queued for the instance
-		// before the first batch was read.
-		if _, ok := s.writeQueued(); !ok {
-			return false
-		}
 		if !s.answer(ctx, s.write, &w.held) {
 			return false
 		}
