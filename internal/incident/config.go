@@ -46,17 +46,17 @@ func (w *configWatch) observe(ev cbdash.Event) []cbdash.ConfigChange {
 		return nil
 	}
 	k := ev.Dependency.DependencyKey
-	last := w.last[k]
-	if last == nil {
-		last = make(map[string]*protocol.BreakerConfig, len(ev.Dependency.PerInstance))
-		w.last[k] = last
-	}
 	if len(ev.Dependency.PerInstance) == 0 {
 		// The dependency is forgotten (its last instance is gone): so is
 		// what was learned of it.
 		delete(w.last, k)
 		delete(w.places, k)
 		return nil
+	}
+	last := w.last[k]
+	if last == nil {
+		last = make(map[string]*protocol.BreakerConfig, len(ev.Dependency.PerInstance))
+		w.last[k] = last
 	}
 	var out []cbdash.ConfigChange
 	declared := 0 // lines with a configuration
