@@ -521,6 +521,18 @@ func (s *session) completed(e *saveEntry, stored bool, err error) {
 	s.kick()
 }
 
+// completeFront counts the complete entries at the front, in order: the
+// ones next would take now.
+func (q *saves) completeFront() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for n < q.n && q.ring[(q.first+n)%saveQueue].complete {
+		n++
+	}
+	return n
+}
+
 // next takes the oldest entry if it is complete.
 func (q *saves) next() *saveEntry {
 	q.mu.Lock()
@@ -608,9 +620,10 @@ func ackBytes(seq uint64) []byte {
 // and for a batch that failed to be stored either its refusal for good
 // (the ones after it go on) or a fatal retry-later that ends the session
 // (the agent keeps the batch and the ones behind it, none acknowledged,
-// and resends them on its next connection). It reports false when the
-// session ends.
-func (s *session) answer(ctx context.Context, write func([]byte) bool, held *heldAck) bool {
+// and resends them on its next connection). It answers at most limit
+// entries (< 0: every complete one). It reports false when the session
+// ends.
+func (s *session) answer(ctx context.Context, write func([]byte) bool, held *heldAck, limit int) bool {
 	c := s.c
 	var ack uint64 // to acknowledge, 0 = nothing
 	flush := func() bool {
@@ -626,7 +639,11 @@ func (s *session) answer(ctx context.Context, write func([]byte) bool, held *hel
 		data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Seq: seq, Reason: reason})
 		return flush() && write(data)
 	}
-	for e := s.saves.next(); e != nil; e = s.saves.next() {
+	for ; limit != 0; limit-- {
+		e := s.saves.next()
+		if e == nil {
+			break
+		}
 		switch {
 		case e.reason != "":
 			if !refuse(e.seq, e.reason) {
@@ -860,28 +877,42 @@ func (s *session) writeReady() bool {
 	}
 	// What is queued goes before the answers that are ready: the welcome,
 	// and the commands the handshake queued for the instance before its
-	// first batch was read. (The outbox's ready signal is taken with it:
-	// a kick follows every message queued to an empty outbox.)
+	// first batch was read. The answers are counted first and the outbox
+	// is emptied after: a batch complete now was read after the
+	// handshake had queued everything, so emptying the outbox now writes
+	// all of that before its ack. (Counted after the outbox, an answer
+	// could overtake commands the handshake queued while the writer wrote
+	// the ones before them.) A batch complete later signals again.
+	// The outbox's ready signal is taken with it: a kick follows every
+	// message queued to an empty outbox.
+	answers := 0
+	select {
+	case <-s.saves.ready:
+		answers = s.saves.completeFront()
+	default:
+	}
 	select {
 	case <-s.out.ready:
 	default:
 	}
-	if _, ok := s.writeQueued(); !ok {
-		return false
-	}
-	select {
-	case <-s.saves.ready:
-		if !s.answer(ctx, s.write, &w.held) {
+	for {
+		n, ok := s.writeQueued()
+		if !ok {
 			return false
 		}
-	default:
+		if n == 0 {
+			break
+		}
+	}
+	if answers > 0 && !s.answer(ctx, s.write, &w.held, answers) {
+		return false
 	}
 	select {
 	case <-s.goAway:
 	default:
 		return true
 	}
-	if w.welcomed && !s.answer(ctx, s.write, &w.held) {
+	if w.welcomed && !s.answer(ctx, s.write, &w.held, -1) {
 		return false
 	}
 	if seq := w.held.take(); seq > 0 && !s.write(ackBytes(seq)) {
