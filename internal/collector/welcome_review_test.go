@@ -14,7 +14,7 @@ import (
 // batches: all queued through the outbox by the handshake while the
 // writer drains it.
 func TestReconnectGetsWelcomeThenEveryPendingCommand(t *testing.T) {
-	reconnectWithPending(t, 40)
+	reconnectWithPending(t, 40, 1)
 }
 
 // BUG (found in review 5, older than the outbox): the handshake queued
@@ -22,11 +22,18 @@ func TestReconnectGetsWelcomeThenEveryPendingCommand(t *testing.T) {
 // messages wait; an instance with more than outQueue-1 commands waiting
 // was killed at every reconnect ("agent does not read its messages") and
 // never got them.
+//
+// BUG (session 8): the writer emptied the outbox and then answered every
+// batch complete by then, so a batch stored while the writer wrote the
+// first outQueue commands was acknowledged before the commands the
+// handshake queued meanwhile (about one reconnect in ten). The instance
+// reconnects reconnects times (the commands stay pending: no result
+// answers them), each a chance to catch it.
 func TestBugReconnectWithMorePendingCommandsThanTheOutboxHolds(t *testing.T) {
-	reconnectWithPending(t, 2*outQueue)
+	reconnectWithPending(t, 2*outQueue, 8)
 }
 
-func reconnectWithPending(t *testing.T, n int) {
+func reconnectWithPending(t *testing.T, n, reconnects int) {
 	h := startHarness(t, "", nil)
 	ctx := context.Background()
 	a := dialRaw(t, h, h.token)
@@ -41,18 +48,22 @@ func reconnectWithPending(t *testing.T, n int) {
 		}
 		want[cmd.ID] = true
 	}
-	b := dialRaw(t, h, h.token)
-	b.send(rawHello("a1", 1))
-	b.send(h.batch(1, 1, 0))
-	b.expect(protocol.TypeWelcome, nil)
-	got := map[string]bool{}
-	for len(got) < len(want) {
-		var c protocol.Command
-		b.expect(protocol.TypeCommand, &c)
-		if !want[c.ID] || got[c.ID] {
-			t.Fatalf("command %s: not waiting, or sent twice", c.ID)
+	for r := range reconnects {
+		b := dialRaw(t, h, h.token)
+		b.send(rawHello("a1", 1))
+		b.send(h.batch(uint64(r+1), 1, 0))
+		b.expect(protocol.TypeWelcome, nil)
+		got := map[string]bool{}
+		for len(got) < len(want) {
+			var c protocol.Command
+			b.expect(protocol.TypeCommand, &c)
+			if !want[c.ID] || got[c.ID] {
+				t.Fatalf("reconnect %d: command %s: not waiting, or sent twice", r+1, c.ID)
+			}
+			got[c.ID] = true
 		}
-		got[c.ID] = true
+		b.expect(protocol.TypeAck, nil)
+		b.conn.CloseNow()
+		eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
 	}
-	b.expect(protocol.TypeAck, nil)
 }
