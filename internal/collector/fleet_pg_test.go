@@ -59,6 +59,12 @@ func TestACollectorThatMissedTheBusReadsTheStore(t *testing.T) {
 		return d.PerInstance[0].State
 	}
 	eventually.True(t, "A showing b1, connected to B, closed", func() bool { return state() == protocol.StateClosed })
+	// B's hello alone shows b1 closed on A (a declared breaker starts
+	// closed): the update of batch 1 may still be on its way, and A counts
+	// an update only after applying it. Counted meanwhile, it would be
+	// taken for one received during the gap, so the count is taken once
+	// both B's updates (the hello and batch 1) have been received.
+	eventually.True(t, "A received b1's hello and first batch from B", func() bool { return a.col.fleet.received.Load() >= 2 })
 
 	received := a.col.fleet.received.Load()
 	conn, err := pgx.Connect(ctx, dsn)
