@@ -856,6 +856,28 @@ func (s *session) writeQueued() (int, bool) {
 	return n, true
 }
 
+// writeInOrder writes what the outbox holds and then, when answers is
+// set, the answers to the batches complete before it was taken, in that
+// order: the welcome and the commands the handshake queued for the
+// instance go before the ack of any batch of the connection. The answers
+// are counted first and the outbox taken after: a batch complete at the
+// count was read after the handshake had queued everything, so what the
+// outbox then holds is all of that. (Counted after the outbox was taken,
+// an answer could overtake commands the handshake queued while the
+// writer wrote the ones before them.) A batch complete after the count
+// signals saves.ready again, for the next pass. It reports false when
+// the session's writes have ended.
+func (s *session) writeInOrder(ctx context.Context, answers bool) bool {
+	n := 0
+	if answers {
+		n = s.saves.completeFront()
+	}
+	if _, ok := s.writeQueued(); !ok {
+		return false
+	}
+	return n == 0 || s.answer(ctx, s.write, &s.w.held, n)
+}
+
 // writeReady writes the queued messages and the answers to batches (see
 // answer) that are ready, and a held ack that is due; it reports false
 // when the session's writes have ended: its context is done, a write
@@ -875,36 +897,19 @@ func (s *session) writeReady() bool {
 			return false
 		}
 	}
-	// What is queued goes before the answers that are ready: the welcome,
-	// and the commands the handshake queued for the instance before its
-	// first batch was read. The answers are counted first and the outbox
-	// is emptied after: a batch complete now was read after the
-	// handshake had queued everything, so emptying the outbox now writes
-	// all of that before its ack. (Counted after the outbox, an answer
-	// could overtake commands the handshake queued while the writer wrote
-	// the ones before them.) A batch complete later signals again.
-	// The outbox's ready signal is taken with it: a kick follows every
-	// message queued to an empty outbox.
-	answers := 0
-	select {
-	case <-s.saves.ready:
-		answers = s.saves.completeFront()
-	default:
-	}
+	// The outbox's ready signal is taken with what it holds: a kick
+	// follows every message queued to an empty outbox.
 	select {
 	case <-s.out.ready:
 	default:
 	}
-	for {
-		n, ok := s.writeQueued()
-		if !ok {
-			return false
-		}
-		if n == 0 {
-			break
-		}
+	answers := false
+	select {
+	case <-s.saves.ready:
+		answers = true
+	default:
 	}
-	if answers > 0 && !s.answer(ctx, s.write, &w.held, answers) {
+	if !s.writeInOrder(ctx, answers) {
 		return false
 	}
 	select {
@@ -912,7 +917,7 @@ func (s *session) writeReady() bool {
 	default:
 		return true
 	}
-	if w.welcomed && !s.answer(ctx, s.write, &w.held, -1) {
+	if !s.writeInOrder(ctx, w.welcomed) {
 		return false
 	}
 	if seq := w.held.take(); seq > 0 && !s.write(ackBytes(seq)) {
