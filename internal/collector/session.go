@@ -51,9 +51,12 @@ func signal(c chan struct{}) {
 }
 
 // put queues data unless outQueue messages wait already.
-func (o *outbox) put(data []byte) bool {
+func (o *outbox) put(data []byte) bool { return o.putBelow(data, outQueue) }
+
+// putBelow queues data unless limit messages wait already.
+func (o *outbox) putBelow(data []byte, limit int) bool {
 	o.mu.Lock()
-	if len(o.q) >= outQueue {
+	if len(o.q) >= limit {
 		o.mu.Unlock()
 		return false
 	}
@@ -70,9 +73,12 @@ func (o *outbox) put(data []byte) bool {
 }
 
 // putWait queues data, waiting for room until ctx is done (then data is
-// dropped). One goroutine at a time may wait.
+// dropped). One goroutine at a time may wait. It leaves half the outbox
+// to put: the messages sent without waiting meanwhile (a hold applied at
+// the hello, an operator's command) find room behind a backlog that
+// putWait filled, instead of taking it for an agent that does not read.
 func (o *outbox) putWait(ctx context.Context, data []byte) {
-	for !o.put(data) {
+	for !o.putBelow(data, outQueue/2) {
 		select {
 		case <-o.room:
 		case <-ctx.Done():

@@ -2,7 +2,9 @@ package collector
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/eventually"
@@ -63,6 +65,70 @@ func reconnectWithPending(t *testing.T, n, reconnects int) {
 			got[c.ID] = true
 		}
 		b.expect(protocol.TypeAck, nil)
+		b.conn.CloseNow()
+		eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
+	}
+}
+
+// BUG (session 8, a reviewer's): the handshake may fill the outbox with
+// the commands waiting for the instance, and a command sent without
+// waiting right after (a hold covering the instance, applied at its
+// hello; an operator's command issued meanwhile) found it full and
+// killed the session as an agent that does not read its messages. The
+// handshake leaves room for them: the instance gets every waiting
+// command, the hold's, and its ack, on one connection.
+func TestAHoldAppliedAtAHelloWithAFullBacklogOfCommandsDoesNotKillTheSession(t *testing.T) {
+	h := startHarness(t, "", nil)
+	ctx := context.Background()
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	a.conn.CloseNow()
+	eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
+	want := map[string]bool{}
+	for range 2 * outQueue {
+		cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[cmd.ID] = true
+	}
+	if _, err := h.col.CreateHold(ctx, cbdash.Actor{Name: "ann"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "db"},
+		Action: protocol.ActionForceOpen, TTL: 10 * time.Minute, Reason: "drill", Actor: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 4 {
+		b := dialRaw(t, h, h.token)
+		b.send(rawHello("a1", 1))
+		b.send(h.batch(uint64(r+1), 1, 0))
+		b.expect(protocol.TypeWelcome, nil)
+		// The hold's command may come twice from the second connection
+		// on (waiting for the instance, and sent again by the hold at
+		// its hello: the agent applies a command ID once).
+		got, held := map[string]bool{}, false
+		for {
+			typ, data, err := b.next()
+			if err != nil {
+				t.Fatalf("reconnect %d, after %d of %d waiting commands: %v", r+1, len(got), len(want), err)
+			}
+			if typ == protocol.TypeAck {
+				break
+			}
+			var c protocol.Command
+			if err := json.Unmarshal(data, &c); typ != protocol.TypeCommand || err != nil {
+				t.Fatalf("reconnect %d: got %s %s", r+1, typ, data)
+			}
+			switch {
+			case c.Breaker == "db" && c.Action == protocol.ActionForceOpen:
+				held = true
+			case want[c.ID] && !got[c.ID]:
+				got[c.ID] = true
+			default:
+				t.Fatalf("reconnect %d: command %s (%s %s): not waiting, or sent twice", r+1, c.ID, c.Breaker, c.Action)
+			}
+		}
+		if len(got) < len(want) || !held {
+			t.Fatalf("reconnect %d: acked after %d of %d waiting commands (the hold's: %v)", r+1, len(got), len(want), held)
+		}
 		b.conn.CloseNow()
 		eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
 	}
