@@ -627,7 +627,7 @@ func ackBytes(seq uint64) []byte {
 // (the ones after it go on) or a fatal retry-later that ends the session
 // (the agent keeps the batch and the ones behind it, none acknowledged,
 // and resends them on its next connection). It answers at most limit
-// entries (< 0: every complete one). It reports false when the session
+// entries (see writeInOrder for why). It reports false when the session
 // ends.
 func (s *session) answer(ctx context.Context, write func([]byte) bool, held *heldAck, limit int) bool {
 	c := s.c

@@ -29,32 +29,17 @@ func TestReconnectGetsWelcomeThenEveryPendingCommand(t *testing.T) {
 // batch complete by then, so a batch stored while the writer wrote the
 // first outQueue commands was acknowledged before the commands the
 // handshake queued meanwhile (about one reconnect in ten). The instance
-// reconnects reconnects times (the commands stay pending: no result
-// answers them), each a chance to catch it.
+// reconnects 8 times (the commands stay pending: no result answers
+// them), each a chance to catch it.
 func TestBugReconnectWithMorePendingCommandsThanTheOutboxHolds(t *testing.T) {
 	reconnectWithPending(t, 2*outQueue, 8)
 }
 
 func reconnectWithPending(t *testing.T, n, reconnects int) {
 	h := startHarness(t, "", nil)
-	ctx := context.Background()
-	a := dialRaw(t, h, h.token)
-	a.hello("a1", 1)
-	a.conn.CloseNow()
-	eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
-	want := map[string]bool{}
-	for range n {
-		cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[cmd.ID] = true
-	}
+	want := waitingCommands(t, h, n)
 	for r := range reconnects {
-		b := dialRaw(t, h, h.token)
-		b.send(rawHello("a1", 1))
-		b.send(h.batch(uint64(r+1), 1, 0))
-		b.expect(protocol.TypeWelcome, nil)
+		b := reconnectA1(t, h, uint64(r+1))
 		got := map[string]bool{}
 		for len(got) < len(want) {
 			var c protocol.Command
@@ -65,9 +50,47 @@ func reconnectWithPending(t *testing.T, n, reconnects int) {
 			got[c.ID] = true
 		}
 		b.expect(protocol.TypeAck, nil)
-		b.conn.CloseNow()
-		eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
+		disconnectA1(t, h, b)
 	}
+}
+
+// waitingCommands disconnects instance a1 of api and issues it n
+// commands, which wait for it (no result answers them); it returns their
+// IDs.
+func waitingCommands(t *testing.T, h *harness, n int) map[string]bool {
+	t.Helper()
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	disconnectA1(t, h, a)
+	want := map[string]bool{}
+	for range n {
+		cmd, err := h.col.Issue(context.Background(), cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[cmd.ID] = true
+	}
+	return want
+}
+
+// reconnectA1 connects a1 again and sends its hello and, at once, batch
+// seq (before the waiting commands are read); it returns once the
+// welcome has come.
+func reconnectA1(t *testing.T, h *harness, seq uint64) *rawAgent {
+	t.Helper()
+	b := dialRaw(t, h, h.token)
+	b.send(rawHello("a1", 1))
+	b.send(h.batch(seq, 1, 0))
+	b.expect(protocol.TypeWelcome, nil)
+	return b
+}
+
+// disconnectA1 closes a1's connection c and waits until the collector
+// has let go of it.
+func disconnectA1(t *testing.T, h *harness, c *rawAgent) {
+	t.Helper()
+	c.conn.CloseNow()
+	eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
 }
 
 // BUG (session 8, a reviewer's): the handshake may fill the outbox with
@@ -79,28 +102,13 @@ func reconnectWithPending(t *testing.T, n, reconnects int) {
 // command, the hold's, and its ack, on one connection.
 func TestAHoldAppliedAtAHelloWithAFullBacklogOfCommandsDoesNotKillTheSession(t *testing.T) {
 	h := startHarness(t, "", nil)
-	ctx := context.Background()
-	a := dialRaw(t, h, h.token)
-	a.hello("a1", 1)
-	a.conn.CloseNow()
-	eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
-	want := map[string]bool{}
-	for range 2 * outQueue {
-		cmd, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[cmd.ID] = true
-	}
-	if _, err := h.col.CreateHold(ctx, cbdash.Actor{Name: "ann"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "db"},
+	want := waitingCommands(t, h, 2*outQueue)
+	if _, err := h.col.CreateHold(context.Background(), cbdash.Actor{Name: "ann"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "db"},
 		Action: protocol.ActionForceOpen, TTL: 10 * time.Minute, Reason: "drill", Actor: "ann"}); err != nil {
 		t.Fatal(err)
 	}
 	for r := range 4 {
-		b := dialRaw(t, h, h.token)
-		b.send(rawHello("a1", 1))
-		b.send(h.batch(uint64(r+1), 1, 0))
-		b.expect(protocol.TypeWelcome, nil)
+		b := reconnectA1(t, h, uint64(r+1))
 		// The hold's command may come twice from the second connection
 		// on (waiting for the instance, and sent again by the hold at
 		// its hello: the agent applies a command ID once).
@@ -129,7 +137,6 @@ func TestAHoldAppliedAtAHelloWithAFullBacklogOfCommandsDoesNotKillTheSession(t *
 		if len(got) < len(want) || !held {
 			t.Fatalf("reconnect %d: acked after %d of %d waiting commands (the hold's: %v)", r+1, len(got), len(want), held)
 		}
-		b.conn.CloseNow()
-		eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
+		disconnectA1(t, h, b)
 	}
 }
