@@ -2,8 +2,12 @@ package collector
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"sync"
+	"syscall"
 )
 
 // agentWriteBuffer is the size of an agent connection's write buffer
@@ -14,30 +18,189 @@ import (
 // in more than one write.
 const agentWriteBuffer = 1024
 
-// smallWrites is a ResponseWriter whose Hijack hands the websocket a
-// write buffer of agentWriteBuffer bytes instead of net/http's own (the
-// read buffer stays: a batch is read through it). net/http's buffer is
-// empty once hijacked (the 101 is flushed before), and left to the
-// collector of garbage with the rest of the request once ServeAgent has
-// returned.
+// agentReadBuffer is the size of the read buffers agent connections share
+// (bytes, see sharedReads): a batch of 20 window reports is about 6 KB, of
+// 40 about 11 KB, so one read takes a whole batch where net/http's 4 KB
+// buffer took two or three.
+const agentReadBuffer = 16 << 10
+
+// agentSocket is a ResponseWriter whose Hijack hands the websocket a
+// write buffer of agentWriteBuffer bytes instead of net/http's own, and,
+// on a connection with a file descriptor (TCP or a Unix socket, not TLS),
+// a read buffer of 16 bytes over a sharedReads instead of net/http's 4
+// KB one: both of net/http's buffers are left to the collector of garbage
+// with the rest of the request once ServeAgent has returned (the write
+// one is empty once hijacked, the 101 is flushed before; what the read
+// one holds, bytes the agent sent behind its request, is carried over).
 //
 // It keeps the hijacked connection (conn), which the session closes
 // itself when the agent does not answer a close frame in time (see
 // session.closeWithin): the websocket has no other way to cut a
 // connection whose close handshake is under way.
-type smallWrites struct {
+type agentSocket struct {
 	http.ResponseWriter
-	conn net.Conn // set by Hijack
+	conn  net.Conn     // set by Hijack
+	reads *sharedReads // set by Hijack on a connection with a file descriptor
 }
 
-func (w *smallWrites) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *agentSocket) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
 	w.conn = conn
-	return conn, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(conn, agentWriteBuffer)), nil
+	bw := bufio.NewWriterSize(conn, agentWriteBuffer)
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return conn, bufio.NewReadWriter(brw.Reader, bw), nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return conn, bufio.NewReadWriter(brw.Reader, bw), nil
+	}
+	sr := newSharedReads(rc)
+	if n := brw.Reader.Buffered(); n > 0 {
+		early, _ := brw.Reader.Peek(n)
+		sr.carry(early)
+	}
+	w.reads = sr
+	// The websocket resets the reader it is handed over the connection
+	// it is handed (keeping what the reader has buffered, nothing here):
+	// so the connection it is handed reads through sr as well.
+	rconn := sharedReadsConn{conn, sr}
+	return rconn, bufio.NewReadWriter(bufio.NewReaderSize(rconn, 16), bw), nil // bufio's smallest: the websocket reads a frame's header through it
 }
 
+// sharedReadsConn is a connection read through its sharedReads.
+type sharedReadsConn struct {
+	net.Conn
+	r *sharedReads
+}
+
+func (c sharedReadsConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
 // Unwrap lets http.ResponseController reach the writer underneath.
-func (w *smallWrites) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *agentSocket) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// readBuffers are the buffers of agentReadBuffer bytes that agent
+// connections read into while a message is arriving.
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, agentReadBuffer); return &b }}
+
+// sharedReads reads a socket into a buffer of readBuffers taken only once
+// the socket has something to read (a non-blocking read in
+// syscall.RawConn.Read, which waits on the runtime's network poller in
+// between) and given back as soon as what it read is consumed: a
+// connection waiting for its next message, as most of a thousand agents'
+// are, holds no read buffer, where a bufio.Reader over the connection
+// holds its buffer for the connection's life. A read of at least
+// agentReadBuffer bytes, with nothing kept, goes straight into the
+// caller's slice. Deadlines and Close work as for the connection's own
+// Read (RawConn.Read honours them). Not safe for concurrent use (the
+// websocket reads under its own lock).
+type sharedReads struct {
+	rc    syscall.RawConn
+	buf   *[]byte // what was read and not yet consumed: (*buf)[r:w]; nil when none
+	r, w  int
+	fills int // reads that returned data or EOF (tests look)
+
+	// The read under way (fill's readOnce, a method value made once so
+	// that a read allocates nothing).
+	into     []byte // where readOnce reads: nil for a buffer of readBuffers
+	n        int
+	err      error
+	readOnce func(fd uintptr) bool
+}
+
+func newSharedReads(rc syscall.RawConn) *sharedReads {
+	s := &sharedReads{rc: rc}
+	s.readOnce = s.read
+	return s
+}
+
+// carry keeps early (copied), to be read before the socket.
+func (s *sharedReads) carry(early []byte) {
+	b := make([]byte, len(early))
+	copy(b, early)
+	s.buf, s.r, s.w = &b, 0, len(b)
+}
+
+func (s *sharedReads) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if s.buf == nil {
+		if len(p) >= agentReadBuffer {
+			return s.fill(p)
+		}
+		if _, err := s.fill(nil); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, (*s.buf)[s.r:s.w])
+	s.r += n
+	if s.r == s.w {
+		if cap(*s.buf) == agentReadBuffer {
+			readBuffers.Put(s.buf)
+		}
+		s.buf = nil
+	}
+	return n, nil
+}
+
+// fill reads what the socket has, waiting for something: into p when p
+// is not nil, into a buffer of readBuffers (s.buf) otherwise. A closed
+// peer is io.EOF.
+func (s *sharedReads) fill(p []byte) (int, error) {
+	s.into, s.n, s.err = p, 0, nil
+	if err := s.rc.Read(s.readOnce); err != nil {
+		return 0, err
+	}
+	n, err := s.n, s.err
+	s.into, s.err = nil, nil
+	s.fills++
+	if err != nil {
+		return 0, &net.OpError{Op: "read", Err: os.NewSyscallError("read", err)}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	if p == nil {
+		s.r, s.w = 0, n
+	}
+	return n, nil
+}
+
+// read is RawConn.Read's function: one non-blocking read; false (wait for
+// the socket to be readable, then call again) when there is nothing yet.
+func (s *sharedReads) read(fd uintptr) bool {
+	dst := s.into
+	var b *[]byte
+	if dst == nil {
+		b = readBuffers.Get().(*[]byte)
+		dst = *b
+	}
+	for {
+		n, err := syscall.Read(int(fd), dst)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err == syscall.EAGAIN {
+			if b != nil {
+				readBuffers.Put(b)
+			}
+			return false
+		}
+		if n < 0 {
+			n = 0
+		}
+		s.n, s.err = n, err
+		if b != nil {
+			if n > 0 {
+				s.buf = b
+			} else {
+				readBuffers.Put(b)
+			}
+		}
+		return true
+	}
+}

@@ -203,7 +203,7 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if !c.isReady() {
 		return unavailable("collector is not ready")
 	}
-	sw := &smallWrites{ResponseWriter: w}
+	sw := &agentSocket{ResponseWriter: w}
 	conn, err := websocket.Accept(sw, r, &websocket.AcceptOptions{
 		Subprotocols:       []string{protocol.Subprotocol},
 		InsecureSkipVerify: true, // agents are not browsers: the token is the credential
