@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +27,7 @@ closed.`,
 				return err
 			}
 			log := o.logger(cmd.ErrOrStderr())
+			gogc, fromEnv := tuneGC(os.Getenv)
 			prof, err := startPprof(o.Pprof, log)
 			if err != nil {
 				return err
@@ -35,7 +37,7 @@ closed.`,
 			if err != nil {
 				return err
 			}
-			log.Info("cbdash is serving", "url", srv.URL(), "agents", srv.AgentURL(), "db", store.MaskDSN(o.DB), "anonymous", o.Anonymous)
+			log.Info("cbdash is serving", "url", srv.URL(), "agents", srv.AgentURL(), "db", store.MaskDSN(o.DB), "anonymous", o.Anonymous, "gogc", gogc, "gogc_from_env", fromEnv)
 			if o.MetricsToken == "" && !loopbackOnly(srv.ln.Addr()) {
 				log.Warn("/metrics is open to anyone who can reach this address; --metrics-token closes it", "addr", srv.ln.Addr().String())
 			}
