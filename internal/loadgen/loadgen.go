@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -190,6 +191,16 @@ type Result struct {
 	SecondsPerDepS         float64 `json:"seconds_level_bytes_per_dependency_second"`
 	InstanceMinutesPerDepS float64 `json:"instance_minutes_bytes_per_dependency_second"`
 	TransitionsPerDepS     float64 `json:"transitions_bytes_per_dependency_second"`
+
+	// The machine during the measurement: its CPUs (runtime.NumCPU), its
+	// 1-minute load average when the measurement started and ended (-1
+	// where the system does not tell), and the CPU loadgen itself used
+	// (cores; 0 where the system does not tell), which shares the
+	// machine with the server when both run on it.
+	CPUs       int     `json:"cpus"`
+	LoadStart  float64 `json:"load_average_start"`
+	LoadEnd    float64 `json:"load_average_end"`
+	LoadgenCPU float64 `json:"loadgen_cpu_cores"`
 }
 
 // String formats r as one line per measure.
@@ -200,7 +211,8 @@ func (r Result) String() string {
 		"database: %d bytes grown, %.0f bytes per dependency-second (%d dependencies): per-second level %.0f, instance minutes %.0f, transitions %.0f\n"+
 		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
 		"transition to subscriber: p50 %v p99 %v max %v (%d of %d seen, event stream dropped %d times)\n"+
-		"  agent to collector p50 %v p99 %v; collector to subscriber p50 %v p99 %v",
+		"  agent to collector p50 %v p99 %v; collector to subscriber p50 %v p99 %v\n"+
+		"machine: %d CPUs, load average %s at the start and %s at the end; loadgen itself %.2f cores",
 		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
 		r.ServerCPU, float64(r.CPUPerReport)/float64(time.Microsecond), float64(r.DecodeFloor)/float64(time.Microsecond), r.FloorRatio,
 		float64(r.RSS)/1e6, float64(r.PeakRSS)/1e6,
@@ -208,7 +220,8 @@ func (r Result) String() string {
 		r.DBGrowth, r.DBBytesPerDepS, r.Dependencies, r.SecondsPerDepS, r.InstanceMinutesPerDepS, r.TransitionsPerDepS,
 		r.Rate, r.Offered, r.Measured.Round(time.Millisecond), r.Refused, r.Errors,
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Max.Round(10*time.Microsecond), r.Seen, r.Sent, r.SubscriberDrops,
-		r.InboundP50.Round(10*time.Microsecond), r.InboundP99.Round(10*time.Microsecond), r.FanoutP50.Round(10*time.Microsecond), r.FanoutP99.Round(10*time.Microsecond))
+		r.InboundP50.Round(10*time.Microsecond), r.InboundP99.Round(10*time.Microsecond), r.FanoutP50.Round(10*time.Microsecond), r.FanoutP99.Round(10*time.Microsecond),
+		r.CPUs, loadText(r.LoadStart), loadText(r.LoadEnd), r.LoadgenCPU)
 }
 
 // run is the shared state of one Run.
@@ -302,6 +315,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	first := r.scrape(ctx, true)
 	r.measuring.Store(true)
 	t0 := time.Now()
+	res.CPUs, res.LoadStart = runtime.NumCPU(), loadAverage()
+	ownCPU := cpuTime()
 	end := time.NewTimer(cfg.Duration)
 	peek := time.NewTicker(5 * time.Second)
 	defer peek.Stop()
@@ -322,6 +337,8 @@ wait:
 	}
 	r.measuring.Store(false)
 	res.Measured = time.Since(t0)
+	res.LoadEnd = loadAverage()
+	res.LoadgenCPU = (cpuTime() - ownCPU).Seconds() / res.Measured.Seconds()
 	last := r.scrape(ctx, true)
 	// Give transitions sent at the very end a moment to arrive.
 	grace := time.NewTimer(time.Second)

@@ -3,6 +3,9 @@ package loadgen_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +44,17 @@ func TestRunMeasuresAgainstARealCollector(t *testing.T) {
 	// The store's counters from /metrics: groups of at least one write.
 	if res.StoreTxPerSec <= 0 || res.WritesPerTx < 1 {
 		t.Fatalf("store: %.1f transactions/s, %.1f writes per transaction", res.StoreTxPerSec, res.WritesPerTx)
+	}
+	// The machine: its CPUs, its load average where the system tells
+	// (Linux), and loadgen's own CPU, which the simulated agents spent.
+	if res.CPUs != runtime.NumCPU() || res.LoadgenCPU <= 0 {
+		t.Fatalf("machine: %d CPUs (want %d), loadgen %.2f cores", res.CPUs, runtime.NumCPU(), res.LoadgenCPU)
+	}
+	if runtime.GOOS == "linux" && (res.LoadStart < 0 || res.LoadEnd < 0) {
+		t.Fatalf("load average %v at the start, %v at the end: /proc/loadavg not read", res.LoadStart, res.LoadEnd)
+	}
+	if !strings.Contains(res.String(), fmt.Sprintf("machine: %d CPUs, load average ", res.CPUs)) {
+		t.Fatalf("the printed result does not give the machine:\n%s", res)
 	}
 	if res.Seen == 0 || res.Seen > res.Sent || res.P50 <= 0 || res.P99 < res.P50 || res.Max < res.P99 {
 		t.Fatalf("transitions seen %d of %d, p50 %v p99 %v max %v", res.Seen, res.Sent, res.P50, res.P99, res.Max)
