@@ -89,6 +89,64 @@ func TestFleetNotClosedCountsDependenciesAndInstancesPerMinute(t *testing.T) {
 	}
 }
 
+// TestFleetNotClosedMergesTheMinutesNotWrittenYetAndWritesNothing: the
+// fleet timeline counts written minutes and the writer's sums not written
+// yet alike, a key in both once, the worst state of the two; and reading
+// it writes nothing (the overview reads it on every load).
+func TestFleetNotClosedMergesTheMinutesNotWrittenYetAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	s, path := openStore(t, store.Options{})
+	m0 := t0.Truncate(time.Minute)
+	save := func(inst string, seq uint64, ws ...protocol.Window) {
+		t.Helper()
+		mustSave(t, s, "pay", inst, 1, protocol.Batch{Seq: seq, Windows: ws})
+	}
+	imRows := func() int {
+		t.Helper()
+		var n int
+		if err := rawDB(t, path).QueryRow(`SELECT COUNT(*) FROM instance_minutes`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Minute 0, written to the table (InstanceHistory writes every sum
+	// first): db open on pay-1, closed on pay-2 and pay-3.
+	save("pay-1", 1, window("db", m0, protocol.StateOpen, 0, 1))
+	save("pay-2", 1, window("db", m0, protocol.StateClosed, 1, 0))
+	save("pay-3", 1, window("db", m0, protocol.StateClosed, 1, 0))
+	if _, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	written := imRows()
+	if written != 3 {
+		t.Fatalf("%d rows written, want 3", written)
+	}
+	// Not written yet: later reports of minute 0, pay-1 closed (its row
+	// says open: it stays counted, once), pay-2 open (its row says
+	// closed: now counted); minute 1, cache forced open on pay-3.
+	save("pay-1", 2, window("db", m0.Add(30*time.Second), protocol.StateClosed, 1, 0))
+	save("pay-2", 2, window("db", m0.Add(30*time.Second), protocol.StateOpen, 0, 1))
+	save("pay-3", 2, window("cache", m0.Add(time.Minute), protocol.StateForcedOpen, 0, 0))
+	got, err := s.FleetNotClosed(ctx, m0, m0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cbdash.FleetMinute{
+		{Start: m0.UTC(), Dependencies: 1, Instances: 2},
+		{Start: m0.Add(time.Minute).UTC(), Dependencies: 1, Instances: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("FleetNotClosed = %+v, want %+v", got, want)
+	}
+	if n := imRows(); n != written {
+		t.Fatalf("FleetNotClosed wrote instance minutes: %d rows, %d before", n, written)
+	}
+	// Outside [from, to): nothing.
+	if got, err := s.FleetNotClosed(ctx, m0.Add(2*time.Minute), m0.Add(time.Hour)); err != nil || len(got) != 0 {
+		t.Fatalf("after the minutes: %+v, %v; want none", got, err)
+	}
+}
+
 // A hello that no longer declares a breaker forgets the breaker's row, not
 // its per-instance history.
 func TestInstanceHistoryOutlivesABreakerNoLongerDeclared(t *testing.T) {

@@ -71,7 +71,10 @@ type writer struct {
 
 	// im holds the instance minutes of committed batches not written yet
 	// (instance_minutes.go), imAt when they were last written; both
-	// touched only by the writer goroutine.
+	// changed only by the writer goroutine, im under imMu (which readers
+	// of the table merging what is not written yet take to read it, see
+	// notClosedIM; the writer reads it without).
+	imMu sync.RWMutex
 	im   map[imKey]*imRow
 	imAt time.Time
 	// imFlushing: a round of writing them is under way, imRound rows of
@@ -453,12 +456,16 @@ func (w *writer) commit(group []*op) {
 		}
 	}
 	if committed {
+		// After the commit: a key leaves im only once its row is in the
+		// table (see notClosedIM).
+		w.imMu.Lock()
 		for _, k := range imWritten {
 			delete(w.im, k)
 		}
 		for _, d := range x.im { // emptied when written
 			addInto(w.im, d.k, d.r)
 		}
+		w.imMu.Unlock()
 		if w.imRound -= len(imWritten); flushIM || w.imRound <= 0 {
 			w.imFlushing = false
 		}
