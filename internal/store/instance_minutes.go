@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -16,10 +19,10 @@ import (
 // writer sums them in memory (a batch's share once its transaction has
 // committed: a batch stored once is counted once) and writes the sums as
 // upserts once their minute has ended (imGrace later, by the store's
-// clock, for the reports still on their way), before InstanceHistory
-// reads the table (every sum then) and when the store closes;
-// FleetNotClosed, which the overview reads on every load, merges the sums
-// not written yet instead. A row is so written about once, not every few seconds
+// clock, for the reports still on their way) and when the store closes;
+// the reads (InstanceHistory, FleetNotClosed, which the dependency page
+// and the overview make on every load) merge the sums not written yet
+// with the table's rows instead of having them written first. A row is so written about once, not every few seconds
 // while its minute lasts (at 1,000 instances x 20 breakers, 20,000 rows a
 // minute instead of 120,000); a report for a minute already written adds
 // to its row at the next round. A crash (kill -9) loses at most the
@@ -152,10 +155,21 @@ func (s *Store) flushInstanceMinutes(ctx context.Context) error {
 	return s.w.do(ctx, &op{flushIM: true, run: func(*wtx) error { return nil }})
 }
 
-// expireInstanceMinutes deletes per-instance minutes older than keep.
+// expireInstanceMinutes deletes per-instance minutes older than keep,
+// and the writer's sums of them not written yet (which would be written
+// later, and are read with the table's rows).
 func (x *wtx) expireInstanceMinutes(now int64, keep time.Duration) error {
-	if _, err := x.exec(`DELETE FROM instance_minutes WHERE minute < ?`, now-keep.Milliseconds()); err != nil {
+	cut := now - keep.Milliseconds()
+	if _, err := x.exec(`DELETE FROM instance_minutes WHERE minute < ?`, cut); err != nil {
 		return fmt.Errorf("store: expire instance minutes: %w", err)
+	}
+	w := x.w
+	w.imMu.Lock()
+	defer w.imMu.Unlock()
+	for k := range w.im {
+		if k.minute < cut {
+			delete(w.im, k)
+		}
 	}
 	return nil
 }
@@ -170,44 +184,157 @@ func init() {
 }
 
 // InstanceHistory returns the per-minute history of every instance of a
-// dependency with a minute in [q.From, q.To), by instance then minute.
-// Service and Breaker are required (cbdash.ErrInvalid otherwise); zero
-// times are unbounded.
+// dependency with a minute in [q.From, q.To), by instance name (bytes)
+// then minute. Service and Breaker are required (cbdash.ErrInvalid
+// otherwise); zero times are unbounded. Every committed batch counts: the
+// writer's sums not written yet are added to the rows of the table (the
+// dependency page reads this on every load; having the writer write them
+// first made each load wait behind the writer's queue).
 func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQuery) ([]cbdash.InstanceMinute, error) {
 	if q.Service == "" || q.Breaker == "" {
 		return nil, fmt.Errorf("store: instance history: service and breaker are required: %w", cbdash.ErrInvalid)
 	}
+	lo, hi := q.From.UnixMilli(), int64(1<<62-1)
+	if q.From.IsZero() {
+		lo = -1 << 62
+	}
+	if !q.To.IsZero() {
+		hi = q.To.UnixMilli()
+	}
+	var dep int64
+	switch err := s.rdb.QueryRowContext(ctx, `SELECT id FROM dependencies WHERE service = ? AND breaker = ?`, q.Service, q.Breaker).Scan(&dep); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("store: instance history: %w", err)
+	}
+	for range imTries {
+		gen, mem := s.w.depIM(dep, lo, hi)
+		out, err := s.instanceHistory(ctx, dep, lo, hi, mem)
+		if err != nil {
+			return nil, err
+		}
+		if s.w.imGen.Load() == gen {
+			return out, nil
+		}
+	}
+	// The writer kept writing sums to the table while this read: have it
+	// write them all, and read the table alone.
 	if err := s.flushInstanceMinutes(ctx); err != nil {
 		return nil, fmt.Errorf("store: instance history: %w", err)
 	}
-	to := int64(1<<62 - 1)
-	if !q.To.IsZero() {
-		to = q.To.UnixMilli()
+	return s.instanceHistory(ctx, dep, lo, hi, nil)
+}
+
+// imTries is how many times InstanceHistory merges the writer's sums with
+// the table before it has the writer write them first: a try fails only
+// when a transaction wrote sums while it read (a round of them is a few
+// transactions every instanceMinutesEvery).
+const imTries = 4
+
+// instMinute names a sum of depIM.
+type instMinute struct{ inst, minute int64 }
+
+// depIM returns the writer's sums not written yet of dependency dep and
+// a minute in [lo, hi) (Unix ms), copied, with imGen as it was then: a
+// read of the table after it that sees imGen unchanged once done saw none
+// of these sums written (the writer moves imGen under imMu before
+// committing any).
+func (w *writer) depIM(dep, lo, hi int64) (uint64, map[instMinute]imRow) {
+	out := map[instMinute]imRow{}
+	w.imMu.RLock()
+	defer w.imMu.RUnlock()
+	for k, r := range w.im {
+		if k.dep == dep && k.minute >= lo && k.minute < hi {
+			out[instMinute{k.inst, k.minute}] = *r
+		}
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT i.name, m.minute, m.calls, m.failures, m.slow, m.rejected, m.state_rank
-		FROM instance_minutes m JOIN dependencies d ON d.id = m.dep_id JOIN instances i ON i.id = m.instance_id
-		WHERE d.service = ? AND d.breaker = ? AND m.minute >= ? AND m.minute < ?
-		ORDER BY i.name, m.minute`, q.Service, q.Breaker, q.From.UnixMilli(), to)
+	return w.imGen.Load(), out
+}
+
+// instanceHistory reads dependency dep's rows of a minute in [lo, hi) and
+// adds mem to them (mem's other sums are minutes of their own).
+func (s *Store) instanceHistory(ctx context.Context, dep, lo, hi int64, mem map[instMinute]imRow) ([]cbdash.InstanceMinute, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT m.instance_id, i.name, m.minute, m.calls, m.failures, m.slow, m.rejected, m.state_rank
+		FROM instance_minutes m JOIN instances i ON i.id = m.instance_id
+		WHERE m.dep_id = ? AND m.minute >= ? AND m.minute < ?`, dep, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("store: instance history: %w", err)
 	}
 	defer rows.Close()
+	names := map[int64]string{}
 	var out []cbdash.InstanceMinute
+	add := func(name string, minute int64, r imRow) {
+		out = append(out, cbdash.InstanceMinute{Instance: name, Start: time.UnixMilli(minute).UTC(),
+			Calls: r.calls, Failures: r.failures, Slow: r.slow, Rejected: r.rejected, State: stateOfRank[r.rank]})
+	}
 	for rows.Next() {
-		var m cbdash.InstanceMinute
-		var minute int64
-		var rank int
-		if err := rows.Scan(&m.Instance, &minute, &m.Calls, &m.Failures, &m.Slow, &m.Rejected, &rank); err != nil {
+		var k instMinute
+		var name string
+		var r imRow
+		if err := rows.Scan(&k.inst, &name, &k.minute, &r.calls, &r.failures, &r.slow, &r.rejected, &r.rank); err != nil {
 			return nil, fmt.Errorf("store: instance history: %w", err)
 		}
-		m.Start = time.UnixMilli(minute).UTC()
-		m.State = stateOfRank[rank]
-		out = append(out, m)
+		names[k.inst] = name
+		if d, ok := mem[k]; ok {
+			r.add(d)
+			delete(mem, k)
+		}
+		add(name, k.minute, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: instance history: %w", err)
 	}
+	rows.Close()
+	var unnamed []int64
+	for k := range mem {
+		if _, ok := names[k.inst]; !ok {
+			names[k.inst] = ""
+			unnamed = append(unnamed, k.inst)
+		}
+	}
+	if err := s.instanceNames(ctx, unnamed, names); err != nil {
+		return nil, fmt.Errorf("store: instance history: %w", err)
+	}
+	for k, r := range mem {
+		add(names[k.inst], k.minute, r)
+	}
+	slices.SortFunc(out, func(a, b cbdash.InstanceMinute) int {
+		if c := strings.Compare(a.Instance, b.Instance); c != 0 {
+			return c
+		}
+		return a.Start.Compare(b.Start)
+	})
 	return out, nil
+}
+
+// instanceNames sets names[id] for each of ids (instances rows).
+func (s *Store) instanceNames(ctx context.Context, ids []int64, names map[int64]string) error {
+	for part := range slices.Chunk(ids, 500) {
+		args := make([]any, len(part))
+		for i, id := range part {
+			args[i] = id
+		}
+		rows, err := s.rdb.QueryContext(ctx, `SELECT id, name FROM instances WHERE id IN (?`+strings.Repeat(", ?", len(part)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int64
+			var name string
+			if err := rows.Scan(&id, &name); err != nil {
+				rows.Close()
+				return err
+			}
+			names[id] = name
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // FleetNotClosed counts, per minute starting in [from, to), the instance

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,13 +90,16 @@ func TestFleetNotClosedCountsDependenciesAndInstancesPerMinute(t *testing.T) {
 	}
 }
 
-// TestFleetNotClosedMergesTheMinutesNotWrittenYetAndWritesNothing: the
+// TestTheInstanceMinuteReadsMergeTheSumsNotWrittenYetAndWriteNothing: the
 // fleet timeline counts written minutes and the writer's sums not written
-// yet alike, a key in both once, the worst state of the two; and reading
-// it writes nothing (the overview reads it on every load).
-func TestFleetNotClosedMergesTheMinutesNotWrittenYetAndWritesNothing(t *testing.T) {
+// yet alike, a key in both once, the worst state of the two; a
+// dependency's instance history adds the two exactly; and neither read
+// writes anything (the overview and the dependency page read them on
+// every load).
+func TestTheInstanceMinuteReadsMergeTheSumsNotWrittenYetAndWriteNothing(t *testing.T) {
 	ctx := context.Background()
-	s, path := openStore(t, store.Options{})
+	clk := clockAt(t0)
+	s, path := openStore(t, store.Options{Clock: clk})
 	m0 := t0.Truncate(time.Minute)
 	save := func(inst string, seq uint64, ws ...protocol.Window) {
 		t.Helper()
@@ -109,14 +113,14 @@ func TestFleetNotClosedMergesTheMinutesNotWrittenYetAndWritesNothing(t *testing.
 		}
 		return n
 	}
-	// Minute 0, written to the table (InstanceHistory writes every sum
-	// first): db open on pay-1, closed on pay-2 and pay-3.
+	// Minute 0, written to the table (by the writer's next transaction
+	// once the minute and its grace have passed): db open on pay-1,
+	// closed on pay-2 and pay-3.
 	save("pay-1", 1, window("db", m0, protocol.StateOpen, 0, 1))
 	save("pay-2", 1, window("db", m0, protocol.StateClosed, 1, 0))
 	save("pay-3", 1, window("db", m0, protocol.StateClosed, 1, 0))
-	if _, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"}); err != nil {
-		t.Fatal(err)
-	}
+	clk.Advance(2 * time.Minute)
+	save("pay-4", 1, window("other", m0.Add(2*time.Minute), protocol.StateClosed, 1, 0))
 	written := imRows()
 	if written != 3 {
 		t.Fatalf("%d rows written, want 3", written)
@@ -145,6 +149,38 @@ func TestFleetNotClosedMergesTheMinutesNotWrittenYetAndWritesNothing(t *testing.
 	if got, err := s.FleetNotClosed(ctx, m0.Add(2*time.Minute), m0.Add(time.Hour)); err != nil || len(got) != 0 {
 		t.Fatalf("after the minutes: %+v, %v; want none", got, err)
 	}
+	// db's history: rows and sums added, and pay-5, which has only a
+	// sum not written yet, by its name.
+	save("pay-5", 1, window("db", m0.Add(time.Minute), protocol.StateHalfOpen, 3, 2))
+	hist, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db", From: m0, To: m0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantHist := []cbdash.InstanceMinute{
+		{Instance: "pay-1", Start: m0.UTC(), Calls: 2, Failures: 1, State: protocol.StateOpen},
+		{Instance: "pay-2", Start: m0.UTC(), Calls: 2, Failures: 1, State: protocol.StateOpen},
+		{Instance: "pay-3", Start: m0.UTC(), Calls: 1, State: protocol.StateClosed},
+		{Instance: "pay-5", Start: m0.Add(time.Minute).UTC(), Calls: 5, Failures: 2, State: protocol.StateHalfOpen},
+	}
+	if !reflect.DeepEqual(hist, wantHist) {
+		t.Fatalf("InstanceHistory =\n%+v\nwant\n%+v", hist, wantHist)
+	}
+	if n := imRows(); n != written {
+		t.Fatalf("InstanceHistory wrote instance minutes: %d rows, %d before", n, written)
+	}
+	// Once the writer has written everything, the same history.
+	clk.Advance(2 * time.Minute)
+	save("pay-4", 2, window("other", m0.Add(4*time.Minute), protocol.StateClosed, 1, 0))
+	if n := imRows(); n <= written {
+		t.Fatalf("%d rows after the next round, want more than %d", n, written)
+	}
+	hist, err = s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db", From: m0, To: m0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(hist, wantHist) {
+		t.Fatalf("InstanceHistory once written =\n%+v\nwant\n%+v", hist, wantHist)
+	}
 }
 
 // A hello that no longer declares a breaker forgets the breaker's row, not
@@ -163,5 +199,70 @@ func TestInstanceHistoryOutlivesABreakerNoLongerDeclared(t *testing.T) {
 	got, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
 	if err != nil || len(got) != 1 || got[0].Calls != 2 || got[0].State != protocol.StateOpen {
 		t.Fatalf("db's history after the hello: %+v, %v", got, err)
+	}
+}
+
+// TestInstanceHistoryCountsEverySumOnceWhileTheWriterWritesThem: while
+// batches keep adding to one instance minute and the writer keeps writing
+// its sum to the table (a round every third batch: the store's clock
+// moves 4 s a batch, a round is due every instanceMinutesEvery, 10 s),
+// every read of the history counts each committed batch once: never a sum
+// both in the table and still in the writer's memory (two or three calls
+// too many), never one in neither (too few). It fails when the reads do
+// not merge the writer's sums, or count a written one again; the moment
+// between a round's commit and the sums leaving memory is short, and
+// these runs need not hit it (imMu and imGen are what guard it).
+func TestInstanceHistoryCountsEverySumOnceWhileTheWriterWritesThem(t *testing.T) {
+	ctx := context.Background()
+	clk := clockAt(t0)
+	s, _ := openStore(t, store.Options{Clock: clk})
+	m0 := t0.Truncate(time.Minute)
+	const batches = 150
+	var started, committed atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range batches {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			clk.Advance(4 * time.Second)
+			started.Add(1)
+			if _, err := s.SaveBatch(ctx, "pay", "pay-1", 1, protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{
+				window("db", m0.Add(time.Duration(i%60)*time.Second), protocol.StateClosed, 1, 0)}}, t0); err != nil {
+				t.Errorf("batch %d: %v", i+1, err)
+				return
+			}
+			committed.Add(1)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	reads, moved := 0, false
+	for {
+		select {
+		case <-done:
+			if reads == 0 || !moved {
+				t.Fatalf("%d reads, sums written meanwhile: %v", reads, moved)
+			}
+			return
+		default:
+		}
+		before := committed.Load()
+		hist, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := started.Load() // a batch may be committed before SaveBatch returns
+		var calls int64
+		for _, m := range hist {
+			calls += m.Calls
+		}
+		if calls < before || calls > after {
+			t.Fatalf("read %d: %d calls, with %d batches committed before and %d begun after", reads, calls, before, after)
+		}
+		reads++
+		moved = moved || store.InstanceMinuteRounds(s) > 0
 	}
 }

@@ -76,7 +76,10 @@ type writer struct {
 	// notClosedIM; the writer reads it without).
 	imMu sync.RWMutex
 	im   map[imKey]*imRow
-	imAt time.Time
+	// imGen counts the transactions that wrote sums of im to the table
+	// (moved before their commit, under imMu).
+	imGen atomic.Uint64
+	imAt  time.Time
 	// imFlushing: a round of writing them is under way, imRound rows of
 	// it still to write.
 	imFlushing bool
@@ -428,6 +431,16 @@ func (w *writer) commit(group []*op) {
 	}
 	x.close()
 	defer w.prepare(x.unprepared)
+	// Sums leaving im for the table: a reader merging the two
+	// (InstanceHistory, FleetNotClosed) must count them once. im is
+	// locked from before the commit until they have left it, and imGen
+	// moves before the commit: a reader that scanned im before and whose
+	// query may see the commit sees imGen moved (see imConsistent).
+	moving := len(imWritten) > 0
+	if moving {
+		w.imMu.Lock()
+		w.imGen.Add(1)
+	}
 	committed := false
 	if anyNil(errs) {
 		switch err := tx.Commit(); {
@@ -457,8 +470,10 @@ func (w *writer) commit(group []*op) {
 	}
 	if committed {
 		// After the commit: a key leaves im only once its row is in the
-		// table (see notClosedIM).
-		w.imMu.Lock()
+		// table.
+		if !moving {
+			w.imMu.Lock()
+		}
 		for _, k := range imWritten {
 			delete(w.im, k)
 		}
@@ -466,6 +481,10 @@ func (w *writer) commit(group []*op) {
 			addInto(w.im, d.k, d.r)
 		}
 		w.imMu.Unlock()
+	} else if moving {
+		w.imMu.Unlock()
+	}
+	if committed {
 		if w.imRound -= len(imWritten); flushIM || w.imRound <= 0 {
 			w.imFlushing = false
 		}
