@@ -4,3 +4,23 @@ package store
 // instance minutes from the writer's memory to the table (for tests of
 // the reads that merge the two).
 func InstanceMinuteRounds(s *Store) uint64 { return s.w.imGen.Load() }
+
+// OnInstanceMinutesCommitted has f called, on the writer's goroutine,
+// when a transaction that wrote sums of instance minutes has committed
+// and before they leave the writer's memory; f gets whether a reader
+// could take the lock on that memory then (it must not). Set it before
+// the store is used concurrently.
+func OnInstanceMinutesCommitted(s *Store, f func(readable bool)) {
+	s.w.testIMCommitted = func() {
+		readable := s.w.imMu.TryRLock()
+		if readable {
+			s.w.imMu.RUnlock()
+		}
+		f(readable)
+	}
+}
+
+// OnInstanceHistoryScanned has f called by InstanceHistory between its
+// read of the writer's sums and its read of the table. Set it before the
+// store is used concurrently.
+func OnInstanceHistoryScanned(s *Store, f func()) { s.testIMScanned = f }

@@ -210,6 +210,9 @@ func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQue
 	}
 	for range imTries {
 		gen, mem := s.w.depIM(dep, lo, hi)
+		if s.testIMScanned != nil {
+			s.testIMScanned()
+		}
 		out, err := s.instanceHistory(ctx, dep, lo, hi, mem)
 		if err != nil {
 			return nil, err

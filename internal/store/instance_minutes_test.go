@@ -211,7 +211,8 @@ func TestInstanceHistoryOutlivesABreakerNoLongerDeclared(t *testing.T) {
 // too many), never one in neither (too few). It fails when the reads do
 // not merge the writer's sums, or count a written one again; the moment
 // between a round's commit and the sums leaving memory is short, and
-// these runs need not hit it (imMu and imGen are what guard it).
+// these runs need not hit it: TestAnInstanceHistoryReadAcrossARoundRetries
+// puts a round there.
 func TestInstanceHistoryCountsEverySumOnceWhileTheWriterWritesThem(t *testing.T) {
 	ctx := context.Background()
 	clk := clockAt(t0)
@@ -264,5 +265,54 @@ func TestInstanceHistoryCountsEverySumOnceWhileTheWriterWritesThem(t *testing.T)
 		}
 		reads++
 		moved = moved || store.InstanceMinuteRounds(s) > 0
+	}
+}
+
+// TestAnInstanceHistoryReadAcrossARoundRetries: a round of the writer
+// moves a sum from its memory to the table between the history's read of
+// the memory and its read of the table; the read sees the round and reads
+// again, counting the sum once. And during the moment between that
+// round's commit and the sum leaving memory, no reader can read the
+// memory (it holds the sum and the table does too).
+func TestAnInstanceHistoryReadAcrossARoundRetries(t *testing.T) {
+	ctx := context.Background()
+	clk := clockAt(t0)
+	s, _ := openStore(t, store.Options{Clock: clk})
+	m0 := t0.Truncate(time.Minute)
+	readableAtCommit := make(chan bool, 16)
+	store.OnInstanceMinutesCommitted(s, func(readable bool) { readableAtCommit <- readable })
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", m0, protocol.StateClosed, 4, 1)}})
+	scans := 0
+	store.OnInstanceHistoryScanned(s, func() {
+		scans++
+		if scans > 1 {
+			return
+		}
+		// Between the two reads: a round writes minute 0's sum (due
+		// once its minute and grace have passed).
+		clk.Advance(2 * time.Minute)
+		mustSave(t, s, "pay", "pay-2", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("other", m0.Add(2*time.Minute), protocol.StateClosed, 1, 0)}})
+	})
+	hist, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.InstanceMinuteRounds(s) == 0 {
+		t.Fatal("no round wrote the sum between the reads")
+	}
+	want := []cbdash.InstanceMinute{{Instance: "pay-1", Start: m0.UTC(), Calls: 5, Failures: 1, State: protocol.StateClosed}}
+	if !reflect.DeepEqual(hist, want) {
+		t.Fatalf("InstanceHistory across a round =\n%+v\nwant\n%+v", hist, want)
+	}
+	if scans != 2 {
+		t.Fatalf("%d reads of the writer's sums, want 2 (one again after the round)", scans)
+	}
+	select {
+	case readable := <-readableAtCommit:
+		if readable {
+			t.Fatal("between the round's commit and its sums leaving memory, a reader could read that memory")
+		}
+	default:
+		t.Fatal("the round's commit was not seen")
 	}
 }

@@ -192,6 +192,10 @@ type Store struct {
 	healthMu  sync.Mutex // Writable's cache
 	healthAt  time.Time
 	healthErr error
+
+	// testIMScanned, set by tests only, is called by InstanceHistory
+	// between its read of the writer's sums and its read of the table.
+	testIMScanned func()
 }
 
 // sqliteDSN builds a modernc DSN whose PRAGMAs apply to every connection

@@ -79,7 +79,10 @@ type writer struct {
 	// imGen counts the transactions that wrote sums of im to the table
 	// (moved before their commit, under imMu).
 	imGen atomic.Uint64
-	imAt  time.Time
+	// testIMCommitted, set by tests only, is called when a transaction
+	// that wrote sums of im has committed and before they leave im.
+	testIMCommitted func()
+	imAt            time.Time
 	// imFlushing: a round of writing them is under way, imRound rows of
 	// it still to write.
 	imFlushing bool
@@ -473,6 +476,8 @@ func (w *writer) commit(group []*op) {
 		// table.
 		if !moving {
 			w.imMu.Lock()
+		} else if w.testIMCommitted != nil {
+			w.testIMCommitted()
 		}
 		for _, k := range imWritten {
 			delete(w.im, k)
