@@ -41,7 +41,7 @@ const imGrace = 10 * time.Second
 func imDue(k imKey, now int64) bool { return k.minute+60_000+imGrace.Milliseconds() <= now }
 
 // imDueCount counts the sums of m due at now.
-func imDueCount(m map[imKey]*imRow, now int64) int {
+func imDueCount(m map[imKey]imRow, now int64) int {
 	n := 0
 	for k := range m {
 		if imDue(k, now) {
@@ -74,13 +74,14 @@ type imDelta struct {
 	r imRow
 }
 
-// addInto adds d to m[k].
-func addInto(m map[imKey]*imRow, k imKey, d imRow) {
-	if cur := m[k]; cur != nil {
+// addInto adds d to m[k]. The sums are held by value: a map of tens of
+// thousands of them has no pointer for the garbage collector to follow.
+func addInto(m map[imKey]imRow, k imKey, d imRow) {
+	if cur, ok := m[k]; ok {
 		cur.add(d)
-		return
+		d = cur
 	}
-	m[k] = &d
+	m[k] = d
 }
 
 // addInstanceMinute stages window w of instance inst, dependency dep, for
@@ -105,7 +106,7 @@ const imFlushRows = 4000
 func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 	var written []imKey
 	args := make([]any, 0, 8*min(len(x.w.im)+len(x.im), imFlushRows))
-	put := func(k imKey, r *imRow) {
+	put := func(k imKey, r imRow) {
 		args = append(args, k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
 	}
 	for k, r := range x.w.im {
@@ -119,7 +120,7 @@ func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 		written = append(written, k)
 	}
 	if all {
-		mine := make(map[imKey]*imRow, len(x.im))
+		mine := make(map[imKey]imRow, len(x.im))
 		for _, d := range x.im {
 			addInto(mine, d.k, d.r)
 		}
@@ -249,7 +250,7 @@ func (w *writer) depIM(dep, lo, hi int64) (uint64, map[instMinute]imRow) {
 	defer w.imMu.RUnlock()
 	for k, r := range w.im {
 		if k.dep == dep && k.minute >= lo && k.minute < hi {
-			out[instMinute{k.inst, k.minute}] = *r
+			out[instMinute{k.inst, k.minute}] = r
 		}
 	}
 	return w.imGen.Load(), out

@@ -75,7 +75,7 @@ type writer struct {
 	// of the table merging what is not written yet take to read it, see
 	// notClosedIM; the writer reads it without).
 	imMu sync.RWMutex
-	im   map[imKey]*imRow
+	im   map[imKey]imRow
 	// imGen counts the transactions that wrote sums of im to the table
 	// (moved before their commit, under imMu).
 	imGen atomic.Uint64
@@ -205,7 +205,7 @@ func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
 		queue:    make(chan *op, opts.QueueSize),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
-		im:       make(map[imKey]*imRow),
+		im:       make(map[imKey]imRow),
 		prepared: make(map[string]*sql.Stmt),
 		clock:    opts.Clock,
 	}
