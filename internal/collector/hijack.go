@@ -51,7 +51,7 @@ func (w *agentSocket) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	w.conn = conn
 	bw := bufio.NewWriterSize(conn, agentWriteBuffer)
 	sc, ok := conn.(syscall.Conn)
-	if !ok {
+	if !ok || !canShareReads {
 		return conn, bufio.NewReadWriter(brw.Reader, bw), nil
 	}
 	rc, err := sc.SyscallConn()
@@ -168,39 +168,4 @@ func (s *sharedReads) fill(p []byte) (int, error) {
 		s.r, s.w = 0, n
 	}
 	return n, nil
-}
-
-// read is RawConn.Read's function: one non-blocking read; false (wait for
-// the socket to be readable, then call again) when there is nothing yet.
-func (s *sharedReads) read(fd uintptr) bool {
-	dst := s.into
-	var b *[]byte
-	if dst == nil {
-		b = readBuffers.Get().(*[]byte)
-		dst = *b
-	}
-	for {
-		n, err := syscall.Read(int(fd), dst)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err == syscall.EAGAIN {
-			if b != nil {
-				readBuffers.Put(b)
-			}
-			return false
-		}
-		if n < 0 {
-			n = 0
-		}
-		s.n, s.err = n, err
-		if b != nil {
-			if n > 0 {
-				s.buf = b
-			} else {
-				readBuffers.Put(b)
-			}
-		}
-		return true
-	}
 }

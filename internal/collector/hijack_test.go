@@ -135,7 +135,7 @@ func TestAnAgentsSocketReadsEveryMessageWholeAndHoldsNoBufferBetween(t *testing.
 		start  func(http.Handler) *httptest.Server
 		shared bool
 	}{
-		{"tcp", httptest.NewServer, true},
+		{"tcp", httptest.NewServer, canShareReads},
 		{"tls", httptest.NewTLSServer, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,8 +218,8 @@ func TestBytesAnAgentSendsBehindItsUpgradeRequestAreNotLost(t *testing.T) {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if !<-reads {
-		t.Fatal("the connection does not read through sharedReads")
+	if got := <-reads; got != canShareReads {
+		t.Fatalf("the connection reads through sharedReads: %v, want %v", got, canShareReads)
 	}
 	for i, m := range [][]byte{first, second} {
 		got := serverFrame(t, br)
