@@ -156,22 +156,15 @@ func (s *Store) flushInstanceMinutes(ctx context.Context) error {
 	return s.w.do(ctx, &op{flushIM: true, run: func(*wtx) error { return nil }})
 }
 
-// expireInstanceMinutes deletes per-instance minutes older than keep,
-// and the writer's sums of them not written yet (which would be written
-// later, and are read with the table's rows).
+// expireInstanceMinutes deletes per-instance minutes older than keep; the
+// writer's sums of them not written yet (which would be written later,
+// and are read with the table's rows) go once the transaction commits.
 func (x *wtx) expireInstanceMinutes(now int64, keep time.Duration) error {
 	cut := now - keep.Milliseconds()
 	if _, err := x.exec(`DELETE FROM instance_minutes WHERE minute < ?`, cut); err != nil {
 		return fmt.Errorf("store: expire instance minutes: %w", err)
 	}
-	w := x.w
-	w.imMu.Lock()
-	defer w.imMu.Unlock()
-	for k := range w.im {
-		if k.minute < cut {
-			delete(w.im, k)
-		}
-	}
+	x.imCut = max(x.imCut, cut)
 	return nil
 }
 
@@ -211,6 +204,9 @@ func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQue
 	}
 	for range imTries {
 		gen, mem := s.w.depIM(dep, lo, hi)
+		if gen%2 == 1 {
+			continue // sums are moving to the table
+		}
 		if s.testIMScanned != nil {
 			s.testIMScanned()
 		}
@@ -240,11 +236,12 @@ const imTries = 4
 type instMinute struct{ inst, minute int64 }
 
 // depIM returns the writer's sums not written yet of dependency dep and
-// a minute in [lo, hi) (Unix ms), copied, with imGen as it was then: a
-// read of the table after it that sees imGen unchanged once done saw none
-// of these sums written (the writer moves imGen under imMu before
-// committing any).
+// a minute in [lo, hi) (Unix ms), copied, with imGen as it was before: a
+// read of the table after it that sees imGen even and unchanged once
+// done saw none of these sums written (imGen is odd from before a commit
+// that writes sums until they have left memory).
 func (w *writer) depIM(dep, lo, hi int64) (uint64, map[instMinute]imRow) {
+	gen := w.imGen.Load()
 	out := map[instMinute]imRow{}
 	w.imMu.RLock()
 	defer w.imMu.RUnlock()
@@ -253,7 +250,7 @@ func (w *writer) depIM(dep, lo, hi int64) (uint64, map[instMinute]imRow) {
 			out[instMinute{k.inst, k.minute}] = r
 		}
 	}
-	return w.imGen.Load(), out
+	return gen, out
 }
 
 // instanceHistory reads dependency dep's rows of a minute in [lo, hi) and

@@ -279,8 +279,8 @@ func TestAnInstanceHistoryReadAcrossARoundRetries(t *testing.T) {
 	clk := clockAt(t0)
 	s, _ := openStore(t, store.Options{Clock: clk})
 	m0 := t0.Truncate(time.Minute)
-	readableAtCommit := make(chan bool, 16)
-	store.OnInstanceMinutesCommitted(s, func(readable bool) { readableAtCommit <- readable })
+	settledAtCommit := make(chan bool, 16)
+	store.OnInstanceMinutesCommitted(s, func(settled bool) { settledAtCommit <- settled })
 	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", m0, protocol.StateClosed, 4, 1)}})
 	scans := 0
 	store.OnInstanceHistoryScanned(s, func() {
@@ -308,9 +308,9 @@ func TestAnInstanceHistoryReadAcrossARoundRetries(t *testing.T) {
 		t.Fatalf("%d reads of the writer's sums, want 2 (one again after the round)", scans)
 	}
 	select {
-	case readable := <-readableAtCommit:
-		if readable {
-			t.Fatal("between the round's commit and its sums leaving memory, a reader could read that memory")
+	case settled := <-settledAtCommit:
+		if settled {
+			t.Fatal("between the round's commit and its sums leaving memory, a reader would take the sums for settled")
 		}
 	default:
 		t.Fatal("the round's commit was not seen")

@@ -76,8 +76,8 @@ type writer struct {
 	// notClosedIM; the writer reads it without).
 	imMu sync.RWMutex
 	im   map[imKey]imRow
-	// imGen counts the transactions that wrote sums of im to the table
-	// (moved before their commit, under imMu).
+	// imGen is odd while a transaction that writes sums of im to the
+	// table is committing and until they have left im, even otherwise.
 	imGen atomic.Uint64
 	// testIMCommitted, set by tests only, is called when a transaction
 	// that wrote sums of im has committed and before they leave im.
@@ -401,7 +401,10 @@ func (w *writer) commit(group []*op) {
 		if o.skip != nil && o.skip() {
 			errs[i] = ErrSkipped
 		} else {
-			errs[i] = x.savepoint(o.run)
+			cut := x.imCut
+			if errs[i] = x.savepoint(o.run); errs[i] != nil {
+				x.imCut = cut // its savepoint is rolled back: its DELETE too
+			}
 		}
 		if errs[i] != nil && o.after != nil {
 			// Not written, whatever the transaction does: said now, so
@@ -435,13 +438,12 @@ func (w *writer) commit(group []*op) {
 	x.close()
 	defer w.prepare(x.unprepared)
 	// Sums leaving im for the table: a reader merging the two
-	// (InstanceHistory, FleetNotClosed) must count them once. im is
-	// locked from before the commit until they have left it, and imGen
-	// moves before the commit: a reader that scanned im before and whose
-	// query may see the commit sees imGen moved (see imConsistent).
+	// (InstanceHistory) must count them once. imGen is odd from before
+	// the commit until they have left im (a seqlock): a read that saw it
+	// even and the same before and after it read both saw none of this
+	// move. Readers never wait for the commit.
 	moving := len(imWritten) > 0
 	if moving {
-		w.imMu.Lock()
 		w.imGen.Add(1)
 	}
 	committed := false
@@ -472,30 +474,42 @@ func (w *writer) commit(group []*op) {
 		}
 	}
 	if committed {
-		// After the commit: a key leaves im only once its row is in the
-		// table.
-		if !moving {
-			w.imMu.Lock()
-		} else if w.testIMCommitted != nil {
+		if moving && w.testIMCommitted != nil {
 			w.testIMCommitted()
 		}
+		// After the commit: a key leaves im only once its row is in the
+		// table (FleetNotClosed relies on it), and the minutes retention
+		// deleted from the table leave it too.
+		w.imMu.Lock()
 		for _, k := range imWritten {
 			delete(w.im, k)
 		}
 		for _, d := range x.im { // emptied when written
 			addInto(w.im, d.k, d.r)
 		}
+		if x.imCut != 0 {
+			for k := range w.im {
+				if k.minute < x.imCut {
+					delete(w.im, k)
+				}
+			}
+		}
 		w.imMu.Unlock()
-	} else if moving {
-		w.imMu.Unlock()
-	}
-	if committed {
 		if w.imRound -= len(imWritten); flushIM || w.imRound <= 0 {
 			w.imFlushing = false
+		}
+		if x.imCut != 0 && w.imFlushing {
+			// Sums of the round were dropped with their minutes.
+			if w.imRound = imDueCount(w.im, now.UnixMilli()); w.imRound <= 0 {
+				w.imFlushing = false
+			}
 		}
 		if flushIM {
 			w.imAt = now
 		}
+	}
+	if moving {
+		w.imGen.Add(1)
 	}
 	if cap(x.im) <= maxIMBuf {
 		w.imBuf = x.im[:0]
@@ -665,8 +679,11 @@ func idleFor(n int) time.Duration {
 
 // wtx is the writer's view of one group transaction.
 type wtx struct {
-	ctx   context.Context
-	w     *writer
+	ctx context.Context
+	w   *writer
+	// imCut: instance minutes before it (Unix ms) were deleted from the
+	// table; once committed, the writer's sums of them go too.
+	imCut int64
 	tx    *sql.Tx
 	stmts map[string]*sql.Stmt
 	// dirty is set when a savepoint was rolled back: the caches may then
