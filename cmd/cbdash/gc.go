@@ -1,6 +1,10 @@
 package main
 
-import "runtime/debug"
+import (
+	"math"
+	"runtime/debug"
+	"runtime/metrics"
+)
 
 // serveGOGC is the garbage collector's target percentage `cbdash serve`
 // runs with when GOGC is not in its environment: the runtime collects
@@ -20,14 +24,22 @@ import "runtime/debug"
 // included) is the operator's and is left alone.
 const serveGOGC = 50
 
-// tuneGC sets serveGOGC unless getenv("GOGC") (os.Getenv) is set, and returns the
-// percentage in effect (-1: off) and whether it came from the
+// tuneGC sets serveGOGC unless GOGC is in the environment (lookup is
+// os.LookupEnv; an empty GOGC counts, the runtime reads it as 100), and
+// returns the percentage in effect (-1: off) and whether it came from the
 // environment.
-func tuneGC(getenv func(string) string) (percent int, fromEnv bool) {
-	if getenv("GOGC") != "" {
-		p := debug.SetGCPercent(-1) // read the runtime's, then put it back
-		debug.SetGCPercent(p)
-		return p, true
+func tuneGC(lookup func(string) (string, bool)) (percent int, fromEnv bool) {
+	if _, ok := lookup("GOGC"); ok {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		if s[0].Value.Kind() != metrics.KindUint64 {
+			return 0, true
+		}
+		v := s[0].Value.Uint64()
+		if v > math.MaxInt32 { // off
+			return -1, true
+		}
+		return int(v), true
 	}
 	debug.SetGCPercent(serveGOGC)
 	return serveGOGC, false

@@ -27,7 +27,7 @@ closed.`,
 				return err
 			}
 			log := o.logger(cmd.ErrOrStderr())
-			gogc, fromEnv := tuneGC(os.Getenv)
+			gogc, fromEnv := tuneGC(os.LookupEnv)
 			prof, err := startPprof(o.Pprof, log)
 			if err != nil {
 				return err
