@@ -316,3 +316,37 @@ func TestAnInstanceHistoryReadAcrossARoundRetries(t *testing.T) {
 		t.Fatal("the round's commit was not seen")
 	}
 }
+
+// TestAFailedCompactKeepsTheSumsNotWrittenYet: retention that fails after
+// deleting expired instance minutes is rolled back, table and writer's
+// memory alike: the history still counts every batch (SQLite: a trigger
+// makes the delete that follows fail).
+func TestAFailedCompactKeepsTheSumsNotWrittenYet(t *testing.T) {
+	ctx := context.Background()
+	clk := clockAt(t0)
+	s, path := openStore(t, store.Options{Clock: clk, Retention: store.Retention{InstanceMinutes: time.Hour}})
+	if store.IsPostgres(path) {
+		t.Skip("the failure is made with a SQLite trigger")
+	}
+	m0 := t0.Truncate(time.Minute)
+	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", m0, protocol.StateClosed, 7, 1)}})
+	if _, err := rawDB(t, path).Exec(`CREATE TRIGGER fail_runs BEFORE DELETE ON instance_runs BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	// A run of another process of pay-1, before the seconds' retention:
+	// Compact deletes it, and the trigger refuses.
+	if _, err := rawDB(t, path).Exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) SELECT id, -5, 0 FROM instances WHERE name = 'pay-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(ctx, m0.Add(2*time.Hour)); err == nil {
+		t.Fatal("Compact succeeded; the test's trigger should have made it fail")
+	}
+	hist, err := s.InstanceHistory(ctx, cbdash.InstanceHistoryQuery{Service: "pay", Breaker: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cbdash.InstanceMinute{{Instance: "pay-1", Start: m0.UTC(), Calls: 8, Failures: 1, State: protocol.StateClosed}}
+	if !reflect.DeepEqual(hist, want) {
+		t.Fatalf("after a failed Compact: %+v, want %+v", hist, want)
+	}
+}
