@@ -1,5 +1,7 @@
 package store
 
+import "context"
+
 // InstanceMinuteRounds is how many transactions have written sums of
 // instance minutes from the writer's memory to the table (for tests of
 // the reads that merge the two).
@@ -18,3 +20,8 @@ func OnInstanceMinutesCommitted(s *Store, f func(settled bool)) {
 // read of the writer's sums and its read of the table. Set it before the
 // store is used concurrently.
 func OnInstanceHistoryScanned(s *Store, f func()) { s.testIMScanned = f }
+
+// FlushInstanceMinutes has the writer write every sum of instance
+// minutes it holds to the table now (as it does over its rounds once
+// their minutes have ended).
+func FlushInstanceMinutes(s *Store) error { return s.flushInstanceMinutes(context.Background()) }
