@@ -22,8 +22,8 @@ import (
 // clock, for the reports still on their way) and when the store closes;
 // the reads (InstanceHistory, FleetNotClosed, which the dependency page
 // and the overview make on every load) merge the sums not written yet
-// with the table's rows instead of having them written first. A row is so written about once, not every few seconds
-// while its minute lasts (at 1,000 instances x 20 breakers, 20,000 rows a
+// with the table's rows instead of having them written first. A row is
+// so written about once, not every few seconds while its minute lasts (at 1,000 instances x 20 breakers, 20,000 rows a
 // minute instead of 120,000); a report for a minute already written adds
 // to its row at the next round. A crash (kill -9) loses at most the
 // current minute and imGrace of per-instance history; the per-dependency

@@ -679,11 +679,8 @@ func idleFor(n int) time.Duration {
 
 // wtx is the writer's view of one group transaction.
 type wtx struct {
-	ctx context.Context
-	w   *writer
-	// imCut: instance minutes before it (Unix ms) were deleted from the
-	// table; once committed, the writer's sums of them go too.
-	imCut int64
+	ctx   context.Context
+	w     *writer
 	tx    *sql.Tx
 	stmts map[string]*sql.Stmt
 	// dirty is set when a savepoint was rolled back: the caches may then
@@ -709,6 +706,9 @@ type wtx struct {
 	inOp, spOpen bool
 	// unprepared are the queries this transaction had to prepare itself.
 	unprepared []string
+	// imCut: instance minutes before it (Unix ms) were deleted from the
+	// table; once committed, the writer's sums of them go too.
+	imCut int64
 }
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
