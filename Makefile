@@ -1,11 +1,17 @@
 # cbdash: `make demo` runs a live simulated fleet; `make test` runs every test.
 GO ?= go
+# Every build and test runs on Go 1.27.3: go1.26.8's standard library has
+# known vulnerabilities (net/http, crypto/tls). The go command fetches this
+# toolchain from the module proxy the first time (about 76 MB) and keeps it
+# in the module cache; `make GOTOOLCHAIN=...` overrides it.
+export GOTOOLCHAIN := go1.27.3
+MIN_GO := go1.27.3
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
 DEMO_DB ?= ./cbdash-demo.db
 
-.PHONY: demo serve test test-sdk test-adapters test-server test-store bench generate lint build check-generated check-tidy check
+.PHONY: demo serve test test-sdk test-adapters test-server test-store bench generate lint build check-generated check-tidy check-toolchain check
 
 # demo and serve run the built binary rather than `go run`, which exits 1
 # when Ctrl-C stops its child (make then printed "Error 1" after a clean stop).
@@ -67,8 +73,16 @@ check-tidy:
 	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || \
 		{ echo "go mod tidy would change module '$$m': run it there and commit"; exit 1; }; done
 
+# Fails unless bin/cbdash was built by $(MIN_GO) or a later Go (read back
+# from the binary with `go version -m`, not from the go command).
+check-toolchain: build
+	@built=$$($(GO) version -m bin/cbdash | head -1 | awk '{print $$2}'); \
+	echo "bin/cbdash built by $$built"; \
+	lowest=$$(printf '%s\n%s\n' "$(MIN_GO)" "$$built" | sed 's/^go//' | sort -V | head -1); \
+	test "$$lowest" = "$$(echo $(MIN_GO) | sed 's/^go//')" || { echo "bin/cbdash was built by $$built, older than $(MIN_GO)"; exit 1; }
+
 # Everything CI checks besides the tests.
-check: lint check-generated check-tidy
+check: lint check-generated check-tidy check-toolchain
 
 lint:
 	@test -z "$$(gofmt -l . | grep -v '_templ.go$$')" || { echo "gofmt would change:"; gofmt -l . | grep -v '_templ.go$$'; exit 1; }

@@ -2,6 +2,8 @@ module github.com/cbdash/cbdash/sdk/adapter/gobreaker
 
 go 1.26
 
+toolchain go1.27.3
+
 require (
 	github.com/cbdash/cbdash/sdk v0.0.0
 	github.com/sony/gobreaker/v2 v2.4.0
