@@ -162,16 +162,30 @@ func run(t *testing.T, ctx context.Context, d time.Duration, what string, steps 
 	}
 }
 
-// get runs one action that returns a value, with a deadline.
+// get runs one action that returns a value, with a deadline. A live update
+// may replace the node between the query and the read (Chromium then
+// answers "No node with given id found"): the action is run again, on the
+// node that replaced it, until the deadline.
 func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
+	for {
+		v, err := chromedp.Run(ctx, a)
+		if err == nil {
+			return v
+		}
+		if !nodeReplaced(err) || ctx.Err() != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
 	}
-	return v
+}
+
+// nodeReplaced reports whether err is Chromium's answer for a node that
+// left the document between being found and being read.
+func nodeReplaced(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "No node with given id found") || strings.Contains(m, "Could not find node with given id")
 }
 
 // until polls a JavaScript predicate.
