@@ -87,7 +87,7 @@ func startStack(t *testing.T, instances int) *stack {
 const evilName = `<script>alert(1)</script><img src=x onerror=alert(2)>'; DROP TABLE x;--`
 
 // payments is a JavaScript expression for the payments tile.
-const payments = `[...document.querySelectorAll("article.tile")].find(t => t.querySelector(".brk").textContent === "payments")`
+const payments = `[...document.querySelectorAll("article.tile")].find(t => t.querySelector(".brk")?.textContent === "payments")`
 
 // browser starts headless Debian chromium with a fresh profile. Without
 // chromium the test is skipped, unless CI is set: then it fails.

@@ -48,7 +48,7 @@ func TestBrowserFleetWideHoldFromTheDependencyPageReachesTheTileAndTheDrillRepor
 	catalog := addAgent(t, s, "catalog", "catalog-1")
 	login(t, ctx, s.url, "otto", s.password)
 	run(t, ctx, stepTimeout, "both services report payments",
-		until(`[...document.querySelectorAll("article.tile")].filter(t => t.querySelector(".brk").textContent === "payments").length === 2`))
+		until(`[...document.querySelectorAll("article.tile")].filter(t => t.querySelector(".brk")?.textContent === "payments").length === 2`))
 
 	const form = `form[data-testid=hold-form] `
 	run(t, ctx, stepTimeout, "review a fleet-wide hold from the dependency page",
@@ -94,7 +94,7 @@ func TestBrowserFleetWideHoldFromTheDependencyPageReachesTheTileAndTheDrillRepor
 	}
 	run(t, ctx, stepTimeout, "the overview tiles say held open, and link to the report",
 		chromedp.Navigate(s.url+"/"),
-		until(`[...document.querySelectorAll("article.tile")].filter(t => t.querySelector(".brk").textContent === "payments" && t.querySelector("[data-testid=held-report]")).length === 2`),
+		until(`[...document.querySelectorAll("article.tile")].filter(t => t.querySelector(".brk")?.textContent === "payments" && t.querySelector("[data-testid=held-report]")).length === 2`),
 	)
 	held := get(t, ctx, "read a tile", chromedp.Evaluate[string](payments+`.querySelector("[data-testid=held]").textContent`))
 	if !strings.Contains(held, "held open") || !strings.Contains(held, "otto") {
