@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -253,10 +254,35 @@ func setupDemo(ctx context.Context, st *store.Store, tokens string) (demoSetup, 
 	}
 	saved.Agent, saved.API = d.agentToken, d.apiToken
 	data, _ := json.Marshal(saved)
-	if err := os.WriteFile(tokens, data, 0o600); err != nil {
+	if err := writeSecret(tokens, data); err != nil {
 		return d, fmt.Errorf("demo: keep the tokens for the next start: %w", err)
 	}
 	return d, nil
+}
+
+// writeSecret replaces the file path with data, readable by its owner
+// only (mode 0600) whatever the mode of a file that was there before
+// (os.WriteFile keeps an existing file's mode) and the umask: data goes to
+// a new file in the same folder (os.CreateTemp makes it 0600), which is
+// then renamed over path, so no reader ever sees a part of it.
+func writeSecret(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a failure; after the rename there is none
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // loopbackAddr reports whether addr (host:port) listens on loopback only.

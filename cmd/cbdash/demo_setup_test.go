@@ -45,6 +45,58 @@ func TestDemoReusesItsTokensAcrossStarts(t *testing.T) {
 	}
 }
 
+// The demo's tokens file holds an agent token and an operator's API
+// token: mode 0600 even over a file that was readable by others (an older
+// cbdash wrote it with the umask's mode), and git ignores it wherever the
+// demo puts it (issue 27, item 11).
+func TestDemoTokensFileIsPrivateAndIgnored(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, clocktest.Virtual())
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cbdash-demo.db.tokens")
+	if err := os.WriteFile(file, []byte(`{"agent":"at-old","api":"ut-old"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	if _, err := setupDemo(ctx, st, file); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(file); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("tokens file written over a 0644 one has mode %v, want 0600", fi.Mode().Perm())
+	}
+	if data, _ := os.ReadFile(file); strings.Contains(string(data), "old") {
+		t.Errorf("the tokens file still holds the tokens the store refused: %s", data)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) != 0 {
+		t.Errorf("temporary files left beside the tokens file: %v", left)
+	}
+
+	ignore, err := os.ReadFile(filepath.Join("..", "..", ".gitignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []string{"./cbdash-demo.db", "cbdash-demo.db", "/var/tmp/d.db", "postgres://cbdash:pw@127.0.0.1:5432/cbdash", "postgres://127.0.0.1/"} {
+		name := filepath.Base(demoTokensFile(db))
+		ignored := false
+		for _, line := range strings.Split(string(ignore), "\n") {
+			pat := strings.TrimSpace(line)
+			if pat == "" || strings.HasPrefix(pat, "#") || strings.Contains(strings.Trim(pat, "/"), "/") {
+				continue
+			}
+			if ok, _ := filepath.Match(strings.Trim(pat, "/"), name); ok {
+				ignored = true
+			}
+		}
+		if !ignored {
+			t.Errorf(".gitignore does not name %s, the demo's tokens file for --db %s", name, db)
+		}
+	}
+}
+
 func TestDemoStaysOnLoopbackUnlessPublic(t *testing.T) {
 	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "localhost:0": true, "[::1]:9": true, "0.0.0.0:8080": false, ":8080": false, "10.1.2.3:80": false} {
 		if got := loopbackAddr(addr); got != want {

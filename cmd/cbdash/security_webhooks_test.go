@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -233,7 +234,7 @@ func TestSecurityWebhooks(t *testing.T) {
 			if rules.status != http.StatusOK || strings.Contains(rules.body, "SECRET") || strings.Contains(rules.body, "B000") {
 				t.Errorf("%s's rule list shows a webhook URL: %d %s", user, rules.status, rules.body)
 			}
-			if !strings.Contains(rules.body, `"https://hooks.slack.com/services/T…/…"`) {
+			if !strings.Contains(rules.body, `"https://hooks.slack.com/…"`) {
 				t.Errorf("%s's rule list lacks the masked Slack URL: %s", user, rules.body)
 			}
 			if one := ls.call(http.MethodGet, "/api/v1/alerts/rules/4", user, nil); strings.Contains(one.body, "SECRET") {
@@ -251,13 +252,28 @@ func TestSecurityWebhooks(t *testing.T) {
 		}
 	})
 	t.Run("an operator editing a rule with its masked URL keeps the secret", func(t *testing.T) {
-		masked := ruleIn{"slack, renamed", "billing", "", cbdash.AlertOpen, "https://hooks.slack.com/services/T…/…"}
-		if a := ls.call(http.MethodPut, "/api/v1/alerts/rules/4", "otto", masked); a.status != http.StatusOK {
-			t.Fatalf("PUT = %d %s", a.status, a.body)
+		// As it is shown now, and as it was shown before issue 27 (a
+		// client may have kept that).
+		for i, shown := range []string{"https://hooks.slack.com/…", "https://hooks.slack.com/services/T…/…"} {
+			masked := ruleIn{fmt.Sprintf("slack, renamed %d", i), "billing", "", cbdash.AlertOpen, shown}
+			if a := ls.call(http.MethodPut, "/api/v1/alerts/rules/4", "otto", masked); a.status != http.StatusOK {
+				t.Fatalf("PUT with %q = %d %s", shown, a.status, a.body)
+			}
+			r, err := ls.srv.store.AlertRule(t.Context(), 4)
+			if err != nil || r.WebhookURL != slackURL || r.Name != masked.Name {
+				t.Errorf("after the PUT with %q the rule is %+v, %v", shown, r, err)
+			}
 		}
-		r, err := ls.srv.store.AlertRule(t.Context(), 4)
-		if err != nil || r.WebhookURL != slackURL || r.Name != "slack, renamed" {
-			t.Errorf("after the PUT the rule is %+v, %v", r, err)
+		// Another rule's masked URL is refused, not saved as the webhook.
+		other := ruleIn{"slack", "billing", "", cbdash.AlertOpen, "https://hooks.example/…"}
+		if a := ls.call(http.MethodPut, "/api/v1/alerts/rules/4", "otto", other); a.status != http.StatusBadRequest || !strings.Contains(a.body, "masked") {
+			t.Errorf("PUT with another masked URL = %d %s, want 400 saying it is masked", a.status, a.body)
+		}
+		if a := ls.call(http.MethodPost, "/api/v1/alerts/rules", "otto", other); a.status != http.StatusBadRequest || !strings.Contains(a.body, "masked") {
+			t.Errorf("POST with a masked URL = %d %s, want 400 saying it is masked", a.status, a.body)
+		}
+		if r, _ := ls.srv.store.AlertRule(t.Context(), 4); r.WebhookURL != slackURL {
+			t.Errorf("after the refused PUT the webhook is %q", r.WebhookURL)
 		}
 	})
 	t.Run("webhook URLs are never in the server log", func(t *testing.T) {
@@ -301,4 +317,110 @@ func TestSecurityWebhooksToPrivateAddressesAreRefused(t *testing.T) {
 			t.Errorf("the private receiver was called: %v", got)
 		}
 	})
+}
+
+// page GETs path as a browser would (HTML) as user ("" = no credentials).
+func (ls *liveServer) page(path, user string) answer {
+	ls.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, ls.srv.URL()+path, nil)
+	req.Header.Set("Accept", "text/html")
+	if user != "" {
+		req.Header.Set("Authorization", "Bearer "+ls.tokens[user])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		ls.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return answer{res.StatusCode, string(b)}
+}
+
+// Any part of a webhook URL after the host may be its secret: whatever
+// the URL's shape, an anonymous visitor, a viewer and an operator see its
+// scheme and host only, in the rules (API and Alerts page), the delivery
+// log and the server's log; an admin sees it whole (issue 27, item 6).
+func TestSecurityWebhookURLsAreMaskedEverywhere(t *testing.T) {
+	refusing := newHook(t, false, "http://127.0.0.1:9/elsewhere") // every delivery fails at once (a redirect is not followed)
+	var failing atomic.Int64
+	retrying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		failing.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable) // retried after a backoff the virtual clock never reaches
+	}))
+	t.Cleanup(retrying.Close)
+	host := strings.TrimPrefix(refusing.URL, "http://")
+	hooks := [][2]string{ // rule name, webhook URL (in the order of their ids); every secret part says SECRET
+		{"one segment", refusing.URL + "/SECRET-ONE"},
+		{"three segments", refusing.URL + "/SECRET-SEG/SECRET-TWO/SECRET-THREE"},
+		{"query", refusing.URL + "/SECRET-PATH?token=SECRET-QUERY"},
+		{"query only", refusing.URL + "?SECRET-TOKEN"},
+		{"user info", "http://SECRET-USER:SECRET-PASS@" + host + "/x"},
+		{"fragment", refusing.URL + "/#SECRET-FRAG"},
+		{"trailing slash", refusing.URL + "/SECRET-SLASH/"},
+		{"one to retry", retrying.URL + "/SECRET-RETRY"},
+	}
+	urls := map[string]string{}
+	for _, h := range hooks {
+		urls[h[0]] = h[1]
+	}
+	ls := startServer(t, func(o *serveOptions) { o.AllowPrivateWebhooks, o.Anonymous = true, true }, nil)
+	for _, h := range hooks {
+		name, u := h[0], h[1]
+		if a := ls.call(http.MethodPost, "/api/v1/alerts/rules", "otto", ruleIn{name, "checkout", "payments", cbdash.AlertOpen, u}); a.status != http.StatusCreated {
+			t.Fatalf("create rule %s = %d %s", name, a.status, a.body)
+		} else if strings.Contains(a.body, "SECRET") {
+			t.Errorf("the operator's create answer shows the webhook URL: %s", a.body)
+		}
+	}
+	ls.trip()
+	eventually.True(t, "every failed delivery is in the log", func() bool {
+		var ds []cbdash.AlertDelivery
+		_ = json.Unmarshal([]byte(ls.call(http.MethodGet, "/api/v1/alerts/deliveries", "ada", nil).body), &ds)
+		return len(ds) == len(urls)-1 && strings.Contains(ls.logs.String(), "alert webhook failed, retrying")
+	})
+
+	for _, user := range []string{"", "vera", "otto"} {
+		who := map[string]string{"": "anonymous"}[user] + user
+		for _, path := range []string{"/api/v1/alerts/rules", "/api/v1/alerts/rules/1", "/api/v1/alerts/deliveries", "/api/v1/alerts/deliveries?rule=2"} {
+			a := ls.call(http.MethodGet, path, user, nil)
+			if a.status != http.StatusOK || strings.Contains(a.body, "SECRET") || !strings.Contains(a.body, `"`+refusing.URL+`/…"`) {
+				t.Errorf("%s: GET %s = %d %s, want 200 with the URLs as %s/…", who, path, a.status, a.body, refusing.URL)
+			}
+		}
+		p := ls.page("/alerts", user)
+		if p.status != http.StatusOK || strings.Contains(p.body, "SECRET") || !strings.Contains(p.body, refusing.URL+"/…") || !strings.Contains(p.body, "trailing slash") {
+			t.Errorf("%s: the Alerts page = %d, want the rules with their URLs masked:\n%s", who, p.status, p.body)
+		}
+	}
+	if p := ls.page("/alerts?edit=1", "otto"); strings.Contains(p.body, "SECRET") || !strings.Contains(p.body, "Edit rule 1") {
+		t.Errorf("the operator's rule editor:\n%s", p.body)
+	}
+
+	var rules []ruleIn
+	if err := json.Unmarshal([]byte(ls.call(http.MethodGet, "/api/v1/alerts/rules", "ada", nil).body), &rules); err != nil || len(rules) != len(urls) {
+		t.Fatalf("the admin's rules: %v, %+v", err, rules)
+	}
+	for _, r := range rules {
+		if r.WebhookURL != urls[r.Name] {
+			t.Errorf("the admin sees rule %q's webhook as %q, want %q", r.Name, r.WebhookURL, urls[r.Name])
+		}
+	}
+	var ds []cbdash.AlertDelivery
+	_ = json.Unmarshal([]byte(ls.call(http.MethodGet, "/api/v1/alerts/deliveries", "ada", nil).body), &ds)
+	for _, d := range ds {
+		if !strings.Contains(d.URL, "SECRET") {
+			t.Errorf("the admin's delivery log shows %q, want the whole URL", d.URL)
+		}
+	}
+	if p := ls.page("/alerts", "ada"); !strings.Contains(p.body, "SECRET-ONE") {
+		t.Error("the admin's Alerts page does not show the whole webhook URL")
+	}
+
+	logs := ls.logs.String()
+	if n := strings.Count(logs, "alert webhook gave up"); n != len(urls)-1 {
+		t.Errorf("%d give-ups logged, want %d:\n%s", n, len(urls)-1, logs)
+	}
+	if strings.Contains(logs, "SECRET") || !strings.Contains(logs, "url="+refusing.URL+"/…") || !strings.Contains(logs, "url="+retrying.URL+"/…") {
+		t.Errorf("the server log shows a webhook's secret, or not its scheme and host:\n%s", logs)
+	}
 }

@@ -104,6 +104,9 @@ func (s *Service) Rule(ctx context.Context, id int64) (cbdash.AlertRule, error) 
 // loopback, private or link-local range unless the delivery config allows
 // them (CheckDestination). Every way in (API, page, CLI) goes through here.
 func (s *Service) CreateRule(ctx context.Context, r cbdash.AlertRule) (cbdash.AlertRule, error) {
+	if err := checkNotMasked(r.WebhookURL); err != nil {
+		return r, err
+	}
 	if err := CheckDestination(ctx, r.WebhookURL, s.cfg.Delivery.AllowPrivate); err != nil {
 		return r, err
 	}
@@ -116,15 +119,19 @@ func (s *Service) CreateRule(ctx context.Context, r cbdash.AlertRule) (cbdash.Al
 
 // UpdateRule rewrites a rule (its creation time is kept) and evaluates it
 // from now on. Errors wrap cbdash.ErrInvalid (as CreateRule) or
-// cbdash.ErrNotFound. A webhook URL sent back as MaskURL showed it keeps
-// the stored one.
+// cbdash.ErrNotFound. A webhook URL sent back as MaskURL showed it (or
+// as it was shown before issue 27) keeps the stored one; any other URL
+// holding "…" is refused (ErrInvalid), so a masked URL never replaces a
+// webhook.
 func (s *Service) UpdateRule(ctx context.Context, r cbdash.AlertRule) error {
 	old, err := s.cfg.Store.AlertRule(ctx, r.ID)
 	if err != nil {
 		return err
 	}
-	if r.WebhookURL == MaskURL(old.WebhookURL) {
+	if isMasked(r.WebhookURL, old.WebhookURL) {
 		r.WebhookURL = old.WebhookURL
+	} else if err := checkNotMasked(r.WebhookURL); err != nil {
+		return err
 	} else if err := CheckDestination(ctx, r.WebhookURL, s.cfg.Delivery.AllowPrivate); err != nil {
 		return err
 	}

@@ -18,8 +18,8 @@ import (
 // Webhook URLs are secrets (a Slack webhook URL is all it takes to post
 // to the channel) and their destinations are chosen by whoever may edit
 // rules: the server calls them from inside the network. So a webhook URL
-// is shown whole to admins only (MaskURL for everyone else) and never
-// logged; a destination in a loopback, private, link-local, unspecified
+// is shown whole to admins only (ShowURL; MaskURL, scheme and host,
+// for everyone else) and logged masked only; a destination in a loopback, private, link-local, unspecified
 // or multicast range is refused unless DeliveryConfig.AllowPrivate (the
 // serve flag --allow-private-webhooks), checked on every address the
 // client dials, so DNS rebinding cannot get past it; and redirects are
@@ -33,13 +33,38 @@ var ErrPrivateDestination = errors.New("webhook destination is in a loopback, pr
 // dialling to the end of the answer's headers, by default.
 const attemptTimeout = 5 * time.Second
 
-// MaskURL returns raw with what makes it a secret hidden: the scheme, the
-// host and the first path segment stay, the second segment keeps its
-// first character, the rest (further segments, query, user info) become
-// "…". "https://hooks.slack.com/services/T000/B000/XXXX" is shown as
-// "https://hooks.slack.com/services/T…/…". A URL that does not parse is
-// "…".
+// MaskURL returns raw as anyone but an admin may see it: its scheme and
+// host (with the port) and nothing of what follows, since any part of it
+// (user info, path, query, fragment) may be the secret.
+// "https://hooks.slack.com/services/T000/B000/XXXX" and
+// "https://hooks.example/T0KEN" are shown as "https://hooks.slack.com/…"
+// and "https://hooks.example/…"; every URL with a host gets the "/…",
+// whether or not something follows it. A URL without a host, or that does
+// not parse, is "…". Every place a webhook URL leaves the server (the
+// API, the Alerts page, the delivery log, the server's log, error
+// messages) goes through MaskURL or ShowURL.
 func MaskURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "…"
+	}
+	return u.Scheme + "://" + u.Host + "/…"
+}
+
+// ShowURL is webhook URL raw as a caller sees it: whole when reveal (the
+// caller is an admin), else MaskURL(raw).
+func ShowURL(raw string, reveal bool) string {
+	if reveal {
+		return raw
+	}
+	return MaskURL(raw)
+}
+
+// legacyMaskURL is how MaskURL showed raw before issue 27 (item 6):
+// the first path segment kept, the second's first character, "…" for the
+// rest. A client that kept a URL shown that way and sends it back still
+// keeps the stored URL (UpdateRule).
+func legacyMaskURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return "…"
@@ -60,6 +85,25 @@ func MaskURL(raw string) string {
 		b.WriteString("?…")
 	}
 	return b.String()
+}
+
+// isMasked reports whether webhook URL raw was sent back as it was shown
+// to someone who is not an admin: raw is old masked (now or as it was
+// shown before issue 27).
+func isMasked(raw, old string) bool {
+	return raw == MaskURL(old) || raw == legacyMaskURL(old)
+}
+
+// checkNotMasked refuses a webhook URL holding "…", the mark of a masked
+// URL (a client that sends back another rule's masked URL, or one in
+// another form): saved, it would overwrite the webhook with a URL that
+// goes nowhere. A real URL has the character percent-encoded.
+func checkNotMasked(raw string) error {
+	if strings.Contains(raw, "…") {
+		return fmt.Errorf("webhook_url %s is masked (\"…\"): send the whole URL, or, to keep the stored one, the URL as it was shown: %w",
+			MaskURL(raw), cbdash.ErrInvalid)
+	}
+	return nil
 }
 
 // privateRanges are reserved ranges netip.Addr has no predicate for.

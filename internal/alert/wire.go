@@ -26,18 +26,15 @@ type RuleJSON struct {
 }
 
 // RuleOut is r on the wire with the subjects firing now; unless reveal
-// (the caller is an admin), its webhook URL is masked (MaskURL).
+// (the caller is an admin), its webhook URL is masked (ShowURL).
 func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 	j := RuleJSON{ID: r.ID, Name: r.Name, Service: r.Service, Breaker: r.Breaker, Kind: r.Kind, Margin: r.Margin,
-		WebhookURL: r.WebhookURL, Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing}
+		WebhookURL: ShowURL(r.WebhookURL, reveal), Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing}
 	if r.For > 0 {
 		j.For = r.For.String()
 	}
 	if r.Hold > 0 {
 		j.Hold = r.Hold.String()
-	}
-	if !reveal {
-		j.WebhookURL = MaskURL(j.WebhookURL)
 	}
 	return j
 }
@@ -68,13 +65,10 @@ func parseDuration(name, v string) (time.Duration, error) {
 }
 
 // DeliveriesOut is ds as a caller may see them: unless reveal (the caller
-// is an admin), webhook URLs masked (MaskURL). It changes ds in place.
+// is an admin), webhook URLs masked (ShowURL). It changes ds in place.
 func DeliveriesOut(ds []cbdash.AlertDelivery, reveal bool) []cbdash.AlertDelivery {
-	if reveal {
-		return ds
-	}
 	for i := range ds {
-		ds[i].URL = MaskURL(ds[i].URL)
+		ds[i].URL = ShowURL(ds[i].URL, reveal)
 	}
 	return ds
 }

@@ -31,7 +31,8 @@ func validateAlertRule(r cbdash.AlertRule) error {
 	}
 	u, err := url.Parse(r.WebhookURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bad("webhook_url %q is not an http(s) URL", r.WebhookURL)
+		// Not the URL itself: any part of it may be a secret (internal/alert.MaskURL).
+		return bad("webhook_url is not an http(s) URL with a host")
 	}
 	if r.Format != "" && r.Format != cbdash.FormatJSON && r.Format != cbdash.FormatSlack {
 		return bad("format %q is not json or slack", r.Format)

@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/alert"
 	"github.com/cbdash/cbdash/web/templates"
 )
 
@@ -144,19 +145,6 @@ func ruleID(v string) (int64, error) {
 	return id, nil
 }
 
-// maskWebhook shows only where a webhook goes (scheme and host): its path
-// and query are often the secret (Slack's incoming webhooks).
-func maskWebhook(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "(hidden)"
-	}
-	if u.Path == "" || u.Path == "/" {
-		return u.Scheme + "://" + u.Host + "/"
-	}
-	return u.Scheme + "://" + u.Host + "/…"
-}
-
 func ruleRow(r cbdash.AlertRule, firing int, admin bool) templates.AlertRuleRow {
 	id := strconv.FormatInt(r.ID, 10)
 	row := templates.AlertRuleRow{ID: id, Name: ruleName(r), Kind: r.Kind, Format: r.Format, Enabled: !r.Disabled, Firing: firing,
@@ -177,10 +165,7 @@ func ruleRow(r cbdash.AlertRule, firing int, admin bool) templates.AlertRuleRow 
 		params = append(params, "margin "+strconv.FormatFloat(m, 'f', -1, 64)+" points")
 	}
 	row.Params = strings.Join(append(params, "hold "+durationOr(r.Hold, 2*time.Minute)), ", ")
-	row.Webhook = r.WebhookURL
-	if !admin {
-		row.Webhook = maskWebhook(r.WebhookURL)
-	}
+	row.Webhook = alert.ShowURL(r.WebhookURL, admin)
 	return row
 }
 
@@ -266,13 +251,16 @@ func formRule(c echo.Context) (cbdash.AlertRule, error) {
 }
 
 // refuse shows the editor again with what was entered and why it was
-// refused (400).
-func (s *Server) refuse(c echo.Context, r cbdash.AlertRule, editing bool, cause error) error {
+// refused (400). hideWebhook leaves r's webhook URL out (the stored one,
+// kept by an empty field, which a caller who is not an admin may not see).
+func (s *Server) refuse(c echo.Context, r cbdash.AlertRule, editing, hideWebhook bool, cause error) error {
 	if !errors.Is(cause, cbdash.ErrInvalid) {
 		return cause
 	}
-	f := ruleForm(r, editing, false)
-	f.Webhook = r.WebhookURL
+	f := ruleForm(r, editing, hideWebhook)
+	if !hideWebhook {
+		f.Webhook = r.WebhookURL
+	}
 	v, err := s.alertsModel(c, &f)
 	if err != nil {
 		return err
@@ -291,7 +279,7 @@ func (s *Server) createAlertRule(c echo.Context) error {
 		r, err = a.CreateRule(c.Request().Context(), r)
 	}
 	if err != nil {
-		return s.refuse(c, r, false, err)
+		return s.refuse(c, r, false, false, err)
 	}
 	return redirect(c, "/alerts?notice="+url.QueryEscape(fmt.Sprintf("Rule %d (%s) created.", r.ID, ruleName(r))))
 }
@@ -311,14 +299,15 @@ func (s *Server) updateAlertRule(c echo.Context) error {
 	}
 	r, err := formRule(c)
 	r.ID = id
-	if r.WebhookURL == "" { // a hidden URL is kept
+	kept := r.WebhookURL == ""
+	if kept { // a hidden URL is kept
 		r.WebhookURL = old.WebhookURL
 	}
 	if err == nil {
 		err = a.UpdateRule(c.Request().Context(), r)
 	}
 	if err != nil {
-		return s.refuse(c, r, true, err)
+		return s.refuse(c, r, true, kept && !IsAdmin(c), err)
 	}
 	return redirect(c, "/alerts?notice="+url.QueryEscape(fmt.Sprintf("Rule %d (%s) saved.", id, ruleName(r))))
 }

@@ -305,3 +305,44 @@ func TestIncidentsAndAlertsDocExamplesWork(t *testing.T) {
 		t.Errorf("the doc's rule was not created: %+v", rules)
 	}
 }
+
+// An operator who is not an admin edits a rule, keeping its hidden
+// webhook URL (empty field), and the edit is refused: the editor shown
+// again must not fill the field with the stored URL (issue 27, item 6).
+func TestAlertsRefusedEditKeepsTheWebhookHidden(t *testing.T) {
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
+	rcv := newHook(t)
+	otto, ada := h.login("otto"), h.login("ada")
+	secret := rcv.URL + "/SECRET-ONE"
+	if res := ada.postForm("/alerts/rules", url.Values{"service": {"checkout"}, "kind": {"open"}, "webhook_url": {secret}}); res.status != http.StatusSeeOther {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	rules, err := h.st.AlertRules(context.Background())
+	if err != nil || len(rules) != 1 {
+		t.Fatalf("rules = %+v, %v", rules, err)
+	}
+	id := itoa64(rules[0].ID)
+	for _, bad := range []url.Values{
+		{"service": {"checkout"}, "kind": {"open"}, "hold": {"soon"}, "webhook_url": {""}},  // refused by the page
+		{"service": {"checkout"}, "kind": {"never"}, "hold": {"1s"}, "webhook_url": {""}},   // refused by the store
+		{"service": {"checkout"}, "kind": {"open"}, "margin": {"200"}, "webhook_url": {""}}, // refused by the store
+	} {
+		res := otto.postForm("/alerts/rules/"+id, bad)
+		if res.status != http.StatusBadRequest || !strings.Contains(res.body, "Not saved") {
+			t.Fatalf("a bad edit %v: %d, want 400 with the editor", bad, res.status)
+		}
+		if strings.Contains(res.body, "SECRET") || !strings.Contains(res.body, "hidden: leave empty to keep it") {
+			t.Errorf("the operator's refused edit %v shows the webhook URL, or not as hidden:\n%s", bad, res.body)
+		}
+		if res := ada.postForm("/alerts/rules/"+id, bad); !strings.Contains(res.body, secret) {
+			t.Errorf("the admin's refused edit %v does not show the webhook URL:\n%s", bad, res.body)
+		}
+	}
+	if r, _ := h.st.AlertRule(context.Background(), rules[0].ID); r.WebhookURL != secret {
+		t.Errorf("after the refused edits the webhook is %q", r.WebhookURL)
+	}
+	// Nor does a viewer's page.
+	if page := h.login("vera").get("/alerts").body; strings.Contains(page, "SECRET") || !strings.Contains(page, rcv.URL+"/…") {
+		t.Errorf("the viewer's Alerts page:\n%s", page)
+	}
+}

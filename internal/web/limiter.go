@@ -20,10 +20,14 @@ import (
 //
 // An attempt that presents a valid device cookie of the user (a client
 // that logged in as that user before, see device.go) takes from its
-// device's bucket instead of the user's: failures from elsewhere, which
-// empty the user's bucket, do not lock out a client that has proven
-// itself (OWASP's "device cookies"). Untrusted clients share the user's
-// bucket.
+// device's bucket only, neither the user's nor its address's: failures
+// from elsewhere, which empty the user's bucket or the bucket of an
+// address the client shares (an office NAT, a proxy not named in
+// --trusted-proxy), do not lock out a client that has proven itself
+// (OWASP's "device cookies"). The device's own bucket still limits the
+// wrong passwords given with that cookie, so a stolen device cookie
+// guesses no faster than LoginBurst, then one per backed-off interval.
+// Untrusted clients share the user's bucket and their address's.
 //
 // While a bucket is empty every attempt is refused. Each evaluated
 // failure that leaves a bucket empty doubles the time it takes to refill
@@ -105,8 +109,9 @@ func (k *bucket) wait(now time.Time) time.Duration {
 // loginTicket is an attempt the limiter let through; Succeeded gives its
 // tokens back, Failed backs off the buckets it emptied.
 type loginTicket struct {
-	l          *loginLimiter
-	user, addr *bucket // user is the device's bucket for a trusted device
+	l    *loginLimiter
+	user *bucket // the device's bucket for a trusted device
+	addr *bucket // nil for a trusted device: it took nothing from its address
 }
 
 // Failed records an evaluated failure: each of the attempt's buckets
@@ -115,7 +120,9 @@ func (t loginTicket) Failed(now time.Time) {
 	t.l.mu.Lock()
 	defer t.l.mu.Unlock()
 	t.user.backOff(now)
-	t.addr.backOff(now)
+	if t.addr != nil {
+		t.addr.backOff(now)
+	}
 }
 
 // Succeeded gives the attempt's tokens back: a successful login does not
@@ -124,7 +131,9 @@ func (t loginTicket) Succeeded(now time.Time) {
 	t.l.mu.Lock()
 	defer t.l.mu.Unlock()
 	t.user.refund(now)
-	t.addr.refund(now)
+	if t.addr != nil {
+		t.addr.refund(now)
+	}
 }
 
 // refund adds a token to k (up to its burst). rate.Limiter cannot add
@@ -141,22 +150,27 @@ func (k *bucket) refund(now time.Time) {
 	k.lim = lim
 }
 
-// reserve takes one token from the buckets of addr and of user (of
-// device instead, when device is not "": the key of a valid device
-// cookie of user), or refuses the attempt: refused names the limit
-// ("user", "device" or "address") and wait says when to try again. A
-// refusal changes no bucket.
+// reserve takes one token from the buckets of addr and of user, or,
+// when device is not "" (the key of a valid device cookie of user), from
+// the device's bucket alone: a trusted device is exempt from the address
+// limit. It refuses the attempt when a bucket it would take from is
+// empty: refused names the limit ("user", "device" or "address") and
+// wait says when to try again. A refusal changes no bucket.
 func (l *loginLimiter) reserve(user, device, addr string, now time.Time) (t loginTicket, refused string, wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	u, limit := l.user.get(strings.ToLower(user), now), "user"
 	if device != "" {
-		u, limit = l.device.get(device, now), "device"
+		d := l.device.get(device, now)
+		if d.lim.TokensAt(now) < 1 {
+			return t, "device", d.wait(now)
+		}
+		d.lim.AllowN(now, 1)
+		return loginTicket{l: l, user: d}, "", 0
 	}
-	a := l.addr.get(addr, now)
+	u, a := l.user.get(strings.ToLower(user), now), l.addr.get(addr, now)
 	switch {
 	case u.lim.TokensAt(now) < 1:
-		return t, limit, u.wait(now)
+		return t, "user", u.wait(now)
 	case a.lim.TokensAt(now) < 1:
 		return t, "address", a.wait(now)
 	}

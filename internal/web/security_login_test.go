@@ -269,3 +269,69 @@ func TestSecurityLoginRefusalsDoNotExtendTheLock(t *testing.T) {
 		t.Errorf("after one backed-off interval (100 refusals in it) = %d, want 303", s)
 	}
 }
+
+// Everyone behind one address (an office NAT, a proxy not named in
+// --trusted-proxy) shares its bucket; a client with a valid device cookie
+// of its user does not (issue 27, item 5).
+func TestSecurityLoginAddressLockSparesAProvenDevice(t *testing.T) {
+	clk := clocktest.Virtual() // does not move: no bucket refills during the test
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, web.Config{LoginBurst: 5, MaxHashing: 5, Clock: clk, Registerer: reg})
+
+	victim := h.login("otto").deviceCookieOf()
+	other := h.login("vera").deviceCookieOf()
+	if victim == "" || other == "" {
+		t.Fatal("a successful login set no cbdash_device cookie")
+	}
+
+	// The attacker shares the victim's address (loopback, no trusted
+	// proxy: X-Forwarded-For is not believed) and fails for 21 names,
+	// none of them otto's, so only the address's bucket (4 x 5) empties.
+	var refused int
+	for i := range 21 {
+		if s := h.client().loginFrom(fmt.Sprintf("nobody-%d", i), "guess", ""); s == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	if refused != 1 || counter(t, reg, "cbdash_login_refused_total", "address") != 1 {
+		t.Fatalf("%d of 21 tries from one address refused (address refusals %v), want the 21st",
+			refused, counter(t, reg, "cbdash_login_refused_total", "address"))
+	}
+
+	t.Run("the victim with a device cookie logs in from the locked address", func(t *testing.T) {
+		if s := h.withDevice(victim).loginFrom("otto", h.users["otto"], ""); s != http.StatusSeeOther {
+			t.Errorf("otto's right password with his device cookie = %d, want 303", s)
+		}
+	})
+	t.Run("without a device cookie the address is still locked", func(t *testing.T) {
+		if s := h.client().loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
+			t.Errorf("otto's right password without a device cookie = %d, want 429", s)
+		}
+		parts := strings.Split(victim, ".")
+		for _, v := range []string{other, parts[0] + "." + parts[1] + ".AAAA"} { // vera's cookie for otto, a forged MAC
+			if s := h.withDevice(v).loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
+				t.Errorf("cookie %q for otto from the locked address = %d, want 429 (ignored)", v, s)
+			}
+		}
+		if s := h.withDevice(victim).loginFrom("ada", h.users["ada"], ""); s != http.StatusTooManyRequests {
+			t.Errorf("otto's cookie with ada's name and password = %d, want 429 (ignored)", s)
+		}
+	})
+	t.Run("the device's own bucket limits wrong passwords given with it", func(t *testing.T) {
+		before := counter(t, reg, "cbdash_login_refused_total", "device")
+		c := h.withDevice(victim)
+		var got []int
+		for range 7 {
+			got = append(got, c.loginFrom("otto", "guess", ""))
+		}
+		if want := []int{401, 401, 401, 401, 401, 429, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("wrong tries with otto's device cookie: %v, want %v", got, want)
+		}
+		if s := c.loginFrom("otto", h.users["otto"], ""); s != http.StatusTooManyRequests {
+			t.Errorf("the right password with the emptied device cookie = %d, want 429", s)
+		}
+		if d := counter(t, reg, "cbdash_login_refused_total", "device") - before; d != 3 {
+			t.Errorf("cbdash_login_refused_total{limit=device} rose by %v, want 3", d)
+		}
+	})
+}

@@ -131,10 +131,11 @@ type Config struct {
 	LiveInterval time.Duration
 	// LoginBurst and LoginEvery limit failed login attempts (token
 	// buckets counted before the password is checked): LoginBurst per
-	// user name (per device for a client with a valid device cookie of
-	// the user, see loginLimiter) and 4 x LoginBurst per client address
-	// at once, then one per LoginEvery, backing off with each further
-	// failure. 0 = 5 and 12 seconds.
+	// user name and 4 x LoginBurst per client address at once, then one
+	// per LoginEvery, backing off with each further failure. A client
+	// with a valid device cookie of the user is limited by LoginBurst
+	// per device instead, and by neither the user's nor its address's
+	// bucket (see loginLimiter). 0 = 5 and 12 seconds.
 	LoginBurst int
 	LoginEvery time.Duration
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
