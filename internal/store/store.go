@@ -66,7 +66,9 @@ func checkPath(path string) error {
 		}
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	// 0600: the database holds password hashes, sessions and webhook URLs
+	// (SQLite gives its -wal and -shm files the database's mode).
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		if e := explain(path, err); e != nil {
 			return e
