@@ -103,6 +103,20 @@ func (t *Target) validate(i int) error {
 	if strings.TrimSpace(t.Service) == "" {
 		return bad("service", "is required")
 	}
+	// The names the hello will carry, checked as the collector checks
+	// them (a refused hello would refuse every read of the target).
+	names := []struct{ field, v string }{{"service", t.Service}}
+	if t.Instance != "" {
+		names = append(names, struct{ field, v string }{"instance", t.Instance})
+	}
+	for k, v := range t.Labels {
+		names = append(names, struct{ field, v string }{"labels key", k}, struct{ field, v string }{fmt.Sprintf("labels[%q]", k), v})
+	}
+	for _, n := range names {
+		if err := protocol.CheckName(n.field, n.v); err != nil {
+			return fmt.Errorf("source: %w: targets[%d].%s", cbdash.ErrInvalid, i, strings.TrimPrefix(err.Error(), protocol.ErrInvalid.Error()+": "))
+		}
+	}
 	if t.Interval < 0 {
 		return bad("interval", "is negative")
 	}
