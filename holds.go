@@ -79,6 +79,27 @@ func (s Selector) Validate() error {
 			return bad("an instance name is empty")
 		}
 	}
+	// What no agent may name (protocol.CheckName: control, bidirectional
+	// or invisible format characters) cannot be held: a hold on a
+	// look-alike of a dependency would cover nothing.
+	names := []struct{ field, v string }{{"breaker", s.Breaker}}
+	if s.Service != AnyService {
+		names = append(names, struct{ field, v string }{"service", s.Service})
+	}
+	for k, v := range s.Labels {
+		names = append(names, struct{ field, v string }{"label key", k})
+		if strings.TrimSpace(v) != "" {
+			names = append(names, struct{ field, v string }{fmt.Sprintf("label %q", k), v})
+		}
+	}
+	for _, i := range s.Instances {
+		names = append(names, struct{ field, v string }{"instance", i})
+	}
+	for _, n := range names {
+		if err := protocol.CheckName(n.field, n.v); err != nil {
+			return bad("%s", strings.TrimPrefix(err.Error(), protocol.ErrInvalid.Error()+": "))
+		}
+	}
 	return nil
 }
 

@@ -121,6 +121,15 @@ func TestHoldRequestValidate(t *testing.T) {
 		{"no reason", func(r *cbdash.HoldRequest) { r.Reason = " " }, 0, "reason is required"},
 		{"no breaker", func(r *cbdash.HoldRequest) { r.Selector.Breaker = "" }, 0, "breaker is required"},
 		{"share over 100", func(r *cbdash.HoldRequest) { r.Selector.Share = 150 }, 0, "share"},
+		{"a zero width space in the breaker", func(r *cbdash.HoldRequest) { r.Selector.Breaker = "pay\u200bments" }, 0,
+			"breaker contains the invisible format character U+200B at byte 3"},
+		{"a word joiner in the service", func(r *cbdash.HoldRequest) { r.Selector.Service = "a\u2060" }, 0,
+			"service contains the invisible format character U+2060 at byte 1"},
+		{"a right-to-left mark in an instance", func(r *cbdash.HoldRequest) { r.Selector.Instances = []string{"i-1\u200f"} }, 0,
+			"instance contains the invisible format character U+200F at byte 3"},
+		{"a BOM in a label value", func(r *cbdash.HoldRequest) { r.Selector.Labels = map[string]string{"region": "\ufeffeu"} }, 0,
+			`label "region" contains the invisible format character U+FEFF at byte 0`},
+		{"every service", func(r *cbdash.HoldRequest) { r.Selector.Service = cbdash.AnyService }, 0, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

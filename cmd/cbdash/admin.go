@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/dsn"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 )
@@ -24,7 +25,7 @@ type dbOptions struct {
 }
 
 func (o *dbOptions) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&o.DB, "db", "./cbdash.db", "the server's database: its SQLite file, or its postgres:// URL (env CBDASH_DB)")
+	fs.StringVar(&o.DB, "db", "./cbdash.db", "the server's database: its SQLite file, or its PostgreSQL DSN, postgres://... or host=... dbname=... (env CBDASH_DB)")
 }
 
 // open opens an existing database: a mistyped path must not create an
@@ -34,7 +35,7 @@ func (o dbOptions) open(ctx context.Context) (*store.Store, error) {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
 	if _, err := os.Stat(o.DB); err != nil && !store.IsPostgres(o.DB) {
-		return nil, fmt.Errorf("no database at %s (flag --db or CBDASH_DB): start `cbdash serve` once, or give the server's --db: %w", o.DB, err)
+		return nil, fmt.Errorf("no database at %s (flag --db or CBDASH_DB): start `cbdash serve` once, or give the server's --db: %w", store.MaskDSN(o.DB), dsn.MaskError(o.DB, err))
 	}
 	st, err := store.Open(ctx, o.DB, store.Options{})
 	if err != nil {

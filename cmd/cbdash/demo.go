@@ -10,10 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/demo"
+	"github.com/cbdash/cbdash/internal/dsn"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/web"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -322,8 +321,8 @@ func demoTokensFile(db string) string {
 		return db + ".tokens"
 	}
 	name := "cbdash-demo"
-	if u, err := url.Parse(db); err == nil && strings.Trim(u.Path, "/") != "" {
-		name = "cbdash-demo-" + strings.Trim(u.Path, "/")
+	if d := dsn.Database(db); d != "" { // never the DSN itself: a keyword/value one has its password in the middle
+		name = "cbdash-demo-" + d
 	}
 	return name + ".tokens"
 }

@@ -70,7 +70,7 @@ type serveOptions struct {
 // and demo.
 func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet time.Duration) {
 	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port)")
-	fs.StringVar(&o.DB, "db", db, "the database: a SQLite file (created if missing), or PostgreSQL as postgres://user:password@host:5432/dbname")
+	fs.StringVar(&o.DB, "db", db, "the database: a SQLite file (created if missing), or PostgreSQL as postgres://user:password@host:5432/dbname or host=... user=... password=... dbname=...")
 	fs.Var(dayDuration{&o.Retention.PerSecond}, "retention-seconds", "how long per-second history is kept (e.g. 24h, 2d; default 24h)")
 	fs.Var(dayDuration{&o.Retention.PerMinute}, "retention-minutes", "how long per-minute history is kept (default 30d)")
 	fs.Var(dayDuration{&o.Retention.PerHour}, "retention-hours", "how long per-hour history is kept (default 365d)")

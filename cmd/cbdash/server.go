@@ -98,7 +98,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	if err != nil {
 		return nil, err
 	}
-	s.sources, err = source.New(source.Config{Sink: s.col, Targets: o.targets, Clock: clk, Logger: log.With("component", "source")})
+	s.sources, err = source.New(source.Config{Sink: s.col, Targets: o.targets, Clock: clk, Logger: log.With("component", "source"), Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

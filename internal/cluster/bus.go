@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+
+	"github.com/cbdash/cbdash/internal/dsn"
 )
 
 // Errors of a Bus.
@@ -240,10 +242,12 @@ func (l *Local) Close() error {
 }
 
 // ForStore returns the Bus for the store at db (the --db value): a
-// Postgres bus for a postgres:// or postgresql:// URL, with cfg (its URL
-// set to db), and Local for anything else (an SQLite file, one node).
+// Postgres bus for a PostgreSQL DSN (a postgres:// or postgresql:// URL or
+// libpq's keyword/value form, as the store tells them: dsn.IsPostgres),
+// with cfg (its URL set to db), and Local for anything else (an SQLite
+// file, one node).
 func ForStore(ctx context.Context, db string, cfg Config) (Bus, error) {
-	if !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://") {
+	if !dsn.IsPostgres(db) {
 		return NewLocal(), nil
 	}
 	cfg.URL = db

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cbdash/cbdash/internal/dsn"
 )
 
 // connect opens a connection of its own for role, named in
@@ -15,7 +17,7 @@ import (
 func (p *Postgres) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	cc, err := pgx.ParseConfig(p.cfg.URL)
 	if err != nil {
-		return nil, err
+		return nil, dsn.MaskError(p.cfg.URL, err)
 	}
 	cc.RuntimeParams["application_name"] = "cbdash-" + role + "-" + p.cfg.NodeID + p.ns
 	return pgx.ConnectConfig(ctx, cc)

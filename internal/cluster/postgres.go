@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/dsn"
 )
 
 // busChannel is the one PostgreSQL channel of the fan-out; a node's own
@@ -42,7 +43,8 @@ var nodeIDPattern = regexp.MustCompile(`^[a-z0-9_]{1,40}$`)
 // field means its documented default.
 type Config struct {
 	// URL is the PostgreSQL connection string the collectors share
-	// (postgres://user:pass@host:5432/db?sslmode=...).
+	// (postgres://user:pass@host:5432/db?sslmode=..., or libpq's
+	// keyword/value form host=... user=... password=... dbname=...).
 	URL string
 	// NodeID identifies this collector: 1-40 of a-z, 0-9 and _. "" means
 	// 16 random hex digits (a new id each start).
@@ -154,7 +156,7 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	}
 	pool, err := pgxpool.New(ctx, cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
+		return nil, fmt.Errorf("cluster: %w", dsn.MaskError(cfg.URL, err))
 	}
 	if err := createSchema(ctx, pool); err != nil {
 		pool.Close()

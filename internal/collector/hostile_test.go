@@ -212,6 +212,17 @@ func TestHostileAgents(t *testing.T) {
 		{"NUL in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "d\x00b" }), 400, "contains the control character U+0000"},
 		{"bidi override in the instance", h.token, withHello(func(h *protocol.Hello) { h.Instance = "pay\u202egnp.exe" }), 400, "contains the bidirectional control U+202E"},
 		{"U+FFFD in a label", h.token, withHello(func(h *protocol.Hello) { h.Labels["team"] = "a\ufffdb" }), 400, "contains U+FFFD"},
+		// Invisible format characters (category Cf), one of each kind, in
+		// each kind of name: a look-alike of a dependency is refused.
+		{"zero width space in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "d\u200bb" }), 400, "contains the invisible format character U+200B"},
+		{"zero width non-joiner in the service", h.token, withHello(func(h *protocol.Hello) { h.Service = "ev\u200cil" }), 400, "service contains the invisible format character U+200C at byte 2"},
+		{"zero width joiner in the instance", h.token, withHello(func(h *protocol.Hello) { h.Instance = "e\u200d1" }), 400, "instance contains the invisible format character U+200D at byte 1"},
+		{"word joiner in a label key", h.token, withHello(func(h *protocol.Hello) { h.Labels["te\u2060am"] = "x" }), 400, "label key contains the invisible format character U+2060 at byte 2"},
+		{"BOM in a label value", h.token, withHello(func(h *protocol.Hello) { h.Labels["team"] = "\ufeffpay" }), 400, `label "team" contains the invisible format character U+FEFF at byte 0`},
+		{"soft hyphen in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "d\u00adb" }), 400, "breakers[0].name contains the invisible format character U+00AD at byte 1"},
+		{"right-to-left mark in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "db\u200f" }), 400, "breakers[0].name contains the invisible format character U+200F at byte 2"},
+		{"arabic letter mark in the service", h.token, withHello(func(h *protocol.Hello) { h.Service = "\u061cevil" }), 400, "service contains the invisible format character U+061C at byte 0"},
+		{"tag character in the instance", h.token, withHello(func(h *protocol.Hello) { h.Instance = "e1\U000e0041" }), 400, "instance contains the invisible format character U+E0041 at byte 2"},
 		{"1001 breakers", h.token, manyBreakers, 400, "breakers (at most 1000)"},
 	}
 	for _, tc := range helloCases {

@@ -8,9 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -183,30 +189,113 @@ func readEvents(body io.Reader, out chan<- []byte, done <-chan struct{}) error {
 }
 
 // record maps one event read at now; it reports whether it was a
-// HystrixCommand record. Other records (HystrixThreadPool, Turbine's
-// meta records) and malformed ones are skipped.
+// HystrixCommand record that was taken. Other records (HystrixThreadPool,
+// Turbine's meta records) are skipped. A record that cannot be taken
+// (malformed, a number out of range, or mapping to what the collector
+// would refuse) is refused on its own, counted and logged (see
+// runner.refuse): it changes nothing, and the records after it go on.
 func (hr *hystrixReader) record(ctx context.Context, data []byte, now time.Time) bool {
 	var c hystrixCommand
-	if err := json.Unmarshal(data, &c); err != nil || c.Type != "HystrixCommand" || c.Name == "" {
+	err := json.Unmarshal(data, &c)
+	var syntax *json.SyntaxError
+	switch {
+	case err != nil && (c.Type == "HystrixCommand" || errors.As(err, &syntax)):
+		hr.em.r.refuse(ctx, now, RefusedMalformed, fmt.Errorf("a HystrixCommand record does not decode: %w", err))
+		return false
+	case c.Type != "HystrixCommand":
 		return false
 	}
-	hr.em.r.update(func(s *Status) { s.Reads++; s.LastRead = now })
-	if hr.pending[c.Name] {
-		hr.flush(ctx) // a second record of one command: the first goes alone
+	if field, v, bad := c.outOfRange(); bad {
+		hr.em.r.refuse(ctx, now, RefusedOutOfRange, fmt.Errorf("HystrixCommand %q: %s is %g, beyond %g", truncate(c.Name, 80), field, v, MaxRecordNumber))
+		return false
+	}
+	if c.Name == "" {
+		hr.em.r.refuse(ctx, now, RefusedInvalid, errors.New("a HystrixCommand record without a name"))
+		return false
 	}
 	b := hr.breakers[c.Name]
 	if b == nil {
 		b = &hystrixBreaker{}
-		hr.breakers[c.Name] = b
 	}
-	hr.em.declare(hystrixConfig(&c))
+	was := b.clone()
+	cfg := hystrixConfig(&c)
 	w, t := b.read(&c, now)
+	if err := hr.check(cfg, w, t, now); err != nil {
+		*b = was // the record changes nothing
+		hr.em.r.refuse(ctx, now, RefusedInvalid, fmt.Errorf("HystrixCommand %q: %w", truncate(c.Name, 80), err))
+		return false
+	}
+	hr.breakers[c.Name] = b
+	hr.em.r.update(func(s *Status) { s.Reads++; s.LastRead = now })
+	if hr.pending[c.Name] {
+		hr.flush(ctx) // a second record of one command: the first goes alone
+	}
+	hr.em.declare(cfg)
 	hr.windows = append(hr.windows, w)
 	if t != nil {
 		hr.trans = append(hr.trans, *t)
 	}
 	hr.pending[c.Name] = true
 	return true
+}
+
+// check reports whether the collector would take a record mapped to cfg,
+// w and t (nil: no transition), read at now: the protocol's own checks of
+// a hello declaring cfg and of a batch of w and t.
+func (hr *hystrixReader) check(cfg protocol.BreakerConfig, w protocol.Window, t *protocol.Transition, now time.Time) error {
+	h := hr.em.hello
+	h.Breakers = []protocol.BreakerConfig{cfg}
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	b := protocol.Batch{Type: protocol.TypeBatch, Seq: 1, SentAt: now.UnixMilli(), Windows: []protocol.Window{w}}
+	if t != nil {
+		b.Transitions = []protocol.Transition{*t}
+	}
+	return b.Validate(&h, 0)
+}
+
+// outOfRange returns the first number of the record (by its JSON name)
+// beyond MaxRecordNumber in magnitude.
+func (c *hystrixCommand) outOfRange() (field string, v float64, bad bool) {
+	rv := reflect.ValueOf(c).Elem()
+	rt := rv.Type()
+	for i := range rt.NumField() {
+		f := rv.Field(i)
+		if f.Kind() != reflect.Float64 {
+			continue
+		}
+		if v := f.Float(); math.Abs(v) > MaxRecordNumber {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			return name, v, true
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Latency)) {
+		if p := c.Latency[k]; p != nil && math.Abs(*p) > MaxRecordNumber {
+			return "latencyExecute[" + strconv.Quote(truncate(k, 20)) + "]", *p, true
+		}
+	}
+	return "", 0, false
+}
+
+// clone is a copy of b that shares no memory with it.
+func (b *hystrixBreaker) clone() hystrixBreaker {
+	c := *b
+	for i := range c.counts {
+		c.counts[i].seen = slices.Clone(b.counts[i].seen)
+	}
+	return c
+}
+
+// truncate cuts s to at most n bytes (on a rune boundary), marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 func (hr *hystrixReader) flush(ctx context.Context) {
@@ -282,7 +371,7 @@ func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window
 		b.gen++
 		t = &protocol.Transition{Breaker: c.Name, From: b.state, To: state, At: now.UnixMilli(), Generation: b.gen, Cause: hystrixCause(c, b.state, state)}
 		if state == protocol.StateOpen {
-			t.OpenMillis = int64(c.SleepWindowMs)
+			t.OpenMillis = int64(max(c.SleepWindowMs, 0))
 		}
 	}
 	b.state, b.last = state, now

@@ -269,6 +269,12 @@ func TestNewRefusesBadTargets(t *testing.T) {
 		{"unknown kind", source.Target{Kind: "zipkin", URL: "http://a/", Service: "s"}, "targets[0].kind"},
 		{"not http", source.Target{Kind: source.KindHystrix, URL: "ftp://a/", Service: "s"}, "targets[0].url"},
 		{"no service", source.Target{Kind: source.KindPrometheus, URL: "http://a/metrics"}, "targets[0].service"},
+		{"a zero width space in the service", source.Target{Kind: source.KindHystrix, URL: "http://a/", Service: "pay\u200bments"},
+			"targets[0].service contains the invisible format character U+200B at byte 3"},
+		{"a word joiner in the instance", source.Target{Kind: source.KindHystrix, URL: "http://a/", Service: "s", Instance: "\u2060i"},
+			"targets[0].instance contains the invisible format character U+2060 at byte 0"},
+		{"a BOM in a label value", source.Target{Kind: source.KindHystrix, URL: "http://a/", Service: "s", Labels: map[string]string{"az": "eu\ufeff"}},
+			`targets[0].labels["az"] contains the invisible format character U+FEFF at byte 2`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := source.New(source.Config{Sink: nowhere{}, Targets: []source.Target{tc.t}})

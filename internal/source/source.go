@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
@@ -103,6 +104,20 @@ func (t *Target) validate(i int) error {
 	if strings.TrimSpace(t.Service) == "" {
 		return bad("service", "is required")
 	}
+	// The names the hello will carry, checked as the collector checks
+	// them (a refused hello would refuse every read of the target).
+	names := []struct{ field, v string }{{"service", t.Service}}
+	if t.Instance != "" {
+		names = append(names, struct{ field, v string }{"instance", t.Instance})
+	}
+	for k, v := range t.Labels {
+		names = append(names, struct{ field, v string }{"labels key", k}, struct{ field, v string }{fmt.Sprintf("labels[%q]", k), v})
+	}
+	for _, n := range names {
+		if err := protocol.CheckName(n.field, n.v); err != nil {
+			return fmt.Errorf("source: %w: targets[%d].%s", cbdash.ErrInvalid, i, strings.TrimPrefix(err.Error(), protocol.ErrInvalid.Error()+": "))
+		}
+	}
 	if t.Interval < 0 {
 		return bad("interval", "is negative")
 	}
@@ -150,7 +165,41 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait before reconnecting to a
 	// target that failed (exponential, with jitter); 0 = 500 ms and 30 s.
 	MinBackoff, MaxBackoff time.Duration
+	// Registerer receives the sources' Prometheus series:
+	// cbdash_source_records_refused_total{service, instance, reason}, the
+	// records refused one by one (see RefusedMalformed and the other
+	// Refused* reasons). nil registers nothing.
+	Registerer prometheus.Registerer
 }
+
+// Reasons a record read from a source is refused (the reason label of
+// cbdash_source_records_refused_total). A refused record is dropped on
+// its own: the records before and after it, of its command or another
+// one, go on to the collector.
+const (
+	// RefusedMalformed: a HystrixCommand record (or an event that is not
+	// JSON) that does not decode: a number beyond float64 (1e400), a
+	// string where a number goes.
+	RefusedMalformed = "malformed"
+	// RefusedOutOfRange: a number that no breaker can mean, more than
+	// MaxRecordNumber in magnitude (1e308 in a count, a duration, a
+	// latency).
+	RefusedOutOfRange = "out_of_range"
+	// RefusedInvalid: what the record maps to would be refused by the
+	// collector (a name with an invisible character, no name, a latency
+	// sum beyond the protocol's): the protocol's own checks.
+	RefusedInvalid = "invalid"
+)
+
+// MaxRecordNumber bounds every number of a record read from a source
+// (in magnitude): 10^12, more than any count of a window (2^40 is
+// clamped) and any duration in milliseconds (31 years) a breaker has.
+const MaxRecordNumber = 1e12
+
+// refusedLogEvery is how often a target logs its refused records: the
+// first at once, then one line a minute at most (of the clock), with the
+// count since the line before.
+const refusedLogEvery = time.Minute
 
 // Sources reads every target of its Config until Run's context ends. Its
 // methods are safe for concurrent use.
@@ -159,6 +208,7 @@ type Sources struct {
 	clk     clock.Clock
 	log     *slog.Logger
 	runners []*runner
+	refused *prometheus.CounterVec // by service, instance, reason
 }
 
 // New checks cfg and returns Sources ready to Run. Errors wrap
@@ -183,7 +233,17 @@ func New(cfg Config) (*Sources, error) {
 	if cfg.Client == nil {
 		cfg.Client = defaultClient()
 	}
-	s := &Sources{cfg: cfg, clk: clock.OrSystem(cfg.Clock), log: cfg.Logger}
+	s := &Sources{cfg: cfg, clk: clock.OrSystem(cfg.Clock), log: cfg.Logger,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbdash_source_records_refused_total",
+			Help: "Records read from a pull source (a Hystrix stream) refused one by one, by target service and instance and by reason (malformed, out_of_range, invalid); the rest of the stream goes on.",
+		}, []string{"service", "instance", "reason"}),
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.refused); err != nil {
+			return nil, fmt.Errorf("source: registering the metrics: %w", err)
+		}
+	}
 	seen := map[string]int{}
 	for i := range cfg.Targets {
 		t := cfg.Targets[i]
@@ -230,6 +290,9 @@ type Status struct {
 	// Batches counts the batches the sink took; Dropped those it refused
 	// or could not take.
 	Batches, Dropped int64
+	// Refused counts the records refused one by one (malformed, out of
+	// range or invalid: see RefusedMalformed), which were not sent.
+	Refused int64
 	// Failures counts failed connections or scrapes; LastError is the
 	// last one's error ("" after a success).
 	Failures  int64
@@ -261,6 +324,41 @@ type runner struct {
 	// already reported, the counters' last values).
 	hystrix *hystrixReader
 	prom    *promReader
+	// Rate limits of the log lines that a stream could repeat many times
+	// a second: refused records, batches the sink did not take.
+	refusedLog, droppedLog everyLog
+}
+
+// everyLog lets a line be logged once every refusedLogEvery (of the
+// clock) at most, and counts the events it stood for.
+type everyLog struct {
+	last time.Time // the last line; zero before the first
+	n    int64     // events since the last line
+}
+
+// event counts an event at now and reports whether a line is due, with
+// the events it stands for (this one and those since the last line).
+func (l *everyLog) event(now time.Time) (n int64, due bool) {
+	l.n++
+	if !l.last.IsZero() && now.Sub(l.last) < refusedLogEvery {
+		return 0, false
+	}
+	n, l.n, l.last = l.n, 0, now
+	return n, true
+}
+
+// refuse counts a record refused at now for reason (a Refused* constant)
+// and logs it, once a minute at most.
+func (r *runner) refuse(ctx context.Context, now time.Time, reason string, err error) {
+	r.src.refused.WithLabelValues(r.t.Service, r.t.instance(), reason).Inc()
+	r.mu.Lock()
+	r.status.Refused++
+	n, due := r.refusedLog.event(now)
+	r.mu.Unlock()
+	if due {
+		r.src.log.Log(ctx, slog.LevelWarn, "source: records refused", "kind", r.t.Kind, "url", r.t.URL, "service", r.t.Service,
+			"instance", r.t.instance(), "refused", n, "every", refusedLogEvery, "reason", reason, "err", err)
+	}
 }
 
 func (r *runner) update(f func(*Status)) {
@@ -391,13 +489,21 @@ func (e *emitter) send(ctx context.Context, now time.Time, ws []protocol.Window,
 	_, err := e.r.src.cfg.Sink.Ingest(ctx, &h, b)
 	if err != nil {
 		e.dropped += int64(len(ws))
-		e.r.update(func(s *Status) { s.Dropped++ })
-		if ctx.Err() == nil {
+		var n int64
+		var due bool
+		e.r.update(func(s *Status) {
+			s.Dropped++
+			if ctx.Err() == nil {
+				n, due = e.r.droppedLog.event(now)
+			}
+		})
+		if due { // once a minute at most: a stream reads a batch a second or more
 			lvl := slog.LevelWarn
 			if errors.Is(err, cbdash.ErrInvalid) {
 				lvl = slog.LevelError
 			}
-			e.r.src.log.Log(ctx, lvl, "source: batch not taken", "url", e.r.t.URL, "service", h.Service, "instance", h.Instance, "err", err)
+			e.r.src.log.Log(ctx, lvl, "source: batch not taken", "url", e.r.t.URL, "service", h.Service, "instance", h.Instance,
+				"batches", n, "every", refusedLogEvery, "err", err)
 		}
 		return
 	}

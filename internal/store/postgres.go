@@ -3,41 +3,27 @@ package store
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	dsnpkg "github.com/cbdash/cbdash/internal/dsn"
 )
 
-// IsPostgres reports whether dsn names a PostgreSQL database (it starts
-// with postgres:// or postgresql://) rather than a SQLite file.
-func IsPostgres(dsn string) bool {
-	l := strings.ToLower(dsn)
-	return strings.HasPrefix(l, "postgres://") || strings.HasPrefix(l, "postgresql://")
-}
+// IsPostgres reports whether dsn names a PostgreSQL database rather than
+// a SQLite file: a postgres:// or postgresql:// URL, or libpq's
+// keyword/value form ("host=db1 user=cbdash password='a b' dbname=cbdash";
+// see dsn.IsPostgres).
+func IsPostgres(dsn string) bool { return dsnpkg.IsPostgres(dsn) }
 
 // MaskDSN returns dsn fit for a log or an error message: a PostgreSQL
-// URL's password (in the user part or a password= parameter) replaced by
-// "xxxxx". Anything else (a SQLite path) is returned as it is.
-func MaskDSN(dsn string) string {
-	if !IsPostgres(dsn) {
-		return dsn
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "postgres://(a DSN that does not parse)"
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
-}
+// URL's password (in the user part or a password= or sslpassword=
+// parameter) and a keyword/value string's password= and sslpassword=
+// values (quoted or not) replaced by "xxxxx". Anything else (a SQLite
+// path) is returned as it is.
+func MaskDSN(dsn string) string { return dsnpkg.Mask(dsn) }
 
 // connectTimeout bounds each new connection when the DSN sets no
 // connect_timeout, so that an unreachable server fails a write (and the
@@ -54,7 +40,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 	masked := MaskDSN(dsn)
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("store: the PostgreSQL DSN %s does not parse: %w", masked, err)
+		return nil, fmt.Errorf("store: the PostgreSQL DSN %s does not parse: %w", masked, dsnpkg.MaskError(dsn, err))
 	}
 	if !strings.Contains(dsn, "connect_timeout") {
 		cfg.ConnectTimeout = connectTimeout
@@ -66,7 +52,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 	wdb.SetMaxIdleConns(1)
 	if err := wdb.PingContext(ctx); err != nil {
 		wdb.Close()
-		return nil, fmt.Errorf("store: cannot reach PostgreSQL at %s: %w", masked, err)
+		return nil, fmt.Errorf("store: cannot reach PostgreSQL at %s: %w", masked, dsnpkg.MaskError(dsn, err))
 	}
 	if err := migrate(ctx, wdb, postgresDialect, masked, opts.Logger); err != nil {
 		wdb.Close()
@@ -81,13 +67,13 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 	if err := rdb.PingContext(ctx); err != nil {
 		wdb.Close()
 		rdb.Close()
-		return nil, fmt.Errorf("store: open %s for reading: %w", masked, err)
+		return nil, fmt.Errorf("store: open %s for reading: %w", masked, dsnpkg.MaskError(dsn, err))
 	}
 	return start(opts, postgresDialect, wdb, rdb), nil
 }
 
 // CheckDSN reports what can be told of dsn without connecting: a
-// PostgreSQL URL that does not parse (the error names it with its
+// PostgreSQL URL or keyword/value string that does not parse (the error names it with its
 // password masked). A SQLite path is checked by Open. Errors: a plain
 // error saying what is wrong.
 func CheckDSN(dsn string) error {
@@ -95,7 +81,7 @@ func CheckDSN(dsn string) error {
 		return nil
 	}
 	if _, err := pgx.ParseConfig(dsn); err != nil {
-		return fmt.Errorf("the PostgreSQL DSN %s does not parse: %w", MaskDSN(dsn), err)
+		return fmt.Errorf("the PostgreSQL DSN %s does not parse: %w", MaskDSN(dsn), dsnpkg.MaskError(dsn, err))
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/cbdash/cbdash/internal/clock"
+	dsnpkg "github.com/cbdash/cbdash/internal/dsn"
 )
 
 // ErrClosed is returned by writes after Close has been called.
@@ -223,7 +224,8 @@ func sqliteDSN(path string, write bool) string {
 
 // Open opens the database that dsn names, migrates it to the latest
 // schema (each migration in its own transaction) and starts the writer
-// goroutine. A dsn starting with postgres:// or postgresql:// is a
+// goroutine. A dsn starting with postgres:// or postgresql://, or in
+// libpq's keyword/value form (host=... dbname=...; see IsPostgres), is a
 // PostgreSQL database (see openPostgres); anything else is a SQLite file
 // path, a file: URI or :memory:, created if needed. The ctx bounds
 // connecting and the migrations only. Errors: an invalid option (naming
@@ -241,7 +243,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if IsPostgres(dsn) {
 		return openPostgres(ctx, dsn, opts)
 	}
-	return openSQLite(ctx, dsn, opts)
+	st, err := openSQLite(ctx, dsn, opts)
+	return st, dsnpkg.MaskError(dsn, err) // a path with "password=" in it is shown masked too
 }
 
 func openSQLite(ctx context.Context, path string, opts Options) (*Store, error) {

@@ -158,8 +158,14 @@ func New(cfg Config) (*Agent, error) {
 // call is reported twice (its first report then covers the time it was
 // not registered).
 //
-// Errors: ErrDuplicateBreaker, ErrTooManyBreakers, ErrClosed.
+// Errors: ErrInvalidConfig (a name the collector would refuse: blank,
+// longer than protocol.MaxNameLen bytes, or with a control, bidirectional
+// or invisible format character; see protocol.CheckName),
+// ErrDuplicateBreaker, ErrTooManyBreakers, ErrClosed.
 func (a *Agent) Register(b *breaker.Breaker) error {
+	if err := checkName("breaker name", b.Name()); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	return a.register(b.Name(), b, func() *tracked {
 		return &tracked{src: native{b}, cmd: b, b: b, cfg: native{b}.Describe()}
 	})
@@ -178,8 +184,8 @@ func (a *Agent) RegisterSource(s Source) error {
 	cfg := s.Describe()
 	cmd, _ := s.(Commander)
 	cfg.HoldsUnsupported = cmd == nil
-	if err := checkName(cfg.Name); err != nil {
-		return fmt.Errorf("%w: breaker name: %v", ErrInvalidConfig, err)
+	if err := checkName("breaker name", cfg.Name); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return a.register(cfg.Name, nil, func() *tracked { return &tracked{src: s, cmd: cmd, cfg: cfg} })
 }

@@ -138,8 +138,11 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		c.URLs = []string{c.URL}
 	}
-	if err := checkName(c.Service); err != nil {
-		return bad("Service: %v", err)
+	if err := checkName("Service", c.Service); err != nil {
+		return bad("%v", err)
+	}
+	if strings.Contains(c.Service, "/") {
+		return bad("Service %q contains a slash (dependencies are named service/breaker)", c.Service)
 	}
 	if c.Instance == "" {
 		host, _ := os.Hostname()
@@ -148,19 +151,19 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
-	if err := checkName(c.Instance); err != nil {
-		return bad("Instance: %v", err)
+	if err := checkName("Instance", c.Instance); err != nil {
+		return bad("%v", err)
 	}
 	c.Labels = maps.Clone(c.Labels) // the caller may reuse its map
 	if len(c.Labels) > protocol.MaxLabels {
 		return bad("Labels: %d labels (at most %d)", len(c.Labels), protocol.MaxLabels)
 	}
 	for k, v := range c.Labels {
-		if err := checkName(k); err != nil {
-			return bad("Labels: key %q: %v", k, err)
+		if err := checkName(fmt.Sprintf("Labels: key %q", k), k); err != nil {
+			return bad("%v", err)
 		}
-		if len(v) > protocol.MaxNameLen {
-			return bad("Labels[%q]: longer than %d bytes", k, protocol.MaxNameLen)
+		if err := checkName(fmt.Sprintf("Labels[%q]", k), v); err != nil {
+			return bad("%v", err)
 		}
 	}
 	for _, d := range []struct {
@@ -211,12 +214,14 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-func checkName(v string) error {
-	if strings.TrimSpace(v) == "" {
-		return errors.New("empty")
-	}
-	if len(v) > protocol.MaxNameLen {
-		return fmt.Errorf("longer than %d bytes", protocol.MaxNameLen)
+// checkName checks a name the hello carries as the collector does
+// (protocol.CheckName: not blank, at most protocol.MaxNameLen bytes, no
+// control, bidirectional or invisible format character), so that the
+// agent never sends a hello the collector refuses. The error starts with
+// field.
+func checkName(field, v string) error {
+	if err := protocol.CheckName(field, v); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), protocol.ErrInvalid.Error()+": "))
 	}
 	return nil
 }

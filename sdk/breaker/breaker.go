@@ -17,7 +17,10 @@ import (
 // (start and end, for the latency histogram) and adds to counters striped
 // by goroutine. Failures, slow calls, time windows, half-open probes and
 // transitions take a short per-breaker lock; no lock is ever held while
-// user code or an observer runs.
+// user code or an observer runs, but for the Clock's Now and AfterFunc
+// under the CallTimeout queue's lock, which a panic of theirs releases
+// (every lock is released by defer). A Config.Clock that steps back is
+// clamped (see Clock).
 type Breaker struct {
 	name      string
 	cfg       Config
@@ -34,6 +37,10 @@ type Breaker struct {
 	inflight atomic.Int64 // kept only when MaxConcurrent > 0 (the bulkhead)
 	tq       timeoutQueue // calls with a CallTimeout in flight
 	expireFn func()       // b.expire, made once
+	// With a Config.Clock: the latest reading seen (ns since base; a
+	// reading before it is taken as it) and how many readings were
+	// before it (Snapshot.ClockStepsBack).
+	lastNow, stepsBack atomic.Int64
 
 	mu         sync.Mutex // guards the fields below and every epoch transition
 	gen        uint64
@@ -104,12 +111,27 @@ func (b *Breaker) Name() string { return b.name }
 // Config returns the breaker's configuration with every default applied.
 func (b *Breaker) Config() Config { return b.cfg }
 
-// now returns the time in nanoseconds since the breaker was made.
+// now returns the time in nanoseconds since the breaker was made, never
+// negative and never before a reading already returned. The system clock
+// (time.Since reads its monotonic part) cannot go back; a Config.Clock
+// can (a clock made of time.Now().UTC() has lost the monotonic reading
+// and steps back with NTP): a reading before the latest one seen is
+// clamped to it and counted in stepsBack, so that the breaker's time
+// stands still until the clock has caught up.
 func (b *Breaker) now() int64 {
 	if b.clock == nil {
 		return int64(time.Since(b.base))
 	}
-	return int64(b.clock.Now().Sub(b.base))
+	seen := b.lastNow.Load() // before the reading: a reading below it went back
+	t := int64(b.clock.Now().Sub(b.base))
+	if t < seen {
+		b.stepsBack.Add(1)
+		return seen
+	}
+	for t > seen && !b.lastNow.CompareAndSwap(seen, t) {
+		seen = b.lastNow.Load()
+	}
+	return t
 }
 
 // wall turns a time from now into a time.Time.
@@ -188,9 +210,11 @@ func (b *Breaker) nextOpenLocked(afterProbe bool) time.Duration {
 // settle makes the lazily made transitions due at now and returns the
 // current epoch.
 func (b *Breaker) settle(now int64) *epoch {
-	b.mu.Lock()
-	ep := b.settleLocked(now)
-	b.mu.Unlock()
+	ep := func() *epoch {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.settleLocked(now)
+	}()
 	b.deliver()
 	return ep
 }
@@ -281,10 +305,10 @@ func (b *Breaker) takeProbe(ep *epoch) (ok, stale bool) {
 
 func (b *Breaker) releaseProbe(ep *epoch) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.ep.Load() == ep {
 		ep.probes--
 	}
-	b.mu.Unlock()
 }
 
 // finish records the end of call c at time end with outcome o.
@@ -329,15 +353,22 @@ func (b *Breaker) trips(c counts) bool {
 // trip opens the breaker if ep is still current and its window, judged
 // again under the lock, still reaches a threshold.
 func (b *Breaker) trip(ep *epoch, end int64) {
+	if b.tripLocked(ep, end) {
+		b.deliver()
+	}
+}
+
+// tripLocked takes b.mu for trip and reports whether it opened the
+// breaker.
+func (b *Breaker) tripLocked(ep *epoch, end int64) bool {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.ep.Load() != ep {
-		b.mu.Unlock()
-		return
+		return false
 	}
 	c := ep.win.stats(end)
 	if !b.trips(c) {
-		b.mu.Unlock()
-		return
+		return false
 	}
 	s := c.stats()
 	cause := Cause{Kind: CauseFailureRate, FailureRate: s.FailureRate, SlowCallRate: s.SlowCallRate, Threshold: b.cfg.FailureRateThreshold, Window: s}
@@ -345,15 +376,20 @@ func (b *Breaker) trip(ep *epoch, end int64) {
 		cause.Kind, cause.Threshold = CauseSlowCallRate, b.cfg.SlowCallRateThreshold
 	}
 	b.transitionLocked(ep, Open, end, cause, 0, nil)
-	b.mu.Unlock()
-	b.deliver()
+	return true
 }
 
 // probeDone ends a probe admitted in the half-open epoch ep.
 func (b *Breaker) probeDone(ep *epoch, o Outcome, slow bool, end int64) {
+	b.probeDoneLocked(ep, o, slow, end)
+	b.deliver()
+}
+
+// probeDoneLocked takes b.mu for probeDone.
+func (b *Breaker) probeDoneLocked(ep *epoch, o Outcome, slow bool, end int64) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.ep.Load() != ep {
-		b.mu.Unlock()
 		return
 	}
 	ep.probes--
@@ -375,8 +411,6 @@ func (b *Breaker) probeDone(ep *epoch, o Outcome, slow bool, end int64) {
 			b.transitionLocked(ep, Closed, end, Cause{Kind: CauseProbesSucceeded}, 0, nil)
 		}
 	}
-	b.mu.Unlock()
-	b.deliver()
 }
 
 // State returns the breaker's state now. Its only side effect is that a
@@ -399,6 +433,7 @@ func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 		FailureRateThreshold:  b.cfg.FailureRateThreshold,
 		SlowCallRateThreshold: b.cfg.SlowCallRateThreshold,
 		MinimumCalls:          b.cfg.MinimumCalls,
+		ClockStepsBack:        b.stepsBack.Load(),
 	}
 	if b.slowNs == 0 {
 		s.SlowCallRateThreshold = 0

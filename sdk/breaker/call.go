@@ -122,7 +122,14 @@ func (b *Breaker) Allow() (Call, error) {
 	c.tk = tickets.Get().(*ticket)
 	c.tkGen = c.tk.gen.Load()
 	if b.timeoutNs > 0 {
+		armed := false
+		defer func() {
+			if !armed { // the Clock panicked: the call ends, freeing its slots, and the panic goes on
+				c.report(Panic)
+			}
+		}()
 		b.arm(&c, nil)
+		armed = true
 	}
 	return c, nil
 }
@@ -173,13 +180,13 @@ func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (
 func (b *Breaker) executeTimed(ctx context.Context, call Call, fn func(context.Context) error) (Outcome, bool, error) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	b.arm(&call, cancel)
 	ended := false
 	defer func() {
-		if !ended { // fn or Classify panicked
+		if !ended { // fn, Classify or the Clock panicked
 			call.report(Panic)
 		}
 	}()
+	b.arm(&call, cancel)
 	err := fn(cctx)
 	o := b.outcome(ctx, err)
 	ended = true

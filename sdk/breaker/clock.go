@@ -2,8 +2,13 @@ package breaker
 
 import "time"
 
-// Clock is the breaker's time source. Now must be monotonic (never go
-// backwards); AfterFunc runs f in its own goroutine (or, for a fake clock,
+// Clock is the breaker's time source. Now should be monotonic (never go
+// backwards). One that is not (time.Now().UTC() drops the monotonic
+// reading, and the wall clock steps back with NTP) never breaks a
+// breaker: a reading earlier than the latest one seen, or earlier than
+// the breaker's creation, is taken as the latest one seen (the breaker's
+// time stands still until the clock catches up) and counted in
+// Snapshot.ClockStepsBack. AfterFunc runs f in its own goroutine (or, for a fake clock,
 // when the clock is moved past the deadline) once d has passed, unless the
 // returned Timer is stopped first. The breaker uses AfterFunc only for
 // CallTimeout. A Clock must be safe for concurrent use.

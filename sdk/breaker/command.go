@@ -31,33 +31,39 @@ func (b *Breaker) Apply(cmd Command) (State, error) {
 	}
 	c := cmd
 	now := b.now()
+	ep := b.applyLocked(&c, now)
+	b.deliver()
+	return ep.state, nil
+}
+
+// applyLocked takes b.mu for Apply and returns the epoch it leaves.
+func (b *Breaker) applyLocked(c *Command, now int64) *epoch {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	ep := b.settleLocked(now)
-	switch cmd.Action {
+	switch c.Action {
 	case ActionForceOpen, ActionForceClosed:
 		to := ForcedOpen
-		if cmd.Action == ActionForceClosed {
+		if c.Action == ActionForceClosed {
 			to = ForcedClosed
 		}
 		var until int64
-		if cmd.TTL > 0 {
-			until = now + int64(cmd.TTL)
+		if c.TTL > 0 {
+			until = now + int64(c.TTL)
 		}
 		if ep.state == to {
 			ep.until.Store(until)
-			ep.cmd.Store(&c)
+			ep.cmd.Store(c)
 		} else {
-			ep = b.transitionLocked(ep, to, now, Cause{Kind: CauseCommand, Command: &c}, until, &c)
+			ep = b.transitionLocked(ep, to, now, Cause{Kind: CauseCommand, Command: c}, until, c)
 		}
 	default:
 		if ep.state == Closed {
 			ep = b.newEpochLocked(Closed)
 			b.ep.Store(ep)
 		} else {
-			ep = b.transitionLocked(ep, Closed, now, Cause{Kind: CauseCommand, Command: &c}, 0, nil)
+			ep = b.transitionLocked(ep, Closed, now, Cause{Kind: CauseCommand, Command: c}, 0, nil)
 		}
 	}
-	b.mu.Unlock()
-	b.deliver()
-	return ep.state, nil
+	return ep
 }

@@ -38,24 +38,26 @@ func (b *Breaker) subscribe(fn func(Transition), snap bool) (Snapshot, func()) {
 	o := &observer{fn: fn}
 	var s Snapshot
 	now := b.now()
-	b.mu.Lock()
-	ep := b.settleLocked(now)
-	if snap {
-		s = b.snapshot(ep, now)
-	}
-	b.observers = append(slices.Clip(b.observers), o)
-	b.mu.Unlock()
+	func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		ep := b.settleLocked(now)
+		if snap {
+			s = b.snapshot(ep, now)
+		}
+		b.observers = append(slices.Clip(b.observers), o)
+	}()
 	b.deliver()
 	var once sync.Once
 	return s, func() {
 		once.Do(func() {
 			o.canceled.Store(true)
 			b.mu.Lock()
+			defer b.mu.Unlock()
 			i := slices.Index(b.observers, o)
 			if i >= 0 {
 				b.observers = slices.Delete(slices.Clone(b.observers), i, i+1)
 			}
-			b.mu.Unlock()
 		})
 	}
 }
@@ -63,18 +65,24 @@ func (b *Breaker) subscribe(fn func(Transition), snap bool) (Snapshot, func()) {
 // deliver hands the queued transitions to their observers. Only one
 // goroutine delivers at a time, without holding b.mu while observers run;
 // the others leave their transitions in the queue for it, which keeps the
-// order.
+// order. Should a panic get out of an observer's call (Config.Logger
+// panicking while it logs an observer's panic), the next transition is
+// delivered all the same: the panic goes on, and no one is left
+// delivering.
 func (b *Breaker) deliver() {
-	b.mu.Lock()
-	if b.delivering || len(b.pending) == 0 {
-		b.mu.Unlock()
+	batch := b.takePending(false)
+	if batch == nil {
 		return
 	}
-	b.delivering = true
-	for len(b.pending) > 0 {
-		batch := b.pending
-		b.pending = nil
-		b.mu.Unlock()
+	done := false
+	defer func() {
+		if !done {
+			b.mu.Lock()
+			b.delivering = false
+			b.mu.Unlock()
+		}
+	}()
+	for batch != nil {
 		for _, p := range batch {
 			for _, o := range p.obs {
 				if !o.canceled.Load() {
@@ -82,10 +90,27 @@ func (b *Breaker) deliver() {
 				}
 			}
 		}
-		b.mu.Lock()
+		batch = b.takePending(true)
 	}
-	b.delivering = false
-	b.mu.Unlock()
+	done = true
+}
+
+// takePending takes the queued transitions for the goroutine that
+// delivers them (mine: it is that goroutine already). It returns nil when
+// there are none (then no one delivers) or another goroutine delivers.
+func (b *Breaker) takePending(mine bool) []pendingTransition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if (b.delivering && !mine) || len(b.pending) == 0 {
+		if mine {
+			b.delivering = false
+		}
+		return nil
+	}
+	b.delivering = true
+	batch := b.pending
+	b.pending = nil
+	return batch
 }
 
 func (b *Breaker) notify(fn func(Transition), t Transition) {

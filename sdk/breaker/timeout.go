@@ -41,6 +41,7 @@ func (b *Breaker) arm(c *Call, cancel context.CancelCauseFunc) {
 	c.t = t
 	q := &b.tq
 	q.mu.Lock()
+	defer q.mu.Unlock() // AfterFunc is the Clock's code
 	t.queued = true
 	if q.tail == nil {
 		q.head, q.tail = t, t
@@ -48,10 +49,16 @@ func (b *Breaker) arm(c *Call, cancel context.CancelCauseFunc) {
 		t.prev, q.tail.next, q.tail = q.tail, t, t
 	}
 	if !q.armed {
-		q.armed = true
+		armed := false
+		defer func() {
+			if !armed { // Now or AfterFunc panicked: no timer watches the queue
+				q.unlinkLocked(t)
+				c.t = nil
+			}
+		}()
 		b.timers.AfterFunc(time.Duration(max(t.deadline-b.now(), 0)), b.expireFn)
+		q.armed, armed = true, true
 	}
-	q.mu.Unlock()
 }
 
 // remove takes t off the queue if it is still there.
@@ -82,10 +89,19 @@ func (q *timeoutQueue) unlinkLocked(t *timedCall) {
 // expire is the timeout timer: it ends every call whose deadline has
 // come, outside the queue's lock, and arms the timer for the next one.
 func (b *Breaker) expire() {
+	for _, t := range b.takeDue() {
+		b.timeOut(t)
+	}
+}
+
+// takeDue takes the calls whose deadline has come off the queue and arms
+// the timer for the next one.
+func (b *Breaker) takeDue() []*timedCall {
 	q := &b.tq
 	var due []*timedCall
 	q.mu.Lock()
-	now := b.now() // under the lock, so that the next timer is armed from the time it is armed at
+	defer q.mu.Unlock() // Now and AfterFunc are the Clock's code
+	now := b.now()      // under the lock, so that the next timer is armed from the time it is armed at
 	for t := q.head; t != nil && t.deadline <= now; t = q.head {
 		q.unlinkLocked(t)
 		if t.done.CompareAndSwap(false, true) {
@@ -96,10 +112,7 @@ func (b *Breaker) expire() {
 	if q.armed {
 		b.timers.AfterFunc(time.Duration(q.head.deadline-now), b.expireFn)
 	}
-	q.mu.Unlock()
-	for _, t := range due {
-		b.timeOut(t)
-	}
+	return due
 }
 
 // timeOut records t as a Timeout that ended at its deadline and cancels

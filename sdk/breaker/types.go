@@ -225,4 +225,10 @@ type Snapshot struct {
 	MinimumCalls                                int
 	ForcedUntil                                 time.Time // when a forced state runs out; zero = not forced or no expiry
 	Forced                                      *Command  // the command holding a forced state, nil otherwise
+	// ClockStepsBack counts the readings of Config.Clock that were
+	// earlier than one the breaker had already seen (a clock without a
+	// monotonic reading stepped back, by NTP or by hand), since the
+	// breaker was made; each was taken as the latest reading seen, so
+	// the breaker's time never goes back. Always 0 with the system clock.
+	ClockStepsBack int64
 }

@@ -74,14 +74,13 @@ func (w *countWindow) record(_ int64, failed, slow bool, st uint8) (counts, bool
 		mark |= markSlow
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.flushLocked()
 	w.pushLocked(mark, 1)
-	c := w.countsLocked()
 	if w.pos >= w.warmAt {
 		w.warm.Store(true)
 	}
-	w.mu.Unlock()
-	return c, true
+	return w.countsLocked(), true
 }
 
 // flushLocked pushes the counted plain successes into the ring.
@@ -160,9 +159,11 @@ func newTimeWindow(width int64, n int) *timeWindow {
 }
 
 func (w *timeWindow) record(t int64, failed, slow bool, _ uint8) (counts, bool) {
+	t = max(t, 0) // the breaker's time is never negative; a slot index must not be either
 	bi := t / w.width
 	n := int64(len(w.buckets))
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	b := &w.buckets[bi%n]
 	if b.idx < bi {
 		*b = bucket{idx: bi}
@@ -176,9 +177,7 @@ func (w *timeWindow) record(t int64, failed, slow bool, _ uint8) (counts, bool) 
 			b.slow++
 		}
 	}
-	s := w.sumLocked(t)
-	w.mu.Unlock()
-	return s, true
+	return w.sumLocked(t), true
 }
 
 func (w *timeWindow) sumLocked(t int64) counts {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -499,6 +500,19 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// CheckName checks a name (a service, instance, breaker or label key, a
+// label value, a settings key) as Hello.Validate and Batch.Validate do: not
+// blank, at most MaxNameLen bytes, and none of the characters
+// checkChars refuses in any text, nor an invisible format character
+// (Unicode category Cf: zero-width spaces and joiners U+200B..U+200D,
+// the word joiner U+2060, U+FEFF, the soft hyphen U+00AD, the marks
+// U+200E, U+200F and U+061C, tags ...), which would make two names that
+// look the same on a page name two dependencies. field names the value
+// in the error, which wraps ErrInvalid and gives the code point and its
+// byte offset ("breakers[0].name contains the invisible format character
+// U+200B at byte 2").
+func CheckName(field, v string) error { return checkName(field, v) }
+
 func checkName(field, v string) error {
 	if strings.TrimSpace(v) == "" {
 		return invalid("%s is required", field)
@@ -506,7 +520,21 @@ func checkName(field, v string) error {
 	if len(v) > MaxNameLen {
 		return invalid("%s is longer than %d bytes", field, MaxNameLen)
 	}
-	return checkChars(field, v)
+	return checkNameChars(field, v)
+}
+
+// checkNameChars is checkChars, and refuses the invisible format
+// characters (category Cf) that checkChars lets through in texts.
+func checkNameChars(field, v string) error {
+	if err := checkChars(field, v); err != nil {
+		return err
+	}
+	for i, r := range v {
+		if r >= 0xad && unicode.Is(unicode.Cf, r) { // below U+00AD nothing is Cf
+			return invalid("%s contains the invisible format character U+%04X at byte %d", field, r, i)
+		}
+	}
+	return nil
 }
 
 // checkText checks optional free text (reasons, errors, actors).
@@ -666,7 +694,7 @@ func (h *Hello) Validate() error {
 		if len(v) > MaxNameLen {
 			return invalid("label %q is longer than %d bytes", k, MaxNameLen)
 		}
-		if err := checkChars(fmt.Sprintf("label %q", k), v); err != nil {
+		if err := checkNameChars(fmt.Sprintf("label %q", k), v); err != nil {
 			return err
 		}
 	}
