@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -112,7 +113,9 @@ func (c connOptions) httpServer(h http.Handler, log *slog.Logger) *http.Server {
 // listen wraps ln in c's connection caps (proxies, the trusted proxies,
 // are capped only in total), registering their metrics on reg. The total
 // is lowered to the process's open-file limit less fdReserve when that
-// is lower (logged): past it accept fails for everyone.
+// is lower (past it accept fails for everyone): logged as information for
+// the default, which is above many machines' limit, as a warning for a
+// total the operator chose.
 func (c connOptions) listen(ln net.Listener, proxies []netip.Prefix, reg prometheus.Registerer, log *slog.Logger, clk clock.Clock) (*connlimit.Listener, error) {
 	c = c.withDefaults()
 	total := c.Total
@@ -122,7 +125,11 @@ func (c connOptions) listen(ln net.Listener, proxies []netip.Prefix, reg prometh
 			fit = max(limit/2, 1)
 		}
 		if uint64(total) > fit {
-			log.Warn("--max-connections is above what the open-file limit allows; lowered (raise the limit, e.g. LimitNOFILE in a systemd unit, to keep it)",
+			level := slog.LevelWarn
+			if total == connDefaults.Total {
+				level = slog.LevelInfo
+			}
+			log.Log(context.Background(), level, "--max-connections is above what the open-file limit allows; lowered (raise the limit, e.g. LimitNOFILE in a systemd unit, to keep it)",
 				"max_connections", total, "open_file_limit", limit, "lowered_to", fit)
 			total = int(fit)
 		}
