@@ -64,6 +64,10 @@ func TestCLIErrorsNameTheCulprit(t *testing.T) {
 		// The README's table gives these flags environment variables.
 		{"negative max dependencies", map[string]string{"CBDASH_MAX_DEPENDENCIES": "-1"}, []string{"serve"}, 2, []string{"--max-dependencies"}},
 		{"negative max live", map[string]string{"CBDASH_MAX_LIVE": "-1"}, []string{"serve"}, 2, []string{"--max-live"}},
+		{"negative max connections", map[string]string{"CBDASH_MAX_CONNECTIONS_PER_ADDRESS": "-1"}, []string{"serve"}, 2, []string{"--max-connections-per-address"}},
+		{"negative idle timeout", nil, []string{"serve", "--idle-timeout=-1s"}, 2, []string{"--idle-timeout"}},
+		{"header timeout over the read timeout", map[string]string{"CBDASH_READ_TIMEOUT": "5s"}, []string{"serve"}, 2, []string{"--read-header-timeout", "--read-timeout"}},
+		{"negative max event streams", map[string]string{"CBDASH_MAX_EVENT_STREAMS": "-1"}, []string{"serve"}, 2, []string{"--max-event-streams"}},
 		{"bad incident share", nil, []string{"serve", "--incident-share=150"}, 2, []string{"--incident-share", "0..100"}},
 		{"server not a URL", map[string]string{"CBDASH_SERVER": "localhost:8080"}, []string{"status"}, 2, []string{"--server", "not an http(s) URL"}},
 		{"token needs service or user", nil, []string{"token", "create"}, 2, []string{"--service", "--user"}},

@@ -47,8 +47,16 @@ type serveOptions struct {
 	// --max-breakers-per-token, --max-dependencies) and of /live sockets
 	// (--max-live-per-session, --max-live-per-address, --max-live); 0 =
 	// the defaults of collector.Limits and web.LiveLimits.
-	Limits      collector.Limits
-	Live        web.LiveLimits
+	Limits collector.Limits
+	Live   web.LiveLimits
+	// Events caps the event streams (/api/v1/events) as Live caps /live
+	// (--max-event-streams-per-session, --max-event-streams-per-address,
+	// --max-event-streams).
+	Events web.LiveLimits
+	// Conn are the HTTP server's timeouts and connection caps
+	// (--read-header-timeout, --read-timeout, --write-timeout,
+	// --idle-timeout, --max-connections-per-address, --max-connections).
+	Conn        connOptions
 	Hystrix     []string    // --hystrix: Hystrix streams to read, "URL,service=...,instance=..."
 	Prometheus  []string    // --prometheus: Prometheus endpoints to scrape, same form
 	SourcesFile string      // --sources: a JSON file of targets (source.File)
@@ -95,6 +103,10 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.IntVar(&o.Live.PerSession, "max-live-per-session", 8, "the most live dashboard connections (/live) of one login session or API token")
 	fs.IntVar(&o.Live.PerAddress, "max-live-per-address", 64, "the most live dashboard connections of one client address")
 	fs.IntVar(&o.Live.Total, "max-live", 500, "the most live dashboard connections of the server")
+	fs.IntVar(&o.Events.PerSession, "max-event-streams-per-session", 8, "the most event streams (/api/v1/events) of one login session or API token")
+	fs.IntVar(&o.Events.PerAddress, "max-event-streams-per-address", 64, "the most event streams of one client address")
+	fs.IntVar(&o.Events.Total, "max-event-streams", 500, "the most event streams of the server")
+	o.Conn.bind(fs)
 	fs.BoolVar(&o.AllowPrivateWebhooks, "allow-private-webhooks", false, "let alert webhooks call loopback, private, link-local and multicast addresses (default: refused, as a guard against server-side request forgery)")
 	fs.StringArrayVar(&o.Hystrix, "hystrix", nil, "a Hystrix stream to read, as URL,service=NAME[,instance=NAME][,header=Name: value] (repeatable): hystrix-go, Spring/resilience4j, opossum-hystrix, Turbine")
 	fs.StringArrayVar(&o.Prometheus, "prometheus", nil, "a Prometheus endpoint to scrape for resilience4j or opossum-prometheus breakers, as URL,service=NAME[,instance=NAME][,interval=5s][,header=Name: value] (repeatable)")
@@ -145,10 +157,14 @@ func (o *serveOptions) validate() error {
 		return usageError{fmt.Errorf("--incident-quiet must not be negative (got %v)", o.IncidentQuiet)}
 	}
 	for flag, v := range map[string]int{"--max-instances-per-token": o.Limits.MaxInstancesPerToken, "--max-breakers-per-token": o.Limits.MaxBreakersPerToken,
-		"--max-dependencies": o.Limits.MaxDependencies, "--max-connections-per-token": o.Limits.MaxConnectionsPerToken, "--max-live-per-session": o.Live.PerSession, "--max-live-per-address": o.Live.PerAddress, "--max-live": o.Live.Total} {
+		"--max-dependencies": o.Limits.MaxDependencies, "--max-connections-per-token": o.Limits.MaxConnectionsPerToken, "--max-live-per-session": o.Live.PerSession, "--max-live-per-address": o.Live.PerAddress, "--max-live": o.Live.Total,
+		"--max-event-streams-per-session": o.Events.PerSession, "--max-event-streams-per-address": o.Events.PerAddress, "--max-event-streams": o.Events.Total} {
 		if v < 0 {
 			return usageError{fmt.Errorf("%s must not be negative (got %d; 0 = the default)", flag, v)}
 		}
+	}
+	if err := o.Conn.validate(); err != nil {
+		return err
 	}
 	if o.MaxHold < 0 {
 		return usageError{fmt.Errorf("--max-hold must not be negative (got %v): every hold ends by itself", o.MaxHold)}

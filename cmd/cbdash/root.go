@@ -30,6 +30,8 @@ func fromEnv(name string) bool {
 		"trusted-proxy", "secure-cookies", "otlp-endpoint", "otlp-interval", "otlp-header",
 		"max-instances-per-token", "max-breakers-per-token", "max-dependencies", "max-connections-per-token",
 		"max-live-per-session", "max-live-per-address", "max-live", "allow-private-webhooks", "ack-delay",
+		"max-event-streams-per-session", "max-event-streams-per-address", "max-event-streams",
+		"read-header-timeout", "read-timeout", "write-timeout", "idle-timeout", "max-connections-per-address", "max-connections",
 		"server", "token", "timeout", "agent-token", "password":
 		return true
 	}

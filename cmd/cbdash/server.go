@@ -112,7 +112,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
-		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Alerts: s.alerts,
+		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Events: o.Events, Alerts: s.alerts,
 	})
 	if err != nil {
 		return nil, err
@@ -122,11 +122,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	e.HTTPErrorHandler = web.HTTPErrorHandler
 	s.web.Mount(e) // every route: pages, the JSON API, the agents' transports
 
-	s.http = &http.Server{
-		Handler:           e,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	s.http = o.Conn.httpServer(e, log) // the timeouts of plain requests
 	if s.tls {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
 		if err != nil {
@@ -134,9 +130,14 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		}
 		s.http.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	s.ln, err = net.Listen("tcp", o.Addr)
+	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s (flag --addr or CBDASH_ADDR): %w", o.Addr, err)
+	}
+	// The connection caps, at accept: under TLS, under everything.
+	if s.ln, err = o.Conn.listen(ln, proxies, reg, log.With("component", "http"), clk); err != nil {
+		ln.Close()
+		return nil, err
 	}
 	if s.otlp, err = o.OTLP.start(ctx, reg, s.ln.Addr()); err != nil {
 		s.ln.Close()

@@ -136,6 +136,14 @@ const sseBuffer = 1024
 // as a "snapshot" event. The stream ends when the subscriber is dropped
 // for falling behind (clients reconnect) or the request ends; it returns
 // no error once the stream has begun.
+//
+// The stream has its own liveness, not the HTTP server's deadlines,
+// which bound plain requests: it clears them (http.Server.WriteTimeout
+// would otherwise end it), and bounds each write it makes by
+// WriteTimeout alone, clearing the deadline again once the write is
+// through: over HTTP/2 a deadline that passes resets the stream even
+// when no write is under way (it did, 10 s after an event with no other
+// behind it).
 func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 	var kinds map[string]bool
 	for k := range strings.SplitSeq(r.URL.Query().Get("kind"), ",") {
@@ -152,6 +160,8 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 	defer c.hub.remove(sub)
 	events := sub.ch
 	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -164,14 +174,22 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", kind, data); err != nil {
 			return err
 		}
-		return rc.Flush()
+		if err := rc.Flush(); err != nil {
+			return err
+		}
+		_ = rc.SetWriteDeadline(time.Time{})
+		return nil
 	}
 	if r.URL.Query().Get("snapshot") == "1" {
 		if err := write("snapshot", snap); err != nil {
 			return nil
 		}
-	} else if err := rc.Flush(); err != nil {
-		return nil
+	} else {
+		_ = rc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+		_ = rc.SetWriteDeadline(time.Time{})
 	}
 	keepalive := time.NewTicker(15 * time.Second) // real time: keeps proxies from closing the stream
 	defer keepalive.Stop()
@@ -185,6 +203,7 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil || rc.Flush() != nil {
 				return nil
 			}
+			_ = rc.SetWriteDeadline(time.Time{})
 		case e, ok := <-events:
 			if !ok {
 				return nil

@@ -76,7 +76,20 @@ func (s *Server) agentSocket(c echo.Context) error {
 	return s.col.ServeAgent(c.Response(), c.Request())
 }
 func (s *Server) ingest(c echo.Context) error { return s.col.ServeIngest(c.Response(), c.Request()) }
-func (s *Server) events(c echo.Context) error { return s.col.ServeEvents(c.Response(), c.Request()) }
+
+// events is the event stream (server-sent events), capped per session or
+// API token, per client address and in total (Config.Events): a stream
+// over a cap is refused with 429 and the cap it hit, before the
+// collector subscribes it.
+func (s *Server) events(c echo.Context) error {
+	release, refused := s.streams.take(liveSessionKey(c), c.RealIP())
+	if release == nil {
+		s.log.Info("event stream refused", "address", c.RealIP(), "reason", refused)
+		return echo.NewHTTPError(http.StatusTooManyRequests, refused)
+	}
+	defer release()
+	return s.col.ServeEvents(c.Response(), c.Request())
+}
 
 // decodeBody decodes a JSON request body into v; what names the request
 // in the error ("hold request: ttl: expected ..."), which wraps

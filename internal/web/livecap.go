@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // LiveLimits cap the /live websockets, each of which holds a subscription
@@ -39,10 +40,15 @@ func (l *LiveLimits) setDefaults() {
 	}
 }
 
-// liveSlots counts the open live sockets against LiveLimits. Safe for
-// concurrent use.
+// liveSlots counts open streams (the /live sockets, the /api/v1/events
+// streams) against LiveLimits: one mechanism, one instance per kind of
+// stream, each with its own limits and words. Safe for concurrent use.
 type liveSlots struct {
-	lim LiveLimits
+	lim   LiveLimits
+	names slotNames
+	// refused counts refusals by limit ("total", "address", "session");
+	// nil = not counted.
+	refused *prometheus.CounterVec
 
 	mu        sync.Mutex
 	total     int
@@ -50,9 +56,26 @@ type liveSlots struct {
 	byAddress map[string]int
 }
 
-func newLiveSlots(lim LiveLimits) *liveSlots {
+// slotNames are the words of a kind of stream in its refusals: what
+// they are ("live connections"), the serve flags of its three limits,
+// and what a session over its limit can do.
+type slotNames struct {
+	what                                string
+	totalFlag, addressFlag, sessionFlag string
+	sessionHint                         string
+}
+
+// liveNames are the /live sockets' words.
+var liveNames = slotNames{what: "live connections", totalFlag: "--max-live", addressFlag: "--max-live-per-address",
+	sessionFlag: "--max-live-per-session", sessionHint: "close a tab"}
+
+// eventNames are the /api/v1/events streams' words.
+var eventNames = slotNames{what: "event streams", totalFlag: "--max-event-streams", addressFlag: "--max-event-streams-per-address",
+	sessionFlag: "--max-event-streams-per-session", sessionHint: "close one of them"}
+
+func newLiveSlots(lim LiveLimits, names slotNames, refused *prometheus.CounterVec) *liveSlots {
 	lim.setDefaults()
-	return &liveSlots{lim: lim, bySession: map[string]int{}, byAddress: map[string]int{}}
+	return &liveSlots{lim: lim, names: names, refused: refused, bySession: map[string]int{}, byAddress: map[string]int{}}
 }
 
 // take takes a slot for a socket of session ("" = none) from address; it
@@ -60,13 +83,17 @@ func newLiveSlots(lim LiveLimits) *liveSlots {
 func (l *liveSlots) take(session, address string) (release func(), refused string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := l.names
 	switch {
 	case l.total >= l.lim.Total:
-		return nil, fmt.Sprintf("the server has %d live connections, its limit (serve flag --max-live)", l.total)
+		l.count("total")
+		return nil, fmt.Sprintf("the server has %d %s, its limit (serve flag %s)", l.total, n.what, n.totalFlag)
 	case l.byAddress[address] >= l.lim.PerAddress:
-		return nil, fmt.Sprintf("your address has %d live connections, the limit per address (serve flag --max-live-per-address)", l.byAddress[address])
+		l.count("address")
+		return nil, fmt.Sprintf("your address has %d %s, the limit per address (serve flag %s)", l.byAddress[address], n.what, n.addressFlag)
 	case session != "" && l.bySession[session] >= l.lim.PerSession:
-		return nil, fmt.Sprintf("your session has %d live connections, the limit per session (serve flag --max-live-per-session); close a tab", l.bySession[session])
+		l.count("session")
+		return nil, fmt.Sprintf("your session has %d %s, the limit per session (serve flag %s); %s", l.bySession[session], n.what, n.sessionFlag, n.sessionHint)
 	}
 	l.total++
 	l.byAddress[address]++
@@ -89,6 +116,13 @@ func (l *liveSlots) take(session, address string) (release func(), refused strin
 			}
 		})
 	}, ""
+}
+
+// count counts a refusal by the limit it hit.
+func (l *liveSlots) count(limit string) {
+	if l.refused != nil {
+		l.refused.WithLabelValues(limit).Inc()
+	}
 }
 
 // liveSessionKey names the credentials of c (a session cookie or an API

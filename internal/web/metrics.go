@@ -17,6 +17,10 @@ type metrics struct {
 	loginRefused *prometheus.CounterVec
 	// logins counts checked logins by result: ok, failed, disabled, error.
 	logins *prometheus.CounterVec
+	// streamsRefused counts streams refused over a cap (LiveLimits), by
+	// stream ("live": /live sockets, "events": /api/v1/events) and limit
+	// ("session", "address", "total").
+	streamsRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,8 +33,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cbdash_logins_total",
 			Help: "Login attempts whose password was checked, by result (ok, failed, disabled, error).",
 		}, []string{"result"}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbdash_streams_refused_total",
+			Help: "Live sockets (stream=live) and event streams (stream=events) refused with 429 over a cap, by limit (session, address, total).",
+		}, []string{"stream", "limit"}),
 	}
-	for _, c := range []prometheus.Collector{m.loginRefused, m.logins} {
+	for _, c := range []prometheus.Collector{m.loginRefused, m.logins, m.streamsRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

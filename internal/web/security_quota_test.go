@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
@@ -228,3 +229,87 @@ func cookieHeader(c *client, hdr http.Header) http.Header {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// TestSecurityEventStreamsAreCapped: /api/v1/events (server-sent events)
+// is capped per API token or session, per client address and in total,
+// as /live is (issue 27, item 9: 300 streams on one viewer token were
+// accepted); a refusal is a 429 naming the cap, counted in /metrics.
+func TestSecurityEventStreamsAreCapped(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newLimitedHarness(t, web.Config{Events: web.LiveLimits{PerSession: 3, PerAddress: 5, Total: 6}, Registerer: reg,
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, collector.Limits{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	vera, _, err := h.st.UserByName(ctx, "vera")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens []string
+	for range 3 {
+		tok, err := h.st.CreateUserToken(ctx, vera.ID, "events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, tok)
+	}
+	// open opens an event stream with token from client address addr (the
+	// loopback proxy is trusted, so X-Forwarded-For names it): the open
+	// stream's body (closed at the end of the test), or nil and the
+	// refusal's status and body.
+	open := func(token, addr string) (io.ReadCloser, int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.url+"/api/v1/events?snapshot=1", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("X-Forwarded-For", addr)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			return nil, res.StatusCode, string(b)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res.Body, res.StatusCode, ""
+	}
+	mustOpen := func(token, addr string) io.ReadCloser {
+		t.Helper()
+		body, status, msg := open(token, addr)
+		if body == nil {
+			t.Fatalf("an event stream from %s = %d %s, want 200", addr, status, msg)
+		}
+		return body
+	}
+	first := mustOpen(tokens[0], "198.51.100.1")
+	mustOpen(tokens[0], "198.51.100.1")
+	mustOpen(tokens[0], "198.51.100.1")
+	if _, status, body := open(tokens[0], "198.51.100.1"); status != http.StatusTooManyRequests || !strings.Contains(body, "per session") || !strings.Contains(body, "--max-event-streams-per-session") {
+		t.Errorf("a 4th stream of one token = %d %s, want 429 naming --max-event-streams-per-session", status, body)
+	}
+	// Another token of the same viewer still gets its own.
+	mustOpen(tokens[1], "198.51.100.1")
+	mustOpen(tokens[1], "198.51.100.1")
+	if _, status, body := open(tokens[1], "198.51.100.1"); status != http.StatusTooManyRequests || !strings.Contains(body, "--max-event-streams-per-address") {
+		t.Errorf("a 6th stream of one address = %d %s, want 429 naming --max-event-streams-per-address", status, body)
+	}
+	mustOpen(tokens[1], "198.51.100.2")
+	if _, status, body := open(tokens[2], "198.51.100.3"); status != http.StatusTooManyRequests || !strings.Contains(body, "--max-event-streams,") && !strings.Contains(body, "--max-event-streams)") {
+		t.Errorf("a 7th stream of the server = %d %s, want 429 naming --max-event-streams", status, body)
+	}
+	first.Close()
+	eventually.True(t, "a closed stream gives its slot back", func() bool {
+		body, _, _ := open(tokens[0], "198.51.100.1")
+		if body != nil {
+			body.Close()
+		}
+		return body != nil
+	})
+	// (Tries of the loop above before the slot was back were refused
+	// over the total too.)
+	for _, limit := range []string{"session", "address", "total"} {
+		if n := counter(t, reg, "cbdash_streams_refused_total", limit); n < 1 || limit != "total" && n != 1 {
+			t.Errorf("cbdash_streams_refused_total{stream=events,limit=%s} = %v, want 1", limit, n)
+		}
+	}
+}

@@ -154,6 +154,12 @@ type Config struct {
 	// Live caps the /live websockets per session, per address and in
 	// total (see LiveLimits; zero values = defaults).
 	Live LiveLimits
+	// Events caps the /api/v1/events streams (server-sent events) the
+	// same way, on counts of their own: per login session or API token,
+	// per client address (anonymous viewers) and in total; a stream over
+	// a cap is refused with 429 and the cap. Zero values = the defaults of
+	// LiveLimits (8, 64, 500).
+	Events LiveLimits
 	// Alerts is the alert service behind the alerts page and the
 	// overview's firing count; nil = no alerts page (404) and no count.
 	Alerts Alerts
@@ -175,6 +181,8 @@ func (c Config) validate() error {
 		return errors.New("web: Config.MaxHashing is negative")
 	case c.Live.PerSession < 0 || c.Live.PerAddress < 0 || c.Live.Total < 0:
 		return errors.New("web: Config.Live: PerSession, PerAddress and Total must not be negative")
+	case c.Events.PerSession < 0 || c.Events.PerAddress < 0 || c.Events.Total < 0:
+		return errors.New("web: Config.Events: PerSession, PerAddress and Total must not be negative")
 	}
 	return nil
 }
@@ -193,6 +201,7 @@ type Server struct {
 	metrics *metrics
 	sparks  *sparkCache
 	slots   *liveSlots // open /live sockets against cfg.Live
+	streams *liveSlots // open /api/v1/events streams against cfg.Events
 
 	done      chan struct{} // closed by Close: live sockets end
 	closeOnce sync.Once
@@ -238,7 +247,8 @@ func New(cfg Config) (*Server, error) {
 		logins:  newLoginLimiter(cfg.LoginBurst, 4*cfg.LoginBurst, cfg.LoginEvery),
 		hashing: make(chan struct{}, cfg.MaxHashing),
 		metrics: m,
-		slots:   newLiveSlots(cfg.Live),
+		slots:   newLiveSlots(cfg.Live, liveNames, m.streamsRefused.MustCurryWith(prometheus.Labels{"stream": "live"})),
+		streams: newLiveSlots(cfg.Events, eventNames, m.streamsRefused.MustCurryWith(prometheus.Labels{"stream": "events"})),
 		done:    make(chan struct{}),
 	}
 	s.sparks = newSparkCache(cfg.Store, cfg.Clock.Now)
