@@ -1,0 +1,160 @@
+package collector
+
+// Quotas per agent token and per service (issue 27, item 3): with the
+// default limits, one agent token, limited to one service or for any
+// ("*"), cannot fill the collector's limit of dependencies and refuse
+// every other service; a hello that declares known dependencies again is
+// never refused; the refusals name the quota and are counted.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// wideHello is rawHello of service/instance declaring n breakers named
+// prefix0..prefix(n-1).
+func wideHello(service, instance, prefix string, n int, startedAt int64) protocol.Hello {
+	h := rawHello(instance, startedAt)
+	h.Service = service
+	proto := h.Breakers[0]
+	h.Breakers = make([]protocol.BreakerConfig, n)
+	for i := range h.Breakers {
+		h.Breakers[i] = proto
+		h.Breakers[i].Name = prefix + strconv.Itoa(i)
+	}
+	return h
+}
+
+// quotaAnswer sends hello hi on a new connection with token and returns
+// the refusal's reason, "" when it was welcomed.
+func quotaAnswer(t *testing.T, h *harness, token string, hi protocol.Hello) string {
+	t.Helper()
+	a := dialRaw(t, h, token)
+	defer a.conn.CloseNow()
+	a.send(hi)
+	typ, data, err := a.next()
+	if err != nil {
+		t.Fatalf("hello of %s/%s: %v", hi.Service, hi.Instance, err)
+	}
+	switch typ {
+	case protocol.TypeWelcome:
+		return ""
+	case protocol.TypeError:
+		var e protocol.Error
+		if err := json.Unmarshal(data, &e); err != nil {
+			t.Fatal(err)
+		}
+		if !e.Fatal || e.Retry {
+			t.Fatalf("hello of %s/%s: %+v, want a permanent fatal error", hi.Service, hi.Instance, e)
+		}
+		return e.Reason
+	}
+	t.Fatalf("hello of %s/%s: got %s %s", hi.Service, hi.Instance, typ, data)
+	return ""
+}
+
+// refusedCount reads cbdash_collector_agent_refused_total{reason} from
+// /metrics (0 when absent).
+func refusedCount(t *testing.T, h *harness, reason string) int {
+	t.Helper()
+	status, body := call(t, "GET", h.srv.URL+"/metrics", "", nil)
+	if status != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", status)
+	}
+	m := regexp.MustCompile(`(?m)^cbdash_collector_agent_refused_total\{reason="` + regexp.QuoteMeta(reason) + `"\} (\d+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+func TestQuotasKeepOneTokenFromFillingTheCollector(t *testing.T) {
+	h := startHarness(t, "", nil) // the default limits: 10,000 dependencies
+	ctx := t.Context()
+	started := h.now().Add(-time.Minute).UnixMilli()
+	const wide = protocol.MaxBreakersPerHello
+
+	// A token limited to one service sends hellos of new instances, each
+	// with a thousand new breakers: 10 of them filled the collector. Its
+	// service stops at its quota (1,000 by default).
+	filler, err := h.store.CreateAgentToken(ctx, "filler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= 10; i++ {
+		reason := quotaAnswer(t, h, filler, wideHello("filler", fmt.Sprint("f", i), fmt.Sprintf("f%d-b", i), wide, started))
+		switch {
+		case i == 0 && reason != "":
+			t.Fatalf("the first hello of the service was refused: %s", reason)
+		case i > 0 && !strings.Contains(reason, "one service may have (serve flag --max-dependencies-per-service)"):
+			t.Errorf("hello %d of one service's token: %q, want a refusal naming --max-dependencies-per-service", i, reason)
+		case i > 0 && !strings.Contains(reason, `service "filler" has 1000 dependencies`):
+			t.Errorf("hello %d: %q does not name the service and its dependencies", i, reason)
+		}
+	}
+	// Another service's first hello, another token, is accepted.
+	victim, err := h.store.CreateAgentToken(ctx, "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reason := quotaAnswer(t, h, victim, wideHello("victim", "v0", "v-b", 10, started)); reason != "" {
+		t.Fatalf("another service's first hello after one token's 11: refused: %s", reason)
+	}
+	// The service's known dependencies are never refused: an instance
+	// coming back, a new one, each declaring them again.
+	for _, inst := range []string{"f0", "f0-restarted"} {
+		if reason := quotaAnswer(t, h, filler, wideHello("filler", inst, "f0-b", wide, started+1)); reason != "" {
+			t.Fatalf("%s declaring the service's known dependencies again: refused: %s", inst, reason)
+		}
+	}
+
+	// A token for any service ("*"): one service stops at its quota, the
+	// next service through the same token is accepted...
+	star := h.token
+	if reason := quotaAnswer(t, h, star, wideHello("s0", "i0", "s0-a", wide, started)); reason != "" {
+		t.Fatalf("the first service of a * token: refused: %s", reason)
+	}
+	if reason := quotaAnswer(t, h, star, wideHello("s0", "i1", "s0-b", 1, started)); !strings.Contains(reason, "--max-dependencies-per-service") {
+		t.Fatalf("a * token's service past its quota: %q, want a refusal naming --max-dependencies-per-service", reason)
+	}
+	// ... up to the token's own quota (half of the collector's limit, 5,000).
+	for i := 1; i <= 5; i++ {
+		svc := fmt.Sprint("s", i)
+		reason := quotaAnswer(t, h, star, wideHello(svc, "i0", svc+"-a", wide, started))
+		switch {
+		case i < 5 && reason != "":
+			t.Fatalf("service %d of a * token: refused: %s", i, reason)
+		case i == 5 && !strings.Contains(reason, "one token may have (serve flag --max-dependencies-per-token)"):
+			t.Fatalf("service %d of a * token past the token's 5,000: %q, want a refusal naming --max-dependencies-per-token", i, reason)
+		case i == 5 && !strings.Contains(reason, "would declare 6000 dependencies"):
+			t.Fatalf("the token's refusal %q does not give the count", reason)
+		}
+	}
+	// The * token's known dependencies go on being accepted.
+	if reason := quotaAnswer(t, h, star, wideHello("s1", "i1", "s1-a", wide, started)); reason != "" {
+		t.Fatalf("another instance of a * token's known service: refused: %s", reason)
+	}
+	// One token filled neither the collector nor another service's room.
+	if n := len(h.col.Dependencies()); n != 1000+10+5000 {
+		t.Errorf("the collector holds %d dependencies, want %d", n, 1000+10+5000)
+	}
+	if reason := quotaAnswer(t, h, victim, wideHello("victim", "v1", "v-c", wide-10, started)); reason != "" {
+		t.Fatalf("another service's instance after the * token's: refused: %s", reason)
+	}
+
+	// Counted by quota.
+	for reason, want := range map[string]int{"service_dependency_limit": 11, "token_dependency_limit": 1, "dependency_limit": 0} {
+		if got := refusedCount(t, h, reason); got != want {
+			t.Errorf(`cbdash_collector_agent_refused_total{reason=%q} = %d, want %d`, reason, got, want)
+		}
+	}
+}
