@@ -64,6 +64,9 @@ func TestCLIErrorsNameTheCulprit(t *testing.T) {
 		// The README's table gives these flags environment variables.
 		{"negative max dependencies", map[string]string{"CBDASH_MAX_DEPENDENCIES": "-1"}, []string{"serve"}, 2, []string{"--max-dependencies"}},
 		{"negative max live", map[string]string{"CBDASH_MAX_LIVE": "-1"}, []string{"serve"}, 2, []string{"--max-live"}},
+		{"negative service quota", map[string]string{"CBDASH_MAX_DEPENDENCIES_PER_SERVICE": "-1"}, []string{"serve"}, 2, []string{"--max-dependencies-per-service"}},
+		{"one token could fill the server", map[string]string{"CBDASH_MAX_DEPENDENCIES_PER_TOKEN": "10000"}, []string{"serve"}, 2, []string{"--max-dependencies-per-token (10000) must be below --max-dependencies (10000)"}},
+		{"token quota over a lowered server limit", nil, []string{"serve", "--max-dependencies=100", "--max-dependencies-per-token=100"}, 2, []string{"--max-dependencies-per-token"}},
 		{"bad incident share", nil, []string{"serve", "--incident-share=150"}, 2, []string{"--incident-share", "0..100"}},
 		{"server not a URL", map[string]string{"CBDASH_SERVER": "localhost:8080"}, []string{"status"}, 2, []string{"--server", "not an http(s) URL"}},
 		{"token needs service or user", nil, []string{"token", "create"}, 2, []string{"--service", "--user"}},
