@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -156,5 +160,55 @@ func TestQuotasKeepOneTokenFromFillingTheCollector(t *testing.T) {
 		if got := refusedCount(t, h, reason); got != want {
 			t.Errorf(`cbdash_collector_agent_refused_total{reason=%q} = %d, want %d`, reason, got, want)
 		}
+	}
+}
+
+// TestARestartedServiceTakesItsOfflineInstancesPlaces: at the instance
+// quota, a new instance of a service takes the place of one of its
+// offline instances (no connection, silent for StaleAfter), which is
+// forgotten at once, rather than being refused until the old ones are
+// forgotten (GoneAfter, 10 minutes); an instance still connected keeps
+// its place.
+func TestARestartedServiceTakesItsOfflineInstancesPlaces(t *testing.T) {
+	clk := breakertest.NewClock(clocktest.Epoch())
+	h := startHarness(t, "", func(c *Config) { c.Clock, c.Limits.MaxInstancesPerService = clk, 2 })
+	started := clk.Now().Add(-time.Minute).UnixMilli()
+	const full = "instances, the most one service may have (serve flag --max-instances-per-service=2)"
+	old := []*rawAgent{dialRaw(t, h, h.token), dialRaw(t, h, h.token)}
+	old[0].hello("i1", started)
+	old[1].hello("i2", started)
+	if reason := quotaAnswer(t, h, h.token, rawHello("i3", started)); !strings.Contains(reason, full) {
+		t.Fatalf("a third instance while two are connected: %q, want a refusal with %q", reason, full)
+	}
+	for i, a := range old {
+		a.conn.CloseNow()
+		k := instKey{"api", fmt.Sprint("i", i+1)}
+		eventually.True(t, "the old instance's session ends", func() bool { return h.col.live.session(k) == nil })
+	}
+	// Offline for a moment only: it may be coming back.
+	if reason := quotaAnswer(t, h, h.token, rawHello("i3", started)); !strings.Contains(reason, full) {
+		t.Fatalf("a new instance a moment after the old ones disconnected: %q, want a refusal", reason)
+	}
+	clk.Advance(16 * time.Second) // past StaleAfter (15 s)
+	restarted := []*rawAgent{dialRaw(t, h, h.token), dialRaw(t, h, h.token)}
+	restarted[0].hello("i3", started+1)
+	restarted[1].hello("i4", started+1)
+	d, err := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ib := range d.PerInstance {
+		names = append(names, ib.Instance)
+	}
+	if strings.Join(names, ",") != "i3,i4" {
+		t.Errorf("instances of api/db after the restart: %v, want the new i3 and i4 only (the offline ones forgotten)", names)
+	}
+	// The new ones are connected: they keep their places.
+	if reason := quotaAnswer(t, h, h.token, rawHello("i5", started)); !strings.Contains(reason, full) {
+		t.Fatalf("a fifth instance while two are connected: %q, want a refusal", reason)
+	}
+	if got := refusedCount(t, h, "service_instance_limit"); got != 3 {
+		t.Errorf(`cbdash_collector_agent_refused_total{reason="service_instance_limit"} = %d, want 3`, got)
 	}
 }
