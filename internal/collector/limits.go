@@ -242,6 +242,7 @@ func (u *tokenUsage) pruneLocked(q *quotaUse, l *live, now time.Time) {
 type tally struct {
 	tokenInstances, serviceInstances int
 	tokenBreakers, serviceBreakers   int // the others' breakers
+	helloBreakers                    int // the hello's
 	tokenDeps                        int // the token's dependencies with the hello
 	serviceDeps, deps                int // held or reserved
 	fresh                            []cbdash.DependencyKey
@@ -260,50 +261,14 @@ func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time
 	l := c.live
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	u.pruneLocked(u.of(u.byToken, tokenID), l, now)
-	u.pruneLocked(u.of(u.bySvc, h.Service), l, now)
-	mine, svc := u.of(u.byToken, tokenID), u.of(u.bySvc, h.Service)
-
-	var t tally
-	t.tokenInstances, t.tokenBreakers = len(mine.instances), mine.breakers
-	if x, ok := mine.instances[k]; ok {
-		t.tokenInstances--
-		t.tokenBreakers -= len(x.breakers)
-	}
-	t.serviceInstances, t.serviceBreakers = len(svc.instances), svc.breakers
-	if x, ok := svc.instances[k]; ok {
-		t.serviceInstances--
-		t.serviceBreakers -= len(x.breakers)
-	}
-	for dk, at := range u.newDeps {
-		if l.deps[dk] != nil || now.Sub(at) > reservation {
-			delete(u.newDeps, dk)
-		} else if dk.Service == h.Service {
-			t.serviceDeps++
-		}
-	}
-	t.serviceDeps += l.perService[h.Service]
-	t.deps = len(l.deps) + len(u.newDeps)
-	names := make(map[string]bool, len(h.Breakers))
-	t.tokenDeps = len(mine.deps)
-	for _, b := range h.Breakers {
-		dk := cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}
-		names[b.Name] = true
-		if mine.deps[dk] == 0 {
-			t.tokenDeps++
-		}
-		if l.deps[dk] == nil {
-			if _, ok := u.newDeps[dk]; !ok {
-				t.fresh = append(t.fresh, dk)
-			}
-		}
-	}
-	if x, ok := mine.instances[k]; ok {
-		for _, b := range x.breakers {
-			if !names[b.Name] && mine.deps[cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}] == 1 {
-				t.tokenDeps--
-			}
-		}
+	t := u.tallyLocked(l, tokenID, h, now)
+	if lim.over(t) {
+		// The counts may hold instances live state has forgotten since:
+		// drop those (a walk over the token's and the service's
+		// instances, done only when it matters) and count again.
+		u.pruneLocked(u.of(u.byToken, tokenID), l, now)
+		u.pruneLocked(u.of(u.bySvc, h.Service), l, now)
+		t = u.tallyLocked(l, tokenID, h, now)
 	}
 
 	// A new instance over an instance quota takes the place of the
@@ -312,6 +277,7 @@ func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time
 	// connected to another collector of the cluster is not silent).
 	var evict instKey
 	if t.tokenInstances+1 > lim.MaxInstancesPerToken || t.serviceInstances+1 > lim.MaxInstancesPerService {
+		mine := u.of(u.byToken, tokenID)
 		var oldest time.Time
 		for ik := range mine.instances {
 			inst := l.instances[ik]
@@ -344,6 +310,66 @@ func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time
 		u.newDeps[dk] = now
 	}
 	return nil
+}
+
+// tallyLocked counts what hello h of token tokenID would bring its token,
+// its service and the collector to. It drops the reservations of new
+// dependencies that live state holds by now, or that have expired. u.mu
+// and l.mu are held.
+func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now time.Time) tally {
+	k := instKey{h.Service, h.Instance}
+	mine, svc := u.of(u.byToken, tokenID), u.of(u.bySvc, h.Service)
+	var t tally
+	t.tokenInstances, t.tokenBreakers = len(mine.instances), mine.breakers
+	if x, ok := mine.instances[k]; ok {
+		t.tokenInstances--
+		t.tokenBreakers -= len(x.breakers)
+	}
+	t.serviceInstances, t.serviceBreakers = len(svc.instances), svc.breakers
+	if x, ok := svc.instances[k]; ok {
+		t.serviceInstances--
+		t.serviceBreakers -= len(x.breakers)
+	}
+	for dk, at := range u.newDeps {
+		if l.deps[dk] != nil || now.Sub(at) > reservation {
+			delete(u.newDeps, dk)
+		} else if dk.Service == h.Service {
+			t.serviceDeps++
+		}
+	}
+	t.serviceDeps += l.perService[h.Service]
+	t.deps = len(l.deps) + len(u.newDeps)
+	t.helloBreakers = len(h.Breakers)
+	names := make(map[string]bool, len(h.Breakers))
+	t.tokenDeps = len(mine.deps)
+	for _, b := range h.Breakers {
+		dk := cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}
+		names[b.Name] = true
+		if mine.deps[dk] == 0 {
+			t.tokenDeps++
+		}
+		if l.deps[dk] == nil {
+			if _, ok := u.newDeps[dk]; !ok {
+				t.fresh = append(t.fresh, dk)
+			}
+		}
+	}
+	if x, ok := mine.instances[k]; ok {
+		for _, b := range x.breakers {
+			if !names[b.Name] && mine.deps[cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}] == 1 {
+				t.tokenDeps--
+			}
+		}
+	}
+	return t
+}
+
+// over reports whether tally t passes a quota or limit (see overQuota).
+func (lim Limits) over(t tally) bool {
+	fresh := len(t.fresh)
+	return t.serviceInstances+1 > lim.MaxInstancesPerService || t.tokenInstances+1 > lim.MaxInstancesPerToken ||
+		t.serviceBreakers+t.helloBreakers > lim.MaxBreakersPerService || t.tokenBreakers+t.helloBreakers > lim.MaxBreakersPerToken ||
+		fresh > 0 && (t.serviceDeps+fresh > lim.MaxDependenciesPerService || t.tokenDeps > lim.MaxDependenciesPerToken || t.deps+fresh > lim.MaxDependencies)
 }
 
 // overQuota returns the refusal of hello h of token tokenID when tally t
