@@ -212,3 +212,53 @@ func TestARestartedServiceTakesItsOfflineInstancesPlaces(t *testing.T) {
 		t.Errorf(`cbdash_collector_agent_refused_total{reason="service_instance_limit"} = %d, want 3`, got)
 	}
 }
+
+// TestForgottenInstancesStopCounting: an instance the collector has
+// forgotten (GoneAfter after it went silent and disconnected) no longer
+// counts against its token's quota, even for another service (whose new
+// instance cannot take its place).
+func TestForgottenInstancesStopCounting(t *testing.T) {
+	clk := breakertest.NewClock(clocktest.Epoch())
+	h := startHarness(t, "", func(c *Config) { c.Clock, c.Limits.MaxInstancesPerToken = clk, 1 })
+	started := clk.Now().Add(-time.Minute).UnixMilli()
+	a := dialRaw(t, h, h.token)
+	a.hello("i1", started)
+	a.conn.CloseNow()
+	eventually.True(t, "the session ends", func() bool { return h.col.live.session(instKey{"api", "i1"}) == nil })
+	other := wideHello("other", "o1", "x", 1, started)
+	const full = "instances, the most one token may have (serve flag --max-instances-per-token=1)"
+	if reason := quotaAnswer(t, h, h.token, other); !strings.Contains(reason, full) {
+		t.Fatalf("another service's instance while api/i1 is known: %q, want a refusal with %q", reason, full)
+	}
+	clk.Advance(11 * time.Minute) // past GoneAfter (10 min)
+	h.col.live.sweep()
+	if reason := quotaAnswer(t, h, h.token, other); reason != "" {
+		t.Fatalf("another service's instance once api/i1 is forgotten: refused: %s", reason)
+	}
+}
+
+// BenchmarkAdmitLimits: the quota check of one hello (20 breakers, known
+// dependencies) of an instance of a "*" token that has 5,000 instances
+// of one service: what every websocket hello and changed HTTP hello pays.
+//
+//	go test -run '^$' -bench AdmitLimits -benchmem ./internal/collector/
+func BenchmarkAdmitLimits(b *testing.B) {
+	h := startHarness(b, "", nil)
+	started := h.now().Add(-time.Minute).UnixMilli()
+	const n = 5000
+	hellos := make([]protocol.Hello, n)
+	for i := range hellos {
+		hellos[i] = wideHello("svc", fmt.Sprint("i", i), "b", 20, started)
+		if rf := h.col.admitLimits("tok", &hellos[i], h.now()); rf != nil {
+			b.Fatal(rf)
+		}
+	}
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if rf := h.col.admitLimits("tok", &hellos[i%n], h.now()); rf != nil {
+			b.Fatal(rf)
+		}
+		i++
+	}
+}
