@@ -155,7 +155,7 @@ type quotaUse struct {
 
 // use is what one instance's last admitted hello declared.
 type use struct {
-	breakers []protocol.BreakerConfig // the hello's, shared (never written)
+	breakers []protocol.BreakerConfig // the hello's, shared with live state (sharedLists; never written)
 	at       time.Time
 }
 
@@ -249,8 +249,9 @@ type tally struct {
 }
 
 // admitLimits checks hello h of agent token tokenID against the limits
-// and quotas and, when it fits, counts it. It is called before the hello
-// is registered, on every hello (a new connection, a hello on an open
+// and quotas and, when it fits, counts it; h's breaker list may then be
+// replaced by an equal one (sharedLists, as live.hello does). It is
+// called before the hello is registered, on every hello (a new connection, a hello on an open
 // connection, an HTTP ingest whose hello changed).
 func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time) *refusal {
 	lim := c.cfg.Limits
@@ -305,6 +306,10 @@ func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time
 		l.forgetLocked(evict)
 		u.remove(evict)
 	}
+	// The list counted is the one live state keeps (an equal list of an
+	// earlier hello of the service, as live.hello would pick it), not a
+	// copy per instance.
+	h.Breakers = l.lists.share(h.Service, h.Breakers)
 	u.add(tokenID, k, h.Breakers, now)
 	for _, dk := range t.fresh {
 		u.newDeps[dk] = now

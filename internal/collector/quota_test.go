@@ -262,3 +262,24 @@ func BenchmarkAdmitLimits(b *testing.B) {
 		i++
 	}
 }
+
+// TestQuotaCountsShareTheBreakerLists: what the quotas keep of each
+// instance is the breaker list live state shares among the instances of
+// a service (sharedLists), not a list per instance.
+func TestQuotaCountsShareTheBreakerLists(t *testing.T) {
+	h := startHarness(t, "", nil)
+	started := h.now().Add(-time.Minute).UnixMilli()
+	for _, inst := range []string{"i1", "i2"} {
+		dialRaw(t, h, h.token).hello(inst, started)
+	}
+	u := h.col.tokens
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	h.col.live.mu.Lock()
+	defer h.col.live.mu.Unlock()
+	svc := u.bySvc["api"]
+	a, b := svc.instances[instKey{"api", "i1"}].breakers, svc.instances[instKey{"api", "i2"}].breakers
+	if len(a) != 2 || len(b) != 2 || &a[0] != &b[0] || &a[0] != &h.col.live.instances[instKey{"api", "i2"}].hello.Breakers[0] {
+		t.Fatal("the quotas keep a breaker list of their own per instance")
+	}
+}
