@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -43,8 +44,10 @@ type serveOptions struct {
 	// AllowPrivateWebhooks lets alert webhooks reach loopback, private and
 	// link-local addresses (--allow-private-webhooks).
 	AllowPrivateWebhooks bool
-	// Limits of agent tokens and of the collector (--max-instances-per-token,
-	// --max-breakers-per-token, --max-dependencies) and of /live sockets
+	// Limits of agent tokens, services and the collector
+	// (--max-instances-per-token, --max-breakers-per-token,
+	// --max-dependencies, the -per-service and --max-dependencies-per-token
+	// quotas) and of /live sockets
 	// (--max-live-per-session, --max-live-per-address, --max-live); 0 =
 	// the defaults of collector.Limits and web.LiveLimits.
 	Limits collector.Limits
@@ -99,6 +102,10 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.IntVar(&o.Limits.MaxInstancesPerToken, "max-instances-per-token", 10000, "the most instances one agent token may have known to the collector at once")
 	fs.IntVar(&o.Limits.MaxBreakersPerToken, "max-breakers-per-token", 200000, "the most breakers the instances of one agent token may declare in all")
 	fs.IntVar(&o.Limits.MaxDependencies, "max-dependencies", 10000, "the most dependencies (service and breaker name) the collector holds; hellos adding more are refused")
+	fs.IntVar(&o.Limits.MaxInstancesPerService, "max-instances-per-service", 5000, "the most instances one service may have known to the collector at once, whatever the agent tokens")
+	fs.IntVar(&o.Limits.MaxBreakersPerService, "max-breakers-per-service", 100000, "the most breakers the instances of one service may declare in all")
+	fs.IntVar(&o.Limits.MaxDependenciesPerService, "max-dependencies-per-service", 1000, "the most dependencies one service may have; hellos adding more are refused")
+	fs.IntVar(&o.Limits.MaxDependenciesPerToken, "max-dependencies-per-token", 0, "the most dependencies the instances of one agent token may declare; below --max-dependencies (0 = half of it)")
 	fs.IntVar(&o.Limits.MaxConnectionsPerToken, "max-connections-per-token", 10000, "the most agent websocket connections one agent token may hold open at once; one more is refused (retry later)")
 	fs.IntVar(&o.Live.PerSession, "max-live-per-session", 8, "the most live dashboard connections (/live) of one login session or API token")
 	fs.IntVar(&o.Live.PerAddress, "max-live-per-address", 64, "the most live dashboard connections of one client address")
@@ -166,6 +173,9 @@ func (o *serveOptions) validate() error {
 	if err := o.Conn.validate(); err != nil {
 		return err
 	}
+	if err := o.validateQuotas(); err != nil {
+		return err
+	}
 	if o.MaxHold < 0 {
 		return usageError{fmt.Errorf("--max-hold must not be negative (got %v): every hold ends by itself", o.MaxHold)}
 	}
@@ -182,6 +192,23 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	return o.parseTargets()
+}
+
+// validateQuotas checks the quotas of agent tokens and services
+// (collector.Limits): none negative, and one token's dependencies below
+// the collector's, so that no one token can fill it.
+func (o *serveOptions) validateQuotas() error {
+	l := o.Limits
+	for flag, v := range map[string]int{"--max-instances-per-service": l.MaxInstancesPerService, "--max-breakers-per-service": l.MaxBreakersPerService,
+		"--max-dependencies-per-service": l.MaxDependenciesPerService, "--max-dependencies-per-token": l.MaxDependenciesPerToken} {
+		if v < 0 {
+			return usageError{fmt.Errorf("%s must not be negative (got %d; 0 = the default)", flag, v)}
+		}
+	}
+	if all := cmp.Or(l.MaxDependencies, 10000); all > 1 && l.MaxDependenciesPerToken >= all {
+		return usageError{fmt.Errorf("--max-dependencies-per-token (%d) must be below --max-dependencies (%d): one agent token must not be able to fill the server", l.MaxDependenciesPerToken, all)}
+	}
+	return nil
 }
 
 // parseTargets reads --hystrix, --prometheus and --sources into targets.

@@ -29,6 +29,7 @@ func fromEnv(name string) bool {
 		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced",
 		"trusted-proxy", "secure-cookies", "otlp-endpoint", "otlp-interval", "otlp-header",
 		"max-instances-per-token", "max-breakers-per-token", "max-dependencies", "max-connections-per-token",
+		"max-instances-per-service", "max-breakers-per-service", "max-dependencies-per-service", "max-dependencies-per-token",
 		"max-live-per-session", "max-live-per-address", "max-live", "allow-private-webhooks", "ack-delay",
 		"max-event-streams-per-session", "max-event-streams-per-address", "max-event-streams",
 		"read-header-timeout", "read-timeout", "write-timeout", "idle-timeout", "max-connections-per-address", "max-connections",

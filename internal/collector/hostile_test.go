@@ -528,26 +528,41 @@ func TestHostileAgents(t *testing.T) {
 		})
 	})
 
-	// The per-token instance and breaker limits and the server-wide
+	// The quotas of a token and of a service and the server-wide
 	// dependency limit, on collectors configured with small ones: the
-	// hello that would pass a limit is refused for good (403 over HTTP).
+	// hello that would pass one is refused for good (403 over HTTP).
+	// (i1's hello, the first, declares api/db and api/cache.)
+	newDeps := rawHello("i2", started)
+	newDeps.Breakers[1].Name = "cache2"
 	for _, lc := range []struct {
 		name     string
 		limits   Limits
 		second   protocol.Hello
+		other    bool // the second hello comes with another token
 		fragment string
 	}{
-		{"instances per token", Limits{MaxInstancesPerToken: 1}, rawHello("i2", started), "instances, the most one token may have"},
-		{"breakers per token", Limits{MaxBreakersPerToken: 3}, rawHello("i2", started), "one token may have (serve flag --max-breakers-per-token)"},
-		{"dependencies", Limits{MaxDependencies: 2}, evilHello("e1", started), "new ones would pass its limit of"},
+		{"instances per service", Limits{MaxInstancesPerService: 1}, rawHello("i2", started), true, "instances, the most one service may have"},
+		{"instances per token", Limits{MaxInstancesPerToken: 1}, rawHello("i2", started), false, "instances, the most one token may have"},
+		{"breakers per service", Limits{MaxBreakersPerService: 3}, rawHello("i2", started), true, "one service may have (serve flag --max-breakers-per-service)"},
+		{"breakers per token", Limits{MaxBreakersPerToken: 3}, rawHello("i2", started), false, "one token may have (serve flag --max-breakers-per-token)"},
+		{"dependencies per service", Limits{MaxDependenciesPerService: 2}, newDeps, true, "one service may have (serve flag --max-dependencies-per-service)"},
+		{"dependencies per token", Limits{MaxDependenciesPerToken: 3}, evilHello("e1", started), false, "one token may have (serve flag --max-dependencies-per-token)"},
+		{"dependencies", Limits{MaxDependencies: 3, MaxDependenciesPerToken: 2}, evilHello("e1", started), true, "new ones would pass its limit of"},
 	} {
 		t.Run("limit/"+lc.name, func(t *testing.T) {
 			for _, transport := range []string{"ws", "http"} {
 				lh := startHarness(t, "", func(c *Config) { c.Clock, c.Limits = clk, lc.limits })
 				url := lh.srv.URL + "/api/v1/ingest"
+				second := lh.token
+				if lc.other {
+					var err error
+					if second, err = lh.store.CreateAgentToken(t.Context(), ""); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if transport == "ws" {
 					dialRaw(t, lh, lh.token).hello("i1", started)
-					a := dialRaw(t, lh, lh.token)
+					a := dialRaw(t, lh, second)
 					a.send(lc.second)
 					var e protocol.Error
 					a.expect(protocol.TypeError, &e)
@@ -558,7 +573,7 @@ func TestHostileAgents(t *testing.T) {
 					if status, body := postRaw(t, url, lh.token, mustJSON(t, protocol.IngestRequest{Hello: rawHello("i1", started), Batch: evilBatch(clk.Now(), 1)})); status != http.StatusOK {
 						t.Fatalf("HTTP: the first instance: %d %s", status, body)
 					}
-					status, body := postRaw(t, url, lh.token, mustJSON(t, protocol.IngestRequest{Hello: lc.second, Batch: evilBatch(clk.Now(), 1)}))
+					status, body := postRaw(t, url, second, mustJSON(t, protocol.IngestRequest{Hello: lc.second, Batch: evilBatch(clk.Now(), 1)}))
 					if status != http.StatusForbidden || !strings.Contains(body, lc.fragment) {
 						t.Fatalf("HTTP: %d %s, want 403 with %q", status, body, lc.fragment)
 					}

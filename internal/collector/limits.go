@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -13,25 +14,67 @@ import (
 // protocol's per-hello limits (protocol.MaxBreakersPerHello):
 // an agent token is deployed on every instance of a service, so whoever
 // has one must not be able to fill the server's memory with instances,
-// breakers or dependencies. A hello over a limit is refused (HTTP 403, a
-// fatal websocket error with the reason, which the agent logs) before
-// anything of it is stored, and counted in
-// cbdash_collector_agent_refused_total. The zero value of every field is
+// breakers or dependencies, nor take the room every other service needs.
+// Hence quotas of each agent token and of each service (instances,
+// breakers, dependencies) below the collector's own limit of
+// dependencies: the per-token dependency quota is below MaxDependencies
+// (validate refuses one that is not), so that no single token can fill
+// it. A token limited to one service is in practice held by the service's
+// quotas (it can speak for that service only); a token for any service
+// ("*", often shared by a fleet) by its token quotas, and each service it
+// speaks for by the service quotas, so that one service of a shared
+// token cannot take the room of the others.
+//
+// A hello over a quota or limit is refused for good (HTTP 403, a fatal
+// websocket error without retry and close status 1008; the reason names
+// the quota, its value and the token or service) before anything of it
+// is stored, and counted in cbdash_collector_agent_refused_total by the
+// quota's reason (trust.go). What counts: an instance from its admitted
+// hello until live state forgets it (Config.GoneAfter after it went
+// silent and disconnected) with the breakers its last hello declared; a
+// dependency for as long as the collector holds it (while an instance
+// declares it). The dependency quotas refuse only a hello that adds a
+// dependency the collector does not hold: a hello that declares known
+// dependencies again (a reconnection, a restart, a new instance of a
+// known service) is never refused by them. A new instance over an
+// instance quota takes the place of the longest-silent offline instance
+// of its service and token (no connection, silent for Config.StaleAfter),
+// which is forgotten at once, so that a service restarted under new
+// instance names is not refused while its old instances wait to be
+// forgotten. The zero value of every field is
 // its default; the serve flags of the same names set them.
 type Limits struct {
 	// MaxInstancesPerToken is how many instances (service and instance
 	// id) one agent token may have known to the collector at once; 0 =
-	// 10,000. An instance is forgotten, and no longer counts, after
-	// Config.GoneAfter of silence.
+	// 10,000.
 	MaxInstancesPerToken int
+	// MaxInstancesPerService is how many instances one service may have
+	// known to the collector at once, whatever the tokens; 0 = 5,000
+	// (half of a token's: one service of a shared "*" token leaves room
+	// for the others).
+	MaxInstancesPerService int
 	// MaxBreakersPerToken is how many breakers the instances of one agent
 	// token may declare in all (each instance's hello counted); 0 =
 	// 200,000 (10,000 instances of 20 breakers).
 	MaxBreakersPerToken int
+	// MaxBreakersPerService is how many breakers the instances of one
+	// service may declare in all; 0 = 100,000 (5,000 instances of 20).
+	MaxBreakersPerService int
 	// MaxDependencies is how many dependencies (service and breaker
 	// name) the collector holds, whatever the token; a hello that would
 	// add more is refused; 0 = 10,000.
 	MaxDependencies int
+	// MaxDependenciesPerToken is how many dependencies the instances of
+	// one agent token may declare in all; a hello that adds dependencies
+	// the collector does not hold and would take the token past it is
+	// refused. It must be below MaxDependencies; 0 = half of it (5,000
+	// by default): a "*" token serving a whole fleet needs many, and two
+	// tokens are needed to fill the collector.
+	MaxDependenciesPerToken int
+	// MaxDependenciesPerService is how many dependencies one service may
+	// have, whatever the tokens; 0 = 1,000 (a tenth of MaxDependencies'
+	// default, and as many as one hello may declare).
+	MaxDependenciesPerService int
 	// MaxConnectionsPerToken is how many websocket connections one agent
 	// token may hold open at once, before their hello too (each waits up
 	// to HelloTimeout for it); 0 = 10,000. One more is refused with a
@@ -48,29 +91,39 @@ type Limits struct {
 }
 
 func (l *Limits) setDefaults() {
-	if l.MaxInstancesPerToken == 0 {
-		l.MaxInstancesPerToken = 10000
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
 	}
-	if l.MaxBreakersPerToken == 0 {
-		l.MaxBreakersPerToken = 200000
-	}
-	if l.MaxDependencies == 0 {
-		l.MaxDependencies = 10000
-	}
-	if l.MaxConnectionsPerToken == 0 {
-		l.MaxConnectionsPerToken = 10000
-	}
-	if l.RehelloBurst == 0 {
-		l.RehelloBurst = 30
-	}
+	def(&l.MaxInstancesPerToken, 10000)
+	def(&l.MaxInstancesPerService, 5000)
+	def(&l.MaxBreakersPerToken, 200000)
+	def(&l.MaxBreakersPerService, 100000)
+	def(&l.MaxDependencies, 10000)
+	def(&l.MaxDependenciesPerToken, max(1, l.MaxDependencies/2))
+	def(&l.MaxDependenciesPerService, 1000)
+	def(&l.MaxConnectionsPerToken, 10000)
+	def(&l.RehelloBurst, 30)
 	if l.RehelloEvery == 0 {
 		l.RehelloEvery = time.Second
 	}
 }
 
+// validate checks limits whose defaults are set.
 func (l Limits) validate() error {
-	if l.MaxInstancesPerToken < 0 || l.MaxBreakersPerToken < 0 || l.MaxDependencies < 0 || l.MaxConnectionsPerToken < 0 || l.RehelloBurst < 0 || l.RehelloEvery < 0 {
-		return fmt.Errorf("%w: Limits: MaxInstancesPerToken, MaxBreakersPerToken, MaxDependencies, MaxConnectionsPerToken, RehelloBurst and RehelloEvery must not be negative", cbdash.ErrInvalid)
+	for _, v := range []int{l.MaxInstancesPerToken, l.MaxInstancesPerService, l.MaxBreakersPerToken, l.MaxBreakersPerService,
+		l.MaxDependencies, l.MaxDependenciesPerToken, l.MaxDependenciesPerService, l.MaxConnectionsPerToken, l.RehelloBurst} {
+		if v < 0 {
+			return fmt.Errorf("%w: Limits: no limit may be negative (0 = the default)", cbdash.ErrInvalid)
+		}
+	}
+	if l.RehelloEvery < 0 {
+		return fmt.Errorf("%w: Limits: RehelloEvery must not be negative", cbdash.ErrInvalid)
+	}
+	if l.MaxDependencies > 1 && l.MaxDependenciesPerToken >= l.MaxDependencies {
+		return fmt.Errorf("%w: Limits: MaxDependenciesPerToken (%d) must be below MaxDependencies (%d): one agent token must not be able to fill the collector",
+			cbdash.ErrInvalid, l.MaxDependenciesPerToken, l.MaxDependencies)
 	}
 	return nil
 }
@@ -80,91 +133,284 @@ func (l Limits) validate() error {
 const reservation = time.Minute
 
 // tokenUsage tracks which instances each agent token's hellos declared,
-// to bound them (see Limits). Safe for concurrent use.
+// and each service's, to bound them (see Limits). Safe for concurrent
+// use; its lock is taken before live state's.
 type tokenUsage struct {
 	mu      sync.Mutex
-	byToken map[string]map[instKey]use // token id -> its instances
+	byToken map[string]*quotaUse // token id -> its instances
+	bySvc   map[string]*quotaUse // service -> its instances, every token's
 	tokenOf map[instKey]string
 	newDeps map[cbdash.DependencyKey]time.Time // admitted, maybe not yet in live state
 }
 
+// quotaUse is what the instances of one token, or of one service,
+// declared.
+type quotaUse struct {
+	instances map[instKey]use
+	breakers  int // declared by instances, in all
+	// deps counts, for a token, the instances declaring each dependency;
+	// nil for a service (live state counts those, live.perService).
+	deps map[cbdash.DependencyKey]int
+}
+
 // use is what one instance's last admitted hello declared.
 type use struct {
-	breakers int
+	breakers []protocol.BreakerConfig // the hello's, shared with live state (sharedLists; never written)
 	at       time.Time
 }
 
 func newTokenUsage() *tokenUsage {
-	return &tokenUsage{byToken: map[string]map[instKey]use{}, tokenOf: map[instKey]string{}, newDeps: map[cbdash.DependencyKey]time.Time{}}
+	return &tokenUsage{byToken: map[string]*quotaUse{}, bySvc: map[string]*quotaUse{}, tokenOf: map[instKey]string{}, newDeps: map[cbdash.DependencyKey]time.Time{}}
+}
+
+// noUse is the use of a token or service that has none.
+var noUse = &quotaUse{}
+
+func (u *tokenUsage) of(m map[string]*quotaUse, key string) *quotaUse {
+	if q := m[key]; q != nil {
+		return q
+	}
+	return noUse
+}
+
+// add counts k's hello (its breakers) against token tokenID and its
+// service, in place of what k declared before.
+func (u *tokenUsage) add(tokenID string, k instKey, breakers []protocol.BreakerConfig, now time.Time) {
+	u.remove(k)
+	x := use{breakers: breakers, at: now}
+	tq := u.byToken[tokenID]
+	if tq == nil {
+		tq = &quotaUse{instances: map[instKey]use{}, deps: map[cbdash.DependencyKey]int{}}
+		u.byToken[tokenID] = tq
+	}
+	sq := u.bySvc[k.service]
+	if sq == nil {
+		sq = &quotaUse{instances: map[instKey]use{}}
+		u.bySvc[k.service] = sq
+	}
+	for _, q := range []*quotaUse{tq, sq} {
+		q.instances[k] = x
+		q.breakers += len(breakers)
+	}
+	for _, b := range breakers {
+		tq.deps[cbdash.DependencyKey{Service: k.service, Breaker: b.Name}]++
+	}
+	u.tokenOf[k] = tokenID
+}
+
+// remove stops counting instance k.
+func (u *tokenUsage) remove(k instKey) {
+	tokenID, ok := u.tokenOf[k]
+	if !ok {
+		return
+	}
+	delete(u.tokenOf, k)
+	tq, sq := u.byToken[tokenID], u.bySvc[k.service]
+	x := tq.instances[k]
+	for _, q := range []*quotaUse{tq, sq} {
+		delete(q.instances, k)
+		q.breakers -= len(x.breakers)
+	}
+	for _, b := range x.breakers {
+		dk := cbdash.DependencyKey{Service: k.service, Breaker: b.Name}
+		if tq.deps[dk]--; tq.deps[dk] <= 0 {
+			delete(tq.deps, dk)
+		}
+	}
+	if len(tq.instances) == 0 {
+		delete(u.byToken, tokenID)
+	}
+	if len(sq.instances) == 0 {
+		delete(u.bySvc, k.service)
+	}
+}
+
+// pruneLocked stops counting q's instances that live state has forgotten
+// (and that are not admitted hellos still being registered). live.mu is
+// held.
+func (u *tokenUsage) pruneLocked(q *quotaUse, l *live, now time.Time) {
+	for ik, x := range q.instances {
+		if l.instances[ik] == nil && now.Sub(x.at) > reservation {
+			u.remove(ik)
+		}
+	}
+}
+
+// tally is what a hello would bring its token, its service and the
+// collector to, the instance it replaces (the same service and instance)
+// not counted.
+type tally struct {
+	tokenInstances, serviceInstances int
+	tokenBreakers, serviceBreakers   int // the others' breakers
+	helloBreakers                    int // the hello's
+	tokenDeps                        int // the token's dependencies with the hello
+	serviceDeps, deps                int // held or reserved
+	fresh                            []cbdash.DependencyKey
 }
 
 // admitLimits checks hello h of agent token tokenID against the limits
-// and, when it fits, counts it. It is called before the hello is
-// registered, on every hello (a new connection, a hello on an open
-// connection, every HTTP ingest).
+// and quotas and, when it fits, counts it; h's breaker list may then be
+// replaced by an equal one (sharedLists, as live.hello does). It is
+// called before the hello is registered, on every hello (a new connection, a hello on an open
+// connection, an HTTP ingest whose hello changed).
 func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time) *refusal {
 	lim := c.cfg.Limits
 	u := c.tokens
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	k := instKey{h.Service, h.Instance}
-	mine := u.byToken[tokenID]
-	instances, breakers := 0, 0
-	var fresh []cbdash.DependencyKey
-	deps := 0
-	c.live.mu.Lock()
-	for ik, x := range mine {
-		if c.live.instances[ik] == nil && now.Sub(x.at) > reservation {
-			delete(mine, ik) // forgotten by live state
-			delete(u.tokenOf, ik)
-			continue
+	l := c.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := u.tallyLocked(l, tokenID, h, now)
+	if lim.over(t) {
+		// The counts may hold instances live state has forgotten since:
+		// drop those (a walk over the token's and the service's
+		// instances, done only when it matters) and count again.
+		u.pruneLocked(u.of(u.byToken, tokenID), l, now)
+		u.pruneLocked(u.of(u.bySvc, h.Service), l, now)
+		t = u.tallyLocked(l, tokenID, h, now)
+	}
+
+	// A new instance over an instance quota takes the place of the
+	// longest-silent offline instance of its service and token: no
+	// connection here and silent for Config.StaleAfter (an instance
+	// connected to another collector of the cluster is not silent).
+	var evict instKey
+	if t.tokenInstances+1 > lim.MaxInstancesPerToken || t.serviceInstances+1 > lim.MaxInstancesPerService {
+		mine := u.of(u.byToken, tokenID)
+		var oldest time.Time
+		for ik := range mine.instances {
+			inst := l.instances[ik]
+			if ik.service != h.Service || ik == k || inst == nil || inst.sess != nil || now.Sub(inst.lastSeen) <= c.cfg.StaleAfter {
+				continue
+			}
+			if evict.service == "" || inst.lastSeen.Before(oldest) {
+				evict, oldest = ik, inst.lastSeen
+			}
 		}
-		if ik != k {
-			instances++
-			breakers += x.breakers
+		if evict.service != "" {
+			n := len(mine.instances[evict].breakers)
+			t.tokenInstances--
+			t.serviceInstances--
+			t.tokenBreakers -= n
+			t.serviceBreakers -= n
 		}
+	}
+	if rf := c.overQuota(tokenID, h, t); rf != nil {
+		return rf
+	}
+	if evict.service != "" {
+		c.log.Info("an offline instance is forgotten to make room for a new one of its service under the instance quotas",
+			"service", evict.service, "forgotten", evict.instance, "new", h.Instance, "token", store.AgentTokenRef(tokenID))
+		l.forgetLocked(evict)
+		u.remove(evict)
+	}
+	// The list counted is the one live state keeps (an equal list of an
+	// earlier hello of the service, as live.hello would pick it), not a
+	// copy per instance.
+	h.Breakers = l.lists.share(h.Service, h.Breakers)
+	u.add(tokenID, k, h.Breakers, now)
+	for _, dk := range t.fresh {
+		u.newDeps[dk] = now
+	}
+	return nil
+}
+
+// tallyLocked counts what hello h of token tokenID would bring its token,
+// its service and the collector to. It drops the reservations of new
+// dependencies that live state holds by now, or that have expired. u.mu
+// and l.mu are held.
+func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now time.Time) tally {
+	k := instKey{h.Service, h.Instance}
+	mine, svc := u.of(u.byToken, tokenID), u.of(u.bySvc, h.Service)
+	var t tally
+	t.tokenInstances, t.tokenBreakers = len(mine.instances), mine.breakers
+	if x, ok := mine.instances[k]; ok {
+		t.tokenInstances--
+		t.tokenBreakers -= len(x.breakers)
+	}
+	t.serviceInstances, t.serviceBreakers = len(svc.instances), svc.breakers
+	if x, ok := svc.instances[k]; ok {
+		t.serviceInstances--
+		t.serviceBreakers -= len(x.breakers)
 	}
 	for dk, at := range u.newDeps {
-		if c.live.deps[dk] != nil || now.Sub(at) > reservation {
+		if l.deps[dk] != nil || now.Sub(at) > reservation {
 			delete(u.newDeps, dk)
+		} else if dk.Service == h.Service {
+			t.serviceDeps++
 		}
 	}
+	t.serviceDeps += l.perService[h.Service]
+	t.deps = len(l.deps) + len(u.newDeps)
+	t.helloBreakers = len(h.Breakers)
+	names := make(map[string]bool, len(h.Breakers))
+	t.tokenDeps = len(mine.deps)
 	for _, b := range h.Breakers {
 		dk := cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}
-		if c.live.deps[dk] == nil {
+		names[b.Name] = true
+		if mine.deps[dk] == 0 {
+			t.tokenDeps++
+		}
+		if l.deps[dk] == nil {
 			if _, ok := u.newDeps[dk]; !ok {
-				fresh = append(fresh, dk)
+				t.fresh = append(t.fresh, dk)
 			}
 		}
 	}
-	deps = len(c.live.deps) + len(u.newDeps)
-	c.live.mu.Unlock()
+	if x, ok := mine.instances[k]; ok {
+		for _, b := range x.breakers {
+			if !names[b.Name] && mine.deps[cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}] == 1 {
+				t.tokenDeps--
+			}
+		}
+	}
+	return t
+}
 
+// over reports whether tally t passes a quota or limit (see overQuota).
+func (lim Limits) over(t tally) bool {
+	fresh := len(t.fresh)
+	return t.serviceInstances+1 > lim.MaxInstancesPerService || t.tokenInstances+1 > lim.MaxInstancesPerToken ||
+		t.serviceBreakers+t.helloBreakers > lim.MaxBreakersPerService || t.tokenBreakers+t.helloBreakers > lim.MaxBreakersPerToken ||
+		fresh > 0 && (t.serviceDeps+fresh > lim.MaxDependenciesPerService || t.tokenDeps > lim.MaxDependenciesPerToken || t.deps+fresh > lim.MaxDependencies)
+}
+
+// overQuota returns the refusal of hello h of token tokenID when tally t
+// passes a quota or limit (counted in the metric), or nil.
+func (c *Collector) overQuota(tokenID string, h *protocol.Hello, t tally) *refusal {
+	lim := c.cfg.Limits
+	tok := store.AgentTokenRef(tokenID)
+	svc := truncate(h.Service, 100)
+	deny := func(reason, format string, args ...any) *refusal {
+		c.metrics.distrusted(reason)
+		return refuse(cbdash.ErrForbidden, format, args...)
+	}
+	n := len(h.Breakers)
+	newDeps := len(t.fresh) > 0
 	switch {
-	case instances+1 > lim.MaxInstancesPerToken:
-		c.metrics.distrusted(refusedInstances)
-		return refuse(cbdash.ErrForbidden, "this agent token already has %d instances, the most one token may have (serve flag --max-instances-per-token); instance %s is refused (forbidden)",
-			instances, truncate(h.Instance, 100))
-	case breakers+len(h.Breakers) > lim.MaxBreakersPerToken:
-		c.metrics.distrusted(refusedBreakers)
-		return refuse(cbdash.ErrForbidden, "this agent token's instances declare %d breakers; %d more would pass the %d one token may have (serve flag --max-breakers-per-token) (forbidden)",
-			breakers, len(h.Breakers), lim.MaxBreakersPerToken)
-	case len(fresh) > 0 && deps+len(fresh) > lim.MaxDependencies:
-		c.metrics.distrusted(refusedDependencies)
-		return refuse(cbdash.ErrForbidden, "the collector holds %d dependencies; %d new ones would pass its limit of %d (serve flag --max-dependencies) (forbidden)",
-			deps, len(fresh), lim.MaxDependencies)
-	}
-	if prev, ok := u.tokenOf[k]; ok && prev != tokenID {
-		delete(u.byToken[prev], k)
-	}
-	if mine == nil {
-		mine = map[instKey]use{}
-		u.byToken[tokenID] = mine
-	}
-	mine[k] = use{breakers: len(h.Breakers), at: now}
-	u.tokenOf[k] = tokenID
-	for _, dk := range fresh {
-		u.newDeps[dk] = now
+	case t.serviceInstances+1 > lim.MaxInstancesPerService:
+		return deny(refusedServiceInstances, "service %q already has %d instances, the most one service may have (serve flag --max-instances-per-service=%d); instance %q is refused (forbidden)",
+			svc, t.serviceInstances, lim.MaxInstancesPerService, truncate(h.Instance, 100))
+	case t.tokenInstances+1 > lim.MaxInstancesPerToken:
+		return deny(refusedInstances, "agent token %s already has %d instances, the most one token may have (serve flag --max-instances-per-token=%d); instance %q is refused (forbidden)",
+			tok, t.tokenInstances, lim.MaxInstancesPerToken, truncate(h.Instance, 100))
+	case t.serviceBreakers+n > lim.MaxBreakersPerService:
+		return deny(refusedServiceBreakers, "the instances of service %q declare %d breakers; %d more would pass the %d one service may have (serve flag --max-breakers-per-service) (forbidden)",
+			svc, t.serviceBreakers, n, lim.MaxBreakersPerService)
+	case t.tokenBreakers+n > lim.MaxBreakersPerToken:
+		return deny(refusedBreakers, "agent token %s's instances declare %d breakers; %d more would pass the %d one token may have (serve flag --max-breakers-per-token) (forbidden)",
+			tok, t.tokenBreakers, n, lim.MaxBreakersPerToken)
+	case newDeps && t.serviceDeps+len(t.fresh) > lim.MaxDependenciesPerService:
+		return deny(refusedServiceDependencies, "service %q has %d dependencies; %d new ones would pass the %d one service may have (serve flag --max-dependencies-per-service) (forbidden)",
+			svc, t.serviceDeps, len(t.fresh), lim.MaxDependenciesPerService)
+	case newDeps && t.tokenDeps > lim.MaxDependenciesPerToken:
+		return deny(refusedTokenDependencies, "agent token %s's instances would declare %d dependencies (%d of them new), past the %d one token may have (serve flag --max-dependencies-per-token) (forbidden)",
+			tok, t.tokenDeps, len(t.fresh), lim.MaxDependenciesPerToken)
+	case newDeps && t.deps+len(t.fresh) > lim.MaxDependencies:
+		return deny(refusedDependencies, "the collector holds %d dependencies; %d new ones would pass its limit of %d (serve flag --max-dependencies) (forbidden)",
+			t.deps, len(t.fresh), lim.MaxDependencies)
 	}
 	return nil
 }

@@ -106,6 +106,7 @@ type live struct {
 	goneAfter  time.Duration
 	instances  map[instKey]*instance
 	deps       map[cbdash.DependencyKey]*dep
+	perService map[string]int // how many of deps each service has (Limits.MaxDependenciesPerService)
 	hub        *hub
 	metrics    *metrics // nil-safe
 	day        int64    // UTC day of opensToday
@@ -247,7 +248,7 @@ func (l *live) drainTransitionsLocked() {
 func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, m *metrics) *live {
 	return &live{
 		now: now, staleAfter: staleAfter, goneAfter: goneAfter,
-		instances: make(map[instKey]*instance), deps: make(map[cbdash.DependencyKey]*dep),
+		instances: make(map[instKey]*instance), deps: make(map[cbdash.DependencyKey]*dep), perService: map[string]int{},
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
 		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
 		applies: make(chan applyReq, applyQueue), transitions: make(chan applyReq, applyQueue),
@@ -348,6 +349,7 @@ func (l *live) depLocked(k cbdash.DependencyKey) *dep {
 	if d == nil {
 		d = &dep{key: k}
 		l.deps[k] = d
+		l.perService[k.Service]++
 	}
 	return d
 }
@@ -730,16 +732,11 @@ func (l *live) sweep() {
 
 func (l *live) sweepLocked(now time.Time) []*dep {
 	var changed []*dep
-	for k, inst := range l.instances {
+	for _, inst := range l.instances {
 		age := now.Sub(inst.lastSeen)
 		switch {
 		case age > l.goneAfter && inst.sess == nil:
-			delete(l.instances, k)
-			for _, ib := range inst.breakers {
-				changed = append(changed, ib.dep)
-				l.dropBreakerLocked(ib)
-			}
-			l.lists.forget(k.service)
+			changed = l.dropInstanceLocked(inst, changed)
 		case age > l.staleAfter && !inst.stale:
 			inst.stale = true
 			l.bump(inst)
@@ -750,6 +747,34 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 		}
 	}
 	return changed
+}
+
+// dropInstanceLocked forgets instance inst, which has no session, and
+// appends the dependencies that change to changed.
+func (l *live) dropInstanceLocked(inst *instance, changed []*dep) []*dep {
+	delete(l.instances, inst.key)
+	for _, ib := range inst.breakers {
+		changed = append(changed, ib.dep)
+		l.dropBreakerLocked(ib)
+	}
+	l.lists.forget(inst.key.service)
+	return changed
+}
+
+// forgetLocked forgets offline instance k before Config.GoneAfter (to make
+// room for a new instance under the instance quotas, limits.go), as sweep
+// does after it, and publishes the dependencies that change. It does
+// nothing to an instance with a session.
+func (l *live) forgetLocked(k instKey) {
+	inst := l.instances[k]
+	if inst == nil || inst.sess != nil {
+		return
+	}
+	for _, d := range l.dropInstanceLocked(inst, nil) {
+		if l.deps[d.key] == d && d.unpublished {
+			l.publishLocked(d)
+		}
+	}
 }
 
 // dropBreakerLocked removes ib from its instance and dependency; a
@@ -770,6 +795,9 @@ func (l *live) dropBreakerLocked(ib *ibreaker) {
 	if len(d.members) == 0 {
 		l.publishLocked(d)
 		delete(l.deps, d.key)
+		if l.perService[d.key.Service]--; l.perService[d.key.Service] <= 0 {
+			delete(l.perService, d.key.Service)
+		}
 		l.metrics.forget(d.key)
 	}
 }

@@ -18,17 +18,22 @@ import (
 
 // Reasons of cbdash_collector_agent_refused_total.
 const (
-	distrustForeignResult  = "foreign_command_result"   // a result for a command of another service or instance
-	distrustUnknownCommand = "unverified_command_cause" // a cause of kind command the collector did not send
-	refusedInstances       = "instance_limit"           // a new instance over Config.MaxInstancesPerToken
-	refusedBreakers        = "breaker_limit"            // new breakers over Config.MaxBreakersPerToken
-	refusedDependencies    = "dependency_limit"         // new dependencies over Config.MaxDependencies
-	refusedConnections     = "connection_limit"         // a connection over Limits.MaxConnectionsPerToken
-	refusedRehellos        = "rehello_limit"            // a hello on an open connection over Limits.RehelloBurst/RehelloEvery
+	distrustForeignResult      = "foreign_command_result"   // a result for a command of another service or instance
+	distrustUnknownCommand     = "unverified_command_cause" // a cause of kind command the collector did not send
+	refusedInstances           = "instance_limit"           // a new instance over Limits.MaxInstancesPerToken
+	refusedBreakers            = "breaker_limit"            // new breakers over Limits.MaxBreakersPerToken
+	refusedDependencies        = "dependency_limit"         // new dependencies over Limits.MaxDependencies (the collector's)
+	refusedServiceInstances    = "service_instance_limit"   // a new instance over Limits.MaxInstancesPerService
+	refusedServiceBreakers     = "service_breaker_limit"    // new breakers over Limits.MaxBreakersPerService
+	refusedServiceDependencies = "service_dependency_limit" // new dependencies over Limits.MaxDependenciesPerService
+	refusedTokenDependencies   = "token_dependency_limit"   // new dependencies over Limits.MaxDependenciesPerToken
+	refusedConnections         = "connection_limit"         // a connection over Limits.MaxConnectionsPerToken
+	refusedRehellos            = "rehello_limit"            // a hello on an open connection over Limits.RehelloBurst/RehelloEvery
 )
 
 var distrustReasons = strings.Join([]string{distrustForeignResult, distrustUnknownCommand,
-	refusedInstances, refusedBreakers, refusedDependencies, refusedConnections, refusedRehellos}, ", ")
+	refusedInstances, refusedBreakers, refusedDependencies, refusedServiceInstances, refusedServiceBreakers,
+	refusedServiceDependencies, refusedTokenDependencies, refusedConnections, refusedRehellos}, ", ")
 
 // distrusted counts one refusal or distrust of reason.
 func (m *metrics) distrusted(reason string) {

@@ -65,12 +65,37 @@ func (h *harness) helloIngest(token string, hi protocol.Hello) (int, string) {
 func TestSecurityAgentTokensCannotFillTheServer(t *testing.T) {
 	t.Run("the 41st thousand-breaker ingest is refused", func(t *testing.T) {
 		h := newLimitedHarness(t, web.Config{}, collector.Limits{MaxDependencies: 40000})
+		// One token ("*") stops at its quota, half of the server's
+		// (issue 27): two are needed to fill it.
+		second, err := h.st.CreateAgentToken(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		third, err := h.st.CreateAgentToken(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := 1; i <= 41; i++ {
-			status, body := h.helloIngest(h.stack.AgentToken, wideHello(fmt.Sprintf("svc%d", i), "i-1", protocol.MaxBreakersPerHello))
+			tok := h.stack.AgentToken
 			switch {
-			case i <= 40 && status != http.StatusOK:
+			case i == 41:
+				tok = third
+			case i > 21:
+				tok = second
+			}
+			status, body := h.helloIngest(tok, wideHello(fmt.Sprintf("svc%d", i), "i-1", protocol.MaxBreakersPerHello))
+			switch {
+			case i <= 20 && status != http.StatusOK:
 				t.Fatalf("ingest %d = %d %s", i, status, body)
-			case i == 41 && (status != http.StatusForbidden || !strings.Contains(body, "--max-dependencies")):
+			case i == 21 && (status != http.StatusForbidden || !strings.Contains(body, "--max-dependencies-per-token")):
+				t.Fatalf("the 21st ingest = %d %s, want 403 naming --max-dependencies-per-token", status, body)
+			case i == 21:
+				if status, body := h.helloIngest(second, wideHello("svc21", "i-1", protocol.MaxBreakersPerHello)); status != http.StatusOK {
+					t.Fatalf("the 21st service with another token = %d %s", status, body)
+				}
+			case i > 21 && i <= 40 && status != http.StatusOK:
+				t.Fatalf("ingest %d with a second token = %d %s", i, status, body)
+			case i == 41 && (status != http.StatusForbidden || !strings.Contains(body, "(serve flag --max-dependencies)")):
 				t.Fatalf("the 41st ingest = %d %s, want 403 naming --max-dependencies", status, body)
 			}
 		}

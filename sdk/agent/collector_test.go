@@ -51,6 +51,11 @@ type collector struct {
 	// gate, when not nil, holds every session's reading until it is
 	// closed: a frozen collector (SIGSTOP) whose sockets stay open.
 	gate chan struct{}
+	// refuseHello, when not nil, answers every hello with this error
+	// and closes the connection (1008 when it is permanent, as the real
+	// collector does; 1011 otherwise).
+	refuseHello *protocol.Error
+	helloAt     []time.Time // when each hello was received
 }
 
 type collectorMode int
@@ -193,8 +198,20 @@ func (c *collector) session(ctx context.Context, conn *websocket.Conn) error {
 	key := hello.Instance + "/" + time.UnixMilli(hello.StartedAt).String()
 	c.mu.Lock()
 	c.hellos = append(c.hellos, hello)
+	c.helloAt = append(c.helloAt, time.Now())
 	last := c.lastSeq[key]
+	refusal := c.refuseHello
 	c.mu.Unlock()
+	if refusal != nil {
+		code := websocket.StatusPolicyViolation
+		if refusal.Retry {
+			code = websocket.StatusInternalError
+		}
+		if writeJSON(ctx, conn, refusal) == nil {
+			conn.Close(code, "refused")
+		}
+		return nil
+	}
 	if err := writeJSON(ctx, conn, protocol.Welcome{Type: protocol.TypeWelcome, Protocol: protocol.Version,
 		LastSeq: last, ServerTime: time.Now().UnixMilli()}); err != nil {
 		return nil

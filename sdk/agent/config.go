@@ -60,7 +60,10 @@ type Config struct {
 	BufferBytes int
 	// ReconnectMin and ReconnectMax bound the exponential backoff between
 	// connection attempts (full jitter within [d/2, d]). 0 means 250ms and
-	// 30s.
+	// 30s. After a refusal for good (a fatal error without retry: a bad
+	// or revoked token, a hello over a quota of its token or service),
+	// which the agent logs as an error, the next attempt waits
+	// ReconnectMax, as docs/protocol.md asks.
 	ReconnectMin, ReconnectMax time.Duration
 	// Logger receives what the agent has to say (refused batches, bad
 	// input from the wire, reconnects). nil discards it.

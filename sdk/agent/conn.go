@@ -28,6 +28,18 @@ var (
 	errAckTimeout = errors.New("no acknowledgement from the collector")
 )
 
+// refusedForGood is a fatal error without retry from the collector
+// (docs/protocol.md, "Closing and fatal errors"): the token or the hello
+// is wrong, or over a quota, and reconnecting with them gets the same
+// answer. The agent logs it as an error and reconnects only at the
+// longest backoff (Config.ReconnectMax), in case an operator changes
+// the token or the quota.
+type refusedForGood struct{ reason string }
+
+func (e *refusedForGood) Error() string {
+	return "the collector refused this agent for good: " + e.reason
+}
+
 // connLoop is the agent's connection goroutine: it keeps one session with
 // a collector up, reconnecting with exponential backoff and jitter. Each
 // attempt after a session ended (or failed to start) goes to the next of
@@ -54,8 +66,18 @@ func (a *Agent) connLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		var forGood *refusedForGood
+		permanent := errors.As(err, &forGood)
+		if permanent {
+			backoff = a.cfg.ReconnectMax
+		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		a.log.Warn("collector connection lost, retrying", "error", err, "retry_in", wait, "next_url", a.cfg.URLs[next])
+		if permanent {
+			a.log.Error("the collector refused this agent for good (fix the token, the hello or the collector's quotas); retrying at the longest backoff",
+				"reason", forGood.reason, "retry_in", wait, "next_url", a.cfg.URLs[next])
+		} else {
+			a.log.Warn("collector connection lost, retrying", "error", err, "retry_in", wait, "next_url", a.cfg.URLs[next])
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -196,6 +218,9 @@ func (a *Agent) handshake(ctx context.Context, url string, hello *protocol.Hello
 		case protocol.TypeError:
 			var e protocol.Error
 			_ = json.Unmarshal(data, &e)
+			if e.Fatal && !e.Retry {
+				return fail(&refusedForGood{reason: e.Reason})
+			}
 			return fail(fmt.Errorf("the collector refused the hello: %s", e.Reason))
 		default:
 			a.log.Warn("message before welcome ignored", "type", env.Type)
@@ -319,6 +344,9 @@ func (a *Agent) handle(ctx context.Context, data []byte) error {
 			signal(a.sendReady)
 		} else {
 			a.log.Error("the collector reported an error", "reason", m.Reason, "fatal", m.Fatal)
+		}
+		if m.Fatal && !m.Retry {
+			return &refusedForGood{reason: m.Reason}
 		}
 		if m.Fatal {
 			return fmt.Errorf("fatal error from the collector: %s", m.Reason)
