@@ -50,7 +50,8 @@ func BenchmarkOverview1000(b *testing.B) {
 	var size int
 	for b.Loop() {
 		w := &countWriter{}
-		v := overviewModel(page, deps, parseFilter(nil), sparks, nil, now)
+		f := parseFilter(nil)
+		v := overviewModel(page, pageOf(pointers(deps), f), fleet(deps), f, sparks, nil, now)
 		if err := templates.OverviewPage(v).Render(context.Background(), w); err != nil {
 			b.Fatal(err)
 		}
@@ -69,7 +70,7 @@ func BenchmarkLiveBytes1000(b *testing.B) {
 	s := &Server{now: func() time.Time { return now }, sparks: newSparkCache(st, func() time.Time { return now })}
 	o := &overviewLive{s: s, f: parseFilter(nil)}
 	ctx := context.Background()
-	if _, err := o.reset(ctx, deps); err != nil {
+	if _, err := o.reset(ctx, pointers(deps)); err != nil {
 		b.Fatal(err)
 	}
 	var sent int

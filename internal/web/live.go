@@ -28,15 +28,35 @@ const (
 )
 
 // liveView is what one open page wants pushed: reset renders every live
-// fragment of the page from a fresh snapshot, event notes a change, and
-// flush renders the fragments changed since the last flush (nil when
-// nothing visible changed). Fragments are top-level elements with the
-// ids of the page's elements; the htmx websocket extension swaps them in
-// place (out of band).
+// fragment of the page from a fresh snapshot (the collector's views,
+// shared: read-only), event notes a change, and flush renders the
+// fragments changed since the last flush (nil when nothing visible
+// changed). Fragments are top-level elements with the ids of the page's
+// elements; the htmx websocket extension swaps them in place (out of
+// band). A view keeps what changed between flushes as flags and sets of
+// keys, never as rendered bytes: a flush that waits (the socket is still
+// writing the last message) sends the latest state of everything that
+// changed meanwhile, once.
 type liveView interface {
-	reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error)
+	reset(ctx context.Context, snapshot []*cbdash.Dependency) ([]byte, error)
 	event(ev cbdash.Event)
 	flush(ctx context.Context) ([]byte, error)
+}
+
+// viewSubscriber is a collector that can share its views with a
+// subscriber instead of copying them (collector.Collector): a live
+// overview keeps every dependency, a pointer each.
+type viewSubscriber interface {
+	SubscribeViews() (snapshot []*cbdash.Dependency, events <-chan cbdash.Event, cancel func())
+}
+
+// subscribe subscribes to the collector, sharing its views when it can.
+func (s *Server) subscribe() ([]*cbdash.Dependency, <-chan cbdash.Event, func()) {
+	if v, ok := s.col.(viewSubscriber); ok {
+		return v.SubscribeViews()
+	}
+	snap, events, cancel := s.col.Subscribe()
+	return pointers(snap), events, cancel
 }
 
 func withView(q url.Values, view string) url.Values {
@@ -44,12 +64,25 @@ func withView(q url.Values, view string) url.Values {
 	return q
 }
 
-// live is the page's websocket: GET /live?view=overview|dependency|audit
-// plus the page's own query. Origins other than the page's host are
-// refused by websocket.Accept. The connection lives in this handler: it
-// subscribes to the collector, coalesces changes and pushes at most one
-// message per LiveInterval; when the collector drops it as too slow it
-// resubscribes and sends a full refresh.
+// live is the page's websocket: GET /live?view=overview|dependency|audit|
+// incident|incidents plus the page's own query (the overview's filter and
+// page: one page of at most tilesPerPage tiles is sent, never the whole
+// fleet). Origins other than the page's host are refused by
+// websocket.Accept. The connection lives in this handler: it subscribes
+// to the collector, coalesces changes and pushes at most one message per
+// LiveInterval; when the collector drops it as too slow it resubscribes
+// and sends a full refresh.
+//
+// What a socket costs is bounded whatever its client does: its messages
+// are written by a goroutine of its own (liveWriter), one at a time, and
+// while one is being written the socket renders nothing: its view
+// collects what changed, each tile's or part's latest state replacing
+// the one before, and sends that once the write is done. So a socket
+// holds at most one rendered message (at most one page of tiles on the
+// overview, about 160 KB at 100 tiles), never a queue, and keeps taking
+// the collector's events (its subscription does not lag behind a client
+// that does not read). A write that takes longer than liveWriteTimeout
+// (a client that stopped reading) closes the socket.
 func (s *Server) live(c echo.Context) error {
 	lv, err := s.liveViewFor(c)
 	if err != nil {
@@ -139,19 +172,24 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 }
 
 func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) error {
+	w := s.startWriter(ctx, conn)
+	defer w.stop()
 	tick, stopTick := s.cfg.Clock.NewTicker(s.cfg.LiveInterval)
 	defer stopTick()
 	for {
-		snapshot, events, cancel := s.col.Subscribe()
-		msg, err := lv.reset(ctx, snapshot)
-		if err == nil {
-			err = send(ctx, conn, msg)
+		if err := s.idleWriter(ctx, w); err != nil {
+			return err
 		}
+		snapshot, events, cancel := s.subscribe()
+		msg, err := lv.reset(ctx, snapshot)
+		snapshot = nil // the view keeps what it needs of it
 		if err != nil {
+			w.release()
 			cancel()
 			return err
 		}
-		err = s.follow(ctx, conn, lv, events, tick)
+		w.put(msg)
+		err = s.follow(ctx, w, lv, events, tick)
 		cancel()
 		if err != nil {
 			return err
@@ -172,36 +210,118 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) er
 	}
 }
 
+// idleWriter waits until w has written its message and takes it.
+func (s *Server) idleWriter(ctx context.Context, w *liveWriter) error {
+	select {
+	case <-w.idle:
+		return nil
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errShutdown
+	}
+}
+
 // follow applies events until the channel closes (nil), the client
-// leaves or the server closes (error).
-func (s *Server) follow(ctx context.Context, conn *websocket.Conn, lv liveView, events <-chan cbdash.Event, tick <-chan time.Time) error {
+// leaves, the writer fails or the server closes (error). A tick while
+// the writer is still busy renders nothing: the view keeps collecting,
+// and a later tick sends it all.
+func (s *Server) follow(ctx context.Context, w *liveWriter, lv liveView, events <-chan cbdash.Event, tick <-chan time.Time) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.done:
 			return errShutdown
+		case <-w.done:
+			return w.err
 		case ev, ok := <-events:
 			if !ok {
 				return nil
 			}
 			lv.event(ev)
 		case <-tick:
+			if !w.take() {
+				s.slots.coalesced.Add(1)
+				continue
+			}
 			msg, err := lv.flush(ctx)
 			if err != nil {
+				w.release()
 				return err
 			}
-			if err := send(ctx, conn, msg); err != nil {
-				return err
-			}
+			w.put(msg)
 		}
 	}
 }
 
-func send(ctx context.Context, conn *websocket.Conn, msg []byte) error {
-	if len(msg) == 0 {
-		return nil
+// liveWriter writes one socket's messages on a goroutine of its own, one
+// at a time. The socket's loop hands it a message only while it is idle
+// (take, then put or release), so it never holds more than the message
+// it is writing; the bytes handed to writers and not yet written are
+// counted in liveSlots.queued.
+type liveWriter struct {
+	s    *Server
+	conn *websocket.Conn
+	idle chan struct{} // holds a token while the writer waits for a message
+	msgs chan []byte   // the message handed over (room for one)
+	done chan struct{} // closed when the writer has stopped
+	err  error         // why it stopped (nil: stop); read after done
+}
+
+func (s *Server) startWriter(ctx context.Context, conn *websocket.Conn) *liveWriter {
+	w := &liveWriter{s: s, conn: conn, idle: make(chan struct{}, 1), msgs: make(chan []byte, 1), done: make(chan struct{})}
+	w.idle <- struct{}{}
+	go w.run(ctx)
+	return w
+}
+
+func (w *liveWriter) run(ctx context.Context) {
+	defer close(w.done)
+	for msg := range w.msgs {
+		err := send(ctx, w.conn, msg)
+		w.s.slots.queued.Add(-int64(len(msg)))
+		if err != nil {
+			w.err = err
+			return
+		}
+		w.idle <- struct{}{}
 	}
+}
+
+// take takes the writer when it is idle; false when it is writing.
+func (w *liveWriter) take() bool {
+	select {
+	case <-w.idle:
+		return true
+	default:
+		return false
+	}
+}
+
+// put gives the taken writer msg to write; an empty msg gives it back.
+func (w *liveWriter) put(msg []byte) {
+	if len(msg) == 0 {
+		w.release()
+		return
+	}
+	w.s.slots.hold(len(msg))
+	w.msgs <- msg
+}
+
+// release gives the taken writer back without a message.
+func (w *liveWriter) release() { w.idle <- struct{}{} }
+
+// stop lets the writer finish the message it is writing (at most
+// liveWriteTimeout) and waits for it.
+func (w *liveWriter) stop() {
+	close(w.msgs)
+	<-w.done
+}
+
+func send(ctx context.Context, conn *websocket.Conn, msg []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, liveWriteTimeout)
 	defer cancel()
 	return conn.Write(ctx, websocket.MessageText, msg)
@@ -216,22 +336,30 @@ func renderTo(ctx context.Context, buf *bytes.Buffer, comps ...templ.Component) 
 	return nil
 }
 
-// overviewLive keeps the overview's tiles and counters current. A tile
-// is sent only when its rendering changed; when the set of shown
-// dependencies changes, the whole grid is sent again.
+// overviewLive keeps one page of the overview's tiles current (the
+// filter's page, at most tilesPerPage tiles), and its counters. A tile is
+// sent only when its rendering changed; when the page's set of tiles
+// changes (a dependency matched or not, a new one, a state change that
+// moves tiles across the page's edge), the page is sent again, still one
+// page. It keeps every dependency by pointer (the collector's shared
+// views, a pointer each) for the counters and the page's membership,
+// and renders only the page.
 type overviewLive struct {
-	s                *Server
-	f                filter
-	deps             map[cbdash.DependencyKey]cbdash.Dependency
-	shown            map[cbdash.DependencyKey]bool
-	sent             map[cbdash.DependencyKey]uint64 // hash of the last tile sent
-	dirty            map[cbdash.DependencyKey]bool
-	regrid, counters bool
-	// reorder is set when a shown tile changed state, which may change
-	// the worst-first order: the next flush sends the new order (a small
-	// TileOrder the page applies at once), not the whole grid.
-	reorder bool
-	order   string // the tile order last sent
+	s     *Server
+	f     filter
+	deps  map[cbdash.DependencyKey]*cbdash.Dependency // read-only, shared with the collector
+	shown map[cbdash.DependencyKey]bool               // the page's tiles
+	sent  map[cbdash.DependencyKey]uint64             // hash of the last tile sent, of the page's
+	dirty map[cbdash.DependencyKey]bool               // the page's tiles changed since the last flush
+	// regrid: the page is to be sent whole at the next flush; recheck:
+	// which dependencies are on the page may have changed (the set the
+	// filter matches changed, or, worst first, one changed state), to be
+	// worked out at the next flush: the whole page is sent when its tiles
+	// changed, the order alone when only their order did, the pager alone
+	// when only the count did.
+	regrid, recheck, counters bool
+	order                     string              // the tile order last sent
+	pager                     templates.TilePager // the pager last sent
 	// alerts is the firing count last sent (-1: none sent yet).
 	alerts int
 	// fleetAt is when the fleet line was last sent: it is sent again
@@ -257,41 +385,68 @@ func (o *overviewLive) fleetLine(ctx context.Context, buf *bytes.Buffer) error {
 	return renderTo(ctx, buf, templates.FleetTimelineView(*f))
 }
 
-func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
-	o.deps = make(map[cbdash.DependencyKey]cbdash.Dependency, len(snapshot))
+func (o *overviewLive) reset(ctx context.Context, snapshot []*cbdash.Dependency) ([]byte, error) {
+	o.deps = make(map[cbdash.DependencyKey]*cbdash.Dependency, len(snapshot))
 	for _, d := range snapshot {
 		o.deps[d.DependencyKey] = d
 	}
 	o.dirty = map[cbdash.DependencyKey]bool{}
-	return o.grid(ctx)
+	return o.grid(ctx, o.page())
 }
 
-// grid renders the counters and every group, and remembers what it sent.
-func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
-	all := make([]cbdash.Dependency, 0, len(o.deps))
+// all lists every dependency.
+func (o *overviewLive) all() []*cbdash.Dependency {
+	all := make([]*cbdash.Dependency, 0, len(o.deps))
 	for _, d := range o.deps {
 		all = append(all, d)
 	}
-	sparks := o.s.sparks.get(ctx, keysOf(all), liveSparkBudget)
-	v := overviewModel(templates.Page{}, all, o.f, sparks, o.s.trips(ctx, all), o.s.now())
-	o.shown = map[cbdash.DependencyKey]bool{}
-	o.sent = map[cbdash.DependencyKey]uint64{}
-	var buf bytes.Buffer
-	for _, g := range v.Groups {
+	return all
+}
+
+// page is the filter's page of the dependencies as they are now.
+func (o *overviewLive) page() overviewPage { return pageOf(o.all(), o.f) }
+
+// counts renders the fleet counters.
+func (o *overviewLive) counts(ctx context.Context, buf *bytes.Buffer) error {
+	fl := fleetCount(len(o.deps), func(yield func(*cbdash.Dependency) bool) {
+		for _, d := range o.deps {
+			if !yield(d) {
+				return
+			}
+		}
+	})
+	return templates.FleetCounters(fl).Render(ctx, buf)
+}
+
+// grid renders the counters and page pg's tiles, and remembers what it
+// sent.
+func (o *overviewLive) grid(ctx context.Context, pg overviewPage) ([]byte, error) {
+	shown := valuesOf(pg.Deps)
+	sparks := o.s.sparks.get(ctx, keysOf(shown), liveSparkBudget)
+	gs := groupsOf(pg, o.f, sparks, o.s.trips(ctx, shown), o.s.now())
+	o.shown = make(map[cbdash.DependencyKey]bool, len(pg.Deps))
+	o.sent = make(map[cbdash.DependencyKey]uint64, len(pg.Deps))
+	var tb bytes.Buffer
+	for _, g := range gs {
 		for _, t := range g.Tiles {
 			k := cbdash.DependencyKey{Service: t.Service, Breaker: t.Breaker}
 			o.shown[k] = true
-			var tb bytes.Buffer
+			tb.Reset()
 			if err := templates.TileView(t).Render(ctx, &tb); err != nil {
 				return nil, err
 			}
 			o.sent[k] = hash(tb.Bytes())
 		}
 	}
-	o.regrid, o.counters, o.reorder = false, false, false
-	o.order = templates.TileIDs(v.Groups)
+	o.regrid, o.recheck, o.counters = false, false, false
+	o.order = templates.TileIDs(gs)
+	o.pager = pager(pg, o.f)
 	clear(o.dirty)
-	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
+	var buf bytes.Buffer
+	if err := o.counts(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if err := templates.Groups(gs, o.pager).Render(ctx, &buf); err != nil {
 		return nil, err
 	}
 	o.alerts = -1
@@ -316,64 +471,70 @@ func (o *overviewLive) event(ev cbdash.Event) {
 	if ev.Kind != cbdash.EventDependency || ev.Dependency == nil {
 		return
 	}
-	d := *ev.Dependency
-	old := o.deps[d.DependencyKey]
+	d := ev.Dependency
+	old, had := o.deps[d.DependencyKey]
 	o.deps[d.DependencyKey] = d
 	o.counters = true
-	if o.f.match(d) != o.shown[d.DependencyKey] {
-		o.regrid = true
+	matched := had && o.f.match(*old)
+	switch now := o.f.match(*d); {
+	case now != matched:
+		o.recheck = true
+	case now && o.f.Sort == "worst" && stateRank(old.State) != stateRank(d.State):
+		o.recheck = true
 	}
-	if o.f.Sort == "worst" && o.shown[d.DependencyKey] && stateRank(old.State) != stateRank(d.State) {
-		o.reorder = true
+	if o.shown[d.DependencyKey] {
+		o.dirty[d.DependencyKey] = true
 	}
-	o.dirty[d.DependencyKey] = true
 }
 
 func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 	if o.regrid {
-		return o.grid(ctx)
+		return o.grid(ctx, o.page())
 	}
 	var buf bytes.Buffer
+	if o.recheck {
+		o.recheck = false
+		pg := o.page()
+		if !o.same(pg) {
+			return o.grid(ctx, pg)
+		}
+		if err := o.sendOrder(ctx, &buf, pg); err != nil {
+			return nil, err
+		}
+		if p := pager(pg, o.f); p != o.pager {
+			o.pager = p
+			if err := renderTo(ctx, &buf, templates.TilePagerView(p, "tile-pager"), templates.TilePagerView(p, "tile-pager-end")); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := o.alertsCounter(ctx, &buf); err != nil {
 		return nil, err
 	}
 	if err := o.fleetLine(ctx, &buf); err != nil {
 		return nil, err
 	}
-	if !o.counters && len(o.dirty) == 0 && !o.reorder {
+	if o.counters {
+		if err := o.counts(ctx, &buf); err != nil {
+			return nil, err
+		}
+	}
+	o.counters = false
+	if len(o.dirty) == 0 {
 		return buf.Bytes(), nil
 	}
-	if o.reorder {
-		o.reorder = false
-		if err := o.sendOrder(ctx, &buf); err != nil {
-			return nil, err
-		}
-	}
-	if o.counters {
-		all := make([]cbdash.Dependency, 0, len(o.deps))
-		for _, d := range o.deps {
-			all = append(all, d)
-		}
-		if err := templates.FleetCounters(fleet(all)).Render(ctx, &buf); err != nil {
-			return nil, err
-		}
-	}
 	keys := make([]cbdash.DependencyKey, 0, len(o.dirty))
+	changed := make([]cbdash.Dependency, 0, len(o.dirty))
 	for k := range o.dirty {
-		if o.shown[k] {
-			keys = append(keys, k)
-		}
+		keys = append(keys, k)
+		changed = append(changed, *o.deps[k])
 	}
 	sparks := o.s.sparks.get(ctx, keys, liveSparkBudget)
-	changed := make([]cbdash.Dependency, len(keys))
-	for i, k := range keys {
-		changed[i] = o.deps[k]
-	}
 	tr := o.s.trips(ctx, changed)
 	var tb bytes.Buffer
-	for _, k := range keys {
+	for i, k := range keys {
 		tb.Reset()
-		if err := templates.TileView(tile(o.deps[k], sparks[k], tr[k], o.s.now())).Render(ctx, &tb); err != nil {
+		if err := templates.TileView(tile(changed[i], sparks[k], tr[k], o.s.now())).Render(ctx, &tb); err != nil {
 			return nil, err
 		}
 		if h := hash(tb.Bytes()); h != o.sent[k] {
@@ -381,21 +542,28 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 			buf.Write(tb.Bytes())
 		}
 	}
-	o.counters = false
 	clear(o.dirty)
 	return buf.Bytes(), nil
 }
 
-// sendOrder renders the shown tiles' order when it differs from the
-// last sent.
-func (o *overviewLive) sendOrder(ctx context.Context, buf *bytes.Buffer) error {
-	deps := make([]cbdash.Dependency, 0, len(o.shown))
-	for k := range o.shown {
-		deps = append(deps, o.deps[k])
+// same reports whether page pg has the tiles shown.
+func (o *overviewLive) same(pg overviewPage) bool {
+	if len(pg.Deps) != len(o.shown) {
+		return false
 	}
-	sortDeps(deps, o.f.Sort) // grouped tiles keep this order within their group
-	ids := make([]string, len(deps))
-	for i, d := range deps {
+	for _, d := range pg.Deps {
+		if !o.shown[d.DependencyKey] {
+			return false
+		}
+	}
+	return true
+}
+
+// sendOrder renders the order of page pg's tiles when it differs from
+// the last sent (grouped tiles keep it within their group).
+func (o *overviewLive) sendOrder(ctx context.Context, buf *bytes.Buffer, pg overviewPage) error {
+	ids := make([]string, len(pg.Deps))
+	for i, d := range pg.Deps {
 		ids[i] = tileID(d.DependencyKey)
 	}
 	order := strings.Join(ids, " ")
@@ -429,10 +597,10 @@ type dependencyLive struct {
 	query               url.Values // the page's own query (for the instance table's links)
 }
 
-func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
+func (d *dependencyLive) reset(ctx context.Context, snapshot []*cbdash.Dependency) ([]byte, error) {
 	for _, x := range snapshot {
 		if x.DependencyKey == d.key {
-			d.dep = x
+			d.dep = *x
 		}
 	}
 	d.head, d.trans, d.cmds = true, true, true
@@ -532,7 +700,7 @@ type auditLive struct {
 	dirty   bool
 }
 
-func (a *auditLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+func (a *auditLive) reset(ctx context.Context, _ []*cbdash.Dependency) ([]byte, error) {
 	a.dirty = true
 	return a.flush(ctx)
 }
@@ -580,7 +748,7 @@ type incidentLive struct {
 	last  uint64    // hash of the last message
 }
 
-func (l *incidentLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+func (l *incidentLive) reset(ctx context.Context, _ []*cbdash.Dependency) ([]byte, error) {
 	l.dirty, l.open, l.last = true, true, 0
 	return l.flush(ctx)
 }
@@ -635,7 +803,7 @@ type incidentsLive struct {
 	last     uint64
 }
 
-func (l *incidentsLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+func (l *incidentsLive) reset(ctx context.Context, _ []*cbdash.Dependency) ([]byte, error) {
 	l.dirty, l.last = true, 0
 	return l.flush(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 )
@@ -39,10 +40,16 @@ func (l *LiveLimits) setDefaults() {
 	}
 }
 
-// liveSlots counts the open live sockets against LiveLimits. Safe for
-// concurrent use.
+// liveSlots counts the open live sockets against LiveLimits, and what
+// they hold. Safe for concurrent use.
 type liveSlots struct {
 	lim LiveLimits
+
+	// queued is the bytes of the messages handed to the sockets' writers
+	// and not yet written (at most one message a socket, see
+	// Server.live), queuedPeak the most it has been; coalesced counts the
+	// flushes put off because a socket's writer was still busy.
+	queued, queuedPeak, coalesced atomic.Int64
 
 	mu        sync.Mutex
 	total     int
@@ -108,4 +115,15 @@ func liveSessionKey(c echo.Context) string {
 	}
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:12])
+}
+
+// hold counts n bytes handed to a socket's writer.
+func (l *liveSlots) hold(n int) {
+	q := l.queued.Add(int64(n))
+	for {
+		p := l.queuedPeak.Load()
+		if q <= p || l.queuedPeak.CompareAndSwap(p, q) {
+			return
+		}
+	}
 }
