@@ -79,7 +79,7 @@ func withView(q url.Values, view string) url.Values {
 // collects what changed, each tile's or part's latest state replacing
 // the one before, and sends that once the write is done. So a socket
 // holds at most one rendered message (at most one page of tiles on the
-// overview, about 160 KB at 100 tiles), never a queue, and keeps taking
+// overview, 80-170 KB at 50 tiles), never a queue, and keeps taking
 // the collector's events (its subscription does not lag behind a client
 // that does not read). A write that takes longer than liveWriteTimeout
 // (a client that stopped reading) closes the socket.

@@ -414,10 +414,12 @@ func depLess(a, b *cbdash.Dependency, how string) bool {
 	return a.Breaker < b.Breaker
 }
 
-// tilesPerPage is how many tiles the overview shows at once, and so the
-// most tiles one live overview message carries, whatever the fleet's
-// size: a tile is about 1.5 KB of HTML, a page of them about 150 KB.
-const tilesPerPage = 100
+// tilesPerPage is how many tiles the overview shows at once (as many
+// instances as the dependency page lists), and so the most tiles one
+// live overview message carries, whatever the fleet's size: a tile is
+// 1.5-3.5 KB of HTML (its sparkline is most of it), a page of them
+// 80-170 KB.
+const tilesPerPage = 50
 
 // overviewPage is the page of tiles a filter asks for.
 type overviewPage struct {
