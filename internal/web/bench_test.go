@@ -70,7 +70,9 @@ func BenchmarkLiveBytes1000(b *testing.B) {
 	s := &Server{now: func() time.Time { return now }, sparks: newSparkCache(st, func() time.Time { return now })}
 	o := &overviewLive{s: s, f: parseFilter(nil)}
 	ctx := context.Background()
-	if _, err := o.reset(ctx, pointers(deps)); err != nil {
+	ix := newFleetIndex()
+	ix.reset(pointers(deps))
+	if _, err := o.start(ctx, ix); err != nil {
 		b.Fatal(err)
 	}
 	var sent int
@@ -81,7 +83,7 @@ func BenchmarkLiveBytes1000(b *testing.B) {
 				d := deps[i]
 				d.RequestRate = float64((i + tick) % 300)
 				d.Headroom.FailureRate = float64((i + tick) % 60)
-				o.event(cbdash.Event{Kind: cbdash.EventDependency, Dependency: &d})
+				ix.apply(cbdash.Event{Kind: cbdash.EventDependency, Dependency: &d})
 			}
 			msg, err := o.flush(ctx)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,20 +28,34 @@ const (
 	chartsEvery      = 5 * time.Second // how often live charts are redrawn
 )
 
-// liveView is what one open page wants pushed: reset renders every live
-// fragment of the page from a fresh snapshot (the collector's views,
-// shared: read-only), event notes a change, and flush renders the
+// liveView is what one open page wants pushed: flush renders the
 // fragments changed since the last flush (nil when nothing visible
 // changed). Fragments are top-level elements with the ids of the page's
 // elements; the htmx websocket extension swaps them in place (out of
-// band). A view keeps what changed between flushes as flags and sets of
-// keys, never as rendered bytes: a flush that waits (the socket is still
-// writing the last message) sends the latest state of everything that
-// changed meanwhile, once.
+// band). A view keeps what changed between flushes as flags, sets of keys
+// or versions, never as rendered bytes: a flush that waits (the socket is
+// still writing the last message) sends the latest state of everything
+// that changed meanwhile, once. A view is a subscribedView or an
+// indexedView.
 type liveView interface {
+	flush(ctx context.Context) ([]byte, error)
+}
+
+// subscribedView follows its own subscription to the collector: reset
+// renders every live fragment of the page from a fresh snapshot (the
+// collector's views, shared: read-only), event notes a change.
+type subscribedView interface {
+	liveView
 	reset(ctx context.Context, snapshot []*cbdash.Dependency) ([]byte, error)
 	event(ev cbdash.Event)
-	flush(ctx context.Context) ([]byte, error)
+}
+
+// indexedView reads the server's shared fleetIndex at its flushes
+// instead of subscribing (the overview): start renders every live
+// fragment of the page once the index is ready.
+type indexedView interface {
+	liveView
+	start(ctx context.Context, ix *fleetIndex) ([]byte, error)
 }
 
 // viewSubscriber is a collector that can share its views with a
@@ -176,12 +191,16 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) er
 	defer w.stop()
 	tick, stopTick := s.cfg.Clock.NewTicker(s.cfg.LiveInterval)
 	defer stopTick()
+	if iv, ok := lv.(indexedView); ok {
+		return s.pumpIndexed(ctx, w, iv, tick)
+	}
+	sv := lv.(subscribedView)
 	for {
 		if err := s.idleWriter(ctx, w); err != nil {
 			return err
 		}
 		snapshot, events, cancel := s.subscribe()
-		msg, err := lv.reset(ctx, snapshot)
+		msg, err := sv.reset(ctx, snapshot)
 		snapshot = nil // the view keeps what it needs of it
 		if err != nil {
 			w.release()
@@ -189,7 +208,7 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) er
 			return err
 		}
 		w.put(msg)
-		err = s.follow(ctx, w, lv, events, tick)
+		err = s.follow(ctx, w, sv, events, tick)
 		cancel()
 		if err != nil {
 			return err
@@ -210,6 +229,58 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) er
 	}
 }
 
+// pumpIndexed sends iv's page once the server's fleet index is ready,
+// then what changed at every tick the writer is idle.
+func (s *Server) pumpIndexed(ctx context.Context, w *liveWriter, iv indexedView, tick <-chan time.Time) error {
+	ix := s.fleetIndex()
+	select {
+	case <-ix.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errShutdown
+	}
+	if err := s.idleWriter(ctx, w); err != nil {
+		return err
+	}
+	msg, err := iv.start(ctx, ix)
+	if err != nil {
+		w.release()
+		return err
+	}
+	w.put(msg)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return errShutdown
+		case <-w.done:
+			return w.err
+		case <-tick:
+			if err := s.flushTo(ctx, w, iv); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// flushTo flushes lv into w when w is idle; while w is still writing it
+// renders nothing (lv keeps collecting) and counts the put-off flush.
+func (s *Server) flushTo(ctx context.Context, w *liveWriter, lv liveView) error {
+	if !w.take() {
+		s.slots.coalesced.Add(1)
+		return nil
+	}
+	msg, err := lv.flush(ctx)
+	if err != nil {
+		w.release()
+		return err
+	}
+	w.put(msg)
+	return nil
+}
+
 // idleWriter waits until w has written its message and takes it.
 func (s *Server) idleWriter(ctx context.Context, w *liveWriter) error {
 	select {
@@ -228,7 +299,7 @@ func (s *Server) idleWriter(ctx context.Context, w *liveWriter) error {
 // leaves, the writer fails or the server closes (error). A tick while
 // the writer is still busy renders nothing: the view keeps collecting,
 // and a later tick sends it all.
-func (s *Server) follow(ctx context.Context, w *liveWriter, lv liveView, events <-chan cbdash.Event, tick <-chan time.Time) error {
+func (s *Server) follow(ctx context.Context, w *liveWriter, lv subscribedView, events <-chan cbdash.Event, tick <-chan time.Time) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -243,16 +314,9 @@ func (s *Server) follow(ctx context.Context, w *liveWriter, lv liveView, events 
 			}
 			lv.event(ev)
 		case <-tick:
-			if !w.take() {
-				s.slots.coalesced.Add(1)
-				continue
-			}
-			msg, err := lv.flush(ctx)
-			if err != nil {
-				w.release()
+			if err := s.flushTo(ctx, w, lv); err != nil {
 				return err
 			}
-			w.put(msg)
 		}
 	}
 }
@@ -337,44 +401,39 @@ func renderTo(ctx context.Context, buf *bytes.Buffer, comps ...templ.Component) 
 }
 
 // overviewLive keeps one page of the overview's tiles current (the
-// filter's page, at most tilesPerPage tiles), and its counters. A tile is
-// sent only when its rendering changed; when the page's set of tiles
-// changes (a dependency matched or not, a new one, a state change that
-// moves tiles across the page's edge), the page is sent again, still one
-// page. It keeps every dependency by pointer (the collector's shared
-// views, a pointer each) for the counters and the page's membership,
-// and renders only the page.
+// filter's page, at most tilesPerPage tiles), and its counters, from the
+// server's fleetIndex. A tile is sent only when its rendering changed;
+// when the page's set of tiles changes (a dependency matched or not, a
+// new one, a state change that moves tiles across the page's edge), the
+// page is sent again, still one page. It holds only its page: the keys,
+// the views last drawn and the hashes of the tiles last sent.
 type overviewLive struct {
-	s     *Server
-	f     filter
-	deps  map[cbdash.DependencyKey]*cbdash.Dependency // read-only, shared with the collector
-	shown map[cbdash.DependencyKey]bool               // the page's tiles
-	sent  map[cbdash.DependencyKey]uint64             // hash of the last tile sent, of the page's
-	dirty map[cbdash.DependencyKey]bool               // the page's tiles changed since the last flush
-	// regrid: the page is to be sent whole at the next flush; recheck:
-	// which dependencies are on the page may have changed (the set the
-	// filter matches changed, or, worst first, one changed state), to be
-	// worked out at the next flush: the whole page is sent when its tiles
-	// changed, the order alone when only their order did, the pager alone
-	// when only the count did.
-	regrid, recheck, counters bool
-	order                     string              // the tile order last sent
-	pager                     templates.TilePager // the pager last sent
+	s  *Server
+	f  filter
+	ix *fleetIndex
+	// ver and gen are the index's as of the last flush: ver moved means
+	// something changed, gen moved that the page's tiles may have.
+	ver, gen uint64
+	keys     []cbdash.DependencyKey // the page's, in order
+	seen     []*cbdash.Dependency   // the view of each last drawn
+	sent     []uint64               // hash of each tile last sent
+	order    string                 // the tile order last sent
+	pager    templates.TilePager    // the pager last sent
 	// alerts is the firing count last sent (-1: none sent yet).
 	alerts int
 	// fleetAt is when the fleet line was last sent: it is sent again
-	// when the counters change, at most every fleetEvery.
+	// when something changed, at most every fleetEvery.
 	fleetAt time.Time
 }
 
 // fleetEvery bounds how often a live overview re-reads the fleet line.
 const fleetEvery = 2 * time.Second
 
-// fleetLine renders the overview's fleet line when the counters changed
-// and fleetEvery has passed since it was last sent.
+// fleetLine renders the overview's fleet line when fleetEvery has passed
+// since it was last sent.
 func (o *overviewLive) fleetLine(ctx context.Context, buf *bytes.Buffer) error {
 	now := o.s.now()
-	if !o.counters || now.Sub(o.fleetAt) < fleetEvery {
+	if now.Sub(o.fleetAt) < fleetEvery {
 		return nil
 	}
 	f, err := o.s.fleetTimeline(ctx, now)
@@ -385,65 +444,41 @@ func (o *overviewLive) fleetLine(ctx context.Context, buf *bytes.Buffer) error {
 	return renderTo(ctx, buf, templates.FleetTimelineView(*f))
 }
 
-func (o *overviewLive) reset(ctx context.Context, snapshot []*cbdash.Dependency) ([]byte, error) {
-	o.deps = make(map[cbdash.DependencyKey]*cbdash.Dependency, len(snapshot))
-	for _, d := range snapshot {
-		o.deps[d.DependencyKey] = d
-	}
-	o.dirty = map[cbdash.DependencyKey]bool{}
-	return o.grid(ctx, o.page())
+func (o *overviewLive) start(ctx context.Context, ix *fleetIndex) ([]byte, error) {
+	o.ix = ix
+	return o.grid(ctx)
 }
 
-// all lists every dependency.
-func (o *overviewLive) all() []*cbdash.Dependency {
-	all := make([]*cbdash.Dependency, 0, len(o.deps))
-	for _, d := range o.deps {
-		all = append(all, d)
-	}
-	return all
+// grid renders the counters and the page's tiles as they are now.
+func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
+	all, ver, gen := o.ix.all()
+	return o.draw(ctx, pageOf(all, o.f), ver, gen)
 }
 
-// page is the filter's page of the dependencies as they are now.
-func (o *overviewLive) page() overviewPage { return pageOf(o.all(), o.f) }
-
-// counts renders the fleet counters.
-func (o *overviewLive) counts(ctx context.Context, buf *bytes.Buffer) error {
-	fl := fleetCount(len(o.deps), func(yield func(*cbdash.Dependency) bool) {
-		for _, d := range o.deps {
-			if !yield(d) {
-				return
-			}
-		}
-	})
-	return templates.FleetCounters(fl).Render(ctx, buf)
-}
-
-// grid renders the counters and page pg's tiles, and remembers what it
-// sent.
-func (o *overviewLive) grid(ctx context.Context, pg overviewPage) ([]byte, error) {
+// draw renders the counters and page pg's tiles (of the index at ver and
+// gen), and remembers what it sent.
+func (o *overviewLive) draw(ctx context.Context, pg overviewPage, ver, gen uint64) ([]byte, error) {
 	shown := valuesOf(pg.Deps)
 	sparks := o.s.sparks.get(ctx, keysOf(shown), liveSparkBudget)
 	gs := groupsOf(pg, o.f, sparks, o.s.trips(ctx, shown), o.s.now())
-	o.shown = make(map[cbdash.DependencyKey]bool, len(pg.Deps))
-	o.sent = make(map[cbdash.DependencyKey]uint64, len(pg.Deps))
+	o.keys = keysOf(shown)
+	o.seen = slices.Clone(pg.Deps)
+	o.sent = make([]uint64, 0, len(pg.Deps))
 	var tb bytes.Buffer
 	for _, g := range gs {
 		for _, t := range g.Tiles {
-			k := cbdash.DependencyKey{Service: t.Service, Breaker: t.Breaker}
-			o.shown[k] = true
 			tb.Reset()
 			if err := templates.TileView(t).Render(ctx, &tb); err != nil {
 				return nil, err
 			}
-			o.sent[k] = hash(tb.Bytes())
+			o.sent = append(o.sent, hash(tb.Bytes()))
 		}
 	}
-	o.regrid, o.recheck, o.counters = false, false, false
+	o.ver, o.gen = ver, gen
 	o.order = templates.TileIDs(gs)
 	o.pager = pager(pg, o.f)
-	clear(o.dirty)
 	var buf bytes.Buffer
-	if err := o.counts(ctx, &buf); err != nil {
+	if err := templates.FleetCounters(o.ix.counters()).Render(ctx, &buf); err != nil {
 		return nil, err
 	}
 	if err := templates.Groups(gs, o.pager).Render(ctx, &buf); err != nil {
@@ -467,37 +502,22 @@ func (o *overviewLive) alertsCounter(ctx context.Context, buf *bytes.Buffer) err
 	return renderTo(ctx, buf, templates.AlertsCounter(*a))
 }
 
-func (o *overviewLive) event(ev cbdash.Event) {
-	if ev.Kind != cbdash.EventDependency || ev.Dependency == nil {
-		return
-	}
-	d := ev.Dependency
-	old, had := o.deps[d.DependencyKey]
-	o.deps[d.DependencyKey] = d
-	o.counters = true
-	matched := had && o.f.match(*old)
-	switch now := o.f.match(*d); {
-	case now != matched:
-		o.recheck = true
-	case now && o.f.Sort == "worst" && stateRank(old.State) != stateRank(d.State):
-		o.recheck = true
-	}
-	if o.shown[d.DependencyKey] {
-		o.dirty[d.DependencyKey] = true
-	}
-}
-
 func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
-	if o.regrid {
-		return o.grid(ctx, o.page())
-	}
 	var buf bytes.Buffer
-	if o.recheck {
-		o.recheck = false
-		pg := o.page()
+	if err := o.alertsCounter(ctx, &buf); err != nil {
+		return nil, err
+	}
+	ver, gen := o.ix.versions()
+	if ver == o.ver {
+		return buf.Bytes(), nil
+	}
+	if gen != o.gen {
+		all, v, g := o.ix.all()
+		pg := pageOf(all, o.f)
 		if !o.same(pg) {
-			return o.grid(ctx, pg)
+			return o.draw(ctx, pg, v, g)
 		}
+		ver, o.gen = v, g
 		if err := o.sendOrder(ctx, &buf, pg); err != nil {
 			return nil, err
 		}
@@ -508,51 +528,53 @@ func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
 			}
 		}
 	}
-	if err := o.alertsCounter(ctx, &buf); err != nil {
-		return nil, err
-	}
+	o.ver = ver
 	if err := o.fleetLine(ctx, &buf); err != nil {
 		return nil, err
 	}
-	if o.counters {
-		if err := o.counts(ctx, &buf); err != nil {
-			return nil, err
+	if err := templates.FleetCounters(o.ix.counters()).Render(ctx, &buf); err != nil {
+		return nil, err
+	}
+	var idx []int
+	var changed []cbdash.Dependency
+	for i, d := range o.ix.views(o.keys) {
+		if d != nil && d != o.seen[i] {
+			o.seen[i] = d
+			idx = append(idx, i)
+			changed = append(changed, *d)
 		}
 	}
-	o.counters = false
-	if len(o.dirty) == 0 {
+	if len(idx) == 0 {
 		return buf.Bytes(), nil
 	}
-	keys := make([]cbdash.DependencyKey, 0, len(o.dirty))
-	changed := make([]cbdash.Dependency, 0, len(o.dirty))
-	for k := range o.dirty {
-		keys = append(keys, k)
-		changed = append(changed, *o.deps[k])
-	}
-	sparks := o.s.sparks.get(ctx, keys, liveSparkBudget)
+	sparks := o.s.sparks.get(ctx, keysOf(changed), liveSparkBudget)
 	tr := o.s.trips(ctx, changed)
 	var tb bytes.Buffer
-	for i, k := range keys {
+	for j, i := range idx {
+		k := o.keys[i]
 		tb.Reset()
-		if err := templates.TileView(tile(changed[i], sparks[k], tr[k], o.s.now())).Render(ctx, &tb); err != nil {
+		if err := templates.TileView(tile(changed[j], sparks[k], tr[k], o.s.now())).Render(ctx, &tb); err != nil {
 			return nil, err
 		}
-		if h := hash(tb.Bytes()); h != o.sent[k] {
-			o.sent[k] = h
+		if h := hash(tb.Bytes()); h != o.sent[i] {
+			o.sent[i] = h
 			buf.Write(tb.Bytes())
 		}
 	}
-	clear(o.dirty)
 	return buf.Bytes(), nil
 }
 
-// same reports whether page pg has the tiles shown.
+// same reports whether page pg has the tiles shown (in any order).
 func (o *overviewLive) same(pg overviewPage) bool {
-	if len(pg.Deps) != len(o.shown) {
+	if len(pg.Deps) != len(o.keys) {
 		return false
 	}
+	shown := make(map[cbdash.DependencyKey]bool, len(o.keys))
+	for _, k := range o.keys {
+		shown[k] = true
+	}
 	for _, d := range pg.Deps {
-		if !o.shown[d.DependencyKey] {
+		if !shown[d.DependencyKey] {
 			return false
 		}
 	}

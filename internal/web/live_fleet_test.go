@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -136,14 +137,20 @@ func (f *bigFleet) flip(i, b int) []protocol.Transition {
 		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 55, Threshold: 50, WindowCalls: 20, WindowFailed: 11}}}
 }
 
-// memory is the process's heap in use (runtime/metrics' view through
-// MemStats) and resident set (VmRSS; 0 where /proc is missing), bytes.
+// memory is the process's heap and resident set in bytes: with gc, the
+// heap the collection just made finds live (runtime/metrics
+// /gc/heap/live:bytes); without, the heap's objects, garbage not yet
+// collected included (/memory/classes/heap/objects:bytes). rss is VmRSS
+// (0 where /proc is missing).
 func memory(gc bool) (heap, rss uint64) {
+	name := "/memory/classes/heap/objects:bytes"
 	if gc {
 		runtime.GC()
+		name = "/gc/heap/live:bytes"
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	sample := []metrics.Sample{{Name: name}}
+	metrics.Read(sample)
+	heap = sample[0].Value.Uint64()
 	if b, err := os.ReadFile("/proc/self/status"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
@@ -152,7 +159,7 @@ func memory(gc bool) (heap, rss uint64) {
 			}
 		}
 	}
-	return ms.HeapInuse, rss
+	return heap, rss
 }
 
 // idleSocket is a /live socket whose client never reads: a raw TCP
@@ -211,7 +218,9 @@ func (s *idleSocket) alive() bool {
 // closes one) cost a server of 10,000 dependencies while every breaker
 // reports once a second and a few change state: the heap and resident
 // memory before, at their peak over CBDASH_MEASURE_SECONDS (default 30),
-// and after a collection at the end. In-process: the clients are raw
+// and after a collection at the end (with the sockets still open).
+// CBDASH_MEASURE_HEAPPROFILE=path writes heap profiles before (path.before)
+// and at the end (path). In-process: the clients are raw
 // TCP connections that cost next to nothing. docs/scaling.md has the
 // figures.
 //
@@ -264,8 +273,14 @@ func TestMeasureLiveSocketsThatDoNotRead(t *testing.T) {
 		}
 	}()
 	defer func() { stop(); fleetDone.Wait() }()
-	time.Sleep(5 * time.Second) // a measurement: let the fleet's load settle
+	time.Sleep(10 * time.Second) // a measurement: let the fleet's load settle
 	heap0, rss0 := memory(true)
+	if path := os.Getenv("CBDASH_MEASURE_HEAPPROFILE"); path != "" {
+		if out, err := os.Create(path + ".before"); err == nil {
+			_ = pprof.WriteHeapProfile(out)
+			out.Close()
+		}
+	}
 
 	var sessions [][]*http.Cookie
 	for range 8 {
@@ -320,7 +335,7 @@ func TestMeasureLiveSocketsThatDoNotRead(t *testing.T) {
 	socks.Wait()
 	mb := func(b uint64) string { return fmt.Sprintf("%.0f MB", float64(b)/(1<<20)) }
 	t.Logf("10,000 dependencies, 64 /live sockets that do not read, %d s (GOMAXPROCS %d):", secs, runtime.GOMAXPROCS(0))
-	t.Logf("heap in use: before %s, peak %s (+%s), after a GC at the end %s (+%s)", mb(heap0), mb(peakHeap), mb(peakHeap-heap0), mb(heap1), mb(max(heap1, heap0)-heap0))
+	t.Logf("live heap: before %s, at the end %s (+%s); heap objects at their peak %s", mb(heap0), mb(heap1), mb(max(heap1, heap0)-heap0), mb(peakHeap))
 	t.Logf("RSS: before %s, peak %s (+%s), at the end %s", mb(rss0), mb(peakRSS), mb(peakRSS-rss0), mb(rss1))
 	t.Logf("sockets closed by the server and opened again: %d; dials refused or failed: %d", reconnects.Load(), refused.Load())
 }

@@ -51,6 +51,11 @@ type liveSlots struct {
 	// flushes put off because a socket's writer was still busy.
 	queued, queuedPeak, coalesced atomic.Int64
 
+	// index is the fleet the live overviews share, made by the first
+	// (Server.fleetIndex).
+	indexOnce sync.Once
+	index     *fleetIndex
+
 	mu        sync.Mutex
 	total     int
 	bySession map[string]int

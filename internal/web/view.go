@@ -438,39 +438,28 @@ type overviewPage struct {
 }
 
 // pageOf filters and sorts all as f asks and cuts f's page out of them.
-// It copies no dependency: Deps point at all's.
+// It copies no dependency: Deps point at all's. Ungrouped, it keeps only
+// the tiles up to the page's last as it goes (a heap of them), so the
+// first pages of a large fleet cost a pass over it, not a sort.
 func pageOf(all []*cbdash.Dependency, f filter) overviewPage {
-	deps := make([]*cbdash.Dependency, 0, len(all))
 	services := map[string]bool{}
+	want := max(f.Page, 1) * tilesPerPage // tiles up to the page's last
+	var rs []ranked
+	matched := 0
 	for _, d := range all {
 		services[d.Service] = true
-		if f.match(*d) {
-			deps = append(deps, d)
+		if !f.match(*d) {
+			continue
 		}
-	}
-	type ranked struct {
-		d           *cbdash.Dependency
-		rank, group int
-		score       float64
-	}
-	rs := make([]ranked, len(deps))
-	for i, d := range deps {
-		rs[i] = ranked{d: d, rank: stateRank(d.State), score: cbdash.ClosenessOf(d.Headroom).Score}
-	}
-	// depLess with the rank and closeness worked out once per dependency.
-	less := func(a, b *ranked) bool {
-		if f.Sort == "worst" || f.Sort == "" {
-			if a.rank != b.rank {
-				return a.rank < b.rank
-			}
-			if a.score != b.score {
-				return a.score > b.score
-			}
-			return depLess(a.d, b.d, "name")
+		matched++
+		r := ranked{d: d, rank: stateRank(d.State), score: cbdash.ClosenessOf(d.Headroom).Score}
+		if f.Group {
+			rs = append(rs, r)
+			continue
 		}
-		return depLess(a.d, b.d, f.Sort)
+		rs = keepFirst(rs, r, want, f.Sort)
 	}
-	sort.SliceStable(rs, func(i, j int) bool { return less(&rs[i], &rs[j]) })
+	sort.Slice(rs, func(i, j int) bool { return rankedLess(&rs[i], &rs[j], f.Sort) })
 	if f.Group {
 		first := map[string]int{}
 		for i := range rs {
@@ -483,10 +472,10 @@ func pageOf(all []*cbdash.Dependency, f filter) overviewPage {
 		}
 		sort.SliceStable(rs, func(i, j int) bool { return rs[i].group < rs[j].group })
 	}
-	pages := max(1, (len(rs)+tilesPerPage-1)/tilesPerPage)
+	pages := max(1, (matched+tilesPerPage-1)/tilesPerPage)
 	page := min(max(f.Page, 1), pages)
-	from, to := (page-1)*tilesPerPage, min(len(rs), page*tilesPerPage)
-	pg := overviewPage{Deps: make([]*cbdash.Dependency, 0, to-from), Page: page, Pages: pages, Matched: len(rs), Total: len(all)}
+	from, to := (page-1)*tilesPerPage, min(matched, page*tilesPerPage)
+	pg := overviewPage{Deps: make([]*cbdash.Dependency, 0, to-from), Page: page, Pages: pages, Matched: matched, Total: len(all)}
 	for _, r := range rs[from:to] {
 		pg.Deps = append(pg.Deps, r.d)
 	}
@@ -496,6 +485,64 @@ func pageOf(all []*cbdash.Dependency, f filter) overviewPage {
 	}
 	sort.Strings(pg.Services)
 	return pg
+}
+
+// ranked is a dependency with what sorting it takes, worked out once.
+type ranked struct {
+	d           *cbdash.Dependency
+	rank, group int
+	score       float64
+}
+
+// rankedLess is depLess on ranked dependencies.
+func rankedLess(a, b *ranked, how string) bool {
+	if how == "worst" || how == "" {
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		if a.score != b.score {
+			return a.score > b.score
+		}
+		return depLess(a.d, b.d, "name")
+	}
+	return depLess(a.d, b.d, how)
+}
+
+// keepFirst adds r to top, a heap of at most n of the first dependencies
+// in the order how (its root the last of them), and returns it.
+func keepFirst(top []ranked, r ranked, n int, how string) []ranked {
+	less := func(i, j int) bool { return rankedLess(&top[i], &top[j], how) }
+	if len(top) < n {
+		top = append(top, r)
+		for i := len(top) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !less(p, i) {
+				break
+			}
+			top[p], top[i] = top[i], top[p]
+			i = p
+		}
+		return top
+	}
+	if !rankedLess(&r, &top[0], how) {
+		return top
+	}
+	top[0] = r
+	for i := 0; ; {
+		m := 2*i + 1
+		if m >= len(top) {
+			break
+		}
+		if c := m + 1; c < len(top) && less(m, c) {
+			m = c
+		}
+		if !less(i, m) {
+			break
+		}
+		top[i], top[m] = top[m], top[i]
+		i = m
+	}
+	return top
 }
 
 // pointers points at each of deps.
