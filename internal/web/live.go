@@ -59,8 +59,8 @@ type indexedView interface {
 }
 
 // viewSubscriber is a collector that can share its views with a
-// subscriber instead of copying them (collector.Collector): a live
-// overview keeps every dependency, a pointer each.
+// subscriber instead of copying them (collector.Collector): the live
+// overviews' fleetIndex keeps every dependency, a pointer each.
 type viewSubscriber interface {
 	SubscribeViews() (snapshot []*cbdash.Dependency, events <-chan cbdash.Event, cancel func())
 }
@@ -84,20 +84,24 @@ func withView(q url.Values, view string) url.Values {
 // page: one page of at most tilesPerPage tiles is sent, never the whole
 // fleet). Origins other than the page's host are refused by
 // websocket.Accept. The connection lives in this handler: it subscribes
-// to the collector, coalesces changes and pushes at most one message per
-// LiveInterval; when the collector drops it as too slow it resubscribes
-// and sends a full refresh.
+// to the collector (the overview reads the shared fleetIndex instead),
+// coalesces changes and pushes at most one message per LiveInterval;
+// when the collector drops it as too slow it resubscribes and sends a
+// full refresh.
 //
-// What a socket costs is bounded whatever its client does: its messages
+// What a socket costs is bounded whatever its client does. The overview
+// sockets share one index of the fleet (fleetIndex: one subscription to
+// the collector) and each keeps only its page. Every socket's messages
 // are written by a goroutine of its own (liveWriter), one at a time, and
 // while one is being written the socket renders nothing: its view
-// collects what changed, each tile's or part's latest state replacing
-// the one before, and sends that once the write is done. So a socket
-// holds at most one rendered message (at most one page of tiles on the
-// overview, 80-170 KB at 50 tiles), never a queue, and keeps taking
-// the collector's events (its subscription does not lag behind a client
-// that does not read). A write that takes longer than liveWriteTimeout
-// (a client that stopped reading) closes the socket.
+// collects what changed, each tile's or part's latest state replacing the
+// one before (as the collector's subscribers keep one view per
+// dependency), and sends that once the write is done. So a socket holds
+// at most one rendered message (on the overview at most one page: 75-180
+// KB at 50 tiles, depending on the names, labels and sparklines shown),
+// never a queue, and its subscription does not lag behind a client that
+// does not read. A write that takes longer than liveWriteTimeout (a
+// client that stopped reading) closes the socket.
 func (s *Server) live(c echo.Context) error {
 	lv, err := s.liveViewFor(c)
 	if err != nil {
