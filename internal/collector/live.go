@@ -857,6 +857,20 @@ func (l *live) subscribe(kinds map[string]bool, buffer int) ([]cbdash.Dependency
 	return l.snapshotLocked(), l.hub.add(kinds, buffer)
 }
 
+// subscribeViews is subscribe with the views themselves, in no order,
+// instead of copies sorted worst first: each is the collector's shared,
+// immutable view (as an event's), so a subscriber that keeps them holds
+// a pointer per dependency, not a copy.
+func (l *live) subscribeViews(kinds map[string]bool, buffer int) ([]*cbdash.Dependency, *subscriber) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*cbdash.Dependency, 0, len(l.deps))
+	for _, d := range l.deps {
+		out = append(out, l.viewLocked(d))
+	}
+	return out, l.hub.add(kinds, buffer)
+}
+
 func sortDependencies(ds []cbdash.Dependency) {
 	sort.Slice(ds, func(i, j int) bool {
 		a, b := &ds[i], &ds[j]

@@ -198,6 +198,55 @@ func TestSubscribeSnapshotThenEvents(t *testing.T) {
 	}
 }
 
+// subscribeViews hands out the collector's own views: the snapshot's
+// are the ones an unchanged dependency's later events carry, and one
+// that changed has a new view, never a write to the old one.
+func TestSubscribeViewsSharesTheViews(t *testing.T) {
+	l, clk := newTestLive(t)
+	for _, name := range []string{"db", "cache"} {
+		l.hello(testHello("api", "a-"+name, protocol.BreakerConfig{Name: name}, nil), 0, nil, clk.Now(), nil)
+	}
+	snap, sub := l.subscribeViews(nil, 0)
+	defer l.hub.remove(sub)
+	if len(snap) != 2 {
+		t.Fatalf("snapshot of %d views", len(snap))
+	}
+	views := map[string]*cbdash.Dependency{}
+	for _, v := range snap {
+		views[v.Breaker] = v
+	}
+	copies, sub2 := l.subscribe(nil, 0)
+	l.hub.remove(sub2)
+	for _, c := range copies {
+		if v := views[c.Breaker]; v == nil || v.State != c.State {
+			t.Errorf("%s: view %p, copy %+v", c.Breaker, v, c)
+		}
+	}
+	l.mu.Lock()
+	same := l.viewLocked(l.deps[cbdash.DependencyKey{Service: "api", Breaker: "cache"}])
+	l.mu.Unlock()
+	if same != views["cache"] {
+		t.Error("the snapshot's view is not the collector's")
+	}
+	db := views["db"]
+	l.apply(instKey{"api", "a-db"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
+		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(),
+		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50}}}}, clk.Now())
+	l.flushUrgent()
+	for e := range sub.ch {
+		if e.Kind != cbdash.EventDependency {
+			continue
+		}
+		if e.Dependency == db || e.Dependency.State != protocol.StateOpen {
+			t.Fatalf("the change of db came as %p (state %s), the snapshot's view was %p", e.Dependency, e.Dependency.State, db)
+		}
+		break
+	}
+	if db.State != protocol.StateClosed {
+		t.Errorf("the snapshot's view was written to: %s", db.State)
+	}
+}
+
 func TestHubDropsASlowSubscriber(t *testing.T) {
 	h := newHub(2)
 	slow, fast := h.add(nil, 0), h.add(nil, 0)

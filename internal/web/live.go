@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,16 +28,50 @@ const (
 	chartsEvery      = 5 * time.Second // how often live charts are redrawn
 )
 
-// liveView is what one open page wants pushed: reset renders every live
-// fragment of the page from a fresh snapshot, event notes a change, and
-// flush renders the fragments changed since the last flush (nil when
-// nothing visible changed). Fragments are top-level elements with the
-// ids of the page's elements; the htmx websocket extension swaps them in
-// place (out of band).
+// liveView is what one open page wants pushed: flush renders the
+// fragments changed since the last flush (nil when nothing visible
+// changed). Fragments are top-level elements with the ids of the page's
+// elements; the htmx websocket extension swaps them in place (out of
+// band). A view keeps what changed between flushes as flags, sets of keys
+// or versions, never as rendered bytes: a flush that waits (the socket is
+// still writing the last message) sends the latest state of everything
+// that changed meanwhile, once. A view is a subscribedView or an
+// indexedView.
 type liveView interface {
-	reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error)
-	event(ev cbdash.Event)
 	flush(ctx context.Context) ([]byte, error)
+}
+
+// subscribedView follows its own subscription to the collector: reset
+// renders every live fragment of the page from a fresh snapshot (the
+// collector's views, shared: read-only), event notes a change.
+type subscribedView interface {
+	liveView
+	reset(ctx context.Context, snapshot []*cbdash.Dependency) ([]byte, error)
+	event(ev cbdash.Event)
+}
+
+// indexedView reads the server's shared fleetIndex at its flushes
+// instead of subscribing (the overview): start renders every live
+// fragment of the page once the index is ready.
+type indexedView interface {
+	liveView
+	start(ctx context.Context, ix *fleetIndex) ([]byte, error)
+}
+
+// viewSubscriber is a collector that can share its views with a
+// subscriber instead of copying them (collector.Collector): the live
+// overviews' fleetIndex keeps every dependency, a pointer each.
+type viewSubscriber interface {
+	SubscribeViews() (snapshot []*cbdash.Dependency, events <-chan cbdash.Event, cancel func())
+}
+
+// subscribe subscribes to the collector, sharing its views when it can.
+func (s *Server) subscribe() ([]*cbdash.Dependency, <-chan cbdash.Event, func()) {
+	if v, ok := s.col.(viewSubscriber); ok {
+		return v.SubscribeViews()
+	}
+	snap, events, cancel := s.col.Subscribe()
+	return pointers(snap), events, cancel
 }
 
 func withView(q url.Values, view string) url.Values {
@@ -44,12 +79,29 @@ func withView(q url.Values, view string) url.Values {
 	return q
 }
 
-// live is the page's websocket: GET /live?view=overview|dependency|audit
-// plus the page's own query. Origins other than the page's host are
-// refused by websocket.Accept. The connection lives in this handler: it
-// subscribes to the collector, coalesces changes and pushes at most one
-// message per LiveInterval; when the collector drops it as too slow it
-// resubscribes and sends a full refresh.
+// live is the page's websocket: GET /live?view=overview|dependency|audit|
+// incident|incidents plus the page's own query (the overview's filter and
+// page: one page of at most tilesPerPage tiles is sent, never the whole
+// fleet). Origins other than the page's host are refused by
+// websocket.Accept. The connection lives in this handler: it subscribes
+// to the collector (the overview reads the shared fleetIndex instead),
+// coalesces changes and pushes at most one message per LiveInterval;
+// when the collector drops it as too slow it resubscribes and sends a
+// full refresh.
+//
+// What a socket costs is bounded whatever its client does. The overview
+// sockets share one index of the fleet (fleetIndex: one subscription to
+// the collector) and each keeps only its page. Every socket's messages
+// are written by a goroutine of its own (liveWriter), one at a time, and
+// while one is being written the socket renders nothing: its view
+// collects what changed, each tile's or part's latest state replacing the
+// one before (as the collector's subscribers keep one view per
+// dependency), and sends that once the write is done. So a socket holds
+// at most one rendered message (on the overview at most one page: 75-180
+// KB at 50 tiles, depending on the names, labels and sparklines shown),
+// never a queue, and its subscription does not lag behind a client that
+// does not read. A write that takes longer than liveWriteTimeout (a
+// client that stopped reading) closes the socket.
 func (s *Server) live(c echo.Context) error {
 	lv, err := s.liveViewFor(c)
 	if err != nil {
@@ -139,19 +191,28 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 }
 
 func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) error {
+	w := s.startWriter(ctx, conn)
+	defer w.stop()
 	tick, stopTick := s.cfg.Clock.NewTicker(s.cfg.LiveInterval)
 	defer stopTick()
+	if iv, ok := lv.(indexedView); ok {
+		return s.pumpIndexed(ctx, w, iv, tick)
+	}
+	sv := lv.(subscribedView)
 	for {
-		snapshot, events, cancel := s.col.Subscribe()
-		msg, err := lv.reset(ctx, snapshot)
-		if err == nil {
-			err = send(ctx, conn, msg)
+		if err := s.idleWriter(ctx, w); err != nil {
+			return err
 		}
+		snapshot, events, cancel := s.subscribe()
+		msg, err := sv.reset(ctx, snapshot)
+		snapshot = nil // the view keeps what it needs of it
 		if err != nil {
+			w.release()
 			cancel()
 			return err
 		}
-		err = s.follow(ctx, conn, lv, events, tick)
+		w.put(msg)
+		err = s.follow(ctx, w, sv, events, tick)
 		cancel()
 		if err != nil {
 			return err
@@ -172,36 +233,163 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) er
 	}
 }
 
-// follow applies events until the channel closes (nil), the client
-// leaves or the server closes (error).
-func (s *Server) follow(ctx context.Context, conn *websocket.Conn, lv liveView, events <-chan cbdash.Event, tick <-chan time.Time) error {
+// pumpIndexed sends iv's page once the server's fleet index is ready,
+// then what changed at every tick the writer is idle.
+func (s *Server) pumpIndexed(ctx context.Context, w *liveWriter, iv indexedView, tick <-chan time.Time) error {
+	ix := s.fleetIndex()
+	select {
+	case <-ix.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errShutdown
+	}
+	if err := s.idleWriter(ctx, w); err != nil {
+		return err
+	}
+	msg, err := iv.start(ctx, ix)
+	if err != nil {
+		w.release()
+		return err
+	}
+	w.put(msg)
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.done:
 			return errShutdown
-		case ev, ok := <-events:
-			if !ok {
-				return nil
-			}
-			lv.event(ev)
+		case <-w.done:
+			return w.err
 		case <-tick:
-			msg, err := lv.flush(ctx)
-			if err != nil {
-				return err
-			}
-			if err := send(ctx, conn, msg); err != nil {
+			if err := s.flushTo(ctx, w, iv); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func send(ctx context.Context, conn *websocket.Conn, msg []byte) error {
-	if len(msg) == 0 {
+// flushTo flushes lv into w when w is idle; while w is still writing it
+// renders nothing (lv keeps collecting) and counts the put-off flush.
+func (s *Server) flushTo(ctx context.Context, w *liveWriter, lv liveView) error {
+	if !w.take() {
+		s.slots.coalesced.Add(1)
 		return nil
 	}
+	msg, err := lv.flush(ctx)
+	if err != nil {
+		w.release()
+		return err
+	}
+	w.put(msg)
+	return nil
+}
+
+// idleWriter waits until w has written its message and takes it.
+func (s *Server) idleWriter(ctx context.Context, w *liveWriter) error {
+	select {
+	case <-w.idle:
+		return nil
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errShutdown
+	}
+}
+
+// follow applies events until the channel closes (nil), the client
+// leaves, the writer fails or the server closes (error). A tick while
+// the writer is still busy renders nothing: the view keeps collecting,
+// and a later tick sends it all.
+func (s *Server) follow(ctx context.Context, w *liveWriter, lv subscribedView, events <-chan cbdash.Event, tick <-chan time.Time) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return errShutdown
+		case <-w.done:
+			return w.err
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			lv.event(ev)
+		case <-tick:
+			if err := s.flushTo(ctx, w, lv); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// liveWriter writes one socket's messages on a goroutine of its own, one
+// at a time. The socket's loop hands it a message only while it is idle
+// (take, then put or release), so it never holds more than the message
+// it is writing; the bytes handed to writers and not yet written are
+// counted in liveSlots.queued.
+type liveWriter struct {
+	s    *Server
+	conn *websocket.Conn
+	idle chan struct{} // holds a token while the writer waits for a message
+	msgs chan []byte   // the message handed over (room for one)
+	done chan struct{} // closed when the writer has stopped
+	err  error         // why it stopped (nil: stop); read after done
+}
+
+func (s *Server) startWriter(ctx context.Context, conn *websocket.Conn) *liveWriter {
+	w := &liveWriter{s: s, conn: conn, idle: make(chan struct{}, 1), msgs: make(chan []byte, 1), done: make(chan struct{})}
+	w.idle <- struct{}{}
+	go w.run(ctx)
+	return w
+}
+
+func (w *liveWriter) run(ctx context.Context) {
+	defer close(w.done)
+	for msg := range w.msgs {
+		err := send(ctx, w.conn, msg)
+		w.s.slots.queued.Add(-int64(len(msg)))
+		if err != nil {
+			w.err = err
+			return
+		}
+		w.idle <- struct{}{}
+	}
+}
+
+// take takes the writer when it is idle; false when it is writing.
+func (w *liveWriter) take() bool {
+	select {
+	case <-w.idle:
+		return true
+	default:
+		return false
+	}
+}
+
+// put gives the taken writer msg to write; an empty msg gives it back.
+func (w *liveWriter) put(msg []byte) {
+	if len(msg) == 0 {
+		w.release()
+		return
+	}
+	w.s.slots.hold(len(msg))
+	w.msgs <- msg
+}
+
+// release gives the taken writer back without a message.
+func (w *liveWriter) release() { w.idle <- struct{}{} }
+
+// stop lets the writer finish the message it is writing (at most
+// liveWriteTimeout) and waits for it.
+func (w *liveWriter) stop() {
+	close(w.msgs)
+	<-w.done
+}
+
+func send(ctx context.Context, conn *websocket.Conn, msg []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, liveWriteTimeout)
 	defer cancel()
 	return conn.Write(ctx, websocket.MessageText, msg)
@@ -216,37 +404,40 @@ func renderTo(ctx context.Context, buf *bytes.Buffer, comps ...templ.Component) 
 	return nil
 }
 
-// overviewLive keeps the overview's tiles and counters current. A tile
-// is sent only when its rendering changed; when the set of shown
-// dependencies changes, the whole grid is sent again.
+// overviewLive keeps one page of the overview's tiles current (the
+// filter's page, at most tilesPerPage tiles), and its counters, from the
+// server's fleetIndex. A tile is sent only when its rendering changed;
+// when the page's set of tiles changes (a dependency matched or not, a
+// new one, a state change that moves tiles across the page's edge), the
+// page is sent again, still one page. It holds only its page: the keys,
+// the views last drawn and the hashes of the tiles last sent.
 type overviewLive struct {
-	s                *Server
-	f                filter
-	deps             map[cbdash.DependencyKey]cbdash.Dependency
-	shown            map[cbdash.DependencyKey]bool
-	sent             map[cbdash.DependencyKey]uint64 // hash of the last tile sent
-	dirty            map[cbdash.DependencyKey]bool
-	regrid, counters bool
-	// reorder is set when a shown tile changed state, which may change
-	// the worst-first order: the next flush sends the new order (a small
-	// TileOrder the page applies at once), not the whole grid.
-	reorder bool
-	order   string // the tile order last sent
+	s  *Server
+	f  filter
+	ix *fleetIndex
+	// ver and gen are the index's as of the last flush: ver moved means
+	// something changed, gen moved that the page's tiles may have.
+	ver, gen uint64
+	keys     []cbdash.DependencyKey // the page's, in order
+	seen     []*cbdash.Dependency   // the view of each last drawn
+	sent     []uint64               // hash of each tile last sent
+	order    string                 // the tile order last sent
+	pager    templates.TilePager    // the pager last sent
 	// alerts is the firing count last sent (-1: none sent yet).
 	alerts int
 	// fleetAt is when the fleet line was last sent: it is sent again
-	// when the counters change, at most every fleetEvery.
+	// when something changed, at most every fleetEvery.
 	fleetAt time.Time
 }
 
 // fleetEvery bounds how often a live overview re-reads the fleet line.
 const fleetEvery = 2 * time.Second
 
-// fleetLine renders the overview's fleet line when the counters changed
-// and fleetEvery has passed since it was last sent.
+// fleetLine renders the overview's fleet line when fleetEvery has passed
+// since it was last sent.
 func (o *overviewLive) fleetLine(ctx context.Context, buf *bytes.Buffer) error {
 	now := o.s.now()
-	if !o.counters || now.Sub(o.fleetAt) < fleetEvery {
+	if now.Sub(o.fleetAt) < fleetEvery {
 		return nil
 	}
 	f, err := o.s.fleetTimeline(ctx, now)
@@ -257,41 +448,44 @@ func (o *overviewLive) fleetLine(ctx context.Context, buf *bytes.Buffer) error {
 	return renderTo(ctx, buf, templates.FleetTimelineView(*f))
 }
 
-func (o *overviewLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
-	o.deps = make(map[cbdash.DependencyKey]cbdash.Dependency, len(snapshot))
-	for _, d := range snapshot {
-		o.deps[d.DependencyKey] = d
-	}
-	o.dirty = map[cbdash.DependencyKey]bool{}
+func (o *overviewLive) start(ctx context.Context, ix *fleetIndex) ([]byte, error) {
+	o.ix = ix
 	return o.grid(ctx)
 }
 
-// grid renders the counters and every group, and remembers what it sent.
+// grid renders the counters and the page's tiles as they are now.
 func (o *overviewLive) grid(ctx context.Context) ([]byte, error) {
-	all := make([]cbdash.Dependency, 0, len(o.deps))
-	for _, d := range o.deps {
-		all = append(all, d)
-	}
-	sparks := o.s.sparks.get(ctx, keysOf(all), liveSparkBudget)
-	v := overviewModel(templates.Page{}, all, o.f, sparks, o.s.trips(ctx, all), o.s.now())
-	o.shown = map[cbdash.DependencyKey]bool{}
-	o.sent = map[cbdash.DependencyKey]uint64{}
-	var buf bytes.Buffer
-	for _, g := range v.Groups {
+	all, ver, gen := o.ix.all()
+	return o.draw(ctx, pageOf(all, o.f), ver, gen)
+}
+
+// draw renders the counters and page pg's tiles (of the index at ver and
+// gen), and remembers what it sent.
+func (o *overviewLive) draw(ctx context.Context, pg overviewPage, ver, gen uint64) ([]byte, error) {
+	shown := valuesOf(pg.Deps)
+	sparks := o.s.sparks.get(ctx, keysOf(shown), liveSparkBudget)
+	gs := groupsOf(pg, o.f, sparks, o.s.trips(ctx, shown), o.s.now())
+	o.keys = keysOf(shown)
+	o.seen = slices.Clone(pg.Deps)
+	o.sent = make([]uint64, 0, len(pg.Deps))
+	var tb bytes.Buffer
+	for _, g := range gs {
 		for _, t := range g.Tiles {
-			k := cbdash.DependencyKey{Service: t.Service, Breaker: t.Breaker}
-			o.shown[k] = true
-			var tb bytes.Buffer
+			tb.Reset()
 			if err := templates.TileView(t).Render(ctx, &tb); err != nil {
 				return nil, err
 			}
-			o.sent[k] = hash(tb.Bytes())
+			o.sent = append(o.sent, hash(tb.Bytes()))
 		}
 	}
-	o.regrid, o.counters, o.reorder = false, false, false
-	o.order = templates.TileIDs(v.Groups)
-	clear(o.dirty)
-	if err := renderTo(ctx, &buf, templates.FleetCounters(v.Fleet), templates.Groups(v.Groups)); err != nil {
+	o.ver, o.gen = ver, gen
+	o.order = templates.TileIDs(gs)
+	o.pager = pager(pg, o.f)
+	var buf bytes.Buffer
+	if err := templates.FleetCounters(o.ix.counters()).Render(ctx, &buf); err != nil {
+		return nil, err
+	}
+	if err := templates.Groups(gs, o.pager).Render(ctx, &buf); err != nil {
 		return nil, err
 	}
 	o.alerts = -1
@@ -312,90 +506,90 @@ func (o *overviewLive) alertsCounter(ctx context.Context, buf *bytes.Buffer) err
 	return renderTo(ctx, buf, templates.AlertsCounter(*a))
 }
 
-func (o *overviewLive) event(ev cbdash.Event) {
-	if ev.Kind != cbdash.EventDependency || ev.Dependency == nil {
-		return
-	}
-	d := *ev.Dependency
-	old := o.deps[d.DependencyKey]
-	o.deps[d.DependencyKey] = d
-	o.counters = true
-	if o.f.match(d) != o.shown[d.DependencyKey] {
-		o.regrid = true
-	}
-	if o.f.Sort == "worst" && o.shown[d.DependencyKey] && stateRank(old.State) != stateRank(d.State) {
-		o.reorder = true
-	}
-	o.dirty[d.DependencyKey] = true
-}
-
 func (o *overviewLive) flush(ctx context.Context) ([]byte, error) {
-	if o.regrid {
-		return o.grid(ctx)
-	}
 	var buf bytes.Buffer
 	if err := o.alertsCounter(ctx, &buf); err != nil {
 		return nil, err
 	}
+	ver, gen := o.ix.versions()
+	if ver == o.ver {
+		return buf.Bytes(), nil
+	}
+	if gen != o.gen {
+		all, v, g := o.ix.all()
+		pg := pageOf(all, o.f)
+		if !o.same(pg) {
+			return o.draw(ctx, pg, v, g)
+		}
+		ver, o.gen = v, g
+		if err := o.sendOrder(ctx, &buf, pg); err != nil {
+			return nil, err
+		}
+		if p := pager(pg, o.f); p != o.pager {
+			o.pager = p
+			if err := renderTo(ctx, &buf, templates.TilePagerView(p, "tile-pager"), templates.TilePagerView(p, "tile-pager-end")); err != nil {
+				return nil, err
+			}
+		}
+	}
+	o.ver = ver
 	if err := o.fleetLine(ctx, &buf); err != nil {
 		return nil, err
 	}
-	if !o.counters && len(o.dirty) == 0 && !o.reorder {
+	if err := templates.FleetCounters(o.ix.counters()).Render(ctx, &buf); err != nil {
+		return nil, err
+	}
+	var idx []int
+	var changed []cbdash.Dependency
+	for i, d := range o.ix.views(o.keys) {
+		if d != nil && d != o.seen[i] {
+			o.seen[i] = d
+			idx = append(idx, i)
+			changed = append(changed, *d)
+		}
+	}
+	if len(idx) == 0 {
 		return buf.Bytes(), nil
 	}
-	if o.reorder {
-		o.reorder = false
-		if err := o.sendOrder(ctx, &buf); err != nil {
-			return nil, err
-		}
-	}
-	if o.counters {
-		all := make([]cbdash.Dependency, 0, len(o.deps))
-		for _, d := range o.deps {
-			all = append(all, d)
-		}
-		if err := templates.FleetCounters(fleet(all)).Render(ctx, &buf); err != nil {
-			return nil, err
-		}
-	}
-	keys := make([]cbdash.DependencyKey, 0, len(o.dirty))
-	for k := range o.dirty {
-		if o.shown[k] {
-			keys = append(keys, k)
-		}
-	}
-	sparks := o.s.sparks.get(ctx, keys, liveSparkBudget)
-	changed := make([]cbdash.Dependency, len(keys))
-	for i, k := range keys {
-		changed[i] = o.deps[k]
-	}
+	sparks := o.s.sparks.get(ctx, keysOf(changed), liveSparkBudget)
 	tr := o.s.trips(ctx, changed)
 	var tb bytes.Buffer
-	for _, k := range keys {
+	for j, i := range idx {
+		k := o.keys[i]
 		tb.Reset()
-		if err := templates.TileView(tile(o.deps[k], sparks[k], tr[k], o.s.now())).Render(ctx, &tb); err != nil {
+		if err := templates.TileView(tile(changed[j], sparks[k], tr[k], o.s.now())).Render(ctx, &tb); err != nil {
 			return nil, err
 		}
-		if h := hash(tb.Bytes()); h != o.sent[k] {
-			o.sent[k] = h
+		if h := hash(tb.Bytes()); h != o.sent[i] {
+			o.sent[i] = h
 			buf.Write(tb.Bytes())
 		}
 	}
-	o.counters = false
-	clear(o.dirty)
 	return buf.Bytes(), nil
 }
 
-// sendOrder renders the shown tiles' order when it differs from the
-// last sent.
-func (o *overviewLive) sendOrder(ctx context.Context, buf *bytes.Buffer) error {
-	deps := make([]cbdash.Dependency, 0, len(o.shown))
-	for k := range o.shown {
-		deps = append(deps, o.deps[k])
+// same reports whether page pg has the tiles shown (in any order).
+func (o *overviewLive) same(pg overviewPage) bool {
+	if len(pg.Deps) != len(o.keys) {
+		return false
 	}
-	sortDeps(deps, o.f.Sort) // grouped tiles keep this order within their group
-	ids := make([]string, len(deps))
-	for i, d := range deps {
+	shown := make(map[cbdash.DependencyKey]bool, len(o.keys))
+	for _, k := range o.keys {
+		shown[k] = true
+	}
+	for _, d := range pg.Deps {
+		if !shown[d.DependencyKey] {
+			return false
+		}
+	}
+	return true
+}
+
+// sendOrder renders the order of page pg's tiles when it differs from
+// the last sent (grouped tiles keep it within their group).
+func (o *overviewLive) sendOrder(ctx context.Context, buf *bytes.Buffer, pg overviewPage) error {
+	ids := make([]string, len(pg.Deps))
+	for i, d := range pg.Deps {
 		ids[i] = tileID(d.DependencyKey)
 	}
 	order := strings.Join(ids, " ")
@@ -429,10 +623,10 @@ type dependencyLive struct {
 	query               url.Values // the page's own query (for the instance table's links)
 }
 
-func (d *dependencyLive) reset(ctx context.Context, snapshot []cbdash.Dependency) ([]byte, error) {
+func (d *dependencyLive) reset(ctx context.Context, snapshot []*cbdash.Dependency) ([]byte, error) {
 	for _, x := range snapshot {
 		if x.DependencyKey == d.key {
-			d.dep = x
+			d.dep = *x
 		}
 	}
 	d.head, d.trans, d.cmds = true, true, true
@@ -532,7 +726,7 @@ type auditLive struct {
 	dirty   bool
 }
 
-func (a *auditLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+func (a *auditLive) reset(ctx context.Context, _ []*cbdash.Dependency) ([]byte, error) {
 	a.dirty = true
 	return a.flush(ctx)
 }
@@ -580,7 +774,7 @@ type incidentLive struct {
 	last  uint64    // hash of the last message
 }
 
-func (l *incidentLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+func (l *incidentLive) reset(ctx context.Context, _ []*cbdash.Dependency) ([]byte, error) {
 	l.dirty, l.open, l.last = true, true, 0
 	return l.flush(ctx)
 }
@@ -635,7 +829,7 @@ type incidentsLive struct {
 	last     uint64
 }
 
-func (l *incidentsLive) reset(ctx context.Context, _ []cbdash.Dependency) ([]byte, error) {
+func (l *incidentsLive) reset(ctx context.Context, _ []*cbdash.Dependency) ([]byte, error) {
 	l.dirty, l.last = true, 0
 	return l.flush(ctx)
 }

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -257,4 +258,47 @@ func TestBrowserPagesFit390Pixels(t *testing.T) {
 			screenshot(t, ctx, "overview-390.png")
 		}
 	}
+}
+
+// TestBrowserOverviewPagesStayLive shows a fleet of three pages of tiles:
+// a page other than the first is kept live (a tile that opens leaves it
+// for the first page at once), the first page shows it first, a filter
+// that fits one page hides the pager, and the pager fits a phone.
+func TestBrowserOverviewPagesStayLive(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t, 1)
+	// 120 closed breakers of "bulk" sort before checkout's two: the
+	// payments tile is the last of 122, on page 3.
+	if status, body := s.helloIngest(s.stack.AgentToken, wideHello("bulk", "i-1", 120)); status != http.StatusOK {
+		t.Fatalf("ingest: %d %s", status, body)
+	}
+	login(t, ctx, s.url, "otto", s.password)
+	tiles := `document.querySelectorAll("article.tile").length`
+	showing := `document.querySelector("#tile-pager [data-testid=tile-showing]")?.textContent`
+	run(t, ctx, stepTimeout, "page 3 shows payments",
+		chromedp.Navigate(s.url+"/?page=3"),
+		until(payments+` !== undefined`),
+		until(showing+` === "tiles 101-122 of 122"`),
+		until(tiles+` === 22`))
+	trip(t, s.breakers["checkout-1"])
+	run(t, ctx, stepTimeout, "payments leaves page 3 live", until(payments+` === undefined`), until(tiles+` === 22`))
+	prev := get(t, ctx, "previous page link", chromedp.Evaluate[string](`document.querySelector("#tile-pager [data-testid=tile-prev]")?.getAttribute("href") ?? ""`))
+	if prev != "/?page=2" {
+		t.Fatalf("page 3's previous page link is %q", prev)
+	}
+	run(t, ctx, stepTimeout, "previous page", chromedp.Navigate(s.url+prev), until(showing+` === "tiles 51-100 of 122"`))
+	run(t, ctx, stepTimeout, "page 1 shows payments first, open",
+		chromedp.Navigate(s.url+"/"),
+		until(`document.querySelector("article.tile .brk")?.textContent === "payments"`),
+		until(`document.querySelector("article.tile")?.dataset.state === "open"`),
+		until(tiles+` === 50`))
+	run(t, ctx, stepTimeout, "a filter that fits a page has no pager",
+		chromedp.Navigate(s.url+"/?state=open"),
+		until(tiles+` === 1`),
+		until(`document.getElementById("tile-pager").hidden && document.getElementById("tile-pager-end").hidden`))
+	run(t, ctx, stepTimeout, "a phone, page 2", narrow(390), chromedp.Navigate(s.url+"/?page=2"), chromedp.WaitVisible(css(`#tile-pager`)))
+	if o := get(t, ctx, "overflow of page 2", chromedp.Evaluate[string](overflow)); o != "" {
+		t.Errorf("page 2 at 390 px scrolls sideways: %s", o)
+	}
+	screenshot(t, ctx, "overview-pager-390.png")
 }

@@ -47,6 +47,7 @@ func (c *client) live(ctx context.Context, query string) *liveSocket {
 	if err != nil {
 		c.h.t.Fatalf("live socket %s: %v", query, err)
 	}
+	conn.SetReadLimit(-1) // a page of tiles is more than the default 32 KB
 	s := &liveSocket{h: c.h, conn: conn, msgs: make(chan string, 64), end: make(chan error, 1)}
 	go func() {
 		for {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,13 +43,26 @@ func (l *LiveLimits) setDefaults() {
 
 // liveSlots counts open streams (the /live sockets, the /api/v1/events
 // streams) against LiveLimits: one mechanism, one instance per kind of
-// stream, each with its own limits and words. Safe for concurrent use.
+// stream, each with its own limits and words. The /live instance also
+// counts what its sockets hold (queued) and keeps the fleet index the live
+// overviews share. Safe for concurrent use.
 type liveSlots struct {
 	lim   LiveLimits
 	names slotNames
 	// refused counts refusals by limit ("total", "address", "session");
 	// nil = not counted.
 	refused *prometheus.CounterVec
+
+	// queued is the bytes of the messages handed to the sockets' writers
+	// and not yet written (at most one message a socket, see
+	// Server.live), queuedPeak the most it has been; coalesced counts the
+	// flushes put off because a socket's writer was still busy.
+	queued, queuedPeak, coalesced atomic.Int64
+
+	// index is the fleet the live overviews share, made by the first
+	// (Server.fleetIndex).
+	indexOnce sync.Once
+	index     *fleetIndex
 
 	mu        sync.Mutex
 	total     int
@@ -142,4 +156,15 @@ func liveSessionKey(c echo.Context) string {
 	}
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:12])
+}
+
+// hold counts n bytes handed to a socket's writer.
+func (l *liveSlots) hold(n int) {
+	q := l.queued.Add(int64(n))
+	for {
+		p := l.queuedPeak.Load()
+		if q <= p || l.queuedPeak.CompareAndSwap(p, q) {
+			return
+		}
+	}
 }

@@ -14,21 +14,34 @@ import (
 // sparklines from the store.
 const pageSparkBudget = 40 * time.Millisecond
 
-// overview renders every dependency as a tile, filtered and sorted as
-// asked; the live socket keeps the tiles current.
+// overview renders one page of tiles (tilesPerPage), filtered and sorted
+// as asked; the live socket, asked for the same filter and page, keeps
+// them current.
 func (s *Server) overview(c echo.Context) error {
 	f := parseFilter(c.QueryParams())
 	p := s.page(c, "Overview", "overview")
-	p.LiveURL = "/live?" + withView(f.values(), "overview").Encode()
 	deps := s.col.Dependencies()
-	sparks := s.sparks.get(c.Request().Context(), keysOf(deps), pageSparkBudget)
-	v := overviewModel(p, deps, f, sparks, s.trips(c.Request().Context(), deps), s.now())
+	pg := pageOf(pointers(deps), f)
+	f.Page = pg.Page // a page past the last shows the last, and the socket follows it
+	p.LiveURL = "/live?" + withView(f.values(), "overview").Encode()
+	shown := valuesOf(pg.Deps)
+	sparks := s.sparks.get(c.Request().Context(), keysOf(shown), pageSparkBudget)
+	v := overviewModel(p, pg, fleet(deps), f, sparks, s.trips(c.Request().Context(), shown), s.now())
 	v.Alerts = s.alertsCount()
 	var err error
 	if v.FleetTimeline, err = s.fleetTimeline(c.Request().Context(), s.now()); err != nil {
 		return err
 	}
 	return render(c, http.StatusOK, templates.OverviewPage(v))
+}
+
+// valuesOf copies the dependencies deps point at.
+func valuesOf(deps []*cbdash.Dependency) []cbdash.Dependency {
+	vs := make([]cbdash.Dependency, len(deps))
+	for i, d := range deps {
+		vs[i] = *d
+	}
+	return vs
 }
 
 func keysOf(deps []cbdash.Dependency) []cbdash.DependencyKey {

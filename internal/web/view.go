@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"iter"
 	"math"
 	"net/url"
 	"sort"
@@ -273,11 +274,23 @@ func rateOf(sr cbdash.ShownRate) templates.Rate {
 // service (the largest such number per service), never summed over
 // breakers.
 func fleet(deps []cbdash.Dependency) templates.Fleet {
-	f := templates.Fleet{Dependencies: len(deps)}
+	return fleetCount(len(deps), func(yield func(*cbdash.Dependency) bool) {
+		for i := range deps {
+			if !yield(&deps[i]) {
+				return
+			}
+		}
+	})
+}
+
+// fleetCount is fleet over the n dependencies deps yields (a live
+// overview's, held by pointer: it copies none of them).
+func fleetCount(n int, deps iter.Seq[*cbdash.Dependency]) templates.Fleet {
+	f := templates.Fleet{Dependencies: n}
 	type inst struct{ service, instance string }
 	stale := map[inst]bool{}
 	bare := map[string]int{} // service -> stale count of dependencies without rows
-	for _, d := range deps {
+	for d := range deps {
 		if len(d.PerInstance) == 0 {
 			bare[d.Service] = max(bare[d.Service], d.Stale)
 		}
@@ -309,16 +322,21 @@ func fleet(deps []cbdash.Dependency) templates.Fleet {
 }
 
 // filter is the overview's query: service, state, label "k=v" (or "k"),
-// a search string, the sort order and whether to group by service.
+// a search string, the sort order, whether to group by service, and the
+// page of tiles (1-based, tilesPerPage a page).
 type filter struct {
 	Service, State, Label, Q, Sort string
 	Group                          bool
+	Page                           int
 }
 
+// parseFilter reads the overview's query; a missing or bad page is 1.
 func parseFilter(q url.Values) filter {
+	page, _ := strconv.Atoi(q.Get("page"))
 	f := filter{
 		Service: q.Get("service"), State: q.Get("state"), Label: strings.TrimSpace(q.Get("label")),
 		Q: strings.TrimSpace(q.Get("q")), Sort: q.Get("sort"), Group: q.Get("group") == "service",
+		Page: max(page, 1),
 	}
 	if f.Sort != "name" && f.Sort != "rate" {
 		f.Sort = "worst"
@@ -338,6 +356,9 @@ func (f filter) values() url.Values {
 	}
 	if f.Group {
 		v.Set("group", "service")
+	}
+	if f.Page > 1 {
+		v.Set("page", strconv.Itoa(f.Page))
 	}
 	return v
 }
@@ -368,48 +389,202 @@ func (f filter) match(d cbdash.Dependency) bool {
 // sortDeps sorts in place: worst first (state, then headroom, then
 // name), by name, or by request rate.
 func sortDeps(deps []cbdash.Dependency, how string) {
-	sort.SliceStable(deps, func(i, j int) bool {
-		a, b := deps[i], deps[j]
-		switch how {
-		case "name":
-		case "rate":
-			if a.RequestRate != b.RequestRate {
-				return a.RequestRate > b.RequestRate
-			}
-		default:
-			if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
-				return ra < rb
-			}
-			if ha, hb := cbdash.ClosenessOf(a.Headroom).Score, cbdash.ClosenessOf(b.Headroom).Score; ha != hb {
-				return ha > hb
-			}
-		}
-		if a.Service != b.Service {
-			return a.Service < b.Service
-		}
-		return a.Breaker < b.Breaker
-	})
+	sort.SliceStable(deps, func(i, j int) bool { return depLess(&deps[i], &deps[j], how) })
 }
 
-// overviewModel filters, sorts and groups dependencies into tiles.
-func overviewModel(p templates.Page, all []cbdash.Dependency, f filter, sparks map[cbdash.DependencyKey]templates.Spark, tr trips, now time.Time) templates.Overview {
-	deps := make([]cbdash.Dependency, 0, len(all))
-	services := map[string]bool{}
-	for _, d := range all {
-		services[d.Service] = true
-		if f.match(d) {
-			deps = append(deps, d)
+// depLess is sortDeps' order.
+func depLess(a, b *cbdash.Dependency, how string) bool {
+	switch how {
+	case "name":
+	case "rate":
+		if a.RequestRate != b.RequestRate {
+			return a.RequestRate > b.RequestRate
+		}
+	default:
+		if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
+			return ra < rb
+		}
+		if ha, hb := cbdash.ClosenessOf(a.Headroom).Score, cbdash.ClosenessOf(b.Headroom).Score; ha != hb {
+			return ha > hb
 		}
 	}
-	sortDeps(deps, f.Sort)
-	v := templates.Overview{Page: p, Fleet: fleet(all), Shown: len(deps), Total: len(all)}
-	v.Filter = templates.Filter{Service: f.Service, State: f.State, Label: f.Label, Q: f.Q, Sort: f.Sort, Group: f.Group}
-	names := make([]string, 0, len(services))
-	for s := range services {
-		names = append(names, s)
+	if a.Service != b.Service {
+		return a.Service < b.Service
 	}
-	sort.Strings(names)
-	for _, s := range names {
+	return a.Breaker < b.Breaker
+}
+
+// tilesPerPage is how many tiles the overview shows at once (as many
+// instances as the dependency page lists), and so the most tiles one
+// live overview message carries, whatever the fleet's size: a tile is
+// 1.5-3.5 KB of HTML (its sparkline is most of it), a page of them
+// 80-170 KB.
+const tilesPerPage = 50
+
+// overviewPage is the page of tiles a filter asks for.
+type overviewPage struct {
+	// Deps are the page's dependencies (at most tilesPerPage) in the
+	// order shown: sorted as the filter asks; grouped by service, the
+	// groups in the order of their first dependency, when it groups.
+	Deps []*cbdash.Dependency
+	// Page is the page shown (the filter's, at most Pages), Pages how
+	// many there are (at least 1).
+	Page, Pages int
+	// Matched counts the dependencies the filter matches, Total every
+	// dependency.
+	Matched, Total int
+	// Services are every dependency's services, sorted.
+	Services []string
+}
+
+// pageOf filters and sorts all as f asks and cuts f's page out of them.
+// It copies no dependency: Deps point at all's. Ungrouped, it keeps only
+// the tiles up to the page's last as it goes (a heap of them), so the
+// first pages of a large fleet cost a pass over it, not a sort.
+func pageOf(all []*cbdash.Dependency, f filter) overviewPage {
+	services := map[string]bool{}
+	want := max(f.Page, 1) * tilesPerPage // tiles up to the page's last
+	var rs []ranked
+	matched := 0
+	for _, d := range all {
+		services[d.Service] = true
+		if !f.match(*d) {
+			continue
+		}
+		matched++
+		r := ranked{d: d, rank: stateRank(d.State), score: cbdash.ClosenessOf(d.Headroom).Score}
+		if f.Group {
+			rs = append(rs, r)
+			continue
+		}
+		rs = keepFirst(rs, r, want, f.Sort)
+	}
+	sort.Slice(rs, func(i, j int) bool { return rankedLess(&rs[i], &rs[j], f.Sort) })
+	if f.Group {
+		first := map[string]int{}
+		for i := range rs {
+			g, ok := first[rs[i].d.Service]
+			if !ok {
+				g = len(first)
+				first[rs[i].d.Service] = g
+			}
+			rs[i].group = g
+		}
+		sort.SliceStable(rs, func(i, j int) bool { return rs[i].group < rs[j].group })
+	}
+	pages := max(1, (matched+tilesPerPage-1)/tilesPerPage)
+	page := min(max(f.Page, 1), pages)
+	from, to := (page-1)*tilesPerPage, min(matched, page*tilesPerPage)
+	pg := overviewPage{Deps: make([]*cbdash.Dependency, 0, to-from), Page: page, Pages: pages, Matched: matched, Total: len(all)}
+	for _, r := range rs[from:to] {
+		pg.Deps = append(pg.Deps, r.d)
+	}
+	pg.Services = make([]string, 0, len(services))
+	for s := range services {
+		pg.Services = append(pg.Services, s)
+	}
+	sort.Strings(pg.Services)
+	return pg
+}
+
+// ranked is a dependency with what sorting it takes, worked out once.
+type ranked struct {
+	d           *cbdash.Dependency
+	rank, group int
+	score       float64
+}
+
+// rankedLess is depLess on ranked dependencies.
+func rankedLess(a, b *ranked, how string) bool {
+	if how == "worst" || how == "" {
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		if a.score != b.score {
+			return a.score > b.score
+		}
+		return depLess(a.d, b.d, "name")
+	}
+	return depLess(a.d, b.d, how)
+}
+
+// keepFirst adds r to top, a heap of at most n of the first dependencies
+// in the order how (its root the last of them), and returns it.
+func keepFirst(top []ranked, r ranked, n int, how string) []ranked {
+	less := func(i, j int) bool { return rankedLess(&top[i], &top[j], how) }
+	if len(top) < n {
+		top = append(top, r)
+		for i := len(top) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !less(p, i) {
+				break
+			}
+			top[p], top[i] = top[i], top[p]
+			i = p
+		}
+		return top
+	}
+	if !rankedLess(&r, &top[0], how) {
+		return top
+	}
+	top[0] = r
+	for i := 0; ; {
+		m := 2*i + 1
+		if m >= len(top) {
+			break
+		}
+		if c := m + 1; c < len(top) && less(m, c) {
+			m = c
+		}
+		if !less(i, m) {
+			break
+		}
+		top[i], top[m] = top[m], top[i]
+		i = m
+	}
+	return top
+}
+
+// pointers points at each of deps.
+func pointers(deps []cbdash.Dependency) []*cbdash.Dependency {
+	ps := make([]*cbdash.Dependency, len(deps))
+	for i := range deps {
+		ps[i] = &deps[i]
+	}
+	return ps
+}
+
+// pager is the overview's line above its tiles when they take more than
+// one page: which tiles are shown and links to the pages beside.
+func pager(pg overviewPage, f filter) templates.TilePager {
+	if pg.Pages <= 1 {
+		return templates.TilePager{}
+	}
+	from := (pg.Page-1)*tilesPerPage + 1
+	p := templates.TilePager{Showing: fmt.Sprintf("tiles %d-%d of %d", from, from+len(pg.Deps)-1, pg.Matched)}
+	href := func(page int) string {
+		g := f
+		g.Page = page
+		if q := g.values().Encode(); q != "" {
+			return "/?" + q
+		}
+		return "/"
+	}
+	if pg.Page > 1 {
+		p.PrevHref = href(pg.Page - 1)
+	}
+	if pg.Page < pg.Pages {
+		p.NextHref = href(pg.Page + 1)
+	}
+	return p
+}
+
+// overviewModel makes the overview of page pg of the fleet fl, cut out
+// by f (pageOf), into tiles.
+func overviewModel(p templates.Page, pg overviewPage, fl templates.Fleet, f filter, sparks map[cbdash.DependencyKey]templates.Spark, tr trips, now time.Time) templates.Overview {
+	v := templates.Overview{Page: p, Fleet: fl, Shown: pg.Matched, Total: pg.Total, Pager: pager(pg, f)}
+	v.Filter = templates.Filter{Service: f.Service, State: f.State, Label: f.Label, Q: f.Q, Sort: f.Sort, Group: f.Group}
+	for _, s := range pg.Services {
 		v.Filter.Services = append(v.Filter.Services, templates.Option{Value: s, Text: s, Selected: s == f.Service})
 	}
 	for _, s := range []string{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed, protocol.StateClosed, ""} {
@@ -419,26 +594,29 @@ func overviewModel(p templates.Page, all []cbdash.Dependency, f filter, sparks m
 	for _, o := range [][2]string{{"worst", "worst first"}, {"name", "name"}, {"rate", "request rate"}} {
 		v.Filter.Sorts = append(v.Filter.Sorts, templates.Option{Value: o[0], Text: o[1], Selected: o[0] == f.Sort})
 	}
-	tiles := make([]templates.Tile, len(deps))
-	for i, d := range deps {
-		tiles[i] = tile(d, sparks[d.DependencyKey], tr[d.DependencyKey], now)
+	v.Groups = groupsOf(pg, f, sparks, tr, now)
+	return v
+}
+
+// groupsOf draws page pg's tiles, in one untitled group or, when f
+// groups, one group per service (pg.Deps come grouped).
+func groupsOf(pg overviewPage, f filter, sparks map[cbdash.DependencyKey]templates.Spark, tr trips, now time.Time) []templates.Group {
+	if len(pg.Deps) == 0 {
+		return nil
+	}
+	tiles := make([]templates.Tile, len(pg.Deps))
+	for i, d := range pg.Deps {
+		tiles[i] = tile(*d, sparks[d.DependencyKey], tr[d.DependencyKey], now)
 	}
 	if !f.Group {
-		v.Groups = []templates.Group{{Tiles: tiles}}
-		if len(tiles) == 0 {
-			v.Groups = nil
-		}
-		return v
+		return []templates.Group{{Tiles: tiles}}
 	}
-	idx := map[string]int{}
+	var gs []templates.Group
 	for i, t := range tiles {
-		g, ok := idx[deps[i].Service]
-		if !ok {
-			g = len(v.Groups)
-			idx[deps[i].Service] = g
-			v.Groups = append(v.Groups, templates.Group{Title: deps[i].Service})
+		if n := len(gs); n == 0 || gs[n-1].Title != pg.Deps[i].Service {
+			gs = append(gs, templates.Group{Title: pg.Deps[i].Service})
 		}
-		v.Groups[g].Tiles = append(v.Groups[g].Tiles, t)
+		gs[len(gs)-1].Tiles = append(gs[len(gs)-1].Tiles, t)
 	}
-	return v
+	return gs
 }

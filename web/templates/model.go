@@ -162,8 +162,19 @@ type Overview struct {
 	FleetTimeline *FleetTimeline
 	Filter        Filter
 	Groups        []Group
-	Shown         int // tiles shown after filtering
-	Total         int
+	// Pager says which page of tiles Groups is when there are more
+	// than fit a page; its zero value when there are not.
+	Pager TilePager
+	Shown int // tiles shown after filtering
+	Total int
+}
+
+// TilePager is the line that says which of the overview's tiles are
+// shown ("tiles 101-200 of 9,000"), with links to the pages beside
+// ("" where there is none). Its zero value draws nothing.
+type TilePager struct {
+	Showing            string
+	PrevHref, NextHref string
 }
 
 // Tick is an axis tick: position in viewBox units and its label.
