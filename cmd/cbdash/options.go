@@ -56,6 +56,9 @@ type serveOptions struct {
 	// (--max-event-streams-per-session, --max-event-streams-per-address,
 	// --max-event-streams).
 	Events web.LiveLimits
+	// Reads caps the GET and HEAD requests being answered at once
+	// (--max-reads-per-address, --max-reads).
+	Reads web.ReadLimits
 	// Conn are the HTTP server's timeouts and connection caps
 	// (--read-header-timeout, --read-timeout, --write-timeout,
 	// --idle-timeout, --max-connections-per-address, --max-connections).
@@ -113,6 +116,8 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.IntVar(&o.Events.PerSession, "max-event-streams-per-session", 8, "the most event streams (/api/v1/events) of one login session or API token")
 	fs.IntVar(&o.Events.PerAddress, "max-event-streams-per-address", 64, "the most event streams of one client address")
 	fs.IntVar(&o.Events.Total, "max-event-streams", 500, "the most event streams of the server")
+	fs.IntVar(&o.Reads.PerAddress, "max-reads-per-address", 32, "the most GET and HEAD requests (pages, API reads) being answered at once to one client address; more are answered 503 (a client that does not read its answers holds them in memory)")
+	fs.IntVar(&o.Reads.Total, "max-reads", 256, "the most GET and HEAD requests being answered at once by the server")
 	o.Conn.bind(fs)
 	fs.BoolVar(&o.AllowPrivateWebhooks, "allow-private-webhooks", false, "let alert webhooks call loopback, private, link-local and multicast addresses (default: refused, as a guard against server-side request forgery)")
 	fs.StringArrayVar(&o.Hystrix, "hystrix", nil, "a Hystrix stream to read, as URL,service=NAME[,instance=NAME][,header=Name: value] (repeatable): hystrix-go, Spring/resilience4j, opossum-hystrix, Turbine")
@@ -165,7 +170,8 @@ func (o *serveOptions) validate() error {
 	}
 	for flag, v := range map[string]int{"--max-instances-per-token": o.Limits.MaxInstancesPerToken, "--max-breakers-per-token": o.Limits.MaxBreakersPerToken,
 		"--max-dependencies": o.Limits.MaxDependencies, "--max-connections-per-token": o.Limits.MaxConnectionsPerToken, "--max-live-per-session": o.Live.PerSession, "--max-live-per-address": o.Live.PerAddress, "--max-live": o.Live.Total,
-		"--max-event-streams-per-session": o.Events.PerSession, "--max-event-streams-per-address": o.Events.PerAddress, "--max-event-streams": o.Events.Total} {
+		"--max-event-streams-per-session": o.Events.PerSession, "--max-event-streams-per-address": o.Events.PerAddress, "--max-event-streams": o.Events.Total,
+		"--max-reads-per-address": o.Reads.PerAddress, "--max-reads": o.Reads.Total} {
 		if v < 0 {
 			return usageError{fmt.Errorf("%s must not be negative (got %d; 0 = the default)", flag, v)}
 		}

@@ -112,7 +112,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.web, err = web.New(web.Config{
 		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
-		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Events: o.Events, Alerts: s.alerts,
+		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Events: o.Events, Reads: o.Reads, Alerts: s.alerts,
 	})
 	if err != nil {
 		return nil, err

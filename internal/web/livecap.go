@@ -87,6 +87,13 @@ var liveNames = slotNames{what: "live connections", totalFlag: "--max-live", add
 var eventNames = slotNames{what: "event streams", totalFlag: "--max-event-streams", addressFlag: "--max-event-streams-per-address",
 	sessionFlag: "--max-event-streams-per-session", sessionHint: "close one of them"}
 
+// newReadSlots counts the reads being answered against lim (see
+// ReadLimits): liveSlots without a cap per session.
+func newReadSlots(lim ReadLimits, refused *prometheus.CounterVec) *liveSlots {
+	lim.setDefaults()
+	return newLiveSlots(LiveLimits{PerSession: lim.Total, PerAddress: lim.PerAddress, Total: lim.Total}, readNames, refused)
+}
+
 func newLiveSlots(lim LiveLimits, names slotNames, refused *prometheus.CounterVec) *liveSlots {
 	lim.setDefaults()
 	return &liveSlots{lim: lim, names: names, refused: refused, bySession: map[string]int{}, byAddress: map[string]int{}}
@@ -130,6 +137,13 @@ func (l *liveSlots) take(session, address string) (release func(), refused strin
 			}
 		})
 	}, ""
+}
+
+// open is the number of slots taken.
+func (l *liveSlots) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
 }
 
 // count counts a refusal by the limit it hit.

@@ -21,6 +21,9 @@ type metrics struct {
 	// stream ("live": /live sockets, "events": /api/v1/events) and limit
 	// ("session", "address", "total").
 	streamsRefused *prometheus.CounterVec
+	// readsRefused counts GET and HEAD requests answered 503 over a cap
+	// (ReadLimits), by limit ("address", "total").
+	readsRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,8 +40,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cbdash_streams_refused_total",
 			Help: "Live sockets (stream=live) and event streams (stream=events) refused with 429 over a cap, by limit (session, address, total).",
 		}, []string{"stream", "limit"}),
+		readsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cbdash_reads_refused_total",
+			Help: "GET and HEAD requests (pages and API reads) answered 503 because their client address (limit=address) or the server (limit=total) had the most being answered at once.",
+		}, []string{"limit"}),
 	}
-	for _, c := range []prometheus.Collector{m.loginRefused, m.logins, m.streamsRefused} {
+	for _, c := range []prometheus.Collector{m.loginRefused, m.logins, m.streamsRefused, m.readsRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -160,6 +160,10 @@ type Config struct {
 	// a cap is refused with 429 and the cap. Zero values = the defaults of
 	// LiveLimits (8, 64, 500).
 	Events LiveLimits
+	// Reads caps the GET and HEAD requests being answered at once, per
+	// client address and in total (see ReadLimits; zero values =
+	// defaults, 32 and 256).
+	Reads ReadLimits
 	// Alerts is the alert service behind the alerts page and the
 	// overview's firing count; nil = no alerts page (404) and no count.
 	Alerts Alerts
@@ -202,6 +206,7 @@ type Server struct {
 	sparks  *sparkCache
 	slots   *liveSlots // open /live sockets against cfg.Live
 	streams *liveSlots // open /api/v1/events streams against cfg.Events
+	reads   *liveSlots // GET and HEAD requests being answered against cfg.Reads
 
 	done      chan struct{} // closed by Close: live sockets end
 	closeOnce sync.Once
@@ -249,9 +254,16 @@ func New(cfg Config) (*Server, error) {
 		metrics: m,
 		slots:   newLiveSlots(cfg.Live, liveNames, m.streamsRefused.MustCurryWith(prometheus.Labels{"stream": "live"})),
 		streams: newLiveSlots(cfg.Events, eventNames, m.streamsRefused.MustCurryWith(prometheus.Labels{"stream": "events"})),
+		reads:   newReadSlots(cfg.Reads, m.readsRefused),
 		done:    make(chan struct{}),
 	}
 	s.sparks = newSparkCache(cfg.Store, cfg.Clock.Now)
+	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cbdash_reads_in_flight",
+		Help: "GET and HEAD requests (pages, API reads) being answered, as --max-reads counts them.",
+	}, func() float64 { return float64(s.reads.open()) })); err != nil {
+		return nil, fmt.Errorf("web: metrics: %w", err)
+	}
 	return s, nil
 }
 
@@ -282,7 +294,7 @@ func (s *Server) Close() error {
 func (s *Server) Mount(e *echo.Echo) {
 	e.IPExtractor = ipExtractor(s.cfg.TrustedProxies)
 	e.Pre(s.limitBodies)
-	e.Use(s.securityHeaders, s.withLogger)
+	e.Use(s.securityHeaders, s.withLogger, s.limitReads)
 	mountStatic(e)
 
 	g := routes{e: e, mw: []echo.MiddlewareFunc{s.identify, s.csrf()}}
