@@ -317,3 +317,27 @@ func TestAClockReadingAbsurdInstantsKeepsTheBreakerWorking(t *testing.T) {
 		})
 	}
 }
+
+// A call timeout runs on across a step back: a call that outlives its
+// CallTimeout on the clock's ticking times out, although the clock was
+// set back an hour while it ran.
+func TestACallTimeoutRunsOnAcrossAStepBack(t *testing.T) {
+	clk := &steppingClock{Clock: breakertest.NewEpochClock()}
+	b := mustNew(t, "payments", breaker.Config{CallTimeout: time.Second, Clock: clk})
+	var err error
+	returns(t, "Execute", func() {
+		err = b.Execute(context.Background(), func(ctx context.Context) error {
+			clk.stepBack(time.Hour)
+			_ = b.State() // a reading finds the step
+			clk.Advance(2 * time.Second)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	})
+	if !errors.Is(err, breaker.ErrTimeout) {
+		t.Fatalf("a call that ran 2 s of the clock with CallTimeout 1 s returned %v, want ErrTimeout", err)
+	}
+	if s := b.Snapshot(); s.Totals.Timeouts != 1 || s.ClockStepsBack != 1 {
+		t.Errorf("Totals.Timeouts = %d, ClockStepsBack = %d; want 1, 1", s.Totals.Timeouts, s.ClockStepsBack)
+	}
+}
