@@ -19,8 +19,8 @@ import (
 // transitions take a short per-breaker lock; no lock is ever held while
 // user code or an observer runs, but for the Clock's Now and AfterFunc
 // under the CallTimeout queue's lock, which a panic of theirs releases
-// (every lock is released by defer). A Config.Clock that steps back is
-// clamped (see Clock).
+// (every lock is released by defer). A Config.Clock that steps back does
+// not move the breaker's time back, nor stop it (see Clock).
 type Breaker struct {
 	name      string
 	cfg       Config
@@ -37,10 +37,12 @@ type Breaker struct {
 	inflight atomic.Int64 // kept only when MaxConcurrent > 0 (the bulkhead)
 	tq       timeoutQueue // calls with a CallTimeout in flight
 	expireFn func()       // b.expire, made once
-	// With a Config.Clock: the latest reading seen (ns since base; a
-	// reading before it is taken as it) and how many readings were
-	// before it (Snapshot.ClockStepsBack).
-	lastNow, stepsBack atomic.Int64
+	// With a Config.Clock (see now): the latest time returned (ns since
+	// base), the offset added to the clock's readings (ns; only grows,
+	// stored under stepMu) and how many times a reading stepped back
+	// (Snapshot.ClockStepsBack).
+	lastNow, clockOff, stepsBack atomic.Int64
+	stepMu                       sync.Mutex // serializes the moves of clockOff
 
 	mu         sync.Mutex // guards the fields below and every epoch transition
 	gen        uint64
@@ -111,27 +113,77 @@ func (b *Breaker) Name() string { return b.name }
 // Config returns the breaker's configuration with every default applied.
 func (b *Breaker) Config() Config { return b.cfg }
 
-// now returns the time in nanoseconds since the breaker was made, never
-// negative and never before a reading already returned. The system clock
-// (time.Since reads its monotonic part) cannot go back; a Config.Clock
-// can (a clock made of time.Now().UTC() has lost the monotonic reading
-// and steps back with NTP): a reading before the latest one seen is
-// clamped to it and counted in stepsBack, so that the breaker's time
-// stands still until the clock has caught up.
+// clockRange is how far from the breaker's creation a Config.Clock's
+// reading is believed: ±2^61 ns, about 73 years. A reading beyond (the
+// zero time.Time, a clock gone wild) is ignored: it is taken as the latest
+// time seen, moves no offset, and is counted in stepsBack. The breaker's
+// time is capped at clockRange too, so that the offset (below 2^62) and
+// the sums made from the breaker's time cannot overflow.
+const clockRange = 1 << 61
+
+// now returns the breaker's time: nanoseconds since the breaker was made,
+// never negative and never before a time already returned (to a call that
+// returned before this one began).
+//
+// The system clock (time.Since reads its monotonic part) cannot go back.
+// A Config.Clock can (a clock made of time.Now().UTC() has lost the
+// monotonic reading and steps back with NTP): the breaker's time is then
+// its reading plus an offset, which starts at 0 and only grows. A
+// reading that would put the breaker's time before the latest one
+// returned moves the offset so that this reading is the latest time, and
+// counts one step back: from there the breaker's time goes on at the
+// clock's own rate, as Go's monotonic clock goes on when the wall clock
+// is set back. Clamping instead (the previous design) stopped the
+// breaker's time for the whole size of the step, holding an open breaker
+// open until the clock caught up.
+//
+// Lock-free but for a step back, which takes b.stepMu after the reading
+// (the Clock's Now never runs under it; it may run under the CallTimeout
+// queue's lock, which is taken before b.stepMu, never after).
 func (b *Breaker) now() int64 {
 	if b.clock == nil {
 		return int64(time.Since(b.base))
 	}
-	seen := b.lastNow.Load() // before the reading: a reading below it went back
-	t := int64(b.clock.Now().Sub(b.base))
-	if t < seen {
+	// Both before the reading, last first: the offset read is at least the
+	// one that made last, so a time below last is a clock that went back.
+	last := b.lastNow.Load()
+	off := b.clockOff.Load()
+	r := int64(b.clock.Now().Sub(b.base)) // saturates at ±292 years
+	if r < -clockRange || r > clockRange {
 		b.stepsBack.Add(1)
-		return seen
+		return b.lastNow.Load()
 	}
-	for t > seen && !b.lastNow.CompareAndSwap(seen, t) {
-		seen = b.lastNow.Load()
+	t := min(r+off, clockRange)
+	if t < last {
+		return b.stepBack(r, last)
 	}
+	b.seen(t)
 	return t
+}
+
+// seen raises b.lastNow to t if it is below.
+func (b *Breaker) seen(t int64) {
+	for last := b.lastNow.Load(); t > last && !b.lastNow.CompareAndSwap(last, t); {
+		last = b.lastNow.Load()
+	}
+}
+
+// stepBack handles a reading r (before the offset) that put the breaker's
+// time below last, the latest time returned before it was taken: unless
+// another reading as far back has already moved the offset, it moves the
+// offset so that r is the latest time returned, counts the step, and
+// returns that time.
+func (b *Breaker) stepBack(r, last int64) int64 {
+	b.stepMu.Lock()
+	defer b.stepMu.Unlock()
+	if t := min(r+b.clockOff.Load(), clockRange); t >= last { // already absorbed
+		b.seen(t)
+		return t
+	}
+	latest := b.lastNow.Load()   // >= last; no reading stores below it
+	b.clockOff.Store(latest - r) // grows: r+off < last <= latest; below 2^62
+	b.stepsBack.Add(1)
+	return latest
 }
 
 // wall turns a time from now into a time.Time.

@@ -58,7 +58,9 @@ var errDown = errors.New("dependency down")
 // A Config.Clock that steps back (by seconds, by minutes, to before the
 // breaker was made) neither panics nor wedges the breaker: the reading is
 // taken as the latest one seen, counted in Snapshot.ClockStepsBack, and
-// the breaker goes on recording, tripping and recovering.
+// the breaker goes on recording, tripping and recovering. (That the
+// breaker's time also keeps moving after the step is
+// TestAnOpenBreakerIsNotHeldOpenByAClockSteppedBack.)
 func TestAClockThatStepsBackNeverWedgesTheBreaker(t *testing.T) {
 	ctx := context.Background()
 	windows := map[string]breaker.Window{
@@ -111,8 +113,9 @@ func TestAClockThatStepsBackNeverWedgesTheBreaker(t *testing.T) {
 				if s.At.Before(clk.Clock.Now()) {
 					t.Errorf("Snapshot.At %v is before the latest reading %v: the breaker's time went back", s.At, clk.Clock.Now())
 				}
-				// Its time stands still until the clock catches up; then the
-				// open duration runs and a probe closes it again.
+				// The clock is set right again (a step forward, taken whole)
+				// and runs on: the open duration has run out, and a probe
+				// closes the breaker again.
 				clk.catchUp(5 * time.Second)
 				call(nil)
 				returns(t, "Snapshot", func() { s = b.Snapshot() })
@@ -133,9 +136,14 @@ func TestAClockThatStepsBackNeverWedgesTheBreaker(t *testing.T) {
 	}
 }
 
-// The counter counts readings that went back, and only those.
-func TestClockStepsBackCountsEachReadingBehind(t *testing.T) {
-	clk := &steppingClock{Clock: breakertest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+// The counter counts the steps back that a reading finds, once each, not
+// the readings behind the clock's latest: after a step the breaker's time
+// goes on from the latest reading at the clock's rate, so the next
+// readings are not behind it. A step forward (the clock set right again)
+// is taken whole.
+func TestClockStepsBackCountsEachStepBack(t *testing.T) {
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clk := &steppingClock{Clock: breakertest.NewClock(start)}
 	b := mustNew(t, "payments", breaker.Config{Window: breaker.Window{Kind: breaker.TimeWindow, Duration: time.Minute}, Clock: clk})
 	for range 3 {
 		clk.Advance(time.Second)
@@ -145,18 +153,33 @@ func TestClockStepsBackCountsEachReadingBehind(t *testing.T) {
 		t.Fatalf("ClockStepsBack = %d with a clock that only went forward", n)
 	}
 	clk.stepBack(2 * time.Second)
-	at := b.Snapshot().At // one reading behind
-	_ = b.State()         // two
-	s := b.Snapshot()     // three
-	if s.ClockStepsBack != 3 {
-		t.Errorf("ClockStepsBack = %d after three readings behind, want 3", s.ClockStepsBack)
+	at := b.Snapshot().At // finds the step
+	_ = b.State()
+	s := b.Snapshot()
+	if s.ClockStepsBack != 1 {
+		t.Errorf("ClockStepsBack = %d after one step back read three times, want 1", s.ClockStepsBack)
 	}
-	if want := clk.Clock.Now(); !at.Equal(want) {
-		t.Errorf("a reading 2s behind was taken as %v, want the latest reading %v", at, want)
+	if want := start.Add(3 * time.Second); !at.Equal(want) || !s.At.Equal(want) {
+		t.Errorf("readings 2 s behind were taken as %v and %v, want the latest reading %v", at, s.At, want)
 	}
-	clk.Advance(2 * time.Second) // the clock reads again what it read before
+	clk.Advance(500 * time.Millisecond)
+	if got := b.Snapshot().At; got.Sub(at) != 500*time.Millisecond {
+		t.Errorf("the clock ticked 500 ms after the step back, the breaker's time moved %v", got.Sub(at))
+	}
+	for range 2 {
+		clk.stepBack(time.Second)
+		_ = b.Snapshot()
+	}
 	if n := b.Snapshot().ClockStepsBack; n != 3 {
-		t.Errorf("ClockStepsBack = %d once the clock caught up, want still 3", n)
+		t.Errorf("ClockStepsBack = %d after three steps back, want 3", n)
+	}
+	clk.catchUp(0) // the clock is set forward by the 4 s it was set back
+	s = b.Snapshot()
+	if s.ClockStepsBack != 3 {
+		t.Errorf("ClockStepsBack = %d after a step forward, want still 3", s.ClockStepsBack)
+	}
+	if want := start.Add(7500 * time.Millisecond); !s.At.Equal(want) {
+		t.Errorf("after the clock was set forward 4 s at 3.5 s: Snapshot.At = %v, want %v (the step forward taken whole)", s.At, want)
 	}
 }
 

@@ -105,6 +105,8 @@ type Config struct {
 	// left holding the call's slots.
 	Classify func(error) Outcome
 	// Clock is the time source. nil means the system's monotonic clock.
+	// One that steps back or forward is handled as Clock describes: the
+	// breaker's time never goes back, and goes on after a step back.
 	Clock Clock
 	// Logger receives the panics of observers (which are recovered). nil
 	// discards them.

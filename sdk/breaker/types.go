@@ -225,10 +225,17 @@ type Snapshot struct {
 	MinimumCalls                                int
 	ForcedUntil                                 time.Time // when a forced state runs out; zero = not forced or no expiry
 	Forced                                      *Command  // the command holding a forced state, nil otherwise
-	// ClockStepsBack counts the readings of Config.Clock that were
-	// earlier than one the breaker had already seen (a clock without a
-	// monotonic reading stepped back, by NTP or by hand), since the
-	// breaker was made; each was taken as the latest reading seen, so
-	// the breaker's time never goes back. Always 0 with the system clock.
+	// ClockStepsBack counts the steps back of Config.Clock since the
+	// breaker was made (a clock without a monotonic reading set back, by
+	// NTP or by hand, or read before the breaker was made): the readings
+	// that would have put the breaker's time before the latest time it
+	// had seen. Each such reading was taken as the latest time seen, and
+	// the breaker's time went on from there at the clock's rate (see
+	// Clock), so the readings after a step are not counted again. A step
+	// that no reading sees (the clock set back and forward again between
+	// two readings) is not counted; one raced by concurrent readings may
+	// be counted twice. It also counts the readings ignored for being more
+	// than about 73 years from the breaker's creation (see Clock). Always 0
+	// with the system clock.
 	ClockStepsBack int64
 }
