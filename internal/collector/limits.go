@@ -42,7 +42,8 @@ import (
 // known service) is never refused by them. A new instance over an
 // instance quota takes the place of the longest-silent offline instance
 // of its service and token (no connection, silent for Config.StaleAfter),
-// which is forgotten at once, so that a service restarted under new
+// which is forgotten at once (the dependencies only it declared are not
+// counted against the new one), so that a service restarted under new
 // instance names is not refused while its old instances wait to be
 // forgotten. The zero value of every field is
 // its default; the serve flags of the same names set them.
@@ -254,7 +255,8 @@ type tally struct {
 	serviceDeps, deps int
 	// dropped is how many dependencies (of the hello's service) the
 	// collector would forget once the hello replaces its instance's last
-	// one: declared by that instance only, and not by the hello.
+	// one (and an offline instance it takes the place of is forgotten):
+	// declared by those instances only, and not by the hello.
 	dropped int
 	fresh   []cbdash.DependencyKey
 }
@@ -306,6 +308,7 @@ func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time
 			t.serviceInstances--
 			t.tokenBreakers -= n
 			t.serviceBreakers -= n
+			t.evicting(l, mine, evict, h)
 		}
 	}
 	if rf := c.overQuota(tokenID, h, t); rf != nil {
@@ -393,6 +396,52 @@ func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now
 	return t
 }
 
+// evicting takes off t's dependency counts those that forgetting offline
+// instance ev (of h's service and token, whose use is mine) to make room
+// for hello h leaves no instance to declare: declared by ev, not by h,
+// and by no other instance but h's, whose breakers h replaces (those
+// tallyLocked took off already when only h's instance declared them).
+func (t *tally) evicting(l *live, mine *quotaUse, ev instKey, h *protocol.Hello) {
+	k := instKey{h.Service, h.Instance}
+	names := make(map[string]bool, len(h.Breakers))
+	for _, b := range h.Breakers {
+		names[b.Name] = true
+	}
+	if inst := l.instances[ev]; inst != nil {
+		prev := l.instances[k]
+		for name, ib := range inst.breakers {
+			if names[name] {
+				continue
+			}
+			others := len(ib.dep.members) - 1
+			if prev != nil && prev.breakers[name] != nil {
+				others--
+			}
+			if others == 0 {
+				t.dropped++
+				t.serviceDeps--
+				t.deps--
+			}
+		}
+	}
+	prev := map[string]bool{}
+	for _, b := range mine.instances[k].breakers {
+		prev[b.Name] = true
+	}
+	for _, b := range mine.instances[ev].breakers {
+		if names[b.Name] {
+			continue
+		}
+		others := mine.deps[cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}] - 1
+		if prev[b.Name] {
+			others--
+		}
+		if others == 0 {
+			t.tokenDeps--
+		}
+	}
+}
+
 // over reports whether tally t passes a quota or limit (see overQuota).
 func (lim Limits) over(t tally) bool {
 	fresh := len(t.fresh)
@@ -445,5 +494,5 @@ func (t tally) besidesDropped() string {
 	if t.dropped == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" besides the %d that the instance's new hello no longer declares", t.dropped)
+	return fmt.Sprintf(" besides the %d that no instance would declare after this hello", t.dropped)
 }

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -172,11 +175,44 @@ func TestARenamingHelloStillCountsWhatOthersDeclare(t *testing.T) {
 	}
 	// b1 renames its 20 to 21 others: b2's 10 still count, 10 + 21 > 30.
 	reason := rehelloAndAck(t, h, b1, wideHello("svcB", "b1", "c", 21, started), 2)
-	const want = `service "svcB" has 10 dependencies besides the 20 that the instance's new hello no longer declares; 21 new ones would pass the 30 one service may have`
+	const want = `service "svcB" has 10 dependencies besides the 20 that no instance would declare after this hello; 21 new ones would pass the 30 one service may have`
 	if !strings.Contains(reason, want) {
 		t.Fatalf("b1 renaming its breakers past the quota with b2's still declared: %s, want a refusal with %s", reason, want)
 	}
 	if got := refusedCount(t, h, "service_dependency_limit"); got != 1 {
 		t.Errorf(`cbdash_collector_agent_refused_total{reason="service_dependency_limit"} = %d, want 1`, got)
+	}
+}
+
+// TestANewInstanceIsNotChargedForTheOfflineOneItReplaces: a new instance
+// over the instance quota takes the place of an offline one, which is
+// forgotten with the dependencies only it declared: those are not
+// counted against the new instance's hello either.
+func TestANewInstanceIsNotChargedForTheOfflineOneItReplaces(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits func(*Limits)
+	}{
+		{"service", func(l *Limits) { l.MaxInstancesPerService, l.MaxDependenciesPerService = 1, 30 }},
+		{"token", func(l *Limits) { l.MaxInstancesPerToken, l.MaxDependenciesPerToken = 1, 30 }},
+		{"collector", func(l *Limits) { l.MaxInstancesPerService, l.MaxDependencies, l.MaxDependenciesPerToken = 1, 35, 30 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := breakertest.NewClock(clocktest.Epoch())
+			h := startHarness(t, "", func(c *Config) { c.Clock = clk; tc.limits(&c.Limits) })
+			started := clk.Now().Add(-time.Minute).UnixMilli()
+			old := dialRaw(t, h, h.token)
+			old.send(wideHello("svcB", "i1", "a", 20, started))
+			old.expect(protocol.TypeWelcome, nil)
+			old.conn.CloseNow()
+			eventually.True(t, "the old instance's session ends", func() bool { return h.col.live.session(instKey{"svcB", "i1"}) == nil })
+			clk.Advance(16 * time.Second) // past StaleAfter (15 s)
+			if reason := quotaAnswer(t, h, h.token, wideHello("svcB", "i2", "b", 20, started+1)); reason != "" {
+				t.Fatalf("a new instance with 20 other breakers in the place of the offline one: refused: %s", reason)
+			}
+			if got, want := depNames(h, "svcB"), wideNames("b", 20); !slices.Equal(got, want) {
+				t.Fatalf("svcB's dependencies: %v, want the new instance's %v", got, want)
+			}
+		})
 	}
 }
