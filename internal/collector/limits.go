@@ -33,13 +33,17 @@ import (
 // hello until live state forgets it (Config.GoneAfter after it went
 // silent and disconnected) with the breakers its last hello declared; a
 // dependency for as long as the collector holds it (while an instance
-// declares it). The dependency quotas refuse only a hello that adds a
+// declares it). A hello replaces what its instance's last one declared:
+// the dependencies only that instance declared and the hello no longer
+// does are not counted against it (a re-hello or a restart that renames
+// breakers). The dependency quotas refuse only a hello that adds a
 // dependency the collector does not hold: a hello that declares known
 // dependencies again (a reconnection, a restart, a new instance of a
 // known service) is never refused by them. A new instance over an
 // instance quota takes the place of the longest-silent offline instance
 // of its service and token (no connection, silent for Config.StaleAfter),
-// which is forgotten at once, so that a service restarted under new
+// which is forgotten at once (the dependencies only it declared are not
+// counted against the new one), so that a service restarted under new
 // instance names is not refused while its old instances wait to be
 // forgotten. The zero value of every field is
 // its default; the serve flags of the same names set them.
@@ -238,14 +242,23 @@ func (u *tokenUsage) pruneLocked(q *quotaUse, l *live, now time.Time) {
 
 // tally is what a hello would bring its token, its service and the
 // collector to, the instance it replaces (the same service and instance)
-// not counted.
+// not counted: neither its breakers nor the dependencies only it
+// declares that the hello no longer does (a re-hello that renames its
+// breakers replaces them, it does not add to them).
 type tally struct {
 	tokenInstances, serviceInstances int
 	tokenBreakers, serviceBreakers   int // the others' breakers
 	helloBreakers                    int // the hello's
 	tokenDeps                        int // the token's dependencies with the hello
-	serviceDeps, deps                int // held or reserved
-	fresh                            []cbdash.DependencyKey
+	// serviceDeps and deps are the service's and the collector's
+	// dependencies, held or reserved, less the dropped ones.
+	serviceDeps, deps int
+	// dropped is how many dependencies (of the hello's service) the
+	// collector would forget once the hello replaces its instance's last
+	// one (and an offline instance it takes the place of is forgotten):
+	// declared by those instances only, and not by the hello.
+	dropped int
+	fresh   []cbdash.DependencyKey
 }
 
 // admitLimits checks hello h of agent token tokenID against the limits
@@ -295,6 +308,7 @@ func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time
 			t.serviceInstances--
 			t.tokenBreakers -= n
 			t.serviceBreakers -= n
+			t.evicting(l, mine, evict, h)
 		}
 	}
 	if rf := c.overQuota(tokenID, h, t); rf != nil {
@@ -366,7 +380,66 @@ func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now
 			}
 		}
 	}
+	// The service's and the collector's: live state forgets the
+	// instance's breakers the hello does not declare (declareLocked), and
+	// with them the dependencies no other instance declares, whatever
+	// its token.
+	if inst := l.instances[k]; inst != nil {
+		for name, ib := range inst.breakers {
+			if !names[name] && len(ib.dep.members) == 1 {
+				t.dropped++
+			}
+		}
+	}
+	t.serviceDeps -= t.dropped
+	t.deps -= t.dropped
 	return t
+}
+
+// evicting takes off t's dependency counts those that forgetting offline
+// instance ev (of h's service and token, whose use is mine) to make room
+// for hello h leaves no instance to declare: declared by ev, not by h,
+// and by no other instance but h's, whose breakers h replaces (those
+// tallyLocked took off already when only h's instance declared them).
+func (t *tally) evicting(l *live, mine *quotaUse, ev instKey, h *protocol.Hello) {
+	k := instKey{h.Service, h.Instance}
+	names := make(map[string]bool, len(h.Breakers))
+	for _, b := range h.Breakers {
+		names[b.Name] = true
+	}
+	if inst := l.instances[ev]; inst != nil {
+		prev := l.instances[k]
+		for name, ib := range inst.breakers {
+			if names[name] {
+				continue
+			}
+			others := len(ib.dep.members) - 1
+			if prev != nil && prev.breakers[name] != nil {
+				others--
+			}
+			if others == 0 {
+				t.dropped++
+				t.serviceDeps--
+				t.deps--
+			}
+		}
+	}
+	prev := map[string]bool{}
+	for _, b := range mine.instances[k].breakers {
+		prev[b.Name] = true
+	}
+	for _, b := range mine.instances[ev].breakers {
+		if names[b.Name] {
+			continue
+		}
+		others := mine.deps[cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}] - 1
+		if prev[b.Name] {
+			others--
+		}
+		if others == 0 {
+			t.tokenDeps--
+		}
+	}
 }
 
 // over reports whether tally t passes a quota or limit (see overQuota).
@@ -403,14 +476,23 @@ func (c *Collector) overQuota(tokenID string, h *protocol.Hello, t tally) *refus
 		return deny(refusedBreakers, "agent token %s's instances declare %d breakers; %d more would pass the %d one token may have (serve flag --max-breakers-per-token) (forbidden)",
 			tok, t.tokenBreakers, n, lim.MaxBreakersPerToken)
 	case newDeps && t.serviceDeps+len(t.fresh) > lim.MaxDependenciesPerService:
-		return deny(refusedServiceDependencies, "service %q has %d dependencies; %d new ones would pass the %d one service may have (serve flag --max-dependencies-per-service) (forbidden)",
-			svc, t.serviceDeps, len(t.fresh), lim.MaxDependenciesPerService)
+		return deny(refusedServiceDependencies, "service %q has %d dependencies%s; %d new ones would pass the %d one service may have (serve flag --max-dependencies-per-service) (forbidden)",
+			svc, t.serviceDeps, t.besidesDropped(), len(t.fresh), lim.MaxDependenciesPerService)
 	case newDeps && t.tokenDeps > lim.MaxDependenciesPerToken:
 		return deny(refusedTokenDependencies, "agent token %s's instances would declare %d dependencies (%d of them new), past the %d one token may have (serve flag --max-dependencies-per-token) (forbidden)",
 			tok, t.tokenDeps, len(t.fresh), lim.MaxDependenciesPerToken)
 	case newDeps && t.deps+len(t.fresh) > lim.MaxDependencies:
-		return deny(refusedDependencies, "the collector holds %d dependencies; %d new ones would pass its limit of %d (serve flag --max-dependencies) (forbidden)",
-			t.deps, len(t.fresh), lim.MaxDependencies)
+		return deny(refusedDependencies, "the collector holds %d dependencies%s; %d new ones would pass its limit of %d (serve flag --max-dependencies) (forbidden)",
+			t.deps, t.besidesDropped(), len(t.fresh), lim.MaxDependencies)
 	}
 	return nil
+}
+
+// besidesDropped is what a refusal says of the dependencies tally t does
+// not count because the hello drops them: "" when there are none.
+func (t tally) besidesDropped() string {
+	if t.dropped == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" besides the %d that no instance would declare after this hello", t.dropped)
 }

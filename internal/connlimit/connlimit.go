@@ -45,10 +45,14 @@ type Config struct {
 	// cbdash_connections_refused_total; nil = not registered.
 	Registerer prometheus.Registerer
 	// Logger gets a warning when connections are refused, at most one
-	// every LogEvery (with the number refused since the last); nil
-	// discards.
+	// every LogEvery, with the number refused since the last (by cap): a
+	// refusal within LogEvery of the last warning is held back and
+	// logged by the next one, which comes once LogEvery has passed even
+	// if no connection is refused since (or when the listener is
+	// closed). nil discards.
 	Logger *slog.Logger
-	// Clock times those warnings; nil = clock.System().
+	// Clock times those warnings (Now, and AfterFunc for the held-back
+	// ones); nil = clock.System().
 	Clock clock.Clock
 	// LogEvery is the least time between two warnings; 0 = 10 s.
 	LogEvery time.Duration
@@ -70,9 +74,20 @@ type Listener struct {
 	refused   [2]int    // since the last warning, by limit
 	lastLog   time.Time // of the last warning
 	lastAddr  netip.Addr
+	// held is the timer of the warning of refusals held back, nil when
+	// none is armed; heldGen tells the armed one from one stopped too
+	// late (whose function may already wait for mu).
+	held    stopper
+	heldGen uint64
 
 	refusedTotal *prometheus.CounterVec
 }
+
+// stopper is the timer of Config.Clock's AfterFunc.
+type stopper interface{ Stop() bool }
+
+// refusedMsg is the warning of refused connections.
+const refusedMsg = "refused connections over the connection caps (closed at accept)"
 
 const (
 	limitAddress = iota
@@ -142,7 +157,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		_ = c.Close()
 		if warn != nil {
-			l.cfg.Logger.Warn("refused connections over the connection caps (closed at accept)", warn...)
+			l.cfg.Logger.Warn(refusedMsg, warn...)
 		}
 	}
 }
@@ -202,13 +217,63 @@ func (l *Listener) take(key netip.Prefix, capped bool) (release func(), warn []a
 
 // refusedLocked counts a refusal; it returns the attributes of a warning
 // when the last one is old enough (logged by the caller, without l.mu),
-// nil otherwise.
+// nil otherwise: the refusal is then held back, and a timer logs it once
+// the last warning is LogEvery old, unless a refusal logs it before.
 func (l *Listener) refusedLocked(limit int, addr netip.Addr) []any {
 	l.refusedTotal.WithLabelValues(limitNames[limit]).Inc()
 	l.refused[limit]++
 	l.lastAddr = addr
 	now := l.cfg.Clock.Now()
 	if !l.lastLog.IsZero() && now.Sub(l.lastLog) < l.cfg.LogEvery {
+		if l.held == nil {
+			l.heldGen++
+			gen := l.heldGen
+			// At most LogEvery: a clock stepped back holds nothing longer.
+			wait := min(l.lastLog.Add(l.cfg.LogEvery).Sub(now), l.cfg.LogEvery)
+			l.held = l.cfg.Clock.AfterFunc(wait, func() { l.logHeld(gen) })
+		}
+		return nil
+	}
+	return l.warningLocked(now)
+}
+
+// logHeld logs the refusals held back, as the timer of generation gen
+// (nothing when another has been armed since, or none is left).
+func (l *Listener) logHeld(gen uint64) {
+	l.mu.Lock()
+	if gen != l.heldGen || l.held == nil {
+		l.mu.Unlock()
+		return
+	}
+	warn := l.warningLocked(l.cfg.Clock.Now())
+	l.mu.Unlock()
+	if warn != nil {
+		l.cfg.Logger.Warn(refusedMsg, warn...)
+	}
+}
+
+// Close closes the listener (the connections it returned stay open) and
+// logs the refusals held back, if any.
+func (l *Listener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	warn := l.warningLocked(l.cfg.Clock.Now())
+	l.mu.Unlock()
+	if warn != nil {
+		l.cfg.Logger.Warn(refusedMsg, warn...)
+	}
+	return err
+}
+
+// warningLocked returns the attributes of the warning of the refusals
+// since the last one and starts counting anew, with no timer armed; nil
+// when there are none.
+func (l *Listener) warningLocked(now time.Time) []any {
+	if l.held != nil {
+		l.held.Stop()
+		l.held = nil
+	}
+	if l.refused == [2]int{} {
 		return nil
 	}
 	byAddr, total, last := l.refused[limitAddress], l.refused[limitTotal], l.lastAddr

@@ -1,16 +1,23 @@
 package connlimit
 
 import (
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 )
 
 // accepting serves l: every connection it returns is sent on the channel
@@ -222,4 +229,124 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// warnings is a slog.Handler that keeps the refusal counts of the
+// warnings logged.
+type warnings struct {
+	mu     sync.Mutex
+	counts []int // over_the_address_cap + over_the_total_cap, one per warning
+}
+
+func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnings) WithGroup(string) slog.Handler            { return w }
+
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	n := 0
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "over_the_address_cap" || a.Key == "over_the_total_cap" {
+			n += int(a.Value.Int64())
+		}
+		return true
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts = append(w.counts, n)
+	return nil
+}
+
+// logged returns the counts of the warnings so far and their sum.
+func (w *warnings) logged() ([]int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sum := 0
+	for _, n := range w.counts {
+		sum += n
+	}
+	return slices.Clone(w.counts), sum
+}
+
+// TestHeldBackRefusalsAreLoggedOnceTheIntervalHasPassed: a burst of
+// refusals within LogEvery gives a warning for the first at once and one
+// for the rest once LogEvery has passed, with no later refusal needed to
+// flush it (a reviewer saw a burst of 31 logged as 1); the counts of the
+// warnings add up to the refusals.
+func TestHeldBackRefusalsAreLoggedOnceTheIntervalHasPassed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktest.Virtual()
+	reg := prometheus.NewRegistry()
+	w := &warnings{}
+	l, err := Wrap(ln, Config{PerAddress: 1, Total: 100, Registerer: reg, Logger: slog.New(w), Clock: clk, LogEvery: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := accepting(t, l)
+	addr := ln.Addr().String()
+	dialFrom(t, "127.0.0.1", addr)
+	accepted(t, conns)
+
+	refusedCount := func() int {
+		return int(gather(t, reg)[`cbdash_connections_refused_total{limit="address"}`])
+	}
+	burst := func(n int) {
+		t.Helper()
+		before := refusedCount()
+		for range n {
+			refused(t, "127.0.0.1", addr)
+		}
+		eventually.True(t, "the listener counts the burst's refusals", func() bool { return refusedCount() == before+n })
+	}
+
+	const n = 31
+	burst(n)
+	// The first at once; the 30 others are held back, the clock not moved.
+	eventually.True(t, "the first refusal is logged", func() bool { _, sum := w.logged(); return sum >= 1 })
+	if counts, _ := w.logged(); !slices.Equal(counts, []int{1}) {
+		t.Fatalf("warnings before LogEvery has passed: %v, want one of 1", counts)
+	}
+	clk.Advance(9 * time.Second)
+	if counts, _ := w.logged(); !slices.Equal(counts, []int{1}) {
+		t.Fatalf("warnings 9 s after the first: %v, want one of 1", counts)
+	}
+	clk.Advance(time.Second) // LogEvery after the first: no refusal since, the rest is logged
+	if counts, sum := w.logged(); len(counts) != 2 || sum != n {
+		t.Fatalf("warnings once LogEvery has passed: %v, want 2 adding up to %d", counts, n)
+	}
+
+	// Another burst right after the warning: all held back, then logged
+	// together; nothing more is logged without refusals.
+	burst(5)
+	if counts, _ := w.logged(); len(counts) != 2 {
+		t.Fatalf("warnings within LogEvery of the last: %v, want none more", counts)
+	}
+	clk.Advance(10 * time.Second)
+	if counts, sum := w.logged(); len(counts) != 3 || sum != n+5 {
+		t.Fatalf("warnings after the second burst: %v, want 3 adding up to %d", counts, n+5)
+	}
+	clk.Advance(time.Hour)
+	if counts, _ := w.logged(); len(counts) != 3 {
+		t.Fatalf("warnings an hour later, no refusals since: %v, want 3", counts)
+	}
+	if p := clk.Pending(); p != 0 {
+		t.Errorf("%d timers left armed with nothing held back", p)
+	}
+
+	// Held back when the listener closes: logged then.
+	clk.Advance(time.Second)
+	burst(1) // LogEvery after the last: logged at once
+	eventually.True(t, "the refusal is logged", func() bool { counts, _ := w.logged(); return len(counts) == 4 })
+	burst(2) // held back
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if counts, sum := w.logged(); len(counts) != 5 || sum != n+5+3 {
+		t.Fatalf("warnings after the listener closed: %v, want 5 adding up to %d", counts, n+5+3)
+	}
+	if got := refusedCount(); got != n+5+3 {
+		t.Errorf("cbdash_connections_refused_total{limit=\"address\"} = %d, want %d", got, n+5+3)
+	}
 }
