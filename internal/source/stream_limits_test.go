@@ -135,7 +135,11 @@ func TestHystrixStreamPastTheBreakersOfAHello(t *testing.T) {
 		return s.Reads+s.Refused == int64(2+many)
 	})
 	clk.Advance(time.Second)
-	goodRecord(t, src, stream, "GetOrder", cmd{success: 3}) // its batch comes after every other
+	stream.records <- cmd{success: 3}.json("GetOrder") // its batch comes after every other
+	eventually.True(t, "GetOrder's third record on the dashboard", func() bool {
+		d, ok := dependency(t, st, "orders", "GetOrder")
+		return ok && d.Recent.Successes == 3
+	})
 
 	s := src.Status()[0]
 	if s.Dropped != 0 || s.Reads != int64(3+declared) || s.Refused != int64(many-declared) {
@@ -153,8 +157,8 @@ func TestHystrixStreamPastTheBreakersOfAHello(t *testing.T) {
 			t.Fatalf("%s on the dashboard: %v, want %v", name, ok, i < declared)
 		}
 	}
-	d, ok := dependency(t, st, "orders", "GetOrder")
-	if want := (protocol.Counts{Admitted: 3, Successes: 3}); !ok || d.Recent != want {
+	d, _ := dependency(t, st, "orders", "GetOrder")
+	if want := (protocol.Counts{Admitted: 3, Successes: 3}); d.Recent != want {
 		t.Errorf("GetOrder counts %+v, want every good record's calls %+v", d.Recent, want)
 	}
 }
