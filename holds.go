@@ -79,8 +79,8 @@ func (s Selector) Validate() error {
 			return bad("an instance name is empty")
 		}
 	}
-	// What no agent may name (protocol.CheckName: control, bidirectional
-	// or invisible format characters) cannot be held: a hold on a
+	// What no agent may name (protocol.CheckName: control, bidirectional,
+	// invisible or look-alike characters) cannot be held: a hold on a
 	// look-alike of a dependency would cover nothing.
 	names := []struct{ field, v string }{{"breaker", s.Breaker}}
 	if s.Service != AnyService {

@@ -176,6 +176,7 @@ type Collector struct {
 	sessions   map[*session]struct{}
 	tokenConns map[string]int // open websocket sessions by agent token id (Limits.MaxConnectionsPerToken)
 	ready      bool           // Run has restored live state
+	readyCh    chan struct{}  // closed when ready is first set (Ready)
 	stopped    bool           // Run has returned (or is returning)
 	running    bool
 	wg         sync.WaitGroup // session goroutines
@@ -205,7 +206,7 @@ func New(cfg Config) (*Collector, error) {
 	c := &Collector{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger, clk: cfg.Clock, now: cfg.Clock.Now,
 		hub: h, metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(),
-		sessions: make(map[*session]struct{}), tokenConns: make(map[string]int),
+		sessions: make(map[*session]struct{}), tokenConns: make(map[string]int), readyCh: make(chan struct{}),
 	}
 	c.live = newLive(cfg.Clock.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
 	if err := cfg.Registerer.Register(newLiveGauges(c.live)); err != nil {
@@ -248,6 +249,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.live.applyLoop(c.applyStop)
 	}()
 	c.ready = true
+	close(c.readyCh)
 	c.mu.Unlock()
 	defer c.startFleet(ctx)()
 
@@ -421,6 +423,11 @@ func (c *Collector) removeSession(s *session) {
 	c.mu.Unlock()
 	c.wg.Done()
 }
+
+// Ready is closed once Run has restored live state and takes agents and
+// Ingest (it stays closed after Run returns, when both are refused
+// again). A pull source waits on it before its first batch.
+func (c *Collector) Ready() <-chan struct{} { return c.readyCh }
 
 func (c *Collector) isReady() bool {
 	c.mu.Lock()

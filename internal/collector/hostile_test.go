@@ -223,6 +223,21 @@ func TestHostileAgents(t *testing.T) {
 		{"right-to-left mark in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "db\u200f" }), 400, "breakers[0].name contains the invisible format character U+200F at byte 2"},
 		{"arabic letter mark in the service", h.token, withHello(func(h *protocol.Hello) { h.Service = "\u061cevil" }), 400, "service contains the invisible format character U+061C at byte 0"},
 		{"tag character in the instance", h.token, withHello(func(h *protocol.Hello) { h.Instance = "e1\U000e0041" }), 400, "instance contains the invisible format character U+E0041 at byte 2"},
+		// Other look-alikes: the rest of Default_Ignorable_Code_Point, the
+		// spaces other than U+0020, blanks, a space at either end, a
+		// combining mark with no letter before it.
+		{"combining grapheme joiner in the service", h.token, withHello(func(h *protocol.Hello) { h.Service = "look\u034f" }), 400, "contains the invisible ignorable character U+034F"},
+		{"variation selector 16 in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "db\ufe0f" }), 400, "contains the invisible ignorable character U+FE0F"},
+		{"variation selector 17 in the instance", h.token, withHello(func(h *protocol.Hello) { h.Instance = "e\U000e01001" }), 400, "instance contains the invisible ignorable character U+E0100 at byte 1"},
+		{"hangul filler in the service", h.token, withHello(func(h *protocol.Hello) { h.Service = "look\u3164" }), 400, "service contains the invisible ignorable character U+3164 at byte 4"},
+		{"halfwidth hangul filler in a label value", h.token, withHello(func(h *protocol.Hello) { h.Labels["team"] = "pay\uffa0" }), 400, `label "team" contains the invisible ignorable character U+FFA0 at byte 3`},
+		{"no-break space in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "d\u00a0b" }), 400, "contains the invisible space character U+00A0"},
+		{"ideographic space in the instance", h.token, withHello(func(h *protocol.Hello) { h.Instance = "e1\u3000" }), 400, "instance contains the invisible space character U+3000 at byte 2"},
+		{"line separator in a label key", h.token, withHello(func(h *protocol.Hello) { h.Labels["te\u2028am"] = "x" }), 400, "label key contains the invisible space character U+2028 at byte 2"},
+		{"braille blank in the service", h.token, withHello(func(h *protocol.Hello) { h.Service = "look\u2800" }), 400, "contains the invisible blank character U+2800"},
+		{"leading space in the service", h.token, withHello(func(h *protocol.Hello) { h.Service = " look" }), 400, "contains the invisible leading space character U+0020 at byte 0"},
+		{"trailing space in a breaker name", h.token, withHello(func(h *protocol.Hello) { h.Breakers[0].Name = "db " }), 400, "contains the invisible trailing space character U+0020"},
+		{"combining mark first in the instance", h.token, withHello(func(h *protocol.Hello) { h.Instance = "\u0301e1" }), 400, "contains the combining mark U+0301 at byte 0"},
 		{"1001 breakers", h.token, manyBreakers, 400, "breakers (at most 1000)"},
 	}
 	for _, tc := range helloCases {

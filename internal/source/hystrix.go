@@ -96,7 +96,7 @@ func (r *runner) readHystrix(ctx context.Context, em *emitter) (progressed bool,
 		return false, err
 	}
 	r.update(func(s *Status) { s.Connected, s.LastError = true, "" })
-	events := make(chan []byte, 256)
+	events := make(chan event, 256)
 	readErr := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Go(func() { readErr <- readEvents(resp.Body, events, ctx.Done()) })
@@ -123,9 +123,12 @@ func (r *runner) readHystrix(ctx context.Context, em *emitter) (progressed bool,
 				err = fmt.Errorf("stream %s ended", r.t.URL)
 			}
 			return progressed, err
-		case data := <-events:
+		case ev := <-events:
 			silence.Reset(r.t.interval())
-			if hr.record(ctx, data, r.src.clk.Now()) {
+			switch {
+			case ev.tooLarge > 0:
+				r.refuse(ctx, r.src.clk.Now(), RefusedTooLarge, fmt.Errorf("an event of at least %d bytes, more than %d, was skipped", ev.tooLarge, maxEventBytes))
+			case hr.record(ctx, ev.data, r.src.clk.Now()):
 				progressed = true
 			}
 			// Records of one tick come together: they make one batch,
@@ -146,27 +149,66 @@ func (r *runner) hystrixReader(em *emitter) *hystrixReader {
 	return r.hystrix
 }
 
-// maxEventBytes bounds one event of a stream.
+// maxEventBytes bounds one event of a stream (its data, and each line).
 const maxEventBytes = 1 << 20
 
-// readEvents reads a text/event-stream and sends the data of each event
-// (its data lines joined by newlines) to out, until the stream ends (nil),
-// fails, or done is closed.
-func readEvents(body io.Reader, out chan<- []byte, done <-chan struct{}) error {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64*1024), maxEventBytes)
+// event is what readEvents read of one event of a stream: its data, or
+// (tooLarge > 0) that it was larger than maxEventBytes and skipped, with
+// the bytes read of it.
+type event struct {
+	data     []byte
+	tooLarge int64
+}
+
+// readEvents reads a text/event-stream and sends each event to out (the
+// data of its data lines joined by newlines), until the stream ends
+// (nil), fails, or done is closed. An event larger than maxEventBytes (a
+// line, or its data lines together) is not kept: the rest of it is read
+// and discarded, so that at most maxEventBytes of it are ever held, and
+// out gets an event with tooLarge set; the events after it go on.
+func readEvents(body io.Reader, out chan<- event, done <-chan struct{}) error {
+	br := bufio.NewReaderSize(body, 64*1024)
+	send := func(ev event) bool {
+		select {
+		case out <- ev:
+			return true
+		case <-done:
+			return false
+		}
+	}
 	var data []byte
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if len(data) > 0 {
-				select {
-				case out <- data:
-				case <-done:
+	var skipped int64 // > 0: the event being read is too large, bytes read of it
+	var buf []byte    // the line's buffer, reused: at most maxEventBytes+2
+	for {
+		var line []byte
+		var n int64
+		var err error
+		line, buf, n, err = readLine(br, buf, maxEventBytes)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+		switch {
+		case n == 0: // a blank line ends an event
+			if skipped > 0 {
+				if !send(event{tooLarge: skipped}) {
 					return nil
 				}
-				data = nil
+			} else if len(data) > 0 {
+				if !send(event{data: data}) {
+					return nil
+				}
 			}
+			data, skipped = nil, 0
+			continue
+		case skipped > 0:
+			skipped += n
+			continue
+		case line == nil: // longer than maxEventBytes, discarded
+			skipped = int64(len(data)) + n
+			data = nil
 			continue
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
@@ -174,18 +216,54 @@ func readEvents(body io.Reader, out chan<- []byte, done <-chan struct{}) error {
 			continue // comments (":ping"), event:, id:, retry:
 		}
 		value = bytes.TrimPrefix(value, []byte(" "))
+		if len(data)+1+len(value) > maxEventBytes {
+			skipped = int64(len(data)) + n
+			data = nil
+			continue
+		}
 		if data != nil {
 			data = append(data, '\n')
 		}
 		data = append(data, value...)
-		if len(data) > maxEventBytes {
-			return fmt.Errorf("an event is larger than %d bytes", maxEventBytes)
+	}
+}
+
+// readLine reads one line of br into buf (reused: returned for the next
+// call) without its end (\n or \r\n), and returns it with its length n
+// in bytes. A line longer than limit is read to its end and discarded:
+// line is then nil, n its length; buf never holds more than limit+2
+// bytes. err is io.EOF at the end of the stream (a last line without its
+// end is dropped, as it ends no event).
+func readLine(br *bufio.Reader, buf []byte, limit int) (line, _ []byte, n int64, err error) {
+	buf = buf[:0]
+	long := false
+	for {
+		frag, err := br.ReadSlice('\n')
+		n += int64(len(frag))
+		if !long {
+			if len(buf)+len(frag) > limit+2 { // +2: the line's end
+				long, buf = true, buf[:0]
+			} else {
+				buf = append(buf, frag...)
+			}
 		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return nil, buf, 0, err
+		}
+		break
 	}
-	if err := sc.Err(); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+	if long {
+		return nil, buf, n, nil
 	}
-	return nil
+	line = bytes.TrimSuffix(buf, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(line) > limit {
+		return nil, buf, n, nil
+	}
+	return line, buf, int64(len(line)), nil
 }
 
 // record maps one event read at now; it reports whether it was a
@@ -211,6 +289,12 @@ func (hr *hystrixReader) record(ctx context.Context, data []byte, now time.Time)
 	}
 	if c.Name == "" {
 		hr.em.r.refuse(ctx, now, RefusedInvalid, errors.New("a HystrixCommand record without a name"))
+		return false
+	}
+	if !hr.em.canDeclare(c.Name) {
+		// The hello is full: a batch naming an undeclared breaker would
+		// be refused whole, with the good records in it.
+		hr.em.r.refuse(ctx, now, RefusedTooManyBreakers, fmt.Errorf("HystrixCommand %q: the stream has more commands than the %d one instance may declare", truncate(c.Name, 80), protocol.MaxBreakersPerHello))
 		return false
 	}
 	b := hr.breakers[c.Name]

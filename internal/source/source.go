@@ -49,6 +49,16 @@ type Sink interface {
 	Ingest(ctx context.Context, h *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, error)
 }
 
+// readySink is a Sink that says when it starts taking batches
+// (*collector.Collector: once Run has restored its state). A source
+// waits for it before sending, rather than have its first batches
+// refused.
+type readySink interface {
+	Sink
+	// Ready is closed once the sink takes batches.
+	Ready() <-chan struct{}
+}
+
 // Target is one endpoint to read: one instance of one service.
 type Target struct {
 	// Kind is KindHystrix or KindPrometheus; required.
@@ -189,6 +199,15 @@ const (
 	// collector (a name with an invisible character, no name, a latency
 	// sum beyond the protocol's): the protocol's own checks.
 	RefusedInvalid = "invalid"
+	// RefusedTooLarge: a stream's event (one line, or its data lines
+	// together) larger than 1 MiB. It is skipped to its end without being
+	// held; the stream goes on.
+	RefusedTooLarge = "too_large"
+	// RefusedTooManyBreakers: a record of a new command when the target
+	// already has protocol.MaxBreakersPerHello (1,000) breakers, the most
+	// one instance's hello may declare. The records of the commands
+	// already declared go on.
+	RefusedTooManyBreakers = "too_many_breakers"
 )
 
 // MaxRecordNumber bounds every number of a record read from a source
@@ -236,7 +255,7 @@ func New(cfg Config) (*Sources, error) {
 	s := &Sources{cfg: cfg, clk: clock.OrSystem(cfg.Clock), log: cfg.Logger,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cbdash_source_records_refused_total",
-			Help: "Records read from a pull source (a Hystrix stream) refused one by one, by target service and instance and by reason (malformed, out_of_range, invalid); the rest of the stream goes on.",
+			Help: "Records read from a pull source (a Hystrix stream) refused one by one, by target service and instance and by reason (malformed, out_of_range, invalid, too_large, too_many_breakers); the rest of the stream goes on.",
 		}, []string{"service", "instance", "reason"}),
 	}
 	if cfg.Registerer != nil {
@@ -455,7 +474,23 @@ func newEmitter(r *runner, startedAt time.Time) *emitter {
 	}}
 }
 
-// declare adds or updates a breaker's configuration in the hello.
+// canDeclare reports whether declare can take a breaker named name: it is
+// declared already, or the hello has room for one more
+// (protocol.MaxBreakersPerHello).
+func (e *emitter) canDeclare(name string) bool {
+	if len(e.hello.Breakers) < protocol.MaxBreakersPerHello {
+		return true
+	}
+	for i := range e.hello.Breakers {
+		if e.hello.Breakers[i].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// declare adds or updates a breaker's configuration in the hello; a new
+// one is left out when the hello is full (see canDeclare).
 func (e *emitter) declare(c protocol.BreakerConfig) {
 	for i := range e.hello.Breakers {
 		if e.hello.Breakers[i].Name == c.Name {
@@ -484,6 +519,15 @@ func (e *emitter) send(ctx context.Context, now time.Time, ws []protocol.Window,
 	b := &protocol.Batch{Type: protocol.TypeBatch, Seq: e.seq + 1, SentAt: now.UnixMilli(), Windows: ws, Transitions: ts}
 	if e.dropped > 0 {
 		b.Dropped = &protocol.Dropped{Windows: e.dropped}
+	}
+	if rs, ok := e.r.src.cfg.Sink.(readySink); ok {
+		// Sources start with the collector, which refuses batches until
+		// it has restored its state: the first batch waits for that.
+		select {
+		case <-rs.Ready():
+		case <-ctx.Done():
+			return
+		}
 	}
 	h := e.hello
 	_, err := e.r.src.cfg.Sink.Ingest(ctx, &h, b)

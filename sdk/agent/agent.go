@@ -159,8 +159,9 @@ func New(cfg Config) (*Agent, error) {
 // not registered).
 //
 // Errors: ErrInvalidConfig (a name the collector would refuse: blank,
-// longer than protocol.MaxNameLen bytes, or with a control, bidirectional
-// or invisible format character; see protocol.CheckName),
+// longer than protocol.MaxNameLen bytes, with a control, bidirectional,
+// invisible or non-ASCII space character, a space at either end or a
+// combining mark first; see protocol.CheckName),
 // ErrDuplicateBreaker, ErrTooManyBreakers, ErrClosed.
 func (a *Agent) Register(b *breaker.Breaker) error {
 	if err := checkName("breaker name", b.Name()); err != nil {

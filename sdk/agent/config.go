@@ -219,7 +219,8 @@ func (c Config) withDefaults() (Config, error) {
 
 // checkName checks a name the hello carries as the collector does
 // (protocol.CheckName: not blank, at most protocol.MaxNameLen bytes, no
-// control, bidirectional or invisible format character), so that the
+// control, bidirectional, invisible or non-ASCII space character, no space
+// at either end, no combining mark first), so that the
 // agent never sends a hello the collector refuses. The error starts with
 // field.
 func checkName(field, v string) error {

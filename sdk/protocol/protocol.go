@@ -503,14 +503,19 @@ func invalid(format string, args ...any) error {
 // CheckName checks a name (a service, instance, breaker or label key, a
 // label value, a settings key) as Hello.Validate and Batch.Validate do: not
 // blank, at most MaxNameLen bytes, and none of the characters
-// checkChars refuses in any text, nor an invisible format character
+// checkChars refuses in any text, nor what would make two names that look
+// the same on a page name two dependencies: an invisible format character
 // (Unicode category Cf: zero-width spaces and joiners U+200B..U+200D,
 // the word joiner U+2060, U+FEFF, the soft hyphen U+00AD, the marks
-// U+200E, U+200F and U+061C, tags ...), which would make two names that
-// look the same on a page name two dependencies. field names the value
-// in the error, which wraps ErrInvalid and gives the code point and its
-// byte offset ("breakers[0].name contains the invisible format character
-// U+200B at byte 2").
+// U+200E, U+200F and U+061C, tags ...), any other Default_Ignorable_Code_Point
+// (variation selectors, the combining grapheme joiner U+034F, the Hangul
+// fillers), a space other than U+0020 (U+00A0, U+3000, U+2028 ...), a
+// blank symbol (U+2800), a leading or trailing space, or a combining mark
+// at the start. field names the value in the error, which wraps
+// ErrInvalid and gives the code point and its byte offset
+// ("breakers[0].name contains the invisible format character U+200B at
+// byte 2", "service contains the invisible ignorable character U+034F at
+// byte 4").
 func CheckName(field, v string) error { return checkName(field, v) }
 
 func checkName(field, v string) error {
@@ -523,18 +528,99 @@ func checkName(field, v string) error {
 	return checkNameChars(field, v)
 }
 
-// checkNameChars is checkChars, and refuses the invisible format
-// characters (category Cf) that checkChars lets through in texts.
+// checkNameChars is checkChars, and refuses what would make a name look
+// like another one on a page (lookAlike), which checkChars lets through
+// in texts.
 func checkNameChars(field, v string) error {
 	if err := checkChars(field, v); err != nil {
 		return err
 	}
+	return lookAlike(field, v)
+}
+
+// lookAlike refuses, in a name, what shows as nothing or as a plain space
+// and so makes two names that look the same on a page name two
+// dependencies ("look" and "look\u034f"):
+//   - an invisible format character: all of Unicode category Cf;
+//   - any other Default_Ignorable_Code_Point (defaultIgnorable: variation
+//     selectors, the combining grapheme joiner, the Hangul fillers, the
+//     Khmer inherent vowels, reserved ignorable code points);
+//   - a space other than U+0020 (category Zs: U+00A0, U+2000..U+200A,
+//     U+3000 ...) and the line and paragraph separators (Zl, Zp);
+//   - a blank symbol (U+2800 BRAILLE PATTERN BLANK, U+1D159 MUSICAL
+//     SYMBOL NULL NOTEHEAD);
+//   - a leading or trailing U+0020 ("look " beside "look");
+//   - a combining mark (category M) at the very start, which has no
+//     letter of the name to combine with and lands on what precedes the
+//     name where it is shown.
+//
+// The error wraps ErrInvalid and names the code point and its byte offset.
+func lookAlike(field, v string) error {
+	if v == "" {
+		return nil
+	}
+	if v[0] == ' ' {
+		return invalid("%s contains the invisible leading space character U+0020 at byte 0", field)
+	}
+	if v[len(v)-1] == ' ' {
+		return invalid("%s contains the invisible trailing space character U+0020 at byte %d", field, len(v)-1)
+	}
 	for i, r := range v {
-		if r >= 0xad && unicode.Is(unicode.Cf, r) { // below U+00AD nothing is Cf
+		if r < 0xa0 { // ASCII and C1: checkChars has seen them
+			continue
+		}
+		switch {
+		case unicode.Is(unicode.Cf, r):
 			return invalid("%s contains the invisible format character U+%04X at byte %d", field, r, i)
+		case unicode.Is(defaultIgnorable, r):
+			return invalid("%s contains the invisible ignorable character U+%04X at byte %d", field, r, i)
+		case unicode.In(r, unicode.Zs, unicode.Zl, unicode.Zp):
+			return invalid("%s contains the invisible space character U+%04X at byte %d", field, r, i)
+		case r == 0x2800 || r == 0x1d159:
+			return invalid("%s contains the invisible blank character U+%04X at byte %d", field, r, i)
+		case i == 0 && unicode.Is(unicode.M, r):
+			return invalid("%s contains the combining mark U+%04X at byte 0, with no letter before it", field, r)
 		}
 	}
 	return nil
+}
+
+// defaultIgnorable is Unicode's Default_Ignorable_Code_Point property, as
+// DerivedCoreProperties.txt defines it (checked code point by code point
+// against Perl's \p{Default_Ignorable_Code_Point} of Unicode 14.0):
+//
+//	Other_Default_Ignorable_Code_Point + Cf + Variation_Selector
+//	  - White_Space - FFF9..FFFB - 13430..1343F - Prepended_Concatenation_Mark
+//
+// listed range by range (Go's unicode package has no such table). Its
+// Cf members are refused as format characters before this table is
+// consulted; it is what Cf does not cover that it adds (U+034F, U+115F,
+// U+1160, U+17B4, U+17B5, U+180B..U+180D, U+180F, U+2065, U+3164,
+// U+FE00..U+FE0F, U+FFA0, U+FFF0..U+FFF8, U+E0000, U+E0002..U+E001F,
+// U+E0080..U+E0FFF).
+var defaultIgnorable = &unicode.RangeTable{
+	R16: []unicode.Range16{
+		{Lo: 0x00ad, Hi: 0x00ad, Stride: 1}, // Cf soft hyphen
+		{Lo: 0x034f, Hi: 0x034f, Stride: 1}, // Mn combining grapheme joiner
+		{Lo: 0x061c, Hi: 0x061c, Stride: 1}, // Cf arabic letter mark
+		{Lo: 0x115f, Hi: 0x1160, Stride: 1}, // Lo hangul choseong and jungseong fillers
+		{Lo: 0x17b4, Hi: 0x17b5, Stride: 1}, // Mn khmer vowel inherent aq, aa
+		{Lo: 0x180b, Hi: 0x180f, Stride: 1}, // Mn mongolian free variation selectors; Cf vowel separator
+		{Lo: 0x200b, Hi: 0x200f, Stride: 1}, // Cf zero width space, non-joiner, joiner, LRM, RLM
+		{Lo: 0x202a, Hi: 0x202e, Stride: 1}, // Cf bidi embeddings and overrides
+		{Lo: 0x2060, Hi: 0x206f, Stride: 1}, // Cf word joiner .. nominal digit shapes; Cn 2065
+		{Lo: 0x3164, Hi: 0x3164, Stride: 1}, // Lo hangul filler
+		{Lo: 0xfe00, Hi: 0xfe0f, Stride: 1}, // Mn variation selectors 1..16
+		{Lo: 0xfeff, Hi: 0xfeff, Stride: 1}, // Cf zero width no-break space (BOM)
+		{Lo: 0xffa0, Hi: 0xffa0, Stride: 1}, // Lo halfwidth hangul filler
+		{Lo: 0xfff0, Hi: 0xfff8, Stride: 1}, // Cn reserved
+	},
+	R32: []unicode.Range32{
+		{Lo: 0x1bca0, Hi: 0x1bca3, Stride: 1}, // Cf shorthand format controls
+		{Lo: 0x1d173, Hi: 0x1d17a, Stride: 1}, // Cf musical symbol begin beam .. end phrase
+		{Lo: 0xe0000, Hi: 0xe0fff, Stride: 1}, // tags (Cf), variation selectors 17..256 (Mn), reserved (Cn)
+	},
+	LatinOffset: 1,
 }
 
 // checkText checks optional free text (reasons, errors, actors).
