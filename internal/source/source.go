@@ -211,9 +211,11 @@ const (
 )
 
 // MaxRecordNumber bounds every number of a record read from a source
-// (in magnitude): 10^12, more than any count of a window (2^40 is
-// clamped) and any duration in milliseconds (31 years) a breaker has.
-const MaxRecordNumber = 1e12
+// (in magnitude): 2^53, the largest integer JSON carries exactly across
+// languages (JavaScript's Number.MAX_SAFE_INTEGER is 2^53-1, and opossum
+// writes it as its semaphore's "no limit"). Counts above a window's 2^40
+// are clamped, as are durations (int64 milliseconds hold 2^53).
+const MaxRecordNumber float64 = 1 << 53
 
 // refusedLogEvery is how often a target logs its refused records: the
 // first at once, then one line a minute at most (of the clock), with the
