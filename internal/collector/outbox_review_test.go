@@ -14,6 +14,7 @@ import (
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // drainOutbox is the writer's side of an outbox as the session's writer runs it: on
@@ -111,11 +112,15 @@ func TestGoingAwayWritesQueuedAcksInOrderErrorLast(t *testing.T) {
 	for seq := uint64(1); seq <= batches; seq++ {
 		old.send(h.batch(seq, 3, 0))
 	}
-	// Every batch committed: its ack is queued (or written) before the
-	// replacement below queues the error.
-	eventually.True(t, "all batches stored", func() bool {
+	// Every batch committed and its outcome recorded (the queue gauge goes
+	// back to 0 only after that): its ack is queued (or written) before the
+	// replacement below queues the error. Committed alone was not enough:
+	// on a busy machine the replacement came between a commit and its
+	// outcome, and the last acks were (rightly) not owed.
+	eventually.True(t, "all batches stored and answered", func() bool {
+		var m dto.Metric
 		last, err := h.store.LastSeq(context.Background(), "api", "a1", 1)
-		return err == nil && last == batches
+		return err == nil && last == batches && h.col.metrics.queue.Write(&m) == nil && m.GetGauge().GetValue() == 0
 	})
 	fresh := dialRaw(t, h, h.token)
 	fresh.hello("a1", 1)
