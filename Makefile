@@ -49,7 +49,7 @@ test-adapters:
 # (postgres://cbdash:cbdash@127.0.0.1:5432/cbdash?sslmode=disable in CI),
 # again on PostgreSQL; without it that run is skipped with a message.
 # 30m: internal/web takes about 9 minutes under the race detector on these 2
-# cores when quiet, and passed 15 beside two CPU hogs; it is slow then, not hung.
+# cores when quiet, and ran past 15 minutes beside two CPU hogs: slow, not hung.
 test-server:
 	$(GO) test -race -count=1 -timeout 30m ./...
 
