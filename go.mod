@@ -1,6 +1,8 @@
 module github.com/cbdash/cbdash
 
-go 1.27.3
+go 1.26.0
+
+toolchain go1.27.3
 
 require (
 	github.com/a-h/templ v0.3.1100

@@ -1,6 +1,8 @@
 module github.com/cbdash/cbdash/bench
 
-go 1.27.3
+go 1.26
+
+toolchain go1.27.3
 
 require (
 	github.com/cbdash/cbdash/sdk v0.0.0

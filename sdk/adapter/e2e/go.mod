@@ -1,6 +1,8 @@
 module github.com/cbdash/cbdash/sdk/adapter/e2e
 
-go 1.27.3
+go 1.26.0
+
+toolchain go1.27.3
 
 require (
 	github.com/cbdash/cbdash v0.0.0
