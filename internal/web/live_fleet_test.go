@@ -273,7 +273,7 @@ func TestMeasureLiveSocketsThatDoNotRead(t *testing.T) {
 		}
 	}()
 	defer func() { stop(); fleetDone.Wait() }()
-	time.Sleep(10 * time.Second) // a measurement: let the fleet's load settle
+	pause(ctx, 10*time.Second) // a measurement: let the fleet's load settle
 	heap0, rss0 := memory(true)
 	if path := os.Getenv("CBDASH_MEASURE_HEAPPROFILE"); path != "" {
 		if out, err := os.Create(path + ".before"); err == nil {
@@ -301,11 +301,11 @@ func TestMeasureLiveSocketsThatDoNotRead(t *testing.T) {
 						if sock, err = dialIdle(h.url, "view=overview", sessions[s]); err != nil {
 							refused.Add(1)
 							sock = nil
-							time.Sleep(200 * time.Millisecond)
+							pause(ctx, 200*time.Millisecond)
 							continue
 						}
 					}
-					time.Sleep(500 * time.Millisecond)
+					pause(ctx, 500*time.Millisecond)
 					if !sock.alive() {
 						sock.conn.Close()
 						sock = nil
@@ -319,8 +319,13 @@ func TestMeasureLiveSocketsThatDoNotRead(t *testing.T) {
 		}
 	}
 	var peakHeap, peakRSS uint64
+	sample := time.NewTicker(time.Second)
+	defer sample.Stop()
 	for range secs {
-		time.Sleep(time.Second)
+		select {
+		case <-ctx.Done():
+		case <-sample.C:
+		}
 		heap, rss := memory(false)
 		peakHeap, peakRSS = max(peakHeap, heap), max(peakRSS, rss)
 	}
@@ -338,4 +343,17 @@ func TestMeasureLiveSocketsThatDoNotRead(t *testing.T) {
 	t.Logf("live heap: before %s, at the end %s (+%s); heap objects at their peak %s", mb(heap0), mb(heap1), mb(max(heap1, heap0)-heap0), mb(peakHeap))
 	t.Logf("RSS: before %s, peak %s (+%s), at the end %s", mb(rss0), mb(peakRSS), mb(peakRSS-rss0), mb(rss1))
 	t.Logf("sockets closed by the server and opened again: %d; dials refused or failed: %d", reconnects.Load(), refused.Load())
+}
+
+// pause waits d of wall time, or until ctx ends: the measurement above
+// runs a real fleet for real seconds (it is skipped unless
+// CBDASH_MEASURE_LIVE is set), so its pacing is the wall clock's, not a
+// wait for an event.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
