@@ -81,7 +81,7 @@ func TestAClockThatStepsBackNeverWedgesTheBreaker(t *testing.T) {
 	for wname, win := range windows {
 		for _, step := range steps {
 			t.Run(wname+" "+step.name, func(t *testing.T) {
-				clk := &steppingClock{Clock: breakertest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+				clk := &steppingClock{Clock: breakertest.NewClock(t0)}
 				b := mustNew(t, "payments", breaker.Config{Window: win, MinimumCalls: 4, FailureRateThreshold: 50, OpenDuration: 5 * time.Second, Clock: clk})
 				var trs []breaker.Transition
 				var mu sync.Mutex
@@ -142,7 +142,7 @@ func TestAClockThatStepsBackNeverWedgesTheBreaker(t *testing.T) {
 // readings are not behind it. A step forward (the clock set right again)
 // is taken whole.
 func TestClockStepsBackCountsEachStepBack(t *testing.T) {
-	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	start := t0
 	clk := &steppingClock{Clock: breakertest.NewClock(start)}
 	b := mustNew(t, "payments", breaker.Config{Window: breaker.Window{Kind: breaker.TimeWindow, Duration: time.Minute}, Clock: clk})
 	for range 3 {
@@ -264,7 +264,7 @@ func TestAPanicInUserCodeLeavesTheBreakerUnlocked(t *testing.T) {
 	})
 
 	t.Run("Clock.AfterFunc with a call timeout", func(t *testing.T) {
-		clk := &panicClock{Clock: breakertest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+		clk := &panicClock{Clock: breakertest.NewClock(t0)}
 		b := mustNew(t, "t", breaker.Config{CallTimeout: time.Second, MaxConcurrent: 1, Clock: clk})
 		clk.armPanics.Store(true)
 		if p := returns(t, "Execute", func() { _ = b.Execute(ctx, ok) }); p != "clock bug" {
