@@ -464,6 +464,15 @@ type Error struct {
 	Reason string `json:"reason"`
 	Fatal  bool   `json:"fatal,omitempty"`
 	Retry  bool   `json:"retry,omitempty"`
+	// RetryAfterMillis, with Fatal and Retry, is when the collector
+	// expects to take the agent again, in milliseconds from the error's
+	// receipt (for example while its store cannot commit: it probes the
+	// store and asks its agents to come back soon rather than at their
+	// longest backoff). An agent waits that long, with jitter within
+	// [RetryAfterMillis, 1.5*RetryAfterMillis], instead of its own
+	// backoff. 0 or absent: the agent's own backoff. An additive field of
+	// cbdash.v1 (an older agent ignores it; see CHANGELOG.md).
+	RetryAfterMillis int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Command is an operator command, collector to agent. An agent applies a
