@@ -30,7 +30,10 @@ type Config struct {
 	// when a connection fails (dial error, the connection lost, no welcome
 	// within HandshakeTimeout, no acknowledgement for 30 s) it tries the
 	// next one in order after its usual backoff, keeping its buffer and
-	// resending what the collector has not acknowledged. At most 64.
+	// resending what the collector has not acknowledged. The one the hash
+	// picks is its preferred collector: connected to another, the agent
+	// moves back to it once it has been ready for FailbackAfter. At most
+	// 64.
 	URLs []string
 	// HandshakeTimeout bounds the dial, the hello and the wait for the
 	// collector's welcome; a collector that does not welcome the agent
@@ -60,11 +63,39 @@ type Config struct {
 	BufferBytes int
 	// ReconnectMin and ReconnectMax bound the exponential backoff between
 	// connection attempts (full jitter within [d/2, d]). 0 means 250ms and
-	// 30s. After a refusal for good (a fatal error without retry: a bad
-	// or revoked token, a hello over a quota of its token or service),
-	// which the agent logs as an error, the next attempt waits
-	// ReconnectMax, as docs/protocol.md asks.
+	// 30s. Three failures wait otherwise, without growing the backoff
+	// (docs/protocol.md, "Reconnecting"): a fatal error with retry that
+	// carries retry_after_ms (protocol.Error.RetryAfterMillis) waits a
+	// random time in [retry_after_ms, 1.5*retry_after_ms], at least 100ms
+	// and at most ReconnectMax; a dial nothing answered (connection
+	// refused, host or network unreachable: no collector listens) waits
+	// as the backoff but at most 1s (and ReconnectMax); after a refusal
+	// for good (a fatal error without retry: a bad or revoked token, a
+	// hello over a quota of its token or service), which the agent logs
+	// as an error, the next attempt waits ReconnectMax, as
+	// docs/protocol.md asks. Failed attempts are logged as a warning at
+	// the first failure, then at most once per 30s (of Clock) with their
+	// count, until a connection does its job again.
 	ReconnectMin, ReconnectMax time.Duration
+	// FailbackAfter applies with several URLs, while the agent is connected
+	// to another collector than its preferred one (the one the hash picks,
+	// see URLs): about every FailbackAfter/3 (a period drawn per connection
+	// within ±25% of it, so that a fleet does not move at once; ticks of
+	// Clock) the agent asks the preferred collector's GET /readyz (its URL
+	// with ws:// made http:// and wss:// https://, and "/api/v1/agent" in
+	// its path made "/readyz"; sent with HTTPClient, without the token,
+	// each check bounded by HandshakeTimeout). Once that answered 200 on
+	// at least 3 checks in a row spanning at least FailbackAfter (any other
+	// answer, or no answer, starts the count again), the agent stops
+	// writing batches, waits up to 10s for the collector it is on to
+	// acknowledge what it was sent, closes that connection normally
+	// (status 1000) and connects to the preferred one at once, keeping its
+	// buffer: anything unacknowledged is resent there, and the welcome's
+	// last_seq keeps what was already stored from being stored twice.
+	// 0 means 30s; a negative value disables failback (the agent stays
+	// where it is until that connection fails); a positive value under 1s
+	// is refused.
+	FailbackAfter time.Duration
 	// Logger receives what the agent has to say (refused batches, bad
 	// input from the wire, reconnects). nil discards it.
 	Logger *slog.Logger
@@ -72,8 +103,10 @@ type Config struct {
 	// TLSClientConfig for wss with a private CA. nil means a client with
 	// default settings.
 	HTTPClient *http.Client
-	// Clock is the time source for timestamps and report ticks. nil means
-	// the system clock.
+	// Clock is the time source for timestamps, report ticks, the failback
+	// checks (FailbackAfter) and the pacing of the reconnect warnings; the
+	// reconnect backoff and the connection's timeouts are real time. nil
+	// means the system clock.
 	Clock Clock
 }
 
@@ -193,6 +226,12 @@ func (c Config) withDefaults() (Config, error) {
 	c.IdleReportInterval = max(c.IdleReportInterval, c.ReportInterval)
 	if c.IdleReportInterval > protocol.MaxWindowMillis*time.Millisecond {
 		return bad("IdleReportInterval %v is longer than 1h", c.IdleReportInterval)
+	}
+	switch {
+	case c.FailbackAfter == 0:
+		c.FailbackAfter = 30 * time.Second
+	case c.FailbackAfter > 0 && c.FailbackAfter < time.Second:
+		return bad("FailbackAfter %v is below 1s (negative disables failback)", c.FailbackAfter)
 	}
 	if c.ReconnectMax < c.ReconnectMin {
 		return bad("ReconnectMax %v is shorter than ReconnectMin %v", c.ReconnectMax, c.ReconnectMin)

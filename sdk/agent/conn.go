@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -20,6 +21,7 @@ const (
 	writeTimeout   = 10 * time.Second
 	ackTimeout     = 30 * time.Second // a batch unacknowledged this long means a dead collector
 	closeTimeout   = time.Second      // for the closing handshake
+	failbackDrain  = 10 * time.Second // the longest a failback waits for the acknowledgements of what was sent
 	ackCheckPeriod = ackTimeout / 4
 )
 
@@ -40,19 +42,116 @@ func (e *refusedForGood) Error() string {
 	return "the collector refused this agent for good: " + e.reason
 }
 
+// Waits between connection attempts that are not the exponential backoff.
+const (
+	// refusedCap bounds the wait after a dial that nothing answered
+	// (connection refused, no route to the host): such a dial costs the
+	// collector nothing, and an agent started before its collector, or
+	// waiting for one that restarts, is back within about a second of it
+	// listening. Config.ReconnectMax bounds it too.
+	refusedCap = time.Second
+	// minRetryAfter is the shortest wait a collector's retry_after_ms gets
+	// (unless Config.ReconnectMax is shorter).
+	minRetryAfter = 100 * time.Millisecond
+	// maxRetryAfterMillis keeps a huge retry_after_ms from overflowing a
+	// time.Duration; ReconnectMax bounds the wait anyway.
+	maxRetryAfterMillis = int64(24 * time.Hour / time.Millisecond)
+	// failureLogEvery is how often a series of failed connection attempts
+	// is logged after its first failure.
+	failureLogEvery = 30 * time.Second
+)
+
+// retryLater is a fatal error with retry from the collector
+// (docs/protocol.md, "Closing and fatal errors"): its own trouble or a
+// normal close. after is the collector's protocol.Error.RetryAfterMillis,
+// 0 when it gave none.
+type retryLater struct {
+	reason  string
+	atHello bool
+	after   time.Duration
+}
+
+func newRetryLater(e *protocol.Error, atHello bool) *retryLater {
+	r := &retryLater{reason: e.Reason, atHello: atHello}
+	if e.Fatal && e.Retry && e.RetryAfterMillis > 0 {
+		r.after = time.Duration(min(e.RetryAfterMillis, maxRetryAfterMillis)) * time.Millisecond
+	}
+	return r
+}
+
+func (e *retryLater) Error() string {
+	if e.atHello {
+		return "the collector refused the hello: " + e.reason
+	}
+	return "fatal error from the collector: " + e.reason
+}
+
+// errFailback ends a session with another collector than the preferred
+// one once the preferred one has been ready long enough (see
+// Config.FailbackAfter).
+var errFailback = errors.New("moving back to the preferred collector")
+
+// notListening reports whether err is a dial that no collector answered:
+// the connection was refused (nothing listens on the port) or the host or
+// network is unreachable. It costs the collector nothing.
+func notListening(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+}
+
+// jitter returns a random duration in [d/2, d].
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+
+// retryAfterWait is the wait the collector's hint after asks for: a random
+// duration in [after, 1.5*after], at least minRetryAfter, at most longest.
+func retryAfterWait(after, longest time.Duration) time.Duration {
+	lo := max(after, minRetryAfter)
+	hi := lo + lo/2
+	lo, hi = min(lo, longest), min(hi, longest)
+	return lo + rand.N(hi-lo+1)
+}
+
+// failureLog rate-limits the warnings of a series of failed connection
+// attempts: the first failure is logged, then at most one every
+// failureLogEvery, counting the failures since the last one logged. The
+// series ends (reset) with a session that did its job.
+type failureLog struct {
+	last  time.Time // when the last warning was logged; zero: none in this series
+	quiet int       // failures not logged since
+}
+
+// note counts a failure at now and reports whether to log it, and if so
+// how many failures the warning covers (this one and those not logged).
+func (l *failureLog) note(now time.Time) (log bool, failures int) {
+	if since := now.Sub(l.last); !l.last.IsZero() && since >= 0 && since < failureLogEvery {
+		l.quiet++
+		return false, 0
+	}
+	failures = l.quiet + 1
+	l.last, l.quiet = now, 0
+	return true, failures
+}
+
+func (l *failureLog) reset() { *l = failureLog{} }
+
 // connLoop is the agent's connection goroutine: it keeps one session with
 // a collector up, reconnecting with exponential backoff and jitter. Each
 // attempt after a session ended (or failed to start) goes to the next of
-// Config.URLs: with one URL that is the same collector again.
+// Config.URLs: with one URL that is the same collector again. The waits
+// that are not the backoff: a collector's retry_after_ms, a dial nothing
+// answered (at most refusedCap), a refusal for good (ReconnectMax), and
+// none when the agent leaves another collector for the preferred one
+// (Config.FailbackAfter).
 func (a *Agent) connLoop(ctx context.Context) {
 	defer a.wg.Done()
 	backoff := a.cfg.ReconnectMin
 	sessions := 0
-	next := firstURL(a.cfg.Service, a.cfg.Instance, a.cfg.URLs)
+	preferred := firstURL(a.cfg.Service, a.cfg.Instance, a.cfg.URLs)
+	next := preferred
+	var failures failureLog
 	for ctx.Err() == nil {
 		url := a.cfg.URLs[next]
 		next = (next + 1) % len(a.cfg.URLs)
-		welcomed, progressed, err := a.session(ctx, url, sessions > 0)
+		welcomed, progressed, err := a.session(ctx, url, a.cfg.URLs[preferred], sessions > 0)
 		if welcomed {
 			sessions++
 		}
@@ -62,21 +161,40 @@ func (a *Agent) connLoop(ctx context.Context) {
 		// collector is down.
 		if progressed {
 			backoff = a.cfg.ReconnectMin
+			failures.reset()
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		var forGood *refusedForGood
-		permanent := errors.As(err, &forGood)
-		if permanent {
-			backoff = a.cfg.ReconnectMax
+		if errors.Is(err, errFailback) {
+			next = preferred
+			continue
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		if permanent {
+		var (
+			forGood *refusedForGood
+			later   *retryLater
+			wait    time.Duration
+			grow    = true
+		)
+		switch {
+		case errors.As(err, &forGood):
+			backoff = a.cfg.ReconnectMax
+			wait = jitter(backoff)
+		case errors.As(err, &later) && later.after > 0:
+			wait, grow = retryAfterWait(later.after, a.cfg.ReconnectMax), false
+		case notListening(err):
+			wait, grow = jitter(min(backoff, refusedCap, a.cfg.ReconnectMax)), false
+		default:
+			wait = jitter(backoff)
+		}
+		if forGood != nil {
 			a.log.Error("the collector refused this agent for good (fix the token, the hello or the collector's quotas); retrying at the longest backoff",
 				"reason", forGood.reason, "retry_in", wait, "next_url", a.cfg.URLs[next])
-		} else {
+		} else if log, n := failures.note(a.cfg.Clock.Now()); log && n == 1 {
 			a.log.Warn("collector connection lost, retrying", "error", err, "retry_in", wait, "next_url", a.cfg.URLs[next])
+		} else if log {
+			a.log.Warn("collector connection still failing, retrying", "failures_since_last_warning", n,
+				"error", err, "retry_in", wait, "next_url", a.cfg.URLs[next])
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -85,7 +203,9 @@ func (a *Agent) connLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		backoff = min(backoff*2, a.cfg.ReconnectMax)
+		if grow {
+			backoff = min(backoff*2, a.cfg.ReconnectMax)
+		}
 	}
 }
 
@@ -93,13 +213,15 @@ func (a *Agent) connLoop(ctx context.Context) {
 // acks and commands in, until the connection fails or ctx ends. welcomed
 // reports whether the collector accepted the hello; progressed that it
 // also acknowledged a batch sent on the connection, or that no batch was
-// waiting for an acknowledgement when the connection ended.
-func (a *Agent) session(ctx context.Context, url string, reconnect bool) (welcomed, progressed bool, err error) {
-	welcomed, err = a.run(ctx, url, reconnect, &progressed)
+// waiting for an acknowledgement when the connection ended. preferred is
+// the collector to move back to when url is another one (see
+// Config.FailbackAfter); the session then ends with errFailback.
+func (a *Agent) session(ctx context.Context, url, preferred string, reconnect bool) (welcomed, progressed bool, err error) {
+	welcomed, err = a.run(ctx, url, preferred, reconnect, &progressed)
 	return welcomed, progressed, err
 }
 
-func (a *Agent) run(ctx context.Context, url string, reconnect bool, progressed *bool) (welcomed bool, err error) {
+func (a *Agent) run(ctx context.Context, url, preferred string, reconnect bool, progressed *bool) (welcomed bool, err error) {
 	hello, gen := a.hello()
 	conn, welcome, err := a.handshake(ctx, url, &hello)
 	if err != nil {
@@ -142,10 +264,35 @@ func (a *Agent) run(ctx context.Context, url string, reconnect bool, progressed 
 		<-readDone
 	}()
 
+	// Failback: a goroutine watches the preferred collector and closes
+	// moveBack once it has been ready long enough; the session then stops
+	// writing, waits (at most failbackDrain) for what it wrote to be
+	// acknowledged, and closes normally.
+	var moveBack chan struct{}
+	if url != preferred && a.cfg.FailbackAfter > 0 {
+		moveBack = make(chan struct{})
+		watchDone := make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			a.watchPreferred(sctx, preferred, moveBack)
+		}()
+		defer func() {
+			cancel()
+			<-watchDone
+		}()
+	}
+	var drainTimeout <-chan time.Time
+	draining := false
+
 	check := time.NewTicker(ackCheckPeriod)
 	defer check.Stop()
 	for {
-		if err := a.writePending(ctx, conn, &gen); err != nil {
+		if draining {
+			if _, waiting := a.out.unackedSince(); !waiting {
+				a.closeGracefully(conn, websocket.StatusNormalClosure, "moving back to the preferred collector")
+				return true, errFailback
+			}
+		} else if err := a.writePending(ctx, conn, &gen); err != nil {
 			return true, err
 		}
 		select {
@@ -155,6 +302,19 @@ func (a *Agent) run(ctx context.Context, url string, reconnect bool, progressed 
 		case <-readDone:
 			return true, readErr
 		case <-a.sendReady:
+		case <-moveBack:
+			moveBack, draining = nil, true
+			t := time.NewTimer(failbackDrain)
+			defer t.Stop()
+			drainTimeout = t.C
+			a.log.Info("the preferred collector has been ready long enough; moving back to it once this one has acknowledged what it was sent",
+				"url", url, "preferred", preferred, "ready_for_at_least", a.cfg.FailbackAfter)
+		case <-drainTimeout:
+			// What is unacknowledged is resent to the preferred collector,
+			// whose welcome (last_seq, from the shared store) keeps what
+			// this one stored from being stored twice.
+			a.closeGracefully(conn, websocket.StatusNormalClosure, "moving back to the preferred collector")
+			return true, errFailback
 		case <-check.C:
 			if since, ok := a.out.unackedSince(); ok && time.Since(since) > ackTimeout {
 				return true, fmt.Errorf("%w for %v", errAckTimeout, time.Since(since).Round(time.Second))
@@ -221,7 +381,7 @@ func (a *Agent) handshake(ctx context.Context, url string, hello *protocol.Hello
 			if e.Fatal && !e.Retry {
 				return fail(&refusedForGood{reason: e.Reason})
 			}
-			return fail(fmt.Errorf("the collector refused the hello: %s", e.Reason))
+			return fail(newRetryLater(&e, true))
 		default:
 			a.log.Warn("message before welcome ignored", "type", env.Type)
 		}
@@ -349,7 +509,7 @@ func (a *Agent) handle(ctx context.Context, data []byte) error {
 			return &refusedForGood{reason: m.Reason}
 		}
 		if m.Fatal {
-			return fmt.Errorf("fatal error from the collector: %s", m.Reason)
+			return newRetryLater(&m, false)
 		}
 	case protocol.TypeCommand:
 		var m protocol.Command
