@@ -56,6 +56,17 @@ type collector struct {
 	// collector does; 1011 otherwise).
 	refuseHello *protocol.Error
 	helloAt     []time.Time // when each hello was received
+	// storeError, when not nil, answers every batch with this error
+	// instead of storing it, and closes the connection (1011), as the
+	// real collector does when its store cannot commit.
+	storeError *protocol.Error
+	// readyz answers GET /readyz with this status; nil answers 404 (not
+	// ready). readyzHits counts the requests.
+	readyz     func() int
+	readyzHits int
+	// closes are the close statuses the agent's connections ended with
+	// (-1: no close frame).
+	closes []websocket.StatusCode
 }
 
 type collectorMode int
@@ -143,6 +154,17 @@ func (c *collector) restart() {
 }
 
 func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/readyz" { // as the real collector's: no token
+		c.mu.Lock()
+		c.readyzHits++
+		status := http.StatusNotFound
+		if c.readyz != nil {
+			status = c.readyz()
+		}
+		c.mu.Unlock()
+		w.WriteHeader(status)
+		return
+	}
 	if r.Header.Get("Authorization") != "Bearer "+c.token {
 		http.Error(w, "bad token", http.StatusUnauthorized)
 		return
@@ -236,6 +258,9 @@ func (c *collector) session(ctx context.Context, conn *websocket.Conn) error {
 		}
 		_, data, err := conn.Read(ctx)
 		if err != nil {
+			c.mu.Lock()
+			c.closes = append(c.closes, websocket.CloseStatus(err))
+			c.mu.Unlock()
 			return nil
 		}
 		var env protocol.Envelope
@@ -268,8 +293,14 @@ func (c *collector) session(ctx context.Context, conn *websocket.Conn) error {
 			continue
 		}
 		c.mu.Lock()
-		before := c.beforeStore
+		before, storeErr := c.beforeStore, c.storeError
 		c.mu.Unlock()
+		if storeErr != nil {
+			if writeJSON(ctx, conn, storeErr) == nil {
+				conn.Close(websocket.StatusInternalError, "store failing")
+			}
+			return nil
+		}
 		if before != nil && !before(b) {
 			return nil
 		}
@@ -366,6 +397,31 @@ func (c *collector) batches() []protocol.Batch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]protocol.Batch(nil), c.stored...)
+}
+
+// set changes the collector's behaviours under its lock.
+func (c *collector) set(f func(c *collector)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f(c)
+}
+
+func (c *collector) hellosAt() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.helloAt...)
+}
+
+func (c *collector) readyzCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readyzHits
+}
+
+func (c *collector) closeStatuses() []websocket.StatusCode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]websocket.StatusCode(nil), c.closes...)
 }
 
 func (c *collector) lastHello() protocol.Hello {

@@ -32,11 +32,15 @@ func readyzURL(wsURL string) (string, error) {
 	default:
 		u.Scheme = "http"
 	}
-	prefix, _, found := strings.Cut(u.Path, "/api/v1/agent")
+	prefix, _, found := strings.Cut(u.EscapedPath(), "/api/v1/agent")
 	if !found {
 		prefix = ""
 	}
-	u.Path, u.RawPath = strings.TrimSuffix(prefix, "/")+"/readyz", ""
+	escaped := strings.TrimSuffix(prefix, "/") + "/readyz"
+	if u.Path, err = url.PathUnescape(escaped); err != nil {
+		return "", err
+	}
+	u.RawPath = escaped
 	u.RawQuery, u.Fragment = "", ""
 	return u.String(), nil
 }
