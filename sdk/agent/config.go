@@ -84,7 +84,8 @@ type Config struct {
 	// Clock) the agent asks the preferred collector's GET /readyz (its URL
 	// with ws:// made http:// and wss:// https://, and "/api/v1/agent" in
 	// its path made "/readyz"; sent with HTTPClient, without the token,
-	// each check bounded by HandshakeTimeout). Once that answered 200 on
+	// each check on a connection of its own, closed after it, and bounded
+	// by HandshakeTimeout). Once that answered 200 on
 	// at least 3 checks in a row spanning at least FailbackAfter (any other
 	// answer, or no answer, starts the count again), the agent stops
 	// writing batches, waits up to 10s for the collector it is on to

@@ -89,7 +89,8 @@ func (a *Agent) watchPreferred(ctx context.Context, preferred string, moveBack c
 }
 
 // ready reports whether GET target answers 200 within timeout (at most
-// HandshakeTimeout), with Config.HTTPClient and no token.
+// HandshakeTimeout), with Config.HTTPClient, no token, on a connection
+// closed after it.
 func (a *Agent) ready(ctx context.Context, target string, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, min(timeout, a.cfg.HandshakeTimeout))
 	defer cancel()
@@ -97,11 +98,16 @@ func (a *Agent) ready(ctx context.Context, target string, timeout time.Duration)
 	if err != nil {
 		return false
 	}
+	// No keep-alive: an idle connection per agent would count against the
+	// preferred collector's connection caps (per address behind a NAT)
+	// while the fleet is elsewhere, and linger beside its websockets after
+	// the fleet moves back.
+	req.Close = true
 	resp, err := a.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return false
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // lets the connection be reused
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	return resp.StatusCode == http.StatusOK
 }
