@@ -25,8 +25,11 @@
 // reconnect, so nothing is lost or counted twice when the collector
 // restarts or the connection drops. Given several collectors sharing one
 // database (Config.URLs), the agent connects to one, starting at one picked
-// by a hash of its service and instance, and fails over to the next in the
-// same way.
+// by a hash of its service and instance, fails over to the next in the
+// same way, and moves back to the one it started on once that one has been
+// ready for Config.FailbackAfter. Between attempts it backs off
+// exponentially, except where the collector says when to come back
+// (retry_after_ms) or nothing listens yet (retried every second at most).
 //
 // The agent never slows the service down: the breakers' hot path only
 // updates their counters, the agent's transition observer only queues,
