@@ -149,7 +149,8 @@ func (a *Agent) connLoop(ctx context.Context) {
 	next := preferred
 	var failures failureLog
 	for ctx.Err() == nil {
-		url := a.cfg.URLs[next]
+		cur := next
+		url := a.cfg.URLs[cur]
 		next = (next + 1) % len(a.cfg.URLs)
 		welcomed, progressed, err := a.session(ctx, url, a.cfg.URLs[preferred], sessions > 0)
 		if welcomed {
@@ -181,7 +182,11 @@ func (a *Agent) connLoop(ctx context.Context) {
 			backoff = a.cfg.ReconnectMax
 			wait = jitter(backoff)
 		case errors.As(err, &later) && later.after > 0:
+			// The collector asked this agent back: to it, not the next
+			// one (its store's trouble is every collector's over a
+			// shared database, and the fleet should not move for it).
 			wait, grow = retryAfterWait(later.after, a.cfg.ReconnectMax), false
+			next = cur
 		case notListening(err):
 			wait, grow = jitter(min(backoff, refusedCap, a.cfg.ReconnectMax)), false
 		default:

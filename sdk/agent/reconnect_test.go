@@ -51,6 +51,26 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		checkGaps(t, f.col.hellosAt()[:4])
 	})
 
+	t.Run("to the same collector", func(t *testing.T) {
+		// With several collectors the agent comes back to the one that
+		// asked (over a shared database its store's trouble is every
+		// collector's): the other one sees no hello.
+		a, b := newCollector(t), newCollector(t)
+		a.set(func(c *collector) { c.refuseHello = refusal })
+		b.set(func(c *collector) { c.refuseHello = refusal })
+		f := newFixture(t, fixtureOptions{noStart: true, agent: func(c *agent.Config) {
+			slowBackoff(c)
+			c.URL, c.URLs = "", []string{a.url(), b.url()}
+		}})
+		if err := f.agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "four hellos", func() bool { return len(a.hellosAt())+len(b.hellosAt()) >= 4 })
+		if na, nb := len(a.hellosAt()), len(b.hellosAt()); na != 0 && nb != 0 {
+			t.Fatalf("hellos: %d to one collector, %d to the other; want every one to the collector that asked the agent back", na, nb)
+		}
+	})
+
 	t.Run("on a batch", func(t *testing.T) {
 		f := newFixture(t, fixtureOptions{agent: slowBackoff})
 		f.col.set(func(c *collector) { c.storeError = refusal })
