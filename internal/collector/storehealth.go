@@ -128,10 +128,13 @@ func (h *storeHealth) failed(f failKey, err error) (giveUp bool) {
 	h.gen++
 	msg := err.Error()
 	transient := store.Transient(err)
+	if !h.isFailing.Load() {
+		// A probe says whose trouble it is; and the prober, idle while
+		// the store was fine, starts its rounds.
+		signal(h.wake)
+	}
 	if transient || (h.lastErr == msg && h.last != f) {
 		h.setFailing(err)
-	} else if !h.isFailing.Load() {
-		signal(h.wake) // a probe says whose trouble it is
 	}
 	h.last, h.lastErr = f, msg
 	if transient {
@@ -155,14 +158,13 @@ func (h *storeHealth) failed(f failKey, err error) (giveUp bool) {
 // storeFailed records that a write other than a batch's (a hello) failed
 // with err: the store is probed at once.
 func (h *storeHealth) storeFailed(err error) {
-	if store.Transient(err) {
-		h.mu.Lock()
-		h.setFailing(err)
-		h.mu.Unlock()
-		return
-	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if !h.isFailing.Load() {
 		signal(h.wake)
+	}
+	if store.Transient(err) {
+		h.setFailing(err)
 	}
 }
 
