@@ -1,8 +1,12 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"io"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -268,5 +272,45 @@ func TestRealAgentsLoseNothingWhileTheSchemaIsBroken(t *testing.T) {
 			t.Logf("%d calls and %d transitions, %v batch failures during the fault, all stored after the repair",
 				wantCalls, wantTransitions, batchesCounted(t, h, "failed")-failedAt)
 		})
+	}
+}
+
+// TestHTTPIngestWhileTheSchemaIsBroken: over HTTP ingest a batch the
+// broken store cannot take is answered 503 with Retry-After: 1 on every
+// attempt, never 400 (refused for good, as it used to be at the third);
+// once repaired the same body is stored.
+func TestHTTPIngestWhileTheSchemaIsBroken(t *testing.T) {
+	h := startHarness(t, "", nil)
+	db := storeDB(t, h)
+	exec(t, db, schemaFaults[1].apply)
+	body, err := json.Marshal(protocol.IngestRequest{Hello: rawHello("h1", 5), Batch: h.batch(1, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func() (int, string, string) {
+		req, err := http.NewRequest("POST", h.srv.URL+"/api/v1/ingest", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(data)
+	}
+	for attempt := 1; attempt <= 3*maxStoreAttempts; attempt++ {
+		if status, after, data := post(); status != 503 || after != "1" {
+			t.Fatalf("attempt %d: %d (Retry-After %q) %s, want 503 with Retry-After 1", attempt, status, after, data)
+		}
+	}
+	exec(t, db, schemaFaults[1].repair)
+	if status, _, data := post(); status != 200 || !strings.Contains(data, `"acked_seq":1`) {
+		t.Fatalf("after the repair: %d %s", status, data)
+	}
+	if got := storedAdmitted(t, h); got != 10 {
+		t.Fatalf("stored admitted %d, want 10", got)
 	}
 }
