@@ -14,6 +14,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/disktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
@@ -78,22 +79,6 @@ func TestFullDiskIsNotReadyAndTheAgentIsToldToRetry(t *testing.T) {
 	}
 }
 
-// storeDB opens the harness's database directly, as another process
-// (an operator) would.
-func storeDB(t *testing.T, h *harness) *sql.DB {
-	t.Helper()
-	driver, dsn := "sqlite", h.path+"?_pragma=busy_timeout(5000)"
-	if store.IsPostgres(h.path) {
-		driver, dsn = "pgx", h.path
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 // poisonGeneration is the generation of a transition the poison trigger
 // refuses.
 const poisonGeneration = 666
@@ -120,19 +105,22 @@ func poison(t *testing.T, h *harness, db *sql.DB) {
 // TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn: a batch the store
 // always refuses (a trigger refuses its transition) while it stores the
 // others and its probe succeeds is the batch's trouble: it is retried
-// (the agent told to retry later, after retry_after_ms) at least
-// maxStoreAttempts times, then refused for good with its seq, and the
+// (the agent told to retry later, after retry_after_ms)
+// maxStoreAttempts times (the store's probe succeeding after each
+// failure), then refused for good with its seq, and the
 // window report behind it is stored; /readyz stays 200.
 func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 	h := startHarness(t, "", nil)
-	poison(t, h, storeDB(t, h))
+	poison(t, h, rawStoreDB(t, h))
 	bad := h.trans(protocol.StateClosed, protocol.StateOpen, poisonGeneration)
 	one := h.batch(1, 10, 0, bad)
 	two := h.batch(2, 7, 0)
 	for attempt := 1; ; attempt++ {
-		if attempt > 3*maxStoreAttempts {
+		if attempt > maxStoreAttempts {
 			t.Fatalf("batch 1 still not refused after %d attempts", attempt-1)
 		}
+		// The batch's failure starts a probe; the decision waits for it.
+		eventually.True(t, "the store probed since the last failure", h.col.health.probedSinceFailures)
 		a := dialRaw(t, h, h.token)
 		if w := a.hello("a1", 1); w.LastSeq != 0 {
 			t.Fatalf("attempt %d: last_seq %d", attempt, w.LastSeq)
@@ -158,7 +146,6 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 		if ack.Seq != 2 {
 			t.Fatalf("ack %d, want 2", ack.Seq)
 		}
-		t.Logf("refused for good at attempt %d", attempt)
 		break
 	}
 	if status, body := readyz(t, h); status != 200 {

@@ -60,7 +60,7 @@ func TestAStoreThatFailsEveryBatchNeverRefusesOne(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			clk := clocktest.Virtual()
 			h := startHarness(t, "", func(c *Config) { c.Clock = clk })
-			db := storeDB(t, h)
+			db := rawStoreDB(t, h)
 			if status, body := readyz(t, h); status != 200 {
 				t.Fatalf("readyz %d %s", status, body)
 			}
@@ -123,7 +123,7 @@ func TestAStoreThatFailsEveryBatchNeverRefusesOne(t *testing.T) {
 // retry-later error that carries retry_after_ms, and /readyz answers 503.
 func TestHelloRefusedForTheStoreSaysWhenToComeBack(t *testing.T) {
 	h := startHarness(t, "", nil)
-	exec(t, storeDB(t, h), `ALTER TABLE breakers RENAME COLUMN config TO config_renamed`)
+	exec(t, rawStoreDB(t, h), `ALTER TABLE breakers RENAME COLUMN config TO config_renamed`)
 	a := dialRaw(t, h, h.token)
 	a.send(rawHello("a1", 1))
 	var e protocol.Error
@@ -156,7 +156,7 @@ func TestRealAgentsLoseNothingWhileTheSchemaIsBroken(t *testing.T) {
 	for _, f := range schemaFaults {
 		t.Run(f.name, func(t *testing.T) {
 			h := startHarness(t, "", nil)
-			db := storeDB(t, h)
+			db := rawStoreDB(t, h)
 			members := []*fleetMember{startMember(t, h, "a1", nil), startMember(t, h, "a2", nil)}
 			var gen0 int64 // the generations the breakers started in
 			for _, m := range members {
@@ -281,7 +281,7 @@ func TestRealAgentsLoseNothingWhileTheSchemaIsBroken(t *testing.T) {
 // once repaired the same body is stored.
 func TestHTTPIngestWhileTheSchemaIsBroken(t *testing.T) {
 	h := startHarness(t, "", nil)
-	db := storeDB(t, h)
+	db := rawStoreDB(t, h)
 	exec(t, db, schemaFaults[1].apply)
 	body, err := json.Marshal(protocol.IngestRequest{Hello: rawHello("h1", 5), Batch: h.batch(1, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1))})
 	if err != nil {
@@ -313,4 +313,18 @@ func TestHTTPIngestWhileTheSchemaIsBroken(t *testing.T) {
 	if got := storedAdmitted(t, h); got != 10 {
 		t.Fatalf("stored admitted %d, want 10", got)
 	}
+}
+
+// probedSinceFailures reports whether a probe that started after the
+// last failure of every batch remembered has succeeded (tests wait for it
+// before resending a failed batch, whose refusal for good depends on it).
+func (h *storeHealth) probedSinceFailures() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.failures {
+		if r.gen >= h.probeOK {
+			return false
+		}
+	}
+	return true
 }
