@@ -64,10 +64,16 @@ func (c *Collector) ReleaseHold(ctx context.Context, actor cbdash.Actor, id, rea
 // nil error once Run has restored live state while the store answers and
 // can commit (store.Writable); else the status that is not ready
 // ("starting or stopping", "store unavailable", "store cannot commit")
-// with its cause (nil while starting or stopping).
+// with its cause (nil while starting or stopping). While the store is
+// failing (storehealth.go: batches failed for the store's sake, or its
+// probe failed) it is "store cannot commit" with the last error, until a
+// probe succeeds (every storeProbeEvery, and at once after a commit).
 func (c *Collector) Readiness(ctx context.Context) (status string, cause error) {
 	if !c.isReady() {
 		return "starting or stopping", nil
+	}
+	if err := c.health.err(); err != nil {
+		return "store cannot commit", err
 	}
 	if _, err := c.store.LastSeq(ctx, "", "", 0); err != nil {
 		return "store unavailable", err

@@ -227,9 +227,10 @@ func TestABatchFailingInTheMiddleOfAStreamIsNotPassedByTheOnesBehindIt(t *testin
 }
 
 // TestRefusalsForGoodDuplicatesAndRefusedBatchesAreAnsweredInReadOrder:
-// batch 4 can never be stored (its transition; the cause column is
-// renamed). The first two connections get acks up to 3 and a fatal
-// retry-later; on the third, batch 4 is refused for good and the agent
+// batch 4 can never be stored (a trigger refuses its transition) while
+// the store takes the others. The first two connections get acks up to 3
+// and a fatal retry-later; on the third (once the store's probe has
+// succeeded since the second failure), batch 4 is refused for good and the agent
 // sends, without waiting, 4, a duplicate of 2, 5, a batch 6 the
 // collector refuses (sent_at negative), 7, a duplicate of 5 and 8. The
 // answers come in that order: the refusal of 4, acks up to 5, the
@@ -237,13 +238,11 @@ func TestABatchFailingInTheMiddleOfAStreamIsNotPassedByTheOnesBehindIt(t *testin
 // once each.
 func TestRefusalsForGoodDuplicatesAndRefusedBatchesAreAnsweredInReadOrder(t *testing.T) {
 	h := startHarness(t, "", nil)
-	if _, err := rawStoreDB(t, h).Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
-		t.Fatal(err)
-	}
+	poison(t, h, rawStoreDB(t, h))
 	batch := func(seq uint64) protocol.Batch {
 		switch seq {
 		case 4:
-			return h.batch(seq, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1))
+			return h.batch(seq, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, poisonGeneration))
 		case 6:
 			b := h.batch(seq, 10, 0)
 			b.SentAt = -1
@@ -270,6 +269,7 @@ func TestRefusalsForGoodDuplicatesAndRefusedBatchesAreAnsweredInReadOrder(t *tes
 		}
 		a.expectClose(websocket.StatusInternalError)
 	}
+	eventually.True(t, "the store probed since the last failure", h.col.health.probedSinceFailures)
 	a := dialRaw(t, h, h.token)
 	if w := a.hello("a1", 1); w.LastSeq != 3 {
 		t.Fatalf("welcome last_seq %d, want 3", w.LastSeq)

@@ -167,10 +167,11 @@ type Collector struct {
 	tokens  *tokenUsage // what each agent token declared, against Config.Limits
 	skews   sync.Map    // instKey -> *skewEst
 
-	failMu   sync.Mutex
-	failures map[failKey]int // batches that failed to be stored, by attempts
-	holds    *holdManager
-	fleet    *fleet
+	// health says whether the store commits, and which failed batches
+	// are refused for good (storehealth.go).
+	health *storeHealth
+	holds  *holdManager
+	fleet  *fleet
 
 	mu         sync.Mutex
 	sessions   map[*session]struct{}
@@ -205,7 +206,7 @@ func New(cfg Config) (*Collector, error) {
 	h.onCount = func(n int) { m.subscribers.Set(float64(n)) }
 	c := &Collector{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger, clk: cfg.Clock, now: cfg.Clock.Now,
-		hub: h, metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(),
+		hub: h, metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(), health: newStoreHealth(),
 		sessions: make(map[*session]struct{}), tokenConns: make(map[string]int), readyCh: make(chan struct{}),
 	}
 	c.live = newLive(cfg.Clock.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
@@ -252,6 +253,13 @@ func (c *Collector) Run(ctx context.Context) error {
 	close(c.readyCh)
 	c.mu.Unlock()
 	defer c.startFleet(ctx)()
+	probeCtx, stopProber := context.WithCancel(ctx)
+	proberDone := make(chan struct{})
+	go func() {
+		defer close(proberDone)
+		c.health.runProber(probeCtx, c.clk, c.store, c.log)
+	}()
+	defer func() { stopProber(); <-proberDone }()
 
 	publish, stopPublish := c.clk.NewTicker(c.cfg.PublishInterval)
 	defer stopPublish()

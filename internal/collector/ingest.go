@@ -8,13 +8,15 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// retryAfterSeconds is the Retry-After of a 503 answer to an agent.
+// retryAfterSeconds is the Retry-After of a 503 answer to an agent, but
+// for the store's trouble (storeRetryAfter, rounded up to seconds: 1).
 const retryAfterSeconds = 5
 
 // ServeIngest serves POST /api/v1/ingest: a protocol.IngestRequest (the
@@ -27,8 +29,9 @@ const retryAfterSeconds = 5
 // websocket hello). Errors, as
 // {"error": reason}: 401 bad token, 403 token limited to another service,
 // 400 (ErrInvalid) for a malformed or invalid request (nothing of it is
-// stored; the same body is refused again), 503 with Retry-After before Run
-// or when the store cannot commit now (retry the same body). The errors
+// stored; the same body is refused again; also a batch refused for good,
+// see maxStoreAttempts), 503 with Retry-After before Run (5 s) or when
+// the store cannot commit now (1 s; retry the same body). The errors
 // are returned, nothing written, for the server's error handler (503:
 // cbdash.ErrUnavailable, Retry-After already set).
 func (c *Collector) ServeIngest(w http.ResponseWriter, r *http.Request) error {
@@ -112,7 +115,11 @@ func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol
 // 503 with Retry-After) and its reason.
 func (c *Collector) ingestRefused(w http.ResponseWriter, rf *refusal) error {
 	if !rf.Permanent() {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		after := retryAfterSeconds
+		if rf.retryAfter > 0 {
+			after = int(max(1, (rf.retryAfter+time.Second-1)/time.Second))
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(after))
 		return unavailable(rf.Reason)
 	}
 	return fmt.Errorf("%w", rf)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -57,6 +56,10 @@ type refusal struct {
 	// From save: giveUp says the batch is refused for good (Kind is then
 	// cbdash.ErrInvalid).
 	giveUp bool
+	// retryAfter, on a retry-later refusal for the store's trouble, is
+	// when the agent may come back (protocol.Error.RetryAfterMillis, HTTP
+	// Retry-After); 0 = its own backoff (5 s over HTTP).
+	retryAfter time.Duration
 }
 
 func (r *refusal) Error() string { return r.Reason }
@@ -79,6 +82,14 @@ func refuse(kind error, format string, args ...any) *refusal {
 // retryLater is a refusal of the collector's own trouble.
 func retryLater(cause error, format string, args ...any) *refusal {
 	return &refusal{Kind: errRetryLater, Reason: fmt.Sprintf(format, args...) + "; retry later", Cause: cause}
+}
+
+// storeTrouble is a retry-later refusal for the store's trouble: the
+// agent may come back after storeRetryAfter.
+func storeTrouble(cause error, format string, args ...any) *refusal {
+	rf := retryLater(cause, format, args...)
+	rf.retryAfter = storeRetryAfter
+	return rf
 }
 
 // invalidInput wraps a validation error as a permanent refusal; prefix
@@ -106,7 +117,7 @@ func (c *Collector) authorize(ctx context.Context, token string) (string, *refus
 		return "", refuse(cbdash.ErrUnauthorized, "bad or missing agent token (unauthorized)")
 	default:
 		c.log.Error("check agent token", "err", err)
-		return "", retryLater(err, "collector error checking the token")
+		return "", storeTrouble(err, "collector error checking the token")
 	}
 }
 
@@ -136,12 +147,15 @@ func (c *Collector) admitHello(h *protocol.Hello, tokenService string, tr transp
 func (c *Collector) register(ctx context.Context, h *protocol.Hello, s *session, now time.Time, welcome func(last uint64)) (uint64, *session, *refusal) {
 	if err := c.store.SaveHello(ctx, *h, now); err != nil {
 		c.log.Error("save hello", "err", err)
-		return 0, nil, retryLater(err, "collector could not record the hello")
+		if ctx.Err() == nil {
+			c.health.storeFailed(err)
+		}
+		return 0, nil, storeTrouble(err, "collector could not record the hello")
 	}
 	last, err := c.store.LastSeq(ctx, h.Service, h.Instance, h.StartedAt)
 	if err != nil {
 		c.log.Error("last seq", "err", err)
-		return 0, nil, retryLater(err, "collector could not read the last sequence number")
+		return 0, nil, storeTrouble(err, "collector could not read the last sequence number")
 	}
 	var w func()
 	if welcome != nil {
@@ -177,8 +191,11 @@ func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at
 
 // maxStoreAttempts is how many times one batch may fail to be stored,
 // with an error the same batch will meet again (store.Transient false),
-// before it is refused for good: the agent then drops it (counting it in
-// dropped.batches) and the batches after it are stored.
+// before it may be refused for good: the agent then drops it (counting
+// it in dropped.batches) and the batches after it are stored. It is
+// refused only while the store is not failing and a probe run since its
+// previous failure succeeded (storehealth.go): a store that fails every
+// batch never has one dropped.
 const maxStoreAttempts = 3
 
 // failKey names one batch of one agent process.
@@ -193,9 +210,8 @@ const maxFailKeys = 10000
 
 // save commits batch b of the agent process (k, startedAt), received at
 // at, and then counts it and publishes the commands it answered. stored
-// is false for a duplicate. A failure is retry-later (the agent
-// resends), except a batch that failed maxStoreAttempts times with an
-// error that is not transient: that one is refused for good (giveUp).
+// is false for a duplicate. A failure is retry-later (the agent resends),
+// except a batch refused for good (giveUp; see maxStoreAttempts).
 func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *protocol.Batch, at time.Time) (stored bool, r *refusal) {
 	start := time.Now()
 	stored, err := c.store.SaveBatch(ctx, k.service, k.instance, startedAt, *b, at)
@@ -209,48 +225,31 @@ func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *pro
 // saved does what follows a committed batch (stored false: a
 // duplicate): it forgets the batch's failures and counts it.
 func (c *Collector) saved(k instKey, startedAt int64, b *protocol.Batch, stored bool, start time.Time) {
-	c.forgetFailure(failKey{k, startedAt, b.Seq})
+	c.health.committed(failKey{k, startedAt, b.Seq})
 	c.afterSave(b, stored, start, k)
 }
 
 // saveFailed is the refusal for a batch the store failed to save with
-// err; canceled: the caller's context was done. It
-// counts the failure: a batch that failed maxStoreAttempts times, not
-// for the database's passing trouble, is refused for good (giveUp). It
-// takes no lock held while the store writes, so the store's writer may
-// call it.
+// err; canceled: the caller's context was done. It records the failure
+// (storeHealth.failed): a batch refused for good is answered giveUp,
+// any other failure is a retry-later that asks the agent to come back
+// after storeRetryAfter. It takes no lock held while the store writes,
+// so the store's writer may call it.
 func (c *Collector) saveFailed(k instKey, startedAt int64, b *protocol.Batch, err error, canceled bool) *refusal {
 	c.metrics.batches.WithLabelValues("failed").Inc()
 	if !canceled {
 		c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "err", err)
 	}
-	rf := retryLater(err, "collector could not store batch %d", b.Seq)
-	if canceled || store.Transient(err) {
+	rf := storeTrouble(err, "collector could not store batch %d", b.Seq)
+	if canceled {
 		return rf
 	}
-	if c.countFailure(failKey{k, startedAt, b.Seq}) >= maxStoreAttempts {
+	if c.health.failed(failKey{k, startedAt, b.Seq}, err) {
 		c.metrics.batches.WithLabelValues("refused").Inc()
 		return &refusal{Kind: cbdash.ErrInvalid, giveUp: true, Cause: err,
-			Reason: truncate(fmt.Sprintf("batch %d could not be stored in %d attempts (%v); it is refused for good", b.Seq, maxStoreAttempts, err), 500)}
+			Reason: truncate(fmt.Sprintf("batch %d could not be stored in %d attempts while the store took other batches (%v); it is refused for good", b.Seq, maxStoreAttempts, err), 500)}
 	}
 	return rf
-}
-
-// countFailure counts one more failure of a batch and returns the count.
-func (c *Collector) countFailure(f failKey) int {
-	c.failMu.Lock()
-	defer c.failMu.Unlock()
-	if c.failures == nil || len(c.failures) >= maxFailKeys {
-		c.failures = make(map[failKey]int)
-	}
-	c.failures[f]++
-	return c.failures[f]
-}
-
-func (c *Collector) forgetFailure(f failKey) {
-	c.failMu.Lock()
-	defer c.failMu.Unlock()
-	delete(c.failures, f)
 }
 
 // pending returns the commands waiting for an instance, as sent at now.

@@ -8,9 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/pgtest"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // relay is a TCP relay between the collector's store and PostgreSQL that
@@ -117,4 +120,57 @@ func TestReadyzFollowsPostgreSQL(t *testing.T) {
 		status, _ := readyz(t, h)
 		return status == 200
 	})
+}
+
+// TestReadyWithinASecondOfPostgreSQLComingBack: a batch fails while
+// PostgreSQL is unreachable (the agent is told to come back after
+// retry_after_ms); /readyz answers 503 until the server is back, then
+// 200 within one second of the collector's clock with no agent sending
+// (the collector probes its store every storeProbeEvery while it
+// fails; it used to wait for a batch to commit).
+func TestReadyWithinASecondOfPostgreSQLComingBack(t *testing.T) {
+	if os.Getenv(pgtest.EnvDSN) == "" {
+		t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
+	}
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(t, u.Host)
+	u.Host = r.addr
+	q := u.Query()
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	clk := clocktest.Virtual()
+	h := startHarness(t, u.String(), func(c *Config) { c.Clock = clk })
+	a := dialRaw(t, h, h.token)
+	a.hello("a1", 1)
+	r.cut()
+	a.send(h.batch(1, 10, 0))
+	var e protocol.Error
+	a.expect(protocol.TypeError, &e)
+	if !e.Fatal || !e.Retry || e.RetryAfterMillis != storeRetryAfter.Milliseconds() {
+		t.Fatalf("%+v, want a fatal retry-later after %v", e, storeRetryAfter)
+	}
+	if status, body := readyz(t, h); status != 503 {
+		t.Fatalf("readyz with PostgreSQL unreachable: %d %s", status, body)
+	}
+	r.restore()
+	var advanced time.Duration
+	var last string
+	defer func() { t.Logf("last readyz: %s", last) }()
+	eventually.True(t, "readyz 200 once PostgreSQL is back", func() bool {
+		status, body := readyz(t, h)
+		if status == 200 {
+			return true
+		}
+		last = body
+		clk.Advance(50 * time.Millisecond)
+		advanced += 50 * time.Millisecond
+		return false
+	})
+	t.Logf("ready %v (collector's clock) after PostgreSQL came back", advanced)
+	if advanced > time.Second {
+		t.Fatalf("readyz 200 only %v after PostgreSQL came back, want within 1 s", advanced)
+	}
 }

@@ -980,10 +980,15 @@ func (s *session) sendWait(ctx context.Context, v any) {
 // fatal sends a fatal error directly and closes the connection: with
 // status 1008 (policy violation) when the refusal is permanent, 1011
 // (internal error) when it is the collector's trouble and the agent should
-// retry later.
+// retry later (after retry_after_ms when the refusal says when: the
+// store's trouble, see storeRetryAfter).
 func (s *session) fatal(ctx context.Context, rf *refusal) {
 	reason := truncate(rf.Reason, 500)
-	data, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: !rf.Permanent()})
+	e := protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: !rf.Permanent()}
+	if e.Retry {
+		e.RetryAfterMillis = rf.retryAfter.Milliseconds()
+	}
+	data, _ := json.Marshal(e)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.cfg.WriteTimeout)
 	defer cancel()
 	code := websocket.StatusPolicyViolation

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/disktest"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
@@ -78,28 +79,48 @@ func TestFullDiskIsNotReadyAndTheAgentIsToldToRetry(t *testing.T) {
 	}
 }
 
-// TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn: with a column of
-// the transitions table renamed under the collector, a batch with a
-// transition can never be stored. It is retried (the agent told to retry
-// later) maxStoreAttempts times, then refused for good with its seq, and
-// the window report behind it is stored.
+// poisonGeneration is the generation of a transition the poison trigger
+// refuses.
+const poisonGeneration = 666
+
+// poison installs a trigger that refuses every transition of generation
+// poisonGeneration: a batch carrying one fails however often it is sent,
+// while every other batch (and the store's probe) is stored.
+func poison(t *testing.T, h *harness, db *sql.DB) {
+	t.Helper()
+	stmts := []string{`CREATE TRIGGER poison BEFORE INSERT ON transitions WHEN NEW.generation = 666
+		BEGIN SELECT RAISE(ABORT, 'poisoned transition'); END`}
+	if store.IsPostgres(h.path) {
+		stmts = []string{`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN IF NEW.generation = 666 THEN RAISE EXCEPTION 'poisoned transition'; END IF; RETURN NEW; END $$`,
+			`CREATE TRIGGER poison BEFORE INSERT ON transitions FOR EACH ROW EXECUTE FUNCTION poison()`}
+	}
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn: a batch the store
+// always refuses (a trigger refuses its transition) while it stores the
+// others and its probe succeeds is the batch's trouble: it is retried
+// (the agent told to retry later, after retry_after_ms)
+// maxStoreAttempts times (the store's probe succeeding after each
+// failure), then refused for good with its seq, and the
+// window report behind it is stored; /readyz stays 200.
 func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 	h := startHarness(t, "", nil)
-	driver, dsn := "sqlite", h.path+"?_pragma=busy_timeout(5000)"
-	if store.IsPostgres(h.path) {
-		driver, dsn = "pgx", h.path
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
-		t.Fatal(err)
-	}
-	one := h.batch(1, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1))
+	poison(t, h, rawStoreDB(t, h))
+	bad := h.trans(protocol.StateClosed, protocol.StateOpen, poisonGeneration)
+	one := h.batch(1, 10, 0, bad)
 	two := h.batch(2, 7, 0)
-	for attempt := 1; attempt <= maxStoreAttempts; attempt++ {
+	for attempt := 1; ; attempt++ {
+		if attempt > maxStoreAttempts {
+			t.Fatalf("batch 1 still not refused after %d attempts", attempt-1)
+		}
+		// The batch's failure starts a probe; the decision waits for it.
+		eventually.True(t, "the store probed since the last failure", h.col.health.probedSinceFailures)
 		a := dialRaw(t, h, h.token)
 		if w := a.hello("a1", 1); w.LastSeq != 0 {
 			t.Fatalf("attempt %d: last_seq %d", attempt, w.LastSeq)
@@ -108,13 +129,16 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 		a.send(two)
 		var e protocol.Error
 		a.expect(protocol.TypeError, &e)
-		if attempt < maxStoreAttempts {
-			if !e.Fatal || !e.Retry || !strings.Contains(e.Reason, "could not store batch") {
-				t.Fatalf("attempt %d: %+v, want a fatal retry-later", attempt, e)
+		if e.Fatal {
+			if !e.Retry || e.RetryAfterMillis != storeRetryAfter.Milliseconds() || !strings.Contains(e.Reason, "could not store batch") {
+				t.Fatalf("attempt %d: %+v, want a fatal retry-later after %v", attempt, e, storeRetryAfter)
 			}
 			continue
 		}
-		if e.Fatal || e.Seq != 1 || !strings.Contains(e.Reason, "batch 1 could not be stored in 3 attempts") || !strings.Contains(e.Reason, "refused for good") {
+		if attempt < maxStoreAttempts {
+			t.Fatalf("attempt %d: %+v: refused before %d attempts", attempt, e, maxStoreAttempts)
+		}
+		if e.Seq != 1 || !strings.Contains(e.Reason, "batch 1 could not be stored in 3 attempts") || !strings.Contains(e.Reason, "refused for good") {
 			t.Fatalf("attempt %d: %+v, want batch 1 refused for good", attempt, e)
 		}
 		var ack protocol.Ack
@@ -122,10 +146,22 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 		if ack.Seq != 2 {
 			t.Fatalf("ack %d, want 2", ack.Seq)
 		}
+		break
 	}
+	if status, body := readyz(t, h); status != 200 {
+		t.Fatalf("readyz after a bad batch: %d %s, want 200 (the store is fine)", status, body)
+	}
+	if got := storedAdmitted(t, h); got != 7 {
+		t.Fatalf("stored admitted %d, want batch 2's 7", got)
+	}
+}
+
+// storedAdmitted is the calls stored for api/db around the harness's now.
+func storedAdmitted(t *testing.T, h *harness) int64 {
+	t.Helper()
 	pts, err := h.store.History(context.Background(), cbdash.HistoryQuery{
 		DependencyKey: cbdash.DependencyKey{Service: "api", Breaker: "db"},
-		From:          h.now().Add(-time.Minute), To: h.now().Add(time.Minute), Resolution: cbdash.ResolutionSecond,
+		From:          h.now().Add(-time.Hour), To: h.now().Add(time.Hour), Resolution: cbdash.ResolutionSecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +170,5 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 	for _, p := range pts {
 		admitted += p.Counts.Admitted
 	}
-	if admitted != 7 {
-		t.Fatalf("stored admitted %d, want batch 2's 7", admitted)
-	}
+	return admitted
 }

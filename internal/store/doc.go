@@ -24,7 +24,7 @@
 // PostgreSQL errors for Transient (connection lost or refused, the server
 // shutting down, out of disk, serialization failures and deadlocks are
 // transient: the collector then stops acking, as for a full disk, and
-// Writable fails until a write commits again). PostgreSQL connections go
+// Writable fails until a write commits again, or Probe succeeds). PostgreSQL connections go
 // through pgx's database/sql driver (pgx/v5/stdlib), not pgxpool, so both
 // backends share every query and scan; database/sql reconnects after the
 // server drops a connection. History reads use a REPEATABLE READ read-only

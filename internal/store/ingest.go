@@ -69,35 +69,41 @@ func (s *Store) SaveHello(ctx context.Context, h protocol.Hello, at time.Time) e
 	namesJSON, _ := json.Marshal(names)
 	now := ms(at)
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
-		inst, err := x.instance(h.Service, h.Instance, h.StartedAt, now)
-		if err != nil {
-			return err
-		}
-		if _, err := x.exec(`UPDATE services SET last_seen = max(last_seen, ?) WHERE id = ?`, now, inst.serviceID); err != nil {
-			return fmt.Errorf("store: update service: %w", err)
-		}
-		if _, err := x.exec(`UPDATE instances SET sdk_version = ?, labels = ?, started_at = ?, last_seen = ? WHERE id = ?`,
-			h.SDKVersion, string(labels), h.StartedAt, now, inst.id); err != nil {
-			return fmt.Errorf("store: update instance: %w", err)
-		}
-		if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (?, ?, 0)
-			ON CONFLICT DO NOTHING`, inst.id, h.StartedAt); err != nil {
-			return fmt.Errorf("store: record agent run: %w", err)
-		}
-		if _, err := x.exec(`DELETE FROM breakers WHERE instance_id = ? AND name NOT IN (SELECT value FROM json_each(?))`,
-			inst.id, string(namesJSON)); err != nil {
-			return fmt.Errorf("store: forget undeclared breakers: %w", err)
-		}
-		delete(x.w.c.breakers, inst.id)
-		for i, b := range h.Breakers {
-			if _, err := x.exec(`INSERT INTO breakers (instance_id, name, config) VALUES (?, ?, ?)
-				ON CONFLICT (instance_id, name) DO UPDATE SET config = excluded.config`,
-				inst.id, b.Name, string(configs[i])); err != nil {
-				return fmt.Errorf("store: save breaker %q: %w", b.Name, err)
-			}
-		}
-		return nil
+		return x.saveHello(&h, string(labels), configs, string(namesJSON), now)
 	}})
+}
+
+// saveHello writes hello h received at now (Unix ms): labels, the
+// breakers' configurations and their names (JSON) encoded by SaveHello.
+func (x *wtx) saveHello(h *protocol.Hello, labels string, configs [][]byte, namesJSON string, now int64) error {
+	inst, err := x.instance(h.Service, h.Instance, h.StartedAt, now)
+	if err != nil {
+		return err
+	}
+	if _, err := x.exec(`UPDATE services SET last_seen = max(last_seen, ?) WHERE id = ?`, now, inst.serviceID); err != nil {
+		return fmt.Errorf("store: update service: %w", err)
+	}
+	if _, err := x.exec(`UPDATE instances SET sdk_version = ?, labels = ?, started_at = ?, last_seen = ? WHERE id = ?`,
+		h.SDKVersion, labels, h.StartedAt, now, inst.id); err != nil {
+		return fmt.Errorf("store: update instance: %w", err)
+	}
+	if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (?, ?, 0)
+		ON CONFLICT DO NOTHING`, inst.id, h.StartedAt); err != nil {
+		return fmt.Errorf("store: record agent run: %w", err)
+	}
+	if _, err := x.exec(`DELETE FROM breakers WHERE instance_id = ? AND name NOT IN (SELECT value FROM json_each(?))`,
+		inst.id, namesJSON); err != nil {
+		return fmt.Errorf("store: forget undeclared breakers: %w", err)
+	}
+	delete(x.w.c.breakers, inst.id)
+	for i, b := range h.Breakers {
+		if _, err := x.exec(`INSERT INTO breakers (instance_id, name, config) VALUES (?, ?, ?)
+			ON CONFLICT (instance_id, name) DO UPDATE SET config = excluded.config`,
+			inst.id, b.Name, string(configs[i])); err != nil {
+			return fmt.Errorf("store: save breaker %q: %w", b.Name, err)
+		}
+	}
+	return nil
 }
 
 // instance returns the ids of (service, instance), creating the rows when

@@ -134,12 +134,7 @@ func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 	// statements when a key is in both.
 	cut := 8 * len(written)
 	for _, part := range [][]any{args[:cut], args[cut:]} {
-		if err := x.execRows(8, part, func(values string) string {
-			return `INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
-		VALUES ` + values + `
-		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,
-		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = min(instance_minutes.state_rank, excluded.state_rank)`
-		}); err != nil {
+		if err := x.execRows(8, part, imUpsert); err != nil {
 			return nil, fmt.Errorf("store: save instance minute: %w", err)
 		}
 	}
@@ -147,6 +142,32 @@ func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 		x.im = x.im[:0]
 	}
 	return written, nil
+}
+
+// imUpsert is the statement that adds rows of 8 columns (values) to
+// instance_minutes.
+func imUpsert(values string) string {
+	return `INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
+		VALUES ` + values + `
+		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,
+		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = min(instance_minutes.state_rank, excluded.state_rank)`
+}
+
+// writeOwnInstanceMinutes writes this transaction's own instance minutes
+// (x.im) only, not the writer's buffered sums (Store.Probe's).
+func (x *wtx) writeOwnInstanceMinutes() error {
+	mine := make(map[imKey]imRow, len(x.im))
+	for _, d := range x.im {
+		addInto(mine, d.k, d.r)
+	}
+	args := make([]any, 0, 8*len(mine))
+	for k, r := range mine {
+		args = append(args, k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
+	}
+	if err := x.execRows(8, args, imUpsert); err != nil {
+		return fmt.Errorf("store: save instance minute: %w", err)
+	}
+	return nil
 }
 
 // flushInstanceMinutes has the writer write its buffered instance minutes

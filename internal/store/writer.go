@@ -39,6 +39,9 @@ type op struct {
 	probe bool
 	// flushIM has the group write the buffered instance minutes.
 	flushIM bool
+	// dryRun runs the op alone in a transaction of its own, with the
+	// group's flush, that is rolled back whatever happens (Store.Probe's).
+	dryRun bool
 }
 
 // writer is the single goroutine that owns every write.
@@ -370,6 +373,23 @@ func (w *writer) try(o *op) bool {
 // commit runs a group of ops in one transaction, each in its own
 // savepoint, and reports every op's outcome after COMMIT.
 func (w *writer) commit(group []*op) {
+	for i, o := range group {
+		if o.dryRun {
+			rest := make([]*op, 0, len(group)-1)
+			for _, o := range group[i:] {
+				if o.dryRun {
+					w.dryRun(o)
+				} else {
+					rest = append(rest, o)
+				}
+			}
+			group = append(group[:i:i], rest...)
+			break
+		}
+	}
+	if len(group) == 0 {
+		return
+	}
 	errs := make([]error, len(group))
 	failAll := func(err error) {
 		for i := range errs {
@@ -872,11 +892,12 @@ const writableEvery = time.Second
 
 // Writable reports whether the store can commit now: nil, or why not (a
 // read-only file or file system, a full disk, PostgreSQL unreachable or
-// refusing writes, a schema the writes do not fit). It fails while the last write that failed for the database's
-// sake has not been followed by one that committed; otherwise it commits a
-// one-row write through the writer (at most once per second: that answer
-// is reused meanwhile). Errors: that write's or the probe's error,
-// wrapped; ctx's.
+// refusing writes, a schema the writes do not fit: a renamed column or a
+// dropped table of the ones a batch is written to). It fails while the
+// last write that failed for the database's sake has not been followed by
+// one that committed (or by a Probe that succeeded); otherwise it runs
+// Probe's writes (at most once per second: that answer is reused
+// meanwhile). Errors: that write's or the probe's error, wrapped; ctx's.
 func (s *Store) Writable(ctx context.Context) error {
 	s.w.failMu.Lock()
 	f := s.w.failing
@@ -889,11 +910,7 @@ func (s *Store) Writable(ctx context.Context) error {
 	if !s.healthAt.IsZero() && time.Since(s.healthAt) < writableEvery {
 		return s.healthErr
 	}
-	err := s.w.do(ctx, &op{probe: true, run: func(x *wtx) error {
-		_, err := x.exec(`INSERT INTO store_health (id, checked_at) VALUES (1, ?)
-			ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at`, s.opts.Clock.Now().UnixMilli())
-		return err
-	}})
+	err := s.probe(ctx)
 	if ctx.Err() != nil {
 		return ctx.Err() // not an answer: not cached
 	}
