@@ -174,6 +174,9 @@ func (s *Service) Run(ctx context.Context) error {
 			open, stored, err := s.takeover(ctx)
 			if err != nil {
 				cancel()
+				if ctx.Err() != nil {
+					return nil // stopped while taking over: a clean stop
+				}
 				return err
 			}
 			s.mu.Lock()
