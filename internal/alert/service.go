@@ -50,7 +50,20 @@ type Config struct {
 	// goroutine, so a dead receiver delays its own rule's alerts only.
 	QueueSize int
 	Delivery  DeliveryConfig
+	// Margin is how far before the stored mark Run replays the stored
+	// trips (0 = DefaultReplayMargin); see Run.
+	Margin time.Duration
 }
+
+// MarkName names the Service's mark in the store (Store.LeaderMark).
+const MarkName = "alerts"
+
+// DefaultReplayMargin is Config.Margin's default. A replay is idempotent, so a
+// wide margin costs reads only.
+const DefaultReplayMargin = time.Minute
+
+// markEvery is how often the mark is stored while the Service runs.
+const markEvery = 5 * time.Second
 
 func (c Config) validate() error {
 	switch {
@@ -62,6 +75,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Interval is negative", ErrInvalidConfig)
 	case c.QueueSize < 0:
 		return fmt.Errorf("%w: QueueSize is negative", ErrInvalidConfig)
+	case c.Margin < 0:
+		return fmt.Errorf("%w: Margin is negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -80,6 +95,8 @@ type Service struct {
 
 	mu     sync.Mutex // guards engine
 	engine *Engine
+
+	marked time.Time // when the mark was last stored; Run's goroutine only
 }
 
 // New returns a Service, or an error wrapping ErrInvalidConfig naming the
@@ -97,6 +114,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 64
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = DefaultReplayMargin
 	}
 	if cfg.Delivery.Logger == nil {
 		cfg.Delivery.Logger = cfg.Logger
@@ -148,6 +168,17 @@ func (s *Service) Firing() map[int64][]string {
 // Run) and returns nil once every rule's delivery goroutine has ended. It
 // returns an error only when the rules or the alert state cannot be loaded
 // at start (a ctx done while loading is a clean stop, nil).
+//
+// A takeover (a leader handover or a restart: same rule) also replays the
+// stored transitions to open received after the Service's mark (MarkName,
+// less Margin) through Engine.Trip before it follows the live feed, so a
+// trip that opened and closed while no leader ran fires its alert (since
+// the trip's time) and the resolve follows after the rule's hold. The
+// store makes it exactly once: a firing is recorded only when the alert
+// is not firing already and its start is not within an episode that
+// resolved (Store.ClaimFiringAlert), a resolve only once
+// (Store.ResolveFiringAlert); what is not recorded is not sent. While it
+// runs, Run stores the mark every 5 s.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.Reload(ctx); err != nil {
 		if ctx.Err() != nil { // stopped while starting: a clean stop
@@ -169,11 +200,22 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	tick, stop := s.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer stop()
+	first := true
 	for {
 		snapshot, events, cancel := s.cfg.Source.Subscribe()
 		s.mu.Lock()
 		s.engine.Load(snapshot)
 		s.mu.Unlock()
+		if first {
+			first = false
+			if err := s.replay(ctx, &wg); err != nil {
+				cancel()
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
 		resubscribe := s.consume(ctx, &wg, events, tick)
 		cancel()
 		if !resubscribe {
@@ -195,12 +237,20 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 			}
 			s.mu.Lock()
 			s.engine.Observe(ev)
+			var ns []Notification
+			if ev.Kind == cbdash.EventTransition && ev.Transition != nil {
+				ns = s.engine.Trip(*ev.Transition)
+			}
 			s.mu.Unlock()
+			s.send(ctx, wg, ns)
 			if ev.Kind == cbdash.EventTransition && ev.Transition != nil && ev.Transition.To == protocol.StateOpen {
 				s.evaluate(ctx, wg)
 			}
 		case <-tick:
 			s.evaluate(ctx, wg)
+			if now := s.cfg.Clock.Now(); now.Sub(s.marked) >= markEvery {
+				s.mark(ctx, now)
+			}
 		}
 	}
 }
@@ -212,10 +262,53 @@ func (s *Service) evaluate(ctx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	ns := s.engine.Evaluate(s.cfg.Clock.Now())
 	s.mu.Unlock()
+	s.send(ctx, wg, ns)
+}
+
+// send records and queues the notifications the store has not seen.
+func (s *Service) send(ctx context.Context, wg *sync.WaitGroup, ns []Notification) {
 	for _, n := range ns {
-		s.persist(ctx, n)
-		s.enqueue(ctx, wg, n)
+		if s.persist(ctx, n) {
+			s.enqueue(ctx, wg, n)
+		}
 	}
+}
+
+// replay feeds the engine the stored trips received after the mark (see
+// Run), sends what they fire, and stores the mark.
+func (s *Service) replay(ctx context.Context, wg *sync.WaitGroup) error {
+	now := s.cfg.Clock.Now()
+	mark, ok, err := s.cfg.Store.LeaderMark(ctx, MarkName)
+	if err != nil {
+		return fmt.Errorf("alert: read the mark: %w", err)
+	}
+	if ok {
+		trs, err := s.cfg.Store.TransitionsReceivedSince(ctx, mark.Add(-s.cfg.Margin), 0)
+		if err != nil {
+			return fmt.Errorf("alert: read the transitions after the mark: %w", err)
+		}
+		for _, tr := range trs {
+			s.mu.Lock()
+			ns := s.engine.Trip(tr)
+			s.mu.Unlock()
+			s.send(ctx, wg, ns)
+		}
+	}
+	s.mark(ctx, now)
+	return nil
+}
+
+// mark stores how far the Service has processed the transitions: the
+// ones received before now are processed or waiting in the live feed
+// (Margin covers those).
+func (s *Service) mark(ctx context.Context, now time.Time) {
+	if err := s.cfg.Store.SetLeaderMark(ctx, MarkName, now); err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("alert: store the mark", "err", err)
+		}
+		return
+	}
+	s.marked = now
 }
 
 // enqueue hands n to its rule's delivery queue, or drops and counts it
