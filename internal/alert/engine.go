@@ -178,8 +178,8 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 			st.detail = detail
 			if !st.firing {
 				st.firing = true
-				st.since = now
-				out = append(out, Notification{Rule: r, Subject: subject, Event: cbdash.AlertFiring, At: now, Since: now, Detail: detail})
+				st.since = e.firingSince(r, subject, now)
+				out = append(out, Notification{Rule: r, Subject: subject, Event: cbdash.AlertFiring, At: now, Since: st.since, Detail: detail})
 			}
 		}
 	}
@@ -213,6 +213,22 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 		return a.Subject < b.Subject
 	})
 	return out
+}
+
+// firingSince is the start of an alert that starts firing at now: for an
+// "open" rule, when the dependency's episode out of closed began
+// (Dependency.OpenSince, the trip's time, as Trip gives it: every leader
+// finds the same start), else now.
+func (e *Engine) firingSince(r cbdash.AlertRule, subject string, now time.Time) time.Time {
+	if r.Kind != cbdash.AlertOpen {
+		return now
+	}
+	for k, d := range e.deps {
+		if k.String() == subject && !d.OpenSince.IsZero() && d.OpenSince.Before(now) {
+			return d.OpenSince.UTC()
+		}
+	}
+	return now
 }
 
 // Restore takes back the alerts that were firing before a restart (from

@@ -3,6 +3,7 @@ package alert
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -18,7 +19,8 @@ type StateStore interface {
 	ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (existing cbdash.FiringAlert, claimed bool, err error)
 	// ResolveFiringAlert records that the alert firing since a.Since
 	// resolved at; claimed is false when it is not firing with that start.
-	ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at time.Time) (claimed bool, err error)
+	// prevPending is cbdash.AlertFiring when its firing was not delivered.
+	ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at time.Time) (prevPending string, claimed bool, err error)
 	// The handover: how far the transitions were processed, and the
 	// ones received after.
 	LeaderMark(ctx context.Context, name string) (time.Time, bool, error)
@@ -81,7 +83,12 @@ func (s *Service) forgetInactive(ctx context.Context, rules []cbdash.AlertRule) 
 // replay) fired or resolved that episode already; the engine then takes
 // the stored state (Engine.Adopt, Engine.Forget). A store that fails
 // does not stop the delivery.
-func (s *Service) persist(ctx context.Context, n Notification) bool {
+//
+// A resolve whose firing is recorded but was not delivered (a leader
+// fired it and was gone before its webhook call completed) and that this
+// Run has not queued is preceded by that firing: a resolve never comes
+// without its alert. It is returned in before.
+func (s *Service) persist(ctx context.Context, n Notification) (send bool, before *Notification) {
 	a := cbdash.FiringAlert{RuleID: n.Rule.ID, Subject: n.Subject, Firing: n.Event == cbdash.AlertFiring,
 		Since: n.Since, Detail: n.Detail, Pending: n.Event}
 	var claimed bool
@@ -99,18 +106,37 @@ func (s *Service) persist(ctx context.Context, n Notification) bool {
 			s.mu.Unlock()
 		}
 	} else {
-		claimed, err = s.cfg.Store.ResolveFiringAlert(ctx, a, n.At)
+		var prev string
+		prev, claimed, err = s.cfg.Store.ResolveFiringAlert(ctx, a, n.At)
+		if err == nil && claimed && prev == cbdash.AlertFiring && !s.queuedFiring(n) {
+			f := n
+			f.Event, f.At, f.Detail = cbdash.AlertFiring, n.Since, strings.TrimPrefix(n.Detail, "resolved: ")
+			before = &f
+		}
 	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.cfg.Logger.Error("alert: keep alert state", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
 		}
-		return true
+		return true, nil
 	}
 	if !claimed {
 		s.cfg.Logger.Debug("alert: already recorded; not sent again", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event, "since", n.Since)
 	}
-	return claimed
+	return claimed, before
+}
+
+// queuedFiring reports whether this Run queued the firing of n's alert
+// with n's start, and forgets it when n is its resolve.
+func (s *Service) queuedFiring(n Notification) bool {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	k := alertKey{n.Rule.ID, n.Subject}
+	since, ok := s.fired[k]
+	if n.Event == cbdash.AlertResolved {
+		delete(s.fired, k)
+	}
+	return ok && since.Equal(n.Since)
 }
 
 // ack records that n's webhook call completed (delivered or given up).

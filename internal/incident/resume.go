@@ -72,3 +72,54 @@ func (d *Detector) Resume(open []cbdash.Incident, stored []cbdash.TransitionReco
 	}
 	return out
 }
+
+// Late feeds transitions that reach the detector after newer ones of the
+// same instance breakers (stored ones a takeover saw neither in the store
+// nor on the live feed, with the closes seen since, which Late feeds
+// again), oldest first (by At, then ID). They count as Observe counts
+// them: a trip opens or joins its dependency's incident at its time, a
+// close starts the quiet period at its time. An instance for which
+// stillDown reports true (a trip newer than every transition given was
+// seen of it) keeps the state the detector had before Late. The caller
+// must not pass a trip the detector has already counted.
+func (d *Detector) Late(trs []cbdash.TransitionRecord, stillDown func(service, instance, breaker string) bool) []Change {
+	type inst struct {
+		k        cbdash.DependencyKey
+		instance string
+	}
+	type before struct {
+		state string
+		trip  cbdash.TransitionRecord
+	}
+	saved := make(map[inst]before)
+	for _, tr := range trs {
+		k := cbdash.DependencyKey{Service: tr.Service, Breaker: tr.Breaker}
+		i := inst{k, tr.Instance}
+		if _, ok := saved[i]; ok || !stillDown(tr.Service, tr.Instance, tr.Breaker) {
+			continue
+		}
+		if s := d.deps[k]; s != nil {
+			if st, known := s.states[tr.Instance]; known && down(st) {
+				saved[i] = before{st, s.trips[tr.Instance]}
+			}
+		}
+	}
+	var out []Change
+	for _, tr := range trs {
+		out = append(out, d.observeTransition(tr)...)
+	}
+	for i, b := range saved {
+		s := d.deps[i.k]
+		if s == nil {
+			continue
+		}
+		s.states[i.instance] = b.state
+		if b.trip.To != "" {
+			s.trips[i.instance] = b.trip
+		}
+		if s.inc != nil {
+			s.closedSince = time.Time{}
+		}
+	}
+	return out
+}

@@ -43,6 +43,11 @@ const MarkName = "incidents"
 // costs reads only.
 const DefaultMargin = time.Minute
 
+// CatchUp is how long after a takeover Run reads the stored transitions
+// once more, for those committed after it read them but published on the
+// live feed before it subscribed: more than a store commit takes.
+const CatchUp = 3 * time.Second
+
 // markEvery is how often the mark is stored while the Service runs.
 const markEvery = 5 * time.Second
 
@@ -86,8 +91,9 @@ func (c ServiceConfig) validate() error {
 }
 
 // Service runs a Detector against the collector's live feed and stores
-// the incidents it finds. Run must be called once; the other methods are
-// safe for concurrent use.
+// the incidents it finds. Run may be called again after it returned (a
+// collector that leads again): each Run starts from the store. The other
+// methods are safe for concurrent use.
 type Service struct {
 	cfg ServiceConfig
 	mu  sync.Mutex // guards det
@@ -98,12 +104,19 @@ type Service struct {
 	// write per incident and tick, not one per transition. Run's goroutine
 	// only.
 	dirty map[int64]cbdash.Incident
-	// replayed holds the transitions Run replayed from the store, so that
-	// the same ones arriving on the live feed are not observed twice;
-	// forgotten once Margin has passed (Run's goroutine only).
+	// replayed holds the transitions Run replayed from the store or
+	// observed live since the takeover, so that none is observed twice;
+	// forgotten once Margin has passed (Run's goroutine only). latest is
+	// the time of the newest of them per instance breaker.
 	replayed     map[trKey]bool
+	latest       map[trKey]int64  // by service, instance, breaker
+	latestTo     map[trKey]string // the state the newest one left
 	replayedTill time.Time
-	marked       time.Time // when the mark was last stored
+	// catchUp is when Run reads the stored transitions once more
+	// (CatchUp after the takeover); replaySince is from when. Zero once
+	// done.
+	catchUp, replaySince time.Time
+	marked               time.Time // when the mark was last stored
 }
 
 // trKey identifies a transition on the live feed (which carries no store
@@ -160,8 +173,11 @@ func (s *Service) Store() Store { return s.cfg.Store }
 // takeover. The replay is idempotent: trips within an incident the store
 // holds closed are passed over, the store keeps one incident per
 // dependency and start (a second create returns the stored one), and the
-// replayed transitions are not observed again from the live feed. While it
-// runs, Run stores the mark every 5 s.
+// replayed transitions are not observed again from the live feed. The
+// collector publishes a transition on the live feed before its store
+// commits it, so CatchUp after the takeover Run reads the stored
+// transitions once more and observes those it has seen neither way. While
+// it runs, Run stores the mark every 5 s.
 func (s *Service) Run(ctx context.Context) error {
 	tick, stop := s.cfg.Clock.NewTicker(s.cfg.Tick)
 	defer stop()
@@ -170,6 +186,17 @@ func (s *Service) Run(ctx context.Context) error {
 		snapshot, events, cancel := s.cfg.Source.Subscribe()
 		var missed []Change
 		if first {
+			// A Run after another (this collector leads again) starts
+			// from the store, not from what the last one left.
+			det, err := NewDetector(s.cfg.Detector)
+			if err != nil {
+				cancel()
+				return err
+			}
+			s.mu.Lock()
+			s.det = det
+			s.mu.Unlock()
+			clear(s.dirty)
 			now := s.cfg.Clock.Now()
 			open, stored, err := s.takeover(ctx)
 			if err != nil {
@@ -182,10 +209,13 @@ func (s *Service) Run(ctx context.Context) error {
 			s.mu.Lock()
 			missed = s.det.Resume(open, stored, snapshot, now)
 			s.mu.Unlock()
+			s.cfg.Logger.Info("incident: took over", "open", len(open), "replayed", len(stored), "changes", len(missed), "since", s.replaySince)
 			s.replayed, s.replayedTill = make(map[trKey]bool, len(stored)), now.Add(s.cfg.Margin)
+			s.latest, s.latestTo = make(map[trKey]int64), make(map[trKey]string)
 			for i := range stored {
-				s.replayed[keyOf(&stored[i])] = true
+				s.see(&stored[i])
 			}
+			s.catchUp = now.Add(CatchUp)
 			s.persist(ctx, missed)
 			s.mark(ctx, now)
 			first = false
@@ -218,8 +248,11 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 			if !ok {
 				return true
 			}
-			if ev.Kind == cbdash.EventTransition && ev.Transition != nil && s.replayed[keyOf(ev.Transition)] {
-				continue // replayed from the store at the takeover
+			if ev.Kind == cbdash.EventTransition && ev.Transition != nil && s.replayed != nil {
+				if s.replayed[keyOf(ev.Transition)] {
+					continue // replayed from the store at the takeover
+				}
+				s.see(ev.Transition)
 			}
 			s.mu.Lock()
 			cs := s.det.Observe(ev)
@@ -240,14 +273,111 @@ func (s *Service) consume(ctx context.Context, events <-chan cbdash.Event, tick 
 			cs := s.det.Tick(now)
 			s.mu.Unlock()
 			s.persist(ctx, cs)
+			if !s.catchUp.IsZero() && !now.Before(s.catchUp) {
+				s.catchUpStored(ctx)
+			}
 			if s.replayed != nil && !now.Before(s.replayedTill) {
-				s.replayed = nil
+				s.replayed, s.latest, s.latestTo = nil, nil, nil
 			}
 			if now.Sub(s.marked) >= markEvery {
 				s.mark(ctx, now)
 			}
 		}
 	}
+}
+
+// see records tr as observed since the takeover.
+func (s *Service) see(tr *cbdash.TransitionRecord) {
+	s.replayed[keyOf(tr)] = true
+	ik := trKey{service: tr.Service, instance: tr.Instance, breaker: tr.Breaker}
+	if at, ok := s.latest[ik]; !ok || tr.At >= at {
+		s.latest[ik], s.latestTo[ik] = tr.At, tr.To
+	}
+}
+
+// catchUpStored observes the stored transitions received since the
+// takeover's replay began that were neither replayed nor seen live: the
+// collector publishes a transition before its store commits it, so one
+// published before the takeover subscribed and committed after it read
+// the store reaches neither (issue 28). They go to Detector.Late with the
+// closes seen after them; trips within an incident the store holds
+// closed are passed over.
+func (s *Service) catchUpStored(ctx context.Context) {
+	since := s.replaySince
+	s.catchUp = time.Time{}
+	if s.replayed == nil || since.IsZero() {
+		return
+	}
+	trs, err := s.cfg.Store.TransitionsReceivedSince(ctx, since, 0)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("incident: read the transitions stored at the takeover", "err", err)
+		}
+		return
+	}
+	s.cfg.Logger.Debug("incident: catching up with the store", "stored", len(trs), "seen", len(s.replayed))
+	// The missed transitions, and the closes seen after the first missed
+	// one of their instance breaker (fed again: the state they leave is
+	// the instance's).
+	first := make(map[trKey]int64)
+	var missed []cbdash.TransitionRecord
+	for i := range trs {
+		tr := &trs[i]
+		if s.replayed[keyOf(tr)] {
+			continue
+		}
+		missed = append(missed, *tr)
+		ik := trKey{service: tr.Service, instance: tr.Instance, breaker: tr.Breaker}
+		if at, ok := first[ik]; !ok || tr.At < at {
+			first[ik] = tr.At
+		}
+	}
+	if len(missed) == 0 {
+		return
+	}
+	var late []cbdash.TransitionRecord
+	for i := range trs {
+		tr := &trs[i]
+		at, ok := first[trKey{service: tr.Service, instance: tr.Instance, breaker: tr.Breaker}]
+		if ok && tr.At >= at && (!s.replayed[keyOf(tr)] || !down(tr.To)) {
+			late = append(late, *tr)
+		}
+	}
+	closed, err := s.cfg.Store.Incidents(ctx, cbdash.IncidentQuery{From: time.UnixMilli(missed[0].At), Limit: 10000})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("incident: read the incidents stored at the takeover", "err", err)
+		}
+		return
+	}
+	lastFed := make(map[trKey]int64)
+	for _, tr := range late {
+		ik := trKey{service: tr.Service, instance: tr.Instance, breaker: tr.Breaker}
+		lastFed[ik] = max(lastFed[ik], tr.At)
+	}
+	// What was seen before the catch-up decides which instances stay down.
+	latestTo, latestAt := make(map[trKey]string, len(s.latestTo)), make(map[trKey]int64, len(s.latest))
+	for k, v := range s.latestTo {
+		latestTo[k], latestAt[k] = v, s.latest[k]
+	}
+	feed := late[:0]
+	for i := range late {
+		tr := &late[i]
+		if !s.replayed[keyOf(tr)] {
+			s.cfg.Logger.Info("incident: a transition stored at the takeover, observed late", "dependency", tr.Service+"/"+tr.Breaker, "instance", tr.Instance, "to", tr.To)
+		}
+		s.see(tr)
+		if !down(tr.To) || !within(closed, *tr) {
+			feed = append(feed, *tr)
+		}
+	}
+	s.mu.Lock()
+	cs := s.det.Late(feed, func(service, instance, breaker string) bool {
+		ik := trKey{service: service, instance: instance, breaker: breaker}
+		return down(latestTo[ik]) && latestAt[ik] > lastFed[ik]
+	})
+	s.mu.Unlock()
+	s.persist(ctx, cs)
 }
 
 // takeover reads what Resume needs: the incidents the store holds open and
@@ -262,8 +392,10 @@ func (s *Service) takeover(ctx context.Context) ([]cbdash.Incident, []cbdash.Tra
 		return nil, nil, fmt.Errorf("incident: read the mark: %w", err)
 	}
 	var stored []cbdash.TransitionRecord
+	s.replaySince = time.Time{}
 	if ok {
-		stored, err = s.cfg.Store.TransitionsReceivedSince(ctx, mark.Add(-s.cfg.Margin), 0)
+		s.replaySince = mark.Add(-s.cfg.Margin)
+		stored, err = s.cfg.Store.TransitionsReceivedSince(ctx, s.replaySince, 0)
 		if err != nil {
 			return nil, nil, fmt.Errorf("incident: read the transitions after the mark: %w", err)
 		}

@@ -148,11 +148,23 @@ func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (exi
 // pending the resolve) and the episode [a.Since, at] is kept, so that a
 // replayed trip within it fires nothing. claimed is false when the alert
 // is not firing with that start any more (another leader resolved it).
-// Errors: ctx's or a wrapped driver error.
-func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at time.Time) (claimed bool, err error) {
+// prevPending is the event the alert was pending before (cbdash.AlertFiring
+// when its firing has not been delivered yet, "" when it has). Errors:
+// ctx's or a wrapped driver error.
+func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at time.Time) (prevPending string, claimed bool, err error) {
 	since := a.Since.UnixMilli()
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		claimed = false
+		claimed, prevPending = false, ""
+		row, err := x.queryRow(`SELECT pending FROM alert_firing WHERE rule_id = ? AND subject = ? AND since_ms = ? AND firing = 1`,
+			a.RuleID, a.Subject, since)
+		if err != nil {
+			return err
+		}
+		if err := row.Scan(&prevPending); errors.Is(err, sql.ErrNoRows) {
+			return nil
+		} else if err != nil {
+			return err
+		}
 		res, err := x.exec(`UPDATE alert_firing SET firing = 0, detail = ?, pending = ? WHERE rule_id = ? AND subject = ? AND since_ms = ? AND firing = 1`,
 			a.Detail, a.Pending, a.RuleID, a.Subject, since)
 		if err != nil {
@@ -168,7 +180,10 @@ func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at
 		return err
 	}})
 	if err != nil {
-		return false, fmt.Errorf("store: resolve firing alert: %w", err)
+		return "", false, fmt.Errorf("store: resolve firing alert: %w", err)
 	}
-	return claimed, nil
+	if !claimed {
+		prevPending = ""
+	}
+	return prevPending, claimed, nil
 }

@@ -90,9 +90,9 @@ func TestClaimFiringAlertOncePerEpisode(t *testing.T) {
 	res := cbdash.FiringAlert{RuleID: 7, Subject: "pay/db", Since: t0, Detail: "resolved: open", Pending: cbdash.AlertResolved}
 	at := t0.Add(3 * time.Minute)
 	for i, s := range []*store.Store{a, b} {
-		ok, err := s.ResolveFiringAlert(ctx, res, at)
-		if err != nil || ok != (i == 0) {
-			t.Fatalf("resolve %d: %v %v", i, ok, err)
+		prev, ok, err := s.ResolveFiringAlert(ctx, res, at)
+		if err != nil || ok != (i == 0) || prev != map[bool]string{true: cbdash.AlertFiring}[i == 0] {
+			t.Fatalf("resolve %d: %v %q %v; want the first claimed, pending the firing before", i, ok, prev, err)
 		}
 	}
 	inside := fa
