@@ -94,9 +94,12 @@ func (s *Store) TransitionsReceivedSince(ctx context.Context, since time.Time, l
 // that already resolved (the zero FiringAlert is returned, claimed false:
 // a replay of a trip already alerted). When claimed, the kept state is a,
 // as PutFiringAlert leaves it. Errors: ctx's or a wrapped driver error.
-func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (existing cbdash.FiringAlert, claimed bool, err error) {
+func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (cbdash.FiringAlert, bool, error) {
 	since := a.Since.UnixMilli()
-	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+	// The op's own variables: after ctx ends the writer may still run it.
+	var existing cbdash.FiringAlert
+	var claimed bool
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		existing, claimed = cbdash.FiringAlert{}, false
 		row, err := x.queryRow(`SELECT count(*) FROM alert_episodes WHERE rule_id = ? AND subject = ? AND since_ms <= ? AND resolved_ms >= ?`,
 			a.RuleID, a.Subject, since, since)
@@ -151,9 +154,12 @@ func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (exi
 // prevPending is the event the alert was pending before (cbdash.AlertFiring
 // when its firing has not been delivered yet, "" when it has). Errors:
 // ctx's or a wrapped driver error.
-func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at time.Time) (prevPending string, claimed bool, err error) {
+func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at time.Time) (string, bool, error) {
 	since := a.Since.UnixMilli()
-	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+	// The op's own variables: after ctx ends the writer may still run it.
+	var prevPending string
+	var claimed bool
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		claimed, prevPending = false, ""
 		row, err := x.queryRow(`SELECT pending FROM alert_firing WHERE rule_id = ? AND subject = ? AND since_ms = ? AND firing = 1`,
 			a.RuleID, a.Subject, since)
