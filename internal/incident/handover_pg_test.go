@@ -94,6 +94,7 @@ func TestLeaderDiesAmidShortTripsEachGetsItsIncidentAndAlertOnce(t *testing.T) {
 	var leaders sync.WaitGroup
 	t.Cleanup(func() { stopLeading(); leaders.Wait() })
 	lead := func(bus *cluster.Postgres, st *stacktest.Stack) {
+		// HANDOVER_DEBUG=1 logs what both nodes' services do (to read a failure).
 		lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", bus.NodeID())
 		if os.Getenv("HANDOVER_DEBUG") == "" {
 			lg = nil
