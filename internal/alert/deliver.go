@@ -146,9 +146,11 @@ func NewDeliverer(cfg DeliveryConfig, log Log) (*Deliverer, error) {
 var errPermanent = errors.New("permanent failure")
 
 // Deliver posts n to its rule's webhook, retrying network errors, 408, 429
-// and 5xx with exponential backoff, and logs the outcome. It returns the
-// log entry; its error is ctx's error when ctx ended first, or the
-// delivery log's error.
+// and 5xx with exponential backoff, and logs the outcome. An attempt
+// under way when ctx ends finishes (within the client's timeout); none
+// starts after. It returns the log entry (OK when an attempt succeeded);
+// its error is ctx's error when ctx ended meanwhile, or the delivery log's
+// error.
 func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDelivery, error) {
 	entry := cbdash.AlertDelivery{RuleID: n.Rule.ID, Subject: n.Subject, Event: n.Event, URL: n.Rule.WebhookURL}
 	body, err := Body(n)
@@ -159,7 +161,11 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 	wait := d.cfg.Backoff
 	for attempt := 1; ; attempt++ {
 		entry.Attempts = attempt
-		status, err := d.post(ctx, n.Rule.WebhookURL, body)
+		// An attempt under way finishes (within the client's timeout)
+		// even when ctx ends meanwhile: a webhook that received the call
+		// gets it acknowledged, and is not called again by the next
+		// leader (issue 28). No attempt starts after ctx ended.
+		status, err := d.post(context.WithoutCancel(ctx), n.Rule.WebhookURL, body)
 		entry.Status = status
 		if err == nil {
 			entry.OK, entry.Error = true, ""

@@ -98,6 +98,60 @@ func (e *Engine) Observe(ev cbdash.Event) {
 	}
 }
 
+// Trip feeds one transition to open (live, or replayed from the store
+// after a handover or a restart) and returns the alerts it starts: one
+// per enabled "open" rule watching its dependency that is not firing
+// yet, firing since the trip's time (the agent's At), so that the same
+// trip gives the same episode start on every leader. An alert firing
+// already counts the trip as its condition last seen true (its hold
+// restarts from the trip's time). Other transitions return nil. The
+// resolve follows from Evaluate, once the rule's hold has passed with the
+// breaker closed.
+func (e *Engine) Trip(tr cbdash.TransitionRecord) []Notification {
+	if tr.To != protocol.StateOpen {
+		return nil
+	}
+	k := cbdash.DependencyKey{Service: tr.Service, Breaker: tr.Breaker}
+	at := time.UnixMilli(tr.At).UTC()
+	var out []Notification
+	for _, r := range e.rules {
+		if r.Kind != cbdash.AlertOpen || !matches(r, k) {
+			continue
+		}
+		ak := alertKey{r.ID, k.String()}
+		if st := e.alerts[ak]; st != nil {
+			if at.After(st.lastTrue) {
+				st.lastTrue = at
+			}
+			if st.firing {
+				continue
+			}
+		}
+		detail := k.String() + " opened"
+		if d, ok := e.deps[k]; ok {
+			detail, _ = openCondition(d, at)
+		}
+		e.alerts[ak] = &alertState{firing: true, since: at, lastTrue: at, detail: detail}
+		out = append(out, Notification{Rule: r, Subject: ak.subject, Event: cbdash.AlertFiring, At: at, Since: at, Detail: detail})
+	}
+	return out
+}
+
+// Adopt makes the firing alert of rule and subject fire since since: the
+// store holds it firing with that start (another leader fired it first).
+func (e *Engine) Adopt(rule int64, subject string, since time.Time) {
+	if st := e.alerts[alertKey{rule, subject}]; st != nil && st.firing {
+		st.since = since
+	}
+}
+
+// Forget drops the alert of rule and subject without a resolve: the
+// store says the trip that fired it is within an episode already alerted
+// and resolved (a replay).
+func (e *Engine) Forget(rule int64, subject string) {
+	delete(e.alerts, alertKey{rule, subject})
+}
+
 // Load replaces the known dependency states (a collector snapshot).
 func (e *Engine) Load(deps []cbdash.Dependency) {
 	clear(e.deps)
@@ -124,8 +178,8 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 			st.detail = detail
 			if !st.firing {
 				st.firing = true
-				st.since = now
-				out = append(out, Notification{Rule: r, Subject: subject, Event: cbdash.AlertFiring, At: now, Since: now, Detail: detail})
+				st.since = e.firingSince(r, subject, now)
+				out = append(out, Notification{Rule: r, Subject: subject, Event: cbdash.AlertFiring, At: now, Since: st.since, Detail: detail})
 			}
 		}
 	}
@@ -159,6 +213,22 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 		return a.Subject < b.Subject
 	})
 	return out
+}
+
+// firingSince is the start of an alert that starts firing at now: for an
+// "open" rule, when the dependency's episode out of closed began
+// (Dependency.OpenSince, the trip's time, as Trip gives it: every leader
+// finds the same start), else now.
+func (e *Engine) firingSince(r cbdash.AlertRule, subject string, now time.Time) time.Time {
+	if r.Kind != cbdash.AlertOpen {
+		return now
+	}
+	for k, d := range e.deps {
+		if k.String() == subject && !d.OpenSince.IsZero() && d.OpenSince.Before(now) {
+			return d.OpenSince.UTC()
+		}
+	}
+	return now
 }
 
 // Restore takes back the alerts that were firing before a restart (from

@@ -155,7 +155,9 @@ func TestFiringStateSurvivesARestart(t *testing.T) {
 	rcv.fail = 0
 	rcv.mu.Unlock()
 	third := startService(t, cfg)
-	eventually.True(t, "the third run delivers the resolve", func() bool { return len(rcv.received()) == 2 })
+	// It sends the undelivered resolve again once the pending grace has
+	// passed (an old leader might still have been delivering it).
+	eventually.True(t, "the third run delivers the resolve", func() bool { tick(); return len(rcv.received()) == 2 })
 	eventually.True(t, "the alert state removed once the resolve is delivered", func() bool { return pendingOf() == "none" })
 	for range 30 {
 		tick()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,38 @@ type Config struct {
 	// goroutine, so a dead receiver delays its own rule's alerts only.
 	QueueSize int
 	Delivery  DeliveryConfig
+	// Margin is how far before the stored mark Run replays the stored
+	// trips (0 = DefaultReplayMargin); see Run.
+	Margin time.Duration
+	// PendingGrace is how long Run waits before sending again the
+	// notifications a previous Run (of this collector or another) left
+	// undelivered (0 = DefaultPendingGrace): a leader that has not yet
+	// noticed it lost its lock may still be delivering them, and those it
+	// acknowledges meanwhile are not sent again.
+	PendingGrace time.Duration
 }
+
+// DefaultPendingGrace is Config.PendingGrace's default: more than a lost
+// leader takes to notice (cluster.Config.LeaderCheck, 1 s by default, and
+// its ping).
+const DefaultPendingGrace = 3 * time.Second
+
+// MarkName names the Service's mark in the store (Store.LeaderMark).
+const MarkName = "alerts"
+
+// DefaultReplayMargin is Config.Margin's default. A replay is idempotent, so a
+// wide margin costs reads only.
+const DefaultReplayMargin = time.Minute
+
+// CatchUp is how long after a takeover Run replays the stored trips once
+// more: the collector publishes a transition on the live feed before its
+// store commits it, so one published before the takeover subscribed and
+// committed after it read the store reaches neither; more than a store
+// commit takes.
+const CatchUp = 3 * time.Second
+
+// markEvery is how often the mark is stored while the Service runs.
+const markEvery = 5 * time.Second
 
 func (c Config) validate() error {
 	switch {
@@ -62,24 +94,36 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Interval is negative", ErrInvalidConfig)
 	case c.QueueSize < 0:
 		return fmt.Errorf("%w: QueueSize is negative", ErrInvalidConfig)
+	case c.Margin < 0:
+		return fmt.Errorf("%w: Margin is negative", ErrInvalidConfig)
+	case c.PendingGrace < 0:
+		return fmt.Errorf("%w: PendingGrace is negative", ErrInvalidConfig)
 	}
 	return nil
 }
 
 // Service evaluates alert rules against the collector's live state and
 // delivers notifications. Its methods are safe for concurrent use; Run
-// must be called once.
+// may be called again after it returned (a collector that leads again),
+// and each Run starts from the store.
 type Service struct {
 	cfg     Config
 	deliver *Deliverer
 	tester  *Deliverer // one attempt: test notifications answer at once
 	dropped atomic.Int64
 
-	qmu    sync.Mutex                  // guards queues
+	qmu    sync.Mutex                  // guards queues and fired
 	queues map[int64]chan Notification // by rule ID, each drained by its own goroutine
+	fired  map[alertKey]time.Time      // the start of each firing this Run queued, until its resolve
 
 	mu     sync.Mutex // guards engine
 	engine *Engine
+
+	marked time.Time // when the mark was last stored; Run's goroutine only
+	// catchUp is when Run replays the stored trips once more (CatchUp
+	// after the takeover), zero once done; replaySince is from when.
+	// Run's goroutine only.
+	catchUp, replaySince time.Time
 }
 
 // New returns a Service, or an error wrapping ErrInvalidConfig naming the
@@ -98,6 +142,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 64
 	}
+	if cfg.Margin == 0 {
+		cfg.Margin = DefaultReplayMargin
+	}
+	if cfg.PendingGrace == 0 {
+		cfg.PendingGrace = DefaultPendingGrace
+	}
 	if cfg.Delivery.Logger == nil {
 		cfg.Delivery.Logger = cfg.Logger
 	}
@@ -114,7 +164,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), engine: NewEngine()}, nil
+	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), fired: make(map[alertKey]time.Time), engine: NewEngine()}, nil
 }
 
 // Reload reads the rules from the store into the engine. The API calls it
@@ -148,7 +198,24 @@ func (s *Service) Firing() map[int64][]string {
 // Run) and returns nil once every rule's delivery goroutine has ended. It
 // returns an error only when the rules or the alert state cannot be loaded
 // at start (a ctx done while loading is a clean stop, nil).
+//
+// A takeover (a leader handover or a restart: same rule) also replays the
+// stored transitions to open received after the Service's mark (MarkName,
+// less Margin) through Engine.Trip before it follows the live feed, so a
+// trip that opened and closed while no leader ran fires its alert (since
+// the trip's time) and the resolve follows after the rule's hold. The
+// store makes it exactly once: a firing is recorded only when the alert
+// is not firing already and its start is not within an episode that
+// resolved (Store.ClaimFiringAlert), a resolve only once
+// (Store.ResolveFiringAlert); what is not recorded is not sent. CatchUp
+// after the takeover the stored trips are replayed once more (see
+// CatchUp). While it runs, Run stores the mark every 5 s.
 func (s *Service) Run(ctx context.Context) error {
+	// A Run after another (this collector leads again) starts from the
+	// store, not from what the last one left.
+	s.mu.Lock()
+	s.engine = NewEngine()
+	s.mu.Unlock()
 	if err := s.Reload(ctx); err != nil {
 		if ctx.Err() != nil { // stopped while starting: a clean stop
 			return nil
@@ -156,6 +223,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
+	defer func() {
+		// The delivery goroutines have ended: the next Run starts its
+		// own. What was queued is pending in the store and sent again.
+		s.qmu.Lock()
+		clear(s.queues)
+		clear(s.fired)
+		s.qmu.Unlock()
+	}()
 	defer wg.Wait()
 	pending, err := s.restore(ctx)
 	if err != nil {
@@ -164,16 +239,27 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	for _, n := range pending {
-		s.enqueue(ctx, &wg, n)
+	if len(pending) > 0 {
+		wg.Go(func() { s.resend(ctx, &wg, pending) })
 	}
 	tick, stop := s.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer stop()
+	first := true
 	for {
 		snapshot, events, cancel := s.cfg.Source.Subscribe()
 		s.mu.Lock()
 		s.engine.Load(snapshot)
 		s.mu.Unlock()
+		if first {
+			first = false
+			if err := s.replay(ctx, &wg); err != nil {
+				cancel()
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
 		resubscribe := s.consume(ctx, &wg, events, tick)
 		cancel()
 		if !resubscribe {
@@ -195,12 +281,26 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 			}
 			s.mu.Lock()
 			s.engine.Observe(ev)
+			var ns []Notification
+			if ev.Kind == cbdash.EventTransition && ev.Transition != nil {
+				ns = s.engine.Trip(*ev.Transition)
+			}
 			s.mu.Unlock()
+			s.send(ctx, wg, ns)
 			if ev.Kind == cbdash.EventTransition && ev.Transition != nil && ev.Transition.To == protocol.StateOpen {
 				s.evaluate(ctx, wg)
 			}
 		case <-tick:
+			if !s.catchUp.IsZero() && !s.cfg.Clock.Now().Before(s.catchUp) {
+				s.catchUp = time.Time{}
+				if err := s.replayTrips(ctx, wg, s.replaySince); err != nil && ctx.Err() == nil {
+					s.cfg.Logger.Error("alert: read the trips stored at the takeover", "err", err)
+				}
+			}
 			s.evaluate(ctx, wg)
+			if now := s.cfg.Clock.Now(); now.Sub(s.marked) >= markEvery {
+				s.mark(ctx, now)
+			}
 		}
 	}
 }
@@ -212,16 +312,108 @@ func (s *Service) evaluate(ctx context.Context, wg *sync.WaitGroup) {
 	s.mu.Lock()
 	ns := s.engine.Evaluate(s.cfg.Clock.Now())
 	s.mu.Unlock()
+	s.send(ctx, wg, ns)
+}
+
+// send records and queues the notifications the store has not seen.
+func (s *Service) send(ctx context.Context, wg *sync.WaitGroup, ns []Notification) {
 	for _, n := range ns {
-		s.persist(ctx, n)
-		s.enqueue(ctx, wg, n)
+		send, before := s.persist(ctx, n)
+		if before != nil {
+			s.enqueue(ctx, wg, *before)
+		}
+		if send {
+			s.enqueue(ctx, wg, n)
+		}
 	}
+}
+
+// resend queues again, after PendingGrace, the notifications of pending
+// (restored at the start of Run) whose alert is still pending that event
+// with that start in the store.
+func (s *Service) resend(ctx context.Context, wg *sync.WaitGroup, pending []Notification) {
+	t := clock.NewTimer(s.cfg.Clock, s.cfg.PendingGrace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	kept, err := s.cfg.Store.FiringAlerts(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("alert: read the undelivered notifications", "err", err)
+		}
+		return
+	}
+	for _, n := range pending {
+		if slices.ContainsFunc(kept, func(a cbdash.FiringAlert) bool {
+			return a.RuleID == n.Rule.ID && a.Subject == n.Subject && a.Pending == n.Event && a.Since.Equal(n.Since)
+		}) {
+			s.enqueue(ctx, wg, n)
+		}
+	}
+}
+
+// replay feeds the engine the stored trips received after the mark (see
+// Run), sends what they fire, and stores the mark.
+func (s *Service) replay(ctx context.Context, wg *sync.WaitGroup) error {
+	now := s.cfg.Clock.Now()
+	mark, ok, err := s.cfg.Store.LeaderMark(ctx, MarkName)
+	if err != nil {
+		return fmt.Errorf("alert: read the mark: %w", err)
+	}
+	s.catchUp, s.replaySince = time.Time{}, time.Time{}
+	if ok {
+		s.replaySince = mark.Add(-s.cfg.Margin)
+		if err := s.replayTrips(ctx, wg, s.replaySince); err != nil {
+			return err
+		}
+		s.catchUp = now.Add(CatchUp)
+	}
+	s.mark(ctx, now)
+	return nil
+}
+
+// replayTrips feeds the engine the stored trips received since since and
+// sends what they fire. A trip seen already fires nothing (Engine.Trip,
+// and the store's claims).
+func (s *Service) replayTrips(ctx context.Context, wg *sync.WaitGroup, since time.Time) error {
+	trs, err := s.cfg.Store.TransitionsReceivedSince(ctx, since, 0)
+	if err != nil {
+		return fmt.Errorf("alert: read the transitions after the mark: %w", err)
+	}
+	for _, tr := range trs {
+		s.mu.Lock()
+		ns := s.engine.Trip(tr)
+		s.mu.Unlock()
+		s.send(ctx, wg, ns)
+	}
+	return nil
+}
+
+// mark stores how far the Service has processed the transitions: the
+// ones received before now are processed or waiting in the live feed
+// (Margin covers those).
+func (s *Service) mark(ctx context.Context, now time.Time) {
+	if err := s.cfg.Store.SetLeaderMark(ctx, MarkName, now); err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("alert: store the mark", "err", err)
+		}
+		return
+	}
+	s.marked = now
 }
 
 // enqueue hands n to its rule's delivery queue, or drops and counts it
 // when the queue is full (its state stays pending in the store: the next
 // Run sends it).
 func (s *Service) enqueue(ctx context.Context, wg *sync.WaitGroup, n Notification) {
+	if n.Event == cbdash.AlertFiring {
+		s.qmu.Lock()
+		s.fired[alertKey{n.Rule.ID, n.Subject}] = n.Since
+		s.qmu.Unlock()
+	}
 	select {
 	case s.queueOf(ctx, wg, n.Rule.ID) <- n:
 	default:
@@ -252,7 +444,15 @@ func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
 		case <-ctx.Done():
 			return
 		case n := <-queue:
-			_, err := s.deliver.Deliver(ctx, n)
+			entry, err := s.deliver.Deliver(ctx, n)
+			if entry.OK && ctx.Err() != nil {
+				// Delivered as the Run stopped: acknowledged all the
+				// same, or the next leader would send it again.
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				s.ack(actx, n)
+				cancel()
+				return
+			}
 			if ctx.Err() != nil {
 				return // not acknowledged: the next Run sends it again
 			}

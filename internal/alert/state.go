@@ -3,6 +3,8 @@ package alert
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/cbdash/cbdash"
 )
@@ -11,8 +13,19 @@ import (
 // neither repeats a firing nor loses a resolve. *store.Store implements
 // it.
 type StateStore interface {
-	// PutFiringAlert inserts or replaces the state of one alert.
-	PutFiringAlert(ctx context.Context, a cbdash.FiringAlert) error
+	// ClaimFiringAlert records that a starts firing, unless it fires
+	// already (the kept state is returned) or a.Since is within an
+	// episode of it that resolved (claimed false, zero state).
+	ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (existing cbdash.FiringAlert, claimed bool, err error)
+	// ResolveFiringAlert records that the alert firing since a.Since
+	// resolved at; claimed is false when it is not firing with that start.
+	// prevPending is cbdash.AlertFiring when its firing was not delivered.
+	ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at time.Time) (prevPending string, claimed bool, err error)
+	// The handover: how far the transitions were processed, and the
+	// ones received after.
+	LeaderMark(ctx context.Context, name string) (time.Time, bool, error)
+	SetLeaderMark(ctx context.Context, name string, at time.Time) error
+	TransitionsReceivedSince(ctx context.Context, since time.Time, limit int) ([]cbdash.TransitionRecord, error)
 	// AckFiringAlert records that the webhook call of event completed
 	// (a firing: the pending event is cleared; a resolve: the state is
 	// removed), unless the alert's pending event is another one by now.
@@ -65,13 +78,65 @@ func (s *Service) forgetInactive(ctx context.Context, rules []cbdash.AlertRule) 
 
 // persist records the state n leaves its alert in before n is queued: a
 // crash between the two leaves the notification pending, to be sent by
-// the next Run.
-func (s *Service) persist(ctx context.Context, n Notification) {
+// the next Run. It reports whether n is to be delivered: not when the
+// store says another leader (or this one, before a restart or in a
+// replay) fired or resolved that episode already; the engine then takes
+// the stored state (Engine.Adopt, Engine.Forget). A store that fails
+// does not stop the delivery.
+//
+// A resolve whose firing is recorded but was not delivered (a leader
+// fired it and was gone before its webhook call completed) and that this
+// Run has not queued is preceded by that firing: a resolve never comes
+// without its alert. It is returned in before.
+func (s *Service) persist(ctx context.Context, n Notification) (send bool, before *Notification) {
 	a := cbdash.FiringAlert{RuleID: n.Rule.ID, Subject: n.Subject, Firing: n.Event == cbdash.AlertFiring,
 		Since: n.Since, Detail: n.Detail, Pending: n.Event}
-	if err := s.cfg.Store.PutFiringAlert(ctx, a); err != nil && ctx.Err() == nil {
-		s.cfg.Logger.Error("alert: keep alert state", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
+	var claimed bool
+	var err error
+	if a.Firing {
+		var existing cbdash.FiringAlert
+		existing, claimed, err = s.cfg.Store.ClaimFiringAlert(ctx, a)
+		if err == nil && !claimed {
+			s.mu.Lock()
+			if existing.Firing {
+				s.engine.Adopt(n.Rule.ID, n.Subject, existing.Since)
+			} else {
+				s.engine.Forget(n.Rule.ID, n.Subject)
+			}
+			s.mu.Unlock()
+		}
+	} else {
+		var prev string
+		prev, claimed, err = s.cfg.Store.ResolveFiringAlert(ctx, a, n.At)
+		if err == nil && claimed && prev == cbdash.AlertFiring && !s.queuedFiring(n) {
+			f := n
+			f.Event, f.At, f.Detail = cbdash.AlertFiring, n.Since, strings.TrimPrefix(n.Detail, "resolved: ")
+			before = &f
+		}
 	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("alert: keep alert state", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
+		}
+		return true, nil
+	}
+	if !claimed {
+		s.cfg.Logger.Debug("alert: already recorded; not sent again", "rule", n.Rule.ID, "subject", n.Subject, "event", n.Event, "since", n.Since)
+	}
+	return claimed, before
+}
+
+// queuedFiring reports whether this Run queued the firing of n's alert
+// with n's start, and forgets it when n is its resolve.
+func (s *Service) queuedFiring(n Notification) bool {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	k := alertKey{n.Rule.ID, n.Subject}
+	since, ok := s.fired[k]
+	if n.Event == cbdash.AlertResolved {
+		delete(s.fired, k)
+	}
+	return ok && since.Equal(n.Since)
 }
 
 // ack records that n's webhook call completed (delivered or given up).

@@ -16,7 +16,11 @@ import (
 // read on the read pool. Times are Unix ms; end_ms is NULL while open.
 
 // CreateIncident stores a new incident and returns its ID. The incident's
-// ID and Notes are ignored.
+// ID and Notes are ignored. Its dependency and Start (to the millisecond)
+// are the key of its episode: when an incident of that key is stored
+// already (a replay after a handover, or two leaders overlapping for a
+// moment, found the same episode) nothing is written and the existing
+// incident's ID is returned.
 func (s *Store) CreateIncident(ctx context.Context, inc cbdash.Incident) (int64, error) {
 	args, err := incidentArgs(inc)
 	if err != nil {
@@ -24,10 +28,21 @@ func (s *Store) CreateIncident(ctx context.Context, inc cbdash.Incident) (int64,
 	}
 	var id int64
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		var err error
-		id, err = x.insertID(`INSERT INTO incidents (service, breaker, start_ms, end_ms, instances, opens, first_instance, first_cause)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, args...)
-		return err
+		id = 0
+		row, err := x.queryRow(`INSERT INTO incidents (service, breaker, start_ms, end_ms, instances, opens, first_instance, first_cause, episode_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (service, breaker, episode_ms) DO NOTHING RETURNING id`, append(args, args[2])...)
+		if err != nil {
+			return err
+		}
+		err = row.Scan(&id)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		row, err = x.queryRow(`SELECT id FROM incidents WHERE service = ? AND breaker = ? AND episode_ms = ?`, args[0], args[1], args[2])
+		if err != nil {
+			return err
+		}
+		return row.Scan(&id)
 	}})
 	if err != nil {
 		return 0, fmt.Errorf("store: create incident: %w", err)
