@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // agentWriteBuffer is the size of an agent connection's write buffer
@@ -168,4 +169,49 @@ func (s *sharedReads) fill(p []byte) (int, error) {
 		s.r, s.w = 0, n
 	}
 	return n, nil
+}
+
+// tooBigLinger bounds how long a session refused for a message over the
+// read limit reads and throws away the rest of it (see drainTooBig).
+const tooBigLinger = 5 * time.Second
+
+// drainTooBig ends a connection whose read stopped at a message over the
+// read limit, after the websocket has sent close 1009 (message too big):
+// the rest of the message is still arriving, and closing a socket with
+// unread data makes the kernel send a reset (RST), which can reach the
+// agent before it has read the close frame (it sees a connection reset or
+// EOF, not 1009). So the connection is half-closed (no more writes, a FIN
+// after the close frame) and what the agent sends is read and thrown away
+// until it closes its side (having read the close frame and answered
+// it), or sends nothing for closeGrace, or tooBigLinger has passed; the
+// caller then closes it. A no-op for a session without that refusal.
+func (s *session) drainTooBig() {
+	if !s.tooBig || s.raw == nil {
+		return
+	}
+	drain(s.raw, closeGrace, tooBigLinger)
+}
+
+// drain half-closes conn (when it can) and reads it into nothing until
+// EOF, an error, idle without data, or total has passed (real time: the
+// waits are for a socket, not logical delays).
+func drain(conn net.Conn, idle, total time.Duration) {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	bp := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(bp)
+	end := time.Now().Add(total)
+	for {
+		d := time.Now().Add(idle)
+		if d.After(end) {
+			d = end
+		}
+		if conn.SetReadDeadline(d) != nil {
+			return
+		}
+		if _, err := conn.Read(*bp); err != nil {
+			return
+		}
+	}
 }
