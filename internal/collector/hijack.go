@@ -171,9 +171,14 @@ func (s *sharedReads) fill(p []byte) (int, error) {
 	return n, nil
 }
 
-// tooBigLinger bounds how long a session refused for a message over the
-// read limit reads and throws away the rest of it (see drainTooBig).
-const tooBigLinger = 5 * time.Second
+// tooBigLinger and tooBigDrain bound how long, and how many bytes, a
+// session refused for a message over the read limit reads and throws
+// away of the rest of it (see drainTooBig): a hello of 100,000 breakers
+// is 23 MB, which a busy machine may take seconds to receive.
+const (
+	tooBigLinger = 30 * time.Second
+	tooBigDrain  = 64 << 20
+)
 
 // drainTooBig ends a connection whose read stopped at a message over the
 // read limit, after the websocket has sent close 1009 (message too big):
@@ -183,19 +188,20 @@ const tooBigLinger = 5 * time.Second
 // EOF, not 1009). So the connection is half-closed (no more writes, a FIN
 // after the close frame) and what the agent sends is read and thrown away
 // until it closes its side (having read the close frame and answered
-// it), or sends nothing for closeGrace, or tooBigLinger has passed; the
-// caller then closes it. A no-op for a session without that refusal.
+// it), sends nothing for closeGrace, has sent tooBigDrain bytes, or
+// tooBigLinger has passed; the caller then closes it (past those bounds
+// the agent may see a reset). A no-op for a session without that refusal.
 func (s *session) drainTooBig() {
 	if !s.tooBig || s.raw == nil {
 		return
 	}
-	drain(s.raw, closeGrace, tooBigLinger)
+	drain(s.raw, closeGrace, tooBigLinger, tooBigDrain)
 }
 
 // drain half-closes conn (when it can) and reads it into nothing until
-// EOF, an error, idle without data, or total has passed (real time: the
-// waits are for a socket, not logical delays).
-func drain(conn net.Conn, idle, total time.Duration) {
+// EOF, an error, idle without data, limit bytes read, or total has passed
+// (real time: the waits are for a socket, not logical delays).
+func drain(conn net.Conn, idle, total time.Duration, limit int64) {
 	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
@@ -210,7 +216,12 @@ func drain(conn net.Conn, idle, total time.Duration) {
 		if conn.SetReadDeadline(d) != nil {
 			return
 		}
-		if _, err := conn.Read(*bp); err != nil {
+		n, err := conn.Read(*bp)
+		if err != nil {
+			return
+		}
+		limit -= int64(n)
+		if limit <= 0 {
 			return
 		}
 	}

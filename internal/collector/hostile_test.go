@@ -323,6 +323,12 @@ func TestHostileAgents(t *testing.T) {
 		{"latency sum 1e308", withBatch(func(b *protocol.Batch) { b.Windows[0].LatencySumMs = 1e308 }), true, "latency_sum_ms must be a finite number"},
 		{"negative dropped", withBatch(func(b *protocol.Batch) { b.Dropped = &protocol.Dropped{Windows: -3} }), true, "dropped.windows is negative"},
 		{"window an hour ahead of sent_at", withBatch(func(b *protocol.Batch) { b.Windows[0].Start = clk.Now().Add(time.Hour).UnixMilli() }), true, "ms in the future"},
+		{"window dated 1970", withBatch(func(b *protocol.Batch) { b.Windows[0].Start = 1000 }), true, "windows[0].start 1000 is"},
+		{"window started before the agent", withBatch(func(b *protocol.Batch) { b.Windows[0].Start = started - 6*60_000 }), true, "before the agent's started_at"},
+		{"window 6 minutes ahead of sent_at and the collector", withBatch(func(b *protocol.Batch) {
+			b.SentAt -= 60_000 // an agent a minute behind: its times are judged against the collector's clock
+			b.Windows[0].Start = clk.Now().Add(6 * time.Minute).UnixMilli()
+		}), true, "windows[0].start is"},
 		{"bidi override in a reason", withBatch(func(b *protocol.Batch) {
 			b.Transitions = []protocol.Transition{{Breaker: "db", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: b.SentAt,
 				Cause: protocol.Cause{Kind: protocol.CauseCommand, Reason: "drill \u202eexe.png"}}}
