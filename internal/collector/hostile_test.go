@@ -323,7 +323,7 @@ func TestHostileAgents(t *testing.T) {
 		{"latency sum 1e308", withBatch(func(b *protocol.Batch) { b.Windows[0].LatencySumMs = 1e308 }), true, "latency_sum_ms must be a finite number"},
 		{"negative dropped", withBatch(func(b *protocol.Batch) { b.Dropped = &protocol.Dropped{Windows: -3} }), true, "dropped.windows is negative"},
 		{"window an hour ahead of sent_at", withBatch(func(b *protocol.Batch) { b.Windows[0].Start = clk.Now().Add(time.Hour).UnixMilli() }), true, "ms in the future"},
-		{"window dated 1970", withBatch(func(b *protocol.Batch) { b.Windows[0].Start = 1000 }), true, "windows[0].start 1000 is"},
+		{"window dated 1970", withBatch(func(b *protocol.Batch) { b.Windows[0].Start = 1000 }), true, "windows[0] ended at 2000"},
 		{"window started before the agent", withBatch(func(b *protocol.Batch) { b.Windows[0].Start = started - 6*60_000 }), true, "before the agent's started_at"},
 		{"window 6 minutes ahead of sent_at and the collector", withBatch(func(b *protocol.Batch) {
 			b.SentAt -= 60_000 // an agent a minute behind: its times are judged against the collector's clock
@@ -424,11 +424,14 @@ func TestHostileAgents(t *testing.T) {
 	}
 	for name, body := range map[string]func() []byte{"2 MiB frame": big, "100k breakers": hundredK} {
 		t.Run("size/"+name, func(t *testing.T) {
+			// Made before dialing: 100k breakers are 23 MB of JSON, which
+			// a busy machine takes seconds to marshal (under -race), and
+			// the collector waits HelloTimeout (10 s) for the hello.
+			data := body()
 			a := dialRaw(t, h, h.token)
 			if name == "2 MiB frame" {
 				evilWelcome(a, "e5", started)
 			}
-			data := body()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_ = a.conn.Write(ctx, websocket.MessageText, data) // the collector may close while it is written
