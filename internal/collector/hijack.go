@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // agentWriteBuffer is the size of an agent connection's write buffer
@@ -168,4 +169,60 @@ func (s *sharedReads) fill(p []byte) (int, error) {
 		s.r, s.w = 0, n
 	}
 	return n, nil
+}
+
+// tooBigLinger and tooBigDrain bound how long, and how many bytes, a
+// session refused for a message over the read limit reads and throws
+// away of the rest of it (see drainTooBig): a hello of 100,000 breakers
+// is 23 MB, which a busy machine may take seconds to receive.
+const (
+	tooBigLinger = 30 * time.Second
+	tooBigDrain  = 64 << 20
+)
+
+// drainTooBig ends a connection whose read stopped at a message over the
+// read limit, after the websocket has sent close 1009 (message too big):
+// the rest of the message is still arriving, and closing a socket with
+// unread data makes the kernel send a reset (RST), which can reach the
+// agent before it has read the close frame (it sees a connection reset or
+// EOF, not 1009). So the connection is half-closed (no more writes, a FIN
+// after the close frame) and what the agent sends is read and thrown away
+// until it closes its side (having read the close frame and answered
+// it), sends nothing for closeGrace, has sent tooBigDrain bytes, or
+// tooBigLinger has passed; the caller then closes it (past those bounds
+// the agent may see a reset). A no-op for a session without that refusal.
+func (s *session) drainTooBig() {
+	if !s.tooBig || s.raw == nil {
+		return
+	}
+	drain(s.raw, closeGrace, tooBigLinger, tooBigDrain)
+}
+
+// drain half-closes conn (when it can) and reads it into nothing until
+// EOF, an error, idle without data, limit bytes read, or total has passed
+// (real time: the waits are for a socket, not logical delays).
+func drain(conn net.Conn, idle, total time.Duration, limit int64) {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	bp := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(bp)
+	end := time.Now().Add(total)
+	for {
+		d := time.Now().Add(idle)
+		if d.After(end) {
+			d = end
+		}
+		if conn.SetReadDeadline(d) != nil {
+			return
+		}
+		n, err := conn.Read(*bp)
+		if err != nil {
+			return
+		}
+		limit -= int64(n)
+		if limit <= 0 {
+			return
+		}
+	}
 }

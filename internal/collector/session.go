@@ -118,6 +118,10 @@ type session struct {
 	conn   *websocket.Conn
 	raw    net.Conn // conn's own connection (closeWithin cuts it)
 	cancel context.CancelFunc
+	// tooBig: a read ended on a message over the read limit, the
+	// websocket has sent close 1009 and the rest of the message is still
+	// coming (owned by the reading goroutine; see drainTooBig).
+	tooBig bool
 
 	// Set by the handshake, read-only afterwards.
 	key       instKey
@@ -252,6 +256,7 @@ func bearer(r *http.Request) string {
 
 func (s *session) run(ctx context.Context, token string) {
 	defer s.conn.CloseNow()
+	defer s.drainTooBig() // before the close, after the writer has stopped
 	defer s.markQuiet()
 	if s.conn.Subprotocol() != protocol.Subprotocol {
 		s.conn.Close(websocket.StatusPolicyViolation, "subprotocol "+protocol.Subprotocol+" required")
@@ -303,7 +308,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	}
 	if n, max := c.tokenConnections(s.tokenID), c.cfg.Limits.MaxConnectionsPerToken; n > max {
 		c.metrics.distrusted(refusedConnections)
-		s.fatal(ctx, retryLater(nil, "too many connections for this agent token (%d open, at most %d)", n, max))
+		s.fatal(ctx, retryLater(errOverLimit, "too many connections for this agent token (%d open, at most %d)", n, max))
 		return false
 	}
 	s.service = svc
@@ -312,6 +317,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	typ, data, err := s.conn.Read(hctx)
 	cancel()
 	if err != nil {
+		s.tooBig = errors.Is(err, websocket.ErrMessageTooBig)
 		return false
 	}
 	if typ != websocket.MessageText {
@@ -402,6 +408,7 @@ func (s *session) readLoop(ctx context.Context) {
 	for {
 		typ, buf, err := readMessage(reads, s.conn)
 		if err != nil {
+			s.tooBig = errors.Is(err, websocket.ErrMessageTooBig)
 			return
 		}
 		now := c.now()
@@ -595,7 +602,7 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 	if !s.rehellos.AllowN(now, 1) {
 		s.c.metrics.distrusted(refusedRehellos)
 		l := s.c.cfg.Limits
-		return retryLater(nil, "too many hellos on one connection (at most %d at once, then one per %v)", l.RehelloBurst, l.RehelloEvery)
+		return retryLater(errOverLimit, "too many hellos on one connection (at most %d at once, then one per %v)", l.RehelloBurst, l.RehelloEvery)
 	}
 	if rf := s.c.admitHello(h, s.service, overWebsocket); rf != nil {
 		return rf
@@ -977,8 +984,15 @@ func (s *session) sendWait(ctx context.Context, v any) {
 	s.out.putWait(ctx, data)
 }
 
+// errOverLimit is the cause of a retry-later refusal for a limit of the
+// collector on connections (too many connections for one agent token, too
+// many hellos on one connection): not the collector's trouble, so fatal
+// closes with 1013 (try again later), not 1011.
+var errOverLimit = errors.New("over a connection limit of the collector")
+
 // fatal sends a fatal error directly and closes the connection: with
-// status 1008 (policy violation) when the refusal is permanent, 1011
+// status 1008 (policy violation) when the refusal is permanent, 1013 (try
+// again later) for a retry-later over a limit (errOverLimit), 1011
 // (internal error) when it is the collector's trouble and the agent should
 // retry later (after retry_after_ms when the refusal says when: the
 // store's trouble, see storeRetryAfter).
@@ -994,6 +1008,9 @@ func (s *session) fatal(ctx context.Context, rf *refusal) {
 	code := websocket.StatusPolicyViolation
 	if !rf.Permanent() {
 		code = websocket.StatusInternalError
+	}
+	if errors.Is(rf, errOverLimit) {
+		code = websocket.StatusTryAgainLater
 	}
 	if s.conn.Write(wctx, websocket.MessageText, data) == nil {
 		s.closeWithin(ctx, code, reason)

@@ -709,9 +709,9 @@ func (d declared) has(name string, hint int) bool {
 	return false
 }
 
-func windowOK(w *Window, known declared, hint int, ref int64) bool {
+func windowOK(w *Window, known declared, hint int, ref, floor int64) bool {
 	if checkName("", w.Breaker) != nil || !known.has(w.Breaker, hint) || !ValidState(w.State) ||
-		checkTime("", w.Start, ref) != nil || w.Millis <= 0 || w.Millis > MaxWindowMillis || w.Counts.validate() != nil {
+		checkTime("", w.Start, ref) != nil || w.Millis <= 0 || w.Millis > MaxWindowMillis || w.Start+w.Millis < floor || w.Counts.validate() != nil {
 		return false
 	}
 	inRange := func(v int64) bool { return v >= 0 && v <= MaxCount }
@@ -869,7 +869,10 @@ func truncate(s string, n int) string {
 
 // Validate checks a Batch against the breakers declared in hello (nil
 // skips that check) at server time now (Unix ms; 0 skips the future check).
-// It returns an error wrapping ErrInvalid that names the bad field.
+// Times may be at most MaxFutureSkewMillis ahead of both sent_at and now;
+// a window may not end more than MaxFutureSkewMillis before hello's
+// started_at (docs/protocol.md, "Clocks"). It returns an error wrapping
+// ErrInvalid that names the bad field.
 func (b *Batch) Validate(hello *Hello, now int64) error {
 	if b.Seq == 0 {
 		return invalid("seq is required (starts at 1)")
@@ -908,6 +911,16 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 				return invalid("dropped.%s is negative (%d)", f.n, f.v)
 			}
 		}
+	}
+	// A window reports a period of the agent process that began at the
+	// hello's started_at, on the same clock, so a window that ended before
+	// it is not one of its periods (a start of 0 or 1970): refused, with
+	// MaxFutureSkewMillis of slack for a clock stepped back. (Its start may
+	// be earlier: a first report may cover calls counted before.) Skew with
+	// the collector does not enter (both times are the agent's).
+	var floor int64
+	if hello != nil {
+		floor = max(hello.StartedAt-MaxFutureSkewMillis, 0)
 	}
 	known := declaredIn(hello)
 	checkBreaker := func(field, name string) error {
@@ -951,7 +964,7 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 	}
 	for i := range b.Windows {
 		w := &b.Windows[i]
-		if windowOK(w, known, i, ref) {
+		if windowOK(w, known, i, ref, floor) {
 			continue // the checks below, without naming fields: no allocation
 		}
 		p := fmt.Sprintf("windows[%d]", i)
@@ -966,6 +979,9 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		}
 		if w.Millis <= 0 || w.Millis > MaxWindowMillis {
 			return invalid("%s.duration_ms must be within 1..%d (got %d)", p, MaxWindowMillis, w.Millis)
+		}
+		if end := w.Start + w.Millis; end < floor {
+			return invalid("%s ended at %d (start %d), %d ms before the agent's started_at %d (at most %d)", p, end, w.Start, hello.StartedAt-end, hello.StartedAt, MaxFutureSkewMillis)
 		}
 		if err := w.Counts.validate(); err != nil {
 			return invalid("%s.%v", p, err)

@@ -126,6 +126,20 @@ func TestBatchValidate(t *testing.T) {
 			b.Transitions[0].At = now + 3_599_990
 		}, ""},
 		{"refuses a sent_at more than a day ahead", func(b *protocol.Batch) { b.SentAt = now + protocol.MaxStartedAtAheadMillis + 1 }, "sent_at is"},
+		{"refuses a window dated 1970", func(b *protocol.Batch) { b.Windows[0].Start = 1000 }, "windows[0] ended at"},
+		{"refuses a window that ended before started_at by more than the slack", func(b *protocol.Batch) {
+			b.Windows[0].Start = hello.StartedAt - protocol.MaxFutureSkewMillis - 1 - b.Windows[0].Millis
+		}, "before the agent's started_at"},
+		{"accepts a window that ended a little before started_at (a clock stepped back)", func(b *protocol.Batch) {
+			b.Windows[0].Start = hello.StartedAt - protocol.MaxFutureSkewMillis - b.Windows[0].Millis
+		}, ""},
+		{"accepts a window that began long before started_at and ended after it", func(b *protocol.Batch) {
+			b.Windows[0].Start, b.Windows[0].Millis = hello.StartedAt-protocol.MaxWindowMillis+1000, protocol.MaxWindowMillis
+		}, ""},
+		{"refuses a window ahead of both sent_at and the server", func(b *protocol.Batch) {
+			b.SentAt = now - 60_000 // an agent behind: its times are judged against the server's clock
+			b.Windows[0].Start = now + protocol.MaxFutureSkewMillis + 1
+		}, "windows[0].start is"},
 		{"refuses seq above 2^53-1", func(b *protocol.Batch) { b.Seq = 1 << 63 }, "seq 9223372036854775808 is above"},
 		{"refuses a count above MaxCount", func(b *protocol.Batch) { b.Windows[0].Counts.Admitted = 9e18 }, "counts.admitted is 9000000000000000000, above"},
 		{"refuses a huge latency sum", func(b *protocol.Batch) { b.Windows[0].LatencySumMs = 1e308 }, "windows[0].latency_sum_ms must be a finite number"},
