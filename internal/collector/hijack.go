@@ -174,10 +174,12 @@ func (s *sharedReads) fill(p []byte) (int, error) {
 // tooBigLinger and tooBigDrain bound how long, and how many bytes, a
 // session refused for a message over the read limit reads and throws
 // away of the rest of it (see drainTooBig): a hello of 100,000 breakers
-// is 23 MB, which a busy machine may take seconds to receive.
+// is 23 MB, which a busy machine may take seconds to receive. Kept short:
+// a hostile peer trickling bytes holds its session (and a shutdown) for
+// at most tooBigLinger.
 const (
-	tooBigLinger = 30 * time.Second
-	tooBigDrain  = 64 << 20
+	tooBigLinger = 10 * time.Second
+	tooBigDrain  = 32 << 20
 )
 
 // drainTooBig ends a connection whose read stopped at a message over the
