@@ -101,8 +101,14 @@ func (b *logBuffer) String() string {
 	return b.sb.String()
 }
 
+// TestRealAgentTransitionReachesSubscriberQuickly: a transition travels
+// from the breaker to a subscriber as it happens, not with the periodic
+// publication of changed counts (an hour here, so a transition that
+// arrived at all did not wait for it). The time it took is logged, not
+// bounded: a busy machine may take long, and the mechanism is what is
+// asserted.
 func TestRealAgentTransitionReachesSubscriberQuickly(t *testing.T) {
-	h := startHarness(t, "", nil)
+	h := startHarness(t, "", func(c *Config) { c.PublishInterval = time.Hour })
 	m := startMember(t, h, "a1", nil)
 	_, events, cancel := h.col.Subscribe()
 	defer cancel()
@@ -110,17 +116,21 @@ func TestRealAgentTransitionReachesSubscriberQuickly(t *testing.T) {
 	for range 10 {
 		_ = m.br.Execute(context.Background(), func(context.Context) error { return errBoom })
 	}
-	for e := range events {
-		if e.Kind == cbdash.EventTransition && e.Transition.To == protocol.StateOpen {
-			t.Logf("transition at the subscriber %v after the tripping call", time.Since(start))
-			if e.Transition.Instance != "a1" || e.Transition.Cause.Kind != protocol.CauseFailureRate {
-				t.Fatalf("transition %+v", e.Transition)
+	timeout := time.NewTimer(30 * time.Second) // a bound for a broken build, not a measurement
+	defer timeout.Stop()
+	for done := false; !done; {
+		select {
+		case e := <-events:
+			if e.Kind == cbdash.EventTransition && e.Transition.To == protocol.StateOpen {
+				t.Logf("transition at the subscriber %v after the tripping call", time.Since(start))
+				if e.Transition.Instance != "a1" || e.Transition.Cause.Kind != protocol.CauseFailureRate {
+					t.Fatalf("transition %+v", e.Transition)
+				}
+				done = true
 			}
-			break
+		case <-timeout.C:
+			t.Fatal("the transition never reached the subscriber (publication is hourly: it must be pushed as it happens)")
 		}
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("transition took %v to reach a subscriber", d)
 	}
 	eventually.True(t, "dependency open", func() bool {
 		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
