@@ -91,7 +91,8 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 // collector is not listening yet (connection refused) retries within a
 // second whatever its backoff (here ReconnectMin is 10 s), warns once and
 // then once per 30 s of its clock with the count, and is connected within
-// 2 s of the collector listening.
+// about a second of the collector listening (asserted: before the
+// backoff's shortest wait, 5 s).
 func TestCollectorStartedAfterTheAgentIsReachedQuickly(t *testing.T) {
 	var dials atomic.Int64
 	f := newFixture(t, fixtureOptions{noStart: true, agent: func(c *agent.Config) {
@@ -121,8 +122,11 @@ func TestCollectorStartedAfterTheAgentIsReachedQuickly(t *testing.T) {
 	waitFor(t, 10*time.Second, "the agent to connect", f.col.connected)
 	took := time.Since(listening)
 	t.Logf("connected %v after the collector listened (%d dials)", took, dials.Load())
-	if took > 2*time.Second {
-		t.Fatalf("connected %v after the collector listened, want within 2 s", took)
+	// About a second on a quiet machine; the bound is the shortest wait
+	// the backoff could give (10 s jittered down to half), so that a
+	// busy machine does not fail it while the backoff still would.
+	if took >= 5*time.Second {
+		t.Fatalf("connected %v after the collector listened, want within the refused-dial cap (1 s), well before the backoff's 5 s", took)
 	}
 }
 
