@@ -29,6 +29,12 @@ type Notification struct {
 	Since time.Time
 	// Detail says what was seen, in one line ("open on 2 of 6 instances").
 	Detail string
+	// lastTrue, on a resolve, is when the alert's condition was last seen
+	// true (a trip's time or an evaluation's): the end of the episode the
+	// store keeps (Store.ResolveFiringAlert), so that a trip the leader
+	// had not seen by then (reported late, or by an agent whose clock is
+	// behind) starts a new episode instead of falling within this one.
+	lastTrue time.Time
 }
 
 type alertKey struct {
@@ -198,7 +204,7 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 		delete(e.alerts, k)
 		if st.firing {
 			out = append(out, Notification{Rule: r, Subject: k.subject, Event: cbdash.AlertResolved, At: now, Since: st.since,
-				Detail: "resolved: " + st.detail})
+				Detail: "resolved: " + st.detail, lastTrue: st.lastTrue})
 		}
 	}
 	clear(e.opened)

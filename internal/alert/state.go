@@ -107,7 +107,13 @@ func (s *Service) persist(ctx context.Context, n Notification) (send bool, befor
 		}
 	} else {
 		var prev string
-		prev, claimed, err = s.cfg.Store.ResolveFiringAlert(ctx, a, n.At)
+		// The episode ends when the condition was last seen true, not at
+		// the resolve: a trip between the two was not seen by this leader.
+		end := n.At
+		if !n.lastTrue.IsZero() && n.lastTrue.Before(end) {
+			end = n.lastTrue
+		}
+		prev, claimed, err = s.cfg.Store.ResolveFiringAlert(ctx, a, end)
 		if err == nil && claimed && prev == cbdash.AlertFiring && !s.queuedFiring(n) {
 			f := n
 			f.Event, f.At, f.Detail = cbdash.AlertFiring, n.Since, strings.TrimPrefix(n.Detail, "resolved: ")

@@ -147,9 +147,11 @@ func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (cbd
 }
 
 // ResolveFiringAlert records that the alert of a.RuleID and a.Subject
-// firing since a.Since resolved at: its kept state becomes a (not firing,
-// pending the resolve) and the episode [a.Since, at] is kept, so that a
-// replayed trip within it fires nothing. claimed is false when the alert
+// firing since a.Since resolved, its condition last seen true at (the
+// caller's end of the episode, not the time of the resolve: a trip after
+// it that the caller had not seen is a new episode): its kept state
+// becomes a (not firing, pending the resolve) and the episode
+// [a.Since, at] is kept, so that a replayed trip within it fires nothing. claimed is false when the alert
 // is not firing with that start any more (another leader resolved it).
 // prevPending is the event the alert was pending before (cbdash.AlertFiring
 // when its firing has not been delivered yet, "" when it has). Errors:
