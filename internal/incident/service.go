@@ -466,19 +466,41 @@ func (s *Service) flush(ctx context.Context) {
 
 // persist stores new and closed incidents at once and queues updates of
 // stored ones for the next tick.
+//
+// Changes that follow the Opened of their incident in the same list (a
+// replay yields thousands for one flapping dependency, all made before
+// the first was stored) take the ID its creation got: they are queued or
+// written as updates, not created one by one.
 func (s *Service) persist(ctx context.Context, cs []Change) {
+	type created struct {
+		start time.Time
+		id    int64
+	}
+	var made map[cbdash.DependencyKey]created
 	for _, c := range cs {
+		if c.Incident.ID == 0 {
+			if m, ok := made[c.Incident.DependencyKey]; ok && m.start.Equal(c.Incident.Start) {
+				c.Incident.ID = m.id
+			}
+		}
 		id := c.Incident.ID
 		if c.Kind == Updated && id != 0 {
 			s.dirty[id] = c.Incident
 			continue
 		}
 		delete(s.dirty, id) // a closed incident carries the latest state
-		s.store(ctx, c)
+		if got := s.store(ctx, c); id == 0 && got != 0 {
+			if made == nil {
+				made = make(map[cbdash.DependencyKey]created)
+			}
+			made[c.Incident.DependencyKey] = created{start: c.Incident.Start, id: got}
+		}
 	}
 }
 
-func (s *Service) store(ctx context.Context, c Change) {
+// store writes change c and returns the incident's ID (0 when the write
+// failed, which it logs).
+func (s *Service) store(ctx context.Context, c Change) int64 {
 	// A write that has begun finishes even when shutdown cancels ctx
 	// meanwhile: an incident's last update must not be lost (or logged as
 	// an error) because the server is stopping.
@@ -509,7 +531,7 @@ func (s *Service) store(ctx context.Context, c Change) {
 	}
 	if err != nil {
 		s.cfg.Logger.Error("incident: store", "dependency", inc.DependencyKey.String(), "change", c.Kind.String(), "err", err)
-		return
+		return 0
 	}
 	level := slog.LevelInfo
 	if c.Kind == Updated {
@@ -519,6 +541,7 @@ func (s *Service) store(ctx context.Context, c Change) {
 	if s.cfg.OnChange != nil {
 		s.cfg.OnChange(Change{Kind: c.Kind, Incident: inc})
 	}
+	return inc.ID
 }
 
 // Open returns the incidents open now, as the detector sees them.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -51,21 +52,58 @@ func (s *Store) SetLeaderMark(ctx context.Context, name string, at time.Time) er
 	return nil
 }
 
+// MaxReplay bounds what TransitionsReceivedSince returns with limit 0: a
+// takeover after a leaderless hour of a flapping fleet reads at most this
+// many transitions (about 250 MB at worst); the store logs an error when
+// it cuts a read there.
+const MaxReplay = 1_000_000
+
+// replayPage is how many rows one query of TransitionsReceivedSince reads.
+const replayPage = 10_000
+
 // TransitionsReceivedSince returns the stored transitions the collector
 // received at or after since, oldest first (by the agent's At, then by
-// ID), at most limit (0 or more than 10,000 = 10,000). Errors: ctx's or a
+// ID): at most limit, or with limit 0 (or above MaxReplay) every one up to
+// MaxReplay. It reads them in pages of 10,000 (keyset on at and id), so a
+// long backlog is never cut at one query's size. Errors: ctx's or a
 // wrapped driver error.
 func (s *Store) TransitionsReceivedSince(ctx context.Context, since time.Time, limit int) ([]cbdash.TransitionRecord, error) {
-	if limit <= 0 || limit > maxTransitions {
-		limit = maxTransitions
+	if limit <= 0 || limit > MaxReplay {
+		limit = MaxReplay
 	}
+	out := []cbdash.TransitionRecord{}
+	afterAt, afterID := int64(math.MinInt64), int64(math.MinInt64)
+	for len(out) < limit {
+		n := min(replayPage, limit-len(out))
+		page, err := s.transitionsReceivedPage(ctx, ms(since), afterAt, afterID, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < n {
+			break
+		}
+		last := page[len(page)-1]
+		afterAt, afterID = last.At, last.ID
+	}
+	if len(out) == MaxReplay {
+		s.opts.Logger.Error("store: a takeover's replay read the most transitions it may; the ones received later are not replayed",
+			"read", len(out), "received_since", since)
+	}
+	return out, nil
+}
+
+// transitionsReceivedPage is one page of TransitionsReceivedSince: the
+// rows received at or after since that come after (afterAt, afterID).
+func (s *Store) transitionsReceivedPage(ctx context.Context, since, afterAt, afterID int64, limit int) ([]cbdash.TransitionRecord, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at
-		FROM transitions WHERE received_at >= ? ORDER BY at, id LIMIT ?`, ms(since), limit)
+		FROM transitions WHERE received_at >= ? AND (at > ? OR (at = ? AND id > ?)) ORDER BY at, id LIMIT ?`,
+		since, afterAt, afterAt, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: transitions received: %w", err)
 	}
 	defer rows.Close()
-	out := []cbdash.TransitionRecord{}
+	var out []cbdash.TransitionRecord
 	for rows.Next() {
 		var r cbdash.TransitionRecord
 		var gen, received int64
