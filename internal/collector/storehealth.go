@@ -22,7 +22,8 @@ import (
 // in a transaction that is rolled back:
 //
 //   - the store is failing after an error the environment causes
-//     (store.Transient), the same error for two different batches, or a
+//     (store.Transient), the same error for batches of two different agent
+//     processes (one agent's batches cannot make the store failing), or a
 //     probe that failed; every failure starts a probe at once;
 //   - while it is failing, /readyz answers 503 (Readiness), no batch is
 //     refused for good, and the collector probes the store every
@@ -133,7 +134,7 @@ func (h *storeHealth) failed(f failKey, err error) (giveUp bool) {
 		// the store was fine, starts its rounds.
 		signal(h.wake)
 	}
-	if transient || (h.lastErr == msg && h.last != f) {
+	if transient || (h.lastErr == msg && (h.last.k != f.k || h.last.startedAt != f.startedAt)) {
 		h.setFailing(err)
 	}
 	h.last, h.lastErr = f, msg
