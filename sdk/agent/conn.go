@@ -91,6 +91,11 @@ func (e *retryLater) Error() string {
 // Config.FailbackAfter).
 var errFailback = errors.New("moving back to the preferred collector")
 
+// maxAskedBack is how many fatal errors with retry_after_ms in a row an
+// agent answers by coming back to the same collector; the next one sends
+// it to the next of Config.URLs.
+const maxAskedBack = 5
+
 // notListening reports whether err is a dial that no collector answered:
 // the connection was refused (nothing listens on the port) or the host or
 // network is unreachable. It costs the collector nothing.
@@ -148,6 +153,7 @@ func (a *Agent) connLoop(ctx context.Context) {
 	preferred := firstURL(a.cfg.Service, a.cfg.Instance, a.cfg.URLs)
 	next := preferred
 	var failures failureLog
+	askedBack := 0 // retry_after_ms answers in a row from the collector at cur
 	for ctx.Err() == nil {
 		cur := next
 		url := a.cfg.URLs[cur]
@@ -163,6 +169,7 @@ func (a *Agent) connLoop(ctx context.Context) {
 		if progressed {
 			backoff = a.cfg.ReconnectMin
 			failures.reset()
+			askedBack = 0
 		}
 		if ctx.Err() != nil {
 			return
@@ -184,9 +191,16 @@ func (a *Agent) connLoop(ctx context.Context) {
 		case errors.As(err, &later) && later.after > 0:
 			// The collector asked this agent back: to it, not the next
 			// one (its store's trouble is every collector's over a
-			// shared database, and the fleet should not move for it).
+			// shared database, and the fleet should not move for it),
+			// but for maxAskedBack times in a row only: a collector cut
+			// off from a database the others reach must not keep its
+			// agents for ever.
 			wait, grow = retryAfterWait(later.after, a.cfg.ReconnectMax), false
-			next = cur
+			if askedBack++; askedBack < maxAskedBack {
+				next = cur
+			} else {
+				askedBack = 0
+			}
 		case notListening(err):
 			wait, grow = jitter(min(backoff, refusedCap, a.cfg.ReconnectMax)), false
 		default:

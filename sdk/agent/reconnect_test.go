@@ -54,7 +54,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Run("to the same collector", func(t *testing.T) {
 		// With several collectors the agent comes back to the one that
 		// asked (over a shared database its store's trouble is every
-		// collector's): the other one sees no hello.
+		// collector's): the other one sees no hello, for five in a row.
 		a, b := newCollector(t), newCollector(t)
 		a.set(func(c *collector) { c.refuseHello = refusal })
 		b.set(func(c *collector) { c.refuseHello = refusal })
@@ -68,6 +68,16 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		waitFor(t, 10*time.Second, "four hellos", func() bool { return len(a.hellosAt())+len(b.hellosAt()) >= 4 })
 		if na, nb := len(a.hellosAt()), len(b.hellosAt()); na != 0 && nb != 0 {
 			t.Fatalf("hellos: %d to one collector, %d to the other; want every one to the collector that asked the agent back", na, nb)
+		}
+		// But not for ever: after five in a row it tries the next one (a
+		// collector cut off from a database the others reach).
+		first, second := a, b
+		if len(b.hellosAt()) > 0 {
+			first, second = b, a
+		}
+		waitFor(t, 20*time.Second, "a hello to the other collector", func() bool { return len(second.hellosAt()) > 0 })
+		if n := len(first.hellosAt()); n != 5 {
+			t.Fatalf("the agent tried the other collector after %d hellos to the first, want 5", n)
 		}
 	})
 
