@@ -108,7 +108,10 @@ func (s *Store) DeleteAlertRule(ctx context.Context, id int64) error {
 		if err := mustAffect(res, "alert rule", id); err != nil {
 			return err
 		}
-		_, err = x.exec(`DELETE FROM alert_firing WHERE rule_id = ?`, id)
+		if _, err := x.exec(`DELETE FROM alert_firing WHERE rule_id = ?`, id); err != nil {
+			return err
+		}
+		_, err = x.exec(`DELETE FROM alert_episodes WHERE rule_id = ?`, id)
 		return err
 	}})
 	if err != nil {

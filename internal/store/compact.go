@@ -228,6 +228,11 @@ func (x *wtx) expire(now int64, r Retention) error {
 	if _, err := x.exec("DELETE FROM transitions WHERE at < ?", now-r.Transitions.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire transitions: %w", err)
 	}
+	// An alert episode guards against alerting a replayed trip twice; a
+	// trip past the transitions' retention is never replayed.
+	if _, err := x.exec("DELETE FROM alert_episodes WHERE resolved_ms < ?", now-r.Transitions.Milliseconds()); err != nil {
+		return fmt.Errorf("store: expire alert episodes: %w", err)
+	}
 	if err := x.expireInstanceMinutes(now, r.InstanceMinutes); err != nil {
 		return err
 	}

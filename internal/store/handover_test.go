@@ -106,3 +106,58 @@ func TestClaimFiringAlertOncePerEpisode(t *testing.T) {
 		t.Fatalf("claim after the episode: %v %v", ok, err)
 	}
 }
+
+// TestAlertEpisodesExpireWithTheTransitions: a resolved alert episode is
+// kept (a replayed trip within it fires nothing) while its transitions
+// may still be replayed, and removed by Compact once past the
+// transitions' retention, and with its rule: the table does not grow
+// for ever.
+func TestAlertEpisodesExpireWithTheTransitions(t *testing.T) {
+	s, _ := openStore(t, store.Options{Retention: store.Retention{Transitions: 24 * time.Hour}})
+	ctx := context.Background()
+	episode := func(rule int64) {
+		t.Helper()
+		fa := cbdash.FiringAlert{RuleID: rule, Subject: "pay/db", Firing: true, Since: t0, Detail: "open", Pending: cbdash.AlertFiring}
+		if _, ok, err := s.ClaimFiringAlert(ctx, fa); !ok || err != nil {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		res := cbdash.FiringAlert{RuleID: rule, Subject: "pay/db", Since: t0, Detail: "resolved: open", Pending: cbdash.AlertResolved}
+		if _, ok, err := s.ResolveFiringAlert(ctx, res, t0.Add(time.Minute)); !ok || err != nil {
+			t.Fatalf("resolve: %v %v", ok, err)
+		}
+	}
+	kept := func(rule int64) bool {
+		t.Helper()
+		inside := cbdash.FiringAlert{RuleID: rule, Subject: "pay/db", Firing: true, Since: t0.Add(time.Second), Detail: "open", Pending: cbdash.AlertFiring}
+		_, claimed, err := s.ClaimFiringAlert(ctx, inside)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !claimed
+	}
+	episode(1000)
+	if err := s.Compact(ctx, t0.Add(23*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if !kept(1000) {
+		t.Fatal("an episode within the transitions' retention was forgotten: its replayed trip fired again")
+	}
+	if err := s.Compact(ctx, t0.Add(25*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if kept(1000) {
+		t.Fatal("an episode past the transitions' retention was kept")
+	}
+
+	r, err := s.CreateAlertRule(ctx, cbdash.AlertRule{Name: "open", Service: "pay", Kind: cbdash.AlertOpen, WebhookURL: "https://hooks.example/x", Hold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	episode(r.ID)
+	if err := s.DeleteAlertRule(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if kept(r.ID) {
+		t.Fatal("the episodes of a deleted rule were kept")
+	}
+}
