@@ -86,6 +86,22 @@ func (r *relay) restore() {
 	r.serve(ln)
 }
 
+// relayedPostgres is a DSN of the test's PostgreSQL schema reached
+// through a relay the test can cut (connect_timeout 2 s).
+func relayedPostgres(t *testing.T) (string, *relay) {
+	t.Helper()
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(t, u.Host)
+	u.Host = r.addr
+	q := u.Query()
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	return u.String(), r
+}
+
 // TestReadyzFollowsPostgreSQL: a collector on PostgreSQL is ready while
 // the database can commit, answers 503 naming the store while it cannot
 // be reached (a load balancer stops sending it agents; they keep their
@@ -97,16 +113,8 @@ func TestReadyzFollowsPostgreSQL(t *testing.T) {
 		}
 		t.Skipf("PostgreSQL only: set %s (the SQLite case is TestFullDiskIsNotReadyAndTheAgentIsToldToRetry)", pgtest.EnvDSN)
 	}
-	u, err := url.Parse(pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRelay(t, u.Host)
-	u.Host = r.addr
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	u.RawQuery = q.Encode()
-	h := startHarness(t, u.String(), nil)
+	dsn, r := relayedPostgres(t)
+	h := startHarness(t, dsn, nil)
 	if status, body := readyz(t, h); status != 200 {
 		t.Fatalf("readyz %d %s", status, body)
 	}
@@ -132,17 +140,9 @@ func TestReadyWithinASecondOfPostgreSQLComingBack(t *testing.T) {
 	if os.Getenv(pgtest.EnvDSN) == "" {
 		t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
 	}
-	u, err := url.Parse(pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRelay(t, u.Host)
-	u.Host = r.addr
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	u.RawQuery = q.Encode()
+	dsn, r := relayedPostgres(t)
 	clk := clocktest.Virtual()
-	h := startHarness(t, u.String(), func(c *Config) { c.Clock = clk })
+	h := startHarness(t, dsn, func(c *Config) { c.Clock = clk })
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
 	r.cut()

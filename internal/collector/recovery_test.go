@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -217,16 +216,8 @@ func TestAgentsAreBackWithinSecondsOfTheStore(t *testing.T) {
 		if os.Getenv(pgtest.EnvDSN) == "" {
 			t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
 		}
-		u, err := url.Parse(pgtest.DSN(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := newRelay(t, u.Host)
-		u.Host = r.addr
-		q := u.Query()
-		q.Set("connect_timeout", "2")
-		u.RawQuery = q.Encode()
-		h := startHarness(t, u.String(), nil)
+		dsn, r := relayedPostgres(t)
+		h := startHarness(t, dsn, nil)
 		agents := startRecoveringAgents(t, h.clk, h.wsURL(), h.token, 3)
 		ackedAgain(t, agents)
 		r.cut()

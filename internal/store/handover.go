@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -102,27 +101,7 @@ func (s *Store) transitionsReceivedPage(ctx context.Context, since, afterAt, aft
 	if err != nil {
 		return nil, fmt.Errorf("store: transitions received: %w", err)
 	}
-	defer rows.Close()
-	var out []cbdash.TransitionRecord
-	for rows.Next() {
-		var r cbdash.TransitionRecord
-		var gen, received int64
-		var cause []byte
-		if err := rows.Scan(&r.ID, &r.Service, &r.Instance, &r.Breaker, &r.From, &r.To, &r.At, &gen,
-			&cause, &r.OpenMillis, &received); err != nil {
-			return nil, fmt.Errorf("store: transitions received: %w", err)
-		}
-		r.Generation = uint64(gen)
-		r.ReceivedAt = fromMs(received)
-		if err := json.Unmarshal(cause, &r.Cause); err != nil {
-			return nil, fmt.Errorf("store: transition %d cause: %w", r.ID, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: transitions received: %w", err)
-	}
-	return out, nil
+	return scanTransitions(rows, nil)
 }
 
 // ClaimFiringAlert records that alert a (rule and subject) starts firing

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -56,13 +57,18 @@ func (s *Store) Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cb
 	if err != nil {
 		return nil, fmt.Errorf("store: transitions: %w", err)
 	}
+	return scanTransitions(rows, []cbdash.TransitionRecord{})
+}
+
+// scanTransitions reads rows of (id, service, instance, breaker,
+// from_state, to_state, at, generation, cause, open_ms, received_at) into
+// out, and closes them.
+func scanTransitions(rows *sql.Rows, out []cbdash.TransitionRecord) ([]cbdash.TransitionRecord, error) {
 	defer rows.Close()
-	out := []cbdash.TransitionRecord{}
 	for rows.Next() {
 		var r cbdash.TransitionRecord
-		var gen int64
+		var gen, received int64
 		var cause []byte
-		var received int64
 		if err := rows.Scan(&r.ID, &r.Service, &r.Instance, &r.Breaker, &r.From, &r.To, &r.At, &gen,
 			&cause, &r.OpenMillis, &received); err != nil {
 			return nil, fmt.Errorf("store: transitions: %w", err)
