@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
 func TestReadyzURL(t *testing.T) {
@@ -31,7 +33,7 @@ func TestReadyzURL(t *testing.T) {
 // and a reset starts a new series.
 func TestFailureLogWarnsOncePerPeriod(t *testing.T) {
 	var l failureLog
-	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	t0 := breakertest.Epoch() // the package's test clock's start: any instant does
 	type want struct {
 		at       time.Duration
 		log      bool
