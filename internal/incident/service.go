@@ -343,13 +343,14 @@ func (s *Service) catchUpStored(ctx context.Context) {
 			late = append(late, *tr)
 		}
 	}
-	closed, err := s.cfg.Store.Incidents(ctx, cbdash.IncidentQuery{From: time.UnixMilli(missed[0].At), Limit: 10000})
+	l, err := s.cfg.Store.Incidents(ctx, cbdash.IncidentQuery{From: time.UnixMilli(missed[0].At), Limit: 10000})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.cfg.Logger.Error("incident: read the incidents stored at the takeover", "err", err)
 		}
 		return
 	}
+	closed := closedOf(l)
 	lastFed := make(map[trKey]int64)
 	for _, tr := range late {
 		ik := trKey{service: tr.Service, instance: tr.Instance, breaker: tr.Breaker}
@@ -367,7 +368,7 @@ func (s *Service) catchUpStored(ctx context.Context) {
 			s.cfg.Logger.Info("incident: a transition stored at the takeover, observed late", "dependency", tr.Service+"/"+tr.Breaker, "instance", tr.Instance, "to", tr.To)
 		}
 		s.see(tr)
-		if !down(tr.To) || !within(closed, *tr) {
+		if !down(tr.To) || !closed.within(*tr) {
 			feed = append(feed, *tr)
 		}
 	}
@@ -418,25 +419,39 @@ func (s *Service) takeover(ctx context.Context) ([]cbdash.Incident, []cbdash.Tra
 		return open, stored, nil
 	}
 	// Trips within an incident the store holds closed were processed.
-	closed, err := s.cfg.Store.Incidents(ctx, cbdash.IncidentQuery{From: time.UnixMilli(stored[0].At), Limit: 10000})
+	l, err := s.cfg.Store.Incidents(ctx, cbdash.IncidentQuery{From: time.UnixMilli(stored[0].At), Limit: 10000})
 	if err != nil {
 		return nil, nil, fmt.Errorf("incident: read the incidents after the mark: %w", err)
 	}
+	closed := closedOf(l)
 	out := stored[:0]
 	for _, tr := range stored {
-		if !down(tr.To) || !within(closed, tr) {
+		if !down(tr.To) || !closed.within(tr) {
 			out = append(out, tr)
 		}
 	}
 	return open, out, nil
 }
 
-// within reports whether tr is within an incident of closed that is
-// closed: its dependency, between its start and its end.
-func within(closed []cbdash.Incident, tr cbdash.TransitionRecord) bool {
-	for _, inc := range closed {
-		if !inc.Open && inc.Service == tr.Service && inc.Breaker == tr.Breaker &&
-			tr.At >= inc.Start.UnixMilli() && tr.At <= inc.End.UnixMilli() {
+// closedSpans indexes the closed incidents of l by dependency, so that a
+// replay of many transitions asks only its own dependency's.
+type closedSpans map[cbdash.DependencyKey][]cbdash.Incident
+
+func closedOf(l []cbdash.Incident) closedSpans {
+	out := make(closedSpans)
+	for _, inc := range l {
+		if !inc.Open {
+			out[inc.DependencyKey] = append(out[inc.DependencyKey], inc)
+		}
+	}
+	return out
+}
+
+// within reports whether tr is within one of the closed incidents of its
+// dependency: between its start and its end.
+func (c closedSpans) within(tr cbdash.TransitionRecord) bool {
+	for _, inc := range c[cbdash.DependencyKey{Service: tr.Service, Breaker: tr.Breaker}] {
+		if tr.At >= inc.Start.UnixMilli() && tr.At <= inc.End.UnixMilli() {
 			return true
 		}
 	}
