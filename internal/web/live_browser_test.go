@@ -57,7 +57,12 @@ func TestBrowserOpenSinceOnTileAndDependencyPage(t *testing.T) {
 	// Read in one script: live updates replace the tile, and a node
 	// looked up first and read afterwards may be gone by then (seen once
 	// in CI: "No node with given id found").
-	first := get(t, ctx, "duration", chromedp.Evaluate[string](`document.querySelector("`+tileSel+` [data-since]")?.textContent ?? ""`))
+	// A live update may be replacing the tile as it is read (seen beside
+	// a CPU hog: "no duration in the open tile"): wait until a read finds
+	// the duration, keeping what that read found.
+	run(t, ctx, stepTimeout, "a duration in the open tile",
+		until(`(window.cbdashDuration = document.querySelector("`+tileSel+` [data-since]")?.textContent ?? "") !== ""`))
+	first := get(t, ctx, "duration", chromedp.Evaluate[string](`window.cbdashDuration`))
 	if first == "" {
 		t.Fatalf("no duration in the open tile")
 	}
