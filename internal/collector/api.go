@@ -162,9 +162,8 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	// A stream goes through the network: it gets a deeper buffer than an
 	// in-process subscriber, and only the kinds it asked for.
-	snap, sub := c.live.subscribe(kinds, max(c.cfg.SubscriberBuffer, sseBuffer))
-	defer c.hub.remove(sub)
-	events := sub.ch
+	snap, events, cancel := c.live.Subscribe(kinds, max(c.cfg.SubscriberBuffer, sseBuffer))
+	defer cancel()
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})

@@ -12,6 +12,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/cluster"
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,16 +153,17 @@ func (c *Config) validate() error {
 }
 
 // Collector ingests agent streams, keeps live state, fans it out and
-// routes commands. Create it with New, start its loops with Run, and mount
-// its HTTP endpoints with Mount. All methods are safe for concurrent use.
+// routes commands. Create it with New and start its loops with Run;
+// internal/web serves its methods and transports. All methods are safe
+// for concurrent use.
 type Collector struct {
 	cfg     Config
 	store   *store.Store
 	log     *slog.Logger
 	clk     clock.Clock
 	now     func() time.Time
-	live    *live
-	hub     *hub
+	live    liveState
+	hub     publisher // live state's, for commands' events
 	metrics *metrics
 	cmds    *pendingCommands
 	tokens  *tokenUsage // what each agent token declared, against Config.Limits
@@ -201,16 +203,15 @@ func New(cfg Config) (*Collector, error) {
 	if err := registerStoreMetrics(cfg.Registerer, cfg.Store); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
-	h := newHub(cfg.SubscriberBuffer)
-	h.onDrop = m.subDrops.Inc
-	h.onCount = func(n int) { m.subscribers.Set(float64(n)) }
 	c := &Collector{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger, clk: cfg.Clock, now: cfg.Clock.Now,
-		hub: h, metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(), health: newStoreHealth(),
+		metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(), health: newStoreHealth(),
 		sessions: make(map[*session]struct{}), tokenConns: make(map[string]int), readyCh: make(chan struct{}),
 	}
-	c.live = newLive(cfg.Clock.Now, cfg.StaleAfter, cfg.GoneAfter, h, m)
-	if err := cfg.Registerer.Register(newLiveGauges(c.live)); err != nil {
+	c.live = liveState{live.New(live.Config{Now: cfg.Clock.Now, StaleAfter: cfg.StaleAfter, GoneAfter: cfg.GoneAfter,
+		SubscriberBuffer: cfg.SubscriberBuffer, Metrics: m})}
+	c.hub = publisher{c.live.State}
+	if err := cfg.Registerer.Register(newLiveGauges(c.live.State)); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
 	c.holds = newHoldManager(c)
@@ -247,7 +248,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.applyStop, c.applyDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.applyDone)
-		c.live.applyLoop(c.applyStop)
+		c.live.ApplyLoop(c.applyStop)
 	}()
 	c.ready = true
 	close(c.readyCh)
@@ -273,18 +274,18 @@ func (c *Collector) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-c.live.kick:
-			if wait := c.live.flushUrgent(); wait > 0 {
+		case <-c.live.Kicked():
+			if wait := c.live.FlushUrgent(); wait > 0 {
 				urgent.Reset(wait)
 			}
 		case <-urgent.C:
-			if wait := c.live.flushUrgent(); wait > 0 {
+			if wait := c.live.FlushUrgent(); wait > 0 {
 				urgent.Reset(wait)
 			}
 		case <-publish:
-			c.live.flush()
+			c.live.Flush()
 		case <-sweep:
-			c.live.sweep()
+			c.live.Sweep()
 			c.expireCommands(ctx)
 			c.holds.sweep(ctx)
 			c.closeRevokedSessions(ctx)
@@ -314,13 +315,13 @@ func (c *Collector) restore(ctx context.Context) error {
 			return fmt.Errorf("collector: restore open since: %w", err)
 		}
 	}
-	c.live.restore(ibs)
+	c.live.Restore(ibs)
 	now := c.now().UTC()
 	opens, err := c.store.OpensSince(ctx, now.Truncate(24*time.Hour))
 	if err != nil {
 		return fmt.Errorf("collector: restore opens: %w", err)
 	}
-	c.live.setOpensToday(opens)
+	c.live.SetOpensToday(opens)
 	cmds, err := c.store.Commands(ctx, cbdash.CommandQuery{Limit: 1000})
 	if err != nil {
 		return fmt.Errorf("collector: restore commands: %w", err)
@@ -395,7 +396,7 @@ func (c *Collector) shutdown() {
 		<-done
 	}
 	c.holds.flushStats(context.Background()) // every window applied is in
-	c.hub.close()
+	c.live.Close()
 }
 
 // addSession registers a session; false after shutdown began or before
@@ -445,20 +446,23 @@ func (c *Collector) isReady() bool {
 
 // Dependencies returns the live state of every dependency, worst state
 // first (then by service and breaker name). The result is a copy.
-func (c *Collector) Dependencies() []cbdash.Dependency { return c.live.dependencies() }
+func (c *Collector) Dependencies() []cbdash.Dependency { return c.live.Dependencies() }
 
 // Dependency returns the live state of one dependency, or an error
 // wrapping cbdash.ErrNotFound.
 func (c *Collector) Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error) {
-	d, ok := c.live.dependency(k)
+	d, ok := c.live.Dependency(k)
 	if !ok {
 		return d, fmt.Errorf("dependency %s: %w", k, cbdash.ErrNotFound)
 	}
 	return d, nil
 }
 
+// Service summarises one service's live state (live.Service).
+type Service = live.Service
+
 // Services summarises the known services, sorted by name.
-func (c *Collector) Services() []Service { return c.live.services() }
+func (c *Collector) Services() []Service { return c.live.Services() }
 
 // Subscribe returns the current live state and a channel of every later
 // change, atomically: no change is both in the snapshot and an event, and
@@ -470,8 +474,7 @@ func (c *Collector) Services() []Service { return c.live.services() }
 // the events' slices, maps and pointers are shared between subscribers
 // and must not be modified.
 func (c *Collector) Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func()) {
-	snap, s := c.live.subscribe(nil, 0)
-	return snap, s.ch, func() { c.hub.remove(s) }
+	return c.live.Subscribe(nil, 0)
 }
 
 // SubscribeViews is Subscribe with the snapshot's views shared rather
@@ -481,6 +484,5 @@ func (c *Collector) Subscribe() (snapshot []cbdash.Dependency, events <-chan cbd
 // dashboard's live overview) holds a pointer each instead of a copy
 // (about 500 bytes a dependency).
 func (c *Collector) SubscribeViews() (snapshot []*cbdash.Dependency, events <-chan cbdash.Event, cancel func()) {
-	snap, s := c.live.subscribeViews(nil, 0)
-	return snap, s.ch, func() { c.hub.remove(s) }
+	return c.live.SubscribeViews(nil, 0)
 }

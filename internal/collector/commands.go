@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +45,7 @@ func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 		return cbdash.Command{}, err
 	}
 	k := cbdash.DependencyKey{Service: req.Service, Breaker: req.Breaker}
-	targets, err := c.live.targets(k, req.Instance, req.Share)
+	targets, err := c.live.Targets(k, req.Instance, req.Share)
 	if err != nil {
 		return cbdash.Command{}, err
 	}
@@ -83,8 +82,8 @@ func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 	c.cmds.track(cmd)
 	c.hub.publish(cbdash.Event{Kind: cbdash.EventCommand, At: now, Command: &cmd})
 	wire := wireCommand(cmd, now)
-	for _, s := range c.live.sessions(req.Service, targets) {
-		s.send(wire)
+	for _, s := range c.live.Conns(req.Service, targets) {
+		s.Send(wire)
 	}
 	c.fleet.route(ctx, req.Service, targets, wire)
 	return cmd, nil
@@ -209,56 +208,6 @@ func newID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// targets picks the instances a command goes to (see Issue).
-func (l *live) targets(k cbdash.DependencyKey, instance string, share float64) ([]string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	d := l.deps[k]
-	if d == nil {
-		return nil, fmt.Errorf("breaker %s: %w", k, cbdash.ErrNotFound)
-	}
-	if instance != "" {
-		if inst := l.instances[instKey{k.Service, instance}]; inst == nil || inst.breakers[k.Breaker] == nil {
-			return nil, fmt.Errorf("instance %q of breaker %s: %w", instance, k, cbdash.ErrNotFound)
-		}
-		return []string{instance}, nil
-	}
-	var names []string
-	for _, ib := range d.members {
-		if share == 0 || share == 100 || !ib.inst.stale {
-			names = append(names, ib.inst.key.instance)
-		}
-	}
-	if share == 0 || share == 100 {
-		sort.Strings(names)
-		return names, nil
-	}
-	in := names[:0]
-	for _, n := range names {
-		if cbdash.InShare(n, share) {
-			in = append(in, n)
-		}
-	}
-	if len(in) == 0 {
-		return nil, fmt.Errorf("no live instance of breaker %s falls in a %v%% share: %w", k, share, cbdash.ErrNotFound)
-	}
-	sort.Strings(in)
-	return in, nil
-}
-
-// sessions returns the connected sessions of the named instances.
-func (l *live) sessions(service string, instances []string) []*session {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []*session
-	for _, name := range instances {
-		if inst := l.instances[instKey{service, name}]; inst != nil && inst.sess != nil {
-			out = append(out, inst.sess)
-		}
-	}
-	return out
 }
 
 // commandResults publishes the commands a stored batch of instance k

@@ -72,7 +72,7 @@ func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
 	// a2 goes offline; a command for it alone waits and arrives right
 	// after the welcome when it reconnects.
 	b.conn.CloseNow()
-	eventually.True(t, "a2 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a2"})) == 0 })
+	eventually.True(t, "a2 disconnected", func() bool { return len(h.col.live.Conns("api", []string{"a2"})) == 0 })
 	only, err := h.col.Issue(ctx, cbdash.Actor{Name: "test"}, cbdash.CommandRequest{Service: "api", Breaker: "cache", Action: protocol.ActionReset, Instance: "a2"})
 	if err != nil {
 		t.Fatal(err)

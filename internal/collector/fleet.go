@@ -12,6 +12,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/cluster"
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -156,11 +157,11 @@ func (f *fleet) hello(ctx context.Context, h *protocol.Hello, last uint64, at ti
 }
 
 // batch publishes a validated batch as it is applied here.
-func (f *fleet) batch(r applyReq) {
+func (f *fleet) batch(r live.Update) {
 	if f.alone() {
 		return
 	}
-	started, ok := f.started.Load(r.k)
+	started, ok := f.started.Load(instKey{r.Key.Service, r.Key.Instance})
 	if !ok {
 		return
 	}
@@ -170,7 +171,7 @@ func (f *fleet) batch(r applyReq) {
 // disconnected releases the claim of an instance whose last session here
 // ended.
 func (f *fleet) disconnected(k instKey) {
-	if f.c.live.session(k) != nil {
+	if f.c.live.ConnOf(k.key()) != nil {
 		return // a newer session of it is here
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -185,7 +186,7 @@ func (f *fleet) disconnected(k instKey) {
 // hello.
 func (f *fleet) route(ctx context.Context, service string, targets []string, wire protocol.Command) {
 	for _, inst := range targets {
-		if f.c.live.session(instKey{service, inst}) != nil {
+		if f.c.live.ConnOf(live.Key{Service: service, Instance: inst}) != nil {
 			continue
 		}
 		p, err := json.Marshal(routedCommand{Service: service, Instance: inst, Command: wire})
@@ -358,9 +359,21 @@ func (f *fleet) applyLive(_ context.Context, m cluster.Message) {
 		return
 	}
 	for i := range us {
-		f.c.live.remote(&us[i])
+		f.apply(&us[i])
 	}
 	f.received.Add(int64(len(us)))
+}
+
+// apply applies another collector's update u to live state (an
+// instance connected here keeps its own reports).
+func (f *fleet) apply(u *fleetUpdate) {
+	k, at := live.Key{Service: u.Service, Instance: u.Instance}, time.UnixMilli(u.At).UTC()
+	switch u.Kind {
+	case updHello:
+		f.c.live.RemoteHello(k, u.StartedAt, u.Seq, at, u.Hello)
+	case updBatch:
+		f.c.live.RemoteBatch(k, u.StartedAt, u.batch(), at, u.Skew)
+	}
 }
 
 func (f *fleet) resyncLive(ctx context.Context) {
@@ -371,7 +384,7 @@ func (f *fleet) resyncLive(ctx context.Context) {
 		}
 		return
 	}
-	f.c.live.resync(ibs)
+	f.c.live.Resync(ibs)
 }
 
 func (f *fleet) applyCommand(_ context.Context, m cluster.Message) {
@@ -380,8 +393,8 @@ func (f *fleet) applyCommand(_ context.Context, m cluster.Message) {
 		f.c.log.Warn("a routed command is unreadable", "from", m.From, "err", err)
 		return
 	}
-	if s := f.c.live.session(instKey{rc.Service, rc.Instance}); s != nil {
-		s.send(rc.Command)
+	if s := f.c.live.ConnOf(live.Key{Service: rc.Service, Instance: rc.Instance}); s != nil {
+		s.Send(rc.Command)
 	}
 }
 
@@ -437,85 +450,6 @@ func (m *holdManager) adopt(ctx context.Context, hs []cbdash.HoldRecord) {
 		}
 	}
 	m.mu.Unlock()
-}
-
-// remote applies another collector's update to an instance that is not
-// connected here.
-func (l *live) remote(u *fleetUpdate) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	k := instKey{u.Service, u.Instance}
-	inst := l.instances[k]
-	if inst != nil && (inst.sess != nil || inst.pull) {
-		if u.Kind != updHello {
-			return // connected here: its own reports are what counts
-		}
-		if inst.sess != nil {
-			return // a hello elsewhere: this session is about to end
-		}
-	}
-	if inst == nil {
-		inst = &instance{key: k, breakers: make(map[string]*ibreaker)}
-		l.instances[k] = inst
-	}
-	inst.pull = false
-	l.bump(inst) // its lines in the dependencies' aggregates are out of date
-	if inst.startedAt != u.StartedAt {
-		inst.startedAt, inst.liveSeq = u.StartedAt, 0
-	}
-	at := time.UnixMilli(u.At).UTC()
-	switch u.Kind {
-	case updHello:
-		if u.Hello == nil {
-			return
-		}
-		inst.liveSeq = max(inst.liveSeq, u.Seq)
-		u.Hello.Breakers = l.lists.share(u.Service, u.Hello.Breakers)
-		inst.hello, inst.labels, inst.lastSeen, inst.stale = u.Hello, u.Hello.Labels, at, false
-		l.declareLocked(inst, u.Hello.Breakers)
-	case updBatch:
-		l.applyLocked(applyReq{k: k, b: u.batch(), at: at, skew: u.Skew, remote: true})
-	}
-}
-
-// resync sets the instances not connected here to their last state in
-// the store (after a gap on the bus).
-func (l *live) resync(ibs []cbdash.InstanceBreaker) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range ibs {
-		if inst := l.instances[instKey{r.Service, r.Instance}]; inst != nil && (inst.sess != nil || inst.pull) {
-			continue
-		}
-		inst := l.storedInstanceLocked(r)
-		l.bump(inst)
-		ib := l.breakerLocked(inst, r.Breaker)
-		rc := r.Config
-		if rc == nil {
-			rc = &noConfig
-		}
-		if *ib.config != *rc { // values: a pointer of the store's is never live state's
-			ib.config, ib.dep.shape = ownCopy(rc, &noConfig), nil
-		}
-		if r.State != ib.state {
-			ib.state = r.State
-			l.urgent[ib.dep] = struct{}{}
-		}
-		if r.LastTransition.After(ib.lastTransition) {
-			ib.lastTransition = r.LastTransition
-		}
-		if r.Last != nil && r.Last.Start > ib.last.Start {
-			ib.last = ownCopy(r.Last, &noWindow)
-		}
-		if r.LastSeen.After(inst.lastSeen) {
-			inst.lastSeen = r.LastSeen
-		}
-		l.changedLocked(ib.dep)
-	}
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
 }
 
 // startFleet runs the collector's side of the bus until the returned

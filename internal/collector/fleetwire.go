@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -74,14 +75,14 @@ func (cw *compactWindow) window() protocol.Window {
 	}
 }
 
-// batchUpdate encodes the batch of r as applied at r.at.
-func batchUpdate(r applyReq, startedAt int64) fleetUpdate {
-	u := fleetUpdate{Kind: updBatch, Service: r.k.service, Instance: r.k.instance, StartedAt: startedAt,
-		Seq: r.b.Seq, At: r.at.UnixMilli(), Skew: r.skew, Trans: r.b.Transitions}
-	if len(r.b.Windows) > 0 {
-		u.Windows = make([]compactWindow, len(r.b.Windows))
-		for i := range r.b.Windows {
-			u.Windows[i] = compactOf(&r.b.Windows[i])
+// batchUpdate encodes the batch of r as applied at r.At.
+func batchUpdate(r live.Update, startedAt int64) fleetUpdate {
+	u := fleetUpdate{Kind: updBatch, Service: r.Key.Service, Instance: r.Key.Instance, StartedAt: startedAt,
+		Seq: r.Batch.Seq, At: r.At.UnixMilli(), Skew: r.Skew, Trans: r.Batch.Transitions}
+	if len(r.Batch.Windows) > 0 {
+		u.Windows = make([]compactWindow, len(r.Batch.Windows))
+		for i := range r.Batch.Windows {
+			u.Windows[i] = compactOf(&r.Batch.Windows[i])
 		}
 	}
 	return u

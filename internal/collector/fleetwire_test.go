@@ -2,6 +2,7 @@ package collector
 
 import (
 	"encoding/json"
+	"github.com/cbdash/cbdash/internal/live"
 	"reflect"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestAFleetUpdateCarriesTheBatchAsApplied(t *testing.T) {
 	for range 20 {
 		b.Windows = append(b.Windows, w)
 	}
-	u := batchUpdate(applyReq{k: instKey{"checkout", "c1"}, b: b, at: at, skew: -1500}, 7)
+	u := batchUpdate(live.Update{Key: live.Key{Service: "checkout", Instance: "c1"}, Batch: b, At: at, Skew: -1500}, 7)
 	data, err := json.Marshal([]fleetUpdate{u})
 	if err != nil {
 		t.Fatal(err)

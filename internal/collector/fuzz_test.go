@@ -2,6 +2,7 @@ package collector
 
 import (
 	"encoding/json"
+	"github.com/cbdash/cbdash/internal/live"
 	"testing"
 	"time"
 
@@ -27,23 +28,23 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		clk := clocktest.Virtual()
-		l := newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(16), nil)
-		l.hello(&hello, 0, nil, clk.Now(), nil)
+		l := live.New(live.Config{Now: clk.Now, StaleAfter: 15 * time.Second, GoneAfter: 10 * time.Minute, SubscriberBuffer: 16})
+		l.Hello(&hello, 0, nil, clk.Now(), nil)
 		m, _, err := decode(data)
 		if err != nil {
 			return
 		}
 		if m.Hello != nil {
 			if m.Hello.Validate() == nil {
-				l.hello(m.Hello, 0, nil, clk.Now(), nil)
+				l.Hello(m.Hello, 0, nil, clk.Now(), nil)
 			}
 		} else if m.Batch.Validate(&hello, clk.Now().UnixMilli()) == nil {
-			l.apply(instKey{"api", "a1"}, m.Batch, clk.Now())
+			l.Apply(live.Key{Service: "api", Instance: "a1"}, m.Batch, clk.Now())
 		}
-		l.flushUrgent()
-		l.dependencies()
-		l.services()
+		l.FlushUrgent()
+		l.Dependencies()
+		l.Services()
 		clk.Advance(time.Hour)
-		l.sweep()
+		l.Sweep()
 	})
 }

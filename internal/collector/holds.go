@@ -110,53 +110,6 @@ type holdInst struct {
 // reachable reports whether commands can be delivered to hi now.
 func (hi holdInst) reachable() bool { return hi.sess != nil || hi.pull }
 
-// holdInstances lists the instances of live state (connected or not).
-func (l *live) holdInstances() []holdInst {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]holdInst, 0, len(l.instances))
-	for _, inst := range l.instances {
-		out = append(out, l.holdInstLocked(inst))
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].ref.Service != out[j].ref.Service {
-			return out[i].ref.Service < out[j].ref.Service
-		}
-		return out[i].ref.Instance < out[j].ref.Instance
-	})
-	return out
-}
-
-// holdInstance returns one instance; ok is false when it is unknown.
-func (l *live) holdInstance(k instKey) (holdInst, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	inst := l.instances[k]
-	if inst == nil {
-		return holdInst{}, false
-	}
-	return l.holdInstLocked(inst), true
-}
-
-func (l *live) holdInstLocked(inst *instance) holdInst {
-	hi := holdInst{ref: cbdash.InstanceRef{Service: inst.key.service, Instance: inst.key.instance, Labels: inst.labels},
-		startedAt: inst.startedAt, sess: inst.sess, stale: inst.stale, pull: inst.pull && inst.sess == nil && !inst.stale, rates: make(map[string]float64, len(inst.breakers))}
-	for name, ib := range inst.breakers {
-		hi.breakers = append(hi.breakers, name)
-		if why, ok := cbdash.HoldsUnsupported(*ib.config); ok {
-			if hi.unsupported == nil {
-				hi.unsupported = make(map[string]string)
-			}
-			hi.unsupported[name] = why
-		}
-		if ib.last.Millis > 0 {
-			hi.rates[name] = float64(ib.last.Counts.Admitted+ib.last.Counts.Rejected()) / (float64(ib.last.Millis) / 1000)
-		}
-	}
-	sort.Strings(hi.breakers)
-	return hi
-}
-
 // MaxHold is the longest hold the collector accepts (Config.MaxHold).
 func (c *Collector) MaxHold() time.Duration { return c.cfg.MaxHold }
 

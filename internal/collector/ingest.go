@@ -80,7 +80,7 @@ func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol
 		return protocol.IngestResponse{}, refuse(cbdash.ErrInvalid, "batch %d: %s", b.Seq, rf.Reason)
 	}
 	k := instKey{h.Service, h.Instance}
-	if !c.live.sameHello(h) {
+	if !c.live.SameHello(h) {
 		if tokenID != "" {
 			if rf := c.admitLimits(tokenID, h, now); rf != nil {
 				return protocol.IngestResponse{}, rf

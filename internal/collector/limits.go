@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -230,11 +231,11 @@ func (u *tokenUsage) remove(k instKey) {
 }
 
 // pruneLocked stops counting q's instances that live state has forgotten
-// (and that are not admitted hellos still being registered). live.mu is
-// held.
-func (u *tokenUsage) pruneLocked(q *quotaUse, l *live, now time.Time) {
+// (and that are not admitted hellos still being registered). u.mu is
+// held, and live state's lock (lq).
+func (u *tokenUsage) pruneLocked(q *quotaUse, lq live.Quotas, now time.Time) {
 	for ik, x := range q.instances {
-		if l.instances[ik] == nil && now.Sub(x.at) > reservation {
+		if !lq.Known(ik.key()) && now.Sub(x.at) > reservation {
 			u.remove(ik)
 		}
 	}
@@ -267,97 +268,97 @@ type tally struct {
 // called before the hello is registered, on every hello (a new connection, a hello on an open
 // connection, an HTTP ingest whose hello changed).
 func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time) *refusal {
-	lim := c.cfg.Limits
 	u := c.tokens
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	k := instKey{h.Service, h.Instance}
-	l := c.live
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t := u.tallyLocked(l, tokenID, h, now)
-	if lim.over(t) {
+	var rf *refusal
+	c.live.Quotas(func(lq live.Quotas) { rf = c.admitLimitsLocked(lq, tokenID, h, now) })
+	return rf
+}
+
+// admitLimitsLocked is admitLimits under the token usage's lock and live
+// state's.
+func (c *Collector) admitLimitsLocked(lq live.Quotas, tokenID string, h *protocol.Hello, now time.Time) *refusal {
+	u := c.tokens
+	t := u.tallyLocked(lq, tokenID, h, now)
+	if c.cfg.Limits.over(t) {
 		// The counts may hold instances live state has forgotten since:
 		// drop those (a walk over the token's and the service's
 		// instances, done only when it matters) and count again.
-		u.pruneLocked(u.of(u.byToken, tokenID), l, now)
-		u.pruneLocked(u.of(u.bySvc, h.Service), l, now)
-		t = u.tallyLocked(l, tokenID, h, now)
+		u.pruneLocked(u.of(u.byToken, tokenID), lq, now)
+		u.pruneLocked(u.of(u.bySvc, h.Service), lq, now)
+		t = u.tallyLocked(lq, tokenID, h, now)
 	}
-
-	// A new instance over an instance quota takes the place of the
-	// longest-silent offline instance of its service and token: no
-	// connection here and silent for Config.StaleAfter (an instance
-	// connected to another collector of the cluster is not silent).
-	var evict instKey
-	if t.tokenInstances+1 > lim.MaxInstancesPerToken || t.serviceInstances+1 > lim.MaxInstancesPerService {
-		mine := u.of(u.byToken, tokenID)
-		var oldest time.Time
-		for ik := range mine.instances {
-			inst := l.instances[ik]
-			if ik.service != h.Service || ik == k || inst == nil || inst.sess != nil || now.Sub(inst.lastSeen) <= c.cfg.StaleAfter {
-				continue
-			}
-			if evict.service == "" || inst.lastSeen.Before(oldest) {
-				evict, oldest = ik, inst.lastSeen
-			}
-		}
-		if evict.service != "" {
-			n := len(mine.instances[evict].breakers)
-			t.tokenInstances--
-			t.serviceInstances--
-			t.tokenBreakers -= n
-			t.serviceBreakers -= n
-			t.evicting(l, mine, evict, h)
-		}
-	}
+	evict := c.evictionLocked(lq, &t, tokenID, h, now)
 	if rf := c.overQuota(tokenID, h, t); rf != nil {
 		return rf
 	}
 	if evict.service != "" {
 		c.log.Info("an offline instance is forgotten to make room for a new one of its service under the instance quotas",
 			"service", evict.service, "forgotten", evict.instance, "new", h.Instance, "token", store.AgentTokenRef(tokenID))
-		l.forgetLocked(evict)
+		lq.Forget(evict.key())
 		u.remove(evict)
 	}
 	// The list counted is the one live state keeps (an equal list of an
 	// earlier hello of the service, as live.hello would pick it), not a
 	// copy per instance.
-	h.Breakers = l.lists.share(h.Service, h.Breakers)
-	u.add(tokenID, k, h.Breakers, now)
+	h.Breakers = lq.Share(h.Service, h.Breakers)
+	u.add(tokenID, instKey{h.Service, h.Instance}, h.Breakers, now)
 	for _, dk := range t.fresh {
 		u.newDeps[dk] = now
 	}
 	return nil
 }
 
+// evictionLocked picks the instance a new instance over an instance
+// quota takes the place of, the longest-silent offline instance of its
+// service and token: no connection here and silent for Config.StaleAfter
+// (an instance connected to another collector of the cluster is not
+// silent). It takes what that instance declares off t; none (a zero key)
+// when the hello is under the instance quotas or no instance is offline.
+func (c *Collector) evictionLocked(lq live.Quotas, t *tally, tokenID string, h *protocol.Hello, now time.Time) (evict instKey) {
+	lim := c.cfg.Limits
+	if t.tokenInstances+1 <= lim.MaxInstancesPerToken && t.serviceInstances+1 <= lim.MaxInstancesPerService {
+		return instKey{}
+	}
+	k := instKey{h.Service, h.Instance}
+	mine := c.tokens.of(c.tokens.byToken, tokenID)
+	var oldest time.Time
+	for ik := range mine.instances {
+		if ik.service != h.Service || ik == k {
+			continue
+		}
+		seen, ok := lq.Offline(ik.key())
+		if !ok || now.Sub(seen) <= c.cfg.StaleAfter {
+			continue
+		}
+		if evict.service == "" || seen.Before(oldest) {
+			evict, oldest = ik, seen
+		}
+	}
+	if evict.service != "" {
+		n := len(mine.instances[evict].breakers)
+		t.tokenInstances--
+		t.serviceInstances--
+		t.tokenBreakers -= n
+		t.serviceBreakers -= n
+		t.evicting(lq, mine, evict, h)
+	}
+	return evict
+}
+
 // tallyLocked counts what hello h of token tokenID would bring its token,
 // its service and the collector to. It drops the reservations of new
 // dependencies that live state holds by now, or that have expired. u.mu
-// and l.mu are held.
-func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now time.Time) tally {
+// is held, and live state's lock (lq).
+func (u *tokenUsage) tallyLocked(lq live.Quotas, tokenID string, h *protocol.Hello, now time.Time) tally {
 	k := instKey{h.Service, h.Instance}
 	mine, svc := u.of(u.byToken, tokenID), u.of(u.bySvc, h.Service)
 	var t tally
-	t.tokenInstances, t.tokenBreakers = len(mine.instances), mine.breakers
-	if x, ok := mine.instances[k]; ok {
-		t.tokenInstances--
-		t.tokenBreakers -= len(x.breakers)
-	}
-	t.serviceInstances, t.serviceBreakers = len(svc.instances), svc.breakers
-	if x, ok := svc.instances[k]; ok {
-		t.serviceInstances--
-		t.serviceBreakers -= len(x.breakers)
-	}
-	for dk, at := range u.newDeps {
-		if l.deps[dk] != nil || now.Sub(at) > reservation {
-			delete(u.newDeps, dk)
-		} else if dk.Service == h.Service {
-			t.serviceDeps++
-		}
-	}
-	t.serviceDeps += l.perService[h.Service]
-	t.deps = len(l.deps) + len(u.newDeps)
+	t.tokenInstances, t.tokenBreakers = others(mine, k)
+	t.serviceInstances, t.serviceBreakers = others(svc, k)
+	t.serviceDeps = u.reservedLocked(lq, h.Service, now) + lq.ServiceDependencies(h.Service)
+	t.deps = lq.Dependencies() + len(u.newDeps)
 	t.helloBreakers = len(h.Breakers)
 	names := make(map[string]bool, len(h.Breakers))
 	t.tokenDeps = len(mine.deps)
@@ -367,7 +368,7 @@ func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now
 		if mine.deps[dk] == 0 {
 			t.tokenDeps++
 		}
-		if l.deps[dk] == nil {
+		if !lq.Holds(dk) {
 			if _, ok := u.newDeps[dk]; !ok {
 				t.fresh = append(t.fresh, dk)
 			}
@@ -384,11 +385,9 @@ func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now
 	// instance's breakers the hello does not declare (declareLocked), and
 	// with them the dependencies no other instance declares, whatever
 	// its token.
-	if inst := l.instances[k]; inst != nil {
-		for name, ib := range inst.breakers {
-			if !names[name] && len(ib.dep.members) == 1 {
-				t.dropped++
-			}
+	for name, members := range lq.Declared(k.key()) {
+		if !names[name] && members == 1 {
+			t.dropped++
 		}
 	}
 	t.serviceDeps -= t.dropped
@@ -396,32 +395,55 @@ func (u *tokenUsage) tallyLocked(l *live, tokenID string, h *protocol.Hello, now
 	return t
 }
 
+// others returns the instances q counts and the breakers they declare,
+// instance k's not counted.
+func others(q *quotaUse, k instKey) (instances, breakers int) {
+	instances, breakers = len(q.instances), q.breakers
+	if x, ok := q.instances[k]; ok {
+		instances--
+		breakers -= len(x.breakers)
+	}
+	return instances, breakers
+}
+
+// reservedLocked drops the reservations of new dependencies that live
+// state holds by now, or that have expired, and returns how many of the
+// others are service's.
+func (u *tokenUsage) reservedLocked(lq live.Quotas, service string, now time.Time) int {
+	n := 0
+	for dk, at := range u.newDeps {
+		if lq.Holds(dk) || now.Sub(at) > reservation {
+			delete(u.newDeps, dk)
+		} else if dk.Service == service {
+			n++
+		}
+	}
+	return n
+}
+
 // evicting takes off t's dependency counts those that forgetting offline
 // instance ev (of h's service and token, whose use is mine) to make room
 // for hello h leaves no instance to declare: declared by ev, not by h,
 // and by no other instance but h's, whose breakers h replaces (those
 // tallyLocked took off already when only h's instance declared them).
-func (t *tally) evicting(l *live, mine *quotaUse, ev instKey, h *protocol.Hello) {
+func (t *tally) evicting(lq live.Quotas, mine *quotaUse, ev instKey, h *protocol.Hello) {
 	k := instKey{h.Service, h.Instance}
 	names := make(map[string]bool, len(h.Breakers))
 	for _, b := range h.Breakers {
 		names[b.Name] = true
 	}
-	if inst := l.instances[ev]; inst != nil {
-		prev := l.instances[k]
-		for name, ib := range inst.breakers {
-			if names[name] {
-				continue
-			}
-			others := len(ib.dep.members) - 1
-			if prev != nil && prev.breakers[name] != nil {
-				others--
-			}
-			if others == 0 {
-				t.dropped++
-				t.serviceDeps--
-				t.deps--
-			}
+	for name, members := range lq.Declared(ev.key()) {
+		if names[name] {
+			continue
+		}
+		others := members - 1
+		if lq.Declares(k.key(), name) {
+			others--
+		}
+		if others == 0 {
+			t.dropped++
+			t.serviceDeps--
+			t.deps--
 		}
 	}
 	prev := map[string]bool{}

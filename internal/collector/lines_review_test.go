@@ -1,7 +1,9 @@
 package collector
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,4 +106,61 @@ func TestPublishedLinesSurviveThePipeline(t *testing.T) {
 	if got := *line(cache, "ws").Config; got != rawHello("ws", started).Breakers[1] {
 		t.Errorf("ws's cache configuration after its second hello: %+v", got)
 	}
+}
+
+// The helpers below are internal/live's (lines_test.go), for the lines of
+// views that came through the whole collector.
+
+// deepCopyLine copies a line and everything it points to, to compare
+// with later.
+func deepCopyLine(ib *cbdash.InstanceBreaker) cbdash.InstanceBreaker {
+	c := *ib
+	c.Labels = maps.Clone(ib.Labels)
+	cfg, w := *ib.Config, *ib.Last
+	w.Latency = slices.Clone(ib.Last.Latency)
+	c.Config, c.Last = &cfg, &w
+	if ib.Held != nil {
+		h := *ib.Held
+		c.Held = &h
+	}
+	if ib.LastTrip != nil {
+		tr := *ib.LastTrip
+		c.LastTrip = &tr
+	}
+	return c
+}
+
+func deepCopyLines(ibs []*cbdash.InstanceBreaker) []cbdash.InstanceBreaker {
+	out := make([]cbdash.InstanceBreaker, len(ibs))
+	for i, ib := range ibs {
+		out[i] = deepCopyLine(ib)
+	}
+	return out
+}
+
+// unchanged fails the test for each line of a view that is no longer
+// deep-equal to its copy taken when the view was published.
+func unchanged(t *testing.T, what string, lines []*cbdash.InstanceBreaker, want []cbdash.InstanceBreaker) {
+	t.Helper()
+	if len(lines) != len(want) {
+		t.Fatalf("%s has %d lines, had %d", what, len(lines), len(want))
+	}
+	for i, ib := range lines {
+		if got := deepCopyLine(ib); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("%s: the line of %s changed:\n got %s\nwant %s", what, want[i].Instance, mustJSON(t, got), mustJSON(t, want[i]))
+		}
+	}
+}
+
+// lineOfInstance is the line of an instance in d; it fails the test when
+// there is none.
+func lineOfInstance(t *testing.T, d *cbdash.Dependency, instance string) *cbdash.InstanceBreaker {
+	t.Helper()
+	for _, ib := range d.PerInstance {
+		if ib.Instance == instance {
+			return ib
+		}
+	}
+	t.Fatalf("no line of %s in %s", instance, d.DependencyKey)
+	return nil
 }

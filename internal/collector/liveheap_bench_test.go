@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/cbdash/cbdash/internal/live"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -22,7 +23,7 @@ import (
 // decode them, on a virtual clock; the collector publishes (computes)
 // every PublishInterval (1 s).
 type fleetLoad struct {
-	l         *live
+	l         *live.State
 	clk       *breakertest.Clock
 	instances int
 	names     []string
@@ -33,7 +34,7 @@ type fleetLoad struct {
 func newFleetLoad(tb testing.TB, instances, breakers int) *fleetLoad {
 	tb.Helper()
 	clk := breakertest.NewClock(clocktest.Noon())
-	f := &fleetLoad{l: newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(1024), nil), clk: clk, instances: instances}
+	f := &fleetLoad{l: live.New(live.Config{Now: clk.Now, StaleAfter: 15 * time.Second, GoneAfter: 10 * time.Minute, SubscriberBuffer: 1024}), clk: clk, instances: instances}
 	for i := range breakers {
 		f.names = append(f.names, fmt.Sprintf("dep-%02d", i))
 	}
@@ -57,7 +58,7 @@ func newFleetLoad(tb testing.TB, instances, breakers int) *fleetLoad {
 			tb.Fatalf("decode hello: %v", err)
 		}
 		f.keys = append(f.keys, instKey{m.Hello.Service, m.Hello.Instance})
-		f.l.hello(m.Hello, 0, nil, clk.Now(), nil)
+		f.l.Hello(m.Hello, 0, nil, clk.Now(), nil)
 	}
 	return f
 }
@@ -91,7 +92,7 @@ func (f *fleetLoad) batch(tb testing.TB, i int) *protocol.Batch {
 
 // apply applies instance i's batch b, received now.
 func (f *fleetLoad) apply(tb testing.TB, i int, b *protocol.Batch) {
-	if !f.l.applyNow(applyReq{k: f.keys[i], b: b, at: f.clk.Now()}) {
+	if !f.l.ApplyNow(live.Update{Key: f.keys[i].key(), Batch: b, At: f.clk.Now()}) {
 		tb.Fatalf("batch %d of instance %d not applied", b.Seq, i)
 	}
 }
@@ -109,7 +110,7 @@ func (f *fleetLoad) second(tb testing.TB, between func(applied int)) {
 		}
 	}
 	f.seq++
-	f.l.flush()
+	f.l.Flush()
 }
 
 // liveHeapProfile names a file for BenchmarkLiveHeapAt1000x20 to write a
@@ -213,7 +214,7 @@ func BenchmarkApplyAt1000x20(b *testing.B) {
 				}
 				f.seq++
 				if round%perInterval == perInterval-1 {
-					f.l.flush()
+					f.l.Flush()
 				}
 				cpu += processCPU() - cpu0
 			}

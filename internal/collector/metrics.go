@@ -119,9 +119,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// setState rewrites the breaker's single state series when its state
+// SetState rewrites the breaker's single state series when its state
 // changed, deleting the old label value so no stale series is left.
-func (m *metrics) setState(k cbdash.DependencyKey, v *cbdash.Dependency) {
+func (m *metrics) SetState(k cbdash.DependencyKey, v *cbdash.Dependency) {
 	if m == nil {
 		return
 	}
@@ -142,9 +142,9 @@ func (m *metrics) setState(k cbdash.DependencyKey, v *cbdash.Dependency) {
 	m.state.WithLabelValues(k.Service, k.Breaker, s).Set(1)
 }
 
-// addWindow adds a window report's counts to the breaker's call counters
+// AddWindow adds a window report's counts to the breaker's call counters
 // and its latency histogram to the breaker's.
-func (m *metrics) addWindow(k cbdash.DependencyKey, w *protocol.Window) {
+func (m *metrics) AddWindow(k cbdash.DependencyKey, w *protocol.Window) {
 	if m == nil {
 		return
 	}
@@ -171,8 +171,8 @@ func (m *metrics) addCalls(k cbdash.DependencyKey, c *protocol.Counts) {
 	}
 }
 
-// forget deletes every series of a breaker that no instance reports any more.
-func (m *metrics) forget(k cbdash.DependencyKey) {
+// Forget deletes every series of a breaker that no instance reports any more.
+func (m *metrics) Forget(k cbdash.DependencyKey) {
 	if m == nil {
 		return
 	}
@@ -190,6 +190,12 @@ func (m *metrics) forget(k cbdash.DependencyKey) {
 		delete(m.callsByDep, k)
 	}
 }
+
+// SubscriberDropped counts a subscriber dropped for falling behind.
+func (m *metrics) SubscriberDropped() { m.subDrops.Inc() }
+
+// Subscribers sets the number of live event subscribers.
+func (m *metrics) Subscribers(n int) { m.subscribers.Set(float64(n)) }
 
 func (m *metrics) agentDropped(d *protocol.Dropped) {
 	if m == nil || d == nil {

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -100,12 +101,12 @@ func (h *latencyHistograms) Collect(ch chan<- prometheus.Metric) {
 // series are stable) and cbdash_dependencies_open (dependencies whose
 // worst state is open).
 type liveGauges struct {
-	live      *live
+	live      *live.State
 	instances *prometheus.Desc
 	open      *prometheus.Desc
 }
 
-func newLiveGauges(l *live) *liveGauges {
+func newLiveGauges(l *live.State) *liveGauges {
 	return &liveGauges{
 		live: l,
 		instances: prometheus.NewDesc("cbdash_breaker_instances",
@@ -124,9 +125,7 @@ func (g *liveGauges) Collect(ch chan<- prometheus.Metric) {
 	open := 0
 	// The views themselves, read-only: a copy of every instance line of
 	// every dependency per scrape cost more than the rest of the scrape.
-	g.live.mu.Lock()
-	deps := g.live.snapshotLocked()
-	g.live.mu.Unlock()
+	deps := g.live.Snapshot()
 	for _, d := range deps {
 		if d.State == protocol.StateOpen {
 			open++

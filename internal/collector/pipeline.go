@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -161,7 +162,10 @@ func (c *Collector) register(ctx context.Context, h *protocol.Hello, s *session,
 	if welcome != nil {
 		w = func() { welcome(last) }
 	}
-	prev := c.live.hello(h, last, s, now, w)
+	var prev *session
+	if p := c.live.Hello(h, last, conn(s), now, w); p != nil {
+		prev, _ = p.(*session) // the only connections are the sessions
+	}
 	c.fleet.hello(ctx, h, last, now, s != nil)
 	return last, prev, nil
 }
@@ -180,13 +184,13 @@ func (c *Collector) admitBatch(h *protocol.Hello, b *protocol.Batch, now time.Ti
 // loop (websocket: false when ctx ended first), or at once (HTTP: the
 // response then reflects it).
 func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at time.Time, skew int64, tr transport) bool {
-	r := applyReq{k: k, b: b, at: at, skew: skew}
+	r := live.Update{Key: k.key(), Batch: b, At: at, Skew: skew}
 	c.fleet.batch(r)
 	if tr == overHTTP {
-		c.live.applyNow(r)
+		c.live.ApplyNow(r)
 		return true
 	}
-	return c.live.enqueue(ctx, r)
+	return c.live.Enqueue(ctx, r)
 }
 
 // maxStoreAttempts is how many times one batch may fail to be stored,
@@ -305,7 +309,7 @@ func (c *Collector) afterSave(b *protocol.Batch, stored bool, start time.Time, k
 
 // skewTolerance is the skew below which an agent's times are used as they
 // are.
-const skewTolerance = time.Second
+const skewTolerance = live.SkewTolerance
 
 // skewPeriod is how long one period of the estimate lasts; the estimate
 // is the largest sample of the current and the previous period.

@@ -10,6 +10,7 @@ package collector
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cbdash/cbdash/internal/live"
 	"slices"
 	"strings"
 	"testing"
@@ -205,7 +206,7 @@ func TestANewInstanceIsNotChargedForTheOfflineOneItReplaces(t *testing.T) {
 			old.send(wideHello("svcB", "i1", "a", 20, started))
 			old.expect(protocol.TypeWelcome, nil)
 			old.conn.CloseNow()
-			eventually.True(t, "the old instance's session ends", func() bool { return h.col.live.session(instKey{"svcB", "i1"}) == nil })
+			eventually.True(t, "the old instance's session ends", func() bool { return h.col.live.ConnOf(live.Key{Service: "svcB", Instance: "i1"}) == nil })
 			clk.Advance(16 * time.Second) // past StaleAfter (15 s)
 			if reason := quotaAnswer(t, h, h.token, wideHello("svcB", "i2", "b", 20, started+1)); reason != "" {
 				t.Fatalf("a new instance with 20 other breakers in the place of the offline one: refused: %s", reason)

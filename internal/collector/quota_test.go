@@ -9,6 +9,7 @@ package collector
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cbdash/cbdash/internal/live"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -183,7 +184,7 @@ func TestARestartedServiceTakesItsOfflineInstancesPlaces(t *testing.T) {
 	for i, a := range old {
 		a.conn.CloseNow()
 		k := instKey{"api", fmt.Sprint("i", i+1)}
-		eventually.True(t, "the old instance's session ends", func() bool { return h.col.live.session(k) == nil })
+		eventually.True(t, "the old instance's session ends", func() bool { return h.col.live.ConnOf(k.key()) == nil })
 	}
 	// Offline for a moment only: it may be coming back.
 	if reason := quotaAnswer(t, h, h.token, rawHello("i3", started)); !strings.Contains(reason, full) {
@@ -224,14 +225,14 @@ func TestForgottenInstancesStopCounting(t *testing.T) {
 	a := dialRaw(t, h, h.token)
 	a.hello("i1", started)
 	a.conn.CloseNow()
-	eventually.True(t, "the session ends", func() bool { return h.col.live.session(instKey{"api", "i1"}) == nil })
+	eventually.True(t, "the session ends", func() bool { return h.col.live.ConnOf(live.Key{Service: "api", Instance: "i1"}) == nil })
 	other := wideHello("other", "o1", "x", 1, started)
 	const full = "instances, the most one token may have (serve flag --max-instances-per-token=1)"
 	if reason := quotaAnswer(t, h, h.token, other); !strings.Contains(reason, full) {
 		t.Fatalf("another service's instance while api/i1 is known: %q, want a refusal with %q", reason, full)
 	}
 	clk.Advance(11 * time.Minute) // past GoneAfter (10 min)
-	h.col.live.sweep()
+	h.col.live.Sweep()
 	if reason := quotaAnswer(t, h, h.token, other); reason != "" {
 		t.Fatalf("another service's instance once api/i1 is forgotten: refused: %s", reason)
 	}
@@ -275,11 +276,17 @@ func TestQuotaCountsShareTheBreakerLists(t *testing.T) {
 	u := h.col.tokens
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	h.col.live.mu.Lock()
-	defer h.col.live.mu.Unlock()
 	svc := u.bySvc["api"]
 	a, b := svc.instances[instKey{"api", "i1"}].breakers, svc.instances[instKey{"api", "i2"}].breakers
-	if len(a) != 2 || len(b) != 2 || &a[0] != &b[0] || &a[0] != &h.col.live.instances[instKey{"api", "i2"}].hello.Breakers[0] {
+	// A line's configuration is its entry in the instance's last hello.
+	d, _ := h.col.live.Dependency(cbdash.DependencyKey{Service: "api", Breaker: a[0].Name})
+	var kept *protocol.BreakerConfig
+	for _, line := range d.PerInstance {
+		if line.Instance == "i2" {
+			kept = line.Config
+		}
+	}
+	if len(a) != 2 || len(b) != 2 || &a[0] != &b[0] || &a[0] != kept {
 		t.Fatal("the quotas keep a breaker list of their own per instance")
 	}
 }

@@ -140,7 +140,7 @@ func TestLiveStateIsRestoredFromTheStore(t *testing.T) {
 		t.Fatalf("restored %d instances, state %q, opens %d", d.Instances, d.PerInstance[0].State, d.OpensToday)
 	}
 	clk.Advance(20 * time.Second)
-	h2.col.live.sweep()
+	h2.col.live.Sweep()
 	if d, _ = h2.col.Dependency(k); d.Stale != 1 || d.State != "" {
 		t.Fatalf("silent instance: stale %d, state %q; want stale and no state", d.Stale, d.State)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
@@ -278,7 +279,7 @@ func (s *session) run(ctx context.Context, token string) {
 	// Nothing of this connection is read or written to the store from
 	// here on: a newer connection of the instance may go on (see
 	// handshake), while this one finishes its closing handshake.
-	s.c.live.disconnect(s.key, s)
+	s.c.live.Disconnect(s.key.key(), s)
 	s.c.fleet.disconnected(s.key)
 	s.markQuiet()
 	if s.skip() {
@@ -342,12 +343,12 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	// commit finished, before last_seq is read: then the store's last seq
 	// is final and only this connection writes after it (which is what
 	// makes merging queued batches safe).
-	if prev := c.live.session(instKey{h.Service, h.Instance}); prev != nil {
-		prev.replaced()
+	if prev := c.live.ConnOf(live.Key{Service: h.Service, Instance: h.Instance}); prev != nil {
+		prev.Replaced()
 		// Real time: the wait is for a socket to close, not a logical delay.
 		wait := time.NewTimer(c.cfg.HelloTimeout)
 		select {
-		case <-prev.quiet:
+		case <-prev.Quiet():
 			wait.Stop()
 		case <-wait.C:
 			s.fatal(ctx, retryLater(nil, "the previous connection of this instance is still closing"))

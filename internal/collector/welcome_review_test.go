@@ -90,7 +90,7 @@ func reconnectA1(t *testing.T, h *harness, seq uint64) *rawAgent {
 func disconnectA1(t *testing.T, h *harness, c *rawAgent) {
 	t.Helper()
 	c.conn.CloseNow()
-	eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.sessions("api", []string{"a1"})) == 0 })
+	eventually.True(t, "a1 disconnected", func() bool { return len(h.col.live.Conns("api", []string{"a1"})) == 0 })
 }
 
 // BUG (session 8, a reviewer's): the handshake may fill the outbox with

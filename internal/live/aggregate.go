@@ -1,4 +1,4 @@
-package collector
+package live
 
 import (
 	"slices"
@@ -92,7 +92,7 @@ func millis(ms float64) time.Duration { return time.Duration(ms * float64(time.M
 
 // compute builds d's aggregate at now. Stale instances are listed but do
 // not count in State, ByState or Headroom.
-func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
+func (l *State) compute(d *dep, now time.Time) *cbdash.Dependency {
 	v := &cbdash.Dependency{
 		DependencyKey: d.key,
 		ByState:       make(map[string]int),
@@ -100,9 +100,34 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		LastChange:    d.lastChange,
 		PerInstance:   make([]*cbdash.InstanceBreaker, 0, len(d.members)),
 	}
+	d.refreshLines()
+	v.Labels = d.shape.labels
+	v.PerInstance = append(v.PerInstance, d.lines...)
+	d.countMembers(v)
+	counts, hist, span := d.recent.sum(now.Unix())
+	v.Recent = counts
+	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
+	v.AdmittedRate = float64(counts.Admitted) / float64(span)
+	v.RejectedRate = float64(counts.Rejected()) / float64(span)
+	if recorded := counts.Successes + counts.Failures; recorded > 0 {
+		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
+		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)
+	}
+	v.P50 = quantile(0.50, hist)
+	v.P99 = quantile(0.99, hist)
+	v.P50Millis, v.P99Millis = float64(v.P50)/float64(time.Millisecond), float64(v.P99)/float64(time.Millisecond)
+	v.Closeness = cbdash.ClosenessOf(v.Headroom)
+	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
+	return v
+}
+
+// refreshLines brings d's lines and slots up to date: every line anew
+// when its membership or a configuration changed, else the lines of the
+// members changed since (dirty).
+func (d *dep) refreshLines() {
 	if d.sorted == nil {
 		d.sorted = slices.Clone(d.members)
-		sort.Slice(d.sorted, func(i, j int) bool { return d.sorted[i].inst.key.instance < d.sorted[j].inst.key.instance })
+		sort.Slice(d.sorted, func(i, j int) bool { return d.sorted[i].inst.key.Instance < d.sorted[j].inst.key.Instance })
 		d.shape = nil
 	}
 	if d.shape == nil || len(d.lines) != len(d.sorted) {
@@ -126,8 +151,13 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		}
 	}
 	d.dirty = d.dirty[:0]
-	v.Labels = d.shape.labels
-	v.PerInstance = append(v.PerInstance, d.lines...)
+}
+
+// countMembers sets what v says of d's members from their slots: how
+// many and how many stale, by state, the worst state, the earliest
+// episode, the headroom of the one closest to opening and the hold that
+// lasts longest.
+func (d *dep) countMembers(v *cbdash.Dependency) {
 	var byState stateCounts
 	bestCloseness := -1.0
 	for i := range d.slots {
@@ -156,21 +186,6 @@ func (l *live) compute(d *dep, now time.Time) *cbdash.Dependency {
 		}
 	}
 	byState.into(v.ByState)
-	counts, hist, span := d.recent.sum(now.Unix())
-	v.Recent = counts
-	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
-	v.AdmittedRate = float64(counts.Admitted) / float64(span)
-	v.RejectedRate = float64(counts.Rejected()) / float64(span)
-	if recorded := counts.Successes + counts.Failures; recorded > 0 {
-		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
-		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)
-	}
-	v.P50 = quantile(0.50, hist)
-	v.P99 = quantile(0.99, hist)
-	v.P50Millis, v.P99Millis = float64(v.P50)/float64(time.Millisecond), float64(v.P99)/float64(time.Millisecond)
-	v.Closeness = cbdash.ClosenessOf(v.Headroom)
-	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
-	return v
 }
 
 // memberSlot is what a dependency's aggregate needs of one member, as of
@@ -276,7 +291,7 @@ func (c *stateCounts) into(m map[string]int) {
 func lineOf(d *dep, ib *ibreaker, prev *cbdash.InstanceBreaker) *cbdash.InstanceBreaker {
 	inst := ib.inst
 	e := &cbdash.InstanceBreaker{
-		Service: d.key.Service, Instance: inst.key.instance, Breaker: d.key.Breaker, Labels: inst.labels,
+		Service: d.key.Service, Instance: inst.key.Instance, Breaker: d.key.Breaker, Labels: inst.labels,
 		State: ib.state, Stale: inst.stale, LastSeen: inst.lastSeen, LastTransition: ib.lastTransition,
 		OpenSince: ib.openSince,
 		Config:    ib.config, ConfigDiffers: d.shape.kinds > 1 && *ib.config != d.shape.majority,

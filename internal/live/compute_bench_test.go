@@ -1,4 +1,4 @@
-package collector
+package live
 
 import (
 	"fmt"
@@ -29,12 +29,12 @@ func BenchmarkComputeView(b *testing.B) {
 			insts := make([]*instance, instances)
 			for i := range insts {
 				name := fmt.Sprintf("api-%04d", i)
-				l.hello(testHello("api", name, cfg, map[string]string{"region": "eu", "pod": name}), 0, nil, clk.Now(), nil)
-				l.apply(instKey{"api", name}, &protocol.Batch{Seq: 1, Windows: []protocol.Window{
+				l.Hello(testHello("api", name, cfg, map[string]string{"region": "eu", "pod": name}), 0, nil, clk.Now(), nil)
+				l.Apply(Key{"api", name}, &protocol.Batch{Seq: 1, Windows: []protocol.Window{
 					window("db", protocol.StateClosed, clk.Now(), protocol.Counts{Admitted: 100, Successes: 97, Failures: 3},
 						protocol.Headroom{Calls: 100, Failures: 3, MinimumCalls: 10, FailureRate: 3, FailureRateThreshold: 50}, latency),
 				}}, clk.Now())
-				insts[i] = l.instances[instKey{"api", name}]
+				insts[i] = l.instances[Key{"api", name}]
 			}
 			d := l.deps[cbdash.DependencyKey{Service: "api", Breaker: "db"}]
 			l.mu.Lock()

@@ -1,4 +1,4 @@
-package collector
+package live
 
 import (
 	"bytes"
@@ -90,7 +90,7 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	for _, inst := range []string{"a", "b", "c"} {
-		l.hello(testHello("api", inst, cfg, map[string]string{"region": "eu", "pod": inst}), 0, nil, clk.Now(), nil)
+		l.Hello(testHello("api", inst, cfg, map[string]string{"region": "eu", "pod": inst}), 0, nil, clk.Now(), nil)
 	}
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	hist := func(n int64) []int64 {
@@ -103,7 +103,7 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 		w := window("db", state, clk.Now(), protocol.Counts{Admitted: admitted, Successes: admitted - failures, Failures: failures},
 			protocol.Headroom{Calls: admitted, Failures: failures, MinimumCalls: 10, FailureRate: 100 * float64(failures) / float64(admitted), FailureRateThreshold: 50},
 			hist(admitted))
-		if !l.apply(instKey{"api", inst}, &protocol.Batch{Seq: seq, Windows: []protocol.Window{w}, Transitions: trs}, clk.Now()) {
+		if !l.Apply(Key{"api", inst}, &protocol.Batch{Seq: seq, Windows: []protocol.Window{w}, Transitions: trs}, clk.Now()) {
 			t.Fatalf("batch %d of %s not applied", seq, inst)
 		}
 	}
@@ -114,9 +114,9 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 	for _, inst := range []string{"a", "b", "c"} {
 		report(inst, 1, protocol.StateClosed, 20, 1)
 	}
-	l.flush()
+	l.Flush()
 	first := nextView(t, sub)
-	called, ok := l.dependency(k)
+	called, ok := l.Dependency(k)
 	if !ok || len(first.PerInstance) != 3 || len(called.PerInstance) != 3 {
 		t.Fatalf("first view: known %v, %d and %d lines, want 3", ok, len(first.PerInstance), len(called.PerInstance))
 	}
@@ -134,7 +134,7 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 		Breaker: "db", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: clk.Now().UnixMilli(),
 		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: "c1", Action: protocol.ActionForceOpen, Actor: "ann", Reason: "maintenance"},
 	})
-	l.flush()
+	l.Flush()
 	second := nextView(t, sub)
 
 	unchanged(t, "the subscriber's first view", first.PerInstance, wantFirst)
@@ -160,7 +160,7 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 	// A copy of a view has a slice of its own: reordering it leaves the
 	// view as it was.
 	slices.Reverse(called.PerInstance)
-	if again, _ := l.dependency(k); again.PerInstance[0].Instance != "a" {
+	if again, _ := l.Dependency(k); again.PerInstance[0].Instance != "a" {
 		t.Errorf("reordering a copy reordered the view: first line %s", again.PerInstance[0].Instance)
 	}
 }
@@ -177,14 +177,14 @@ func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 		t.Helper()
 		w := window("db", protocol.StateClosed, clk.Now(), protocol.Counts{Admitted: admitted, Successes: admitted},
 			protocol.Headroom{Calls: admitted, MinimumCalls: 10, FailureRateThreshold: 50}, []int64{admitted})
-		if !l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: seq, Windows: []protocol.Window{w}}, clk.Now()) {
+		if !l.Apply(Key{"api", "a"}, &protocol.Batch{Seq: seq, Windows: []protocol.Window{w}}, clk.Now()) {
 			t.Fatalf("batch %d not applied", seq)
 		}
 	}
-	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
 	clk.Advance(time.Second)
 	report(1, 20)
-	first, _ := l.dependency(k)
+	first, _ := l.Dependency(k)
 	line := lineOfInstance(t, &first, "a")
 	want := deepCopyLine(line)
 	if line.Config.FailureRateThreshold != 50 || line.Last.Counts.Admitted != 20 {
@@ -193,10 +193,10 @@ func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 
 	changed := cfg
 	changed.FailureRateThreshold = 20
-	l.hello(testHello("api", "a", changed, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", changed, nil), 0, nil, clk.Now(), nil)
 	clk.Advance(time.Second)
 	report(2, 40)
-	second, _ := l.dependency(k)
+	second, _ := l.Dependency(k)
 
 	unchanged(t, "the first view", first.PerInstance, []cbdash.InstanceBreaker{want})
 	if now := lineOfInstance(t, &second, "a"); now.Config.FailureRateThreshold != 20 || now.Last.Counts.Admitted != 40 || now.Last.Latency[0] != 40 {
@@ -216,7 +216,7 @@ func TestConfigDriftComparesValues(t *testing.T) {
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	differs := func(what string, want map[string]bool) *cbdash.Dependency {
 		t.Helper()
-		d, _ := l.dependency(k)
+		d, _ := l.Dependency(k)
 		got := map[string]bool{}
 		for _, ib := range d.PerInstance {
 			got[ib.Instance] = ib.ConfigDiffers
@@ -226,11 +226,11 @@ func TestConfigDriftComparesValues(t *testing.T) {
 		}
 		return &d
 	}
-	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
-	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
-	l.hello(testHello("api", "c", drifted, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "c", drifted, nil), 0, nil, clk.Now(), nil)
 	stored := cfg // a restored instance's, from the store
-	l.restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "d", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now(), Config: &stored}})
+	l.Restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "d", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now(), Config: &stored}})
 	d := differs("three equal from three sources, one drifted", map[string]bool{"a": false, "b": false, "c": true, "d": false})
 	// a and b share their hellos' equal list (sharedLists); d's is the
 	// store's, copied: equal, at another address.
@@ -238,14 +238,14 @@ func TestConfigDriftComparesValues(t *testing.T) {
 		t.Fatalf("a and d share a configuration pointer: the test would not tell values from pointers")
 	}
 
-	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
 	differs("b says hello again with the same configuration", map[string]bool{"a": false, "b": false, "c": true, "d": false})
-	l.hello(testHello("api", "c", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "c", cfg, nil), 0, nil, clk.Now(), nil)
 	differs("c comes back to the others' configuration", map[string]bool{"a": false, "b": false, "c": false, "d": false})
 
 	// d has no window yet, and a restored line without a configuration
 	// has the zero one (which differs): both are JSON objects, never null.
-	l.restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "e", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()}})
+	l.Restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "e", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()}})
 	d = differs("e restored without a configuration", map[string]bool{"a": false, "b": false, "c": false, "d": false, "e": true})
 	zeroWindow := mustJSON(t, protocol.Window{})
 	for inst, config := range map[string][]byte{"d": mustJSON(t, cfg), "e": mustJSON(t, protocol.BreakerConfig{})} {

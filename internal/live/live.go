@@ -1,4 +1,4 @@
-package collector
+package live
 
 import (
 	"context"
@@ -13,11 +13,54 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-type instKey struct{ service, instance string }
+// Key names one agent process's instance: its service and instance id.
+type Key struct{ Service, Instance string }
+
+// Conn is how an instance connected to this collector is reached (an
+// agent's websocket session, internal/ingest): live state only keeps it,
+// compares it and hands it back (ConnOf, Conns, Hello's previous), for
+// the caller to send to the instance or end the older connection of an
+// instance that connected again.
+type Conn interface {
+	// Send queues a message to the agent without blocking; an agent that
+	// does not read has its connection closed.
+	Send(v any)
+	// Replaced ends the connection, which a newer connection of the same
+	// instance replaces.
+	Replaced()
+	// Quiet is closed once the connection reads and writes nothing more
+	// of the store.
+	Quiet() <-chan struct{}
+}
+
+// Metrics receives what live state counts for the collector's Prometheus
+// series; nil counts nothing.
+type Metrics interface {
+	// SetState says dependency k's aggregate is now v (its worst state).
+	SetState(k cbdash.DependencyKey, v *cbdash.Dependency)
+	// AddWindow adds a window report applied to dependency k (its calls,
+	// its latency histogram).
+	AddWindow(k cbdash.DependencyKey, w *protocol.Window)
+	// Forget says dependency k is forgotten: no instance declares it.
+	Forget(k cbdash.DependencyKey)
+	// SubscriberDropped counts a subscriber dropped for falling behind.
+	SubscriberDropped()
+	// Subscribers says how many subscribers there are now.
+	Subscribers(n int)
+}
+
+// noMetrics counts nothing.
+type noMetrics struct{}
+
+func (noMetrics) SetState(cbdash.DependencyKey, *cbdash.Dependency) {}
+func (noMetrics) AddWindow(cbdash.DependencyKey, *protocol.Window)  {}
+func (noMetrics) Forget(cbdash.DependencyKey)                       {}
+func (noMetrics) SubscriberDropped()                                {}
+func (noMetrics) Subscribers(int)                                   {}
 
 // instance is one agent process as the live state knows it.
 type instance struct {
-	key       instKey
+	key       Key
 	labels    map[string]string // replaced, never mutated: shared with views
 	startedAt int64
 	hello     *protocol.Hello // last hello, nil when restored from the store; never changed once here (lines point at its configurations)
@@ -25,9 +68,9 @@ type instance struct {
 	lastSeen  time.Time
 	stale     bool
 	breakers  map[string]*ibreaker
-	sess      *session // connected websocket session, nil when offline
-	pull      bool     // its last hello came over HTTP ingest: commands reach it in ingest answers
-	skewMs    int64    // the agent's clock minus the collector's (ms), measured from its batches
+	sess      Conn  // connected websocket session, nil when offline
+	pull      bool  // its last hello came over HTTP ingest: commands reach it in ingest answers
+	skewMs    int64 // the agent's clock minus the collector's (ms), measured from its batches
 }
 
 // ibreaker is one breaker on one instance.
@@ -96,20 +139,21 @@ type dep struct {
 	published   time.Time          // clock time of the last event (pacing only)
 }
 
-// live is the in-memory state of every breaker of every instance. All
+// State is the in-memory state of every breaker of every instance. All
 // methods take mu; events are published while mu is held so that a
 // subscriber's snapshot and its event stream never overlap or leave a gap.
-type live struct {
+// Create it with New; all methods are safe for concurrent use.
+type State struct {
 	mu         sync.Mutex
 	now        func() time.Time
 	staleAfter time.Duration
 	goneAfter  time.Duration
-	instances  map[instKey]*instance
+	instances  map[Key]*instance
 	deps       map[cbdash.DependencyKey]*dep
 	perService map[string]int // how many of deps each service has (Limits.MaxDependenciesPerService)
 	hub        *hub
-	metrics    *metrics // nil-safe
-	day        int64    // UTC day of opensToday
+	metrics    Metrics // never nil (noMetrics)
+	day        int64   // UTC day of opensToday
 	// urgent holds dependencies whose state changed: they are published as
 	// soon as the publisher runs (kick wakes it), off the ingest path.
 	urgent map[*dep]struct{}
@@ -117,23 +161,27 @@ type live struct {
 	// applies queues batches from the connections to applyLoop, the one
 	// goroutine that applies them: a thousand readers contending for mu
 	// would convoy behind every aggregate computed under it.
-	applies chan applyReq
+	applies chan Update
 	// transitions is the short path: the transitions of a batch, queued
 	// ahead of it, which applyLoop applies before any queued window
 	// report, so a transition never waits behind window-report work.
-	transitions chan applyReq
+	transitions chan Update
 	scratch     map[*dep]bool // applyLocked's dependencies to publish, reused
 	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
 }
 
-// applyReq is a validated batch of an instance, received at at, from an
-// agent whose clock is skew ms ahead of the collector's (negative:
-// behind; see correctClock).
-type applyReq struct {
-	k    instKey
-	b    *protocol.Batch
-	at   time.Time
-	skew int64
+// Update is a validated batch of instance Key, received at At, from an
+// agent whose clock is Skew ms ahead of the collector's (negative:
+// behind; internal/ingest measures it, and moves the times of an agent
+// ahead by more than SkewTolerance before the batch gets here).
+type Update struct {
+	Key   Key
+	Batch *protocol.Batch
+	At    time.Time
+	Skew  int64
+	// Remote is set for another collector's update (RemoteBatch): it is
+	// counted in that collector's metrics, not in these.
+	Remote bool
 	// early: only b's transitions, on the short path (the batch follows
 	// on the applies queue, with transitionsDone, to apply the rest).
 	early, transitionsDone bool
@@ -141,13 +189,10 @@ type applyReq struct {
 	// take the short path: whichever is applied first applies the
 	// transitions (under live's lock), the other not again.
 	short *shortPath
-	// remote is set for another collector's update (fleet.go): it is
-	// counted in that collector's metrics, not in these.
-	remote bool
 }
 
 // shortPath says whether a batch's transitions are applied (see
-// applyReq.short); guarded by live.mu.
+// Update.short); guarded by live.mu.
 type shortPath struct{ applied bool }
 
 // applyQueue bounds the batches waiting for applyLoop; readers wait when
@@ -158,12 +203,12 @@ const applyQueue = 4096
 // lock hold.
 const maxApplyGroup = 64
 
-// enqueue hands a validated batch to applyLoop; false when ctx ended
+// Enqueue hands a validated batch to applyLoop; false when ctx ended
 // first. A batch's transitions go ahead on the short path (before the
 // batch, so applyLoop, which drains that path first, never applies the
 // batch before them).
-func (l *live) enqueue(ctx context.Context, r applyReq) bool {
-	if len(r.b.Transitions) > 0 {
+func (l *State) Enqueue(ctx context.Context, r Update) bool {
+	if len(r.Batch.Transitions) > 0 {
 		r.short = &shortPath{}
 		e := r
 		e.early = true
@@ -182,9 +227,9 @@ func (l *live) enqueue(ctx context.Context, r applyReq) bool {
 	}
 }
 
-// applyLoop applies queued batches until stop is closed, then applies what
+// ApplyLoop applies queued batches until stop is closed, then applies what
 // is left and returns.
-func (l *live) applyLoop(stop <-chan struct{}) {
+func (l *State) ApplyLoop(stop <-chan struct{}) {
 	for {
 		select {
 		case r := <-l.transitions:
@@ -209,7 +254,7 @@ func (l *live) applyLoop(stop <-chan struct{}) {
 // applyGroup applies r and whatever else is queued (up to maxApplyGroup)
 // under one lock hold, the short path's transitions first (r itself first
 // when it is one: it was queued before them).
-func (l *live) applyGroup(r applyReq) {
+func (l *State) applyGroup(r Update) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r.early {
@@ -234,7 +279,7 @@ func (l *live) applyGroup(r applyReq) {
 
 // drainTransitionsLocked applies every transition queued on the short
 // path.
-func (l *live) drainTransitionsLocked() {
+func (l *State) drainTransitionsLocked() {
 	for {
 		select {
 		case r := <-l.transitions:
@@ -245,13 +290,47 @@ func (l *live) drainTransitionsLocked() {
 	}
 }
 
-func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, m *metrics) *live {
-	return &live{
+// SkewTolerance is the clock skew of an agent below which its times are
+// used as they are: an agent behind by more has its reports counted in
+// the last minute by the time they were received.
+const SkewTolerance = time.Second
+
+// Config configures live state.
+type Config struct {
+	// Now is the collector's clock: the times it stamps, staleness and the
+	// pacing of urgent publications.
+	Now func() time.Time
+	// StaleAfter is how long an instance may stay silent before it is
+	// stale (no longer counted in its dependency's state); GoneAfter how
+	// long a silent instance with no connection is kept before it is
+	// forgotten.
+	StaleAfter, GoneAfter time.Duration
+	// SubscriberBuffer is how many events other than dependency views may
+	// wait for each subscriber (see Subscribe).
+	SubscriberBuffer int
+	// Metrics receives the counts (nil: none).
+	Metrics Metrics
+}
+
+// New returns live state with no instance.
+func New(cfg Config) *State {
+	h := newHub(cfg.SubscriberBuffer)
+	if cfg.Metrics != nil {
+		h.onDrop, h.onCount = cfg.Metrics.SubscriberDropped, cfg.Metrics.Subscribers
+	}
+	return newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, cfg.Metrics)
+}
+
+func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, m Metrics) *State {
+	if m == nil {
+		m = noMetrics{}
+	}
+	return &State{
 		now: now, staleAfter: staleAfter, goneAfter: goneAfter,
-		instances: make(map[instKey]*instance), deps: make(map[cbdash.DependencyKey]*dep), perService: map[string]int{},
+		instances: make(map[Key]*instance), deps: make(map[cbdash.DependencyKey]*dep), perService: map[string]int{},
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
 		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
-		applies: make(chan applyReq, applyQueue), transitions: make(chan applyReq, applyQueue),
+		applies: make(chan Update, applyQueue), transitions: make(chan Update, applyQueue),
 		lists: make(sharedLists),
 	}
 }
@@ -283,7 +362,7 @@ func forced(s string) bool { return s == protocol.StateForcedOpen || s == protoc
 // aggregates are rebuilt by their next compute. A breaker added after
 // the bump changes its dependency's membership, which rebuilds every
 // line of it.
-func (l *live) bump(inst *instance) {
+func (l *State) bump(inst *instance) {
 	for _, ib := range inst.breakers {
 		ib.fresh = false
 		if !ib.dirty {
@@ -293,9 +372,9 @@ func (l *live) bump(inst *instance) {
 	}
 }
 
-// setOpensToday seeds the per-dependency count of opens since midnight UTC
+// SetOpensToday seeds the per-dependency count of opens since midnight UTC
 // (from the store, at start).
-func (l *live) setOpensToday(m map[cbdash.DependencyKey]int) {
+func (l *State) SetOpensToday(m map[cbdash.DependencyKey]int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, n := range m {
@@ -305,8 +384,8 @@ func (l *live) setOpensToday(m map[cbdash.DependencyKey]int) {
 
 // storedInstanceLocked returns the instance of stored line r, made from
 // it (labels, last seen) when live state has none.
-func (l *live) storedInstanceLocked(r cbdash.InstanceBreaker) *instance {
-	k := instKey{r.Service, r.Instance}
+func (l *State) storedInstanceLocked(r cbdash.InstanceBreaker) *instance {
+	k := Key{r.Service, r.Instance}
 	inst := l.instances[k]
 	if inst == nil {
 		inst = &instance{key: k, labels: r.Labels, lastSeen: r.LastSeen, breakers: make(map[string]*ibreaker)}
@@ -315,10 +394,10 @@ func (l *live) storedInstanceLocked(r cbdash.InstanceBreaker) *instance {
 	return inst
 }
 
-// restore rebuilds instances from the store's last known state. They start
+// Restore rebuilds instances from the store's last known state. They start
 // with the last-seen time the store had, so the sweep marks them stale (or
 // forgets them) as it would have.
-func (l *live) restore(ibs []cbdash.InstanceBreaker) {
+func (l *State) Restore(ibs []cbdash.InstanceBreaker) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range ibs {
@@ -344,7 +423,7 @@ func (l *live) restore(ibs []cbdash.InstanceBreaker) {
 	}
 }
 
-func (l *live) depLocked(k cbdash.DependencyKey) *dep {
+func (l *State) depLocked(k cbdash.DependencyKey) *dep {
 	d := l.deps[k]
 	if d == nil {
 		d = &dep{key: k}
@@ -354,10 +433,10 @@ func (l *live) depLocked(k cbdash.DependencyKey) *dep {
 	return d
 }
 
-func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
+func (l *State) breakerLocked(inst *instance, name string) *ibreaker {
 	ib := inst.breakers[name]
 	if ib == nil {
-		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.service, Breaker: name})
+		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.Service, Breaker: name})
 		ib = &ibreaker{inst: inst, dep: d, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
 		inst.breakers[name] = ib
 		ib.member = int32(len(d.members))
@@ -368,7 +447,7 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 	return ib
 }
 
-// hello (re)declares an instance. storedSeq is the last sequence number the
+// Hello (re)declares an instance. storedSeq is the last sequence number the
 // store holds for (service, instance, startedAt); live state never applies a
 // batch at or below it. welcome, when not nil, runs under the lock before
 // s becomes the instance's session: what it queues precedes any command
@@ -376,13 +455,13 @@ func (l *live) breakerLocked(inst *instance, name string) *ibreaker {
 // caller can close it outside the lock. h's breaker list may be
 // replaced by an equal one an earlier hello brought (sharedLists): the
 // caller reads h only after the call, or copied before it.
-func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Time, welcome func()) (previous *session) {
+func (l *State) Hello(h *protocol.Hello, storedSeq uint64, s Conn, at time.Time, welcome func()) (previous Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if welcome != nil {
 		welcome()
 	}
-	k := instKey{h.Service, h.Instance}
+	k := Key{h.Service, h.Instance}
 	inst := l.instances[k]
 	if inst == nil {
 		inst = &instance{key: k, breakers: make(map[string]*ibreaker)}
@@ -415,7 +494,7 @@ func (l *live) hello(h *protocol.Hello, storedSeq uint64, s *session, at time.Ti
 // immutable, see ibreaker), dropping the ones it no longer
 // declares. An unchanged configuration is pointed at anew too, so that
 // the previous hello's breakers are not kept alive.
-func (l *live) declareLocked(inst *instance, breakers []protocol.BreakerConfig) {
+func (l *State) declareLocked(inst *instance, breakers []protocol.BreakerConfig) {
 	declared := make(map[string]bool, len(breakers))
 	for i := range breakers {
 		c := &breakers[i]
@@ -432,8 +511,8 @@ func (l *live) declareLocked(inst *instance, breakers []protocol.BreakerConfig) 
 	}
 }
 
-// session returns the connected session of an instance, or nil.
-func (l *live) session(k instKey) *session {
+// ConnOf returns the connection of instance k here, or nil.
+func (l *State) ConnOf(k Key) Conn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if inst := l.instances[k]; inst != nil {
@@ -442,8 +521,8 @@ func (l *live) session(k instKey) *session {
 	return nil
 }
 
-// disconnect forgets s as the instance's session (if it still is).
-func (l *live) disconnect(k instKey, s *session) {
+// Disconnect forgets s as instance k's connection (if it still is).
+func (l *State) Disconnect(k Key, s Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if inst := l.instances[k]; inst != nil && inst.sess == s {
@@ -451,56 +530,42 @@ func (l *live) disconnect(k instKey, s *session) {
 	}
 }
 
-// apply updates live state with a validated batch. It applies a batch at
+// Apply updates live state with a validated batch. It applies a batch at
 // most once per instance run: seq must be above the highest applied one.
 // It reports whether the batch was applied.
-func (l *live) apply(k instKey, b *protocol.Batch, at time.Time) bool {
-	return l.applyNow(applyReq{k: k, b: b, at: at})
+func (l *State) Apply(k Key, b *protocol.Batch, at time.Time) bool {
+	return l.ApplyNow(Update{Key: k, Batch: b, At: at})
 }
 
-// applyNow is apply with the request's skew.
-func (l *live) applyNow(r applyReq) bool {
+// ApplyNow is Apply with the request's skew.
+func (l *State) ApplyNow(r Update) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.applyLocked(r)
 }
 
-func (l *live) applyLocked(r applyReq) bool {
-	k, b, at := r.k, r.b, r.at
-	inst := l.instances[k]
+// applyLocked applies r (see Apply): its transitions, unless the other
+// request of its batch applied them (Update.short), and, but for the
+// short path's request, its window reports.
+func (l *State) applyLocked(r Update) bool {
+	inst := l.instances[r.Key]
 	if r.early && r.short.applied {
 		return false // its batch came first and applied them
 	}
-	if inst == nil || b.Seq <= inst.liveSeq {
+	if inst == nil || r.Batch.Seq <= inst.liveSeq {
 		return false
 	}
 	l.bump(inst)
-	if !r.early {
-		inst.liveSeq = b.Seq
-		inst.lastSeen = at
-		if b.SentAt > 0 {
-			inst.skewMs = r.skew
-		}
-	}
-	// An agent behind the collector: its reports count in the last minute
-	// by the time they were received (one ahead had its times corrected).
-	var late int64
-	if r.skew < -skewTolerance.Milliseconds() {
-		late = -r.skew
-	}
 	if l.scratch == nil {
 		l.scratch = make(map[*dep]bool)
 	}
 	urgent := l.scratch
 	defer clear(urgent)
-	if inst.stale && !r.early {
-		inst.stale = false
-		for _, ib := range inst.breakers {
-			urgent[ib.dep] = true
-		}
+	if !r.early {
+		l.seenLocked(inst, r, urgent)
 	}
-	l.rollDayLocked(at)
-	transitions := b.Transitions
+	l.rollDayLocked(r.At)
+	transitions := r.Batch.Transitions
 	if r.transitionsDone && r.short.applied {
 		transitions = nil
 	}
@@ -508,38 +573,81 @@ func (l *live) applyLocked(r applyReq) bool {
 		r.short.applied = true
 	}
 	for i := range transitions {
-		t := &b.Transitions[i]
-		ib := l.breakerLocked(inst, t.Breaker)
-		ts := time.UnixMilli(t.At).UTC()
-		if t.At >= ib.stateAt {
-			ib.state, ib.stateAt = t.To, t.At
-			ib.held = holdFrom(t, ib.held)
-			ib.trackEpisode(t.From, t.To, ts)
-		}
-		if ts.After(ib.lastTransition) {
-			ib.lastTransition = ts
-		}
-		if ts.After(ib.dep.lastChange) {
-			ib.dep.lastChange = ts
-		}
-		if t.From == protocol.StateClosed && t.To == protocol.StateOpen { // a trip, as store.OpensSince counts
-			ib.dep.opensToday++
-			// The last trip is the last received: agents' clocks differ,
-			// the collector's is one.
-			trip := *t
-			ib.lastTrip, ib.lastTripAt = &trip, at
-		}
-		urgent[ib.dep] = true
-		rec := &cbdash.TransitionRecord{Service: k.service, Instance: k.instance, Transition: *t, ReceivedAt: at}
-		l.hub.publish(cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: rec})
+		urgent[l.transitionLocked(inst, &transitions[i], r.At)] = true
 	}
-	nowSec := at.Unix()
-	windows := b.Windows
-	if r.early {
-		windows = nil
+	if !r.early {
+		l.windowsLocked(inst, r, urgent)
 	}
-	for i := range windows {
-		w := &b.Windows[i]
+	for d := range urgent {
+		l.changedLocked(d)
+		l.urgent[d] = struct{}{}
+	}
+	if len(urgent) > 0 {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// seenLocked records that inst sent batch r: its seq, when it was last
+// seen, its clock's skew, and that it is not stale (its dependencies are
+// then urgent).
+func (l *State) seenLocked(inst *instance, r Update, urgent map[*dep]bool) {
+	inst.liveSeq = r.Batch.Seq
+	inst.lastSeen = r.At
+	if r.Batch.SentAt > 0 {
+		inst.skewMs = r.Skew
+	}
+	if inst.stale {
+		inst.stale = false
+		for _, ib := range inst.breakers {
+			urgent[ib.dep] = true
+		}
+	}
+}
+
+// transitionLocked applies transition t of inst, received at at, and
+// publishes it; it returns the dependency it changed.
+func (l *State) transitionLocked(inst *instance, t *protocol.Transition, at time.Time) *dep {
+	ib := l.breakerLocked(inst, t.Breaker)
+	ts := time.UnixMilli(t.At).UTC()
+	if t.At >= ib.stateAt {
+		ib.state, ib.stateAt = t.To, t.At
+		ib.held = holdFrom(t, ib.held)
+		ib.trackEpisode(t.From, t.To, ts)
+	}
+	if ts.After(ib.lastTransition) {
+		ib.lastTransition = ts
+	}
+	if ts.After(ib.dep.lastChange) {
+		ib.dep.lastChange = ts
+	}
+	if t.From == protocol.StateClosed && t.To == protocol.StateOpen { // a trip, as store.OpensSince counts
+		ib.dep.opensToday++
+		// The last trip is the last received: agents' clocks differ,
+		// the collector's is one.
+		trip := *t
+		ib.lastTrip, ib.lastTripAt = &trip, at
+	}
+	rec := &cbdash.TransitionRecord{Service: inst.key.Service, Instance: inst.key.Instance, Transition: *t, ReceivedAt: at}
+	l.hub.publish(cbdash.Event{Kind: cbdash.EventTransition, At: at, Transition: rec})
+	return ib.dep
+}
+
+// windowsLocked applies the window reports of batch r of inst; a
+// dependency whose state they change is added to urgent.
+func (l *State) windowsLocked(inst *instance, r Update, urgent map[*dep]bool) {
+	// An agent behind the collector: its reports count in the last minute
+	// by the time they were received (one ahead had its times corrected).
+	var late int64
+	if r.Skew < -SkewTolerance.Milliseconds() {
+		late = -r.Skew
+	}
+	nowSec := r.At.Unix()
+	for i := range r.Batch.Windows {
+		w := &r.Batch.Windows[i]
 		ib := l.breakerLocked(inst, w.Breaker)
 		if end := w.Start + w.Millis; end >= ib.stateAt {
 			if ib.state != w.State {
@@ -554,21 +662,10 @@ func (l *live) applyLocked(r applyReq) bool {
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
 		ib.dep.unpublished = true
-		if !r.remote {
-			l.metrics.addWindow(ib.dep.key, w)
+		if !r.Remote {
+			l.metrics.AddWindow(ib.dep.key, w)
 		}
 	}
-	for d := range urgent {
-		l.changedLocked(d)
-		l.urgent[d] = struct{}{}
-	}
-	if len(urgent) > 0 {
-		select {
-		case l.kick <- struct{}{}:
-		default:
-		}
-	}
-	return true
 }
 
 // trackEpisode keeps openSince across a move from state from to state
@@ -591,13 +688,13 @@ func (ib *ibreaker) trackEpisode(from, to string, t time.Time) {
 // still published one by one, at once).
 const urgentEvery = 250 * time.Millisecond
 
-// flushUrgent publishes the dependencies whose state changed, each at most
+// FlushUrgent publishes the dependencies whose state changed, each at most
 // every urgentEvery (paced on Config.Clock),
 // one lock hold per dependency so that ingest never waits for more than
 // one aggregate. It returns how long until a dependency it had to leave
 // becomes due, 0 when none is left. The collector runs it whenever kick
 // fires, so aggregating never delays the batch that changed it.
-func (l *live) flushUrgent() time.Duration {
+func (l *State) FlushUrgent() time.Duration {
 	l.mu.Lock()
 	due := make([]*dep, 0, len(l.urgent))
 	for d := range l.urgent {
@@ -669,7 +766,7 @@ func actionOf(state string) string {
 	return protocol.ActionForceClosed
 }
 
-func (l *live) rollDayLocked(at time.Time) {
+func (l *State) rollDayLocked(at time.Time) {
 	if day := at.UTC().Unix() / 86400; day != l.day {
 		l.day = day
 		for _, d := range l.deps {
@@ -680,23 +777,23 @@ func (l *live) rollDayLocked(at time.Time) {
 }
 
 // changedLocked marks d's aggregate out of date and due for publication.
-func (l *live) changedLocked(d *dep) {
+func (l *State) changedLocked(d *dep) {
 	d.view = nil
 	d.unpublished = true
 }
 
 // publishLocked publishes d's current aggregate.
-func (l *live) publishLocked(d *dep) {
+func (l *State) publishLocked(d *dep) {
 	v := l.viewLocked(d)
 	d.unpublished = false
 	d.published = l.now()
 	l.hub.publish(cbdash.Event{Kind: cbdash.EventDependency, At: l.now(), Dependency: v})
 }
 
-// flush publishes every dependency that changed since its last event; the
+// Flush publishes every dependency that changed since its last event; the
 // collector calls it periodically so that per-second window reports reach
 // dashboards without an event per report.
-func (l *live) flush() {
+func (l *State) Flush() {
 	l.mu.Lock()
 	l.rollDayLocked(l.now())
 	due := make([]*dep, 0, len(l.deps))
@@ -718,9 +815,9 @@ func (l *live) flush() {
 	}
 }
 
-// sweep marks instances stale after staleAfter and forgets them after
+// Sweep marks instances stale after staleAfter and forgets them after
 // goneAfter, publishing the dependencies that change.
-func (l *live) sweep() {
+func (l *State) Sweep() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, d := range l.sweepLocked(l.now()) {
@@ -730,7 +827,7 @@ func (l *live) sweep() {
 	}
 }
 
-func (l *live) sweepLocked(now time.Time) []*dep {
+func (l *State) sweepLocked(now time.Time) []*dep {
 	var changed []*dep
 	for _, inst := range l.instances {
 		age := now.Sub(inst.lastSeen)
@@ -751,13 +848,13 @@ func (l *live) sweepLocked(now time.Time) []*dep {
 
 // dropInstanceLocked forgets instance inst, which has no session, and
 // appends the dependencies that change to changed.
-func (l *live) dropInstanceLocked(inst *instance, changed []*dep) []*dep {
+func (l *State) dropInstanceLocked(inst *instance, changed []*dep) []*dep {
 	delete(l.instances, inst.key)
 	for _, ib := range inst.breakers {
 		changed = append(changed, ib.dep)
 		l.dropBreakerLocked(ib)
 	}
-	l.lists.forget(inst.key.service)
+	l.lists.forget(inst.key.Service)
 	return changed
 }
 
@@ -765,7 +862,7 @@ func (l *live) dropInstanceLocked(inst *instance, changed []*dep) []*dep {
 // room for a new instance under the instance quotas, limits.go), as sweep
 // does after it, and publishes the dependencies that change. It does
 // nothing to an instance with a session.
-func (l *live) forgetLocked(k instKey) {
+func (l *State) forgetLocked(k Key) {
 	inst := l.instances[k]
 	if inst == nil || inst.sess != nil {
 		return
@@ -780,7 +877,7 @@ func (l *live) forgetLocked(k instKey) {
 // dropBreakerLocked removes ib from its instance and dependency; a
 // dependency left without instances is forgotten (after an event that
 // shows it with no instances).
-func (l *live) dropBreakerLocked(ib *ibreaker) {
+func (l *State) dropBreakerLocked(ib *ibreaker) {
 	d := ib.dep
 	if int(ib.member) >= len(d.members) || d.members[ib.member] != ib {
 		return // dropped already
@@ -798,23 +895,23 @@ func (l *live) dropBreakerLocked(ib *ibreaker) {
 		if l.perService[d.key.Service]--; l.perService[d.key.Service] <= 0 {
 			delete(l.perService, d.key.Service)
 		}
-		l.metrics.forget(d.key)
+		l.metrics.Forget(d.key)
 	}
 }
 
 // viewLocked returns d's aggregate, computing it when out of date. The
 // result is shared and must not be modified.
-func (l *live) viewLocked(d *dep) *cbdash.Dependency {
+func (l *State) viewLocked(d *dep) *cbdash.Dependency {
 	if d.view == nil {
 		d.view = l.compute(d, l.now())
-		l.metrics.setState(d.key, d.view)
+		l.metrics.SetState(d.key, d.view)
 	}
 	return d.view
 }
 
-// dependencies returns copies of every dependency, worst first. Views
+// Dependencies returns copies of every dependency, worst first. Views
 // are immutable once computed, so they are copied outside the lock.
-func (l *live) dependencies() []cbdash.Dependency {
+func (l *State) Dependencies() []cbdash.Dependency {
 	l.mu.Lock()
 	out := l.snapshotLocked()
 	l.mu.Unlock()
@@ -826,7 +923,7 @@ func (l *live) dependencies() []cbdash.Dependency {
 
 // snapshotLocked returns every dependency's current view, worst first,
 // sharing the views' slices and maps (read-only, as in events).
-func (l *live) snapshotLocked() []cbdash.Dependency {
+func (l *State) snapshotLocked() []cbdash.Dependency {
 	out := make([]cbdash.Dependency, 0, len(l.deps))
 	for _, d := range l.deps {
 		out = append(out, *l.viewLocked(d))
@@ -835,8 +932,8 @@ func (l *live) snapshotLocked() []cbdash.Dependency {
 	return out
 }
 
-// dependency returns a copy of one dependency; ok is false when unknown.
-func (l *live) dependency(k cbdash.DependencyKey) (cbdash.Dependency, bool) {
+// Dependency returns a copy of one dependency; ok is false when unknown.
+func (l *State) Dependency(k cbdash.DependencyKey) (cbdash.Dependency, bool) {
 	l.mu.Lock()
 	d := l.deps[k]
 	if d == nil {
@@ -851,7 +948,7 @@ func (l *live) dependency(k cbdash.DependencyKey) (cbdash.Dependency, bool) {
 // subscribe registers a subscriber and returns the snapshot it starts
 // from, atomically with respect to every publication. The snapshot shares
 // the views' slices and maps, like events: read-only.
-func (l *live) subscribe(kinds map[string]bool, buffer int) ([]cbdash.Dependency, *subscriber) {
+func (l *State) subscribe(kinds map[string]bool, buffer int) ([]cbdash.Dependency, *subscriber) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.snapshotLocked(), l.hub.add(kinds, buffer)
@@ -861,7 +958,7 @@ func (l *live) subscribe(kinds map[string]bool, buffer int) ([]cbdash.Dependency
 // instead of copies sorted worst first: each is the collector's shared,
 // immutable view (as an event's), so a subscriber that keeps them holds
 // a pointer per dependency, not a copy.
-func (l *live) subscribeViews(kinds map[string]bool, buffer int) ([]*cbdash.Dependency, *subscriber) {
+func (l *State) subscribeViews(kinds map[string]bool, buffer int) ([]*cbdash.Dependency, *subscriber) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := make([]*cbdash.Dependency, 0, len(l.deps))
@@ -903,8 +1000,8 @@ type Service struct {
 	Stale     int    `json:"stale"`
 }
 
-// services summarises the known services, sorted by name.
-func (l *live) services() []Service {
+// Services summarises the known services, sorted by name.
+func (l *State) Services() []Service {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	by := make(map[string]*Service)
@@ -917,7 +1014,7 @@ func (l *live) services() []Service {
 		return s
 	}
 	for k, inst := range l.instances {
-		s := get(k.service)
+		s := get(k.Service)
 		s.Instances++
 		if inst.stale {
 			s.Stale++
@@ -938,11 +1035,11 @@ func (l *live) services() []Service {
 	return out
 }
 
-// sameHello reports whether h is the hello live state already has for the
+// SameHello reports whether h is the hello live state already has for the
 // same agent process (so the HTTP ingest need not record it again).
-func (l *live) sameHello(h *protocol.Hello) bool {
+func (l *State) SameHello(h *protocol.Hello) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	inst := l.instances[instKey{h.Service, h.Instance}]
+	inst := l.instances[Key{h.Service, h.Instance}]
 	return inst != nil && inst.hello != nil && inst.startedAt == h.StartedAt && reflect.DeepEqual(inst.hello, h)
 }

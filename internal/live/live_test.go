@@ -1,6 +1,7 @@
-package collector
+package live
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -14,7 +15,7 @@ import (
 
 // newTestLive returns live state on a virtual clock at noon of the test
 // epoch's day (opens are counted per UTC day).
-func newTestLive(t *testing.T) (*live, *breakertest.Clock) {
+func newTestLive(t *testing.T) (*State, *breakertest.Clock) {
 	t.Helper()
 	clk := breakertest.NewClock(clocktest.Noon())
 	return newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(1024), nil), clk
@@ -39,9 +40,9 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	drifted := cfg
 	drifted.FailureRateThreshold = 20
-	l.hello(testHello("api", "a", cfg, map[string]string{"region": "eu", "v": "1"}), 0, nil, clk.Now(), nil)
-	l.hello(testHello("api", "b", cfg, map[string]string{"region": "eu", "v": "2"}), 0, nil, clk.Now(), nil)
-	l.hello(testHello("api", "c", drifted, map[string]string{"region": "eu"}), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", cfg, map[string]string{"region": "eu", "v": "1"}), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "b", cfg, map[string]string{"region": "eu", "v": "2"}), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "c", drifted, map[string]string{"region": "eu"}), 0, nil, clk.Now(), nil)
 
 	hist := func(b1, b100 int64) []int64 {
 		h := make([]int64, protocol.NumLatencyBuckets)
@@ -52,16 +53,16 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 	for s := 1; s <= 10; s++ {
 		clk.Advance(time.Second)
 		now := clk.Now()
-		l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: uint64(s), Windows: []protocol.Window{
+		l.Apply(Key{"api", "a"}, &protocol.Batch{Seq: uint64(s), Windows: []protocol.Window{
 			window("db", protocol.StateClosed, now, protocol.Counts{Admitted: 10, Successes: 9, Failures: 1, Errors: 1},
 				protocol.Headroom{Calls: 50, Failures: 5, MinimumCalls: 10, FailureRate: 10, FailureRateThreshold: 50}, hist(10, 0)),
 		}}, now)
-		l.apply(instKey{"api", "b"}, &protocol.Batch{Seq: uint64(s), Windows: []protocol.Window{
+		l.Apply(Key{"api", "b"}, &protocol.Batch{Seq: uint64(s), Windows: []protocol.Window{
 			window("db", protocol.StateClosed, now, protocol.Counts{Admitted: 10, Successes: 5, Failures: 5, Timeouts: 5, RejectedOpen: 10},
 				protocol.Headroom{Calls: 50, Failures: 20, MinimumCalls: 10, FailureRate: 40, FailureRateThreshold: 50}, hist(0, 10)),
 		}}, now)
 	}
-	d, ok := l.dependency(k)
+	d, ok := l.Dependency(k)
 	if !ok {
 		t.Fatal("dependency unknown")
 	}
@@ -99,8 +100,8 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 
 	// A minute later the old reports no longer count.
 	clk.Advance(61 * time.Second)
-	l.sweep()
-	d, _ = l.dependency(k)
+	l.Sweep()
+	d, _ = l.Dependency(k)
 	if d.Recent.Admitted != 0 || d.P99 != 0 {
 		t.Fatalf("recent after a minute %+v p99 %v", d.Recent, d.P99)
 	}
@@ -109,13 +110,13 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db"}
-	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
-	l.hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "b", cfg, nil), 0, nil, clk.Now(), nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
-	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
+	l.Apply(Key{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
 		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(), Cause: protocol.Cause{Kind: protocol.CauseFailureRate},
 	}}}, clk.Now())
-	d, _ := l.dependency(k)
+	d, _ := l.Dependency(k)
 	if d.State != protocol.StateOpen || d.OpensToday != 1 {
 		t.Fatalf("state %q opens %d, want open 1", d.State, d.OpensToday)
 	}
@@ -127,44 +128,44 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 	// b keeps reporting; a goes silent.
 	for i := 0; i < 16; i++ {
 		clk.Advance(time.Second)
-		l.apply(instKey{"api", "b"}, &protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{
+		l.Apply(Key{"api", "b"}, &protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{
 			window("db", protocol.StateClosed, clk.Now(), protocol.Counts{}, protocol.Headroom{}, nil),
 		}}, clk.Now())
 	}
-	l.sweep()
-	d, _ = l.dependency(k)
+	l.Sweep()
+	d, _ = l.Dependency(k)
 	if d.State != protocol.StateClosed || d.Stale != 1 || d.ByState[protocol.StateOpen] != 0 {
 		t.Fatalf("state %q stale %d by %v: a stale open must not count", d.State, d.Stale, d.ByState)
 	}
 	clk.Advance(11 * time.Minute)
-	l.sweep()
-	if _, ok := l.dependency(k); ok {
+	l.Sweep()
+	if _, ok := l.Dependency(k); ok {
 		t.Fatal("dependency still known after every instance is gone")
 	}
 }
 
 func TestLiveAppliesABatchOnce(t *testing.T) {
 	l, clk := newTestLive(t)
-	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.Now(), nil)
 	b := &protocol.Batch{Seq: 3, Windows: []protocol.Window{
 		window("db", protocol.StateClosed, clk.Now(), protocol.Counts{Admitted: 1, Successes: 1}, protocol.Headroom{}, nil),
 	}}
-	if l.apply(instKey{"api", "a"}, b, clk.Now()) {
+	if l.Apply(Key{"api", "a"}, b, clk.Now()) {
 		t.Fatal("applied a batch the store already holds")
 	}
 	b.Seq = 4
-	if !l.apply(instKey{"api", "a"}, b, clk.Now()) || l.apply(instKey{"api", "a"}, b, clk.Now()) {
+	if !l.Apply(Key{"api", "a"}, b, clk.Now()) || l.Apply(Key{"api", "a"}, b, clk.Now()) {
 		t.Fatal("want seq 4 applied exactly once")
 	}
 	// The same instance restarted (new started_at): seqs start again.
 	h := testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil)
 	h.StartedAt = 2
-	l.hello(h, 0, nil, clk.Now(), nil)
+	l.Hello(h, 0, nil, clk.Now(), nil)
 	b.Seq = 1
-	if !l.apply(instKey{"api", "a"}, b, clk.Now()) {
+	if !l.Apply(Key{"api", "a"}, b, clk.Now()) {
 		t.Fatal("seq 1 of a new run not applied")
 	}
-	d, _ := l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+	d, _ := l.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 	if d.Recent.Admitted != 2 {
 		t.Fatalf("admitted %d, want 2", d.Recent.Admitted)
 	}
@@ -172,13 +173,13 @@ func TestLiveAppliesABatchOnce(t *testing.T) {
 
 func TestSubscribeSnapshotThenEvents(t *testing.T) {
 	l, clk := newTestLive(t)
-	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
 	snap, sub := l.subscribe(nil, 0)
 	defer l.hub.remove(sub)
 	if len(snap) != 1 || snap[0].State != protocol.StateClosed {
 		t.Fatalf("snapshot %+v", snap)
 	}
-	l.apply(instKey{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
+	l.Apply(Key{"api", "a"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
 		Breaker: "db", From: protocol.StateClosed, To: protocol.StateForcedOpen, At: clk.Now().UnixMilli(),
 		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: "c1", Action: protocol.ActionForceOpen, Actor: "ann", Reason: "maintenance"},
 	}}}, clk.Now())
@@ -191,7 +192,7 @@ func TestSubscribeSnapshotThenEvents(t *testing.T) {
 	default:
 		t.Fatal("a state change did not wake the publisher")
 	}
-	l.flushUrgent()
+	l.FlushUrgent()
 	e = <-sub.ch
 	if e.Kind != cbdash.EventDependency || e.Dependency.State != protocol.StateForcedOpen || e.Dependency.Held == nil || e.Dependency.Held.Actor != "ann" {
 		t.Fatalf("second event %+v", e)
@@ -204,7 +205,7 @@ func TestSubscribeSnapshotThenEvents(t *testing.T) {
 func TestSubscribeViewsSharesTheViews(t *testing.T) {
 	l, clk := newTestLive(t)
 	for _, name := range []string{"db", "cache"} {
-		l.hello(testHello("api", "a-"+name, protocol.BreakerConfig{Name: name}, nil), 0, nil, clk.Now(), nil)
+		l.Hello(testHello("api", "a-"+name, protocol.BreakerConfig{Name: name}, nil), 0, nil, clk.Now(), nil)
 	}
 	snap, sub := l.subscribeViews(nil, 0)
 	defer l.hub.remove(sub)
@@ -229,10 +230,10 @@ func TestSubscribeViewsSharesTheViews(t *testing.T) {
 		t.Error("the snapshot's view is not the collector's")
 	}
 	db := views["db"]
-	l.apply(instKey{"api", "a-db"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
+	l.Apply(Key{"api", "a-db"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
 		Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(),
 		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50}}}}, clk.Now())
-	l.flushUrgent()
+	l.FlushUrgent()
 	for e := range sub.ch {
 		if e.Kind != cbdash.EventDependency {
 			continue
@@ -350,4 +351,13 @@ func TestQuantile(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

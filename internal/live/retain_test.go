@@ -1,4 +1,4 @@
-package collector
+package live
 
 import (
 	"runtime"
@@ -23,7 +23,7 @@ func TestReplacedWindowsAreNotKeptUntilTheNextCompute(t *testing.T) {
 	other := cfg
 	other.Name = "cache"
 	h.Breakers = append(h.Breakers, other)
-	l.hello(h, 0, nil, clk.Now(), nil)
+	l.Hello(h, 0, nil, clk.Now(), nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	batch := func(seq uint64) *protocol.Batch {
 		clk.Advance(time.Second)
@@ -35,16 +35,16 @@ func TestReplacedWindowsAreNotKeptUntilTheNextCompute(t *testing.T) {
 		}}
 	}
 	first := batch(1)
-	if !l.apply(instKey{"api", "a"}, first, clk.Now()) {
+	if !l.Apply(Key{"api", "a"}, first, clk.Now()) {
 		t.Fatal("first batch not applied")
 	}
-	if _, ok := l.dependency(k); !ok { // a compute: the lines point into first
+	if _, ok := l.Dependency(k); !ok { // a compute: the lines point into first
 		t.Fatal("dependency unknown")
 	}
 	old := weak.Make(&first.Windows[0])
 	first = nil
 	second := batch(2)
-	if !l.apply(instKey{"api", "a"}, second, clk.Now()) {
+	if !l.Apply(Key{"api", "a"}, second, clk.Now()) {
 		t.Fatal("second batch not applied")
 	}
 	kept := weak.Make(&second.Windows[0])
@@ -57,7 +57,7 @@ func TestReplacedWindowsAreNotKeptUntilTheNextCompute(t *testing.T) {
 	if kept.Value() == nil {
 		t.Fatal("the second batch's windows were freed: live state must point at them, and the check above proves nothing")
 	}
-	d, _ := l.dependency(k)
+	d, _ := l.Dependency(k)
 	if d.PerInstance[0].Last != kept.Value() {
 		t.Fatal("the line does not show the second batch's window")
 	}
@@ -72,7 +72,7 @@ func TestReplacedWindowsAreNotKeptUntilTheNextCompute(t *testing.T) {
 func TestLinesShowTheLastOfSeveralBatchesBetweenComputes(t *testing.T) {
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
-	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	seq := uint64(0)
 	apply := func(state string, calls int64) {
@@ -81,7 +81,7 @@ func TestLinesShowTheLastOfSeveralBatchesBetweenComputes(t *testing.T) {
 		clk.Advance(100 * time.Millisecond)
 		b := &protocol.Batch{Seq: seq, Windows: []protocol.Window{window("db", state, clk.Now(), protocol.Counts{Admitted: calls, Successes: calls},
 			protocol.Headroom{Calls: calls, MinimumCalls: 10, FailureRateThreshold: 50}, nil)}}
-		if !l.apply(instKey{"api", "a"}, b, clk.Now()) {
+		if !l.Apply(Key{"api", "a"}, b, clk.Now()) {
 			t.Fatalf("batch %d not applied", seq)
 		}
 	}
@@ -95,7 +95,7 @@ func TestLinesShowTheLastOfSeveralBatchesBetweenComputes(t *testing.T) {
 		for i, st := range states {
 			apply(st, int64(10*interval+i+1))
 		}
-		d, _ := l.dependency(k)
+		d, _ := l.Dependency(k)
 		ln := d.PerInstance[0]
 		want := states[len(states)-1]
 		if ln.State != want || ln.Last.State != want || ln.Last.Headroom.Calls != int64(10*interval+len(states)) || d.State != want {
@@ -118,7 +118,7 @@ func TestEqualBreakerListsAreShared(t *testing.T) {
 	}
 	ownB := weak.Make(&hellos["b"].Breakers[0])
 	for _, name := range []string{"a", "b", "c"} {
-		l.hello(hellos[name], 0, nil, clk.Now(), nil)
+		l.Hello(hellos[name], 0, nil, clk.Now(), nil)
 	}
 	a, b, c := hellos["a"].Breakers, hellos["b"].Breakers, hellos["c"].Breakers
 	if &a[0] != &b[0] {
@@ -127,7 +127,7 @@ func TestEqualBreakerListsAreShared(t *testing.T) {
 	if &c[0] == &a[0] || c[0] != drifted {
 		t.Errorf("a hello with another configuration shares the list of the others, or lost its own: %+v", c[0])
 	}
-	d, _ := l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+	d, _ := l.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 	if d.PerInstance[0].Config != &a[0] || d.PerInstance[1].Config != &a[0] || *d.PerInstance[2].Config != drifted {
 		t.Error("lines do not point at the shared configurations")
 	}
@@ -142,13 +142,13 @@ func TestEqualBreakerListsAreShared(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		h := testHello("api", name, cfg, nil)
 		h.Breakers = append(h.Breakers, protocol.BreakerConfig{Name: "cache"})
-		l.hello(h, 0, nil, clk.Now(), nil)
+		l.Hello(h, 0, nil, clk.Now(), nil)
 		hellos[name] = h
 	}
 	if &hellos["a"].Breakers[0] != &hellos["b"].Breakers[0] {
 		t.Error("the new equal lists are not shared")
 	}
-	l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"}) // lines anew
+	l.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"}) // lines anew
 	runtime.GC()
 	runtime.GC()
 	if first.Value() != nil {

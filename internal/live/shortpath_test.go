@@ -1,4 +1,4 @@
-package collector
+package live
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestEveryTransitionOnTheShortPathIsPublished(t *testing.T) {
 	l := newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(4*perInstance), nil)
 	instances := []string{"a", "b"}
 	for _, inst := range instances {
-		l.hello(testHello("api", inst, protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
+		l.Hello(testHello("api", inst, protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
 	}
 	_, sub := l.subscribe(nil, 0)
 	defer l.hub.remove(sub)
@@ -34,7 +34,7 @@ func TestEveryTransitionOnTheShortPathIsPublished(t *testing.T) {
 	looped := make(chan struct{})
 	go func() {
 		defer close(looped)
-		l.applyLoop(stop)
+		l.ApplyLoop(stop)
 	}()
 	seen := make(map[string]bool)
 	counted := make(chan struct{})
@@ -66,7 +66,7 @@ func TestEveryTransitionOnTheShortPathIsPublished(t *testing.T) {
 					Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50},
 				}}, Windows: []protocol.Window{window("db", to, clk.Now(), protocol.Counts{Admitted: 1, Successes: 1}, protocol.Headroom{}, nil)}}
 				state = to
-				if !l.enqueue(context.Background(), applyReq{k: instKey{"api", inst}, b: b, at: clk.Now()}) {
+				if !l.Enqueue(context.Background(), Update{Key: Key{"api", inst}, Batch: b, At: clk.Now()}) {
 					t.Error("enqueue refused")
 					return
 				}
@@ -97,22 +97,22 @@ func TestEveryTransitionOnTheShortPathIsPublished(t *testing.T) {
 func TestABatchAppliedBeforeItsShortPathStillPublishesItsTransitions(t *testing.T) {
 	for _, lateFirst := range []bool{false, true} {
 		l, clk := newTestLive(t)
-		l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
+		l.Hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
 		_, sub := l.subscribe(nil, 0)
 		b := &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{{
 			Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(), Generation: 1,
 			Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50},
 		}}}
-		if !l.enqueue(context.Background(), applyReq{k: instKey{"api", "a"}, b: b, at: clk.Now()}) {
+		if !l.Enqueue(context.Background(), Update{Key: Key{"api", "a"}, Batch: b, At: clk.Now()}) {
 			t.Fatal("enqueue refused")
 		}
 		early, late := <-l.transitions, <-l.applies
-		order := []applyReq{early, late}
+		order := []Update{early, late}
 		if lateFirst {
-			order = []applyReq{late, early}
+			order = []Update{late, early}
 		}
 		for _, r := range order {
-			l.applyNow(r)
+			l.ApplyNow(r)
 		}
 		published := 0
 		for len(sub.ch) > 0 || published == 0 {
@@ -128,7 +128,7 @@ func TestABatchAppliedBeforeItsShortPathStillPublishesItsTransitions(t *testing.
 		if published != 1 {
 			t.Errorf("late first %v: %d transitions published, want 1", lateFirst, published)
 		}
-		d, _ := l.dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
+		d, _ := l.Dependency(cbdash.DependencyKey{Service: "api", Breaker: "db"})
 		if d.State != protocol.StateOpen {
 			t.Errorf("late first %v: state %q, want open", lateFirst, d.State)
 		}

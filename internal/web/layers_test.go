@@ -13,6 +13,7 @@ func TestOnlyWebServesHTTP(t *testing.T) {
 	domain := []string{
 		"github.com/cbdash/cbdash",
 		"github.com/cbdash/cbdash/internal/collector",
+		"github.com/cbdash/cbdash/internal/live",
 		"github.com/cbdash/cbdash/internal/incident",
 		"github.com/cbdash/cbdash/internal/alert",
 		"github.com/cbdash/cbdash/internal/store",

@@ -1,4 +1,4 @@
-package collector
+package live
 
 import (
 	"errors"
@@ -17,35 +17,35 @@ func TestCommandTargetsAreTheDependencysMembers(t *testing.T) {
 	l, clk := newTestLive(t)
 	db := protocol.BreakerConfig{Name: "db"}
 	for _, name := range []string{"c", "a", "b", "d"} {
-		l.hello(testHello("api", name, db, nil), 0, nil, clk.Now(), nil)
+		l.Hello(testHello("api", name, db, nil), 0, nil, clk.Now(), nil)
 	}
-	l.hello(testHello("api", "x", protocol.BreakerConfig{Name: "cache"}, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "x", protocol.BreakerConfig{Name: "cache"}, nil), 0, nil, clk.Now(), nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	targets := func(what, instance string, want ...string) {
 		t.Helper()
-		got, err := l.targets(k, instance, 100)
+		got, err := l.Targets(k, instance, 100)
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("%s: targets %v (%v), want %v", what, got, err, want)
 		}
 	}
 	targets("all", "", "a", "b", "c", "d")
 	targets("one", "b", "b")
-	if _, err := l.targets(k, "x", 100); !errors.Is(err, cbdash.ErrNotFound) {
+	if _, err := l.Targets(k, "x", 100); !errors.Is(err, cbdash.ErrNotFound) {
 		t.Errorf("an instance without the breaker: %v, want not found", err)
 	}
 	// a drops the breaker, b is forgotten, e comes.
-	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "cache"}, nil), 0, nil, clk.Now(), nil)
+	l.Hello(testHello("api", "a", protocol.BreakerConfig{Name: "cache"}, nil), 0, nil, clk.Now(), nil)
 	clk.Advance(11 * time.Minute)
 	for _, name := range []string{"c", "d", "x"} {
-		l.hello(testHello("api", name, db, nil), 0, nil, clk.Now(), nil)
+		l.Hello(testHello("api", name, db, nil), 0, nil, clk.Now(), nil)
 	}
-	l.hello(testHello("api", "e", db, nil), 0, nil, clk.Now(), nil)
-	l.sweep()
+	l.Hello(testHello("api", "e", db, nil), 0, nil, clk.Now(), nil)
+	l.Sweep()
 	targets("after changes", "", "c", "d", "e", "x")
-	if _, err := l.targets(k, "b", 100); !errors.Is(err, cbdash.ErrNotFound) {
+	if _, err := l.Targets(k, "b", 100); !errors.Is(err, cbdash.ErrNotFound) {
 		t.Errorf("a forgotten instance: %v, want not found", err)
 	}
-	d, _ := l.dependency(k)
+	d, _ := l.Dependency(k)
 	var lines []string
 	for _, ln := range d.PerInstance {
 		lines = append(lines, ln.Instance)
