@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -20,10 +21,6 @@ import (
 // streams of their own (the agent websocket, the HTTP ingest, the event
 // stream) as net/http handlers that return the error to answer, for the
 // server's one error handler.
-
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", cbdash.ErrInvalid, fmt.Sprintf(format, args...))
-}
 
 // errNoActor refuses an audited action that names nobody.
 var errNoActor = fmt.Errorf("%w: actor is required: it goes into the audit log", cbdash.ErrInvalid)
@@ -69,10 +66,10 @@ func (c *Collector) ReleaseHold(ctx context.Context, actor cbdash.Actor, id, rea
 // probe failed) it is "store cannot commit" with the last error, until a
 // probe succeeds (every storeProbeEvery, and at once after a commit).
 func (c *Collector) Readiness(ctx context.Context) (status string, cause error) {
-	if !c.isReady() {
+	if !c.ing.Accepting() {
 		return "starting or stopping", nil
 	}
-	if err := c.health.err(); err != nil {
+	if err := c.ing.StoreErr(); err != nil {
 		return "store cannot commit", err
 	}
 	if _, err := c.store.LastSeq(ctx, "", "", 0); err != nil {
@@ -90,7 +87,7 @@ func (c *Collector) Readiness(ctx context.Context) (status string, cause error) 
 // (otherwise an error wrapping cbdash.ErrUnauthorized, nothing written).
 func (c *Collector) ServeMetrics(w http.ResponseWriter, r *http.Request) error {
 	if t := c.cfg.MetricsToken; t != "" {
-		if subtle.ConstantTimeCompare([]byte(bearer(r)), []byte(t)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(ingest.Bearer(r)), []byte(t)) != 1 {
 			return fmt.Errorf("metrics token: %w", cbdash.ErrUnauthorized)
 		}
 	}
@@ -218,10 +215,4 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-}
-
-// unavailable is a retry-later refusal with its reason, for the error
-// handler's 503.
-func unavailable(reason string) error {
-	return fmt.Errorf("%s: %w", reason, cbdash.ErrUnavailable)
 }

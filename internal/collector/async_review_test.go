@@ -5,12 +5,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/disktest"
@@ -77,13 +76,7 @@ func expectResendStoredOnce(t *testing.T, h *harness, a *rawAgent, n uint64) {
 	}
 }
 
-func queueDepth(h *harness) float64 {
-	var m dto.Metric
-	if err := h.col.metrics.queue.Write(&m); err != nil {
-		h.t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
-}
+func queueDepth(h *harness) float64 { return h.col.ing.QueueDepth() }
 
 // sendAll writes each batch, ignoring write errors: the session may end
 // (and close the socket) while the agent is still sending.
@@ -250,7 +243,7 @@ func TestRefusalsForGoodDuplicatesAndRefusedBatchesAreAnsweredInReadOrder(t *tes
 		}
 		return h.batch(seq, 10, 0)
 	}
-	for attempt := 1; attempt < maxStoreAttempts; attempt++ {
+	for attempt := 1; attempt < ingest.MaxStoreAttempts; attempt++ {
 		a := dialRaw(t, h, h.token)
 		w := a.hello("a1", 1)
 		var want []string
@@ -269,7 +262,7 @@ func TestRefusalsForGoodDuplicatesAndRefusedBatchesAreAnsweredInReadOrder(t *tes
 		}
 		a.expectClose(websocket.StatusInternalError)
 	}
-	eventually.True(t, "the store probed since the last failure", h.col.health.probedSinceFailures)
+	eventually.True(t, "the store probed since the last failure", h.col.ing.ProbedSinceFailures)
 	a := dialRaw(t, h, h.token)
 	if w := a.hello("a1", 1); w.LastSeq != 3 {
 		t.Fatalf("welcome last_seq %d, want 3", w.LastSeq)
@@ -320,7 +313,7 @@ func storeLock(t *testing.T, h *harness) (release func()) {
 }
 
 // TestANewConnectionWaitsForTheEightBatchesItsPredecessorQueued: the
-// store is held while an agent's connection has 8 batches (saveQueue)
+// store is held while an agent's connection has 8 batches (ingest.SaveQueue)
 // handed to it; a new connection of the same instance replaces it. The
 // old one is told so without an ack (nothing is committed yet); once the
 // store goes on, the new connection's welcome says 8 (its predecessor's
@@ -331,12 +324,12 @@ func TestANewConnectionWaitsForTheEightBatchesItsPredecessorQueued(t *testing.T)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
 	var all []protocol.Batch
-	for seq := uint64(1); seq <= saveQueue; seq++ {
+	for seq := uint64(1); seq <= ingest.SaveQueue; seq++ {
 		all = append(all, h.batch(seq, 10, 0))
 	}
 	release := storeLock(t, h)
 	a.sendAll(all...)
-	eventually.True(t, "8 batches handed to the store", func() bool { return queueDepth(h) == saveQueue })
+	eventually.True(t, "8 batches handed to the store", func() bool { return queueDepth(h) == ingest.SaveQueue })
 	b := dialRaw(t, h, h.token)
 	b.send(rawHello("a1", 1))
 	var e protocol.Error
@@ -348,11 +341,11 @@ func TestANewConnectionWaitsForTheEightBatchesItsPredecessorQueued(t *testing.T)
 	release()
 	var w protocol.Welcome
 	b.expect(protocol.TypeWelcome, &w)
-	if w.LastSeq != saveQueue {
-		t.Fatalf("welcome last_seq %d, want %d: the replaced connection's batches were not final", w.LastSeq, saveQueue)
+	if w.LastSeq != ingest.SaveQueue {
+		t.Fatalf("welcome last_seq %d, want %d: the replaced connection's batches were not final", w.LastSeq, ingest.SaveQueue)
 	}
 	b.sendAll(all...)
-	expectResendStoredOnce(t, h, b, saveQueue)
+	expectResendStoredOnce(t, h, b, ingest.SaveQueue)
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }
 
@@ -368,12 +361,12 @@ func TestShutdownWithQueuedBatchesStoresThemOnce(t *testing.T) {
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
 	var all []protocol.Batch
-	for seq := uint64(1); seq <= saveQueue; seq++ {
+	for seq := uint64(1); seq <= ingest.SaveQueue; seq++ {
 		all = append(all, h.batch(seq, 10, 0))
 	}
 	release := storeLock(t, h)
 	a.sendAll(all...)
-	eventually.True(t, "8 batches handed to the store", func() bool { return queueDepth(h) == saveQueue })
+	eventually.True(t, "8 batches handed to the store", func() bool { return queueDepth(h) == ingest.SaveQueue })
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -392,11 +385,11 @@ func TestShutdownWithQueuedBatchesStoresThemOnce(t *testing.T) {
 	}
 	h2 := startHarness(t, h.path, h.restartOpts)
 	b := dialRaw(t, h2, h2.token)
-	if w := b.hello("a1", 1); w.LastSeq != saveQueue {
-		t.Fatalf("welcome last_seq %d after the restart, want %d", w.LastSeq, saveQueue)
+	if w := b.hello("a1", 1); w.LastSeq != ingest.SaveQueue {
+		t.Fatalf("welcome last_seq %d after the restart, want %d", w.LastSeq, ingest.SaveQueue)
 	}
 	b.sendAll(all...)
-	expectResendStoredOnce(t, h2, b, saveQueue)
+	expectResendStoredOnce(t, h2, b, ingest.SaveQueue)
 }
 
 // TestAFailedBatchWithBatchesBehindItIsAlwaysAnsweredWithAFatalRetry: the
@@ -575,7 +568,7 @@ func TestANewConnectionsWelcomeIsTheStoredPrefixWhenAQueuedBatchFails(t *testing
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
 	var all []protocol.Batch
-	for seq := uint64(1); seq <= saveQueue; seq++ {
+	for seq := uint64(1); seq <= ingest.SaveQueue; seq++ {
 		if seq == 4 {
 			all = append(all, h.batch(seq, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1)))
 		} else {
@@ -584,7 +577,7 @@ func TestANewConnectionsWelcomeIsTheStoredPrefixWhenAQueuedBatchFails(t *testing
 	}
 	release := storeLock(t, h)
 	a.sendAll(all...)
-	eventually.True(t, "8 batches handed to the store", func() bool { return queueDepth(h) == saveQueue })
+	eventually.True(t, "8 batches handed to the store", func() bool { return queueDepth(h) == ingest.SaveQueue })
 	b := dialRaw(t, h, h.token)
 	b.send(rawHello("a1", 1))
 	var e protocol.Error
@@ -606,6 +599,6 @@ func TestANewConnectionsWelcomeIsTheStoredPrefixWhenAQueuedBatchFails(t *testing
 		t.Fatal(err)
 	}
 	b.sendAll(all[3:]...)
-	expectResendStoredOnce(t, h, b, saveQueue)
+	expectResendStoredOnce(t, h, b, ingest.SaveQueue)
 	eventually.True(t, "queue gauge back at 0", func() bool { return queueDepth(h) == 0 })
 }

@@ -12,11 +12,15 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/cluster"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// Limits bound what agents can make the collector hold (ingest.Limits).
+type Limits = ingest.Limits
 
 // ErrStopped is returned by Run when called twice, and reported to agents
 // that connect after Run has returned.
@@ -107,7 +111,7 @@ func (c *Config) setDefaults() {
 	def(&c.WriteTimeout, 10*time.Second)
 	def(&c.HelloTimeout, 10*time.Second)
 	def(&c.MaxHold, cbdash.DefaultMaxHold)
-	c.Limits.setDefaults()
+	c.Limits.SetDefaults()
 	c.Clock = clock.OrSystem(c.Clock)
 	if c.Cluster == nil {
 		c.Cluster = cluster.NewLocal()
@@ -144,8 +148,8 @@ func (c *Config) validate() error {
 		return bad("PublishInterval/CompactEvery/CommandDelivery/WriteTimeout/HelloTimeout/AckDelay", "is negative")
 	case c.MaxHold < 0:
 		return bad("MaxHold", "is negative")
-	case c.Limits.validate() != nil:
-		return c.Limits.validate()
+	case c.Limits.Validate() != nil:
+		return c.Limits.Validate()
 	case c.Gatherer == nil:
 		return bad("Gatherer", "is required when Registerer is not a Gatherer")
 	}
@@ -166,23 +170,13 @@ type Collector struct {
 	hub     publisher // live state's, for commands' events
 	metrics *metrics
 	cmds    *pendingCommands
-	tokens  *tokenUsage // what each agent token declared, against Config.Limits
-	skews   sync.Map    // instKey -> *skewEst
+	ing     *ingest.Pipeline // the agents' transports and the ingest pipeline
+	holds   *holdManager
+	fleet   *fleet
 
-	// health says whether the store commits, and which failed batches
-	// are refused for good (storehealth.go).
-	health *storeHealth
-	holds  *holdManager
-	fleet  *fleet
-
-	mu         sync.Mutex
-	sessions   map[*session]struct{}
-	tokenConns map[string]int // open websocket sessions by agent token id (Limits.MaxConnectionsPerToken)
-	ready      bool           // Run has restored live state
-	readyCh    chan struct{}  // closed when ready is first set (Ready)
-	stopped    bool           // Run has returned (or is returning)
-	running    bool
-	wg         sync.WaitGroup // session goroutines
+	mu      sync.Mutex
+	stopped bool // Run has returned (or is returning)
+	running bool
 
 	applyStop chan struct{} // closed to stop live.applyLoop (after the sessions)
 	applyDone chan struct{} // closed when live.applyLoop has returned
@@ -205,8 +199,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c := &Collector{
 		cfg: cfg, store: cfg.Store, log: cfg.Logger, clk: cfg.Clock, now: cfg.Clock.Now,
-		metrics: m, cmds: newPendingCommands(), tokens: newTokenUsage(), health: newStoreHealth(),
-		sessions: make(map[*session]struct{}), tokenConns: make(map[string]int), readyCh: make(chan struct{}),
+		metrics: m, cmds: newPendingCommands(),
 	}
 	c.live = liveState{live.New(live.Config{Now: cfg.Clock.Now, StaleAfter: cfg.StaleAfter, GoneAfter: cfg.GoneAfter,
 		SubscriberBuffer: cfg.SubscriberBuffer, Metrics: m})}
@@ -217,6 +210,12 @@ func New(cfg Config) (*Collector, error) {
 	c.holds = newHoldManager(c)
 	c.fleet = newFleet(c, cfg.Cluster)
 	if err := c.fleet.register(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("collector: metrics: %w", err)
+	}
+	c.ing, err = ingest.New(ingest.Config{Store: cfg.Store, Live: c.live.State, Holds: holdsHooks{c.holds}, Commands: commandHooks{c},
+		Fleet: fleetHooks{c.fleet}, Logger: cfg.Logger, Now: cfg.Clock.Now, Limits: cfg.Limits, StaleAfter: cfg.StaleAfter,
+		WriteTimeout: cfg.WriteTimeout, HelloTimeout: cfg.HelloTimeout, AckDelay: cfg.AckDelay, Registerer: cfg.Registerer})
+	if err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
 	return c, nil
@@ -250,15 +249,14 @@ func (c *Collector) Run(ctx context.Context) error {
 		defer close(c.applyDone)
 		c.live.ApplyLoop(c.applyStop)
 	}()
-	c.ready = true
-	close(c.readyCh)
+	c.ing.Open()
 	c.mu.Unlock()
 	defer c.startFleet(ctx)()
 	probeCtx, stopProber := context.WithCancel(ctx)
 	proberDone := make(chan struct{})
 	go func() {
 		defer close(proberDone)
-		c.health.runProber(probeCtx, c.clk, c.store, c.log)
+		c.ing.RunProber(probeCtx, c.clk)
 	}()
 	defer func() { stopProber(); <-proberDone }()
 
@@ -288,7 +286,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			c.live.Sweep()
 			c.expireCommands(ctx)
 			c.holds.sweep(ctx)
-			c.closeRevokedSessions(ctx)
+			c.ing.CloseRevokedSessions(ctx)
 		case <-compact:
 			if !c.fleet.leadsCompaction() {
 				continue
@@ -384,13 +382,10 @@ func episodeOf(trs []cbdash.TransitionRecord) *cbdash.TransitionRecord {
 // then drops every subscriber.
 func (c *Collector) shutdown() {
 	c.mu.Lock()
-	c.stopped, c.ready = true, false
-	for s := range c.sessions {
-		s.goingAway("collector stopping")
-	}
+	c.stopped = true
 	stop, done := c.applyStop, c.applyDone
 	c.mu.Unlock()
-	c.wg.Wait()
+	c.ing.Close()
 	if stop != nil {
 		close(stop)
 		<-done
@@ -399,50 +394,10 @@ func (c *Collector) shutdown() {
 	c.live.Close()
 }
 
-// addSession registers a session; false after shutdown began or before
-// Run restored state.
-func (c *Collector) addSession(s *session) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.ready || c.stopped {
-		return false
-	}
-	c.sessions[s] = struct{}{}
-	c.tokenConns[s.tokenID]++
-	c.wg.Add(1)
-	c.metrics.connections.Set(float64(len(c.sessions)))
-	return true
-}
-
-// tokenConnections returns how many websocket sessions of agent token id
-// are open (the caller's included).
-func (c *Collector) tokenConnections(id string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.tokenConns[id]
-}
-
-func (c *Collector) removeSession(s *session) {
-	c.mu.Lock()
-	delete(c.sessions, s)
-	if c.tokenConns[s.tokenID]--; c.tokenConns[s.tokenID] <= 0 {
-		delete(c.tokenConns, s.tokenID)
-	}
-	c.metrics.connections.Set(float64(len(c.sessions)))
-	c.mu.Unlock()
-	c.wg.Done()
-}
-
 // Ready is closed once Run has restored live state and takes agents and
 // Ingest (it stays closed after Run returns, when both are refused
 // again). A pull source waits on it before its first batch.
-func (c *Collector) Ready() <-chan struct{} { return c.readyCh }
-
-func (c *Collector) isReady() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ready && !c.stopped
-}
+func (c *Collector) Ready() <-chan struct{} { return c.ing.Ready() }
 
 // Dependencies returns the live state of every dependency, worst state
 // first (then by service and breaker name). The result is a copy.

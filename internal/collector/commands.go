@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -171,7 +172,7 @@ func validateRequest(r *cbdash.CommandRequest) error {
 	case r.Breaker == "":
 		return bad("breaker is required")
 	case !protocol.ValidAction(r.Action):
-		return bad("action %q is not one of force_open, force_closed, release, reset", truncate(r.Action, 40))
+		return bad("action %q is not one of force_open, force_closed, release, reset", ingest.Truncate(r.Action, 40))
 	case r.TTL < 0:
 		return bad("ttl is negative")
 	case r.TTL == 0 && (r.Action == protocol.ActionForceOpen || r.Action == protocol.ActionForceClosed):
@@ -188,20 +189,10 @@ func validateRequest(r *cbdash.CommandRequest) error {
 	return cbdash.CheckText("reason", r.Reason, false)
 }
 
-// wireCommand is the protocol message for cmd sent at now: a force's TTL
-// is what remains of it, so a late delivery ends at the same time.
+// wireCommand is the protocol message for cmd sent at now
+// (ingest.WireCommand).
 func wireCommand(cmd cbdash.Command, now time.Time) protocol.Command {
-	w := protocol.Command{
-		Type: protocol.TypeCommand, ID: cmd.ID, Breaker: cmd.Breaker, Action: cmd.Action,
-		Reason: cmd.Reason, Actor: cmd.Actor, IssuedAt: cmd.IssuedAt.UnixMilli(),
-	}
-	if !cmd.ExpiresAt.IsZero() {
-		w.ExpiresAt = cmd.ExpiresAt.UnixMilli()
-		if cmd.Action == protocol.ActionForceOpen || cmd.Action == protocol.ActionForceClosed {
-			w.TTLMillis = max(1, cmd.ExpiresAt.Sub(now).Milliseconds())
-		}
-	}
-	return w
+	return ingest.WireCommand(cmd, now)
 }
 
 func newID() string {
@@ -229,13 +220,13 @@ func (c *Collector) commandResults(k instKey, rs []protocol.CommandResult) {
 			continue
 		}
 		if !targets(cmd, k) {
-			c.metrics.distrusted(distrustForeignResult)
+			c.ing.Distrusted(ingest.DistrustForeignResult)
 			c.log.Warn("command result refused: the command is not for this instance", "id", r.ID,
 				"command_service", cmd.Service, "service", k.service, "instance", k.instance)
 			continue
 		}
 		if r.Breaker != cmd.Breaker {
-			c.metrics.distrusted(distrustForeignResult)
+			c.ing.Distrusted(ingest.DistrustForeignResult)
 			c.log.Warn("command result refused: it names another breaker than the command", "id", r.ID,
 				"command_breaker", cmd.Breaker, "breaker", r.Breaker, "service", k.service, "instance", k.instance)
 			continue

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -86,18 +87,14 @@ func TestTheAgentHandlerReturnsWhileItsSessionGoesOn(t *testing.T) {
 
 // TestAPeerThatDoesNotAnswerItsCloseIsCutWithinTheGrace: after a fatal
 // refusal (here a first message that is not a hello), the collector
-// waits closeGrace for the agent's answer to its close frame, not the
+// waits ingest.CloseGrace for the agent's answer to its close frame, not the
 // websocket's 5 s: an agent that reads nothing more does not keep its
 // connection (and session) open.
 func TestAPeerThatDoesNotAnswerItsCloseIsCutWithinTheGrace(t *testing.T) {
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
-	open := func() int {
-		h.col.mu.Lock()
-		defer h.col.mu.Unlock()
-		return len(h.col.sessions)
-	}
+	open := h.col.ing.Sessions
 	eventually.True(t, "the session is open", func() bool { return open() == 1 })
 	a.sendRaw([]byte(`{"type":"batch","seq":1}`)) // and reads nothing: its close is never answered
-	eventually.Within(t, closeGrace+3*time.Second, "the session ended within the close grace", func() bool { return open() == 0 })
+	eventually.Within(t, ingest.CloseGrace+3*time.Second, "the session ended within the close grace", func() bool { return open() == 0 })
 }

@@ -1,10 +1,11 @@
-// Package collector is the server side of the cbdash wire protocol: it
-// accepts agent connections (websocket GET /api/v1/agent and
-// POST /api/v1/ingest), validates every message, stores batches through the
-// store and acknowledges them only after they are committed, feeds the live
-// state of every breaker across every instance (internal/live), which fans
-// live changes out to dashboard subscribers, and routes operator commands
-// to instances.
+// Package collector is the server side of the cbdash wire protocol, as
+// the pieces that do the work are wired: the ingest pipeline and the
+// agents' transports (internal/ingest: websocket GET /api/v1/agent and
+// POST /api/v1/ingest; every message validated, every batch stored and
+// acknowledged only after its commit), the live state of every breaker
+// across every instance and its subscribers (internal/live), and, here,
+// operator commands and holds routed to instances, the collectors of a
+// fleet (fleet.go), the background loops (Run) and the metrics.
 //
 // It serves no route itself: internal/web mounts every HTTP route over its
 // plain methods (Dependencies, History, Issue, CreateHold, Readiness, ...,
@@ -15,7 +16,7 @@
 // HTTP framework.
 //
 // Live state (per-dependency aggregation, the views, the hub that fans
-// changes out to subscribers) is internal/live's: the collector feeds it
+// changes out to subscribers) is internal/live's: the ingest pipeline feeds it
 // each validated hello and batch, before the batch is committed, so that
 // a transition reaches dashboards without waiting for the disk; the ack
 // waits for the commit.

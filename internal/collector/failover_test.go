@@ -55,7 +55,7 @@ func startNode(t *testing.T, st *store.Store, clk clock.Clock) *node {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() { n.done <- col.Run(ctx) }()
-	eventually.True(t, "collector ready", col.isReady)
+	eventually.True(t, "collector ready", col.ing.Accepting)
 	t.Cleanup(func() {
 		n.kill()
 		cancel()

@@ -138,7 +138,7 @@ func startHarnessOn(t testing.TB, path, addr string, mod func(*Config)) *harness
 	rctx, cancel := context.WithCancel(ctx)
 	h.cancel = cancel
 	go func() { h.done <- col.Run(rctx) }()
-	eventually.True(t, "collector ready", col.isReady)
+	eventually.True(t, "collector ready", col.ing.Accepting)
 	t.Cleanup(h.stop)
 	return h
 }

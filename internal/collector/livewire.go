@@ -1,8 +1,12 @@
 package collector
 
 import (
+	"context"
+	"time"
+
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/live"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // instKey names one instance (service and instance id), as the
@@ -38,7 +42,9 @@ func (l liveState) holdInstance(k instKey) (holdInst, bool) {
 func holdInstOf(info *live.InstanceInfo) holdInst {
 	hi := holdInst{ref: info.Ref, startedAt: info.StartedAt, breakers: info.Breakers, rates: info.Rates,
 		unsupported: info.Unsupported, stale: info.Stale, pull: info.Pull}
-	hi.sess, _ = info.Conn.(*session) // the only connections are the sessions
+	if info.Conn != nil {
+		hi.sess = &session{info.Conn}
+	}
 	return hi
 }
 
@@ -48,16 +54,33 @@ type publisher struct{ l *live.State }
 
 func (p publisher) publish(e cbdash.Event) { p.l.Publish(e) }
 
-// conn is s as live state keeps it: nil (no connection, HTTP ingest)
-// when s is.
-func conn(s *session) live.Conn {
-	if s == nil {
-		return nil
-	}
-	return s
+// session is an instance's connection (an ingest session, live.Conn)
+// as the holds send to it.
+type session struct{ conn live.Conn }
+
+func (s *session) send(v any) { s.conn.Send(v) }
+
+// holdsHooks, commandHooks and fleetHooks are the holds, the commands
+// and the fleet as the ingest pipeline tells them what it did
+// (ingest.Holds, Commands, Fleet).
+type (
+	holdsHooks   struct{ m *holdManager }
+	commandHooks struct{ c *Collector }
+	fleetHooks   struct{ f *fleet }
+)
+
+func keyOf(k live.Key) instKey { return instKey{k.Service, k.Instance} }
+
+func (h holdsHooks) Hello(ctx context.Context, k live.Key)    { h.m.hello(ctx, keyOf(k)) }
+func (h holdsHooks) Pull(ctx context.Context, k live.Key)     { h.m.pull(ctx, keyOf(k)) }
+func (h holdsHooks) Observe(k live.Key, ws []protocol.Window) { h.m.observe(keyOf(k), ws) }
+
+func (h commandHooks) Results(k live.Key, rs []protocol.CommandResult) {
+	h.c.commandResults(keyOf(k), rs)
 }
 
-// Send, Replaced and Quiet make a session a live.Conn.
-func (s *session) Send(v any)             { s.send(v) }
-func (s *session) Replaced()              { s.replaced() }
-func (s *session) Quiet() <-chan struct{} { return s.quiet }
+func (h fleetHooks) Hello(ctx context.Context, hello *protocol.Hello, last uint64, at time.Time, connected bool) {
+	h.f.hello(ctx, hello, last, at, connected)
+}
+func (h fleetHooks) Batch(r live.Update)     { h.f.batch(r) }
+func (h fleetHooks) Disconnected(k live.Key) { h.f.disconnected(keyOf(k)) }

@@ -30,18 +30,9 @@ func outcomeCounts(c *protocol.Counts) [12]int64 {
 type metrics struct {
 	state       *prometheus.GaugeVec
 	calls       *prometheus.CounterVec
-	batches     *prometheus.CounterVec
-	windows     prometheus.Counter
-	transitions prometheus.Counter
-	lag         prometheus.Histogram
-	commit      prometheus.Histogram
-	queue       prometheus.Gauge
-	connections prometheus.Gauge
 	subscribers prometheus.Gauge
 	subDrops    prometheus.Counter
-	agentDrops  *prometheus.CounterVec
-	distrust    *prometheus.CounterVec // see trust.go
-	latency     *latencyHistograms     // see metrics_fleet.go
+	latency     *latencyHistograms // see metrics_fleet.go
 
 	mu         sync.Mutex
 	stateLabel map[cbdash.DependencyKey]string
@@ -58,36 +49,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cbdash_breaker_calls_total",
 			Help: "Calls reported by agents, summed over instances, by outcome (slow and fallback_* overlap the others).",
 		}, []string{"service", "breaker", "outcome"}),
-		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cbdash_collector_batches_total",
-			Help: "Batches received from agents by result: stored, duplicate, refused, failed (store error).",
-		}, []string{"result"}),
-		windows: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cbdash_collector_window_reports_total",
-			Help: "Window reports stored (the ingest rate).",
-		}),
-		transitions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cbdash_collector_transitions_total",
-			Help: "Transitions stored.",
-		}),
-		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cbdash_collector_ingest_lag_seconds",
-			Help:    "From a batch's sent_at (agent clock) to its commit.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 60},
-		}),
-		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "cbdash_collector_store_seconds",
-			Help:    "Time SaveBatch took (queueing plus group commit).",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}),
-		queue: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cbdash_collector_store_queue_depth",
-			Help: "Batches validated and waiting to be committed.",
-		}),
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "cbdash_collector_agent_connections",
-			Help: "Connected agent websockets.",
-		}),
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cbdash_collector_subscribers",
 			Help: "Live event subscribers (dashboards).",
@@ -96,21 +57,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cbdash_collector_subscriber_drops_total",
 			Help: "Subscribers dropped because they fell behind.",
 		}),
-		agentDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cbdash_collector_agent_drops_total",
-			Help: "Data agents reported dropping under memory pressure, by kind (windows, merged, batches, transitions, command_results, and calls: the calls the dropped windows counted).",
-		}, []string{"kind"}),
-		distrust: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cbdash_collector_agent_refused_total",
-			Help: "What agents sent that the collector refused or did not trust, by reason (" + distrustReasons + ").",
-		}, []string{"reason"}),
 		latency:    newLatencyHistograms(),
 		stateLabel: make(map[cbdash.DependencyKey]string),
 		callsByDep: make(map[cbdash.DependencyKey][]prometheus.Counter),
 	}
 	for _, c := range []prometheus.Collector{
-		m.state, m.calls, m.batches, m.windows, m.transitions, m.lag, m.commit,
-		m.queue, m.connections, m.subscribers, m.subDrops, m.agentDrops, m.distrust, m.latency,
+		m.state, m.calls, m.subscribers, m.subDrops, m.latency,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -196,20 +148,6 @@ func (m *metrics) SubscriberDropped() { m.subDrops.Inc() }
 
 // Subscribers sets the number of live event subscribers.
 func (m *metrics) Subscribers(n int) { m.subscribers.Set(float64(n)) }
-
-func (m *metrics) agentDropped(d *protocol.Dropped) {
-	if m == nil || d == nil {
-		return
-	}
-	for _, f := range []struct {
-		kind string
-		n    int64
-	}{{"windows", d.Windows}, {"merged", d.Merged}, {"batches", d.Batches}, {"transitions", d.Transitions}, {"command_results", d.CommandResults}, {"calls", d.Calls}} {
-		if f.n > 0 {
-			m.agentDrops.WithLabelValues(f.kind).Add(float64(f.n))
-		}
-	}
-}
 
 // registerStoreMetrics exports the store writer's counters: transactions
 // and operations committed (their ratio is the group size) and

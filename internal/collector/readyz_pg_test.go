@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"github.com/cbdash/cbdash/internal/ingest"
 	"io"
 	"net"
 	"net/url"
@@ -149,8 +150,8 @@ func TestReadyWithinASecondOfPostgreSQLComingBack(t *testing.T) {
 	a.send(h.batch(1, 10, 0))
 	var e protocol.Error
 	a.expect(protocol.TypeError, &e)
-	if !e.Fatal || !e.Retry || e.RetryAfterMillis != storeRetryAfter.Milliseconds() {
-		t.Fatalf("%+v, want a fatal retry-later after %v", e, storeRetryAfter)
+	if !e.Fatal || !e.Retry || e.RetryAfterMillis != ingest.StoreRetryAfter.Milliseconds() {
+		t.Fatalf("%+v, want a fatal retry-later after %v", e, ingest.StoreRetryAfter)
 	}
 	if status, body := readyz(t, h); status != 503 {
 		t.Fatalf("readyz with PostgreSQL unreachable: %d %s", status, body)

@@ -16,7 +16,7 @@ import (
 // one window report without waiting (a backlog resent after a reconnect)
 // and read the acks until their last. It reports batches a second (all
 // agents together) and batches per store transaction: a connection has
-// at most saveQueue batches on their way to the store, so a replay goes
+// at most ingest.SaveQueue batches on their way to the store, so a replay goes
 // at that many per group commit, plus whatever the writer waits for
 // company that cannot come (every connection's batches are in the group
 // already).

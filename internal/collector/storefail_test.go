@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -106,7 +107,7 @@ func poison(t *testing.T, h *harness, db *sql.DB) {
 // always refuses (a trigger refuses its transition) while it stores the
 // others and its probe succeeds is the batch's trouble: it is retried
 // (the agent told to retry later, after retry_after_ms)
-// maxStoreAttempts times (the store's probe succeeding after each
+// ingest.MaxStoreAttempts times (the store's probe succeeding after each
 // failure), then refused for good with its seq, and the
 // window report behind it is stored; /readyz stays 200.
 func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
@@ -116,11 +117,11 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 	one := h.batch(1, 10, 0, bad)
 	two := h.batch(2, 7, 0)
 	for attempt := 1; ; attempt++ {
-		if attempt > maxStoreAttempts {
+		if attempt > ingest.MaxStoreAttempts {
 			t.Fatalf("batch 1 still not refused after %d attempts", attempt-1)
 		}
 		// The batch's failure starts a probe; the decision waits for it.
-		eventually.True(t, "the store probed since the last failure", h.col.health.probedSinceFailures)
+		eventually.True(t, "the store probed since the last failure", h.col.ing.ProbedSinceFailures)
 		a := dialRaw(t, h, h.token)
 		if w := a.hello("a1", 1); w.LastSeq != 0 {
 			t.Fatalf("attempt %d: last_seq %d", attempt, w.LastSeq)
@@ -130,13 +131,13 @@ func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
 		var e protocol.Error
 		a.expect(protocol.TypeError, &e)
 		if e.Fatal {
-			if !e.Retry || e.RetryAfterMillis != storeRetryAfter.Milliseconds() || !strings.Contains(e.Reason, "could not store batch") {
-				t.Fatalf("attempt %d: %+v, want a fatal retry-later after %v", attempt, e, storeRetryAfter)
+			if !e.Retry || e.RetryAfterMillis != ingest.StoreRetryAfter.Milliseconds() || !strings.Contains(e.Reason, "could not store batch") {
+				t.Fatalf("attempt %d: %+v, want a fatal retry-later after %v", attempt, e, ingest.StoreRetryAfter)
 			}
 			continue
 		}
-		if attempt < maxStoreAttempts {
-			t.Fatalf("attempt %d: %+v: refused before %d attempts", attempt, e, maxStoreAttempts)
+		if attempt < ingest.MaxStoreAttempts {
+			t.Fatalf("attempt %d: %+v: refused before %d attempts", attempt, e, ingest.MaxStoreAttempts)
 		}
 		if e.Seq != 1 || !strings.Contains(e.Reason, "batch 1 could not be stored in 3 attempts") || !strings.Contains(e.Reason, "refused for good") {
 			t.Fatalf("attempt %d: %+v, want batch 1 refused for good", attempt, e)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"io"
 	"net/http"
 	"runtime"
@@ -13,8 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
@@ -50,7 +49,7 @@ func exec(t *testing.T, db *sql.DB, q string) {
 // under the collector, a batch with a transition and a window report
 // fails on every attempt, and so does the store's probe: the agent is
 // told to retry later (after retry_after_ms) far more than
-// maxStoreAttempts times and never that the batch is refused, /readyz
+// ingest.MaxStoreAttempts times and never that the batch is refused, /readyz
 // answers 503 throughout; once repaired, with no agent sending, one
 // probe period on the collector's clock (storeProbeEvery) makes /readyz
 // 200, and the resent batch is stored. (The collector used to refuse
@@ -66,7 +65,7 @@ func TestAStoreThatFailsEveryBatchNeverRefusesOne(t *testing.T) {
 			}
 			exec(t, db, f.apply)
 			one := h.batch(1, 10, 0, h.trans(protocol.StateClosed, protocol.StateOpen, 1))
-			for attempt := 1; attempt <= 3*maxStoreAttempts; attempt++ {
+			for attempt := 1; attempt <= 3*ingest.MaxStoreAttempts; attempt++ {
 				a := dialRaw(t, h, h.token)
 				if w := a.hello("a1", 1); w.LastSeq != 0 {
 					t.Fatalf("attempt %d: last_seq %d", attempt, w.LastSeq)
@@ -128,8 +127,8 @@ func TestHelloRefusedForTheStoreSaysWhenToComeBack(t *testing.T) {
 	a.send(rawHello("a1", 1))
 	var e protocol.Error
 	a.expect(protocol.TypeError, &e)
-	if !e.Fatal || !e.Retry || e.RetryAfterMillis != storeRetryAfter.Milliseconds() || !strings.Contains(e.Reason, "could not record the hello") {
-		t.Fatalf("%+v, want a fatal retry-later after %v", e, storeRetryAfter)
+	if !e.Fatal || !e.Retry || e.RetryAfterMillis != ingest.StoreRetryAfter.Milliseconds() || !strings.Contains(e.Reason, "could not record the hello") {
+		t.Fatalf("%+v, want a fatal retry-later after %v", e, ingest.StoreRetryAfter)
 	}
 	eventually.True(t, "readyz 503", func() bool { status, _ := readyz(t, h); return status == 503 })
 }
@@ -137,17 +136,13 @@ func TestHelloRefusedForTheStoreSaysWhenToComeBack(t *testing.T) {
 // batchesCounted reads a counter of the collector's batches metric.
 func batchesCounted(t *testing.T, h *harness, outcome string) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := h.col.metrics.batches.WithLabelValues(outcome).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
+	return h.col.ing.Batches(outcome)
 }
 
 // TestRealAgentsLoseNothingWhileTheSchemaIsBroken: real agents stream
 // calls and transitions to a collector whose schema is broken under it
 // (a column renamed, a table gone) for long enough that every batch
-// failed several times maxStoreAttempts over; /readyz answers 503 from
+// failed several times ingest.MaxStoreAttempts over; /readyz answers 503 from
 // the first failure to the repair, no batch is ever refused, and once
 // the schema is repaired the store holds exactly the calls and the
 // transitions the breakers made (the collector used to refuse the
@@ -218,12 +213,12 @@ func TestRealAgentsLoseNothingWhileTheSchemaIsBroken(t *testing.T) {
 			}
 			// Every reconnection follows a fatal store error on a batch
 			// the agent then resends first.
-			eventually.True(t, "every agent's batch failed more than maxStoreAttempts times", func() bool {
+			eventually.True(t, "every agent's batch failed more than ingest.MaxStoreAttempts times", func() bool {
 				if status, body := readyz(t, h); status != 503 {
 					t.Fatalf("readyz %d %s during the fault, want 503", status, body)
 				}
 				for i, m := range members {
-					if m.ag.Stats().Reconnects < reconnects[i]+maxStoreAttempts+1 {
+					if m.ag.Stats().Reconnects < reconnects[i]+ingest.MaxStoreAttempts+1 {
 						return false
 					}
 				}
@@ -301,7 +296,7 @@ func TestHTTPIngestWhileTheSchemaIsBroken(t *testing.T) {
 		data, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Header.Get("Retry-After"), string(data)
 	}
-	for attempt := 1; attempt <= 3*maxStoreAttempts; attempt++ {
+	for attempt := 1; attempt <= 3*ingest.MaxStoreAttempts; attempt++ {
 		if status, after, data := post(); status != 503 || after != "1" {
 			t.Fatalf("attempt %d: %d (Retry-After %q) %s, want 503 with Retry-After 1", attempt, status, after, data)
 		}
@@ -313,18 +308,4 @@ func TestHTTPIngestWhileTheSchemaIsBroken(t *testing.T) {
 	if got := storedAdmitted(t, h); got != 10 {
 		t.Fatalf("stored admitted %d, want 10", got)
 	}
-}
-
-// probedSinceFailures reports whether a probe that started after the
-// last failure of every batch remembered has succeeded (tests wait for it
-// before resending a failed batch, whose refusal for good depends on it).
-func (h *storeHealth) probedSinceFailures() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range h.failures {
-		if r.gen >= h.probeOK {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"encoding/json"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestReconnectGetsWelcomeThenEveryPendingCommand(t *testing.T) {
 // reconnects 8 times (the commands stay pending: no result answers
 // them), each a chance to catch it.
 func TestBugReconnectWithMorePendingCommandsThanTheOutboxHolds(t *testing.T) {
-	reconnectWithPending(t, 2*outQueue, 8)
+	reconnectWithPending(t, 2*ingest.OutQueue, 8)
 }
 
 func reconnectWithPending(t *testing.T, n, reconnects int) {
@@ -102,7 +103,7 @@ func disconnectA1(t *testing.T, h *harness, c *rawAgent) {
 // command, the hold's, and its ack, on one connection.
 func TestAHoldAppliedAtAHelloWithAFullBacklogOfCommandsDoesNotKillTheSession(t *testing.T) {
 	h := startHarness(t, "", nil)
-	want := waitingCommands(t, h, 2*outQueue)
+	want := waitingCommands(t, h, 2*ingest.OutQueue)
 	if _, err := h.col.CreateHold(context.Background(), cbdash.Actor{Name: "ann"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "db"},
 		Action: protocol.ActionForceOpen, TTL: 10 * time.Minute, Reason: "drill", Actor: "ann"}); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"context"
@@ -24,12 +24,12 @@ func TestAckBytesAreJSONMarshals(t *testing.T) {
 	}
 }
 
-// The outbox holds at most outQueue waiting messages: put refuses the
+// The outbox holds at most OutQueue waiting messages: put refuses the
 // next (the session is then closed), putWait waits until the writer has
 // taken what waits, and a swap hands back every message in order.
 func TestOutboxIsBounded(t *testing.T) {
 	o := newOutbox()
-	for i := range outQueue {
+	for i := range OutQueue {
 		if !o.put([]byte{byte(i)}) {
 			t.Fatalf("message %d refused below the bound", i)
 		}
@@ -44,8 +44,8 @@ func TestOutboxIsBounded(t *testing.T) {
 	}()
 	<-o.ready
 	batch := o.swap(nil)
-	if len(batch) != outQueue {
-		t.Fatalf("swap took %d messages, want %d", len(batch), outQueue)
+	if len(batch) != OutQueue {
+		t.Fatalf("swap took %d messages, want %d", len(batch), OutQueue)
 	}
 	for i, m := range batch {
 		if len(m) != 1 || m[0] != byte(i) {
@@ -61,7 +61,7 @@ func TestOutboxIsBounded(t *testing.T) {
 	}
 	cancel()
 	o.putWait(ctx, []byte("dropped")) // returns: its context is done
-	if got := o.swap(nil); len(got) != outQueue {
-		t.Fatalf("%d queued, want %d", len(got), outQueue)
+	if got := o.swap(nil); len(got) != OutQueue {
+		t.Fatalf("%d queued, want %d", len(got), OutQueue)
 	}
 }

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"bytes"
@@ -42,25 +42,40 @@ func decode(data []byte) (m message, seq uint64, err error) {
 	if err := checkUTF8(data); err != nil {
 		return m, 0, err
 	}
-	body := bytes.TrimLeft(data, " \t\r\n")
+	if m, seq, ok := decodeUsual(bytes.TrimLeft(data, " \t\r\n")); ok {
+		return m, seq, nil
+	}
+	// Any other field order, or an error: the envelope first.
+	return decodeEnvelope(data)
+}
+
+// decodeUsual decodes a message that starts as agents normally send it
+// (batchPrefix, helloPrefix) in one pass; false when it does not, or
+// does not decode so.
+func decodeUsual(body []byte) (m message, seq uint64, ok bool) {
 	switch {
 	case bytes.HasPrefix(body, batchPrefix):
 		if b, ok := batchjson.Decode(body); ok && b.Type == protocol.TypeBatch {
-			return message{Batch: &b}, b.Seq, nil
+			return message{Batch: &b}, b.Seq, true
 		}
 		var b protocol.Batch
 		err := json.Unmarshal(body, &b)
 		if err == nil && b.Type == protocol.TypeBatch {
-			return message{Batch: &b}, b.Seq, nil
+			return message{Batch: &b}, b.Seq, true
 		}
 	case bytes.HasPrefix(body, helloPrefix):
 		var h protocol.Hello
 		if err := json.Unmarshal(body, &h); err == nil && h.Type == protocol.TypeHello {
 			clipHello(&h)
-			return message{Hello: &h}, 0, nil
+			return message{Hello: &h}, 0, true
 		}
 	}
-	// Any other field order, or an error: the envelope first.
+	return m, 0, false
+}
+
+// decodeEnvelope decodes a message by its envelope's type, strictly (see
+// decode).
+func decodeEnvelope(data []byte) (m message, seq uint64, err error) {
 	var env protocol.Envelope
 	if err := json.Unmarshal(data, &env); err != nil {
 		var te *json.UnmarshalTypeError
@@ -110,6 +125,10 @@ func strictUnmarshal(data []byte, v any) error {
 
 // jsonReason turns a decoding error into a reason that names the field.
 func jsonReason(err error) string { return cbdash.JSONReason(err) }
+
+// Truncate returns s cut to n bytes and "..." when it is longer, for a
+// reason that quotes what an agent or operator sent.
+func Truncate(s string, n int) string { return truncate(s, n) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"bufio"
@@ -190,14 +190,14 @@ const (
 // EOF, not 1009). So the connection is half-closed (no more writes, a FIN
 // after the close frame) and what the agent sends is read and thrown away
 // until it closes its side (having read the close frame and answered
-// it), sends nothing for closeGrace, has sent tooBigDrain bytes, or
+// it), sends nothing for CloseGrace, has sent tooBigDrain bytes, or
 // tooBigLinger has passed; the caller then closes it (past those bounds
 // the agent may see a reset). A no-op for a session without that refusal.
 func (s *session) drainTooBig() {
 	if !s.tooBig || s.raw == nil {
 		return
 	}
-	drain(s.raw, closeGrace, tooBigLinger, tooBigDrain)
+	drain(s.raw, CloseGrace, tooBigLinger, tooBigDrain)
 }
 
 // drain half-closes conn (when it can) and reads it into nothing until

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package collector
+package ingest
 
 import "errors"
 

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"context"
@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // retryAfterSeconds is the Retry-After of a 503 answer to an agent, but
-// for the store's trouble (storeRetryAfter, rounded up to seconds: 1).
+// for the store's trouble (StoreRetryAfter, rounded up to seconds: 1).
 const retryAfterSeconds = 5
 
 // ServeIngest serves POST /api/v1/ingest: a protocol.IngestRequest (the
@@ -30,11 +31,11 @@ const retryAfterSeconds = 5
 // {"error": reason}: 401 bad token, 403 token limited to another service,
 // 400 (ErrInvalid) for a malformed or invalid request (nothing of it is
 // stored; the same body is refused again; also a batch refused for good,
-// see maxStoreAttempts), 503 with Retry-After before Run (5 s) or when
+// see MaxStoreAttempts), 503 with Retry-After before Open (5 s) or when
 // the store cannot commit now (1 s; retry the same body). The errors
 // are returned, nothing written, for the server's error handler (503:
 // cbdash.ErrUnavailable, Retry-After already set).
-func (c *Collector) ServeIngest(w http.ResponseWriter, r *http.Request) error {
+func (c *Pipeline) ServeIngest(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	if !c.isReady() {
 		return c.ingestRefused(w, retryLater(nil, "collector is not ready"))
@@ -71,7 +72,7 @@ func (c *Collector) ServeIngest(w http.ResponseWriter, r *http.Request) error {
 // commands. tokenID is the agent token's (store.AgentTokenID), whose
 // Limits the hello must fit; "" for a source the server itself reads
 // (internal/source), which an administrator configured.
-func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, *refusal) {
+func (c *Pipeline) ingest(ctx context.Context, svc, tokenID string, h *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, *refusal) {
 	if rf := c.admitHello(h, svc, overHTTP); rf != nil {
 		return protocol.IngestResponse{}, rf
 	}
@@ -79,7 +80,7 @@ func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol
 	if rf := c.admitBatch(h, b, now); rf != nil {
 		return protocol.IngestResponse{}, refuse(cbdash.ErrInvalid, "batch %d: %s", b.Seq, rf.Reason)
 	}
-	k := instKey{h.Service, h.Instance}
+	k := live.Key{Service: h.Service, Instance: h.Instance}
 	if !c.live.SameHello(h) {
 		if tokenID != "" {
 			if rf := c.admitLimits(tokenID, h, now); rf != nil {
@@ -106,14 +107,14 @@ func (c *Collector) ingest(ctx context.Context, svc, tokenID string, h *protocol
 			resp.AckedSeq = max(last, b.Seq)
 		}
 	}
-	c.holds.pull(ctx, k) // no session: the holds it needs go out as pending commands
+	c.holds.Pull(ctx, k) // no session: the holds it needs go out as pending commands
 	resp.Commands = c.pending(ctx, k, now)
 	return resp, nil
 }
 
 // ingestRefused answers a refusal: its kind's status (a retry-later one is
 // 503 with Retry-After) and its reason.
-func (c *Collector) ingestRefused(w http.ResponseWriter, rf *refusal) error {
+func (c *Pipeline) ingestRefused(w http.ResponseWriter, rf *refusal) error {
 	if !rf.Permanent() {
 		after := retryAfterSeconds
 		if rf.retryAfter > 0 {

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"fmt"
@@ -95,7 +95,8 @@ type Limits struct {
 	RehelloEvery time.Duration
 }
 
-func (l *Limits) setDefaults() {
+// SetDefaults sets the zero fields to their defaults.
+func (l *Limits) SetDefaults() {
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -115,8 +116,9 @@ func (l *Limits) setDefaults() {
 	}
 }
 
-// validate checks limits whose defaults are set.
-func (l Limits) validate() error {
+// Validate checks limits whose defaults are set: an error wrapping
+// cbdash.ErrInvalid names the bad one.
+func (l Limits) Validate() error {
 	for _, v := range []int{l.MaxInstancesPerToken, l.MaxInstancesPerService, l.MaxBreakersPerToken, l.MaxBreakersPerService,
 		l.MaxDependencies, l.MaxDependenciesPerToken, l.MaxDependenciesPerService, l.MaxConnectionsPerToken, l.RehelloBurst} {
 		if v < 0 {
@@ -144,14 +146,14 @@ type tokenUsage struct {
 	mu      sync.Mutex
 	byToken map[string]*quotaUse // token id -> its instances
 	bySvc   map[string]*quotaUse // service -> its instances, every token's
-	tokenOf map[instKey]string
+	tokenOf map[live.Key]string
 	newDeps map[cbdash.DependencyKey]time.Time // admitted, maybe not yet in live state
 }
 
 // quotaUse is what the instances of one token, or of one service,
 // declared.
 type quotaUse struct {
-	instances map[instKey]use
+	instances map[live.Key]use
 	breakers  int // declared by instances, in all
 	// deps counts, for a token, the instances declaring each dependency;
 	// nil for a service (live state counts those, live.perService).
@@ -165,7 +167,7 @@ type use struct {
 }
 
 func newTokenUsage() *tokenUsage {
-	return &tokenUsage{byToken: map[string]*quotaUse{}, bySvc: map[string]*quotaUse{}, tokenOf: map[instKey]string{}, newDeps: map[cbdash.DependencyKey]time.Time{}}
+	return &tokenUsage{byToken: map[string]*quotaUse{}, bySvc: map[string]*quotaUse{}, tokenOf: map[live.Key]string{}, newDeps: map[cbdash.DependencyKey]time.Time{}}
 }
 
 // noUse is the use of a token or service that has none.
@@ -180,44 +182,44 @@ func (u *tokenUsage) of(m map[string]*quotaUse, key string) *quotaUse {
 
 // add counts k's hello (its breakers) against token tokenID and its
 // service, in place of what k declared before.
-func (u *tokenUsage) add(tokenID string, k instKey, breakers []protocol.BreakerConfig, now time.Time) {
+func (u *tokenUsage) add(tokenID string, k live.Key, breakers []protocol.BreakerConfig, now time.Time) {
 	u.remove(k)
 	x := use{breakers: breakers, at: now}
 	tq := u.byToken[tokenID]
 	if tq == nil {
-		tq = &quotaUse{instances: map[instKey]use{}, deps: map[cbdash.DependencyKey]int{}}
+		tq = &quotaUse{instances: map[live.Key]use{}, deps: map[cbdash.DependencyKey]int{}}
 		u.byToken[tokenID] = tq
 	}
-	sq := u.bySvc[k.service]
+	sq := u.bySvc[k.Service]
 	if sq == nil {
-		sq = &quotaUse{instances: map[instKey]use{}}
-		u.bySvc[k.service] = sq
+		sq = &quotaUse{instances: map[live.Key]use{}}
+		u.bySvc[k.Service] = sq
 	}
 	for _, q := range []*quotaUse{tq, sq} {
 		q.instances[k] = x
 		q.breakers += len(breakers)
 	}
 	for _, b := range breakers {
-		tq.deps[cbdash.DependencyKey{Service: k.service, Breaker: b.Name}]++
+		tq.deps[cbdash.DependencyKey{Service: k.Service, Breaker: b.Name}]++
 	}
 	u.tokenOf[k] = tokenID
 }
 
 // remove stops counting instance k.
-func (u *tokenUsage) remove(k instKey) {
+func (u *tokenUsage) remove(k live.Key) {
 	tokenID, ok := u.tokenOf[k]
 	if !ok {
 		return
 	}
 	delete(u.tokenOf, k)
-	tq, sq := u.byToken[tokenID], u.bySvc[k.service]
+	tq, sq := u.byToken[tokenID], u.bySvc[k.Service]
 	x := tq.instances[k]
 	for _, q := range []*quotaUse{tq, sq} {
 		delete(q.instances, k)
 		q.breakers -= len(x.breakers)
 	}
 	for _, b := range x.breakers {
-		dk := cbdash.DependencyKey{Service: k.service, Breaker: b.Name}
+		dk := cbdash.DependencyKey{Service: k.Service, Breaker: b.Name}
 		if tq.deps[dk]--; tq.deps[dk] <= 0 {
 			delete(tq.deps, dk)
 		}
@@ -226,7 +228,7 @@ func (u *tokenUsage) remove(k instKey) {
 		delete(u.byToken, tokenID)
 	}
 	if len(sq.instances) == 0 {
-		delete(u.bySvc, k.service)
+		delete(u.bySvc, k.Service)
 	}
 }
 
@@ -235,7 +237,7 @@ func (u *tokenUsage) remove(k instKey) {
 // held, and live state's lock (lq).
 func (u *tokenUsage) pruneLocked(q *quotaUse, lq live.Quotas, now time.Time) {
 	for ik, x := range q.instances {
-		if !lq.Known(ik.key()) && now.Sub(x.at) > reservation {
+		if !lq.Known(ik) && now.Sub(x.at) > reservation {
 			u.remove(ik)
 		}
 	}
@@ -264,10 +266,10 @@ type tally struct {
 
 // admitLimits checks hello h of agent token tokenID against the limits
 // and quotas and, when it fits, counts it; h's breaker list may then be
-// replaced by an equal one (sharedLists, as live.hello does). It is
+// replaced by an equal one (shared as live.State.Hello shares them). It is
 // called before the hello is registered, on every hello (a new connection, a hello on an open
 // connection, an HTTP ingest whose hello changed).
-func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time) *refusal {
+func (c *Pipeline) admitLimits(tokenID string, h *protocol.Hello, now time.Time) *refusal {
 	u := c.tokens
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -278,7 +280,7 @@ func (c *Collector) admitLimits(tokenID string, h *protocol.Hello, now time.Time
 
 // admitLimitsLocked is admitLimits under the token usage's lock and live
 // state's.
-func (c *Collector) admitLimitsLocked(lq live.Quotas, tokenID string, h *protocol.Hello, now time.Time) *refusal {
+func (c *Pipeline) admitLimitsLocked(lq live.Quotas, tokenID string, h *protocol.Hello, now time.Time) *refusal {
 	u := c.tokens
 	t := u.tallyLocked(lq, tokenID, h, now)
 	if c.cfg.Limits.over(t) {
@@ -293,17 +295,17 @@ func (c *Collector) admitLimitsLocked(lq live.Quotas, tokenID string, h *protoco
 	if rf := c.overQuota(tokenID, h, t); rf != nil {
 		return rf
 	}
-	if evict.service != "" {
+	if evict.Service != "" {
 		c.log.Info("an offline instance is forgotten to make room for a new one of its service under the instance quotas",
-			"service", evict.service, "forgotten", evict.instance, "new", h.Instance, "token", store.AgentTokenRef(tokenID))
-		lq.Forget(evict.key())
+			"service", evict.Service, "forgotten", evict.Instance, "new", h.Instance, "token", store.AgentTokenRef(tokenID))
+		lq.Forget(evict)
 		u.remove(evict)
 	}
 	// The list counted is the one live state keeps (an equal list of an
-	// earlier hello of the service, as live.hello would pick it), not a
+	// earlier hello of the service, as live.State.Hello would pick it), not a
 	// copy per instance.
 	h.Breakers = lq.Share(h.Service, h.Breakers)
-	u.add(tokenID, instKey{h.Service, h.Instance}, h.Breakers, now)
+	u.add(tokenID, live.Key{Service: h.Service, Instance: h.Instance}, h.Breakers, now)
 	for _, dk := range t.fresh {
 		u.newDeps[dk] = now
 	}
@@ -316,27 +318,27 @@ func (c *Collector) admitLimitsLocked(lq live.Quotas, tokenID string, h *protoco
 // (an instance connected to another collector of the cluster is not
 // silent). It takes what that instance declares off t; none (a zero key)
 // when the hello is under the instance quotas or no instance is offline.
-func (c *Collector) evictionLocked(lq live.Quotas, t *tally, tokenID string, h *protocol.Hello, now time.Time) (evict instKey) {
+func (c *Pipeline) evictionLocked(lq live.Quotas, t *tally, tokenID string, h *protocol.Hello, now time.Time) (evict live.Key) {
 	lim := c.cfg.Limits
 	if t.tokenInstances+1 <= lim.MaxInstancesPerToken && t.serviceInstances+1 <= lim.MaxInstancesPerService {
-		return instKey{}
+		return live.Key{}
 	}
-	k := instKey{h.Service, h.Instance}
+	k := live.Key{Service: h.Service, Instance: h.Instance}
 	mine := c.tokens.of(c.tokens.byToken, tokenID)
 	var oldest time.Time
 	for ik := range mine.instances {
-		if ik.service != h.Service || ik == k {
+		if ik.Service != h.Service || ik == k {
 			continue
 		}
-		seen, ok := lq.Offline(ik.key())
+		seen, ok := lq.Offline(ik)
 		if !ok || now.Sub(seen) <= c.cfg.StaleAfter {
 			continue
 		}
-		if evict.service == "" || seen.Before(oldest) {
+		if evict.Service == "" || seen.Before(oldest) {
 			evict, oldest = ik, seen
 		}
 	}
-	if evict.service != "" {
+	if evict.Service != "" {
 		n := len(mine.instances[evict].breakers)
 		t.tokenInstances--
 		t.serviceInstances--
@@ -352,7 +354,7 @@ func (c *Collector) evictionLocked(lq live.Quotas, t *tally, tokenID string, h *
 // dependencies that live state holds by now, or that have expired. u.mu
 // is held, and live state's lock (lq).
 func (u *tokenUsage) tallyLocked(lq live.Quotas, tokenID string, h *protocol.Hello, now time.Time) tally {
-	k := instKey{h.Service, h.Instance}
+	k := live.Key{Service: h.Service, Instance: h.Instance}
 	mine, svc := u.of(u.byToken, tokenID), u.of(u.bySvc, h.Service)
 	var t tally
 	t.tokenInstances, t.tokenBreakers = others(mine, k)
@@ -385,7 +387,7 @@ func (u *tokenUsage) tallyLocked(lq live.Quotas, tokenID string, h *protocol.Hel
 	// instance's breakers the hello does not declare (declareLocked), and
 	// with them the dependencies no other instance declares, whatever
 	// its token.
-	for name, members := range lq.Declared(k.key()) {
+	for name, members := range lq.Declared(k) {
 		if !names[name] && members == 1 {
 			t.dropped++
 		}
@@ -397,7 +399,7 @@ func (u *tokenUsage) tallyLocked(lq live.Quotas, tokenID string, h *protocol.Hel
 
 // others returns the instances q counts and the breakers they declare,
 // instance k's not counted.
-func others(q *quotaUse, k instKey) (instances, breakers int) {
+func others(q *quotaUse, k live.Key) (instances, breakers int) {
 	instances, breakers = len(q.instances), q.breakers
 	if x, ok := q.instances[k]; ok {
 		instances--
@@ -426,18 +428,18 @@ func (u *tokenUsage) reservedLocked(lq live.Quotas, service string, now time.Tim
 // for hello h leaves no instance to declare: declared by ev, not by h,
 // and by no other instance but h's, whose breakers h replaces (those
 // tallyLocked took off already when only h's instance declared them).
-func (t *tally) evicting(lq live.Quotas, mine *quotaUse, ev instKey, h *protocol.Hello) {
-	k := instKey{h.Service, h.Instance}
+func (t *tally) evicting(lq live.Quotas, mine *quotaUse, ev live.Key, h *protocol.Hello) {
+	k := live.Key{Service: h.Service, Instance: h.Instance}
 	names := make(map[string]bool, len(h.Breakers))
 	for _, b := range h.Breakers {
 		names[b.Name] = true
 	}
-	for name, members := range lq.Declared(ev.key()) {
+	for name, members := range lq.Declared(ev) {
 		if names[name] {
 			continue
 		}
 		others := members - 1
-		if lq.Declares(k.key(), name) {
+		if lq.Declares(k, name) {
 			others--
 		}
 		if others == 0 {
@@ -474,7 +476,7 @@ func (lim Limits) over(t tally) bool {
 
 // overQuota returns the refusal of hello h of token tokenID when tally t
 // passes a quota or limit (counted in the metric), or nil.
-func (c *Collector) overQuota(tokenID string, h *protocol.Hello, t tally) *refusal {
+func (c *Pipeline) overQuota(tokenID string, h *protocol.Hello, t tally) *refusal {
 	lim := c.cfg.Limits
 	tok := store.AgentTokenRef(tokenID)
 	svc := truncate(h.Service, 100)

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"context"
@@ -86,10 +86,10 @@ func retryLater(cause error, format string, args ...any) *refusal {
 }
 
 // storeTrouble is a retry-later refusal for the store's trouble: the
-// agent may come back after storeRetryAfter.
+// agent may come back after StoreRetryAfter.
 func storeTrouble(cause error, format string, args ...any) *refusal {
 	rf := retryLater(cause, format, args...)
-	rf.retryAfter = storeRetryAfter
+	rf.retryAfter = StoreRetryAfter
 	return rf
 }
 
@@ -109,7 +109,7 @@ const (
 
 // authorize checks an agent token and returns the service it is limited
 // to ("" = any).
-func (c *Collector) authorize(ctx context.Context, token string) (string, *refusal) {
+func (c *Pipeline) authorize(ctx context.Context, token string) (string, *refusal) {
 	svc, err := c.store.CheckAgentToken(ctx, token)
 	switch {
 	case err == nil:
@@ -124,7 +124,7 @@ func (c *Collector) authorize(ctx context.Context, token string) (string, *refus
 
 // admitHello validates a hello and that the token (limited to
 // tokenService, "" = any) may speak for its service.
-func (c *Collector) admitHello(h *protocol.Hello, tokenService string, tr transport) *refusal {
+func (c *Pipeline) admitHello(h *protocol.Hello, tokenService string, tr transport) *refusal {
 	if err := h.ValidateAt(c.now().UnixMilli()); err != nil {
 		return invalidInput("hello: ", err)
 	}
@@ -143,9 +143,9 @@ func (c *Collector) admitHello(h *protocol.Hello, tokenService string, tr transp
 // register records a hello received at now and declares the instance to
 // live state with session s (nil for HTTP ingest). welcome, when not nil,
 // is called with the last stored seq under live state's lock, before s
-// becomes the instance's session (see live.hello). It returns that seq and
+// becomes the instance's session (see live.State.Hello). It returns that seq and
 // the instance's previous session, if another one was attached meanwhile.
-func (c *Collector) register(ctx context.Context, h *protocol.Hello, s *session, now time.Time, welcome func(last uint64)) (uint64, *session, *refusal) {
+func (c *Pipeline) register(ctx context.Context, h *protocol.Hello, s *session, now time.Time, welcome func(last uint64)) (uint64, live.Conn, *refusal) {
 	if err := c.store.SaveHello(ctx, *h, now); err != nil {
 		c.log.Error("save hello", "err", err)
 		if ctx.Err() == nil {
@@ -162,17 +162,14 @@ func (c *Collector) register(ctx context.Context, h *protocol.Hello, s *session,
 	if welcome != nil {
 		w = func() { welcome(last) }
 	}
-	var prev *session
-	if p := c.live.Hello(h, last, conn(s), now, w); p != nil {
-		prev, _ = p.(*session) // the only connections are the sessions
-	}
-	c.fleet.hello(ctx, h, last, now, s != nil)
+	prev := c.live.Hello(h, last, conn(s), now, w)
+	c.fleet.Hello(ctx, h, last, now, s != nil)
 	return last, prev, nil
 }
 
 // admitBatch validates a batch of the agent process that sent hello h,
 // received at now.
-func (c *Collector) admitBatch(h *protocol.Hello, b *protocol.Batch, now time.Time) *refusal {
+func (c *Pipeline) admitBatch(h *protocol.Hello, b *protocol.Batch, now time.Time) *refusal {
 	if err := b.Validate(h, now.UnixMilli()); err != nil {
 		c.metrics.batches.WithLabelValues("refused").Inc()
 		return invalidInput("", err)
@@ -183,9 +180,9 @@ func (c *Collector) admitBatch(h *protocol.Hello, b *protocol.Batch, now time.Ti
 // toLive applies a validated batch to live state: queued to the apply
 // loop (websocket: false when ctx ended first), or at once (HTTP: the
 // response then reflects it).
-func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at time.Time, skew int64, tr transport) bool {
-	r := live.Update{Key: k.key(), Batch: b, At: at, Skew: skew}
-	c.fleet.batch(r)
+func (c *Pipeline) toLive(ctx context.Context, k live.Key, b *protocol.Batch, at time.Time, skew int64, tr transport) bool {
+	r := live.Update{Key: k, Batch: b, At: at, Skew: skew}
+	c.fleet.Batch(r)
 	if tr == overHTTP {
 		c.live.ApplyNow(r)
 		return true
@@ -193,18 +190,18 @@ func (c *Collector) toLive(ctx context.Context, k instKey, b *protocol.Batch, at
 	return c.live.Enqueue(ctx, r)
 }
 
-// maxStoreAttempts is how many times one batch may fail to be stored,
+// MaxStoreAttempts is how many times one batch may fail to be stored,
 // with an error the same batch will meet again (store.Transient false),
 // before it may be refused for good: the agent then drops it (counting
 // it in dropped.batches) and the batches after it are stored. It is
 // refused only while the store is not failing and a probe run since its
 // previous failure succeeded (storehealth.go): a store that fails every
 // batch never has one dropped.
-const maxStoreAttempts = 3
+const MaxStoreAttempts = 3
 
 // failKey names one batch of one agent process.
 type failKey struct {
-	k         instKey
+	k         live.Key
 	startedAt int64
 	seq       uint64
 }
@@ -215,10 +212,10 @@ const maxFailKeys = 10000
 // save commits batch b of the agent process (k, startedAt), received at
 // at, and then counts it and publishes the commands it answered. stored
 // is false for a duplicate. A failure is retry-later (the agent resends),
-// except a batch refused for good (giveUp; see maxStoreAttempts).
-func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *protocol.Batch, at time.Time) (stored bool, r *refusal) {
+// except a batch refused for good (giveUp; see MaxStoreAttempts).
+func (c *Pipeline) save(ctx context.Context, k live.Key, startedAt int64, b *protocol.Batch, at time.Time) (stored bool, r *refusal) {
 	start := time.Now()
-	stored, err := c.store.SaveBatch(ctx, k.service, k.instance, startedAt, *b, at)
+	stored, err := c.store.SaveBatch(ctx, k.Service, k.Instance, startedAt, *b, at)
 	if err == nil {
 		c.saved(k, startedAt, b, stored, start)
 		return stored, nil
@@ -228,7 +225,7 @@ func (c *Collector) save(ctx context.Context, k instKey, startedAt int64, b *pro
 
 // saved does what follows a committed batch (stored false: a
 // duplicate): it forgets the batch's failures and counts it.
-func (c *Collector) saved(k instKey, startedAt int64, b *protocol.Batch, stored bool, start time.Time) {
+func (c *Pipeline) saved(k live.Key, startedAt int64, b *protocol.Batch, stored bool, start time.Time) {
 	c.health.committed(failKey{k, startedAt, b.Seq})
 	c.afterSave(b, stored, start, k)
 }
@@ -237,12 +234,12 @@ func (c *Collector) saved(k instKey, startedAt int64, b *protocol.Batch, stored 
 // err; canceled: the caller's context was done. It records the failure
 // (storeHealth.failed): a batch refused for good is answered giveUp,
 // any other failure is a retry-later that asks the agent to come back
-// after storeRetryAfter. It takes no lock held while the store writes,
+// after StoreRetryAfter. It takes no lock held while the store writes,
 // so the store's writer may call it.
-func (c *Collector) saveFailed(k instKey, startedAt int64, b *protocol.Batch, err error, canceled bool) *refusal {
+func (c *Pipeline) saveFailed(k live.Key, startedAt int64, b *protocol.Batch, err error, canceled bool) *refusal {
 	c.metrics.batches.WithLabelValues("failed").Inc()
 	if !canceled {
-		c.log.Error("save batch", "service", k.service, "instance", k.instance, "seq", b.Seq, "err", err)
+		c.log.Error("save batch", "service", k.Service, "instance", k.Instance, "seq", b.Seq, "err", err)
 	}
 	rf := storeTrouble(err, "collector could not store batch %d", b.Seq)
 	if canceled {
@@ -251,21 +248,21 @@ func (c *Collector) saveFailed(k instKey, startedAt int64, b *protocol.Batch, er
 	if c.health.failed(failKey{k, startedAt, b.Seq}, err) {
 		c.metrics.batches.WithLabelValues("refused").Inc()
 		return &refusal{Kind: cbdash.ErrInvalid, giveUp: true, Cause: err,
-			Reason: truncate(fmt.Sprintf("batch %d could not be stored in %d attempts while the store took other batches (%v); it is refused for good", b.Seq, maxStoreAttempts, err), 500)}
+			Reason: truncate(fmt.Sprintf("batch %d could not be stored in %d attempts while the store took other batches (%v); it is refused for good", b.Seq, MaxStoreAttempts, err), 500)}
 	}
 	return rf
 }
 
 // pending returns the commands waiting for an instance, as sent at now.
-func (c *Collector) pending(ctx context.Context, k instKey, now time.Time) []protocol.Command {
-	cmds, err := c.store.PendingCommands(ctx, k.service, k.instance, now)
+func (c *Pipeline) pending(ctx context.Context, k live.Key, now time.Time) []protocol.Command {
+	cmds, err := c.store.PendingCommands(ctx, k.Service, k.Instance, now)
 	if err != nil {
 		c.log.Error("pending commands", "err", err)
 		return nil
 	}
 	out := make([]protocol.Command, 0, len(cmds))
 	for _, cmd := range cmds {
-		out = append(out, wireCommand(cmd, now))
+		out = append(out, WireCommand(cmd, now))
 	}
 	return out
 }
@@ -273,7 +270,7 @@ func (c *Collector) pending(ctx context.Context, k instKey, now time.Time) []pro
 // afterSave counts a committed batch (for the holds covering its breakers
 // too: counted once it is stored, so exactly once) and publishes the
 // commands it answered.
-func (c *Collector) afterSave(b *protocol.Batch, stored bool, start time.Time, k instKey) {
+func (c *Pipeline) afterSave(b *protocol.Batch, stored bool, start time.Time, k live.Key) {
 	c.metrics.commit.Observe(time.Since(start).Seconds())
 	if !stored {
 		c.metrics.batches.WithLabelValues("duplicate").Inc()
@@ -287,10 +284,10 @@ func (c *Collector) afterSave(b *protocol.Batch, stored bool, start time.Time, k
 	}
 	c.metrics.agentDropped(b.Dropped)
 	if len(b.Windows) > 0 {
-		c.holds.observe(k, b.Windows)
+		c.holds.Observe(k, b.Windows)
 	}
 	if len(b.CommandResults) > 0 {
-		c.commandResults(k, b.CommandResults)
+		c.commands.Results(k, b.CommandResults)
 	}
 }
 
@@ -347,7 +344,7 @@ func (e *skewEst) observe(sentAt, at int64) int64 {
 }
 
 // skewOf returns the skew estimate of an instance, made on first use.
-func (c *Collector) skewOf(k instKey) *skewEst {
+func (c *Pipeline) skewOf(k live.Key) *skewEst {
 	if e, ok := c.skews.Load(k); ok {
 		return e.(*skewEst)
 	}
@@ -360,7 +357,7 @@ func (c *Collector) skewOf(k instKey) *skewEst {
 // for an agent ahead by more than skewTolerance a copy with every time
 // moved back by the skew. skew is the estimate (agent minus collector, ms),
 // 0 when b has no sent_at.
-func (c *Collector) correctClock(k instKey, b *protocol.Batch, at time.Time) (out *protocol.Batch, skew int64) {
+func (c *Pipeline) correctClock(k live.Key, b *protocol.Batch, at time.Time) (out *protocol.Batch, skew int64) {
 	if b.SentAt <= 0 {
 		return b, 0
 	}

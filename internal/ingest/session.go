@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"bytes"
@@ -21,13 +21,13 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// outQueue is how many messages may wait for the agent's socket; a session
+// OutQueue is how many messages may wait for the agent's socket; a session
 // whose agent lets it fill is closed (the agent reconnects and resends).
-const outQueue = 256
+const OutQueue = 256
 
 // outbox queues the messages for the agent's socket, written by the
-// session's writer goroutine: at most outQueue wait. It is a list that
-// grows with what waits, not a channel of outQueue slots: those were 6 KB
+// session's writer goroutine: at most OutQueue wait. It is a list that
+// grows with what waits, not a channel of OutQueue slots: those were 6 KB
 // a connection, 6 MB of a thousand mostly idle ones.
 type outbox struct {
 	mu    sync.Mutex
@@ -51,8 +51,8 @@ func signal(c chan struct{}) {
 	}
 }
 
-// put queues data unless outQueue messages wait already.
-func (o *outbox) put(data []byte) bool { return o.putBelow(data, outQueue) }
+// put queues data unless OutQueue messages wait already.
+func (o *outbox) put(data []byte) bool { return o.putBelow(data, OutQueue) }
 
 // putBelow queues data unless limit messages wait already.
 func (o *outbox) putBelow(data []byte, limit int) bool {
@@ -79,7 +79,7 @@ func (o *outbox) putBelow(data []byte, limit int) bool {
 // the hello, an operator's command) find room behind a backlog that
 // putWait filled, instead of taking it for an agent that does not read.
 func (o *outbox) putWait(ctx context.Context, data []byte) {
-	for !o.putBelow(data, outQueue/2) {
+	for !o.putBelow(data, OutQueue/2) {
 		select {
 		case <-o.room:
 		case <-ctx.Done():
@@ -100,13 +100,13 @@ func (o *outbox) swap(spare [][]byte) [][]byte {
 	return batch
 }
 
-// saveQueue is how many validated batches of one connection may be on
+// SaveQueue is how many validated batches of one connection may be on
 // their way to their commit (and refusals waiting to be sent behind
 // them); when that many are, the connection stops reading (the agent's
 // own backpressure). Small: a backlog waits in the socket and in the
 // agent, not in the collector's memory (64 batches of 40 window reports
 // for each of a thousand connections were gigabytes).
-const saveQueue = 8
+const SaveQueue = 8
 
 // session is one agent websocket connection. Its reading goroutine reads,
 // validates and hands each batch to the store's writer (SaveBatchAsync);
@@ -115,7 +115,7 @@ const saveQueue = 8
 // batches were read, their acknowledgements (after their commit) and
 // refusals.
 type session struct {
-	c      *Collector
+	c      *Pipeline
 	conn   *websocket.Conn
 	raw    net.Conn // conn's own connection (closeWithin cuts it)
 	cancel context.CancelFunc
@@ -125,7 +125,7 @@ type session struct {
 	tooBig bool
 
 	// Set by the handshake, read-only afterwards.
-	key       instKey
+	key       live.Key
 	startedAt int64
 	hello     *protocol.Hello
 	service   string        // the token's service, "" = any
@@ -161,7 +161,7 @@ type session struct {
 
 // saves are a session's batches, refusals and duplicates' acks in the
 // order they were read, from when they are read until the writer
-// goroutine has answered them: at most saveQueue (slots). The store's
+// goroutine has answered them: at most SaveQueue (slots). The store's
 // writer completes the batches (on its own goroutine, see
 // store.SaveBatchAsync); the session's writer answers from the front,
 // in order, what is complete.
@@ -171,7 +171,7 @@ type saves struct {
 	ops   sync.WaitGroup // batches handed to the store and not completed
 
 	mu    sync.Mutex
-	ring  [saveQueue]*saveEntry
+	ring  [SaveQueue]*saveEntry
 	first int // index in ring of the oldest entry
 	n     int // entries in ring
 	// failed: a batch failed to be stored (not refused for good), and
@@ -199,12 +199,12 @@ type saveEntry struct {
 }
 
 // ServeAgent serves GET /api/v1/agent, the agents' websocket (the token
-// is checked in the hello; see session.run). Before Run is ready it
+// is checked in the hello; see session.run). Before Open it
 // returns an error wrapping cbdash.ErrUnavailable, nothing written; once
 // the websocket is accepted it returns nil at once, the session going on
 // on a goroutine of its own until the agent, the collector's shutdown or
-// a refusal ends it (Run's return waits for it).
-func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
+// a refusal ends it (Close waits for it).
+func (c *Pipeline) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	if !c.isReady() {
 		return unavailable("collector is not ready")
 	}
@@ -226,7 +226,7 @@ func (c *Collector) ServeAgent(w http.ResponseWriter, r *http.Request) error {
 	// shutdown, which ends every session).
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	s := &session{c: c, conn: conn, raw: sw.conn, cancel: cancel, out: newOutbox(), done: make(chan struct{}), quiet: make(chan struct{}), goAway: make(chan struct{}, 1)}
-	s.saves.slots, s.saves.ready = make(chan struct{}, saveQueue), make(chan struct{}, 1)
+	s.saves.slots, s.saves.ready = make(chan struct{}, SaveQueue), make(chan struct{}, 1)
 	s.w.ctx, s.w.done, s.w.cancel = ctx, make(chan struct{}), func() {}
 	s.out.wake = s.kick
 	token := bearer(r)
@@ -270,7 +270,7 @@ func (s *session) run(ctx context.Context, token string) {
 	if !s.handshake(ctx, token) {
 		return
 	}
-	s.c.log.Debug("agent connected", "service", s.key.service, "instance", s.key.instance)
+	s.c.log.Debug("agent connected", "service", s.key.Service, "instance", s.key.Instance)
 
 	s.readLoop(ctx)
 	// The batches handed to the store are committed or skipped (after a
@@ -279,8 +279,8 @@ func (s *session) run(ctx context.Context, token string) {
 	// Nothing of this connection is read or written to the store from
 	// here on: a newer connection of the instance may go on (see
 	// handshake), while this one finishes its closing handshake.
-	s.c.live.Disconnect(s.key.key(), s)
-	s.c.fleet.disconnected(s.key)
+	s.c.live.Disconnect(s.key, s)
+	s.c.fleet.Disconnected(s.key)
 	s.markQuiet()
 	if s.skip() {
 		// A batch failed to be stored, and reading stopped at the next
@@ -302,68 +302,21 @@ func (s *session) markQuiet() { s.quietOnce.Do(func() { close(s.quiet) }) }
 // connection.
 func (s *session) handshake(ctx context.Context, token string) bool {
 	c := s.c
-	svc, rf := c.authorize(ctx, token)
-	if rf != nil {
-		s.fatal(ctx, rf)
+	h, rf := s.admit(ctx, token)
+	if h == nil {
+		s.refuse(ctx, rf)
 		return false
 	}
-	if n, max := c.tokenConnections(s.tokenID), c.cfg.Limits.MaxConnectionsPerToken; n > max {
-		c.metrics.distrusted(refusedConnections)
-		s.fatal(ctx, retryLater(errOverLimit, "too many connections for this agent token (%d open, at most %d)", n, max))
+	if ok, rf := s.awaitPrevious(ctx, h); !ok {
+		s.refuse(ctx, rf)
 		return false
-	}
-	s.service = svc
-	s.rehellos = rate.NewLimiter(rate.Every(c.cfg.Limits.RehelloEvery), c.cfg.Limits.RehelloBurst)
-	hctx, cancel := context.WithTimeout(ctx, c.cfg.HelloTimeout)
-	typ, data, err := s.conn.Read(hctx)
-	cancel()
-	if err != nil {
-		s.tooBig = errors.Is(err, websocket.ErrMessageTooBig)
-		return false
-	}
-	if typ != websocket.MessageText {
-		s.fatal(ctx, refuse(cbdash.ErrInvalid, "%s", binaryReason))
-		return false
-	}
-	m, _, err := decode(data)
-	if err != nil {
-		s.fatal(ctx, invalidInput("", err))
-		return false
-	}
-	if m.Hello == nil {
-		s.fatal(ctx, refuse(cbdash.ErrInvalid, "the first message must be a hello"))
-		return false
-	}
-	h := m.Hello
-	if rf := c.admitHello(h, s.service, overWebsocket); rf != nil {
-		s.fatal(ctx, rf)
-		return false
-	}
-	// A previous connection of the same instance must be gone, its last
-	// commit finished, before last_seq is read: then the store's last seq
-	// is final and only this connection writes after it (which is what
-	// makes merging queued batches safe).
-	if prev := c.live.ConnOf(live.Key{Service: h.Service, Instance: h.Instance}); prev != nil {
-		prev.Replaced()
-		// Real time: the wait is for a socket to close, not a logical delay.
-		wait := time.NewTimer(c.cfg.HelloTimeout)
-		select {
-		case <-prev.Quiet():
-			wait.Stop()
-		case <-wait.C:
-			s.fatal(ctx, retryLater(nil, "the previous connection of this instance is still closing"))
-			return false
-		case <-ctx.Done():
-			wait.Stop()
-			return false
-		}
 	}
 	now := c.now()
 	if rf := c.admitLimits(s.tokenID, h, now); rf != nil {
 		s.fatal(ctx, rf)
 		return false
 	}
-	s.key, s.startedAt, s.hello = instKey{h.Service, h.Instance}, h.StartedAt, h
+	s.key, s.startedAt, s.hello = live.Key{Service: h.Service, Instance: h.Instance}, h.StartedAt, h
 	// The welcome is queued as the instance is registered: a command issued
 	// from then on is sent after it; commands issued before are read below.
 	last, prev, rf := c.register(ctx, h, s, now, func(last uint64) {
@@ -376,7 +329,7 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	s.lastQueued, s.lastStored = last, last
 	if prev != nil {
 		// Another connection of the instance came and went meanwhile.
-		prev.replaced()
+		prev.Replaced()
 	}
 	// Waiting for room, not send's kill at the bound: an instance may have
 	// more commands waiting than the outbox holds. The writer runs
@@ -385,8 +338,90 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 	for _, cmd := range c.pending(ctx, s.key, now) {
 		s.sendWait(ctx, cmd)
 	}
-	c.holds.hello(ctx, s.key)
+	c.holds.Hello(ctx, s.key)
 	return true
+}
+
+// refuse sends rf as a fatal error, if there is one to send.
+func (s *session) refuse(ctx context.Context, rf *refusal) {
+	if rf != nil {
+		s.fatal(ctx, rf)
+	}
+}
+
+// admit runs the handshake's first steps: the token (authorize), the
+// token's connections, the hello read within HelloTimeout and admitHello.
+// It returns the hello, or nil and the refusal to answer (nil when the
+// read failed: there is no one to answer).
+func (s *session) admit(ctx context.Context, token string) (*protocol.Hello, *refusal) {
+	c := s.c
+	svc, rf := c.authorize(ctx, token)
+	if rf != nil {
+		return nil, rf
+	}
+	if n, max := c.tokenConnections(s.tokenID), c.cfg.Limits.MaxConnectionsPerToken; n > max {
+		c.metrics.distrusted(refusedConnections)
+		return nil, retryLater(errOverLimit, "too many connections for this agent token (%d open, at most %d)", n, max)
+	}
+	s.service = svc
+	s.rehellos = rate.NewLimiter(rate.Every(c.cfg.Limits.RehelloEvery), c.cfg.Limits.RehelloBurst)
+	h, rf := s.readHello(ctx)
+	if h == nil {
+		return nil, rf
+	}
+	if rf := c.admitHello(h, s.service, overWebsocket); rf != nil {
+		return nil, rf
+	}
+	return h, nil
+}
+
+// readHello reads the connection's first message, which must be a
+// hello, within HelloTimeout: the hello, or nil and the refusal to
+// answer (nil when the read failed).
+func (s *session) readHello(ctx context.Context) (*protocol.Hello, *refusal) {
+	hctx, cancel := context.WithTimeout(ctx, s.c.cfg.HelloTimeout)
+	typ, data, err := s.conn.Read(hctx)
+	cancel()
+	if err != nil {
+		s.tooBig = errors.Is(err, websocket.ErrMessageTooBig)
+		return nil, nil
+	}
+	if typ != websocket.MessageText {
+		return nil, refuse(cbdash.ErrInvalid, "%s", binaryReason)
+	}
+	m, _, err := decode(data)
+	if err != nil {
+		return nil, invalidInput("", err)
+	}
+	if m.Hello == nil {
+		return nil, refuse(cbdash.ErrInvalid, "the first message must be a hello")
+	}
+	return m.Hello, nil
+}
+
+// awaitPrevious ends the previous connection of hello h's instance, if
+// there is one here, and waits for it to be quiet: its last commit
+// finished, before last_seq is read, so that the store's last seq is
+// final and only this connection writes after it (which is what makes
+// merging queued batches safe). It reports false when the session does
+// not go on, with the refusal to answer (nil: none, ctx is done).
+func (s *session) awaitPrevious(ctx context.Context, h *protocol.Hello) (bool, *refusal) {
+	prev := s.c.live.ConnOf(live.Key{Service: h.Service, Instance: h.Instance})
+	if prev == nil {
+		return true, nil
+	}
+	prev.Replaced()
+	// Real time: the wait is for a socket to close, not a logical delay.
+	wait := time.NewTimer(s.c.cfg.HelloTimeout)
+	defer wait.Stop()
+	select {
+	case <-prev.Quiet():
+		return true, nil
+	case <-wait.C:
+		return false, retryLater(nil, "the previous connection of this instance is still closing")
+	case <-ctx.Done():
+		return false, nil
+	}
 }
 
 // binaryReason refuses a binary frame.
@@ -438,7 +473,7 @@ func (s *session) readLoop(ctx context.Context) {
 		switch {
 		case rf != nil:
 			e.reason = rf.Reason
-			c.log.Info("batch refused", "service", s.key.service, "instance", s.key.instance, "seq", seq, "reason", e.reason)
+			c.log.Info("batch refused", "service", s.key.Service, "instance", s.key.Instance, "seq", seq, "reason", e.reason)
 		case seq <= s.lastQueued:
 			c.metrics.batches.WithLabelValues("duplicate").Inc()
 			e.ackOnly = true
@@ -457,7 +492,7 @@ func (s *session) readLoop(ctx context.Context) {
 }
 
 // hand puts e in line behind the connection's earlier messages, waiting
-// for room (saveQueue), and hands its batch to the store. It reports
+// for room (SaveQueue), and hands its batch to the store. It reports
 // false when the session ends first.
 func (s *session) hand(ctx context.Context, e *saveEntry) bool {
 	c := s.c
@@ -470,10 +505,10 @@ func (s *session) hand(ctx context.Context, e *saveEntry) bool {
 	q.mu.Lock()
 	failed := q.failed
 	if !failed {
-		q.ring[(q.first+q.n)%saveQueue] = e
+		q.ring[(q.first+q.n)%SaveQueue] = e
 		q.n++
 	}
-	full := q.n == saveQueue
+	full := q.n == SaveQueue
 	q.mu.Unlock()
 	if failed { // the session is ending: nothing more is stored or answered
 		<-q.slots
@@ -489,7 +524,7 @@ func (s *session) hand(ctx context.Context, e *saveEntry) bool {
 	q.ops.Add(1)
 	// Not canceled with the session once queued: the batch is then
 	// committed (or skipped) before the session is quiet (see handshake).
-	err := c.store.SaveBatchAsync(ctx, s.key.service, s.key.instance, s.startedAt, e.batch, e.at, store.Async{
+	err := c.store.SaveBatchAsync(ctx, s.key.Service, s.key.Instance, s.startedAt, e.batch, e.at, store.Async{
 		Skip: s.skip,
 		Done: func(stored bool, err error) {
 			s.completed(e, stored, err)
@@ -541,7 +576,7 @@ func (q *saves) completeFront() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := 0
-	for n < q.n && q.ring[(q.first+n)%saveQueue].complete {
+	for n < q.n && q.ring[(q.first+n)%SaveQueue].complete {
 		n++
 	}
 	return n
@@ -556,7 +591,7 @@ func (q *saves) next() *saveEntry {
 	}
 	e := q.ring[q.first]
 	q.ring[q.first] = nil
-	q.first, q.n = (q.first+1)%saveQueue, q.n-1
+	q.first, q.n = (q.first+1)%SaveQueue, q.n-1
 	<-q.slots
 	return e
 }
@@ -597,7 +632,7 @@ func readMessage(ctx context.Context, conn *websocket.Conn) (websocket.MessageTy
 // rehello accepts a new hello on an open connection when it names the same
 // agent process (for example after it registered another breaker).
 func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time) *refusal {
-	if h.Service != s.key.service || h.Instance != s.key.instance || h.StartedAt != s.startedAt {
+	if h.Service != s.key.Service || h.Instance != s.key.Instance || h.StartedAt != s.startedAt {
 		return refuse(cbdash.ErrInvalid, "%v: a hello on an open connection must name the same service, instance and started_at", protocol.ErrInvalid)
 	}
 	if !s.rehellos.AllowN(now, 1) {
@@ -615,7 +650,7 @@ func (s *session) rehello(ctx context.Context, h *protocol.Hello, now time.Time)
 		return rf
 	}
 	s.hello = h
-	s.c.holds.hello(ctx, s.key)
+	s.c.holds.Hello(ctx, s.key)
 	return nil
 }
 
@@ -675,7 +710,7 @@ func (s *session) answer(ctx context.Context, write func([]byte) bool, held *hel
 		case errors.Is(e.err, store.ErrSkipped):
 			// One before it failed, and the session ends.
 		case e.rf.giveUp:
-			c.log.Warn("batch refused for good after failing to be stored", "service", s.key.service, "instance", s.key.instance, "seq", e.seq, "err", e.rf.Cause)
+			c.log.Warn("batch refused for good after failing to be stored", "service", s.key.Service, "instance", s.key.Instance, "seq", e.seq, "err", e.rf.Cause)
 			if !refuse(e.seq, e.rf.Reason) {
 				return false
 			}
@@ -741,9 +776,9 @@ func (h *heldAck) stop() {
 	}
 }
 
-// closeGrace bounds how long a session that goes away waits for the
+// CloseGrace bounds how long a session that goes away waits for the
 // agent's answer to its close frame.
-const closeGrace = time.Second
+const CloseGrace = time.Second
 
 // writer is the writing side of a session. No goroutine waits on an
 // idle connection: kick starts one when something is ready to write
@@ -928,9 +963,17 @@ func (s *session) writeReady() bool {
 	}
 	select {
 	case <-s.goAway:
+		return s.writeGoingAway(ctx)
 	default:
 		return true
 	}
+}
+
+// writeGoingAway ends a session that goes away (see writeReady): the
+// answers that are ready and what is queued, the error naming why last,
+// then the close frame. It returns false: the session's writes end.
+func (s *session) writeGoingAway(ctx context.Context) bool {
+	w := &s.w
 	if !s.writeInOrder(ctx, w.welcomed) {
 		return false
 	}
@@ -996,7 +1039,7 @@ var errOverLimit = errors.New("over a connection limit of the collector")
 // again later) for a retry-later over a limit (errOverLimit), 1011
 // (internal error) when it is the collector's trouble and the agent should
 // retry later (after retry_after_ms when the refusal says when: the
-// store's trouble, see storeRetryAfter).
+// store's trouble, see StoreRetryAfter).
 func (s *session) fatal(ctx context.Context, rf *refusal) {
 	reason := truncate(rf.Reason, 500)
 	e := protocol.Error{Type: protocol.TypeError, Reason: reason, Fatal: true, Retry: !rf.Permanent()}
@@ -1019,7 +1062,7 @@ func (s *session) fatal(ctx context.Context, rf *refusal) {
 }
 
 // closeWithin sends a close frame with code and reason and waits for the
-// agent's answer for closeGrace at most, then cuts the connection (the
+// agent's answer for CloseGrace at most, then cuts the connection (the
 // websocket would wait 5 s, and its CloseNow waits for a close under way):
 // a peer that does not answer its close is not kept on.
 func (s *session) closeWithin(ctx context.Context, code websocket.StatusCode, reason string) {
@@ -1028,7 +1071,7 @@ func (s *session) closeWithin(ctx context.Context, code websocket.StatusCode, re
 		defer close(closed)
 		_ = s.conn.Close(code, truncate(reason, 100))
 	}()
-	t := time.NewTimer(closeGrace)
+	t := time.NewTimer(CloseGrace)
 	defer t.Stop()
 	select {
 	case <-closed:
@@ -1089,7 +1132,7 @@ func (s *session) kill(reason string) {
 	s.dead = true
 	s.mu.Unlock()
 	if first {
-		s.c.log.Info("closing agent connection", "service", s.key.service, "instance", s.key.instance, "reason", reason)
+		s.c.log.Info("closing agent connection", "service", s.key.Service, "instance", s.key.Instance, "reason", reason)
 	}
 	s.cancel()
 }

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // one is refused again); any other error is the collector's trouble (not
 // Run yet or stopped, the store cannot commit now): retry later. Safe for
 // concurrent use.
-func (c *Collector) Ingest(ctx context.Context, h *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, error) {
+func (c *Pipeline) Ingest(ctx context.Context, h *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, error) {
 	if !c.isReady() {
 		return protocol.IngestResponse{}, retryLater(nil, "collector is not ready")
 	}

@@ -1,8 +1,9 @@
-package collector
+package ingest
 
 import (
 	"context"
 	"errors"
+	dto "github.com/prometheus/client_model/go"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +14,7 @@ import (
 
 // A bad batch or a failing store. A batch that fails to be stored is
 // either the batch's trouble (it will fail however often it is sent: it
-// is refused for good after maxStoreAttempts, and the agent drops it) or
+// is refused for good after MaxStoreAttempts, and the agent drops it) or
 // the store's (a full disk, PostgreSQL gone, a column renamed or a table
 // dropped under the collector: every batch meets it, and dropping them
 // would lose them all). The collector tells the two apart with
@@ -30,24 +31,27 @@ import (
 //     storeProbeEvery (its clock) and at once when a batch commits; the
 //     first good probe ends it (/readyz is 200 again within that), and
 //     so does a commit when it failed for a transient error;
-//   - a batch is refused for good only when it failed maxStoreAttempts
+//   - a batch is refused for good only when it failed MaxStoreAttempts
 //     times with an error that is not transient, the store is not
 //     failing, and a probe that started after the batch's previous
 //     failure succeeded: the store takes a batch of every kind, just not
 //     this one.
 //
 // The fatal retry-later errors the collector sends for its store's
-// trouble carry retry_after_ms (storeRetryAfter): the agents come back
+// trouble carry retry_after_ms (StoreRetryAfter): the agents come back
 // within a second or two of the store, not at their longest backoff.
 
-// storeRetryAfter is the retry_after_ms of a fatal retry-later error the
+// StoreRetryAfter is the retry_after_ms of a fatal retry-later error the
 // collector sends for its store's trouble (a batch or a hello that could
 // not be written), and the Retry-After of HTTP ingest's 503 then.
-const storeRetryAfter = time.Second
+const StoreRetryAfter = time.Second
 
 // storeProbeEvery is how often a collector whose store is failing probes
 // it (Store.Probe), on its clock.
 const storeProbeEvery = 250 * time.Millisecond
+
+// prober is the store as the prober sees it (Store.Probe).
+type prober interface{ Probe(context.Context) error }
 
 // storeHealth tracks whether the store commits (see above). Its methods
 // take no lock across I/O: the probe runs outside mu.
@@ -148,7 +152,7 @@ func (h *storeHealth) failed(f failKey, err error) (giveUp bool) {
 	prev := r.gen
 	r.count++
 	r.gen = h.gen
-	if r.count >= maxStoreAttempts && h.failing == nil && h.probeOK > prev {
+	if r.count >= MaxStoreAttempts && h.failing == nil && h.probeOK > prev {
 		delete(h.failures, f)
 		return true
 	}
@@ -170,7 +174,7 @@ func (h *storeHealth) storeFailed(err error) {
 }
 
 // probe runs one Store.Probe and records its outcome.
-func (h *storeHealth) probe(ctx context.Context, st *store.Store) {
+func (h *storeHealth) probe(ctx context.Context, st prober) {
 	h.mu.Lock()
 	h.gen++
 	start := h.gen
@@ -195,7 +199,7 @@ func (h *storeHealth) probe(ctx context.Context, st *store.Store) {
 
 // runProber probes the store when asked (wake) and, while it is failing,
 // every storeProbeEvery on clk, until ctx is done.
-func (h *storeHealth) runProber(ctx context.Context, clk clock.Clock, st *store.Store, log interface {
+func (h *storeHealth) runProber(ctx context.Context, clk clock.Clock, st prober, log interface {
 	Warn(string, ...any)
 	Info(string, ...any)
 }) {
@@ -222,4 +226,33 @@ func (h *storeHealth) runProber(ctx context.Context, clk clock.Clock, st *store.
 			log.Info("the store commits again")
 		}
 	}
+}
+
+// probedSinceFailures reports whether a probe that started after the
+// last failure of every batch remembered has succeeded (tests wait for it
+// before resending a failed batch, whose refusal for good depends on it).
+func (h *storeHealth) probedSinceFailures() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.failures {
+		if r.gen >= h.probeOK {
+			return false
+		}
+	}
+	return true
+}
+
+// ProbedSinceFailures reports whether a probe that started after the
+// last failure of every batch remembered has succeeded: a batch that
+// failed is refused for good only then (see MaxStoreAttempts).
+func (c *Pipeline) ProbedSinceFailures() bool { return c.health.probedSinceFailures() }
+
+// Batches is cbdash_collector_batches_total of result (stored,
+// duplicate, refused, failed, clock_corrected).
+func (c *Pipeline) Batches(result string) float64 {
+	var m dto.Metric
+	if c.metrics.batches.WithLabelValues(result).Write(&m) != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
 }

@@ -1,9 +1,10 @@
-package collector
+package ingest
 
 import (
 	"database/sql"
 	"testing"
 
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
@@ -24,8 +25,8 @@ func TestOneAgentsBatchesCannotMakeTheStoreFailing(t *testing.T) {
 	if bad == nil || store.Transient(bad) {
 		t.Fatalf("want an error that is not transient, got %v", bad)
 	}
-	a := instKey{service: "api", instance: "a1"}
-	b := instKey{service: "api", instance: "b1"}
+	a := live.Key{Service: "api", Instance: "a1"}
+	b := live.Key{Service: "api", Instance: "b1"}
 
 	h := newStoreHealth()
 	h.failed(failKey{k: a, startedAt: 1, seq: 1}, bad)

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // many it closed. New connections and ingests with the token are refused
 // from the moment the store has revoked it. Errors are the store's
 // (cbdash.ErrNotFound for an unknown token).
-func (c *Collector) RevokeAgentToken(ctx context.Context, actor, id string) (closed int, err error) {
+func (c *Pipeline) RevokeAgentToken(ctx context.Context, actor, id string) (closed int, err error) {
 	if err := c.store.RevokeAgentToken(ctx, actor, id); err != nil {
 		return 0, err
 	}
@@ -21,9 +21,9 @@ func (c *Collector) RevokeAgentToken(ctx context.Context, actor, id string) (clo
 // CloseAgentToken closes every open agent connection made with token id
 // (see store.AgentToken.ID) and returns how many: each gets a permanent
 // fatal error ("agent token revoked or expired") and close status 1008
-// (within closeGrace). The agents that reconnect are refused if the token
+// (within CloseGrace). The agents that reconnect are refused if the token
 // is no longer valid. Safe for concurrent use.
-func (c *Collector) CloseAgentToken(id string) int {
+func (c *Pipeline) CloseAgentToken(id string) int {
 	c.mu.Lock()
 	var hit []*session
 	for s := range c.sessions {
@@ -38,11 +38,11 @@ func (c *Collector) CloseAgentToken(id string) int {
 	return len(hit)
 }
 
-// closeRevokedSessions closes the connections whose token has been
+// CloseRevokedSessions closes the connections whose token has been
 // revoked or has expired by other means than RevokeAgentToken (the CLI,
 // working on the database file, or an expiry passing): run by the sweep,
 // so they end within a second.
-func (c *Collector) closeRevokedSessions(ctx context.Context) {
+func (c *Pipeline) CloseRevokedSessions(ctx context.Context) {
 	c.mu.Lock()
 	seen := make(map[string]bool, 4)
 	for s := range c.sessions {

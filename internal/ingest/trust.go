@@ -1,10 +1,11 @@
-package collector
+package ingest
 
 import (
 	"context"
 	"slices"
 	"strings"
 
+	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -18,7 +19,7 @@ import (
 
 // Reasons of cbdash_collector_agent_refused_total.
 const (
-	distrustForeignResult      = "foreign_command_result"   // a result for a command of another service or instance
+	DistrustForeignResult      = "foreign_command_result"   // a result for a command of another service or instance
 	distrustUnknownCommand     = "unverified_command_cause" // a cause of kind command the collector did not send
 	refusedInstances           = "instance_limit"           // a new instance over Limits.MaxInstancesPerToken
 	refusedBreakers            = "breaker_limit"            // new breakers over Limits.MaxBreakersPerToken
@@ -31,9 +32,13 @@ const (
 	refusedRehellos            = "rehello_limit"            // a hello on an open connection over Limits.RehelloBurst/RehelloEvery
 )
 
-var distrustReasons = strings.Join([]string{distrustForeignResult, distrustUnknownCommand,
+var distrustReasons = strings.Join([]string{DistrustForeignResult, distrustUnknownCommand,
 	refusedInstances, refusedBreakers, refusedDependencies, refusedServiceInstances, refusedServiceBreakers,
 	refusedServiceDependencies, refusedTokenDependencies, refusedConnections, refusedRehellos}, ", ")
+
+// Distrusted counts one refusal or distrust of reason (one of
+// cbdash_collector_agent_refused_total's, as DistrustForeignResult).
+func (c *Pipeline) Distrusted(reason string) { c.metrics.distrusted(reason) }
 
 // distrusted counts one refusal or distrust of reason.
 func (m *metrics) distrusted(reason string) {
@@ -49,7 +54,7 @@ func (m *metrics) distrusted(reason string) {
 // causes are of kind protocol.CauseAgentCommand (what the agent said is
 // kept, and shown as the agent's word). A store error leaves the claims
 // unverified too: a claim is believed only when it is proven.
-func (c *Collector) vetCauses(ctx context.Context, k instKey, b *protocol.Batch) *protocol.Batch {
+func (c *Pipeline) vetCauses(ctx context.Context, k live.Key, b *protocol.Batch) *protocol.Batch {
 	var ids []string
 	for _, t := range b.Transitions {
 		if t.Cause.Kind == protocol.CauseCommand {
@@ -59,9 +64,9 @@ func (c *Collector) vetCauses(ctx context.Context, k instKey, b *protocol.Batch)
 	if len(ids) == 0 {
 		return b
 	}
-	sent, err := c.store.CommandTargets(ctx, k.service, k.instance, ids)
+	sent, err := c.store.CommandTargets(ctx, k.Service, k.Instance, ids)
 	if err != nil {
-		c.log.Error("check the commands of transition causes", "service", k.service, "instance", k.instance, "err", err)
+		c.log.Error("check the commands of transition causes", "service", k.Service, "instance", k.Instance, "err", err)
 	}
 	var out *protocol.Batch
 	for i, t := range b.Transitions {
@@ -76,7 +81,7 @@ func (c *Collector) vetCauses(ctx context.Context, k instKey, b *protocol.Batch)
 		out.Transitions[i].Cause.Kind = protocol.CauseAgentCommand
 		c.metrics.distrusted(distrustUnknownCommand)
 		c.log.Info("a transition's command is not one the collector sent; stored as agent-reported",
-			"service", k.service, "instance", k.instance, "breaker", t.Breaker, "command_id", t.Cause.CommandID, "actor", t.Cause.Actor)
+			"service", k.Service, "instance", k.Instance, "breaker", t.Breaker, "command_id", t.Cause.CommandID, "actor", t.Cause.Actor)
 	}
 	if out == nil {
 		return b

@@ -14,6 +14,7 @@ func TestOnlyWebServesHTTP(t *testing.T) {
 		"github.com/cbdash/cbdash",
 		"github.com/cbdash/cbdash/internal/collector",
 		"github.com/cbdash/cbdash/internal/live",
+		"github.com/cbdash/cbdash/internal/ingest",
 		"github.com/cbdash/cbdash/internal/incident",
 		"github.com/cbdash/cbdash/internal/alert",
 		"github.com/cbdash/cbdash/internal/store",

@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ type fleetLoad struct {
 	clk       *breakertest.Clock
 	instances int
 	names     []string
-	keys      []instKey
+	keys      []live.Key
 	seq       uint64
 }
 
@@ -57,7 +57,7 @@ func newFleetLoad(tb testing.TB, instances, breakers int) *fleetLoad {
 		if err != nil || m.Hello == nil {
 			tb.Fatalf("decode hello: %v", err)
 		}
-		f.keys = append(f.keys, instKey{m.Hello.Service, m.Hello.Instance})
+		f.keys = append(f.keys, live.Key{Service: m.Hello.Service, Instance: m.Hello.Instance})
 		f.l.Hello(m.Hello, 0, nil, clk.Now(), nil)
 	}
 	return f
@@ -92,7 +92,7 @@ func (f *fleetLoad) batch(tb testing.TB, i int) *protocol.Batch {
 
 // apply applies instance i's batch b, received now.
 func (f *fleetLoad) apply(tb testing.TB, i int, b *protocol.Batch) {
-	if !f.l.ApplyNow(live.Update{Key: f.keys[i].key(), Batch: b, At: f.clk.Now()}) {
+	if !f.l.ApplyNow(live.Update{Key: f.keys[i], Batch: b, At: f.clk.Now()}) {
 		tb.Fatalf("batch %d of instance %d not applied", b.Seq, i)
 	}
 }

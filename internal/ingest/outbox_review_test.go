@@ -1,4 +1,4 @@
-package collector
+package ingest
 
 import (
 	"context"
@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/coder/websocket"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // drainOutbox is the writer's side of an outbox as the session's writer runs it: on
@@ -46,7 +44,7 @@ func drainOutbox(o *outbox, stop <-chan struct{}, got func([]byte)) {
 // in the order it put them, through many swaps of a full outbox.
 func TestOutboxLosesNoWakeupWithConcurrentProducers(t *testing.T) {
 	o := newOutbox()
-	const n = 5 * outQueue
+	const n = 5 * OutQueue
 	var mu sync.Mutex
 	next := map[byte]uint32{}
 	var bad []string
@@ -101,67 +99,12 @@ func TestOutboxLosesNoWakeupWithConcurrentProducers(t *testing.T) {
 	}
 }
 
-// A session that goes away writes what its agent was owed, in order
-// (welcome, then the acks of its batches), with the fatal error last and
-// then the close frame: nothing queued after the error is written.
-func TestGoingAwayWritesQueuedAcksInOrderErrorLast(t *testing.T) {
-	h := startHarness(t, "", nil)
-	old := dialRaw(t, h, h.token)
-	old.hello("a1", 1)
-	const batches = 40
-	for seq := uint64(1); seq <= batches; seq++ {
-		old.send(h.batch(seq, 3, 0))
-	}
-	// Every batch committed and its outcome recorded (the queue gauge goes
-	// back to 0 only after that): its ack is queued (or written) before the
-	// replacement below queues the error. Committed alone was not enough:
-	// on a busy machine the replacement came between a commit and its
-	// outcome, and the last acks were (rightly) not owed.
-	eventually.True(t, "all batches stored and answered", func() bool {
-		var m dto.Metric
-		last, err := h.store.LastSeq(context.Background(), "api", "a1", 1)
-		return err == nil && last == batches && h.col.metrics.queue.Write(&m) == nil && m.GetGauge().GetValue() == 0
-	})
-	fresh := dialRaw(t, h, h.token)
-	fresh.hello("a1", 1)
-	var last uint64
-	for {
-		typ, data, err := old.next()
-		if err != nil {
-			t.Fatalf("read before the error: %v", err)
-		}
-		if typ == protocol.TypeError {
-			if !strings.Contains(string(data), "replaced by a newer connection") {
-				t.Fatalf("error %s", data)
-			}
-			break
-		}
-		if typ != protocol.TypeAck {
-			t.Fatalf("got %s %s before the error", typ, data)
-		}
-		var a protocol.Ack
-		if err := json.Unmarshal(data, &a); err != nil {
-			t.Fatal(err)
-		}
-		if a.Seq <= last {
-			t.Fatalf("ack %d after ack %d", a.Seq, last)
-		}
-		last = a.Seq
-	}
-	if typ, data, err := old.next(); websocket.CloseStatus(err) != websocket.StatusGoingAway {
-		t.Fatalf("after the error: %s %s (%v), want close 1001", typ, data, err)
-	}
-	if last != batches {
-		t.Fatalf("last ack before the error %d, want %d", last, batches)
-	}
-}
-
 // A lone message wakes the writer: after an empty outbox, after a full
 // one was swapped out, and after a swap outside the ready signal (as
 // goingAway's drain does) left the signal pending.
 func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
 	o := newOutbox()
-	delivered := make(chan []byte, outQueue)
+	delivered := make(chan []byte, OutQueue)
 	stop := make(chan struct{})
 	writer := make(chan struct{})
 	go func() {
@@ -201,7 +144,7 @@ func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
 	expect("after a stale signal")
 }
 
-// send queues without blocking up to outQueue messages and kills the
+// send queues without blocking up to OutQueue messages and kills the
 // session at the next one (its agent does not read), in the order they
 // were sent; ending leaves its error to the writer, which writes it after
 // them (so it is not lost when nothing more fits in the outbox), and
@@ -211,26 +154,26 @@ func TestSendKillsAtTheBoundAndEndingLeavesTheErrorToTheWriter(t *testing.T) {
 	newSession := func() (*session, context.Context) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		return &session{c: &Collector{log: slog.New(slog.DiscardHandler)}, out: newOutbox(), cancel: cancel, goAway: make(chan struct{}, 1)}, ctx
+		return &session{c: &Pipeline{log: slog.New(slog.DiscardHandler)}, out: newOutbox(), cancel: cancel, goAway: make(chan struct{}, 1)}, ctx
 	}
 	cmd := func(i int) protocol.Command {
 		return protocol.Command{Type: protocol.TypeCommand, ID: strconv.Itoa(i), Breaker: "db", Action: protocol.ActionForceOpen}
 	}
 
 	s, ctx := newSession()
-	for i := range outQueue {
+	for i := range OutQueue {
 		s.send(cmd(i))
 	}
 	if s.dead || ctx.Err() != nil {
-		t.Fatalf("killed with %d messages waiting, the bound is %d", outQueue, outQueue)
+		t.Fatalf("killed with %d messages waiting, the bound is %d", OutQueue, OutQueue)
 	}
-	s.send(cmd(outQueue))
+	s.send(cmd(OutQueue))
 	if !s.dead || ctx.Err() == nil {
 		t.Fatal("the message over the bound did not kill the session")
 	}
 	q := s.out.swap(nil)
-	if len(q) != outQueue {
-		t.Fatalf("%d queued, want %d", len(q), outQueue)
+	if len(q) != OutQueue {
+		t.Fatalf("%d queued, want %d", len(q), OutQueue)
 	}
 	for i, m := range q {
 		var c protocol.Command
@@ -259,12 +202,12 @@ func TestSendKillsAtTheBoundAndEndingLeavesTheErrorToTheWriter(t *testing.T) {
 	}
 
 	s, ctx = newSession()
-	for i := range outQueue {
+	for i := range OutQueue {
 		s.send(cmd(i))
 	}
 	s.ending("replaced", true, websocket.StatusGoingAway)
-	if q := s.out.swap(nil); len(q) != outQueue {
-		t.Fatalf("%d queued after ending on a full outbox, want %d", len(q), outQueue)
+	if q := s.out.swap(nil); len(q) != OutQueue {
+		t.Fatalf("%d queued after ending on a full outbox, want %d", len(q), OutQueue)
 	}
 	if s.closing != "replaced" || s.dead {
 		t.Fatalf("ending on a full outbox: closing %q dead %v, want the error kept for the writer", s.closing, s.dead)
@@ -274,7 +217,7 @@ func TestSendKillsAtTheBoundAndEndingLeavesTheErrorToTheWriter(t *testing.T) {
 	default:
 		t.Fatal("ending on a full outbox did not signal the writer")
 	}
-	for range outQueue {
+	for range OutQueue {
 		s.send(cmd(0))
 	}
 	waited := make(chan struct{})
