@@ -25,8 +25,9 @@ func outcomeCounts(c *protocol.Counts) [12]int64 {
 	}
 }
 
-// metrics are the collector's Prometheus series. A nil *metrics does
-// nothing, so live state can be tested without a registry.
+// metrics are the collector's Prometheus series of live state (it is
+// live state's live.Metrics); the ingest pipeline's are its own
+// (internal/ingest). A nil *metrics does nothing.
 type metrics struct {
 	state       *prometheus.GaugeVec
 	calls       *prometheus.CounterVec
