@@ -170,7 +170,7 @@ type Collector struct {
 	// health says whether the store commits, and which failed batches
 	// are refused for good (storehealth.go).
 	health *storeHealth
-	holds  *holdManager
+	holds  holdManager
 	fleet  *fleet
 
 	mu         sync.Mutex
