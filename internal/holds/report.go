@@ -64,23 +64,34 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 	if now.Before(end) {
 		end = now
 	}
+	if r.Dependencies, err = m.dependencyReports(ctx, deps, r.Start, end); err != nil {
+		return cbdash.HoldReport{}, err
+	}
+	return r, nil
+}
+
+// dependencyReports is each dependency of deps before and during a hold
+// that started at start and ended (or is now) at end, sorted.
+func (m *Manager) dependencyReports(ctx context.Context, deps map[cbdash.DependencyKey]bool, start, end time.Time) ([]cbdash.HoldDependencyReport, error) {
 	// History is kept in buckets of whole seconds: the split falls on the
 	// second the hold started in (its calls count as during), and each span
 	// is at least one bucket, so a bucket is never counted on both sides.
-	split := r.Start.Truncate(time.Second)
+	split := start.Truncate(time.Second)
 	span := min(max(end.Sub(split), time.Second), time.Hour).Round(time.Second)
+	out := []cbdash.HoldDependencyReport{}
 	for k := range deps {
 		dr := cbdash.HoldDependencyReport{DependencyKey: k}
+		var err error
 		if dr.Before, err = m.period(ctx, k, split.Add(-span), split); err != nil {
-			return cbdash.HoldReport{}, err
+			return nil, err
 		}
 		if dr.During, err = m.period(ctx, k, split, split.Add(max(end.Sub(split), time.Second))); err != nil {
-			return cbdash.HoldReport{}, err
+			return nil, err
 		}
-		r.Dependencies = append(r.Dependencies, dr)
+		out = append(out, dr)
 	}
-	sort.Slice(r.Dependencies, func(i, j int) bool { return r.Dependencies[i].String() < r.Dependencies[j].String() })
-	return r, nil
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
 }
 
 // period sums the stored history of k over [from, to).
