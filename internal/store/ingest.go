@@ -255,60 +255,6 @@ func (s *Store) SaveBatch(ctx context.Context, service, instance string, started
 	return stored, nil
 }
 
-// Async is what SaveBatchAsync is to do around the batch.
-type Async struct {
-	// Done is called exactly once, on the writer's goroutine, with
-	// SaveBatch's outcome (see SaveBatchAsync). Required.
-	Done func(stored bool, err error)
-	// Skip, when set, is asked on the writer's goroutine just before the
-	// batch is written; true: it is not, and Done gets ErrSkipped.
-	Skip func() bool
-	// Stream names the caller's sequence of batches (a comparable value,
-	// such as a pointer; nil = none), and Full says it hands no more
-	// until one of its batches is done. A transaction whose batches all
-	// come from full streams is committed without waiting for company
-	// (groupWait): its writers can send nothing before it commits, and
-	// one agent resending a backlog is not paced by the wait meant for a
-	// thousand.
-	Stream any
-	Full   bool
-}
-
-// SaveBatchAsync is SaveBatch without the wait: it queues b (waiting for
-// room in the writer's queue until ctx is done) and returns; a.Done is
-// then called exactly once, on the writer's goroutine, with SaveBatch's
-// outcome: at once when the batch is not written (it failed and was
-// rolled back to its savepoint, or a.Skip said so: ErrSkipped), else
-// after the group's COMMIT or its failure. It is called before the
-// writer runs any operation queued after b, so an agent's later batches
-// can be skipped once one has failed. Done and Skip must not block or
-// call the Store. b must not change until Done is called. When
-// SaveBatchAsync returns an error (as SaveBatch's before queueing:
-// cbdash.ErrInvalid, ErrClosed, ctx's), Done is never called.
-func (s *Store) SaveBatchAsync(ctx context.Context, service, instance string, startedAt int64, b *protocol.Batch, at time.Time, a Async) error {
-	if err := checkNames("service", service, "instance", instance); err != nil {
-		return err
-	}
-	if b.Seq == 0 || b.Seq > math.MaxInt64 {
-		return fmt.Errorf("%w: seq %d is out of range", cbdash.ErrInvalid, b.Seq)
-	}
-	causes, err := transitionCauses(b)
-	if err != nil {
-		return err
-	}
-	now := ms(at)
-	o := &op{skip: a.Skip, stream: a.Stream, full: a.Full}
-	stored := false
-	o.run = func(x *wtx) error {
-		var err error
-		stored, err = x.saveBatch(service, instance, startedAt, b, causes, now)
-		return err
-	}
-	done := a.Done
-	o.after = func(err error) { done(stored && err == nil, err) }
-	return s.w.enqueue(ctx, o)
-}
-
 // transitionCauses encodes the causes of b's transitions, as stored.
 func transitionCauses(b *protocol.Batch) ([][]byte, error) {
 	if len(b.Transitions) == 0 {

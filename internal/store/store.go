@@ -27,8 +27,9 @@ import (
 // ErrClosed is returned by writes after Close has been called.
 var ErrClosed = errors.New("store: closed")
 
-// ErrSkipped is the outcome of a SaveBatchAsync whose skip said so: the
-// batch was not written.
+// ErrSkipped is the outcome of a Stream's batch that was not tried: its
+// stream was stopped after a failure (Stream.Stop), or the store closed
+// while the batch waited for the answer to one (see Stream).
 var ErrSkipped = errors.New("store: skipped")
 
 // ErrNewerSchema is wrapped by Open's error for a database whose schema is
