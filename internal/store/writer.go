@@ -681,7 +681,7 @@ func (s *Store) Stats() WriterStats {
 
 // storageError reports whether err is the database's trouble rather than
 // the input's (a refusal wrapping a cbdash sentinel) or the caller's (its
-// ctx, or its skip: ErrSkipped, nothing was tried).
+// ctx, or its stream's Stop: ErrSkipped, nothing was tried).
 func storageError(err error) bool {
 	for _, e := range []error{cbdash.ErrInvalid, cbdash.ErrNotFound, cbdash.ErrConflict, cbdash.ErrForbidden,
 		cbdash.ErrUnauthorized, context.Canceled, context.DeadlineExceeded, ErrClosed, ErrSkipped} {
