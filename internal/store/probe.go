@@ -124,5 +124,6 @@ func (w *writer) dryRun(o *op) {
 		return x.writeOwnInstanceMinutes()
 	}()
 	w.c = saved
-	w.finish([]*op{o}, []error{err}, true)
+	o.err = err
+	w.finish([]*op{o}, true)
 }
