@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,7 +46,8 @@ type Config struct {
 	// keyword/value form host=... user=... password=... dbname=...).
 	URL string
 	// NodeID identifies this collector: 1-40 of a-z, 0-9 and _. "" means
-	// 16 random hex digits (a new id each start).
+	// 26 random characters of a-z and 2-7 (crypto/rand.Text in lower
+	// case, a new id each start).
 	NodeID string
 	// Clock paces reconnects and the leader's tries and checks; nil means
 	// the system clock.
@@ -73,9 +73,7 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Config.URL is required", ErrInvalid)
 	}
 	if c.NodeID == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		c.NodeID = hex.EncodeToString(b[:])
+		c.NodeID = strings.ToLower(rand.Text())
 	}
 	if !nodeIDPattern.MatchString(c.NodeID) {
 		return fmt.Errorf("%w: Config.NodeID %q (want 1-40 of a-z, 0-9, _)", ErrInvalid, c.NodeID)

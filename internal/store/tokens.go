@@ -2,10 +2,8 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,16 +26,15 @@ func hashToken(token string) []byte {
 
 // CreateAgentToken creates an agent token limited to service ("" = any
 // service) and returns it; it is shown once: only its SHA-256 is stored
-// (enough for a random 256-bit secret, which no dictionary can reach).
+// (enough for a random 130-bit secret, see newSecret).
 // Errors: ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) CreateAgentToken(ctx context.Context, service string) (string, error) {
-	var secret [32]byte
-	if _, err := rand.Read(secret[:]); err != nil {
-		return "", fmt.Errorf("store: token: %w", err)
+	token, err := newSecret(agentTokenPrefix)
+	if err != nil {
+		return "", err
 	}
-	token := agentTokenPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
 	now := ms(s.opts.Clock.Now())
-	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at) VALUES (?, ?, ?)",
 			hashToken(token), service, now); err != nil {
 			return fmt.Errorf("store: create token: %w", err)
@@ -88,7 +85,7 @@ func jsonStrings(v []any) string {
 // stored and cannot be listed.
 type AgentToken struct {
 	// ID names the token for listing and revoking: the first 8 bytes of
-	// its SHA-256 in hex (the hash of a random 256-bit secret reveals
+	// its SHA-256 in hex (the hash of a random 130-bit secret reveals
 	// nothing of it).
 	ID        string    `json:"id"`
 	Service   string    `json:"service"` // "" = any service

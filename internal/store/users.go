@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,12 +19,14 @@ const (
 	userTokenPrefix = "cbdash_ut_"
 )
 
+// newSecret returns prefix and 26 characters of base32 (A-Z, 2-7): 130
+// random bits from crypto/rand.Text, which no dictionary or brute force
+// reaches, so an unsalted SHA-256 of it is enough to store. Secrets made
+// before (prefix and 43 characters of base64url, 256 bits) still verify:
+// only their hash is looked up, never their shape. The error is always nil
+// (crypto/rand never fails since Go 1.24); it stays for the callers.
 func newSecret(prefix string) (string, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("store: secret: %w", err)
-	}
-	return prefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+	return prefix + rand.Text(), nil
 }
 
 // CountUsers returns the number of dashboard accounts.
