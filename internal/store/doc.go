@@ -59,8 +59,10 @@
 // (00006), misuse counts (00007) and the per-instance history (00008);
 // 00010-00019 users and accounts; 00020-00029 incidents, alerts (their
 // firing state: 00023) and configuration changes; 00030-00039 holds; 00040
-// the handover of the singletons (leader marks, episode keys). The
-// 00001-00009 range is now full: the store's next migrations take 00041+.
+// the handover of the singletons (leader marks, episode keys); 00041 the
+// tables of the collectors' bus (internal/cluster; PostgreSQL only, the
+// SQLite file of that version is empty). The 00001-00009 range is now
+// full: the store's next migrations take 00042+.
 //
 // Times the caller does not pass (creation of users, tokens and alert
 // rules, token use, the sweep of expired sessions) are read from
