@@ -3,7 +3,6 @@ package collector
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -206,10 +205,10 @@ func wireCommand(cmd cbdash.Command, now time.Time) protocol.Command {
 	return w
 }
 
+// newID names a command: 26 characters of base32 (A-Z, 2-7), 130 random
+// bits (crypto/rand.Text).
 func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return rand.Text()
 }
 
 // targets picks the instances a command goes to (see Issue).

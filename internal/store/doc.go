@@ -14,17 +14,24 @@
 // PostgreSQL, anything else a SQLite path. Both are the same *Store with
 // the same methods, the same single writer with group commit and
 // savepoints, the same acks after COMMIT and (instance, seq) dedup. The
-// SQL is written once, in SQLite's spelling with "?" placeholders and
-// upserts (ON CONFLICT ... DO UPDATE with the target table's columns
-// qualified), RETURNING for new ids; dialect.go is the one place that
-// differs: it rewrites "?" to "$n", json_each to
-// jsonb_array_elements_text, the scalar max/min of two values to
-// GREATEST/LEAST and hex to encode, passes Go bools as 0/1, maps a
-// PostgreSQL unique violation to cbdash.ErrConflict, and classifies
-// PostgreSQL errors for Transient (connection lost or refused, the server
-// shutting down, out of disk, serialization failures and deadlocks are
-// transient: the collector then stops acking, as for a full disk, and
-// Writable fails until a write commits again, or Probe succeeds). PostgreSQL connections go
+// SQL is written once, with $1, $2... placeholders (both drivers bind them
+// by position; modernc.org/sqlite takes $N for the N-th argument), upserts
+// (ON CONFLICT ... DO UPDATE with the target table's columns qualified)
+// and RETURNING for new ids; a query built at run time numbers its
+// placeholders with params. dialect.go is the one place that differs: it
+// spells the few constructs the backends do not share (dialect.greatest
+// and least: SQLite's two-argument max/min, PostgreSQL's GREATEST/LEAST;
+// jsonEach: json_each or jsonb_array_elements_text; lowerHex: hex or
+// encode), which a query takes from the dialect as it is built, passes Go
+// bools as 0/1, maps a PostgreSQL unique violation to
+// cbdash.ErrConflict, and classifies PostgreSQL errors for Transient
+// (connection lost or refused, the server shutting down, out of disk,
+// serialization failures and deadlocks are transient: the collector then
+// stops acking, as for a full disk, and Writable fails until a write
+// commits again, or Probe succeeds). The queries of writer.go, ingest.go
+// and instance_minutes.go are still in SQLite's spelling with "?", which
+// dialect_legacy.go rewrites for PostgreSQL until they are converted.
+// PostgreSQL connections go
 // through pgx's database/sql driver (pgx/v5/stdlib), not pgxpool, so both
 // backends share every query and scan; database/sql reconnects after the
 // server drops a connection. History reads use a REPEATABLE READ read-only
@@ -59,8 +66,10 @@
 // (00006), misuse counts (00007) and the per-instance history (00008);
 // 00010-00019 users and accounts; 00020-00029 incidents, alerts (their
 // firing state: 00023) and configuration changes; 00030-00039 holds; 00040
-// the handover of the singletons (leader marks, episode keys). The
-// 00001-00009 range is now full: the store's next migrations take 00041+.
+// the handover of the singletons (leader marks, episode keys); 00041 the
+// tables of the collectors' bus (internal/cluster; PostgreSQL only, the
+// SQLite file of that version is empty). The 00001-00009 range is now
+// full: the store's next migrations take 00042+.
 //
 // Times the caller does not pass (creation of users, tokens and alert
 // rules, token use, the sweep of expired sessions) are read from

@@ -69,7 +69,7 @@ func (s *Store) History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Po
 	}
 	defer tx.Rollback()
 	var dep int64
-	err = tx.QueryRowContext(ctx, "SELECT id FROM dependencies WHERE service = ? AND breaker = ?", q.Service, q.Breaker).Scan(&dep)
+	err = tx.QueryRowContext(ctx, "SELECT id FROM dependencies WHERE service = $1 AND breaker = $2", q.Service, q.Breaker).Scan(&dep)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return []cbdash.Point{}, nil
@@ -145,7 +145,7 @@ func historySpans(l level, from, to int64, wm watermarks) []span {
 // into buckets of level dst.
 func readSpan(ctx context.Context, tx *readTx, src, dst level, dep, from, to int64, points []cbdash.Point) ([]cbdash.Point, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT start, "+rowColumns+" FROM "+src.table()+
-		" WHERE dep_id = ? AND start >= ? AND start < ? ORDER BY start", dep, from, to)
+		" WHERE dep_id = $1 AND start >= $2 AND start < $3 ORDER BY start", dep, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("store: history: %w", err)
 	}

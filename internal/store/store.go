@@ -294,6 +294,19 @@ func openSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 	return start(opts, sqliteDialect, wdb, rdb), nil
 }
 
+// Migrate migrates the database that dsn names (see Open) to the latest
+// schema and closes it, starting no writer: for what needs the schema
+// before a store is open, such as the collectors' bus (internal/cluster)
+// on a fresh PostgreSQL database in a test. log nil discards. Errors: as
+// Open's.
+func Migrate(ctx context.Context, dsn string, log *slog.Logger) error {
+	st, err := Open(ctx, dsn, Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	return st.Close()
+}
+
 // start starts the writer on opened, migrated pools.
 func start(opts Options, d *dialect, wdb, rdb *sql.DB) *Store {
 	s := &Store{opts: opts, rdb: &readDB{db: rdb, d: d}, wdb: wdb}
@@ -303,8 +316,8 @@ func start(opts Options, d *dialect, wdb, rdb *sql.DB) *Store {
 }
 
 // migrate applies the embedded migrations that the database lacks. Out of
-// order application is allowed because several packages own number ranges
-// (see docs: 00001-00009 store, 00010-00019 users, 00020-00029 incidents).
+// order application is allowed because several areas own number ranges
+// (see doc.go, Migrations).
 func migrate(ctx context.Context, db *sql.DB, d *dialect, name string, log *slog.Logger) error {
 	p, err := goose.NewProvider(d.goose(), db, migrationsFS(d),
 		goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true), goose.WithSlog(log))
