@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -241,9 +240,8 @@ unless --revoke-tokens is given (do give it when the password leaked).`,
 	return usr
 }
 
-// randomPassword returns 18 random bytes, base64url: 24 characters.
+// randomPassword returns 26 characters of A-Z and 2-7: 130 random bits
+// (crypto/rand.Text).
 func randomPassword() string {
-	b := make([]byte, 18)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return rand.Text()
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 )
@@ -158,7 +160,7 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 		return entry, fmt.Errorf("alert: render body: %w", err)
 	}
 	entry.Body = string(body)
-	wait := d.cfg.Backoff
+	bo := d.backOff()
 	for attempt := 1; ; attempt++ {
 		entry.Attempts = attempt
 		// An attempt under way finishes (within the client's timeout)
@@ -175,11 +177,11 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 		if errors.Is(err, errPermanent) || attempt >= d.cfg.Attempts || ctx.Err() != nil {
 			break
 		}
+		wait := bo.NextBackOff()
 		d.cfg.Logger.Warn("alert webhook failed, retrying", "rule", n.Rule.ID, "url", MaskURL(n.Rule.WebhookURL), "attempt", attempt, "wait", wait, "err", err)
 		if !clock.Sleep(d.cfg.Clock, wait, ctx.Done()) {
 			break
 		}
-		wait = min(wait*2, d.cfg.MaxBackoff)
 	}
 	entry.At = d.cfg.Clock.Now().UTC()
 	if !entry.OK {
@@ -194,6 +196,17 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 		entry.ID = id
 	}
 	return entry, ctx.Err()
+}
+
+// backOff returns the waits between attempts: Backoff, then doubled after
+// each failed attempt up to MaxBackoff, with no jitter (one rule per
+// deployment calls one webhook, so there is no herd to spread). The waits
+// themselves are on the injected clock (clock.Sleep): backoff.Retry would
+// wait on the system's timers.
+func (d *Deliverer) backOff() *backoff.ExponentialBackOff {
+	bo := &backoff.ExponentialBackOff{InitialInterval: d.cfg.Backoff, Multiplier: 2, MaxInterval: d.cfg.MaxBackoff}
+	bo.Reset()
+	return bo
 }
 
 func (d *Deliverer) post(ctx context.Context, url string, body []byte) (int, error) {

@@ -185,6 +185,8 @@ func TestDeliver(t *testing.T) {
 		fail       int
 		failStatus int
 		attempts   int
+		backoff    time.Duration // 0 = the default (1 s)
+		maxBackoff time.Duration // 0 = the default (1 min)
 		wantOK     bool
 		wantCalls  int
 		wantWaits  []time.Duration
@@ -196,6 +198,9 @@ func TestDeliver(t *testing.T) {
 		{name: "retries 429", fail: 1, failStatus: 429, wantOK: true, wantCalls: 2, wantWaits: []time.Duration{time.Second}, wantStatus: 200},
 		{name: "gives up after the attempts", fail: 100, failStatus: 500, attempts: 3, wantCalls: 3,
 			wantWaits: []time.Duration{time.Second, 2 * time.Second}, wantStatus: 500},
+		{name: "caps the wait at MaxBackoff", fail: 100, failStatus: 502, attempts: 6, backoff: 300 * time.Millisecond,
+			maxBackoff: time.Second, wantCalls: 6, wantStatus: 502,
+			wantWaits: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, time.Second, time.Second, time.Second}},
 		{name: "does not retry a 4xx", fail: 100, failStatus: 404, wantCalls: 1, wantStatus: 404},
 		{name: "posts a Slack-compatible body", format: cbdash.FormatSlack, wantOK: true, wantCalls: 1, wantStatus: 200},
 	}
@@ -205,7 +210,8 @@ func TestDeliver(t *testing.T) {
 			clk := breakertest.NewClock(t0)
 			rcv.fail, rcv.failStatus, rcv.clock = tt.fail, tt.failStatus, clk
 			log := &memLog{}
-			d, err := alert.NewDeliverer(alert.DeliveryConfig{Attempts: tt.attempts, Clock: clk, AllowPrivate: true}, log)
+			d, err := alert.NewDeliverer(alert.DeliveryConfig{Attempts: tt.attempts, Backoff: tt.backoff,
+				MaxBackoff: tt.maxBackoff, Clock: clk, AllowPrivate: true}, log)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,6 +22,10 @@ var (
 	// ErrInvalid is wrapped by errors for bad arguments; the message names
 	// the argument.
 	ErrInvalid = errors.New("cluster: invalid argument")
+	// ErrNoSchema is returned by Open when the database lacks the bus's
+	// tables (cbdash_cluster_payloads, cbdash_cluster_routes): they come
+	// with the store's migrations, so the store is opened first.
+	ErrNoSchema = errors.New("the database has no tables of the collectors' bus: open the store first, which migrates it (migration 00041)")
 )
 
 // Message is what a subscriber receives.
@@ -245,7 +249,7 @@ func (l *Local) Close() error {
 // Postgres bus for a PostgreSQL DSN (a postgres:// or postgresql:// URL or
 // libpq's keyword/value form, as the store tells them: dsn.IsPostgres),
 // with cfg (its URL set to db), and Local for anything else (an SQLite
-// file, one node).
+// file, one node). The store at db is opened (and so migrated) first.
 func ForStore(ctx context.Context, db string, cfg Config) (Bus, error) {
 	if !dsn.IsPostgres(db) {
 		return NewLocal(), nil

@@ -19,16 +19,34 @@ import (
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/cluster"
 	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // database creates a database of the test's own on the PostgreSQL of
-// CBDASH_TEST_POSTGRES and returns its URL; it is dropped at the end.
-// Without the variable the test is skipped, except under CI=true.
+// CBDASH_TEST_POSTGRES, migrated by the store (which owns the bus's
+// tables), and returns its URL; it is dropped at the end. Without the
+// variable the test is skipped, except under CI=true.
 func database(t *testing.T) string { return benchDatabase(t) }
 
 func benchDatabase(t testing.TB) string {
+	t.Helper()
+	db := emptyDatabase(t)
+	migrate(t, db)
+	return db
+}
+
+// migrate has the store migrate the database at dbURL.
+func migrate(t testing.TB, dbURL string) {
+	t.Helper()
+	if err := store.Migrate(context.Background(), dbURL, nil); err != nil {
+		t.Fatalf("migrating %s: %v", store.MaskDSN(dbURL), err)
+	}
+}
+
+// emptyDatabase is database without the migrations.
+func emptyDatabase(t testing.TB) string {
 	t.Helper()
 	admin := os.Getenv("CBDASH_TEST_POSTGRES")
 	if admin == "" {
@@ -380,7 +398,8 @@ func TestConfigIsValidated(t *testing.T) {
 	}
 }
 
-// inSchema returns dbURL with its connections in a new schema name.
+// inSchema returns dbURL with its connections in a new schema name,
+// migrated by the store.
 func inSchema(t *testing.T, dbURL, name string) string {
 	t.Helper()
 	exec(t, dbURL, "CREATE SCHEMA "+name)
@@ -391,7 +410,32 @@ func inSchema(t *testing.T, dbURL, name string) string {
 	q := u.Query()
 	q.Set("search_path", name)
 	u.RawQuery = q.Encode()
+	migrate(t, u.String())
 	return u.String()
+}
+
+// TestOpenNeedsTheStoresMigrations: the bus's tables come with the
+// store's migrations (00041), not from Open: on a database the store has
+// not migrated Open fails with ErrNoSchema and creates nothing; once the
+// store has migrated it, Open works.
+func TestOpenNeedsTheStoresMigrations(t *testing.T) {
+	db := emptyDatabase(t)
+	_, err := cluster.Open(context.Background(), cluster.Config{URL: db, NodeID: "a", Clock: clocktest.NewRunning()})
+	if !errors.Is(err, cluster.ErrNoSchema) {
+		t.Fatalf("Open of a database the store has not migrated: %v, want ErrNoSchema", err)
+	}
+	var tables int
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM information_schema.tables
+		WHERE table_name LIKE 'cbdash_cluster_%'`).Scan(&tables); err != nil || tables != 0 {
+		t.Fatalf("%d tables of the bus after the failed Open (%v), want none", tables, err)
+	}
+	migrate(t, db)
+	open(t, db, "a")
 }
 
 // TestDeploymentsInTwoSchemasOfOneDatabaseAreApart: channels and advisory

@@ -33,6 +33,15 @@
 // schema's name, so that deployments in two schemas of one database stay
 // apart.
 //
+// Its two tables are the store's: they come with the store's migrations
+// (internal/store/migrations/postgres/00041_cluster.sql), so the store is
+// opened, which migrates the database, before Open (ErrNoSchema
+// otherwise). Its connections are its own, not the store's pools: LISTEN
+// and each leader's session advisory lock hold a connection for as long
+// as they last, and the store has one writer connection (owned by its
+// group commit) and read-only readers, neither of which a NOTIFY with its
+// payload row, a claim or a route may wait on or use.
+//
 // Each of its connections is named in pg_stat_activity (application_name
 // cbdash-listen-<node>, cbdash-lead-<singleton>-<node>).
 //

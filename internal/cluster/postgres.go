@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,7 +46,8 @@ type Config struct {
 	// keyword/value form host=... user=... password=... dbname=...).
 	URL string
 	// NodeID identifies this collector: 1-40 of a-z, 0-9 and _. "" means
-	// 16 random hex digits (a new id each start).
+	// 26 random characters of a-z and 2-7 (crypto/rand.Text in lower
+	// case, a new id each start).
 	NodeID string
 	// Clock paces reconnects and the leader's tries and checks; nil means
 	// the system clock.
@@ -73,9 +73,7 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Config.URL is required", ErrInvalid)
 	}
 	if c.NodeID == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		c.NodeID = hex.EncodeToString(b[:])
+		c.NodeID = strings.ToLower(rand.Text())
 	}
 	if !nodeIDPattern.MatchString(c.NodeID) {
 		return fmt.Errorf("%w: Config.NodeID %q (want 1-40 of a-z, 0-9, _)", ErrInvalid, c.NodeID)
@@ -147,9 +145,11 @@ type envelope struct {
 	Ref     int64  `json:"r,omitempty"` // else its row in cbdash_cluster_payloads
 }
 
-// Open connects to the database, creates the bus's two tables when
-// missing, and starts listening; it returns once the listening connection
-// is up. Errors: ErrInvalid naming a bad Config field, or the database's.
+// Open connects to the database and starts listening; it returns once the
+// listening connection is up. The bus's two tables are the store's: the
+// database must have been migrated by store.Open (or store.Migrate)
+// first. Errors: ErrInvalid naming a bad Config field, ErrNoSchema when
+// the tables are missing, or the database's.
 func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -158,7 +158,7 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", dsn.MaskError(cfg.URL, err))
 	}
-	if err := createSchema(ctx, pool); err != nil {
+	if err := checkSchema(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -199,35 +199,18 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 // joinChannel carries the message a node sends when it starts listening.
 const joinChannel = "cluster_join"
 
-func createSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("cluster: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	// Serialised: CREATE TABLE IF NOT EXISTS of two nodes at once can fail.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("schema")); err != nil {
-		return fmt.Errorf("cluster: schema: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `
-CREATE TABLE IF NOT EXISTS cbdash_cluster_payloads (
-	id         bigserial PRIMARY KEY,
-	body       bytea NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS cbdash_cluster_routes (
-	service       text NOT NULL,
-	instance      text NOT NULL,
-	node          text NOT NULL,
-	pid           integer NOT NULL,
-	backend_start timestamptz NOT NULL,
-	claimed_at    timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (service, instance)
-)`); err != nil {
-		return fmt.Errorf("cluster: schema: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("cluster: schema: %w", err)
+// checkSchema fails unless the bus's tables are there: they are the
+// store's (migration 00041, internal/store/migrations/postgres), so the
+// store opens the database, which migrates it, before the bus does.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	var ok bool
+	err := pool.QueryRow(ctx, `SELECT to_regclass('cbdash_cluster_payloads') IS NOT NULL
+	AND to_regclass('cbdash_cluster_routes') IS NOT NULL`).Scan(&ok)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cluster: reading the schema: %w", err)
+	case !ok:
+		return fmt.Errorf("cluster: %w", ErrNoSchema)
 	}
 	return nil
 }

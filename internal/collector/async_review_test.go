@@ -20,7 +20,7 @@ import (
 )
 
 // Tests of the session's hand-over of batches to the store's writer
-// (store.SaveBatchAsync) under failures, replacement and shutdown: every
+// (store.Stream) under failures, replacement and shutdown: every
 // batch acknowledged is stored, none twice, none acknowledged unstored,
 // answers in read order.
 

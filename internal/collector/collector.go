@@ -171,7 +171,7 @@ type Collector struct {
 	metrics *metrics
 	cmds    *pendingCommands
 	ing     *ingest.Pipeline // the agents' transports and the ingest pipeline
-	holds   *holdManager
+	holds   holdManager
 	fleet   *fleet
 
 	mu      sync.Mutex

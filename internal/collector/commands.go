@@ -3,7 +3,6 @@ package collector
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/holds"
 	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -102,7 +102,7 @@ func (c *Collector) issueHold(ctx context.Context, req cbdash.CommandRequest) (c
 	if err != nil {
 		return cbdash.Command{}, err
 	}
-	return c.holdCommand(ctx, serviceCommandID(h.ID, req.Service), h, req.Service, req.Breaker, req.Action, h.Reason, h.Actor, h.CreatedAt)
+	return c.holdCommand(ctx, holds.CommandID(h.ID, req.Service), h, req.Service, req.Breaker, req.Action, h.Reason, h.Actor, h.CreatedAt)
 }
 
 // releaseHolds releases the live holds covering req's dependency; ok is
@@ -131,7 +131,7 @@ func (c *Collector) releaseHolds(ctx context.Context, req cbdash.CommandRequest)
 		}
 		last = r
 	}
-	cmd, err := c.holdCommand(ctx, last.ID+"-r"+serviceHash(req.Service), last, req.Service, req.Breaker,
+	cmd, err := c.holdCommand(ctx, holds.ReleaseCommandID(last.ID, req.Service), last, req.Service, req.Breaker,
 		protocol.ActionRelease, last.ReleaseReason, last.ReleasedBy, last.ReleasedAt)
 	return cmd, true, err
 }
@@ -195,10 +195,10 @@ func wireCommand(cmd cbdash.Command, now time.Time) protocol.Command {
 	return ingest.WireCommand(cmd, now)
 }
 
+// newID names a command: 26 characters of base32 (A-Z, 2-7), 130 random
+// bits (crypto/rand.Text).
 func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return rand.Text()
 }
 
 // commandResults publishes the commands a stored batch of instance k

@@ -422,36 +422,6 @@ func (f *fleet) resyncHolds(ctx context.Context) {
 	f.c.holds.adopt(ctx, hs)
 }
 
-// adopt takes holds another collector created or released (as stored)
-// and applies them to the instances connected here.
-func (m *holdManager) adopt(ctx context.Context, hs []cbdash.HoldRecord) {
-	now := m.c.now()
-	m.mu.Lock()
-	changed := false
-	for _, h := range hs {
-		h.Coverage = nil
-		if !now.Before(h.Until) {
-			continue
-		}
-		if old, ok := m.holds[h.ID]; ok && old.ReleasedAt.Equal(h.ReleasedAt) {
-			continue
-		}
-		m.holds[h.ID] = h
-		if !h.ReleasedAt.IsZero() {
-			m.endSpans(h.ID, h.ReleasedAt)
-		}
-		changed = true
-	}
-	if changed {
-		for _, hi := range m.c.live.holdInstances() {
-			if hi.reachable() {
-				m.reconcileLocked(ctx, hi, false)
-			}
-		}
-	}
-	m.mu.Unlock()
-}
-
 // startFleet runs the collector's side of the bus until the returned
 // function is called (it waits for it to stop).
 func (c *Collector) startFleet(ctx context.Context) (stop func()) {

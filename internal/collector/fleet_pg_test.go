@@ -13,6 +13,7 @@ import (
 	"github.com/cbdash/cbdash/internal/cluster"
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/pgtest"
+	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -29,7 +30,7 @@ func TestACollectorThatMissedTheBusReadsTheStore(t *testing.T) {
 		}
 		t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
 	}
-	dsn := pgtest.DSN(t)
+	dsn := storetest.Postgres(t) // migrated: the bus opens before the stores
 	clk := clocktest.NewRunning()
 	ctx := context.Background()
 	openBus := func(node string) cluster.Bus {

@@ -296,7 +296,7 @@ func TestFleetSelectorsCoverWhatTheySayAndShareKeepsItsSideAcrossRestarts(t *tes
 	c2 := startHoldMember(t, h, clk, "checkout", "checkout-2", us, "inventory", "payments")
 	k1 := startHoldMember(t, h, clk, "catalog", "catalog-1", eu, "inventory", "pricing")
 	s1 := startHoldMember(t, h, clk, "search", "search-1", eu, "index")
-	eventually.True(t, "four instances", func() bool { return len(h.col.live.holdInstances()) == 4 })
+	eventually.True(t, "four instances", func() bool { return len(h.col.live.Instances()) == 4 })
 
 	req := func(sel cbdash.Selector, action string) cbdash.HoldRequest {
 		return cbdash.HoldRequest{Selector: sel, Action: action, TTL: 10 * time.Minute, Reason: "inventory is down", Actor: "ann"}

@@ -16,37 +16,8 @@ type instKey struct{ service, instance string }
 // key is k as live state names it.
 func (k instKey) key() live.Key { return live.Key{Service: k.service, Instance: k.instance} }
 
-// liveState is live state (internal/live) with the reads the holds make
-// of it (holdInstances, holdInstance), in the holds' own terms.
+// liveState is live state (internal/live) as the collector holds it.
 type liveState struct{ *live.State }
-
-// holdInstances lists the instances of live state (connected or not).
-func (l liveState) holdInstances() []holdInst {
-	infos := l.Instances()
-	out := make([]holdInst, len(infos))
-	for i := range infos {
-		out[i] = holdInstOf(&infos[i])
-	}
-	return out
-}
-
-// holdInstance returns one instance; ok is false when it is unknown.
-func (l liveState) holdInstance(k instKey) (holdInst, bool) {
-	info, ok := l.Instance(k.key())
-	if !ok {
-		return holdInst{}, false
-	}
-	return holdInstOf(&info), true
-}
-
-func holdInstOf(info *live.InstanceInfo) holdInst {
-	hi := holdInst{ref: info.Ref, startedAt: info.StartedAt, breakers: info.Breakers, rates: info.Rates,
-		unsupported: info.Unsupported, stale: info.Stale, pull: info.Pull}
-	if info.Conn != nil {
-		hi.sess = &session{info.Conn}
-	}
-	return hi
-}
 
 // publisher publishes events (commands and their results) to live
 // state's subscribers.
@@ -54,17 +25,11 @@ type publisher struct{ l *live.State }
 
 func (p publisher) publish(e cbdash.Event) { p.l.Publish(e) }
 
-// session is an instance's connection (an ingest session, live.Conn)
-// as the holds send to it.
-type session struct{ conn live.Conn }
-
-func (s *session) send(v any) { s.conn.Send(v) }
-
 // holdsHooks, commandHooks and fleetHooks are the holds, the commands
 // and the fleet as the ingest pipeline tells them what it did
 // (ingest.Holds, Commands, Fleet).
 type (
-	holdsHooks   struct{ m *holdManager }
+	holdsHooks   struct{ m holdManager }
 	commandHooks struct{ c *Collector }
 	fleetHooks   struct{ f *fleet }
 )

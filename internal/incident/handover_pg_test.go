@@ -25,6 +25,7 @@ import (
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/pgtest"
 	"github.com/cbdash/cbdash/internal/stacktest"
+	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -65,7 +66,7 @@ func TestLeaderDiesAmidShortTripsEachGetsItsIncidentAndAlertOnce(t *testing.T) {
 	if os.Getenv(pgtest.EnvDSN) == "" {
 		t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
 	}
-	dsn := pgtest.DSN(t)
+	dsn := storetest.Postgres(t) // migrated: the bus opens before the stores
 	clk := clocktest.NewRunning()
 	ctx := context.Background()
 	openBus := func(node string, reconnect time.Duration) *cluster.Postgres {

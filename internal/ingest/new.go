@@ -26,7 +26,7 @@ type Store interface {
 	SaveHello(ctx context.Context, h protocol.Hello, at time.Time) error
 	LastSeq(ctx context.Context, service, instance string, startedAt int64) (uint64, error)
 	SaveBatch(ctx context.Context, service, instance string, startedAt int64, b protocol.Batch, at time.Time) (bool, error)
-	SaveBatchAsync(ctx context.Context, service, instance string, startedAt int64, b *protocol.Batch, at time.Time, a store.Async) error
+	NewStream(service, instance string, startedAt int64, size int) (*store.Stream, error)
 	PendingCommands(ctx context.Context, service, instance string, now time.Time) ([]cbdash.Command, error)
 	CommandTargets(ctx context.Context, service, instance string, ids []string) (map[string]bool, error)
 	Probe(ctx context.Context) error

@@ -234,8 +234,8 @@ func (c *Pipeline) saved(k live.Key, startedAt int64, b *protocol.Batch, stored 
 // err; canceled: the caller's context was done. It records the failure
 // (storeHealth.failed): a batch refused for good is answered giveUp,
 // any other failure is a retry-later that asks the agent to come back
-// after StoreRetryAfter. It takes no lock held while the store writes,
-// so the store's writer may call it.
+// after StoreRetryAfter. A session calls it on its receiving goroutine
+// (session.landed).
 func (c *Pipeline) saveFailed(k live.Key, startedAt int64, b *protocol.Batch, err error, canceled bool) *refusal {
 	c.metrics.batches.WithLabelValues("failed").Inc()
 	if !canceled {

@@ -109,8 +109,10 @@ func (o *outbox) swap(spare [][]byte) [][]byte {
 const SaveQueue = 8
 
 // session is one agent websocket connection. Its reading goroutine reads,
-// validates and hands each batch to the store's writer (SaveBatchAsync);
-// a writer goroutine owns the socket's writes: the queued messages
+// validates and hands each batch to the store (store.Stream.Save); a
+// receiving goroutine, running while outcomes are expected, takes the
+// batches' outcomes from the stream (receive); a writer goroutine owns
+// the socket's writes: the queued messages
 // (welcome, commands, the error of a going away) and, in the order the
 // batches were read, their acknowledgements (after their commit) and
 // refusals.
@@ -161,23 +163,31 @@ type session struct {
 
 // saves are a session's batches, refusals and duplicates' acks in the
 // order they were read, from when they are read until the writer
-// goroutine has answered them: at most SaveQueue (slots). The store's
-// writer completes the batches (on its own goroutine, see
-// store.SaveBatchAsync); the session's writer answers from the front,
-// in order, what is complete.
+// goroutine has answered them: at most SaveQueue (slots). The session's
+// receiving goroutine completes the batches with the outcomes the
+// store's writer sends to the stream (receive); the session's writer
+// answers from the front, in order, what is complete.
 type saves struct {
 	slots chan struct{}  // a token per entry in ring
 	ready chan struct{}  // signalled when an entry was completed
 	ops   sync.WaitGroup // batches handed to the store and not completed
+	// stream takes the session's batches to the store and brings their
+	// outcomes back (set by the handshake).
+	stream *store.Stream
 
-	mu    sync.Mutex
-	ring  [SaveQueue]*saveEntry
-	first int // index in ring of the oldest entry
-	n     int // entries in ring
+	mu sync.Mutex
+	// expected: batches handed to stream whose outcome is not received
+	// yet; receiving: a goroutine receives them (receive).
+	expected  int
+	receiving bool
+	ring      [SaveQueue]*saveEntry
+	first     int // index in ring of the oldest entry
+	n         int // entries in ring
 	// failed: a batch failed to be stored (not refused for good), and
 	// the session ends; the batches after it must not be written (the
 	// agent resends them all, and a later one stored would make the
-	// failed one look stored: the store keeps the highest seq).
+	// failed one look stored: the store keeps the highest seq), so the
+	// stream is stopped (see landed).
 	failed bool
 }
 
@@ -327,6 +337,12 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		return false
 	}
 	s.lastQueued, s.lastStored = last, last
+	stream, err := c.store.NewStream(h.Service, h.Instance, h.StartedAt, SaveQueue)
+	if err != nil {
+		s.fatal(ctx, invalidInput("hello: ", err))
+		return false
+	}
+	s.saves.stream = stream
 	if prev != nil {
 		// Another connection of the instance came and went meanwhile.
 		prev.Replaced()
@@ -524,37 +540,106 @@ func (s *session) hand(ctx context.Context, e *saveEntry) bool {
 	q.ops.Add(1)
 	// Not canceled with the session once queued: the batch is then
 	// committed (or skipped) before the session is quiet (see handshake).
-	err := c.store.SaveBatchAsync(ctx, s.key.Service, s.key.Instance, s.startedAt, e.batch, e.at, store.Async{
-		Skip: s.skip,
-		Done: func(stored bool, err error) {
-			s.completed(e, stored, err)
-			c.metrics.queue.Dec() // after: the gauge at 0 means every outcome is recorded
-			q.ops.Done()
-		},
-		// Full: the ring is full, nothing more comes before a commit.
-		Stream: q, Full: full,
-	})
-	if err != nil {
+	// Full: the ring is full, nothing more comes before a commit.
+	if err := q.stream.Save(ctx, e.batch, e.at, full); err != nil {
 		s.completed(e, false, err)
 		c.metrics.queue.Dec()
 		q.ops.Done()
+		return true
 	}
+	s.expectOutcome()
 	return true
 }
 
-// skip tells the store's writer whether to leave a batch of this session
-// unwritten: one before it failed.
+// expectOutcome counts one more outcome to receive from the stream and
+// starts the receiving goroutine when none runs. No goroutine waits for
+// a session's outcomes while none is expected (a thousand mostly quiet
+// connections hold no goroutine for it).
+func (s *session) expectOutcome() {
+	q := &s.saves
+	q.mu.Lock()
+	q.expected++
+	start := !q.receiving
+	q.receiving = true
+	q.mu.Unlock()
+	if start {
+		go s.receive()
+	}
+}
+
+// receive is the session's receiving goroutine: it takes the outcomes of
+// the batches handed to the store, as the store's writer sends them
+// (store.Stream.Next), until none is expected.
+func (s *session) receive() {
+	q := &s.saves
+	for {
+		s.landed(q.stream.Next())
+		q.mu.Lock()
+		q.expected--
+		more := q.expected > 0
+		q.receiving = more
+		q.mu.Unlock()
+		q.ops.Done() // last: the session waits for it (run) before it is quiet
+		if !more {
+			return
+		}
+	}
+}
+
+// landed completes the entry of a batch with its outcome and answers a
+// failure to the stream: Stop when the session ends on it (the store
+// then writes none of its later batches), Resume when the batch is
+// refused for good (the ones after it go on).
+func (s *session) landed(o store.BatchOutcome) {
+	q := &s.saves
+	e := q.entry(o.Batch)
+	if e == nil { // not expected: end the session rather than ack past it
+		s.c.log.Error("outcome of a batch the session did not hand to the store", "service", s.key.Service, "instance", s.key.Instance)
+		s.kill("store error")
+		if o.Err != nil && !errors.Is(o.Err, store.ErrSkipped) {
+			q.stream.Stop()
+		}
+		s.c.metrics.queue.Dec()
+		return
+	}
+	stop := s.completed(e, o.Stored, o.Err)
+	if o.Err != nil && !errors.Is(o.Err, store.ErrSkipped) {
+		if stop {
+			q.stream.Stop()
+		} else {
+			q.stream.Resume()
+		}
+	}
+	s.c.metrics.queue.Dec() // after: the gauge at 0 means every outcome is recorded
+}
+
+// entry returns the entry of batch b, which is in the ring until its
+// outcome has been answered (nil when it is not).
+func (q *saves) entry(b *protocol.Batch) *saveEntry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.n {
+		if e := q.ring[(q.first+i)%SaveQueue]; e.batch == b && !e.complete {
+			return e
+		}
+	}
+	return nil
+}
+
+// skip reports whether a batch of this session failed to be stored and
+// ended it (saves.failed).
 func (s *session) skip() bool {
 	s.saves.mu.Lock()
 	defer s.saves.mu.Unlock()
 	return s.saves.failed
 }
 
-// completed records e's outcome (on the store's writer goroutine for a
-// batch, which is told before it writes anything later: a failure that
-// is not a refusal for good skips the batches after it) and wakes the
-// session's writer.
-func (s *session) completed(e *saveEntry, stored bool, err error) {
+// completed records e's outcome (on the session's receiving goroutine
+// for a batch handed to the store) and wakes the session's writer. It
+// reports whether the session ends on it: a failure that is not a
+// refusal for good, after which none of the session's later batches is
+// to be written.
+func (s *session) completed(e *saveEntry, stored bool, err error) bool {
 	var rf *refusal
 	if err != nil && !errors.Is(err, store.ErrSkipped) {
 		rf = s.c.saveFailed(s.key, s.startedAt, e.batch, err, errors.Is(err, context.Canceled))
@@ -562,12 +647,14 @@ func (s *session) completed(e *saveEntry, stored bool, err error) {
 	q := &s.saves
 	q.mu.Lock()
 	e.complete, e.stored, e.err, e.rf = true, stored, err, rf
-	if err != nil && (rf == nil || !rf.giveUp) {
+	ends := err != nil && (rf == nil || !rf.giveUp)
+	if ends {
 		q.failed = true
 	}
 	q.mu.Unlock()
 	signal(q.ready)
 	s.kick()
+	return ends
 }
 
 // completeFront counts the complete entries at the front, in order: the

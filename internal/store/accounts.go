@@ -60,14 +60,14 @@ func (x *wtx) logEvent(now int64, actor, action, subject, detail string) error {
 	if actor == "" {
 		return fmt.Errorf("%w: the account log needs an actor", cbdash.ErrInvalid)
 	}
-	_, err := x.exec("INSERT INTO account_events (at, actor, action, subject, detail) VALUES (?, ?, ?, ?, ?)",
+	_, err := x.exec("INSERT INTO account_events (at, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5)",
 		now, actor, action, subject, detail)
 	return err
 }
 
 // activeAdmins counts the enabled admins other than the user named except.
 func (x *wtx) activeAdminsBut(except string) (int, error) {
-	row, err := x.queryRow("SELECT count(*) FROM users WHERE role = 'admin' AND disabled_at = 0 AND name <> ?", except)
+	row, err := x.queryRow("SELECT count(*) FROM users WHERE role = 'admin' AND disabled_at = 0 AND name <> $1", except)
 	if err != nil {
 		return 0, err
 	}
@@ -77,7 +77,7 @@ func (x *wtx) activeAdminsBut(except string) (int, error) {
 
 // userRow reads the ID, role and disabled flag of the user named.
 func (x *wtx) userRow(name string) (id int64, role string, disabled bool, err error) {
-	row, err := x.queryRow("SELECT id, role, disabled_at FROM users WHERE name = ?", name)
+	row, err := x.queryRow("SELECT id, role, disabled_at FROM users WHERE name = $1", name)
 	if err != nil {
 		return 0, "", false, err
 	}
@@ -132,7 +132,7 @@ func (s *Store) AccountEvents(ctx context.Context, limit int) ([]cbdash.AccountE
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := s.rdb.QueryContext(ctx, "SELECT id, at, actor, action, subject, detail FROM account_events ORDER BY id DESC LIMIT ?", limit)
+	rows, err := s.rdb.QueryContext(ctx, "SELECT id, at, actor, action, subject, detail FROM account_events ORDER BY id DESC LIMIT $1", limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: account events: %w", err)
 	}
@@ -173,7 +173,7 @@ func (s *Store) SetUserRole(ctx context.Context, actor, name, role string) error
 		if err := x.keepAnAdmin(name, old, disabled, "changing the role of "+name); err != nil {
 			return err
 		}
-		if _, err := x.exec("UPDATE users SET role = ? WHERE name = ?", role, name); err != nil {
+		if _, err := x.exec("UPDATE users SET role = $1 WHERE name = $2", role, name); err != nil {
 			return err
 		}
 		return x.logEvent(now, actor, cbdash.AccountUserRole, name, old+" > "+role)
@@ -201,7 +201,7 @@ func (s *Store) SetUserDisabled(ctx context.Context, actor, name string, disable
 			return nil
 		}
 		if !disabled {
-			if _, err := x.exec("UPDATE users SET disabled_at = 0 WHERE id = ?", id); err != nil {
+			if _, err := x.exec("UPDATE users SET disabled_at = 0 WHERE id = $1", id); err != nil {
 				return err
 			}
 			return x.logEvent(now, actor, cbdash.AccountUserEnable, name, "")
@@ -209,10 +209,10 @@ func (s *Store) SetUserDisabled(ctx context.Context, actor, name string, disable
 		if err := x.keepAnAdmin(name, role, false, "disabling "+name); err != nil {
 			return err
 		}
-		if _, err := x.exec("UPDATE users SET disabled_at = ? WHERE id = ?", now, id); err != nil {
+		if _, err := x.exec("UPDATE users SET disabled_at = $1 WHERE id = $2", now, id); err != nil {
 			return err
 		}
-		if _, err := x.exec("DELETE FROM sessions WHERE user_id = ?", id); err != nil {
+		if _, err := x.exec("DELETE FROM sessions WHERE user_id = $1", id); err != nil {
 			return err
 		}
 		return x.logEvent(now, actor, cbdash.AccountUserDisable, name, "")
@@ -239,7 +239,7 @@ func (s *Store) DeleteUser(ctx context.Context, actor, name string) error {
 		}
 		// Explicit rather than by ON DELETE CASCADE, which a connection
 		// without foreign_keys would skip.
-		for _, q := range []string{"DELETE FROM sessions WHERE user_id = ?", "DELETE FROM user_tokens WHERE user_id = ?", "DELETE FROM users WHERE id = ?"} {
+		for _, q := range []string{"DELETE FROM sessions WHERE user_id = $1", "DELETE FROM user_tokens WHERE user_id = $1", "DELETE FROM users WHERE id = $1"} {
 			if _, err := x.exec(q, id); err != nil {
 				return err
 			}
@@ -287,7 +287,7 @@ func (s *Store) userTokens(ctx context.Context, where string, args ...any) ([]cb
 func (s *Store) RevokeUserToken(ctx context.Context, actor string, id int64) error {
 	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		row, err := x.queryRow("SELECT u.name, t.name FROM user_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ?", id)
+		row, err := x.queryRow("SELECT u.name, t.name FROM user_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = $1", id)
 		if err != nil {
 			return err
 		}
@@ -295,7 +295,7 @@ func (s *Store) RevokeUserToken(ctx context.Context, actor string, id int64) err
 		if err := row.Scan(&user, &name); err != nil {
 			return fmt.Errorf("%w: API token %s", cbdash.ErrNotFound, UserTokenRef(id))
 		}
-		if _, err := x.exec("DELETE FROM user_tokens WHERE id = ?", id); err != nil {
+		if _, err := x.exec("DELETE FROM user_tokens WHERE id = $1", id); err != nil {
 			return err
 		}
 		return x.logEvent(now, actor, cbdash.AccountTokenRevoke, UserTokenRef(id), fmt.Sprintf("%s of %s", name, user))
@@ -317,7 +317,7 @@ func (s *Store) RevokeUserTokens(ctx context.Context, actor, name string) (int, 
 		if err != nil {
 			return err
 		}
-		res, err := x.exec("DELETE FROM user_tokens WHERE user_id = ?", id)
+		res, err := x.exec("DELETE FROM user_tokens WHERE user_id = $1", id)
 		if err != nil {
 			return err
 		}
@@ -338,7 +338,7 @@ func (s *Store) RevokeUserTokens(ctx context.Context, actor, name string) (int, 
 func (s *Store) ExpireUserToken(ctx context.Context, actor string, id int64, at time.Time) error {
 	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec("UPDATE user_tokens SET expires_at = ? WHERE id = ?", ms(at), id)
+		res, err := x.exec("UPDATE user_tokens SET expires_at = $1 WHERE id = $2", ms(at), id)
 		if err != nil {
 			return err
 		}
@@ -363,7 +363,7 @@ func (s *Store) ExpireUserToken(ctx context.Context, actor string, id int64, at 
 func (s *Store) RevokeAgentToken(ctx context.Context, actor, id string) error {
 	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		row, err := x.queryRow("SELECT service FROM agent_tokens WHERE lower(hex(substr(hash, 1, 8))) = lower(?)", id)
+		row, err := x.queryRow("SELECT service FROM agent_tokens WHERE "+x.w.d.agentTokenID()+" = lower($1)", id)
 		if err != nil {
 			return err
 		}
@@ -371,7 +371,7 @@ func (s *Store) RevokeAgentToken(ctx context.Context, actor, id string) error {
 		if err := row.Scan(&svc); err != nil {
 			return fmt.Errorf("%w: agent token %q", cbdash.ErrNotFound, id)
 		}
-		if _, err := x.exec("DELETE FROM agent_tokens WHERE lower(hex(substr(hash, 1, 8))) = lower(?)", id); err != nil {
+		if _, err := x.exec("DELETE FROM agent_tokens WHERE "+x.w.d.agentTokenID()+" = lower($1)", id); err != nil {
 			return err
 		}
 		return x.logEvent(now, actor, cbdash.AccountAgentRevoke, AgentTokenRef(strings.ToLower(id)), serviceText(svc))
@@ -388,7 +388,7 @@ func (s *Store) RevokeAgentToken(ctx context.Context, actor, id string) error {
 func (s *Store) ExpireAgentToken(ctx context.Context, actor, id string, at time.Time) error {
 	now := ms(s.opts.Clock.Now())
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec("UPDATE agent_tokens SET expires_at = ? WHERE lower(hex(substr(hash, 1, 8))) = lower(?)", ms(at), id)
+		res, err := x.exec("UPDATE agent_tokens SET expires_at = $1 WHERE "+x.w.d.agentTokenID()+" = lower($2)", ms(at), id)
 		if err != nil {
 			return err
 		}
@@ -413,8 +413,9 @@ func (s *Store) LiveAgentTokens(ctx context.Context, ids []string, now time.Time
 	for i, id := range ids {
 		vals[i] = strings.ToLower(id)
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT lower(hex(substr(hash, 1, 8))) FROM agent_tokens
-		WHERE lower(hex(substr(hash, 1, 8))) IN (SELECT value FROM json_each(?)) AND (expires_at = 0 OR expires_at > ?)`,
+	d := s.rdb.d
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+d.agentTokenID()+` FROM agent_tokens
+		WHERE `+d.agentTokenID()+` IN (SELECT value FROM `+d.jsonEach("$1")+`) AND (expires_at = 0 OR expires_at > $2)`,
 		jsonStrings(vals), ms(now))
 	if err != nil {
 		return nil, fmt.Errorf("store: live agent tokens: %w", err)
@@ -462,7 +463,7 @@ func (s *Store) IssueUserToken(ctx context.Context, actor string, userID int64, 
 	}
 	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		row, err := x.queryRow("SELECT name FROM users WHERE id = ?", userID)
+		row, err := x.queryRow("SELECT name FROM users WHERE id = $1", userID)
 		if err != nil {
 			return err
 		}
@@ -470,7 +471,7 @@ func (s *Store) IssueUserToken(ctx context.Context, actor string, userID int64, 
 		if err := row.Scan(&user); err != nil {
 			return fmt.Errorf("%w: user %d", cbdash.ErrNotFound, userID)
 		}
-		id, err := x.insertID("INSERT INTO user_tokens (hash, user_id, name, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+		id, err := x.insertID("INSERT INTO user_tokens (hash, user_id, name, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)",
 			hashToken(tok), userID, name, now, ms(expires))
 		if err != nil {
 			return err
@@ -497,7 +498,7 @@ func (s *Store) IssueAgentToken(ctx context.Context, actor, service string, expi
 	ref = AgentTokenRef(AgentTokenID(tok))
 	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at, expires_at) VALUES (?, ?, ?, ?)",
+		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at, expires_at) VALUES ($1, $2, $3, $4)",
 			hashToken(tok), service, now, ms(expires)); err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 // PutFiringAlert inserts or replaces the state of one alert.
 func (s *Store) PutFiringAlert(ctx context.Context, a cbdash.FiringAlert) error {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		_, err := x.exec(`INSERT INTO alert_firing (rule_id, subject, firing, since_ms, detail, pending) VALUES (?, ?, ?, ?, ?, ?)
+		_, err := x.exec(`INSERT INTO alert_firing (rule_id, subject, firing, since_ms, detail, pending) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (rule_id, subject) DO UPDATE SET firing = excluded.firing, since_ms = excluded.since_ms,
 			detail = excluded.detail, pending = excluded.pending`,
 			a.RuleID, a.Subject, a.Firing, a.Since.UnixMilli(), a.Detail, a.Pending)
@@ -37,9 +37,9 @@ func (s *Store) AckFiringAlert(ctx context.Context, ruleID int64, subject, event
 		var err error
 		switch event {
 		case cbdash.AlertFiring:
-			_, err = x.exec(`UPDATE alert_firing SET pending = '' WHERE rule_id = ? AND subject = ? AND pending = ?`, ruleID, subject, event)
+			_, err = x.exec(`UPDATE alert_firing SET pending = '' WHERE rule_id = $1 AND subject = $2 AND pending = $3`, ruleID, subject, event)
 		case cbdash.AlertResolved:
-			_, err = x.exec(`DELETE FROM alert_firing WHERE rule_id = ? AND subject = ? AND pending = ?`, ruleID, subject, event)
+			_, err = x.exec(`DELETE FROM alert_firing WHERE rule_id = $1 AND subject = $2 AND pending = $3`, ruleID, subject, event)
 		default:
 			err = fmt.Errorf("event %q is not firing or resolved: %w", event, cbdash.ErrInvalid)
 		}
@@ -55,7 +55,7 @@ func (s *Store) AckFiringAlert(ctx context.Context, ruleID int64, subject, event
 // disabled or deleted: its alerts are forgotten without a resolve).
 func (s *Store) DeleteFiringAlerts(ctx context.Context, ruleID int64) error {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		_, err := x.exec(`DELETE FROM alert_firing WHERE rule_id = ?`, ruleID)
+		_, err := x.exec(`DELETE FROM alert_firing WHERE rule_id = $1`, ruleID)
 		return err
 	}})
 	if err != nil {

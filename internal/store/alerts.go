@@ -67,7 +67,7 @@ func (s *Store) CreateAlertRule(ctx context.Context, r cbdash.AlertRule) (cbdash
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		var err error
 		r.ID, err = x.insertID(`INSERT INTO alert_rules (name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, append(ruleArgs(r), r.CreatedAt.UnixMilli())...)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, append(ruleArgs(r), r.CreatedAt.UnixMilli())...)
 		return err
 	}})
 	if err != nil {
@@ -83,8 +83,8 @@ func (s *Store) UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error {
 		return err
 	}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`UPDATE alert_rules SET name = ?, service = ?, breaker = ?, kind = ?, for_ms = ?, margin = ?, hold_ms = ?,
-			webhook_url = ?, format = ?, disabled = ? WHERE id = ?`, append(ruleArgs(r), r.ID)...)
+		res, err := x.exec(`UPDATE alert_rules SET name = $1, service = $2, breaker = $3, kind = $4, for_ms = $5, margin = $6, hold_ms = $7,
+			webhook_url = $8, format = $9, disabled = $10 WHERE id = $11`, append(ruleArgs(r), r.ID)...)
 		if err != nil {
 			return err
 		}
@@ -101,17 +101,17 @@ func (s *Store) UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error {
 // unknown ID is an error wrapping cbdash.ErrNotFound.
 func (s *Store) DeleteAlertRule(ctx context.Context, id int64) error {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`DELETE FROM alert_rules WHERE id = ?`, id)
+		res, err := x.exec(`DELETE FROM alert_rules WHERE id = $1`, id)
 		if err != nil {
 			return err
 		}
 		if err := mustAffect(res, "alert rule", id); err != nil {
 			return err
 		}
-		if _, err := x.exec(`DELETE FROM alert_firing WHERE rule_id = ?`, id); err != nil {
+		if _, err := x.exec(`DELETE FROM alert_firing WHERE rule_id = $1`, id); err != nil {
 			return err
 		}
-		_, err = x.exec(`DELETE FROM alert_episodes WHERE rule_id = ?`, id)
+		_, err = x.exec(`DELETE FROM alert_episodes WHERE rule_id = $1`, id)
 		return err
 	}})
 	if err != nil {
@@ -148,7 +148,7 @@ func scanRule(sc interface{ Scan(...any) error }) (cbdash.AlertRule, error) {
 // AlertRule returns one rule; an unknown ID is an error wrapping
 // cbdash.ErrNotFound.
 func (s *Store) AlertRule(ctx context.Context, id int64) (cbdash.AlertRule, error) {
-	r, err := scanRule(s.rdb.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM alert_rules WHERE id = ?`, id))
+	r, err := scanRule(s.rdb.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM alert_rules WHERE id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("store: alert rule %d: %w", id, cbdash.ErrNotFound)
 	}
@@ -185,7 +185,7 @@ func (s *Store) SaveAlertDelivery(ctx context.Context, d cbdash.AlertDelivery) (
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		var err error
 		id, err = x.insertID(`INSERT INTO alert_deliveries (rule_id, subject, event, url, status, attempts, ok, error, body, at_ms)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			d.RuleID, d.Subject, d.Event, d.URL, d.Status, d.Attempts, d.OK, d.Error, d.Body, d.At.UnixMilli())
 		return err
 	}})
@@ -198,17 +198,15 @@ func (s *Store) SaveAlertDelivery(ctx context.Context, d cbdash.AlertDelivery) (
 // AlertDeliveries returns delivery log entries, newest first.
 func (s *Store) AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error) {
 	query := `SELECT id, rule_id, subject, event, url, status, attempts, ok, error, body, at_ms FROM alert_deliveries`
-	var args []any
+	var args params
 	if q.RuleID != 0 {
-		query += " WHERE rule_id = ?"
-		args = append(args, q.RuleID)
+		query += " WHERE rule_id = " + args.add(q.RuleID)
 	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 200
 	}
-	query += " ORDER BY id DESC LIMIT ?"
-	args = append(args, limit)
+	query += " ORDER BY id DESC LIMIT " + args.add(limit)
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: alert deliveries: %w", err)

@@ -19,7 +19,7 @@ func (s *Store) CommandTargets(ctx context.Context, service, instance string, id
 		args[i] = id
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT t.command_id FROM command_targets t JOIN commands c ON c.id = t.command_id
-		WHERE t.instance = ? AND c.service = ? AND t.command_id IN (SELECT value FROM json_each(?))`, instance, service, jsonStrings(args))
+		WHERE t.instance = $1 AND c.service = $2 AND t.command_id IN (SELECT value FROM `+s.rdb.d.jsonEach("$3")+`)`, instance, service, jsonStrings(args))
 	if err != nil {
 		return nil, fmt.Errorf("store: command targets: %w", err)
 	}

@@ -34,7 +34,7 @@ func (s *Store) CreateCommand(ctx context.Context, c cbdash.Command) error {
 		}
 	}
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
-		q, err := x.queryRow("SELECT count(*) FROM commands WHERE id = ?", c.ID)
+		q, err := x.queryRow("SELECT count(*) FROM commands WHERE id = $1", c.ID)
 		if err != nil {
 			return err
 		}
@@ -46,7 +46,7 @@ func (s *Store) CreateCommand(ctx context.Context, c cbdash.Command) error {
 			return fmt.Errorf("%w: command %q exists", cbdash.ErrConflict, c.ID)
 		}
 		if _, err := x.exec(`INSERT INTO commands (id, service, breaker, action, instance, share, ttl_ms, reason, actor, issued_at, expires_at, hold_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, c.Service, c.Breaker, c.Action, c.Instance, c.Share,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, c.ID, c.Service, c.Breaker, c.Action, c.Instance, c.Share,
 			c.TTL.Milliseconds(), c.Reason, c.Actor, ms(c.IssuedAt), ms(c.ExpiresAt), c.HoldID); err != nil {
 			return fmt.Errorf("store: create command: %w", err)
 		}
@@ -71,7 +71,7 @@ func checkTarget(t cbdash.CommandTarget) error {
 }
 
 func (x *wtx) putTarget(id string, t cbdash.CommandTarget) error {
-	if _, err := x.exec(`INSERT INTO command_targets (command_id, instance, status, state, error, at) VALUES (?, ?, ?, ?, ?, ?)
+	if _, err := x.exec(`INSERT INTO command_targets (command_id, instance, status, state, error, at) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (command_id, instance) DO UPDATE SET status = excluded.status, state = excluded.state,
 		error = excluded.error, at = excluded.at`, id, t.Instance, t.Status, t.State, t.Error, ms(t.At)); err != nil {
 		return fmt.Errorf("store: command target: %w", err)
@@ -88,7 +88,7 @@ func (s *Store) SetCommandTarget(ctx context.Context, commandID string, t cbdash
 		return err
 	}
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
-		q, err := x.queryRow("SELECT count(*) FROM commands WHERE id = ?", commandID)
+		q, err := x.queryRow("SELECT count(*) FROM commands WHERE id = $1", commandID)
 		if err != nil {
 			return err
 		}
@@ -118,7 +118,7 @@ func scanCommand(sc interface{ Scan(...any) error }) (cbdash.Command, error) {
 // Command returns one command with its targets (sorted by instance).
 // Errors: cbdash.ErrNotFound, ctx's or a wrapped driver error.
 func (s *Store) Command(ctx context.Context, id string) (cbdash.Command, error) {
-	c, err := scanCommand(s.rdb.QueryRowContext(ctx, "SELECT "+commandColumns+" FROM commands WHERE id = ?", id))
+	c, err := scanCommand(s.rdb.QueryRowContext(ctx, "SELECT "+commandColumns+" FROM commands WHERE id = $1", id))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return cbdash.Command{}, fmt.Errorf("%w: command %q", cbdash.ErrNotFound, id)
@@ -146,19 +146,19 @@ func (s *Store) Commands(ctx context.Context, q cbdash.CommandQuery) ([]cbdash.C
 	}
 	limit = min(limit, maxCommands)
 	var where []string
-	var args []any
+	var args params
 	if q.Service != "" {
-		where, args = append(where, "service = ?"), append(args, q.Service)
+		where = append(where, "service = "+args.add(q.Service))
 	}
 	if q.Breaker != "" {
-		where, args = append(where, "breaker = ?"), append(args, q.Breaker)
+		where = append(where, "breaker = "+args.add(q.Breaker))
 	}
 	query := "SELECT " + commandColumns + " FROM commands"
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
-	query += " ORDER BY issued_at DESC, id DESC LIMIT ?"
-	return s.queryCommands(ctx, query, append(args, limit)...)
+	query += " ORDER BY issued_at DESC, id DESC LIMIT " + args.add(limit)
+	return s.queryCommands(ctx, query, args...)
 }
 
 // PendingCommands returns the commands of service with a pending target
@@ -168,7 +168,7 @@ func (s *Store) Commands(ctx context.Context, q cbdash.CommandQuery) ([]cbdash.C
 func (s *Store) PendingCommands(ctx context.Context, service, instance string, now time.Time) ([]cbdash.Command, error) {
 	return s.queryCommands(ctx, `SELECT `+prefixed("c.", commandColumns)+` FROM command_targets t
 		JOIN commands c ON c.id = t.command_id
-		WHERE t.instance = ? AND t.status = ? AND c.service = ? AND (c.expires_at = 0 OR c.expires_at > ?)
+		WHERE t.instance = $1 AND t.status = $2 AND c.service = $3 AND (c.expires_at = 0 OR c.expires_at > $4)
 		ORDER BY c.issued_at, c.id`, instance, cbdash.TargetPending, service, ms(now))
 }
 
@@ -216,7 +216,7 @@ func (s *Store) loadTargets(ctx context.Context, cmds []cbdash.Command) error {
 		args[i] = c.ID
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT command_id, instance, status, state, error, at FROM command_targets
-		WHERE command_id IN (SELECT value FROM json_each(?)) ORDER BY command_id, instance`, jsonStrings(args))
+		WHERE command_id IN (SELECT value FROM `+s.rdb.d.jsonEach("$1")+`) ORDER BY command_id, instance`, jsonStrings(args))
 	if err != nil {
 		return fmt.Errorf("store: command targets: %w", err)
 	}

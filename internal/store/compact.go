@@ -76,7 +76,7 @@ func (x *wtx) depIDs() ([]int64, error) {
 // over all dependencies; ok is false when there is none.
 func (x *wtx) oldest(l level, deps []int64, from int64) (start int64, ok bool, err error) {
 	for _, d := range deps {
-		q, err := x.queryRow("SELECT start FROM "+l.table()+" WHERE dep_id = ? AND start >= ? ORDER BY start LIMIT 1", d, from)
+		q, err := x.queryRow("SELECT start FROM "+l.table()+" WHERE dep_id = $1 AND start >= $2 ORDER BY start LIMIT 1", d, from)
 		if err != nil {
 			return 0, false, err
 		}
@@ -149,7 +149,7 @@ func (x *wtx) rollMinutes() error {
 
 // rollRange merges the rows of level fine in [from, to) into level coarse.
 func (x *wtx) rollRange(fine, coarse level, deps []int64, from, to int64) error {
-	sel := "SELECT start, " + rowColumns + " FROM " + fine.table() + " WHERE dep_id = ? AND start >= ? AND start < ? ORDER BY start"
+	sel := "SELECT start, " + rowColumns + " FROM " + fine.table() + " WHERE dep_id = $1 AND start >= $2 AND start < $3 ORDER BY start"
 	st, err := x.st(sel)
 	if err != nil {
 		return err
@@ -188,7 +188,7 @@ func (x *wtx) rollRange(fine, coarse level, deps []int64, from, to int64) error 
 }
 
 func (x *wtx) setWatermark(level string, v int64, cached *int64) error {
-	if _, err := x.exec("UPDATE rollups SET done_until = ? WHERE level = ?", v, level); err != nil {
+	if _, err := x.exec("UPDATE rollups SET done_until = $1 WHERE level = $2", v, level); err != nil {
 		return fmt.Errorf("store: roll-up watermark: %w", err)
 	}
 	*cached = v
@@ -217,20 +217,20 @@ func (x *wtx) expire(now int64, r Retention) error {
 		{levelHour, now - r.Hours.Milliseconds()},
 	} {
 		for _, d := range deps {
-			if _, err := x.exec("DELETE FROM "+c.l.table()+" WHERE dep_id = ? AND start < ?", d, c.before); err != nil {
+			if _, err := x.exec("DELETE FROM "+c.l.table()+" WHERE dep_id = $1 AND start < $2", d, c.before); err != nil {
 				return fmt.Errorf("store: expire %s: %w", c.l.table(), err)
 			}
 		}
 	}
-	if _, err := x.exec("DELETE FROM data_gaps WHERE gap_end < ?", now-r.Hours.Milliseconds()); err != nil {
+	if _, err := x.exec("DELETE FROM data_gaps WHERE gap_end < $1", now-r.Hours.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire data gaps: %w", err)
 	}
-	if _, err := x.exec("DELETE FROM transitions WHERE at < ?", now-r.Transitions.Milliseconds()); err != nil {
+	if _, err := x.exec("DELETE FROM transitions WHERE at < $1", now-r.Transitions.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire transitions: %w", err)
 	}
 	// An alert episode guards against alerting a replayed trip twice; a
 	// trip past the transitions' retention is never replayed.
-	if _, err := x.exec("DELETE FROM alert_episodes WHERE resolved_ms < ?", now-r.Transitions.Milliseconds()); err != nil {
+	if _, err := x.exec("DELETE FROM alert_episodes WHERE resolved_ms < $1", now-r.Transitions.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire alert episodes: %w", err)
 	}
 	if err := x.expireInstanceMinutes(now, r.InstanceMinutes); err != nil {
@@ -238,7 +238,7 @@ func (x *wtx) expire(now int64, r Retention) error {
 	}
 	// Agent processes other than an instance's latest, started before the
 	// seconds retention: no batch of theirs can still be in flight.
-	if _, err := x.exec(`DELETE FROM instance_runs WHERE started_at < ? AND started_at <>
+	if _, err := x.exec(`DELETE FROM instance_runs WHERE started_at < $1 AND started_at <>
 		(SELECT started_at FROM instances WHERE instances.id = instance_runs.instance_id)`, now-r.Seconds.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire agent runs: %w", err)
 	}

@@ -16,14 +16,16 @@ import (
 )
 
 // dialect is everything that differs between the two backends once a
-// connection is open: how a query is spelled, which migrations apply and
-// how a driver error is classified. The store's SQL is written once, in
-// SQLite's spelling with "?" placeholders; the PostgreSQL dialect
-// rewrites the few constructs that differ (see rebind), once per query
-// text.
+// connection is open: the few spellings of SQL that differ, which
+// migrations apply and how a driver error is classified. The store's SQL
+// is written once with $1, $2... placeholders, which both drivers bind
+// positionally (modernc.org/sqlite takes $N for the N-th argument, as
+// PostgreSQL does, and a number may be used twice), so a query is the
+// same text on both backends except where it needs one of the spellings
+// below (greatest, least, jsonEach, lowerHex).
 type dialect struct {
 	postgres bool
-	cache    sync.Map // query text -> rewritten text (PostgreSQL only)
+	legacy   sync.Map // "?" query text -> its PostgreSQL spelling (dialect_legacy.go)
 }
 
 var (
@@ -47,23 +49,64 @@ func (d *dialect) goose() goose.Dialect {
 	return goose.DialectSQLite3
 }
 
-// q returns query as the backend spells it. For PostgreSQL: "?" becomes
-// "$1", "$2"... (outside string literals); json_each(?) becomes
-// jsonb_array_elements_text (both yield a column named value); the
-// two-argument scalar max(a, b) and min(a, b) become GREATEST and LEAST
-// (max and min with one argument stay aggregates); hex(x) becomes
-// upper(encode(x, 'hex')). Everything else is SQL both accept: ON
-// CONFLICT upserts, RETURNING, SAVEPOINT.
+// greatest spells the larger of the SQL expressions a and b: SQLite's
+// two-argument scalar max(a, b), PostgreSQL's GREATEST(a, b) (max with
+// two arguments is no function there). Both are for non-NULL values
+// here: SQLite's is NULL when either is, PostgreSQL's ignores a NULL.
+func (d *dialect) greatest(a, b string) string {
+	if d.postgres {
+		return "GREATEST(" + a + ", " + b + ")"
+	}
+	return "max(" + a + ", " + b + ")"
+}
+
+// least spells the smaller of a and b, as greatest the larger.
+func (d *dialect) least(a, b string) string {
+	if d.postgres {
+		return "LEAST(" + a + ", " + b + ")"
+	}
+	return "min(" + a + ", " + b + ")"
+}
+
+// jsonEach spells a table of the elements of the JSON array of strings
+// that the placeholder param is bound to (jsonStrings), one row each in
+// a text column named value: SQLite's json_each, PostgreSQL's
+// jsonb_array_elements_text. For "x IN (SELECT value FROM " +
+// d.jsonEach("$1") + ")" with any number of values.
+func (d *dialect) jsonEach(param string) string {
+	if d.postgres {
+		return "jsonb_array_elements_text(CAST(" + param + " AS jsonb))"
+	}
+	return "json_each(" + param + ")"
+}
+
+// lowerHex spells the lower-case hex digits of the blob expression b:
+// SQLite's lower(hex(b)), PostgreSQL's encode(b, 'hex').
+func (d *dialect) lowerHex(b string) string {
+	if d.postgres {
+		return "encode(" + b + ", 'hex')"
+	}
+	return "lower(hex(" + b + "))"
+}
+
+// q returns query as the backend runs it: as it is, unless it is still
+// written with "?" placeholders (writer.go, ingest.go and
+// instance_minutes.go, until they take $N; see dialect_legacy.go), which
+// the PostgreSQL dialect rewrites.
 func (d *dialect) q(query string) string {
-	if !d.postgres {
+	if !d.postgres || !strings.Contains(query, "?") || strings.Contains(query, "$") {
 		return query
 	}
-	if v, ok := d.cache.Load(query); ok {
-		return v.(string)
-	}
-	out := rebind(rewriteCalls(query))
-	d.cache.Store(query, out)
-	return out
+	return d.rewriteLegacy(query)
+}
+
+// params collects the arguments of a query built at run time and spells
+// their placeholders: add appends v and returns "$n", n its position.
+type params []any
+
+func (p *params) add(v any) string {
+	*p = append(*p, v)
+	return "$" + strconv.Itoa(len(*p))
 }
 
 // args converts arguments the backends would type differently: a Go bool
@@ -85,121 +128,6 @@ func (d *dialect) args(args []any) []any {
 		}
 	}
 	return args
-}
-
-// rebind numbers the "?" placeholders outside quoted text.
-func rebind(query string) string {
-	var b strings.Builder
-	n := 0
-	quote := byte(0)
-	for i := 0; i < len(query); i++ {
-		c := query[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
-		case c == '?':
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}
-
-// rewriteCalls rewrites the function calls PostgreSQL spells differently.
-func rewriteCalls(query string) string {
-	var b strings.Builder
-	for i := 0; i < len(query); {
-		name, ok := callAt(query, i)
-		if !ok {
-			b.WriteByte(query[i])
-			i++
-			continue
-		}
-		open := i + len(name)
-		end := closingParen(query, open)
-		if end < 0 {
-			b.WriteByte(query[i])
-			i++
-			continue
-		}
-		inner := rewriteCalls(query[open+1 : end])
-		switch lower := strings.ToLower(name); {
-		case lower == "json_each":
-			b.WriteString("jsonb_array_elements_text(CAST(" + inner + " AS jsonb))")
-		case lower == "hex":
-			b.WriteString("upper(encode(" + inner + ", 'hex'))")
-		case (lower == "max" || lower == "min") && topLevelComma(inner):
-			fn := "GREATEST"
-			if lower == "min" {
-				fn = "LEAST"
-			}
-			b.WriteString(fn + "(" + inner + ")")
-		default:
-			b.WriteString(query[i:open] + "(" + inner + ")")
-		}
-		i = end + 1
-	}
-	return b.String()
-}
-
-// callAt reports the name of a rewritten function called at query[i:]:
-// a whole word directly followed by "(".
-func callAt(query string, i int) (string, bool) {
-	if i > 0 && isWord(query[i-1]) {
-		return "", false
-	}
-	for _, name := range []string{"json_each", "hex", "max", "min"} {
-		n := len(name)
-		if i+n < len(query) && strings.EqualFold(query[i:i+n], name) && query[i+n] == '(' {
-			return query[i : i+n], true
-		}
-	}
-	return "", false
-}
-
-func isWord(c byte) bool {
-	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
-}
-
-// closingParen returns the index of the parenthesis closing the one at
-// open, or -1.
-func closingParen(s string, open int) int {
-	depth := 0
-	for i := open; i < len(s); i++ {
-		switch s[i] {
-		case '(':
-			depth++
-		case ')':
-			depth--
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
-func topLevelComma(s string) bool {
-	depth := 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '(':
-			depth++
-		case ')':
-			depth--
-		case ',':
-			if depth == 0 {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // beginGroup runs at the start of each group transaction. On PostgreSQL,

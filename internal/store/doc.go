@@ -14,17 +14,24 @@
 // PostgreSQL, anything else a SQLite path. Both are the same *Store with
 // the same methods, the same single writer with group commit and
 // savepoints, the same acks after COMMIT and (instance, seq) dedup. The
-// SQL is written once, in SQLite's spelling with "?" placeholders and
-// upserts (ON CONFLICT ... DO UPDATE with the target table's columns
-// qualified), RETURNING for new ids; dialect.go is the one place that
-// differs: it rewrites "?" to "$n", json_each to
-// jsonb_array_elements_text, the scalar max/min of two values to
-// GREATEST/LEAST and hex to encode, passes Go bools as 0/1, maps a
-// PostgreSQL unique violation to cbdash.ErrConflict, and classifies
-// PostgreSQL errors for Transient (connection lost or refused, the server
-// shutting down, out of disk, serialization failures and deadlocks are
-// transient: the collector then stops acking, as for a full disk, and
-// Writable fails until a write commits again, or Probe succeeds). PostgreSQL connections go
+// SQL is written once, with $1, $2... placeholders (both drivers bind them
+// by position; modernc.org/sqlite takes $N for the N-th argument), upserts
+// (ON CONFLICT ... DO UPDATE with the target table's columns qualified)
+// and RETURNING for new ids; a query built at run time numbers its
+// placeholders with params. dialect.go is the one place that differs: it
+// spells the few constructs the backends do not share (dialect.greatest
+// and least: SQLite's two-argument max/min, PostgreSQL's GREATEST/LEAST;
+// jsonEach: json_each or jsonb_array_elements_text; lowerHex: hex or
+// encode), which a query takes from the dialect as it is built, passes Go
+// bools as 0/1, maps a PostgreSQL unique violation to
+// cbdash.ErrConflict, and classifies PostgreSQL errors for Transient
+// (connection lost or refused, the server shutting down, out of disk,
+// serialization failures and deadlocks are transient: the collector then
+// stops acking, as for a full disk, and Writable fails until a write
+// commits again, or Probe succeeds). The queries of writer.go, ingest.go
+// and instance_minutes.go are still in SQLite's spelling with "?", which
+// dialect_legacy.go rewrites for PostgreSQL until they are converted.
+// PostgreSQL connections go
 // through pgx's database/sql driver (pgx/v5/stdlib), not pgxpool, so both
 // backends share every query and scan; database/sql reconnects after the
 // server drops a connection. History reads use a REPEATABLE READ read-only
@@ -59,8 +66,10 @@
 // (00006), misuse counts (00007) and the per-instance history (00008);
 // 00010-00019 users and accounts; 00020-00029 incidents, alerts (their
 // firing state: 00023) and configuration changes; 00030-00039 holds; 00040
-// the handover of the singletons (leader marks, episode keys). The
-// 00001-00009 range is now full: the store's next migrations take 00041+.
+// the handover of the singletons (leader marks, episode keys); 00041 the
+// tables of the collectors' bus (internal/cluster; PostgreSQL only, the
+// SQLite file of that version is empty). The 00001-00009 range is now
+// full: the store's next migrations take 00042+.
 //
 // Times the caller does not pass (creation of users, tokens and alert
 // rules, token use, the sweep of expired sessions) are read from
@@ -75,7 +84,16 @@
 // failing operation does not fail the others. This is what makes 20,000
 // window reports a second affordable: a second of a large fleet is a handful
 // of transactions, not thousands. Reads use a separate pool of read-only
-// connections and never wait for the writer (WAL).
+// connections and never wait for the writer (WAL). The steps of a group
+// commit are named in commit.go.
+//
+// An agent connection does not wait for each batch: it saves its batches
+// on a Stream (stream.go), and the writer sends each batch's outcome to
+// the stream, which the connection receives on a goroutine of its own.
+// The writer runs no caller code and never waits for a caller. After a
+// batch of a stream fails, the writer writes none of the stream's later
+// batches until its owner answers the failure (Stream.Resume or Stop):
+// a later batch stored past a failed one would make it look stored.
 //
 // # History layout
 //
@@ -93,10 +111,21 @@
 // one row per instance breaker and minute (InstanceHistory) with the
 // minute's calls, failures, slow calls, rejections and worst state, eight
 // integers keyed by the dependency's and the instance's ids (a hello that
-// stops declaring a breaker keeps its history), written in the batch's
-// transaction (so exactly once) and kept for Retention.InstanceMinutes
-// (24 h by default): 1,000 instances with 20 breakers make 29 million rows
-// a day, tens of bytes each (small integers in a WITHOUT ROWID B-tree).
+// stops declaring a breaker keeps its history), kept for
+// Retention.InstanceMinutes (24 h by default): 1,000 instances with 20
+// breakers make 29 million rows a day, tens of bytes each (small integers
+// in a WITHOUT ROWID B-tree). They are not written in the batch's
+// transaction: the writer adds a batch's share to sums in memory once the
+// batch has committed (so a batch stored once counts once) and writes a
+// minute's sums in rounds (every 10 s, up to 4,000 rows a transaction)
+// once the minute has ended and a grace of 10 s has passed, and when the
+// store closes (instance_minutes.go). Until then only this process sees
+// them: its reads (InstanceHistory, FleetNotClosed) add them to the
+// table's rows, while another collector sharing a PostgreSQL database
+// reads the table alone and sees a minute about a minute late. A crash
+// (kill -9, power loss) loses the sums not written yet: the current
+// minute and, for up to about 20 s after its end, the last one. The
+// per-dependency history is written in the batch's transaction.
 //
 // Seconds are rolled into minutes and minutes into hours by Compact with
 // exact sums and merged histograms. A report that arrives for a second that
@@ -108,9 +137,12 @@
 //
 // # Durability
 //
-// SaveBatch returns only after COMMIT, and a batch's sequence-number
-// bookkeeping is in the same transaction as its data, so an acknowledged
-// batch survives the process being killed and is stored exactly once. The
+// SaveBatch returns (and a Stream's outcome comes) only after COMMIT, and
+// a batch's sequence-number bookkeeping is in the same transaction as its
+// data, so an acknowledged batch survives the process being killed and is
+// stored exactly once. Its per-instance minutes are the exception: counted
+// once, but held in memory until their minute's round, so a crash loses
+// them (see History layout). The
 // writer connection uses synchronous=FULL, so acknowledged batches also
 // survive a power loss; the group commit keeps that to one fsync per
 // transaction. On PostgreSQL the same holds with the server's

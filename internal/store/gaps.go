@@ -23,7 +23,7 @@ func (x *wtx) saveGaps(service, instance string, d *protocol.Dropped, now int64)
 			return err
 		}
 		if _, err := x.exec(`INSERT INTO data_gaps (dep_id, instance, gap_start, gap_end, calls, received_at)
-			VALUES (?, ?, ?, ?, ?, ?)`, dep, instance, l.Start, l.End, l.Calls, now); err != nil {
+			VALUES ($1, $2, $3, $4, $5, $6)`, dep, instance, l.Start, l.End, l.Calls, now); err != nil {
 			return fmt.Errorf("store: save data gap: %w", err)
 		}
 	}
@@ -47,8 +47,8 @@ func (s *Store) Gaps(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Gap, 
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT g.instance, g.gap_start, g.gap_end, g.calls FROM data_gaps g
 		JOIN dependencies d ON d.id = g.dep_id
-		WHERE d.service = ? AND d.breaker = ? AND g.gap_end > ? AND g.gap_start < ?
-		ORDER BY g.gap_start, g.instance LIMIT ?`, q.Service, q.Breaker, ms(q.From), ms(q.To), maxGaps)
+		WHERE d.service = $1 AND d.breaker = $2 AND g.gap_end > $3 AND g.gap_start < $4
+		ORDER BY g.gap_start, g.instance LIMIT $5`, q.Service, q.Breaker, ms(q.From), ms(q.To), maxGaps)
 	if err != nil {
 		return nil, fmt.Errorf("store: gaps: %w", err)
 	}

@@ -53,11 +53,11 @@ func BenchmarkSequentialWriters(b *testing.B) {
 	}
 }
 
-// allFull: a group waits for company unless every op comes from a stream
+// allFull: a group waits for company unless every op is a batch of a stream
 // that hands nothing more before one of its ops is done (one full op of
 // the stream is enough: the others are its earlier ones).
 func TestAGroupOfFullStreamsDoesNotWait(t *testing.T) {
-	a, b := new(int), new(int)
+	a, b := new(Stream), new(Stream)
 	tests := []struct {
 		name  string
 		group []*op

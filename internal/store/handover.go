@@ -25,7 +25,7 @@ import (
 // was ever recorded. Errors: ctx's or a wrapped driver error.
 func (s *Store) LeaderMark(ctx context.Context, name string) (mark time.Time, ok bool, err error) {
 	var v int64
-	err = s.rdb.QueryRowContext(ctx, `SELECT received_ms FROM leader_marks WHERE name = ?`, name).Scan(&v)
+	err = s.rdb.QueryRowContext(ctx, `SELECT received_ms FROM leader_marks WHERE name = $1`, name).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
@@ -40,7 +40,7 @@ func (s *Store) LeaderMark(ctx context.Context, name string) (mark time.Time, ok
 // moment never move it back. Errors: ctx's or a wrapped driver error.
 func (s *Store) SetLeaderMark(ctx context.Context, name string, at time.Time) error {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		_, err := x.exec(`INSERT INTO leader_marks (name, received_ms) VALUES (?, ?)
+		_, err := x.exec(`INSERT INTO leader_marks (name, received_ms) VALUES ($1, $2)
 			ON CONFLICT (name) DO UPDATE SET received_ms = CASE WHEN excluded.received_ms > leader_marks.received_ms
 			THEN excluded.received_ms ELSE leader_marks.received_ms END`, name, ms(at))
 		return err
@@ -96,7 +96,7 @@ func (s *Store) TransitionsReceivedSince(ctx context.Context, since time.Time, l
 // rows received at or after since that come after (afterAt, afterID).
 func (s *Store) transitionsReceivedPage(ctx context.Context, since, afterAt, afterID int64, limit int) ([]cbdash.TransitionRecord, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at
-		FROM transitions WHERE received_at >= ? AND (at > ? OR (at = ? AND id > ?)) ORDER BY at, id LIMIT ?`,
+		FROM transitions WHERE received_at >= $1 AND (at > $2 OR (at = $3 AND id > $4)) ORDER BY at, id LIMIT $5`,
 		since, afterAt, afterAt, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: transitions received: %w", err)
@@ -118,7 +118,7 @@ func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (cbd
 	var claimed bool
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		existing, claimed = cbdash.FiringAlert{}, false
-		row, err := x.queryRow(`SELECT count(*) FROM alert_episodes WHERE rule_id = ? AND subject = ? AND since_ms <= ? AND resolved_ms >= ?`,
+		row, err := x.queryRow(`SELECT count(*) FROM alert_episodes WHERE rule_id = $1 AND subject = $2 AND since_ms <= $3 AND resolved_ms >= $4`,
 			a.RuleID, a.Subject, since, since)
 		if err != nil {
 			return err
@@ -132,7 +132,7 @@ func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (cbd
 		}
 		// A kept state that is not firing (its resolve is still being
 		// delivered) gives way; a firing one is the alert already.
-		res, err := x.exec(`INSERT INTO alert_firing (rule_id, subject, firing, since_ms, detail, pending) VALUES (?, ?, 1, ?, ?, ?)
+		res, err := x.exec(`INSERT INTO alert_firing (rule_id, subject, firing, since_ms, detail, pending) VALUES ($1, $2, 1, $3, $4, $5)
 			ON CONFLICT (rule_id, subject) DO UPDATE SET firing = 1, since_ms = excluded.since_ms,
 			detail = excluded.detail, pending = excluded.pending WHERE alert_firing.firing = 0`,
 			a.RuleID, a.Subject, since, a.Detail, a.Pending)
@@ -145,7 +145,7 @@ func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (cbd
 			claimed = true
 			return nil
 		}
-		row, err = x.queryRow(`SELECT since_ms, detail, pending FROM alert_firing WHERE rule_id = ? AND subject = ?`, a.RuleID, a.Subject)
+		row, err = x.queryRow(`SELECT since_ms, detail, pending FROM alert_firing WHERE rule_id = $1 AND subject = $2`, a.RuleID, a.Subject)
 		if err != nil {
 			return err
 		}
@@ -180,7 +180,7 @@ func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at
 	var claimed bool
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		claimed, prevPending = false, ""
-		row, err := x.queryRow(`SELECT pending FROM alert_firing WHERE rule_id = ? AND subject = ? AND since_ms = ? AND firing = 1`,
+		row, err := x.queryRow(`SELECT pending FROM alert_firing WHERE rule_id = $1 AND subject = $2 AND since_ms = $3 AND firing = 1`,
 			a.RuleID, a.Subject, since)
 		if err != nil {
 			return err
@@ -190,7 +190,7 @@ func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at
 		} else if err != nil {
 			return err
 		}
-		res, err := x.exec(`UPDATE alert_firing SET firing = 0, detail = ?, pending = ? WHERE rule_id = ? AND subject = ? AND since_ms = ? AND firing = 1`,
+		res, err := x.exec(`UPDATE alert_firing SET firing = 0, detail = $1, pending = $2 WHERE rule_id = $3 AND subject = $4 AND since_ms = $5 AND firing = 1`,
 			a.Detail, a.Pending, a.RuleID, a.Subject, since)
 		if err != nil {
 			return err
@@ -199,7 +199,7 @@ func (s *Store) ResolveFiringAlert(ctx context.Context, a cbdash.FiringAlert, at
 			return err
 		}
 		claimed = true
-		_, err = x.exec(`INSERT INTO alert_episodes (rule_id, subject, since_ms, resolved_ms) VALUES (?, ?, ?, ?)
+		_, err = x.exec(`INSERT INTO alert_episodes (rule_id, subject, since_ms, resolved_ms) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (rule_id, subject, since_ms) DO UPDATE SET resolved_ms = excluded.resolved_ms`,
 			a.RuleID, a.Subject, since, max(at.UnixMilli(), since))
 		return err

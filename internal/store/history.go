@@ -57,26 +57,10 @@ func resolutionFor(q cbdash.HistoryQuery) (level, error) {
 // (history is kept per dependency, not per instance; see the package
 // documentation); ctx's or a wrapped driver error.
 func (s *Store) History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error) {
-	if err := checkNames("service", q.Service, "breaker", q.Breaker); err != nil {
-		return nil, err
-	}
-	if q.Instance != "" {
-		return nil, fmt.Errorf("%w: history is kept per dependency, not per instance (use transitions for one instance)", cbdash.ErrInvalid)
-	}
-	if !q.To.After(q.From) {
-		return nil, fmt.Errorf("%w: to must be after from", cbdash.ErrInvalid)
-	}
-	l, err := resolutionFor(q)
+	l, from, to, err := historyRange(q)
 	if err != nil {
 		return nil, err
 	}
-	width := l.width()
-	from := floorMs(ms(q.From), width)
-	to := floorMs(ms(q.To)+width-1, width)
-	if (to-from)/width > maxPoints {
-		return nil, fmt.Errorf("%w: %v at %s resolution is more than %d points", cbdash.ErrInvalid, q.To.Sub(q.From), l.name(), maxPoints)
-	}
-
 	// One read transaction: the watermarks and the rows come from the
 	// same snapshot, so no bucket is counted twice or missed.
 	tx, err := s.rdb.snapshot(ctx)
@@ -85,7 +69,7 @@ func (s *Store) History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Po
 	}
 	defer tx.Rollback()
 	var dep int64
-	err = tx.QueryRowContext(ctx, "SELECT id FROM dependencies WHERE service = ? AND breaker = ?", q.Service, q.Breaker).Scan(&dep)
+	err = tx.QueryRowContext(ctx, "SELECT id FROM dependencies WHERE service = $1 AND breaker = $2", q.Service, q.Breaker).Scan(&dep)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return []cbdash.Point{}, nil
@@ -97,28 +81,8 @@ func (s *Store) History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Po
 		(SELECT done_until FROM rollups WHERE level = 'minute')`).Scan(&wm.second, &wm.minute); err != nil {
 		return nil, fmt.Errorf("store: history: %w", err)
 	}
-	// Where each level is read from: a level is complete up to the
-	// watermark of the level below it.
-	spans := []struct {
-		l        level
-		from, to int64
-	}{{l, from, to}}
-	switch l {
-	case levelMinute:
-		spans = []struct {
-			l        level
-			from, to int64
-		}{{levelMinute, from, min(to, max(from, wm.second))}, {levelSecond, max(from, wm.second), to}}
-	case levelHour:
-		a := min(to, max(from, wm.minute))
-		b := min(to, max(a, wm.second))
-		spans = []struct {
-			l        level
-			from, to int64
-		}{{levelHour, from, a}, {levelMinute, a, b}, {levelSecond, b, to}}
-	}
 	var points []cbdash.Point
-	for _, sp := range spans {
+	for _, sp := range historySpans(l, from, to, wm) {
 		if sp.from >= sp.to {
 			continue
 		}
@@ -132,11 +96,56 @@ func (s *Store) History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Po
 	return points, nil
 }
 
+// historyRange checks q (see History's errors) and returns the level of
+// its resolution and its buckets' range [from, to) in Unix ms.
+func historyRange(q cbdash.HistoryQuery) (l level, from, to int64, err error) {
+	if err := checkNames("service", q.Service, "breaker", q.Breaker); err != nil {
+		return 0, 0, 0, err
+	}
+	if q.Instance != "" {
+		return 0, 0, 0, fmt.Errorf("%w: history is kept per dependency, not per instance (use transitions for one instance)", cbdash.ErrInvalid)
+	}
+	if !q.To.After(q.From) {
+		return 0, 0, 0, fmt.Errorf("%w: to must be after from", cbdash.ErrInvalid)
+	}
+	if l, err = resolutionFor(q); err != nil {
+		return 0, 0, 0, err
+	}
+	width := l.width()
+	from = floorMs(ms(q.From), width)
+	to = floorMs(ms(q.To)+width-1, width)
+	if (to-from)/width > maxPoints {
+		return 0, 0, 0, fmt.Errorf("%w: %v at %s resolution is more than %d points", cbdash.ErrInvalid, q.To.Sub(q.From), l.name(), maxPoints)
+	}
+	return l, from, to, nil
+}
+
+// span is a range [from, to) (Unix ms) of history read from level l.
+type span struct {
+	l        level
+	from, to int64
+}
+
+// historySpans says where each part of [from, to) at level l is read
+// from: a level is complete up to the watermark of the level below it
+// (wm), the finer levels after it. A span may be empty.
+func historySpans(l level, from, to int64, wm watermarks) []span {
+	switch l {
+	case levelMinute:
+		return []span{{levelMinute, from, min(to, max(from, wm.second))}, {levelSecond, max(from, wm.second), to}}
+	case levelHour:
+		a := min(to, max(from, wm.minute))
+		b := min(to, max(a, wm.second))
+		return []span{{levelHour, from, a}, {levelMinute, a, b}, {levelSecond, b, to}}
+	}
+	return []span{{l, from, to}}
+}
+
 // readSpan appends the rows of level src in [from, to) to points, rolled
 // into buckets of level dst.
 func readSpan(ctx context.Context, tx *readTx, src, dst level, dep, from, to int64, points []cbdash.Point) ([]cbdash.Point, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT start, "+rowColumns+" FROM "+src.table()+
-		" WHERE dep_id = ? AND start >= ? AND start < ? ORDER BY start", dep, from, to)
+		" WHERE dep_id = $1 AND start >= $2 AND start < $3 ORDER BY start", dep, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("store: history: %w", err)
 	}

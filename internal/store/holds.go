@@ -38,7 +38,7 @@ func (s *Store) CreateHold(ctx context.Context, h cbdash.HoldRecord) error {
 		return fmt.Errorf("%w: selector: %v", cbdash.ErrInvalid, err)
 	}
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
-		q, err := x.queryRow("SELECT count(*) FROM holds WHERE id = ?", h.ID)
+		q, err := x.queryRow("SELECT count(*) FROM holds WHERE id = $1", h.ID)
 		if err != nil {
 			return err
 		}
@@ -50,7 +50,7 @@ func (s *Store) CreateHold(ctx context.Context, h cbdash.HoldRecord) error {
 			return fmt.Errorf("%w: hold %q exists", cbdash.ErrConflict, h.ID)
 		}
 		if _, err := x.exec(`INSERT INTO holds (id, selector, service, breaker, action, ttl_ms, reason, actor, created_at, until)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, h.ID, string(sel), h.Selector.Service, h.Selector.Breaker, h.Action,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, h.ID, string(sel), h.Selector.Service, h.Selector.Breaker, h.Action,
 			h.TTL.Milliseconds(), h.Reason, h.Actor, ms(h.CreatedAt), ms(h.Until)); err != nil {
 			return fmt.Errorf("store: create hold: %w", err)
 		}
@@ -64,7 +64,7 @@ func (s *Store) CreateHold(ctx context.Context, h cbdash.HoldRecord) error {
 // expired at at; ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) ReleaseHold(ctx context.Context, id string, at time.Time, by, reason string) (cbdash.HoldRecord, error) {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		q, err := x.queryRow("SELECT until, released_at FROM holds WHERE id = ?", id)
+		q, err := x.queryRow("SELECT until, released_at FROM holds WHERE id = $1", id)
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func (s *Store) ReleaseHold(ctx context.Context, id string, at time.Time, by, re
 		case until <= ms(at):
 			return fmt.Errorf("%w: hold %q expired at %s", cbdash.ErrConflict, id, fromMs(until).Format(time.RFC3339))
 		}
-		if _, err := x.exec("UPDATE holds SET released_at = ?, released_by = ?, release_reason = ? WHERE id = ?",
+		if _, err := x.exec("UPDATE holds SET released_at = $1, released_by = $2, release_reason = $3 WHERE id = $4",
 			ms(at), by, reason, id); err != nil {
 			return fmt.Errorf("store: release hold: %w", err)
 		}
@@ -101,7 +101,7 @@ func (s *Store) AddHoldCoverage(ctx context.Context, holdID string, c cbdash.Hol
 		return err
 	}
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
-		q, err := x.queryRow("SELECT count(*) FROM holds WHERE id = ?", holdID)
+		q, err := x.queryRow("SELECT count(*) FROM holds WHERE id = $1", holdID)
 		if err != nil {
 			return err
 		}
@@ -113,7 +113,7 @@ func (s *Store) AddHoldCoverage(ctx context.Context, holdID string, c cbdash.Hol
 			return fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, holdID)
 		}
 		if _, err := x.exec(`INSERT INTO hold_coverage (hold_id, service, instance, breaker, started_at, command_id, covered_at, joined_late)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hold_id, service, instance, breaker, started_at) DO UPDATE SET
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hold_id, service, instance, breaker, started_at) DO UPDATE SET
 			command_id = excluded.command_id, covered_at = excluded.covered_at`,
 			holdID, c.Service, c.Instance, c.Breaker, c.StartedAt, c.CommandID, ms(c.CoveredAt), c.JoinedLate); err != nil {
 			return fmt.Errorf("store: hold coverage: %w", err)
@@ -145,7 +145,7 @@ func scanHold(sc interface{ Scan(...any) error }) (cbdash.HoldRecord, error) {
 // sent to, with the breaker's answer). Errors: cbdash.ErrNotFound, ctx's
 // or a wrapped driver error.
 func (s *Store) Hold(ctx context.Context, id string) (cbdash.HoldRecord, error) {
-	h, err := scanHold(s.rdb.QueryRowContext(ctx, "SELECT "+holdColumns+" FROM holds WHERE id = ?", id))
+	h, err := scanHold(s.rdb.QueryRowContext(ctx, "SELECT "+holdColumns+" FROM holds WHERE id = $1", id))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return cbdash.HoldRecord{}, fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, id)
@@ -171,14 +171,13 @@ func (s *Store) Holds(ctx context.Context, q cbdash.HoldQuery) ([]cbdash.HoldRec
 		limit = 200
 	}
 	limit = min(limit, maxHolds)
-	query, args := "SELECT "+holdColumns+" FROM holds", []any{}
+	query, args := "SELECT "+holdColumns+" FROM holds", params{}
 	if !q.LiveAt.IsZero() {
-		at := ms(q.LiveAt)
-		query += " WHERE created_at <= ? AND until > ? AND (released_at = 0 OR released_at > ?)"
-		args = append(args, at, at, at)
+		at := args.add(ms(q.LiveAt))
+		query += " WHERE created_at <= " + at + " AND until > " + at + " AND (released_at = 0 OR released_at > " + at + ")"
 	}
-	query += " ORDER BY created_at DESC, id DESC LIMIT ?"
-	rows, err := s.rdb.QueryContext(ctx, query, append(args, limit)...)
+	query += " ORDER BY created_at DESC, id DESC LIMIT " + args.add(limit)
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: holds: %w", err)
 	}
@@ -216,7 +215,7 @@ func (s *Store) loadCoverage(ctx context.Context, hs []cbdash.HoldRecord) error 
 	rows, err := s.rdb.QueryContext(ctx, `SELECT v.hold_id, v.service, v.instance, v.breaker, v.started_at, v.command_id,
 		v.covered_at, v.joined_late, coalesce(t.status, ''), coalesce(t.state, ''), coalesce(t.error, ''), coalesce(t.at, 0)
 		FROM hold_coverage v LEFT JOIN command_targets t ON t.command_id = v.command_id AND t.instance = v.instance
-		WHERE v.hold_id IN (SELECT value FROM json_each(?))
+		WHERE v.hold_id IN (SELECT value FROM `+s.rdb.d.jsonEach("$1")+`)
 		ORDER BY v.hold_id, v.service, v.instance, v.breaker, v.started_at`, jsonStrings(args))
 	if err != nil {
 		return fmt.Errorf("store: hold coverage: %w", err)
@@ -269,7 +268,7 @@ func (s *Store) SaveHoldStats(ctx context.Context, holdID string, stats []cbdash
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
 		for _, r := range rs {
 			if _, err := x.exec(`INSERT INTO hold_stats (hold_id, service, instance, breaker, counts, latency, latency_sum_ms, windows)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hold_id, service, instance, breaker) DO UPDATE SET
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hold_id, service, instance, breaker) DO UPDATE SET
 				counts = excluded.counts, latency = excluded.latency, latency_sum_ms = excluded.latency_sum_ms, windows = excluded.windows`,
 				holdID, r.c.Service, r.c.Instance, r.c.Breaker, string(r.counts), string(r.latency), r.c.LatencySumMs, r.c.Windows); err != nil {
 				return fmt.Errorf("store: hold stats: %w", err)
@@ -284,7 +283,7 @@ func (s *Store) SaveHoldStats(ctx context.Context, holdID string, stats []cbdash
 // wrapped driver error.
 func (s *Store) HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCounts, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT service, instance, breaker, counts, latency, latency_sum_ms, windows
-		FROM hold_stats WHERE hold_id = ? ORDER BY service, instance, breaker`, holdID)
+		FROM hold_stats WHERE hold_id = $1 ORDER BY service, instance, breaker`, holdID)
 	if err != nil {
 		return nil, fmt.Errorf("store: hold stats: %w", err)
 	}

@@ -22,7 +22,7 @@ func (s *Store) SaveConfigChange(ctx context.Context, c cbdash.ConfigChange) (in
 	var id int64
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		var err error
-		id, err = x.insertID(`INSERT INTO config_changes (service, breaker, instance, at_ms, previous, config) VALUES (?, ?, ?, ?, ?, ?)`,
+		id, err = x.insertID(`INSERT INTO config_changes (service, breaker, instance, at_ms, previous, config) VALUES ($1, $2, $3, $4, $5, $6)`,
 			c.Service, c.Breaker, c.Instance, c.At.UnixMilli(), string(prev), string(cur))
 		return err
 	}})
@@ -36,7 +36,7 @@ func (s *Store) SaveConfigChange(ctx context.Context, c cbdash.ConfigChange) (in
 // [from, to), oldest first.
 func (s *Store) ConfigChanges(ctx context.Context, k cbdash.DependencyKey, from, to time.Time) ([]cbdash.ConfigChange, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, instance, at_ms, previous, config FROM config_changes
-		WHERE service = ? AND breaker = ? AND at_ms >= ? AND at_ms < ? ORDER BY at_ms, id`, k.Service, k.Breaker, from.UnixMilli(), to.UnixMilli())
+		WHERE service = $1 AND breaker = $2 AND at_ms >= $3 AND at_ms < $4 ORDER BY at_ms, id`, k.Service, k.Breaker, from.UnixMilli(), to.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("store: config changes: %w", err)
 	}

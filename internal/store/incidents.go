@@ -30,7 +30,7 @@ func (s *Store) CreateIncident(ctx context.Context, inc cbdash.Incident) (int64,
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
 		id = 0
 		row, err := x.queryRow(`INSERT INTO incidents (service, breaker, start_ms, end_ms, instances, opens, first_instance, first_cause, episode_ms)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (service, breaker, episode_ms) DO NOTHING RETURNING id`, append(args, args[2])...)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (service, breaker, episode_ms) DO NOTHING RETURNING id`, append(args, args[2])...)
 		if err != nil {
 			return err
 		}
@@ -38,7 +38,7 @@ func (s *Store) CreateIncident(ctx context.Context, inc cbdash.Incident) (int64,
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		row, err = x.queryRow(`SELECT id FROM incidents WHERE service = ? AND breaker = ? AND episode_ms = ?`, args[0], args[1], args[2])
+		row, err = x.queryRow(`SELECT id FROM incidents WHERE service = $1 AND breaker = $2 AND episode_ms = $3`, args[0], args[1], args[2])
 		if err != nil {
 			return err
 		}
@@ -58,8 +58,8 @@ func (s *Store) UpdateIncident(ctx context.Context, inc cbdash.Incident) error {
 		return err
 	}
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`UPDATE incidents SET service = ?, breaker = ?, start_ms = ?, end_ms = ?, instances = ?, opens = ?,
-			first_instance = ?, first_cause = ? WHERE id = ?`, append(args, inc.ID)...)
+		res, err := x.exec(`UPDATE incidents SET service = $1, breaker = $2, start_ms = $3, end_ms = $4, instances = $5, opens = $6,
+			first_instance = $7, first_cause = $8 WHERE id = $9`, append(args, inc.ID)...)
 		if err != nil {
 			return err
 		}
@@ -125,7 +125,7 @@ func scanIncident(sc interface{ Scan(...any) error }) (cbdash.Incident, error) {
 // Incident returns one incident with its notes, oldest first. An unknown
 // ID is an error wrapping cbdash.ErrNotFound.
 func (s *Store) Incident(ctx context.Context, id int64) (cbdash.Incident, error) {
-	inc, err := scanIncident(s.rdb.QueryRowContext(ctx, `SELECT `+incidentColumns+` FROM incidents WHERE id = ?`, id))
+	inc, err := scanIncident(s.rdb.QueryRowContext(ctx, `SELECT `+incidentColumns+` FROM incidents WHERE id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return inc, fmt.Errorf("store: incident %d: %w", id, cbdash.ErrNotFound)
 	}
@@ -133,7 +133,7 @@ func (s *Store) Incident(ctx context.Context, id int64) (cbdash.Incident, error)
 		return inc, fmt.Errorf("store: incident %d: %w", id, err)
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT id, incident_id, at_ms, author, text FROM incident_notes
-		WHERE incident_id = ? ORDER BY at_ms, id`, id)
+		WHERE incident_id = $1 ORDER BY at_ms, id`, id)
 	if err != nil {
 		return inc, fmt.Errorf("store: incident %d notes: %w", id, err)
 	}
@@ -156,18 +156,18 @@ func (s *Store) Incident(ctx context.Context, id int64) (cbdash.Incident, error)
 // Incidents lists incidents matching q, newest start first, without notes.
 func (s *Store) Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash.Incident, error) {
 	var where []string
-	var args []any
+	var args params
 	if q.Service != "" {
-		where, args = append(where, "service = ?"), append(args, q.Service)
+		where = append(where, "service = "+args.add(q.Service))
 	}
 	if q.Breaker != "" {
-		where, args = append(where, "breaker = ?"), append(args, q.Breaker)
+		where = append(where, "breaker = "+args.add(q.Breaker))
 	}
 	if !q.From.IsZero() {
-		where, args = append(where, "(end_ms IS NULL OR end_ms >= ?)"), append(args, q.From.UnixMilli())
+		where = append(where, "(end_ms IS NULL OR end_ms >= "+args.add(q.From.UnixMilli())+")")
 	}
 	if !q.To.IsZero() {
-		where, args = append(where, "start_ms < ?"), append(args, q.To.UnixMilli())
+		where = append(where, "start_ms < "+args.add(q.To.UnixMilli()))
 	}
 	if q.OpenOnly {
 		where = append(where, "end_ms IS NULL")
@@ -180,8 +180,7 @@ func (s *Store) Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash
 	if limit <= 0 {
 		limit = 200
 	}
-	query += " ORDER BY start_ms DESC, id DESC LIMIT ?"
-	args = append(args, limit)
+	query += " ORDER BY start_ms DESC, id DESC LIMIT " + args.add(limit)
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: incidents: %w", err)
@@ -209,7 +208,7 @@ func (s *Store) AddIncidentNote(ctx context.Context, n cbdash.IncidentNote) (cbd
 		return n, fmt.Errorf("store: note text is empty: %w", cbdash.ErrInvalid)
 	}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		row, err := x.queryRow(`SELECT 1 FROM incidents WHERE id = ?`, n.IncidentID)
+		row, err := x.queryRow(`SELECT 1 FROM incidents WHERE id = $1`, n.IncidentID)
 		if err != nil {
 			return err
 		}
@@ -219,7 +218,7 @@ func (s *Store) AddIncidentNote(ctx context.Context, n cbdash.IncidentNote) (cbd
 		} else if err != nil {
 			return err
 		}
-		n.ID, err = x.insertID(`INSERT INTO incident_notes (incident_id, at_ms, author, text) VALUES (?, ?, ?, ?)`,
+		n.ID, err = x.insertID(`INSERT INTO incident_notes (incident_id, at_ms, author, text) VALUES ($1, $2, $3, $4)`,
 			n.IncidentID, n.At.UnixMilli(), n.Author, n.Text)
 		return err
 	}})

@@ -222,7 +222,9 @@ func (s *Store) LastSeq(ctx context.Context, service, instance string, startedAt
 // (true, nil) means stored and safe to acknowledge. A batch whose Seq is
 // at or below the last one stored for the process is a duplicate and
 // returns (false, nil) without writing anything; the check is in the same
-// transaction as the data, so a batch is stored exactly once.
+// transaction as the data, so a batch is stored exactly once (its
+// per-instance minutes are added to the writer's sums in memory once it
+// has committed, and written later: see the package documentation).
 //
 // A report counts in the second its Start falls in (a report longer than
 // a second, merged by an agent under pressure, is not spread out). The
@@ -255,60 +257,6 @@ func (s *Store) SaveBatch(ctx context.Context, service, instance string, started
 	return stored, nil
 }
 
-// Async is what SaveBatchAsync is to do around the batch.
-type Async struct {
-	// Done is called exactly once, on the writer's goroutine, with
-	// SaveBatch's outcome (see SaveBatchAsync). Required.
-	Done func(stored bool, err error)
-	// Skip, when set, is asked on the writer's goroutine just before the
-	// batch is written; true: it is not, and Done gets ErrSkipped.
-	Skip func() bool
-	// Stream names the caller's sequence of batches (a comparable value,
-	// such as a pointer; nil = none), and Full says it hands no more
-	// until one of its batches is done. A transaction whose batches all
-	// come from full streams is committed without waiting for company
-	// (groupWait): its writers can send nothing before it commits, and
-	// one agent resending a backlog is not paced by the wait meant for a
-	// thousand.
-	Stream any
-	Full   bool
-}
-
-// SaveBatchAsync is SaveBatch without the wait: it queues b (waiting for
-// room in the writer's queue until ctx is done) and returns; a.Done is
-// then called exactly once, on the writer's goroutine, with SaveBatch's
-// outcome: at once when the batch is not written (it failed and was
-// rolled back to its savepoint, or a.Skip said so: ErrSkipped), else
-// after the group's COMMIT or its failure. It is called before the
-// writer runs any operation queued after b, so an agent's later batches
-// can be skipped once one has failed. Done and Skip must not block or
-// call the Store. b must not change until Done is called. When
-// SaveBatchAsync returns an error (as SaveBatch's before queueing:
-// cbdash.ErrInvalid, ErrClosed, ctx's), Done is never called.
-func (s *Store) SaveBatchAsync(ctx context.Context, service, instance string, startedAt int64, b *protocol.Batch, at time.Time, a Async) error {
-	if err := checkNames("service", service, "instance", instance); err != nil {
-		return err
-	}
-	if b.Seq == 0 || b.Seq > math.MaxInt64 {
-		return fmt.Errorf("%w: seq %d is out of range", cbdash.ErrInvalid, b.Seq)
-	}
-	causes, err := transitionCauses(b)
-	if err != nil {
-		return err
-	}
-	now := ms(at)
-	o := &op{skip: a.Skip, stream: a.Stream, full: a.Full}
-	stored := false
-	o.run = func(x *wtx) error {
-		var err error
-		stored, err = x.saveBatch(service, instance, startedAt, b, causes, now)
-		return err
-	}
-	done := a.Done
-	o.after = func(err error) { done(stored && err == nil, err) }
-	return s.w.enqueue(ctx, o)
-}
-
 // transitionCauses encodes the causes of b's transitions, as stored.
 func transitionCauses(b *protocol.Batch) ([][]byte, error) {
 	if len(b.Transitions) == 0 {
@@ -324,28 +272,22 @@ func transitionCauses(b *protocol.Batch) ([][]byte, error) {
 	return causes, nil
 }
 
+// saveBatch writes batch b of the agent process (service, instance,
+// startedAt) received at now (Unix ms) in the op's savepoint, with
+// causes its transitions' causes (transitionCauses): false when its seq
+// is at or below the process's last (a duplicate, nothing written). The
+// transitions, command results and data gaps are written now; the last
+// seq, the last-seen time and the window reports are staged for the
+// group (flush) once nothing can fail any more.
 func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.Batch, causes [][]byte, now int64) (bool, error) {
 	inst, err := x.instance(service, instance, startedAt, now)
 	if err != nil {
 		return false, err
 	}
 	rk := runKey{inst.id, startedAt}
-	last, known := x.w.c.seqs[rk]
-	if staged, ok := x.runs[rk]; ok && (!known || staged > last) {
-		// Stored by an earlier op of this group (the cache may have been
-		// reset since by a failed op): not in the table until flush.
-		last, known = staged, true
-	}
-	if !known {
-		q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = ? AND started_at = ?`, inst.id, startedAt)
-		if err != nil {
-			return false, err
-		}
-		switch err := q.Scan(&last); {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return false, fmt.Errorf("store: read last seq: %w", err)
-		}
+	last, err := x.lastSeq(rk)
+	if err != nil {
+		return false, err
 	}
 	seq := int64(b.Seq)
 	if seq <= last {
@@ -358,22 +300,73 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 	// caches (savepoint), so the cache never holds a seq that was rolled
 	// back.
 	x.w.c.seqs[rk] = seq
+	if err := x.saveTransitions(service, instance, inst.id, b, causes, now); err != nil {
+		return false, err
+	}
+	if err := x.saveCommandResults(service, instance, b.CommandResults); err != nil {
+		return false, err
+	}
+	if err := x.saveGaps(service, instance, b.Dropped, now); err != nil {
+		return false, err
+	}
+	deps, err := x.windowDeps(service, inst.id, b.Windows)
+	if err != nil {
+		return false, err
+	}
+	x.stageBatch(rk, seq, inst.id, now, deps, b.Windows)
+	return true, nil
+}
+
+// lastSeq returns the last stored seq of an agent process: staged by an
+// earlier op of this group, cached, or read from instance_runs (0 when
+// none is).
+func (x *wtx) lastSeq(rk runKey) (int64, error) {
+	last, known := x.w.c.seqs[rk]
+	if staged, ok := x.runs[rk]; ok && (!known || staged > last) {
+		// Stored by an earlier op of this group (the cache may have been
+		// reset since by a failed op): not in the table until flush.
+		return staged, nil
+	}
+	if known {
+		return last, nil
+	}
+	q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = ? AND started_at = ?`, rk.inst, rk.startedAt)
+	if err != nil {
+		return 0, err
+	}
+	switch err := q.Scan(&last); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return 0, fmt.Errorf("store: read last seq: %w", err)
+	}
+	return last, nil
+}
+
+// saveTransitions writes the transitions of b (of instance id inst) and
+// the breakers' states they lead to.
+func (x *wtx) saveTransitions(service, instance string, inst int64, b *protocol.Batch, causes [][]byte, now int64) error {
 	for i := range b.Transitions {
 		t := &b.Transitions[i]
 		if _, err := x.exec(`INSERT INTO transitions (service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, service, instance, t.Breaker, t.From, t.To, t.At,
 			int64(t.Generation), string(causes[i]), t.OpenMillis, now); err != nil {
-			return false, fmt.Errorf("store: save transition: %w", err)
+			return fmt.Errorf("store: save transition: %w", err)
 		}
-		br, err := x.breaker(inst.id, t.Breaker)
+		br, err := x.breaker(inst, t.Breaker)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if err := x.setState(br, t.To, t.At); err != nil {
-			return false, fmt.Errorf("store: breaker state: %w", err)
+			return fmt.Errorf("store: breaker state: %w", err)
 		}
 	}
-	for _, r := range b.CommandResults {
+	return nil
+}
+
+// saveCommandResults marks the command targets the results answer
+// applied or failed.
+func (x *wtx) saveCommandResults(service, instance string, results []protocol.CommandResult) error {
+	for _, r := range results {
 		status := cbdash.TargetApplied
 		if !r.OK {
 			status = cbdash.TargetFailed
@@ -384,37 +377,47 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 		if _, err := x.exec(`UPDATE command_targets SET status = ?, state = ?, error = ?, at = ?
 			WHERE command_id = ? AND instance = ? AND command_id IN (SELECT id FROM commands WHERE id = ? AND service = ? AND breaker = ?)`,
 			status, r.State, r.Error, r.At, r.ID, instance, r.ID, service, r.Breaker); err != nil {
-			return false, fmt.Errorf("store: save command result: %w", err)
+			return fmt.Errorf("store: save command result: %w", err)
 		}
 	}
-	if err := x.saveGaps(service, instance, b.Dropped, now); err != nil {
-		return false, err
-	}
-	deps := make([]int64, len(b.Windows))
-	for i := range b.Windows {
-		w := &b.Windows[i]
+	return nil
+}
+
+// windowDeps returns the dependency id of each window report (created on
+// first use) and records the breakers' states the reports carry.
+func (x *wtx) windowDeps(service string, inst int64, windows []protocol.Window) ([]int64, error) {
+	deps := make([]int64, len(windows))
+	for i := range windows {
+		w := &windows[i]
+		var err error
 		if deps[i], err = x.dep(service, w.Breaker); err != nil {
-			return false, err
+			return nil, err
 		}
-		br, err := x.breaker(inst.id, w.Breaker)
+		br, err := x.breaker(inst, w.Breaker)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		if err := x.setState(br, w.State, 0); err != nil {
-			return false, fmt.Errorf("store: breaker state: %w", err)
+			return nil, fmt.Errorf("store: breaker state: %w", err)
 		}
 	}
-	// Last, once nothing can fail any more: the accumulators and staged
-	// rows are not rolled back with the savepoint.
+	return deps, nil
+}
+
+// stageBatch stages what a batch leaves for the group's flush: its seq,
+// its instance's last-seen time (seenEvery), its window reports in the
+// per-second accumulators and its instance minutes. Last, once nothing
+// can fail any more: the accumulators and staged rows are not rolled
+// back with the savepoint.
+func (x *wtx) stageBatch(rk runKey, seq, inst, now int64, deps []int64, windows []protocol.Window) {
 	x.runs[rk] = seq
-	if at, ok := x.w.c.seen[inst.id]; !ok || now-at >= seenEvery || now < at {
-		x.seen[inst.id] = max(x.seen[inst.id], now)
+	if at, ok := x.w.c.seen[inst]; !ok || now-at >= seenEvery || now < at {
+		x.seen[inst] = max(x.seen[inst], now)
 	}
-	for i := range b.Windows {
-		x.acc.addWindow(deps[i], &b.Windows[i])
-		x.addInstanceMinute(deps[i], inst.id, &b.Windows[i])
+	for i := range windows {
+		x.acc.addWindow(deps[i], &windows[i])
+		x.addInstanceMinute(deps[i], inst, &windows[i])
 	}
-	return true, nil
 }
 
 // flushRuns writes the staged last seqs (instance_runs) and last-seen

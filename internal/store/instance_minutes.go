@@ -25,9 +25,12 @@ import (
 // with the table's rows instead of having them written first. A row is
 // so written about once, not every few seconds while its minute lasts (at 1,000 instances x 20 breakers, 20,000 rows a
 // minute instead of 120,000); a report for a minute already written adds
-// to its row at the next round. A crash (kill -9) loses at most the
-// current minute and imGrace of per-instance history; the per-dependency
-// history is written with its batch.
+// to its row at the next round. A crash (kill -9) loses the sums not
+// written yet: the current minute and, until the round after its imGrace
+// (up to imGrace + instanceMinutesEvery after its end), the last one; the
+// per-dependency history is written with its batch. Only this process
+// merges its sums: another collector sharing a PostgreSQL database reads
+// the table's rows alone, without the minutes this one has not written.
 
 // instanceMinutesEvery is how often the writer looks for instance minutes
 // to write.
@@ -201,10 +204,13 @@ func init() {
 // InstanceHistory returns the per-minute history of every instance of a
 // dependency with a minute in [q.From, q.To), by instance name (bytes)
 // then minute. Service and Breaker are required (cbdash.ErrInvalid
-// otherwise); zero times are unbounded. Every committed batch counts: the
-// writer's sums not written yet are added to the rows of the table (the
-// dependency page reads this on every load; having the writer write them
-// first made each load wait behind the writer's queue).
+// otherwise); zero times are unbounded. Every batch this process has
+// committed counts: the writer's sums not written yet are added to the
+// rows of the table (the dependency page reads this on every load; having
+// the writer write them first made each load wait behind the writer's
+// queue). A batch another process sharing the database committed counts
+// once that process has written its sums (about a minute after the
+// minute's end).
 func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQuery) ([]cbdash.InstanceMinute, error) {
 	if q.Service == "" || q.Breaker == "" {
 		return nil, fmt.Errorf("store: instance history: service and breaker are required: %w", cbdash.ErrInvalid)
@@ -362,11 +368,13 @@ func (s *Store) instanceNames(ctx context.Context, ids []int64, names map[int64]
 // FleetNotClosed counts, per minute starting in [from, to), the instance
 // breakers that were open, half-open or forced open at some moment of the
 // minute and the dependencies (service + breaker) with at least one such
-// instance, oldest first; minutes with none are absent. Every committed
-// batch counts: the minutes the writer has not written yet are merged in,
-// not written first (the overview reads this on every load, and writing a
-// fleet's current minute, 20,000 rows at 1,000 instances x 20 breakers,
-// behind the writer's queue made each load wait for it).
+// instance, oldest first; minutes with none are absent. Every batch this
+// process has committed counts: the minutes its writer has not written
+// yet are merged in, not written first (the overview reads this on every
+// load, and writing a fleet's current minute, 20,000 rows at 1,000
+// instances x 20 breakers, behind the writer's queue made each load wait
+// for it). Those of another process sharing the database count once it
+// has written them (see InstanceHistory).
 func (s *Store) FleetNotClosed(ctx context.Context, from, to time.Time) ([]cbdash.FleetMinute, error) {
 	lo, hi := from.UnixMilli(), to.UnixMilli()
 	// The writer's first, then the table's: a key the writer no longer

@@ -117,3 +117,90 @@ func TestOpenMigratesADatabaseOfTheOldLayout(t *testing.T) {
 		t.Fatalf("SaveBatch on the old database = %v, %v", stored, err)
 	}
 }
+
+// TestMigrationAdoptsTheClusterTablesOlderBuildsCreated: before migration
+// 00041 the collectors' bus created cbdash_cluster_payloads and
+// cbdash_cluster_routes itself (CREATE TABLE IF NOT EXISTS in
+// cluster.Open). A PostgreSQL database at version 40 with those tables
+// and their rows migrates to the latest version and keeps them; a fresh
+// one gets them; SQLite records the version without them.
+func TestMigrationAdoptsTheClusterTablesOlderBuildsCreated(t *testing.T) {
+	ctx := context.Background()
+	path := testDSN(t, "cluster.db")
+	d, driver, raw := sqliteDialect, "sqlite", sqliteDSN(path, true)
+	if IsPostgres(path) {
+		d, driver, raw = postgresDialect, "pgx", path
+	}
+	db, err := sql.Open(driver, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p, err := goose.NewProvider(d.goose(), db, migrationsFS(d), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	if d.postgres {
+		// What cluster.Open created before (its text, verbatim), and a route.
+		for _, q := range []string{`
+CREATE TABLE IF NOT EXISTS cbdash_cluster_payloads (
+	id         bigserial PRIMARY KEY,
+	body       bytea NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS cbdash_cluster_routes (
+	service       text NOT NULL,
+	instance      text NOT NULL,
+	node          text NOT NULL,
+	pid           integer NOT NULL,
+	backend_start timestamptz NOT NULL,
+	claimed_at    timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (service, instance)
+)`, `INSERT INTO cbdash_cluster_routes (service, instance, node, pid, backend_start) VALUES ('pay', 'pay-1', 'a', 7, now())`} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := Migrate(ctx, path, nil); err != nil {
+		t.Fatalf("Migrate of a version-40 database with the bus's tables: %v", err)
+	}
+	var version int64
+	if err := db.QueryRowContext(ctx, "SELECT max(version_id) FROM goose_db_version").Scan(&version); err != nil || version < 41 {
+		t.Fatalf("version after Migrate = %d, %v; want 41 or later", version, err)
+	}
+	var tables int
+	count := `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ($1, $2)`
+	if d.postgres {
+		count = `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name IN ($1, $2)`
+	}
+	if err := db.QueryRowContext(ctx, count, "cbdash_cluster_payloads", "cbdash_cluster_routes").Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if !d.postgres {
+		if tables != 0 {
+			t.Fatalf("SQLite has %d of the bus's tables, want none", tables)
+		}
+		return
+	}
+	var node string
+	if err := db.QueryRowContext(ctx, "SELECT node FROM cbdash_cluster_routes WHERE service = 'pay'").Scan(&node); err != nil || node != "a" || tables != 2 {
+		t.Fatalf("after Migrate: %d tables, the route's node %q, %v; want both tables and the route kept", tables, node, err)
+	}
+	// A fresh database gets them from the migration alone.
+	fresh := pgtest.DSN(t)
+	if err := Migrate(ctx, fresh, nil); err != nil {
+		t.Fatal(err)
+	}
+	fdb, err := sql.Open("pgx", fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fdb.Close()
+	if _, err := fdb.ExecContext(ctx, `INSERT INTO cbdash_cluster_payloads (body) VALUES ('\x00'::bytea)`); err != nil {
+		t.Fatalf("a fresh database after Migrate: %v", err)
+	}
+}

@@ -57,7 +57,7 @@ func (s *Store) probe(ctx context.Context) error {
 		return fmt.Errorf("store: probe: %w", err)
 	}
 	if err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		_, err := x.exec(`INSERT INTO store_health (id, checked_at) VALUES (1, ?)
+		_, err := x.exec(`INSERT INTO store_health (id, checked_at) VALUES (1, $1)
 			ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at`, now)
 		return err
 	}}); err != nil {
@@ -124,5 +124,6 @@ func (w *writer) dryRun(o *op) {
 		return x.writeOwnInstanceMinutes()
 	}()
 	w.c = saved
-	w.finish([]*op{o}, []error{err}, true)
+	o.err = err
+	w.finish([]*op{o}, true)
 }

@@ -27,8 +27,9 @@ import (
 // ErrClosed is returned by writes after Close has been called.
 var ErrClosed = errors.New("store: closed")
 
-// ErrSkipped is the outcome of a SaveBatchAsync whose skip said so: the
-// batch was not written.
+// ErrSkipped is the outcome of a Stream's batch that was not tried: its
+// stream was stopped after a failure (Stream.Stop), or the store closed
+// while the batch waited for the answer to one (see Stream).
 var ErrSkipped = errors.New("store: skipped")
 
 // ErrNewerSchema is wrapped by Open's error for a database whose schema is
@@ -44,6 +45,15 @@ func checkPath(path string) error {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return nil
 	}
+	if err := checkPlace(path); err != nil {
+		return err
+	}
+	return checkWritable(path)
+}
+
+// checkPlace explains a path that is a directory, or whose folder is
+// missing or not a folder.
+func checkPlace(path string) error {
 	dir := filepath.Dir(path)
 	st, err := os.Stat(path)
 	switch {
@@ -58,35 +68,40 @@ func checkPath(path string) error {
 			return fmt.Errorf("store: %s is not a folder, so the database %s cannot be created in it", dir, path)
 		}
 	}
-	explain := func(what string, err error) error {
-		switch {
-		case errors.Is(err, syscall.EROFS):
-			return fmt.Errorf("store: %s is on a read-only file system; the database must be writable", what)
-		case errors.Is(err, fs.ErrPermission):
-			return fmt.Errorf("store: no permission to write %s (check its owner and mode)", what)
-		}
-		return nil
-	}
+	return nil
+}
+
+// checkWritable explains a database file, or a folder for its -wal and
+// -shm files, on a read-only file system or without permission to
+// write; other errors are left to SQLite to say.
+func checkWritable(path string) error {
 	// 0600: the database holds password hashes, sessions and webhook URLs
 	// (SQLite gives its -wal and -shm files the database's mode).
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		if e := explain(path, err); e != nil {
-			return e
-		}
-		return nil // SQLite will say what it is
+		return explainWrite(path, err) // nil: SQLite will say what it is
 	}
 	f.Close()
 	// SQLite writes its -wal and -shm files beside the database.
+	dir := filepath.Dir(path)
 	probe, err := os.CreateTemp(dir, ".cbdash-probe-*")
 	if err != nil {
-		if e := explain("the folder "+dir, err); e != nil {
-			return e
-		}
-		return nil
+		return explainWrite("the folder "+dir, err)
 	}
 	probe.Close()
 	os.Remove(probe.Name())
+	return nil
+}
+
+// explainWrite explains why what cannot be written (err): a read-only
+// file system or no permission; nil for other errors.
+func explainWrite(what string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("store: %s is on a read-only file system; the database must be writable", what)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("store: no permission to write %s (check its owner and mode)", what)
+	}
 	return nil
 }
 
@@ -279,6 +294,19 @@ func openSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 	return start(opts, sqliteDialect, wdb, rdb), nil
 }
 
+// Migrate migrates the database that dsn names (see Open) to the latest
+// schema and closes it, starting no writer: for what needs the schema
+// before a store is open, such as the collectors' bus (internal/cluster)
+// on a fresh PostgreSQL database in a test. log nil discards. Errors: as
+// Open's.
+func Migrate(ctx context.Context, dsn string, log *slog.Logger) error {
+	st, err := Open(ctx, dsn, Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	return st.Close()
+}
+
 // start starts the writer on opened, migrated pools.
 func start(opts Options, d *dialect, wdb, rdb *sql.DB) *Store {
 	s := &Store{opts: opts, rdb: &readDB{db: rdb, d: d}, wdb: wdb}
@@ -288,8 +316,8 @@ func start(opts Options, d *dialect, wdb, rdb *sql.DB) *Store {
 }
 
 // migrate applies the embedded migrations that the database lacks. Out of
-// order application is allowed because several packages own number ranges
-// (see docs: 00001-00009 store, 00010-00019 users, 00020-00029 incidents).
+// order application is allowed because several areas own number ranges
+// (see doc.go, Migrations).
 func migrate(ctx context.Context, db *sql.DB, d *dialect, name string, log *slog.Logger) error {
 	p, err := goose.NewProvider(d.goose(), db, migrationsFS(d),
 		goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true), goose.WithSlog(log))

@@ -2,10 +2,8 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,17 +26,16 @@ func hashToken(token string) []byte {
 
 // CreateAgentToken creates an agent token limited to service ("" = any
 // service) and returns it; it is shown once: only its SHA-256 is stored
-// (enough for a random 256-bit secret, which no dictionary can reach).
+// (enough for a random 130-bit secret, see newSecret).
 // Errors: ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) CreateAgentToken(ctx context.Context, service string) (string, error) {
-	var secret [32]byte
-	if _, err := rand.Read(secret[:]); err != nil {
-		return "", fmt.Errorf("store: token: %w", err)
+	token, err := newSecret(agentTokenPrefix)
+	if err != nil {
+		return "", err
 	}
-	token := agentTokenPrefix + base64.RawURLEncoding.EncodeToString(secret[:])
 	now := ms(s.opts.Clock.Now())
-	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at) VALUES (?, ?, ?)",
+	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+		if _, err := x.exec("INSERT INTO agent_tokens (hash, service, created_at) VALUES ($1, $2, $3)",
 			hashToken(token), service, now); err != nil {
 			return fmt.Errorf("store: create token: %w", err)
 		}
@@ -59,7 +56,7 @@ func (s *Store) CheckAgentToken(ctx context.Context, token string) (string, erro
 	var service string
 	var lastUsed int64
 	now := ms(s.opts.Clock.Now())
-	err := s.rdb.QueryRowContext(ctx, "SELECT service, last_used FROM agent_tokens WHERE hash = ? AND (expires_at = 0 OR expires_at > ?)",
+	err := s.rdb.QueryRowContext(ctx, "SELECT service, last_used FROM agent_tokens WHERE hash = $1 AND (expires_at = 0 OR expires_at > $2)",
 		h, now).Scan(&service, &lastUsed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -70,7 +67,7 @@ func (s *Store) CheckAgentToken(ctx context.Context, token string) (string, erro
 	if now-lastUsed >= tokenTouchEvery.Milliseconds() {
 		// Best effort: dropped when the writer is saturated.
 		s.w.try(&op{run: func(x *wtx) error {
-			_, err := x.exec("UPDATE agent_tokens SET last_used = max(last_used, ?) WHERE hash = ?", now, h)
+			_, err := x.exec("UPDATE agent_tokens SET last_used = "+x.w.d.greatest("last_used", "$1")+" WHERE hash = $2", now, h)
 			return err
 		}})
 	}
@@ -78,17 +75,21 @@ func (s *Store) CheckAgentToken(ctx context.Context, token string) (string, erro
 }
 
 // jsonStrings encodes values as a JSON array, for IN (SELECT value FROM
-// json_each(?)) with any number of values.
+// dialect.jsonEach) with any number of values.
 func jsonStrings(v []any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
 
+// agentTokenID spells the AgentToken.ID of an agent_tokens row: the
+// lower-case hex of the first 8 bytes of its hash.
+func (d *dialect) agentTokenID() string { return d.lowerHex("substr(hash, 1, 8)") }
+
 // AgentToken describes a stored agent token; the token itself is never
 // stored and cannot be listed.
 type AgentToken struct {
 	// ID names the token for listing and revoking: the first 8 bytes of
-	// its SHA-256 in hex (the hash of a random 256-bit secret reveals
+	// its SHA-256 in hex (the hash of a random 130-bit secret reveals
 	// nothing of it).
 	ID        string    `json:"id"`
 	Service   string    `json:"service"` // "" = any service
@@ -100,7 +101,7 @@ type AgentToken struct {
 // AgentTokens lists the agent tokens, oldest first. Errors: ctx's or a
 // wrapped driver error.
 func (s *Store) AgentTokens(ctx context.Context) ([]AgentToken, error) {
-	rows, err := s.rdb.QueryContext(ctx, "SELECT lower(hex(substr(hash, 1, 8))), service, created_at, last_used, expires_at FROM agent_tokens ORDER BY created_at, hash")
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+s.rdb.d.agentTokenID()+", service, created_at, last_used, expires_at FROM agent_tokens ORDER BY created_at, hash")
 	if err != nil {
 		return nil, fmt.Errorf("store: agent tokens: %w", err)
 	}

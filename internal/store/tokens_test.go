@@ -3,9 +3,12 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/eventually"
@@ -89,5 +92,59 @@ func TestAgentTokensCanBeListedAndRevoked(t *testing.T) {
 	}
 	if err := s.RevokeAgentToken(ctx, "test", list[0].ID); !errors.Is(err, cbdash.ErrNotFound) {
 		t.Fatalf("second revoke: %v, want ErrNotFound", err)
+	}
+}
+
+// TestSecretsAreRandTextAndOldOnesStillVerify checks the shape of the
+// secrets handed out (a prefix and crypto/rand.Text: 26 characters of
+// A-Z and 2-7) and that secrets of the shape made before (the prefix and
+// 43 characters of base64url) still verify: only their SHA-256 is looked
+// up.
+func TestSecretsAreRandTextAndOldOnesStillVerify(t *testing.T) {
+	s, path := openStore(t, store.Options{Clock: clockAt(t0)})
+	ctx := context.Background()
+	u, err := s.CreateUser(ctx, "ada", cbdash.RoleOperator, []byte("hash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := s.CreateAgentToken(ctx, "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	session, err := s.CreateSession(ctx, u.ID, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := s.CreateUserToken(ctx, u.ID, "cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := regexp.MustCompile(`^cbdash_(at|s|ut)_[A-Z2-7]{26}$`)
+	for _, tok := range []string{agent, session, api} {
+		if !shape.MatchString(tok) {
+			t.Errorf("secret %q does not match %s", tok, shape)
+		}
+	}
+	// Give each row the hash of a secret of the old shape.
+	db := rawDB(t, path)
+	old := map[string]string{
+		"agent_tokens": "cbdash_at_" + strings.Repeat("Ab-_", 10) + "xyz",
+		"sessions":     "cbdash_s_" + strings.Repeat("Cd-_", 10) + "xyz",
+		"user_tokens":  "cbdash_ut_" + strings.Repeat("Ef-_", 10) + "xyz",
+	}
+	for table, tok := range old {
+		sum := sha256.Sum256([]byte(tok))
+		if _, err := db.Exec("UPDATE "+table+" SET hash = $1", sum[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if svc, err := s.CheckAgentToken(ctx, old["agent_tokens"]); err != nil || svc != "pay" {
+		t.Errorf("CheckAgentToken(old shape) = %q, %v; want pay", svc, err)
+	}
+	if got, err := s.SessionUser(ctx, old["sessions"], t0); err != nil || got.ID != u.ID {
+		t.Errorf("SessionUser(old shape) = %+v, %v; want user %d", got, err, u.ID)
+	}
+	if got, err := s.UserByToken(ctx, old["user_tokens"]); err != nil || got.ID != u.ID {
+		t.Errorf("UserByToken(old shape) = %+v, %v; want user %d", got, err, u.ID)
 	}
 }

@@ -30,29 +30,25 @@ func (s *Store) Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cb
 	}
 	limit = min(limit, maxTransitions)
 	var where []string
-	var args []any
+	var args params
 	for _, f := range []struct {
 		col, v string
 	}{{"service", q.Service}, {"breaker", q.Breaker}, {"instance", q.Instance}} {
 		if f.v != "" {
-			where = append(where, f.col+" = ?")
-			args = append(args, f.v)
+			where = append(where, f.col+" = "+args.add(f.v))
 		}
 	}
 	if !q.From.IsZero() {
-		where = append(where, "at >= ?")
-		args = append(args, ms(q.From))
+		where = append(where, "at >= "+args.add(ms(q.From)))
 	}
 	if !q.To.IsZero() {
-		where = append(where, "at < ?")
-		args = append(args, ms(q.To))
+		where = append(where, "at < "+args.add(ms(q.To)))
 	}
 	query := `SELECT id, service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at FROM transitions`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
-	query += " ORDER BY at DESC, id DESC LIMIT ?"
-	args = append(args, limit)
+	query += " ORDER BY at DESC, id DESC LIMIT " + args.add(limit)
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: transitions: %w", err)
@@ -93,7 +89,7 @@ func scanTransitions(rows *sql.Rows, out []cbdash.TransitionRecord) ([]cbdash.Tr
 // ctx's or a wrapped driver error.
 func (s *Store) OpensSince(ctx context.Context, since time.Time) (map[cbdash.DependencyKey]int, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT service, breaker, count(*) FROM transitions
-		WHERE at >= ? AND to_state = ? AND from_state = ? GROUP BY service, breaker`, ms(since), protocol.StateOpen, protocol.StateClosed)
+		WHERE at >= $1 AND to_state = $2 AND from_state = $3 GROUP BY service, breaker`, ms(since), protocol.StateOpen, protocol.StateClosed)
 	if err != nil {
 		return nil, fmt.Errorf("store: opens: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,12 +19,14 @@ const (
 	userTokenPrefix = "cbdash_ut_"
 )
 
+// newSecret returns prefix and 26 characters of base32 (A-Z, 2-7): 130
+// random bits from crypto/rand.Text, which no dictionary or brute force
+// reaches, so an unsalted SHA-256 of it is enough to store. Secrets made
+// before (prefix and 43 characters of base64url, 256 bits) still verify:
+// only their hash is looked up, never their shape. The error is always nil
+// (crypto/rand never fails since Go 1.24); it stays for the callers.
 func newSecret(prefix string) (string, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("store: secret: %w", err)
-	}
-	return prefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+	return prefix + rand.Text(), nil
 }
 
 // CountUsers returns the number of dashboard accounts.
@@ -53,7 +54,7 @@ func (s *Store) CreateUser(ctx context.Context, name, role string, passwordHash 
 	}
 	u := cbdash.User{Name: name, Role: role, CreatedAt: fromMs(ms(s.opts.Clock.Now()))}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		row, err := x.queryRow("SELECT count(*) FROM users WHERE name = ?", name)
+		row, err := x.queryRow("SELECT count(*) FROM users WHERE name = $1", name)
 		if err != nil {
 			return err
 		}
@@ -64,7 +65,7 @@ func (s *Store) CreateUser(ctx context.Context, name, role string, passwordHash 
 		if n > 0 {
 			return fmt.Errorf("%w: user %q exists", cbdash.ErrConflict, name)
 		}
-		u.ID, err = x.insertID("INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
+		u.ID, err = x.insertID("INSERT INTO users (name, role, password_hash, created_at) VALUES ($1, $2, $3, $4)",
 			name, role, passwordHash, ms(u.CreatedAt))
 		return err
 	}})
@@ -83,7 +84,7 @@ func (s *Store) SetPassword(ctx context.Context, name string, passwordHash []byt
 		return fmt.Errorf("store: set password: %w: password hash is required", cbdash.ErrInvalid)
 	}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec("UPDATE users SET password_hash = ? WHERE name = ?", passwordHash, strings.TrimSpace(name))
+		res, err := x.exec("UPDATE users SET password_hash = $1 WHERE name = $2", passwordHash, strings.TrimSpace(name))
 		if err != nil {
 			return err
 		}
@@ -92,7 +93,7 @@ func (s *Store) SetPassword(ctx context.Context, name string, passwordHash []byt
 		} else if n == 0 {
 			return fmt.Errorf("user %q: %w", name, cbdash.ErrNotFound)
 		}
-		_, err = x.exec("DELETE FROM sessions WHERE user_id = (SELECT id FROM users WHERE name = ?)", strings.TrimSpace(name))
+		_, err = x.exec("DELETE FROM sessions WHERE user_id = (SELECT id FROM users WHERE name = $1)", strings.TrimSpace(name))
 		return err
 	}})
 	if err != nil {
@@ -108,7 +109,7 @@ func (s *Store) UserByName(ctx context.Context, name string) (cbdash.User, []byt
 	var u cbdash.User
 	var hash []byte
 	var created, disabled int64
-	err := s.rdb.QueryRowContext(ctx, "SELECT id, name, role, password_hash, created_at, disabled_at FROM users WHERE name = ?", name).
+	err := s.rdb.QueryRowContext(ctx, "SELECT id, name, role, password_hash, created_at, disabled_at FROM users WHERE name = $1", name).
 		Scan(&u.ID, &u.Name, &u.Role, &hash, &created, &disabled)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -154,10 +155,10 @@ func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Ti
 	}
 	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		if _, err := x.exec("DELETE FROM sessions WHERE expires_at <= ?", now); err != nil {
+		if _, err := x.exec("DELETE FROM sessions WHERE expires_at <= $1", now); err != nil {
 			return err
 		}
-		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = ? AND disabled_at = 0", userID)
+		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = $1 AND disabled_at = 0", userID)
 		if err != nil {
 			return err
 		}
@@ -168,7 +169,7 @@ func (s *Store) CreateSession(ctx context.Context, userID int64, expires time.Ti
 		if n == 0 {
 			return fmt.Errorf("%w: user %d (or the account is disabled)", cbdash.ErrNotFound, userID)
 		}
-		_, err = x.exec("INSERT INTO sessions (hash, user_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
+		_, err = x.exec("INSERT INTO sessions (hash, user_id, created_at, expires_at) VALUES ($1, $2, $3, $4)",
 			hashToken(tok), userID, now, ms(expires))
 		return err
 	}})
@@ -185,7 +186,7 @@ func (s *Store) SessionUser(ctx context.Context, token string, now time.Time) (c
 	var u cbdash.User
 	var created int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT u.id, u.name, u.role, u.created_at FROM sessions s JOIN users u ON u.id = s.user_id
-		WHERE s.hash = ? AND s.expires_at > ? AND u.disabled_at = 0`, hashToken(token), ms(now)).Scan(&u.ID, &u.Name, &u.Role, &created)
+		WHERE s.hash = $1 AND s.expires_at > $2 AND u.disabled_at = 0`, hashToken(token), ms(now)).Scan(&u.ID, &u.Name, &u.Role, &created)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return u, fmt.Errorf("%w: unknown or expired session", cbdash.ErrUnauthorized)
@@ -199,7 +200,7 @@ func (s *Store) SessionUser(ctx context.Context, token string, now time.Time) (c
 // DeleteSession ends a session (logout); an unknown one is not an error.
 func (s *Store) DeleteSession(ctx context.Context, token string) error {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		_, err := x.exec("DELETE FROM sessions WHERE hash = ?", hashToken(token))
+		_, err := x.exec("DELETE FROM sessions WHERE hash = $1", hashToken(token))
 		return err
 	}})
 	if err != nil {
@@ -222,7 +223,7 @@ func (s *Store) CreateUserToken(ctx context.Context, userID int64, name string) 
 	}
 	now := ms(s.opts.Clock.Now())
 	err = s.w.do(ctx, &op{run: func(x *wtx) error {
-		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = ?", userID)
+		row, err := x.queryRow("SELECT count(*) FROM users WHERE id = $1", userID)
 		if err != nil {
 			return err
 		}
@@ -233,7 +234,7 @@ func (s *Store) CreateUserToken(ctx context.Context, userID int64, name string) 
 		if n == 0 {
 			return fmt.Errorf("%w: user %d", cbdash.ErrNotFound, userID)
 		}
-		_, err = x.exec("INSERT INTO user_tokens (hash, user_id, name, created_at) VALUES (?, ?, ?, ?)",
+		_, err = x.exec("INSERT INTO user_tokens (hash, user_id, name, created_at) VALUES ($1, $2, $3, $4)",
 			hashToken(tok), userID, name, now)
 		return err
 	}})
@@ -253,7 +254,7 @@ func (s *Store) UserByToken(ctx context.Context, token string) (cbdash.User, err
 	var created, lastUsed int64
 	now := ms(s.opts.Clock.Now())
 	err := s.rdb.QueryRowContext(ctx, `SELECT u.id, u.name, u.role, u.created_at, t.last_used FROM user_tokens t
-		JOIN users u ON u.id = t.user_id WHERE t.hash = ? AND u.disabled_at = 0 AND (t.expires_at = 0 OR t.expires_at > ?)`,
+		JOIN users u ON u.id = t.user_id WHERE t.hash = $1 AND u.disabled_at = 0 AND (t.expires_at = 0 OR t.expires_at > $2)`,
 		h, now).Scan(&u.ID, &u.Name, &u.Role, &created, &lastUsed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -264,7 +265,7 @@ func (s *Store) UserByToken(ctx context.Context, token string) (cbdash.User, err
 	u.CreatedAt = fromMs(created)
 	if now-lastUsed >= tokenTouchEvery.Milliseconds() {
 		s.w.try(&op{run: func(x *wtx) error {
-			_, err := x.exec("UPDATE user_tokens SET last_used = max(last_used, ?) WHERE hash = ?", now, h)
+			_, err := x.exec("UPDATE user_tokens SET last_used = "+x.w.d.greatest("last_used", "$1")+" WHERE hash = $2", now, h)
 			return err
 		}})
 	}
@@ -273,5 +274,5 @@ func (s *Store) UserByToken(ctx context.Context, token string) (cbdash.User, err
 
 // UserTokens lists a user's API tokens (without their secrets).
 func (s *Store) UserTokens(ctx context.Context, userID int64) ([]cbdash.APIToken, error) {
-	return s.userTokens(ctx, "WHERE t.user_id = ?", userID)
+	return s.userTokens(ctx, "WHERE t.user_id = $1", userID)
 }

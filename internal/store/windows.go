@@ -205,9 +205,9 @@ func putRowSQL(l level) string { return rowSQL[l].put }
 
 var rowSQL = func() (q [levelHour + 1]struct{ sel, put string }) {
 	for l := levelSecond; l <= levelHour; l++ {
-		q[l].sel = "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = ? AND start = ?"
+		q[l].sel = "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = $1 AND start = $2"
 		q[l].put = "INSERT INTO " + l.table() + " (dep_id, start, " + rowColumns +
-			") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dep_id, start) DO UPDATE SET " +
+			") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) ON CONFLICT (dep_id, start) DO UPDATE SET " +
 			replaceAll
 	}
 	return q
@@ -375,7 +375,7 @@ func (x *wtx) watermarks() (*watermarks, error) {
 		level string
 		p     *int64
 	}{{"second", &wm.second}, {"minute", &wm.minute}} {
-		q, err := x.queryRow("SELECT done_until FROM rollups WHERE level = ?", f.level)
+		q, err := x.queryRow("SELECT done_until FROM rollups WHERE level = $1", f.level)
 		if err != nil {
 			return nil, err
 		}

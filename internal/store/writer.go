@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // op is one unit of work for the writer: run executes inside the group's
@@ -21,19 +22,25 @@ import (
 type op struct {
 	run  func(x *wtx) error
 	done chan error
-	// after, when set, is told the op's outcome on the writer's
-	// goroutine instead of done (see Store.SaveBatchAsync): at once when
-	// the op is skipped or fails to be written (rolled back to its
-	// savepoint), else after the transaction's COMMIT (or its failure);
-	// always before the writer runs a later op. reported: it was told.
-	after    func(error)
-	reported bool
-	// skip, when set, is asked on the writer's goroutine just before the
-	// op runs; true: the op is not run and fails with ErrSkipped.
-	skip func() bool
-	// stream and full: see Async.
-	stream any
+	// err is the op's outcome, set by the writer goroutine: before its
+	// group runs when the op is not to run (ErrSkipped), else by its run
+	// or its group's failure.
+	err error
+	// stream, when set, is the Stream of a batch (Stream.Save): the
+	// outcome goes to the stream (tell) instead of done, at once when
+	// the op is not written, else after the group's COMMIT or its
+	// failure. told: it was sent. stored: saveBatch wrote it (not a
+	// duplicate). full: see Stream.Save.
+	stream *Stream
+	batch  *protocol.Batch
+	stored bool
+	told   bool
 	full   bool
+	// answers, when set, makes the op an answer to a failure of that
+	// stream (Stream.Resume, or Stream.Stop when stop), applied when the
+	// writer reaches it in the queue (admit); it is not run.
+	answers *Stream
+	stop    bool
 	// probe marks Store.Writable's write: its success says nothing of the
 	// writes that failed before it.
 	probe bool
@@ -56,9 +63,13 @@ type writer struct {
 	stopOnce sync.Once
 	// qmu makes a check of quit and the send to queue one step against
 	// stop's close of quit: once quit is closed nothing more is queued,
-	// so the writer's last drain sees every op that was (an async op's
-	// after is then always called).
+	// so the writer's last drain sees every op that was (a stream's batch
+	// then always has its outcome sent).
 	qmu sync.RWMutex
+
+	// held are the streams with batches parked until their failures are
+	// answered (Stream); writer goroutine only.
+	held map[*Stream]struct{}
 
 	// Counters for Stats.
 	txs, ops, failed, skipped, dropped atomic.Uint64
@@ -210,6 +221,7 @@ func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
 		stopped:  make(chan struct{}),
 		im:       make(map[imKey]imRow),
 		prepared: make(map[string]*sql.Stmt),
+		held:     make(map[*Stream]struct{}),
 		clock:    opts.Clock,
 	}
 	w.imAt = w.clock.Now()
@@ -241,18 +253,7 @@ func (w *writer) run() {
 		select {
 		case first = <-w.queue:
 		case <-w.quit:
-			// Commit what is queued, then leave. Ops enqueued after this
-			// drain see stopped closed and report ErrClosed.
-			for {
-				group = w.collect(group[:0])
-				if len(group) == 0 {
-					break
-				}
-				w.commit(group)
-			}
-			if len(w.im) > 0 {
-				w.commit(append(group[:0], &op{flushIM: true, run: func(*wtx) error { return nil }}))
-			}
+			w.drain(group)
 			return
 		}
 		group = append(group[:0], first)
@@ -261,6 +262,24 @@ func (w *writer) run() {
 			group = w.collectFor(group, groupWait)
 		}
 		w.commit(group)
+	}
+}
+
+// drain commits what is queued once stop has closed quit (ops enqueued
+// after it see stopped closed and report ErrClosed), ends the batches
+// held for an answer that can no longer come, and writes the buffered
+// instance minutes.
+func (w *writer) drain(group []*op) {
+	for {
+		group = w.collect(group[:0])
+		if len(group) == 0 {
+			break
+		}
+		w.commit(group)
+	}
+	w.releaseHeld()
+	if len(w.im) > 0 {
+		w.commit(append(group[:0], &op{flushIM: true, run: func(*wtx) error { return nil }}))
 	}
 }
 
@@ -370,173 +389,6 @@ func (w *writer) try(o *op) bool {
 	}
 }
 
-// commit runs a group of ops in one transaction, each in its own
-// savepoint, and reports every op's outcome after COMMIT.
-func (w *writer) commit(group []*op) {
-	for i, o := range group {
-		if o.dryRun {
-			rest := make([]*op, 0, len(group)-1)
-			for _, o := range group[i:] {
-				if o.dryRun {
-					w.dryRun(o)
-				} else {
-					rest = append(rest, o)
-				}
-			}
-			group = append(group[:i:i], rest...)
-			break
-		}
-	}
-	if len(group) == 0 {
-		return
-	}
-	errs := make([]error, len(group))
-	failAll := func(err error) {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = err
-			}
-		}
-	}
-	ctx := context.Background() // ops are bounded by their own size, not by a caller
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		failAll(fmt.Errorf("store: begin: %w", err))
-		w.finish(group, errs, false)
-		return
-	}
-	x := newWtx(ctx, w, tx)
-	if err := w.d.beginGroup(x); err != nil {
-		failAll(fmt.Errorf("store: begin: %w", err))
-		x.close()
-		tx.Rollback()
-		w.finish(group, errs, false)
-		return
-	}
-	flushIM := false
-	for i, o := range group {
-		if x.broken != nil {
-			break
-		}
-		if o.skip != nil && o.skip() {
-			errs[i] = ErrSkipped
-		} else {
-			cut := x.imCut
-			if errs[i] = x.savepoint(o.run); errs[i] != nil {
-				x.imCut = cut // its savepoint is rolled back: its DELETE too
-			}
-		}
-		if errs[i] != nil && o.after != nil {
-			// Not written, whatever the transaction does: said now, so
-			// that the op's owner can skip its later ops (see op.after).
-			o.reported = true
-			o.after(errs[i])
-		}
-		flushIM = flushIM || o.flushIM
-	}
-	now := w.clock.Now()
-	if !w.imFlushing && now.Sub(w.imAt) >= instanceMinutesEvery && len(w.im) > 0 {
-		// A round: the sums of the minutes that have ended, written
-		// imFlushRows a transaction; what arrives meanwhile waits for the
-		// next round.
-		w.imAt = now
-		if n := imDueCount(w.im, now.UnixMilli()); n > 0 {
-			w.imFlushing, w.imRound = true, n
-		}
-	}
-	due := flushIM || w.imFlushing
-	var imWritten []imKey
-	if x.broken != nil {
-		failAll(x.broken)
-	} else if err := x.flush(); err != nil {
-		failAll(fmt.Errorf("store: write windows: %w", err))
-	} else if due {
-		if imWritten, err = x.writeInstanceMinutes(flushIM, now.UnixMilli()); err != nil {
-			failAll(fmt.Errorf("store: write instance minutes: %w", err))
-		}
-	}
-	x.close()
-	defer w.prepare(x.unprepared)
-	// Sums leaving im for the table: a reader merging the two
-	// (InstanceHistory) must count them once. imGen is odd from before
-	// the commit until they have left im (a seqlock): a read that saw it
-	// even and the same before and after it read both saw none of this
-	// move. Readers never wait for the commit.
-	moving := len(imWritten) > 0
-	if moving {
-		w.imGen.Add(1)
-	}
-	committed := false
-	if anyNil(errs) {
-		switch err := tx.Commit(); {
-		case err == nil:
-			committed = true
-			w.txs.Add(1)
-		case w.committedAfterAll(x.txid):
-			// The server committed; only its answer was lost (the
-			// connection failed at that moment). Carrying on as if it had
-			// failed would write the instance minutes of this
-			// transaction again and lose its own.
-			w.log.Warn("store: the answer to a COMMIT was lost; the server says the transaction committed", "err", err)
-			committed = true
-			w.txs.Add(1)
-		default:
-			failAll(fmt.Errorf("store: commit: %w", err))
-		}
-	}
-	if !committed {
-		tx.Rollback()
-	}
-	if committed && !x.dirty {
-		w.c.keepRows(x.rows)
-		for id, at := range x.seen {
-			w.c.seen[id] = at
-		}
-	}
-	if committed {
-		if moving && w.testIMCommitted != nil {
-			w.testIMCommitted()
-		}
-		// After the commit: a key leaves im only once its row is in the
-		// table (FleetNotClosed relies on it), and the minutes retention
-		// deleted from the table leave it too.
-		w.imMu.Lock()
-		for _, k := range imWritten {
-			delete(w.im, k)
-		}
-		for _, d := range x.im { // emptied when written
-			addInto(w.im, d.k, d.r)
-		}
-		if x.imCut != 0 {
-			for k := range w.im {
-				if k.minute < x.imCut {
-					delete(w.im, k)
-				}
-			}
-		}
-		w.imMu.Unlock()
-		if w.imRound -= len(imWritten); flushIM || w.imRound <= 0 {
-			w.imFlushing = false
-		}
-		if x.imCut != 0 && w.imFlushing {
-			// Sums of the round were dropped with their minutes.
-			if w.imRound = imDueCount(w.im, now.UnixMilli()); w.imRound <= 0 {
-				w.imFlushing = false
-			}
-		}
-		if flushIM {
-			w.imAt = now
-		}
-	}
-	if moving {
-		w.imGen.Add(1)
-	}
-	if cap(x.im) <= maxIMBuf {
-		w.imBuf = x.im[:0]
-	}
-	w.finish(group, errs, committed && !x.dirty)
-}
-
 // committedAfterAll asks PostgreSQL, on another connection, whether the
 // transaction txid committed although its COMMIT failed (txid_status; 0 =
 // not known, SQLite: false). A transaction still in progress (its
@@ -569,53 +421,6 @@ func (w *writer) committedAfterAll(txid int64) bool {
 // lostCommitWait bounds how long committedAfterAll waits for a
 // transaction whose COMMIT's answer was lost to end.
 const lostCommitWait = 5 * time.Second
-
-func anyNil(errs []error) bool {
-	for _, e := range errs {
-		if e == nil {
-			return true
-		}
-	}
-	return false
-}
-
-// finish hands every op its outcome; when the caches may hold ids or
-// states of rolled-back rows they are dropped.
-func (w *writer) finish(group []*op, errs []error, cacheOK bool) {
-	if !cacheOK {
-		w.c.reset()
-	}
-	for i, o := range group {
-		switch {
-		case errs[i] == nil:
-			w.ops.Add(1)
-		case errors.Is(errs[i], ErrSkipped):
-			w.skipped.Add(1) // not tried: neither done nor failed
-		default:
-			w.failed.Add(1)
-		}
-		switch {
-		case errs[i] != nil && storageError(errs[i]):
-			w.failMu.Lock()
-			w.failing = errs[i]
-			w.failMu.Unlock()
-		case errs[i] == nil && !o.probe:
-			w.failMu.Lock()
-			w.failing = nil
-			w.failMu.Unlock()
-		}
-		if errs[i] != nil && o.done == nil && o.after == nil {
-			w.log.Error("store: background write failed", "err", errs[i])
-		}
-		if o.done != nil {
-			o.done <- errs[i]
-		}
-		if o.after != nil && !o.reported {
-			o.reported = true
-			o.after(errs[i])
-		}
-	}
-}
 
 // prepare prepares queries on the writer's connection for the next
 // transactions (outside a transaction: the pool's one connection is free).
@@ -669,11 +474,11 @@ const groupMany = 16
 // time slice, a GC), each of which cut the group short.
 const groupIdleMany = 20 * time.Millisecond
 
-// allFull reports whether every op of group comes from a stream that
-// hands nothing more before one of its ops is done (Async.Full): then no
-// op can come while the group waits.
+// allFull reports whether every op of group is a batch of a stream that
+// hands nothing more before one of its batches' outcome has come
+// (Stream.Save's full): then no op can come while the group waits.
 func allFull(group []*op) bool {
-	streams := make(map[any]bool, 8) // stream: one of its ops is full
+	streams := make(map[*Stream]bool, 8) // stream: one of its ops is full
 	for _, o := range group {
 		if o.stream == nil {
 			return false
@@ -863,7 +668,7 @@ type WriterStats struct {
 	Transactions uint64 // transactions committed
 	Ops          uint64 // operations committed (a batch, a hello, a command...)
 	FailedOps    uint64 // operations that returned an error (not SkippedOps)
-	SkippedOps   uint64 // batches not written at their owner's word (Async.Skip, ErrSkipped)
+	SkippedOps   uint64 // batches not tried (ErrSkipped: their stream was stopped, see Stream)
 	Dropped      uint64 // best-effort background writes (token last-used) skipped on a full queue
 }
 
@@ -876,7 +681,7 @@ func (s *Store) Stats() WriterStats {
 
 // storageError reports whether err is the database's trouble rather than
 // the input's (a refusal wrapping a cbdash sentinel) or the caller's (its
-// ctx, or its skip: ErrSkipped, nothing was tried).
+// ctx, or its stream's Stop: ErrSkipped, nothing was tried).
 func storageError(err error) bool {
 	for _, e := range []error{cbdash.ErrInvalid, cbdash.ErrNotFound, cbdash.ErrConflict, cbdash.ErrForbidden,
 		cbdash.ErrUnauthorized, context.Canceled, context.DeadlineExceeded, ErrClosed, ErrSkipped} {

@@ -47,7 +47,7 @@ func rvBatch(seq uint64, at time.Time, n int64) protocol.Batch {
 func rvCalls(t *testing.T, s *Store, table string, at time.Time) int64 {
 	t.Helper()
 	var n int64
-	if err := s.rdb.QueryRowContext(context.Background(), "SELECT coalesce(sum(admitted), 0) FROM "+table+" WHERE start = ?",
+	if err := s.rdb.QueryRowContext(context.Background(), "SELECT coalesce(sum(admitted), 0) FROM "+table+" WHERE start = $1",
 		at.UnixMilli()).Scan(&n); err != nil {
 		t.Fatal(err)
 	}

@@ -203,6 +203,13 @@ func openHeld(t *testing.T, name string) (*Store, func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	return s, holdWriter(t, s)
+}
+
+// holdWriter holds s's writer inside a transaction until release is
+// called (or the test ends).
+func holdWriter(t *testing.T, s *Store) (release func()) {
+	t.Helper()
 	entered, hold := make(chan struct{}), make(chan struct{})
 	go s.w.do(context.Background(), &op{run: func(*wtx) error {
 		close(entered)
@@ -211,9 +218,9 @@ func openHeld(t *testing.T, name string) (*Store, func()) {
 	}})
 	<-entered
 	var once sync.Once
-	release := func() { once.Do(func() { close(hold) }) }
+	release = func() { once.Do(func() { close(hold) }) }
 	t.Cleanup(release)
-	return s, release
+	return release
 }
 
 // An instance minute is written once its minute has ended and the grace

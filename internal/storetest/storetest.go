@@ -49,3 +49,17 @@ func OpenFile(tb testing.TB, path string, opts store.Options) *store.Store {
 	})
 	return st
 }
+
+// Postgres returns the DSN of a new schema of the test's own in the
+// CBDASH_TEST_POSTGRES database (pgtest.DSN), migrated by the store: for
+// a test that opens the collectors' bus (internal/cluster, whose tables
+// are the store's) before any store. It fails tb when the variable is not
+// set or the migration fails.
+func Postgres(tb testing.TB) string {
+	tb.Helper()
+	dsn := pgtest.DSN(tb)
+	if err := store.Migrate(context.Background(), dsn, nil); err != nil {
+		tb.Fatalf("storetest: migrate %s: %v", store.MaskDSN(dsn), err)
+	}
+	return dsn
+}

@@ -354,7 +354,7 @@ func EnsureAdmin(ctx context.Context, a Accounts, password string) (created bool
 		return false, "", nil
 	}
 	if password == "" {
-		password = randomToken(18)
+		password = rand.Text() // 26 characters of A-Z and 2-7, 130 random bits
 	}
 	hash, err := HashPassword(password)
 	if err != nil {
@@ -364,10 +364,4 @@ func EnsureAdmin(ctx context.Context, a Accounts, password string) (created bool
 		return false, "", err
 	}
 	return true, password, nil
-}
-
-func randomToken(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b)
 }

@@ -1,4 +1,4 @@
-package collector
+package holds
 
 import (
 	"context"
@@ -14,9 +14,27 @@ import (
 // period it covers, plus delivery).
 const spanRetention = time.Minute
 
+type coverKey struct {
+	k       Key
+	breaker string
+}
+
+// coverSpan is a stretch of time a hold covered a breaker: window reports
+// that end after from and start before to are counted for it.
+type coverSpan struct {
+	holdID   string
+	from, to int64 // Unix ms; to = the hold's end
+}
+
+type statKey struct {
+	holdID  string
+	k       Key
+	breaker string
+}
+
 // cover1 starts a cover span of a breaker; a span of the same hold that is
 // still open goes on (a reconnection does not restart the count).
-func (m *holdManager) cover1(ck coverKey, sp coverSpan) {
+func (m *Manager) cover1(ck coverKey, sp coverSpan) {
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()
 	spans := m.cover[ck]
@@ -32,7 +50,7 @@ func (m *holdManager) cover1(ck coverKey, sp coverSpan) {
 }
 
 // endSpans ends every span of hold id at at (its release).
-func (m *holdManager) endSpans(id string, at time.Time) {
+func (m *Manager) endSpans(id string, at time.Time) {
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()
 	for ck, spans := range m.cover {
@@ -46,7 +64,7 @@ func (m *holdManager) endSpans(id string, at time.Time) {
 }
 
 // pruneSpans forgets spans that ended more than spanRetention ago.
-func (m *holdManager) pruneSpans(now time.Time) {
+func (m *Manager) pruneSpans(now time.Time) {
 	cut := now.Add(-spanRetention).UnixMilli()
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()
@@ -77,12 +95,13 @@ func (m *holdManager) pruneSpans(now time.Time) {
 	}
 }
 
-// observe counts window reports for the holds covering their breakers: a
-// report counts for a hold when its period ends after the hold was sent to
-// the breaker and starts before the hold ended. Called with each stored
-// batch (after its commit: a resent batch is not stored, nor counted,
-// twice).
-func (m *holdManager) observe(k instKey, ws []protocol.Window) {
+// Observe counts the window reports ws of instance k for the holds
+// covering their breakers: a report counts for a hold when its period ends
+// after the hold was sent to the breaker and starts before the hold ended.
+// Call it with each stored batch, after its commit (a resent batch is not
+// stored, nor counted, twice). It takes only the statistics' lock, so the
+// store's goroutine may call it.
+func (m *Manager) Observe(k Key, ws []protocol.Window) {
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()
 	if len(m.cover) == 0 {
@@ -97,7 +116,7 @@ func (m *holdManager) observe(k instKey, ws []protocol.Window) {
 			sk := statKey{sp.holdID, k, w.Breaker}
 			st := m.stats[sk]
 			if st == nil {
-				st = &cbdash.HoldCounts{Service: k.service, Instance: k.instance, Breaker: w.Breaker}
+				st = &cbdash.HoldCounts{Service: k.Service, Instance: k.Instance, Breaker: w.Breaker}
 				m.stats[sk] = st
 			}
 			st.AddWindow(*w)
@@ -106,8 +125,9 @@ func (m *holdManager) observe(k instKey, ws []protocol.Window) {
 	}
 }
 
-// flushStats saves the counts of holds that changed.
-func (m *holdManager) flushStats(ctx context.Context) {
+// FlushStats saves the counts of holds that changed since the last save;
+// a store error is logged and the counts are saved again next time.
+func (m *Manager) FlushStats(ctx context.Context) {
 	m.statsMu.Lock()
 	byHold := make(map[string][]cbdash.HoldCounts, len(m.dirty))
 	for sk, st := range m.stats {
@@ -120,9 +140,9 @@ func (m *holdManager) flushStats(ctx context.Context) {
 	m.dirty = make(map[string]bool)
 	m.statsMu.Unlock()
 	for id, rows := range byHold {
-		if err := m.c.store.SaveHoldStats(ctx, id, rows); err != nil {
+		if err := m.cfg.Store.SaveHoldStats(ctx, id, rows); err != nil {
 			if ctx.Err() == nil {
-				m.c.log.Error("save hold stats", "hold", id, "err", err)
+				m.log.Error("save hold stats", "hold", id, "err", err)
 			}
 			m.statsMu.Lock()
 			m.dirty[id] = true
@@ -131,9 +151,10 @@ func (m *holdManager) flushStats(ctx context.Context) {
 	}
 }
 
-// holdCounts returns the counts of hold id as they are now in memory (the
-// store's may lag by a sweep), sorted; nil when none are in memory.
-func (m *holdManager) holdCounts(id string) []cbdash.HoldCounts {
+// Counts returns the counts of hold id as they are now in memory (the
+// store's may lag by a sweep), sorted by service, instance and breaker;
+// nil when none are in memory.
+func (m *Manager) Counts(id string) []cbdash.HoldCounts {
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()
 	var out []cbdash.HoldCounts

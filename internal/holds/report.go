@@ -1,4 +1,4 @@
-package collector
+package holds
 
 import (
 	"bytes"
@@ -12,22 +12,25 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-// HoldReport builds the drill report of hold id: its coverage, what each
-// covered breaker counted while held (exactly the sum of its window
-// reports from the moment the hold was sent to it until the hold ended),
-// and each covered dependency before and during the hold from stored
-// history. Errors: cbdash.ErrNotFound, or the store's error.
-func (c *Collector) HoldReport(ctx context.Context, id string) (cbdash.HoldReport, error) {
-	h, err := c.store.Hold(ctx, id)
+// Report builds the drill report of hold id: its coverage (one row per
+// instance breaker, the latest answer of a process restarted under the
+// same id), what each covered breaker counted while held (exactly the sum
+// of its window reports from the moment the hold was sent to it until the
+// hold ended), and each covered dependency before and during the hold
+// from stored history (in whole seconds; "before" spans as long as
+// "during", at least 1 s and at most an hour). Errors: cbdash.ErrNotFound,
+// or the store's error.
+func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, error) {
+	h, err := m.cfg.Store.Hold(ctx, id)
 	if err != nil {
 		return cbdash.HoldReport{}, err
 	}
-	now := c.now().UTC()
+	now := m.now().UTC()
 	r := cbdash.HoldReport{Hold: h, Start: h.CreatedAt, End: h.End(), Ongoing: h.LiveAt(now),
 		Instances: []cbdash.HoldInstanceReport{}, Dependencies: []cbdash.HoldDependencyReport{}}
-	counts := c.holds.holdCounts(id)
+	counts := m.Counts(id)
 	if counts == nil {
-		if counts, err = c.store.HoldStats(ctx, id); err != nil {
+		if counts, err = m.cfg.Store.HoldStats(ctx, id); err != nil {
 			return cbdash.HoldReport{}, err
 		}
 	}
@@ -61,31 +64,42 @@ func (c *Collector) HoldReport(ctx context.Context, id string) (cbdash.HoldRepor
 	if now.Before(end) {
 		end = now
 	}
-	// History is kept in buckets of whole seconds: the split falls on the
-	// second the hold started in (its calls count as during), and each span
-	// is at least one bucket, so a bucket is never counted on both sides.
-	split := r.Start.Truncate(time.Second)
-	span := min(max(end.Sub(split), time.Second), time.Hour).Round(time.Second)
-	for k := range deps {
-		dr := cbdash.HoldDependencyReport{DependencyKey: k}
-		if dr.Before, err = c.period(ctx, k, split.Add(-span), split); err != nil {
-			return cbdash.HoldReport{}, err
-		}
-		if dr.During, err = c.period(ctx, k, split, split.Add(max(end.Sub(split), time.Second))); err != nil {
-			return cbdash.HoldReport{}, err
-		}
-		r.Dependencies = append(r.Dependencies, dr)
+	if r.Dependencies, err = m.dependencyReports(ctx, deps, r.Start, end); err != nil {
+		return cbdash.HoldReport{}, err
 	}
-	sort.Slice(r.Dependencies, func(i, j int) bool { return r.Dependencies[i].String() < r.Dependencies[j].String() })
 	return r, nil
 }
 
+// dependencyReports is each dependency of deps before and during a hold
+// that started at start and ended (or is now) at end, sorted.
+func (m *Manager) dependencyReports(ctx context.Context, deps map[cbdash.DependencyKey]bool, start, end time.Time) ([]cbdash.HoldDependencyReport, error) {
+	// History is kept in buckets of whole seconds: the split falls on the
+	// second the hold started in (its calls count as during), and each span
+	// is at least one bucket, so a bucket is never counted on both sides.
+	split := start.Truncate(time.Second)
+	span := min(max(end.Sub(split), time.Second), time.Hour).Round(time.Second)
+	out := []cbdash.HoldDependencyReport{}
+	for k := range deps {
+		dr := cbdash.HoldDependencyReport{DependencyKey: k}
+		var err error
+		if dr.Before, err = m.period(ctx, k, split.Add(-span), split); err != nil {
+			return nil, err
+		}
+		if dr.During, err = m.period(ctx, k, split, split.Add(max(end.Sub(split), time.Second))); err != nil {
+			return nil, err
+		}
+		out = append(out, dr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}
+
 // period sums the stored history of k over [from, to).
-func (c *Collector) period(ctx context.Context, k cbdash.DependencyKey, from, to time.Time) (cbdash.HoldPeriod, error) {
+func (m *Manager) period(ctx context.Context, k cbdash.DependencyKey, from, to time.Time) (cbdash.HoldPeriod, error) {
 	if !from.Before(to) {
 		return cbdash.HoldPeriod{}, nil
 	}
-	pts, err := c.store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: from, To: to})
+	pts, err := m.cfg.Store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: from, To: to})
 	if err != nil {
 		return cbdash.HoldPeriod{}, err
 	}
@@ -96,8 +110,11 @@ func (c *Collector) period(ctx context.Context, k cbdash.DependencyKey, from, to
 	return cbdash.NewHoldPeriod(sum.Counts, sum.Latency), nil
 }
 
-// HoldReportMarkdown renders a drill report as Markdown.
-func HoldReportMarkdown(r cbdash.HoldReport) []byte {
+// ReportMarkdown renders a drill report as Markdown: a header list (hold,
+// who, why, start, end, instances covered), a table of the covered
+// breakers during the hold with a total row, and a table of the callers
+// before and during. Text from operators and agents is escaped.
+func ReportMarkdown(r cbdash.HoldReport) []byte {
 	var b bytes.Buffer
 	h := r.Hold
 	fmt.Fprintf(&b, "# Drill report: %s %s\n\n", actionWords(h.Action), mdText(h.Selector.String()))

@@ -1,4 +1,4 @@
-package collector
+package holds
 
 import (
 	"fmt"
@@ -14,26 +14,26 @@ import (
 // front, with the same reason, instead of recording commands that can
 // only fail; a fleet-wide hold that also matches breakers that can be
 // held is accepted and simply not sent to the others (its blast radius
-// lists them, see PlanHold).
+// lists them, see Plan).
 
 // refuseUnsupported refuses a hold whose selector matches breakers on
 // live instances of which none can be held. A selector that matches no
 // live breaker at all is accepted: it is desired state, for the instances
 // that say hello later.
-func (c *Collector) refuseUnsupported(sel cbdash.Selector) error {
+func (m *Manager) refuseUnsupported(sel cbdash.Selector) error {
 	matched := 0
 	reasons := map[string][]string{} // reason -> "service/instance"
-	for _, hi := range c.live.holdInstances() {
-		for _, b := range hi.breakers {
-			if !sel.Matches(hi.ref, b) {
+	for _, inst := range m.cfg.Instances.HoldInstances() {
+		for _, b := range inst.Breakers {
+			if !sel.Matches(inst.Ref, b) {
 				continue
 			}
-			why, no := hi.unsupported[b]
+			why, no := inst.Unsupported[b]
 			if !no {
 				return nil
 			}
 			matched++
-			reasons[why] = append(reasons[why], hi.ref.Service+"/"+hi.ref.Instance)
+			reasons[why] = append(reasons[why], inst.Ref.Service+"/"+inst.Ref.Instance)
 		}
 	}
 	if matched == 0 {
@@ -42,19 +42,21 @@ func (c *Collector) refuseUnsupported(sel cbdash.Selector) error {
 	return fmt.Errorf("%w: holds are not available for %s on %s", cbdash.ErrInvalid, sel.String(), reasonList(reasons))
 }
 
-// refuseUnsupportedTargets refuses a command (release, reset) for breaker
-// k of the named instances when none of them can apply it.
-func (c *Collector) refuseUnsupportedTargets(k cbdash.DependencyKey, instances []string) error {
+// RefuseUnsupportedTargets refuses a command (release, reset) for breaker
+// k of the named instances when none of them can apply it (each is known
+// and its hello said holds_unsupported for k's breaker). Errors:
+// cbdash.ErrInvalid with the reasons, one group per reason.
+func (m *Manager) RefuseUnsupportedTargets(k cbdash.DependencyKey, instances []string) error {
 	if len(instances) == 0 {
 		return nil
 	}
 	reasons := map[string][]string{}
 	for _, inst := range instances {
-		hi, ok := c.live.holdInstance(instKey{k.Service, inst})
+		in, ok := m.cfg.Instances.HoldInstance(Key{k.Service, inst})
 		if !ok {
 			return nil
 		}
-		why, no := hi.unsupported[k.Breaker]
+		why, no := in.Unsupported[k.Breaker]
 		if !no {
 			return nil
 		}

@@ -1,0 +1,320 @@
+package holds
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cbdash/cbdash"
+)
+
+// Key names one instance: a service and an instance id.
+type Key struct{ Service, Instance string }
+
+// Instance is what applying holds needs of one instance of live state.
+type Instance struct {
+	Ref       cbdash.InstanceRef
+	StartedAt int64    // the process's started_at (Unix ms) from its hello
+	Breakers  []string // sorted
+	// Rates is the calls per second of each breaker's last window report
+	// (admitted and rejected calls over its period); absent when none.
+	Rates map[string]float64
+	// Unsupported says why a breaker cannot be held (its hello set
+	// holds_unsupported); such a breaker is never sent a hold.
+	Unsupported map[string]string
+	// Conn is the agent process's connection; nil when it has none.
+	Conn  Conn
+	Stale bool // silent for the stale timeout
+	// Pull is set for an instance that reports over HTTP ingest (no
+	// Conn): what is sent to it is recorded as pending targets, which
+	// its ingest response carries.
+	Pull bool
+}
+
+// Reachable reports whether commands can be delivered to the instance now.
+func (i Instance) Reachable() bool { return i.Conn != nil || i.Pull }
+
+func (i Instance) key() Key { return Key{i.Ref.Service, i.Ref.Instance} }
+
+// Instances is the instances of live state (connected or not). Its
+// methods are called with Manager's lock held and must not call back into
+// the Manager; they must be safe for concurrent use.
+type Instances interface {
+	// HoldInstances lists every instance, sorted by service then
+	// instance.
+	HoldInstances() []Instance
+	// HoldInstance returns one instance; ok is false when it is unknown.
+	HoldInstance(k Key) (inst Instance, ok bool)
+}
+
+// Conn delivers a command, already recorded in the store, to one
+// connected agent process. Deliver must not block (a connection whose
+// queue is full may end).
+type Conn interface {
+	Deliver(cmd cbdash.Command, now time.Time)
+}
+
+// Store is what the Manager reads and writes: holds, their coverage and
+// statistics, the commands holds are sent as, and history for reports.
+// Errors are the store's (cbdash.ErrNotFound for an unknown id,
+// cbdash.ErrConflict for a command id already stored or a hold already
+// released or expired).
+type Store interface {
+	CreateHold(ctx context.Context, h cbdash.HoldRecord) error
+	ReleaseHold(ctx context.Context, id string, at time.Time, by, reason string) (cbdash.HoldRecord, error)
+	Hold(ctx context.Context, id string) (cbdash.HoldRecord, error)
+	Holds(ctx context.Context, q cbdash.HoldQuery) ([]cbdash.HoldRecord, error)
+	AddHoldCoverage(ctx context.Context, holdID string, c cbdash.HoldCoverage) error
+	SaveHoldStats(ctx context.Context, holdID string, stats []cbdash.HoldCounts) error
+	HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCounts, error)
+	CreateCommand(ctx context.Context, c cbdash.Command) error
+	SetCommandTarget(ctx context.Context, commandID string, t cbdash.CommandTarget) error
+	Command(ctx context.Context, id string) (cbdash.Command, error)
+	History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error)
+}
+
+// Events publishes a change (a command recorded or targeted) to live
+// subscribers; Publish must not block.
+type Events interface {
+	Publish(e cbdash.Event)
+}
+
+// Cluster tells the other collectors of a cluster that hold id was
+// created or released, so that they apply it to the instances connected
+// to them (see Manager.Adopt).
+type Cluster interface {
+	HoldChanged(ctx context.Context, id string)
+}
+
+// Config is what a Manager is built from. Every field is required except
+// Log (nil = slog.Default()) and MaxHold (0 = cbdash.DefaultMaxHold).
+type Config struct {
+	Instances Instances
+	Store     Store
+	Events    Events
+	Cluster   Cluster
+	Now       func() time.Time
+	Log       *slog.Logger
+	// MaxHold is the longest hold accepted (a longer ttl is refused).
+	MaxHold time.Duration
+	// CommandDelivery is how long a release command may be delivered.
+	CommandDelivery time.Duration
+}
+
+// Manager owns the live holds and what was applied where. Create it with
+// New; all its methods are safe for concurrent use.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	seq   atomic.Uint64 // the sequence in hold ids (newHoldID)
+	turns turns         // one instance's work at a time
+	// changing is held by the change of holds being applied (Create,
+	// Release, Adopt, Sweep): changes take effect one at a time, in
+	// order, as they did under one lock. Hellos, ingests and reads never
+	// take it.
+	changing chan struct{}
+
+	// mu guards the maps below; it is never held across I/O.
+	mu      sync.Mutex
+	gen     uint64                         // counts changes of holds
+	holds   map[string]cbdash.HoldRecord   // not yet expired (released ones too, until they would have)
+	applied map[Key]map[string]appliedHold // by instance, then breaker
+	cmds    map[string]bool                // command ids known to be in the store
+	reach   map[string]map[Key]bool        // by hold: instances its creation has yet to reach
+	statsMu sync.Mutex                     // guards the statistics; takes nothing else
+	cover   map[coverKey][]coverSpan       // guarded by statsMu
+	stats   map[statKey]*cbdash.HoldCounts // guarded by statsMu
+	dirty   map[string]bool                // hold ids with unsaved stats; guarded by statsMu
+}
+
+// appliedHold is the hold last sent to one breaker of one agent process.
+type appliedHold struct {
+	holdID    string
+	created   time.Time // the hold's CreatedAt
+	cmdID     string
+	startedAt int64
+}
+
+// New returns a Manager with no holds; call Restore before use.
+func New(cfg Config) *Manager {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Manager{cfg: cfg, log: log, now: cfg.Now, turns: turns{m: make(map[Key]*turn)}, changing: make(chan struct{}, 1),
+		holds: make(map[string]cbdash.HoldRecord), applied: make(map[Key]map[string]appliedHold),
+		cmds: make(map[string]bool), reach: make(map[string]map[Key]bool),
+		cover: make(map[coverKey][]coverSpan), stats: make(map[statKey]*cbdash.HoldCounts), dirty: make(map[string]bool)}
+}
+
+// MaxHold is the longest hold accepted (Config.MaxHold).
+func (m *Manager) MaxHold() time.Duration { return m.cfg.MaxHold }
+
+// Create stores a hold and applies it to every connected instance it
+// covers, now and at every later hello (an instance on HTTP ingest: at its
+// next ingest), until it expires or is released. Breakers that cannot be
+// held (holds_unsupported) are never sent it. The actor is req.Actor. It
+// returns the hold with its coverage so far (answers arrive later: see
+// Hold); every reachable instance it covers is covered when it returns.
+//
+// Errors: cbdash.ErrInvalid naming the bad field (a ttl over
+// Config.MaxHold names the limit; a selector whose live breakers all
+// cannot be held gives their reason), or the store's error (then nothing
+// was sent).
+func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
+	if err := req.Validate(m.cfg.MaxHold); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	if err := m.refuseUnsupported(req.Selector); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	now := m.now().UTC()
+	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL)}
+	if err := m.cfg.Store.CreateHold(ctx, h); err != nil {
+		return cbdash.HoldRecord{}, fmt.Errorf("record hold: %w", err)
+	}
+	done := m.change()
+	m.mu.Lock()
+	m.holds[h.ID] = h
+	m.gen++
+	var keys []Key
+	for _, inst := range m.cfg.Instances.HoldInstances() {
+		if inst.Reachable() && coversAny(h.Selector, inst) { // an offline one gets it at its hello
+			keys = append(keys, inst.key())
+		}
+	}
+	m.reach[h.ID] = make(map[Key]bool, len(keys))
+	for _, k := range keys {
+		m.reach[h.ID][k] = true
+	}
+	m.mu.Unlock()
+	for _, k := range keys {
+		m.reconcile(ctx, k, func() (Instance, bool) {
+			inst, ok := m.cfg.Instances.HoldInstance(k)
+			return inst, ok && inst.Reachable() && coversAny(h.Selector, inst)
+		}, false)
+	}
+	m.mu.Lock()
+	delete(m.reach, h.ID)
+	m.mu.Unlock()
+	done()
+	m.cfg.Cluster.HoldChanged(ctx, h.ID)
+	return m.cfg.Store.Hold(ctx, h.ID)
+}
+
+func coversAny(sel cbdash.Selector, inst Instance) bool {
+	for _, b := range inst.Breakers {
+		if _, no := inst.Unsupported[b]; !no && sel.Matches(inst.Ref, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// Release ends hold id before its expiry: every instance breaker it
+// governed returns to its automatic state (closed, with an empty window)
+// unless an older live hold covers it, which is then applied again. actor
+// and reason go into the audit log; reason is required.
+//
+// Errors: cbdash.ErrInvalid for a missing or bad reason,
+// cbdash.ErrNotFound for an unknown hold, cbdash.ErrConflict for a hold
+// already released or expired, or the store's error.
+func (m *Manager) Release(ctx context.Context, id, actor, reason string) (cbdash.HoldRecord, error) {
+	if strings.TrimSpace(reason) == "" {
+		return cbdash.HoldRecord{}, fmt.Errorf("%w: reason is required: it goes into the audit log", cbdash.ErrInvalid)
+	}
+	if len(reason) > 1000 {
+		return cbdash.HoldRecord{}, fmt.Errorf("%w: reason is longer than 1000 bytes", cbdash.ErrInvalid)
+	}
+	if err := cbdash.CheckText("reason", reason, false); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	done := m.change()
+	now := m.now().UTC()
+	h, err := m.cfg.Store.ReleaseHold(ctx, id, now, actor, reason)
+	if err != nil {
+		done()
+		return cbdash.HoldRecord{}, err
+	}
+	h.Coverage = nil
+	m.mu.Lock()
+	m.holds[id] = h
+	m.gen++
+	var keys []Key
+	for k, bs := range m.applied {
+		for _, a := range bs {
+			if a.holdID == id {
+				keys = append(keys, k)
+				break
+			}
+		}
+	}
+	m.mu.Unlock()
+	m.endSpans(id, now)
+	for _, k := range keys {
+		m.reconcile(ctx, k, m.known(k), false)
+	}
+	done()
+	m.cfg.Cluster.HoldChanged(ctx, id)
+	m.FlushStats(ctx)
+	return m.cfg.Store.Hold(ctx, id)
+}
+
+// change waits until no other change of holds is being applied and
+// returns the function that ends this one.
+func (m *Manager) change() (done func()) {
+	m.changing <- struct{}{}
+	return func() { <-m.changing }
+}
+
+// known fetches instance k as it is, reachable or not.
+func (m *Manager) known(k Key) func() (Instance, bool) {
+	return func() (Instance, bool) { return m.cfg.Instances.HoldInstance(k) }
+}
+
+// Holds returns the holds live at now (live true) or every hold, newest
+// first, with their coverage; limit as cbdash.HoldQuery's. Errors: the
+// store's.
+func (m *Manager) Holds(ctx context.Context, live bool, limit int) ([]cbdash.HoldRecord, error) {
+	q := cbdash.HoldQuery{Limit: limit}
+	if live {
+		q.LiveAt = m.now().UTC()
+	}
+	return m.cfg.Store.Holds(ctx, q)
+}
+
+// Hold returns one hold with its coverage. Errors: cbdash.ErrNotFound or
+// the store's error.
+func (m *Manager) Hold(ctx context.Context, id string) (cbdash.HoldRecord, error) {
+	return m.cfg.Store.Hold(ctx, id)
+}
+
+// Covering returns the live holds whose selector covers breakers of
+// dependency k, the governing one first where several match the same
+// breakers (the most recently created wins).
+func (m *Manager) Covering(k cbdash.DependencyKey) []cbdash.HoldRecord {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []cbdash.HoldRecord
+	for _, h := range m.holds {
+		if h.LiveAt(now) && h.Selector.CoversDependency(k) {
+			out = append(out, h)
+		}
+	}
+	sortNewestFirst(out)
+	return out
+}
+
+func (m *Manager) listLocked() []cbdash.HoldRecord {
+	out := make([]cbdash.HoldRecord, 0, len(m.holds))
+	for _, h := range m.holds {
+		out = append(out, h)
+	}
+	return out
+}

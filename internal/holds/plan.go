@@ -1,0 +1,82 @@
+package holds
+
+import (
+	"sort"
+	"time"
+
+	"github.com/cbdash/cbdash"
+)
+
+// Plan returns the blast radius of req without acting: the services and
+// live (non-stale) instances ("service/instance") it would cover now,
+// their calls per second, the breakers it cannot hold with why, and the
+// live holds it would supersede, each sorted. Errors: cbdash.ErrInvalid
+// as Create.
+func (m *Manager) Plan(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
+	if err := req.Validate(m.cfg.MaxHold); err != nil {
+		return cbdash.HoldPlan{}, err
+	}
+	now := m.now()
+	p := cbdash.HoldPlan{Selector: req.Selector, Action: req.Action, Services: []string{}, Instances: []string{}}
+	services := map[string]bool{}
+	superseded := map[string]bool{}
+	m.mu.Lock()
+	others := m.listLocked()
+	m.mu.Unlock()
+	for _, inst := range m.cfg.Instances.HoldInstances() {
+		if inst.Stale { // connected, on HTTP ingest, or away for less than the stale timeout
+			continue
+		}
+		eligible, matched := planInstance(&p, req.Selector, inst, others, superseded, now)
+		if eligible {
+			p.Eligible++
+		}
+		if matched {
+			services[inst.Ref.Service] = true
+			p.Instances = append(p.Instances, inst.Ref.Service+"/"+inst.Ref.Instance)
+		}
+	}
+	for s := range services {
+		p.Services = append(p.Services, s)
+	}
+	sort.Strings(p.Services)
+	for id := range superseded {
+		p.Superseded = append(p.Superseded, id)
+	}
+	sort.Strings(p.Superseded)
+	sort.Strings(p.Unsupported)
+	return p, nil
+}
+
+// planInstance adds what sel covers of inst to p: its unsupported
+// breakers, its calls per second, and (in superseded) the holds governing
+// its matched breakers now. eligible says sel's dependency has breakers on
+// inst; matched that sel covers one it can hold.
+func planInstance(p *cbdash.HoldPlan, sel cbdash.Selector, inst Instance, others []cbdash.HoldRecord,
+	superseded map[string]bool, now time.Time) (eligible, matched bool) {
+	for _, b := range inst.Breakers {
+		if !sel.CoversDependency(cbdash.DependencyKey{Service: inst.Ref.Service, Breaker: b}) {
+			continue
+		}
+		eligible = true
+		if !sel.Matches(inst.Ref, b) {
+			continue
+		}
+		if why, no := inst.Unsupported[b]; no {
+			p.Unsupported = append(p.Unsupported, inst.Ref.Service+"/"+inst.Ref.Instance+": "+why)
+			continue
+		}
+		matched = true
+		p.CallsPerSecond += inst.Rates[b]
+		if g, ok := cbdash.Governing(others, inst.Ref, b, now); ok {
+			superseded[g.ID] = true
+		}
+	}
+	return eligible, matched
+}
+
+// sortNewestFirst sorts hs the governing first: a hold before those it
+// supersedes (cbdash.HoldRecord.Superseded).
+func sortNewestFirst(hs []cbdash.HoldRecord) {
+	sort.Slice(hs, func(i, j int) bool { return hs[j].Superseded(hs[i]) })
+}
