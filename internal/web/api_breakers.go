@@ -220,7 +220,7 @@ func (s *Server) apiTransitions(c echo.Context) error {
 	if q.Limit, err = limitParam(c.QueryParam, 10000); err != nil {
 		return err
 	}
-	ts, err := s.store.Transitions(c.Request().Context(), q)
+	ts, err := s.history.Transitions(c.Request().Context(), q)
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func (s *Server) apiCommands(c echo.Context) error {
 	if q.Limit, err = limitParam(c.QueryParam, 10000); err != nil {
 		return err
 	}
-	cmds, err := s.store.Commands(c.Request().Context(), q)
+	cmds, err := s.history.Commands(c.Request().Context(), q)
 	if err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ func (s *Server) apiCommands(c echo.Context) error {
 }
 
 func (s *Server) apiCommand(c echo.Context) error {
-	cmd, err := s.store.Command(c.Request().Context(), c.Param("id"))
+	cmd, err := s.history.Command(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -194,7 +194,7 @@ func backHref(c echo.Context, k cbdash.DependencyKey, now time.Time) string {
 }
 
 func (s *Server) depCommands(ctx context.Context, k cbdash.DependencyKey) ([]templates.CommandView, error) {
-	cmds, err := s.store.Commands(ctx, cbdash.CommandQuery{Service: k.Service, Breaker: k.Breaker, Limit: 10})
+	cmds, err := s.history.Commands(ctx, cbdash.CommandQuery{Service: k.Service, Breaker: k.Breaker, Limit: 10})
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +320,7 @@ func stateText(s string) string {
 // audit lists every command, newest first, optionally of one service.
 func (s *Server) audit(c echo.Context) error {
 	svc := c.QueryParam("service")
-	cmds, err := s.store.Commands(c.Request().Context(), cbdash.CommandQuery{Service: svc})
+	cmds, err := s.history.Commands(c.Request().Context(), cbdash.CommandQuery{Service: svc})
 	if err != nil {
 		return err
 	}

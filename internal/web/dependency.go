@@ -230,7 +230,7 @@ func (s *Server) dependency(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pts, err := s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to})
+	pts, err := s.history.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to})
 	if err != nil {
 		return err
 	}
@@ -505,7 +505,7 @@ func nativeConfigText(c protocol.BreakerConfig) string {
 
 // transitionRows reads the newest transitions of a dependency in sp.
 func (s *Server) transitionRows(ctx context.Context, k cbdash.DependencyKey, sp span) ([]templates.TransitionRow, error) {
-	recs, err := s.store.Transitions(ctx, cbdash.TransitionQuery{Service: k.Service, Breaker: k.Breaker, From: sp.from, To: sp.to.Add(time.Minute), Limit: 200})
+	recs, err := s.history.Transitions(ctx, cbdash.TransitionQuery{Service: k.Service, Breaker: k.Breaker, From: sp.from, To: sp.to.Add(time.Minute), Limit: 200})
 	if err != nil {
 		return nil, err
 	}

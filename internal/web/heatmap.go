@@ -32,8 +32,8 @@ const (
 // closed, then highest failure rate), templates.HeatPage per page (page
 // is 0-based), with links keeping base's parameters.
 func (s *Server) heatmap(ctx context.Context, d cbdash.Dependency, sp span, page int, base url.Values) (*templates.Heatmap, error) {
-	ih, ok := s.store.(InstanceHistory)
-	if !ok {
+	ih := s.cfg.InstanceHistory
+	if ih == nil {
 		return nil, nil
 	}
 	from := sp.from

@@ -22,9 +22,8 @@ import (
 // HoldService is what the hold pages need: holds as stored desired state,
 // their drill reports, the blast radius of a hold before it is created,
 // and creating and releasing holds. *collector.Collector implements it;
-// when the Collector given to New does not, the hold pages answer 404 and
-// the dependency page shows no holds. Its methods must be safe for
-// concurrent use.
+// it is Config.Holds, and without it the hold pages and the holds API
+// answer 404. Its methods must be safe for concurrent use.
 type HoldService interface {
 	// Holds returns the live holds (live true) or every hold, newest
 	// first, with their coverage; limit 0 = 200.
@@ -56,11 +55,10 @@ func (s *Server) mountHolds(read, op routes) {
 }
 
 func (s *Server) holdService() (HoldService, error) {
-	hs, ok := s.col.(HoldService)
-	if !ok {
+	if s.cfg.Holds == nil {
 		return nil, errorf(cbdash.ErrNotFound, "holds are not kept by this server")
 	}
-	return hs, nil
+	return s.cfg.Holds, nil
 }
 
 func holdHref(id string) string { return "/holds/" + id }
