@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 )
 
 // Member pages of GET /api/v1/breakers/:service/:breaker.
@@ -52,6 +53,9 @@ func (s *Server) apiBreakers(c echo.Context) error {
 	}
 	switch c.QueryParam("members") {
 	case "all":
+		for i := range deps {
+			deps[i] = wording.Worded(deps[i])
+		}
 		return c.JSON(http.StatusOK, deps)
 	case "", "none":
 	default:
@@ -60,7 +64,7 @@ func (s *Server) apiBreakers(c echo.Context) error {
 	out := make([]dependencySummary, len(deps))
 	for i, d := range deps {
 		d.PerInstance = nil
-		out[i] = dependencySummary{Dependency: d}
+		out[i] = dependencySummary{Dependency: wording.Worded(d)}
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -127,6 +131,7 @@ func (s *Server) apiBreaker(c echo.Context) error {
 		last := members[end-1]
 		page.Next = cursorOf(memberRank(last.State), last.Instance)
 	}
+	page.Dependency = wording.Worded(page.Dependency)
 	return c.JSON(http.StatusOK, page)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -119,7 +120,7 @@ func blast(f commandForm, d cbdash.Dependency) string {
 		inst = "instance " + f.instance
 	}
 	if f.scope == "share" && f.share < 100 {
-		inst = "about " + inst + " (" + pct(f.share) + ")"
+		inst = "about " + inst + " (" + wording.Pct(f.share) + ")"
 	}
 	who := inst + " of " + f.key.Service + " to " + f.key.Breaker
 	dur := strconv.Itoa(f.ttlMin) + " minutes"
@@ -280,7 +281,7 @@ func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 	case cmd.Instance != "":
 		v.Scope = "instance " + cmd.Instance
 	case cmd.Share > 0 && cmd.Share < 100:
-		v.Scope = pct(cmd.Share) + " of instances"
+		v.Scope = wording.Pct(cmd.Share) + " of instances"
 	default:
 		v.Scope = "all instances"
 	}

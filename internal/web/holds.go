@@ -15,6 +15,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -349,7 +350,7 @@ func blastLines(r cbdash.HoldRequest, p cbdash.HoldPlan) []string {
 	}
 	lines = append(lines, fmt.Sprintf("Share reached: %d of %d live instances with a %s breaker.", len(p.Instances), p.Eligible, r.Selector.Breaker))
 	if r.Action == protocol.ActionForceOpen {
-		lines = append(lines, "Calls that will be rejected: about "+perSecond(p.CallsPerSecond)+" (their last report).")
+		lines = append(lines, "Calls that will be rejected: about "+wording.PerSecond(p.CallsPerSecond)+" (their last report).")
 	}
 	if len(p.Superseded) > 0 {
 		lines = append(lines, "It takes precedence over hold "+strings.Join(p.Superseded, ", ")+" where both match (the most recent wins).")
@@ -492,7 +493,7 @@ func periodView(p cbdash.HoldPeriod) templates.HoldPeriodView {
 		v.ErrorRate = strconv.FormatFloat(p.ErrorRate, 'f', 1, 64) + "%"
 	}
 	if p.P50 > 0 || p.P99 > 0 {
-		v.P50, v.P99 = latency(p.P50), latency(p.P99)
+		v.P50, v.P99 = wording.Latency(p.P50), wording.Latency(p.P99)
 	}
 	return v
 }
