@@ -144,4 +144,3 @@ func LineRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow Show
 	}
 	return windowRates(h)
 }
-
