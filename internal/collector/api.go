@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -137,7 +138,8 @@ func (c *Collector) known(ctx context.Context, k cbdash.DependencyKey) error {
 const sseBuffer = 1024
 
 // ServeEvents serves a server-sent event stream (GET /api/v1/events):
-// each cbdash.Event as "event: <kind>" and one JSON line. ?kind= (comma
+// each cbdash.Event as "event: <kind>" and one JSON line, its shown rates
+// in words as the JSON API gives them (wording.Worded). ?kind= (comma
 // list) filters kinds; ?snapshot=1 first sends the current dependencies
 // as a "snapshot" event. The stream ends when the subscriber is dropped
 // for falling behind (clients reconnect) or the request ends; it returns
@@ -187,6 +189,9 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if r.URL.Query().Get("snapshot") == "1" {
+		for i := range snap {
+			snap[i] = wording.Worded(snap[i])
+		}
 		if err := write("snapshot", snap); err != nil {
 			return nil
 		}
@@ -213,6 +218,10 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 		case e, ok := <-events:
 			if !ok {
 				return nil
+			}
+			if e.Dependency != nil { // shared with every subscriber: worded in a copy
+				d := wording.Worded(*e.Dependency)
+				e.Dependency = &d
 			}
 			if err := write(e.Kind, e); err != nil {
 				return nil

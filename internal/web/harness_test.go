@@ -99,7 +99,7 @@ func newHarness(t *testing.T, cfg web.Config, deps ...fleet) *harness {
 func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}, clocktest.Virtual()) }
 
 // start runs a stack on clk until the test ends, its dashboard configured
-// by cfg (whose Collector, Store and Clock the stack sets; LiveInterval
+// by cfg (whose services and Clock the stack sets; LiveInterval
 // 0 = 20 ms). The collector publishes every 20 ms of clk.
 func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 	t.Helper()
@@ -108,14 +108,21 @@ func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 		Collector: func(c *collector.Config) { c.PublishInterval = 20 * time.Millisecond },
 		Alert:     func(a *alert.Config) { a.Delivery.AllowPrivate = true }, // test webhooks listen on loopback
 		Web: func(w *web.Config) {
-			c := cfg
-			c.Collector, c.Store, c.Clock, c.Alerts = w.Collector, w.Store, w.Clock, w.Alerts
+			c := wired(cfg, *w)
 			if c.LiveInterval == 0 {
 				c.LiveInterval = 20 * time.Millisecond
 			}
 			*w, h.cfg = c, c
 		}})
 	return h
+}
+
+// wired is cfg with the services and the clock of w, the stack's config.
+func wired(cfg, w web.Config) web.Config {
+	cfg.Collector, cfg.History, cfg.Sessions, cfg.Accounts, cfg.Clock = w.Collector, w.History, w.Sessions, w.Accounts, w.Clock
+	cfg.Holds, cfg.Incidents, cfg.InstanceHistory, cfg.FleetHistory = w.Holds, w.Incidents, w.InstanceHistory, w.FleetHistory
+	cfg.AgentSessions, cfg.Alerts = w.AgentSessions, w.Alerts
+	return cfg
 }
 
 func (h *harness) run(o stacktest.Options) {

@@ -36,8 +36,8 @@ func newLimitedHarness(t *testing.T, cfg web.Config, lim collector.Limits) *harn
 	h.run(stacktest.Options{Clock: clk,
 		Collector: func(c *collector.Config) { c.PublishInterval, c.Limits = 20*time.Millisecond, lim },
 		Web: func(w *web.Config) {
-			c := cfg
-			c.Collector, c.Store, c.Clock, c.LiveInterval = w.Collector, w.Store, w.Clock, 20*time.Millisecond
+			c := wired(cfg, *w)
+			c.LiveInterval = 20 * time.Millisecond
 			*w, h.cfg = c, c
 		}})
 	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}} {
