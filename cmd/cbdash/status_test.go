@@ -65,6 +65,7 @@ func httpGet(t *testing.T, url string) []byte {
 // overview tile must say the same state and the same rates, and the
 // per-instance rows of `cbdash status checkout/payments` are filled in.
 func TestStatusAPIAndTileAgree(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual()
 	st := stacktest.Start(t, stacktest.Options{Clock: clk, Web: func(c *web.Config) { c.Anonymous = true }})
 	trip := protocol.Transition{Breaker: "payments", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().Add(-2 * time.Second).UnixMilli(),

@@ -260,6 +260,17 @@ func (h *harness) stateOf(service, instance, breaker string) string {
 // batch's transitions and windows become the instance's known states.
 func (h *harness) ingest(service, instance string, b protocol.Batch) protocol.IngestResponse {
 	h.t.Helper()
+	out, err := h.tryIngest(service, instance, b)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// tryIngest is ingest for any goroutine: it returns the error ingest fails
+// the test with. Batches of one instance must be sent from one goroutine
+// (their numbers are taken in the order of the calls).
+func (h *harness) tryIngest(service, instance string, b protocol.Batch) (protocol.IngestResponse, error) {
 	key := service + "/" + instance
 	h.mu.Lock()
 	r := h.reported[key]
@@ -287,25 +298,25 @@ func (h *harness) ingest(service, instance string, b protocol.Batch) protocol.In
 	b.Type, b.Seq, b.SentAt = protocol.TypeBatch, r.seq, h.clock.Now().UnixMilli()
 	body, err := json.Marshal(protocol.IngestRequest{Hello: hello(service, instance, r.breakers), Batch: b})
 	if err != nil {
-		h.t.Fatal(err)
+		return protocol.IngestResponse{}, err
 	}
 	req, _ := http.NewRequest(http.MethodPost, h.url+"/api/v1/ingest", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+h.stack.AgentToken)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		return protocol.IngestResponse{}, err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	if res.StatusCode != http.StatusOK {
-		h.t.Fatalf("ingest %s seq %d: %d %s", key, b.Seq, res.StatusCode, raw)
+		return protocol.IngestResponse{}, fmt.Errorf("ingest %s seq %d: %d %s", key, b.Seq, res.StatusCode, raw)
 	}
 	var out protocol.IngestResponse
 	if err := json.Unmarshal(raw, &out); err != nil {
-		h.t.Fatalf("ingest answer %s: %v", raw, err)
+		return protocol.IngestResponse{}, fmt.Errorf("ingest answer %s: %v", raw, err)
 	}
-	return out
+	return out, nil
 }
 
 // client is a browser-like HTTP client: cookie jar, no redirects followed.
