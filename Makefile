@@ -7,11 +7,15 @@ GO ?= go
 export GOTOOLCHAIN := go1.27.3
 MIN_GO := go1.27.3
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOCYCLO ?= github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
+# The packages whose functions must read as steps (cyclomatic complexity at
+# most 15; their length is internal/layout's test).
+SHAPED = internal/store internal/holds
 ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
 DEMO_DB ?= ./cbdash-demo.db
 
-.PHONY: demo serve test test-sdk test-adapters test-server test-web test-server-rest test-store bench generate lint build check-generated check-tidy check-toolchain check
+.PHONY: demo serve test test-sdk test-adapters test-server test-web test-server-rest test-store bench generate lint build check-generated check-tidy check-toolchain check-shape check
 
 # demo and serve run the built binary rather than `go run`, which exits 1
 # when Ctrl-C stops its child (make then printed "Error 1" after a clean stop).
@@ -101,7 +105,11 @@ check-toolchain: build
 	test "$$lowest" = "$$(echo $(MIN_GO) | sed 's/^go//')" || { echo "bin/cbdash was built by $$built, older than $(MIN_GO)"; exit 1; }
 
 # Everything CI checks besides the tests.
-check: lint check-generated check-tidy check-toolchain
+check: lint check-generated check-tidy check-toolchain check-shape
+
+# Fails when a function of $(SHAPED) has a cyclomatic complexity over 15.
+check-shape:
+	$(GO) run $(GOCYCLO) -over 15 -ignore '_test|_templ' $(SHAPED)
 
 lint:
 	@test -z "$$(gofmt -l . | grep -v '_templ.go$$')" || { echo "gofmt would change:"; gofmt -l . | grep -v '_templ.go$$'; exit 1; }

@@ -2,14 +2,18 @@
 // (a breaker of a service, aggregated over its instances), their history,
 // transitions, operator commands and holds, the live events the dashboard
 // shows, users and API tokens, incidents and their notes, alert rules and
-// deliveries, and configuration changes.
+// deliveries, and configuration changes; and the domain's rules (which
+// rates are shown, how close a window is to opening, state order). The
+// words and numbers a person reads of them (percentages, rates against
+// thresholds, spans, states) are internal/wording's.
 //
 // It depends on nothing but the standard library and the wire protocol
 // types of the SDK. Implementations live in internal/: store (SQLite),
 // collector (ingest, live state and command routing), web (the dashboard
 // and its JSON API), incident (incidents from transitions, their reports),
 // alert (rules and webhooks), demo (a simulated fleet), loadgen (simulated
-// agents for load tests) and clock (the server's one clock); wiring lives
+// agents for load tests), wording (what a person reads) and clock (the
+// server's one clock); wiring lives
 // only in cmd/cbdash. Tests share clocktest, eventually, storetest and
 // stacktest. All types are plain values, safe to copy; none has methods
 // that mutate shared state.

@@ -1,10 +1,6 @@
 package cbdash
 
-import (
-	"fmt"
-
-	"github.com/cbdash/cbdash/sdk/protocol"
-)
+import "github.com/cbdash/cbdash/sdk/protocol"
 
 // Closeness is how near a breaker's sliding window is to opening: the one
 // definition used by the overview's tiles and order, the collector's
@@ -62,13 +58,4 @@ func ClosenessOf(h protocol.Headroom) Closeness {
 		}
 	}
 	return c
-}
-
-// NotJudgedText says why a window's rates are not judged yet, as the
-// dashboard and the CLI show it: "1 of 20 calls" (or "no calls").
-func (c Closeness) NotJudgedText() string {
-	if c.Calls == 0 {
-		return "no calls"
-	}
-	return fmt.Sprintf("%d of %d calls", c.Calls, c.MinimumCalls)
 }

@@ -1,17 +1,10 @@
 package cbdash
 
-import (
-	"fmt"
-	"math"
-	"strconv"
-	"strings"
-	"time"
-
-	"github.com/cbdash/cbdash/sdk/protocol"
-)
+import "github.com/cbdash/cbdash/sdk/protocol"
 
 // ShownRate is a failure or slow-call rate as the dashboard, the JSON API
 // and the CLI show it: one rule (RatesOf), so the three never disagree.
+// It holds the figures; their words are internal/wording's (Rate).
 type ShownRate struct {
 	// Label names the rate and where it comes from: "failure rate" (the
 	// sliding window of a closed breaker), "failure rate, tripped at" (the
@@ -26,71 +19,34 @@ type ShownRate struct {
 	// Judged is false while a closed breaker's window holds fewer calls
 	// than its minimum: the breaker cannot open yet, whatever Value says.
 	Judged bool `json:"judged"`
+	// Calls and MinimumCalls are the window's calls and its minimum while
+	// not judged (0 otherwise), for the words "not judged yet (1 of 20
+	// calls)". Not in JSON: Text says them.
+	Calls        int64 `json:"-"`
+	MinimumCalls int64 `json:"-"`
 	// Text is the figure in words: "55% of 50%", "12.5% (no threshold)",
-	// "not judged yet (1 of 20 calls)".
+	// "not judged yet (1 of 20 calls)" (wording.Rate). The JSON API sets
+	// it (wording.Worded); the rules here and the collector's views leave
+	// it empty.
 	Text string `json:"text"`
 }
 
-// Pct formats a percentage as the dashboard and the CLI print it: whole
-// numbers without decimals ("50%"), others with one ("12.5%").
-func Pct(v float64) string {
-	var buf [32]byte
-	return string(appendPct(buf[:0], v))
-}
-
-// appendPct appends Pct(v) to b.
-func appendPct(b []byte, v float64) []byte {
-	if v == math.Trunc(v) {
-		if v >= 0 && v < 1e15 && !math.Signbit(v) {
-			// A whole number, as AppendFloat(v, 'f', 0) writes it, faster.
-			return append(strconv.AppendInt(b, int64(v), 10), '%')
-		}
-		return append(strconv.AppendFloat(b, v, 'f', 0, 64), '%')
-	}
-	return append(strconv.AppendFloat(b, v, 'f', 1, 64), '%')
-}
-
-// shownRate builds its text in one allocation: the collector makes two
-// for every instance line it rebuilds, thousands a second. prev, when
-// not nil, is the rate shown before (in the line this one replaces):
-// when it is the same rate, its text is shared rather than built again.
-func shownRate(label string, value, threshold float64, prev *ShownRate) ShownRate {
-	if prev != nil && prev.Judged && prev.Value == value && prev.Threshold == threshold && prev.Label == label {
-		return *prev
-	}
-	r := ShownRate{Label: label, Value: value, Threshold: threshold, Judged: true}
-	var buf [64]byte
-	b := appendPct(buf[:0], value)
-	if threshold <= 0 {
-		b = append(b, " (no threshold)"...)
-	} else {
-		b = appendPct(append(b, " of "...), threshold)
-	}
-	r.Text = string(b)
-	return r
+// shownRate is a judged rate against its threshold: numbers only, no
+// allocation (the collector makes two for every instance line it
+// rebuilds, thousands a second).
+func shownRate(label string, value, threshold float64) ShownRate {
+	return ShownRate{Label: label, Value: value, Threshold: threshold, Judged: true}
 }
 
 // windowRates are the failure and slow-call rates of a closed breaker's
-// sliding window h; below its minimum calls both say "not judged yet",
-// in one text.
-// prev, when not nil, are the rates shown before (see shownRate).
-func windowRates(h protocol.Headroom, prev *ShownRates) (failure, slow ShownRate) {
+// sliding window h; below its minimum calls neither is judged.
+func windowRates(h protocol.Headroom) (failure, slow ShownRate) {
 	if c := ClosenessOf(h); !c.Judged {
-		text := "not judged yet (" + c.NotJudgedText() + ")"
-		return ShownRate{Label: "failure rate", Value: h.FailureRate, Threshold: h.FailureRateThreshold, Text: text},
-			ShownRate{Label: "slow-call rate", Value: h.SlowCallRate, Threshold: h.SlowCallRateThreshold, Text: text}
+		return ShownRate{Label: "failure rate", Value: h.FailureRate, Threshold: h.FailureRateThreshold, Calls: c.Calls, MinimumCalls: c.MinimumCalls},
+			ShownRate{Label: "slow-call rate", Value: h.SlowCallRate, Threshold: h.SlowCallRateThreshold, Calls: c.Calls, MinimumCalls: c.MinimumCalls}
 	}
-	pf, ps := prev.rates()
-	return shownRate("failure rate", h.FailureRate, h.FailureRateThreshold, pf),
-		shownRate("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold, ps)
-}
-
-// rates returns pointers to r's two rates, nil when r is.
-func (r *ShownRates) rates() (failure, slow *ShownRate) {
-	if r == nil {
-		return nil, nil
-	}
-	return &r.Failure, &r.Slow
+	return shownRate("failure rate", h.FailureRate, h.FailureRateThreshold),
+		shownRate("slow-call rate", h.SlowCallRate, h.SlowCallRateThreshold)
 }
 
 // Tripped reports whether a state is one a breaker reaches by tripping:
@@ -121,16 +77,16 @@ func RatesOf(d Dependency, causes map[string]protocol.Cause) (failure, slow Show
 	if c, ok := depTrip(d, causes); ok {
 		switch c.Kind {
 		case protocol.CauseFailureRate:
-			return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold, nil), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold, nil)
+			return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold)
 		case protocol.CauseSlowCallRate:
-			return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold, nil), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold, nil)
+			return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold)
 		}
 	}
 	if d.State == protocol.StateClosed || d.State == protocol.StateForcedClosed || d.State == "" {
-		return windowRates(h, nil)
+		return windowRates(h)
 	}
-	return shownRate("failure rate, last min", d.FailureRate, h.FailureRateThreshold, nil),
-		shownRate("slow-call rate, last min", d.SlowCallRate, h.SlowCallRateThreshold, nil)
+	return shownRate("failure rate, last min", d.FailureRate, h.FailureRateThreshold),
+		shownRate("slow-call rate, last min", d.SlowCallRate, h.SlowCallRateThreshold)
 }
 
 func depTrip(d Dependency, causes map[string]protocol.Cause) (protocol.Cause, bool) {
@@ -163,24 +119,11 @@ type ShownRates struct {
 // at the trip, otherwise its last window report's sliding window. cause
 // may be nil.
 func InstanceRatesOf(in InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
-	return instanceRatesOf(&in, cause, nil)
+	return LineRatesOf(&in, cause)
 }
 
 // LineRatesOf is InstanceRatesOf of *in, without copying the line.
 func LineRatesOf(in *InstanceBreaker, cause *protocol.Cause) (failure, slow ShownRate) {
-	return instanceRatesOf(in, cause, nil)
-}
-
-// LineRatesAfter is LineRatesOf(in, nil) for a line that replaces one
-// showing prev (nil: none): a rate the same as before (label, value,
-// threshold, judged) is prev's, its text shared rather than built again
-// (the collector rebuilds thousands of lines a second, most showing what
-// they showed).
-func LineRatesAfter(in *InstanceBreaker, prev *ShownRates) (failure, slow ShownRate) {
-	return instanceRatesOf(in, nil, prev)
-}
-
-func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause, prev *ShownRates) (failure, slow ShownRate) {
 	var h protocol.Headroom // none without a window (Last nil: a line not from live state)
 	if in.Last != nil {
 		h = in.Last.Headroom
@@ -193,64 +136,11 @@ func instanceRatesOf(in *InstanceBreaker, cause *protocol.Cause, prev *ShownRate
 		if c != nil {
 			switch c.Kind {
 			case protocol.CauseFailureRate:
-				pf, ps := prev.rates()
-				return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold, pf), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold, ps)
+				return shownRate("failure rate, tripped at", c.FailureRate, c.Threshold), shownRate("slow-call rate, at trip", c.SlowCallRate, h.SlowCallRateThreshold)
 			case protocol.CauseSlowCallRate:
-				pf, ps := prev.rates()
-				return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold, pf), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold, ps)
+				return shownRate("failure rate, at trip", c.FailureRate, h.FailureRateThreshold), shownRate("slow-call rate, tripped at", c.SlowCallRate, c.Threshold)
 			}
 		}
 	}
-	return windowRates(h, prev)
-}
-
-// StateWords is a breaker state in the words the dashboard and the CLI
-// use: "closed", "open", "half-open", "forced open", "forced closed";
-// "no live instance" for "".
-func StateWords(s string) string {
-	switch s {
-	case protocol.StateHalfOpen:
-		return "half-open"
-	case protocol.StateForcedOpen:
-		return "forced open"
-	case protocol.StateForcedClosed:
-		return "forced closed"
-	case "":
-		return "no live instance"
-	}
-	return s
-}
-
-// InstancesText says how many live instances are in the dependency's
-// state, as the tile does: "open on 2 of 6" ("no live instance of 3").
-func InstancesText(d Dependency) string {
-	live := max(d.Instances-d.Stale, 0)
-	if d.State == "" || live == 0 {
-		return "no live instance of " + strconv.Itoa(d.Instances)
-	}
-	return StateWords(d.State) + " on " + strconv.Itoa(d.ByState[d.State]) + " of " + strconv.Itoa(live)
-}
-
-// CellText is a shown rate for a column that names the rate: the label's
-// qualifier, then the figure ("tripped at 55% of 50%", "12% of 50%").
-func (r ShownRate) CellText() string {
-	if _, q, ok := strings.Cut(r.Label, ", "); ok {
-		return q + " " + r.Text
-	}
-	return r.Text
-}
-
-// SpanText is a duration to the second, as the dashboard, its script
-// (web/static/app.js spanText) and the CLI print it: "45s", "3m12s", "2h05m", "3d4h".
-func SpanText(d time.Duration) string {
-	d = max(d, 0) / time.Second * time.Second
-	switch {
-	case d < time.Minute:
-		return strconv.Itoa(int(d/time.Second)) + "s"
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	}
-	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+	return windowRates(h)
 }

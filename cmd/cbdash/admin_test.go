@@ -12,6 +12,7 @@ import (
 )
 
 func TestUserAddAndTokenCreateOnTheDatabase(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "cbdash.db")
 	st, err := store.Open(ctx, db, store.Options{})

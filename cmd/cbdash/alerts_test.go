@@ -25,6 +25,7 @@ import (
 // flags fires when a real breaker opens, and the listing shows it firing
 // with since when; delete removes it.
 func TestAlertsCommandCreatesListsAndDeletesRules(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := clocktest.NewRunning()
 	stack := stacktest.Start(t, stacktest.Options{Clock: clk,

@@ -34,6 +34,7 @@ func cliOn(t *testing.T, clk clock.Clock, env map[string]string, args ...string)
 }
 
 func TestCLIErrorsNameTheCulprit(t *testing.T) {
+	t.Parallel()
 	unreachable := map[string]string{"CBDASH_SERVER": "http://127.0.0.1:1", "CBDASH_TOKEN": "t"}
 	tests := []struct {
 		name     string
@@ -95,6 +96,7 @@ func TestCLIErrorsNameTheCulprit(t *testing.T) {
 }
 
 func TestServeRefusesAnAddressInUse(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +120,7 @@ func TestServeRefusesAnAddressInUse(t *testing.T) {
 }
 
 func TestDayDuration(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    time.Duration
@@ -148,6 +151,7 @@ func TestDayDuration(t *testing.T) {
 }
 
 func TestEnvDoesNotFillCommandArguments(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{"CBDASH_SERVER": "http://127.0.0.1:1", "CBDASH_TOKEN": "t", "CBDASH_REASON": "stray"}
 	code, _, stderr := cli(t, env, "trip", "checkout/payments")
 	if code != 2 || !strings.Contains(stderr, "--reason is required") {
@@ -156,12 +160,14 @@ func TestEnvDoesNotFillCommandArguments(t *testing.T) {
 }
 
 func TestEnvName(t *testing.T) {
+	t.Parallel()
 	if got := envName("tls-cert"); got != "CBDASH_TLS_CERT" {
 		t.Fatalf("envName(tls-cert) = %q", got)
 	}
 }
 
 func TestFloorHandlerDropsRecordsBelowItsLevel(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	log := slog.New(floorHandler{slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug}), slog.LevelWarn}).With("component", "incident")
 	log.Info("incident updated")

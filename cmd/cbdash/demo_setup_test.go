@@ -12,6 +12,7 @@ import (
 )
 
 func TestDemoReusesItsTokensAcrossStarts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := storetest.Open(t, clocktest.Virtual())
 	file := filepath.Join(t.TempDir(), "cbdash-demo.db.tokens")
@@ -50,6 +51,7 @@ func TestDemoReusesItsTokensAcrossStarts(t *testing.T) {
 // cbdash wrote it with the umask's mode), and git ignores it wherever the
 // demo puts it (issue 27, item 11).
 func TestDemoTokensFileIsPrivateAndIgnored(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := storetest.Open(t, clocktest.Virtual())
 	dir := t.TempDir()
@@ -98,6 +100,7 @@ func TestDemoTokensFileIsPrivateAndIgnored(t *testing.T) {
 }
 
 func TestDemoStaysOnLoopbackUnlessPublic(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]bool{"127.0.0.1:8080": true, "localhost:0": true, "[::1]:9": true, "0.0.0.0:8080": false, ":8080": false, "10.1.2.3:80": false} {
 		if got := loopbackAddr(addr); got != want {
 			t.Errorf("loopbackAddr(%q) = %v, want %v", addr, got, want)

@@ -116,6 +116,7 @@ func openedAndClosed(ts []cbdash.TransitionRecord) (string, bool) {
 }
 
 func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the whole demo for up to a minute")
 	}
@@ -265,6 +266,7 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 // The history survives the process: after the demo stops, the database
 // holds its transitions.
 func TestDemoStopsCleanlyAndKeepsItsHistory(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the demo")
 	}

@@ -13,6 +13,7 @@ import (
 )
 
 func TestAccountAndTokenLifecycleOnTheDatabase(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "cbdash.db")
 	st, err := store.Open(ctx, db, store.Options{})
@@ -89,6 +90,7 @@ func TestAccountAndTokenLifecycleOnTheDatabase(t *testing.T) {
 }
 
 func TestCleanEscapesTerminalControls(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"payments":               "payments",
 		"\x1b[2J\x1b[Hpwned":     `\x1b[2J\x1b[Hpwned`,

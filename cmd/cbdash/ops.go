@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/spf13/cobra"
 )
@@ -87,16 +87,16 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 				held += " until " + d.Held.Until.Local().Format(time.TimeOnly)
 			}
 		}
-		inst := cbdash.InstancesText(d)
+		inst := wording.Instances(d)
 		if d.Stale > 0 {
 			inst += fmt.Sprintf(", %d stale", d.Stale)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n",
-			clean(d.DependencyKey.String()), clean(inst), sinceText(d.OpenSince, now), perSec(d.AdmittedRate), perSec(d.RejectedRate),
-			clean(d.Shown.Failure.CellText()), clean(d.Shown.Slow.CellText()), latencyText(d.P99), d.OpensToday, clean(held))
+			clean(d.DependencyKey.String()), clean(inst), sinceText(d.OpenSince, now), wording.PerSecond(d.AdmittedRate), wording.PerSecond(d.RejectedRate),
+			clean(wording.RateCell(d.Shown.Failure)), clean(wording.RateCell(d.Shown.Slow)), latencyText(d.P99), d.OpensToday, clean(held))
 		if perInstance {
 			for _, ib := range d.PerInstance {
-				state := cbdash.StateWords(ib.State)
+				state := wording.State(ib.State)
 				if ib.Stale {
 					state += " (stale)"
 				}
@@ -106,8 +106,8 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 					adm, rej = float64(ib.Last.Counts.Admitted)/secs, float64(ib.Last.Counts.Rejected())/secs
 				}
 				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\n",
-					clean(ib.Instance), clean(state), sinceText(ib.OpenSince, now), perSec(adm), perSec(rej),
-					clean(ib.Shown.Failure.CellText()), clean(ib.Shown.Slow.CellText()))
+					clean(ib.Instance), clean(state), sinceText(ib.OpenSince, now), wording.PerSecond(adm), wording.PerSecond(rej),
+					clean(wording.RateCell(ib.Shown.Failure)), clean(wording.RateCell(ib.Shown.Slow)))
 			}
 		}
 	}
@@ -144,30 +144,12 @@ func dependencyWithMembers(ctx context.Context, c *apiClient, service, breaker s
 	}
 }
 
-// perSec prints calls per second as the dashboard does.
-func perSec(v float64) string {
-	switch {
-	case v == 0:
-		return "0/s"
-	case v < 10:
-		return strconv.FormatFloat(v, 'f', 2, 64) + "/s"
-	case v < 1000:
-		return strconv.FormatFloat(v, 'f', 1, 64) + "/s"
-	}
-	return strconv.FormatFloat(v/1000, 'f', 1, 64) + "k/s"
-}
-
-// latencyText prints a latency as the dashboard does ("-" for none).
+// latencyText prints a latency as the dashboard does, "-" for none.
 func latencyText(d time.Duration) string {
-	switch {
-	case d <= 0:
+	if d <= 0 {
 		return "-"
-	case d < time.Millisecond:
-		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + " µs"
-	case d < time.Second:
-		return strconv.FormatFloat(float64(d)/1e6, 'f', 0, 64) + " ms"
 	}
-	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
+	return wording.Latency(d)
 }
 
 // sinceText is "10:02:11 UTC (3m12s)", as the tile says it, "-" for zero.
@@ -175,7 +157,7 @@ func sinceText(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.UTC().Format(time.TimeOnly) + " UTC (" + cbdash.SpanText(now.Sub(t)) + ")"
+	return t.UTC().Format(time.TimeOnly) + " UTC (" + wording.Span(now.Sub(t)) + ")"
 }
 
 type commandOptions struct {

@@ -20,6 +20,7 @@ import (
 )
 
 func TestOTLPFlagsAreValidated(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, want string
 		o          otlpOptions
@@ -42,6 +43,7 @@ func TestOTLPFlagsAreValidated(t *testing.T) {
 // last export when it shuts down, with the header of --otlp-header and
 // the collector's figures.
 func TestServeExportsOverOTLP(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []*colpb.ExportMetricsServiceRequest
 	var keys []string

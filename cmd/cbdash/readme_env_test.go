@@ -10,6 +10,7 @@ import (
 // gives an environment variable is read from it, by that name (the
 // limits' variables were listed but not read).
 func TestTheREADMEsEnvironmentVariablesWork(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

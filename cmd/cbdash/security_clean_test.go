@@ -17,6 +17,7 @@ import (
 // controls in its reason and actor (stored before the API refused them,
 // or written by another client of the store): the CLI shows them escaped.
 func TestHoldsPrintsServerTextEscaped(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := clocktest.Virtual()
 	stack := stacktest.Start(t, stacktest.Options{Clock: clk})

@@ -12,6 +12,7 @@ import (
 )
 
 func TestServeDoesNotLogAGivenAdminPassword(t *testing.T) {
+	t.Parallel()
 	for _, given := range []string{"", "correct horse battery"} {
 		t.Run("admin password given: "+map[bool]string{true: "yes", false: "no"}[given != ""], func(t *testing.T) {
 			var o serveOptions
@@ -36,6 +37,7 @@ func TestServeDoesNotLogAGivenAdminPassword(t *testing.T) {
 }
 
 func TestTrustedProxyFlagIsChecked(t *testing.T) {
+	t.Parallel()
 	o := serveOptions{Addr: "127.0.0.1:0", DB: "x.db", LogLevel: "info", LogFormat: "text", TrustedProxies: []string{"10.0.0.0/8", "192.0.2.7"}}
 	got, err := o.trustedProxies()
 	if err != nil || len(got) != 2 || got[1].String() != "192.0.2.7/32" {
@@ -48,6 +50,7 @@ func TestTrustedProxyFlagIsChecked(t *testing.T) {
 }
 
 func TestLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]bool{"127.0.0.1:80": true, "[::1]:80": true, "0.0.0.0:80": false, "192.0.2.1:80": false} {
 		a, err := net.ResolveTCPAddr("tcp", addr)
 		if err != nil {

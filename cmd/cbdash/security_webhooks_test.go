@@ -190,6 +190,7 @@ type ruleIn struct {
 const slackURL = "https://hooks.slack.com/services/T000/B000/XXXXSECRET"
 
 func TestSecurityWebhooks(t *testing.T) {
+	t.Parallel()
 	healthy := newHook(t, false, "")
 	dead := newHook(t, true, "")
 	redirect := newHook(t, false, healthy.URL+"/redirected")
@@ -290,6 +291,7 @@ func TestSecurityWebhooks(t *testing.T) {
 }
 
 func TestSecurityWebhooksToPrivateAddressesAreRefused(t *testing.T) {
+	t.Parallel()
 	rebound := newHook(t, false, "")
 	// A rule whose host was public when it was saved and resolves to
 	// loopback now (DNS rebinding): stored as it was accepted then.
@@ -341,6 +343,7 @@ func (ls *liveServer) page(path, user string) answer {
 // scheme and host only, in the rules (API and Alerts page), the delivery
 // log and the server's log; an admin sees it whole (issue 27, item 6).
 func TestSecurityWebhookURLsAreMaskedEverywhere(t *testing.T) {
+	t.Parallel()
 	refusing := newHook(t, false, "http://127.0.0.1:9/elsewhere") // every delivery fails at once (a redirect is not followed)
 	var failing atomic.Int64
 	retrying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

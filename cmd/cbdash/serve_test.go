@@ -55,6 +55,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 }
 
 func TestServeOverTLSThenShutsDownCleanly(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var o serveOptions
 	o.Addr, o.DB = "127.0.0.1:0", filepath.Join(dir, "cbdash.db")

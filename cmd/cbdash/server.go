@@ -110,9 +110,14 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		return nil, err
 	}
 	s.web, err = web.New(web.Config{
-		Collector: s.col, Store: s.store, Logger: log.With("component", "web"),
+		// Every service of the dashboard, one typed field each (a nil one
+		// would turn its feature off).
+		Collector: s.col, History: s.store, Sessions: s.store, Accounts: s.store,
+		Holds: s.col, Incidents: s.store, InstanceHistory: s.store, FleetHistory: s.store,
+		AgentSessions: s.col, Alerts: s.alerts,
+		Logger:    log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
-		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Events: o.Events, Reads: o.Reads, Alerts: s.alerts,
+		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Events: o.Events, Reads: o.Reads,
 	})
 	if err != nil {
 		return nil, err

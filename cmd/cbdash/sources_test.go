@@ -21,6 +21,7 @@ import (
 // recorded exposition of internal/source's tests), and finds both
 // services' breakers on the dashboard.
 func TestServeReadsSourcesFromFlagsAndFile(t *testing.T) {
+	t.Parallel()
 	exposition, err := os.ReadFile("../../internal/source/testdata/resilience4j-1.prom")
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +70,7 @@ func TestServeReadsSourcesFromFlagsAndFile(t *testing.T) {
 }
 
 func TestServeRefusesBadSources(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(bad, []byte(`{"targets": [{"kind": "hystrix", "url": "http://a/hystrix.stream", "servce": "x"}]}`), 0o600); err != nil {
@@ -101,6 +103,7 @@ func TestServeRefusesBadSources(t *testing.T) {
 // for the sources true: its --hystrix and --prometheus flags and its
 // sources file are accepted as written.
 func TestREADMESourcesSnippetsParse(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/stacktest"
 	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -64,6 +65,7 @@ func httpGet(t *testing.T, url string) []byte {
 // overview tile must say the same state and the same rates, and the
 // per-instance rows of `cbdash status checkout/payments` are filled in.
 func TestStatusAPIAndTileAgree(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual()
 	st := stacktest.Start(t, stacktest.Options{Clock: clk, Web: func(c *web.Config) { c.Anonymous = true }})
 	trip := protocol.Transition{Breaker: "payments", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().Add(-2 * time.Second).UnixMilli(),
@@ -116,14 +118,14 @@ func TestStatusAPIAndTileAgree(t *testing.T) {
 	for _, want := range []string{
 		d.Shown.Failure.Label + " " + d.Shown.Failure.Text, // the tile: "failure rate, tripped at 55% of 50%"
 		d.Shown.Slow.Label + " " + d.Shown.Slow.Text,
-		"rejected " + perSec(d.RejectedRate), "admitted " + perSec(d.AdmittedRate),
+		"rejected " + wording.PerSecond(d.RejectedRate), "admitted " + wording.PerSecond(d.AdmittedRate),
 	} {
 		if !strings.Contains(tile, want) {
 			t.Errorf("the tile lacks the API's %q", want)
 		}
 	}
 	for _, want := range []string{"FAILURE RATE", "SLOW-CALL RATE", "ADMITTED/S", "REJECTED/S", "OPEN SINCE",
-		"tripped at 55% of 50%", "at trip 5% of 80%", perSec(d.AdmittedRate), perSec(d.RejectedRate),
+		"tripped at 55% of 50%", "at trip 5% of 80%", wording.PerSecond(d.AdmittedRate), wording.PerSecond(d.RejectedRate),
 		time.UnixMilli(trip.At).UTC().Format(time.TimeOnly) + " UTC (2s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q", want)

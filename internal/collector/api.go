@@ -12,6 +12,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/ingest"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -134,7 +135,8 @@ func (c *Collector) known(ctx context.Context, k cbdash.DependencyKey) error {
 const sseBuffer = 1024
 
 // ServeEvents serves a server-sent event stream (GET /api/v1/events):
-// each cbdash.Event as "event: <kind>" and one JSON line. ?kind= (comma
+// each cbdash.Event as "event: <kind>" and one JSON line, its shown rates
+// in words as the JSON API gives them (wording.Worded). ?kind= (comma
 // list) filters kinds; ?snapshot=1 first sends the current dependencies
 // as a "snapshot" event. The stream ends when the subscriber is dropped
 // for falling behind (clients reconnect) or the request ends; it returns
@@ -183,6 +185,9 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if r.URL.Query().Get("snapshot") == "1" {
+		for i := range snap {
+			snap[i] = wording.Worded(snap[i])
+		}
 		if err := write("snapshot", snap); err != nil {
 			return nil
 		}
@@ -209,6 +214,10 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 		case e, ok := <-events:
 			if !ok {
 				return nil
+			}
+			if e.Dependency != nil { // shared with every subscriber: worded in a copy
+				d := wording.Worded(*e.Dependency)
+				e.Dependency = &d
 			}
 			if err := write(e.Kind, e); err != nil {
 				return nil

@@ -241,7 +241,7 @@ func (ib *ibreaker) computed() {
 // refresh builds ib's line and slot anew.
 func (d *dep) refresh(ib *ibreaker) {
 	ib.fresh = true
-	e := lineOf(d, ib, d.lines[ib.slot])
+	e := lineOf(d, ib)
 	d.lines[ib.slot] = e
 	d.slots[ib.slot] = memberSlot{state: e.State, closeness: cbdash.ClosenessOf(e.Last.Headroom).Score, line: e,
 		rank: int32(stateRank(e.State)), stale: e.Stale, episode: cbdash.NotClosed(e.State) && !e.OpenSince.IsZero(), held: e.Held != nil}
@@ -286,9 +286,10 @@ func (c *stateCounts) into(m map[string]int) {
 
 // lineOf builds ib's line of d's aggregate. It is a new line every time:
 // the previous one may be held by views and subscribers, which share it
-// read-only (cbdash.Dependency.PerInstance), so it is never changed;
-// prev (nil: none) shares its rates' texts where they are the same.
-func lineOf(d *dep, ib *ibreaker, prev *cbdash.InstanceBreaker) *cbdash.InstanceBreaker {
+// read-only (cbdash.Dependency.PerInstance), so it is never changed. Its
+// shown rates are figures without words (internal/wording says them
+// where they are shown).
+func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
 	inst := ib.inst
 	e := &cbdash.InstanceBreaker{
 		Service: d.key.Service, Instance: inst.key.Instance, Breaker: d.key.Breaker, Labels: inst.labels,
@@ -298,11 +299,7 @@ func lineOf(d *dep, ib *ibreaker, prev *cbdash.InstanceBreaker) *cbdash.Instance
 		Last: ib.last, Held: ib.held, LastTrip: ib.lastTrip, LastTripReceivedAt: ib.lastTripAt,
 		ClockSkewMillis: inst.skewMs,
 	}
-	var shown *cbdash.ShownRates
-	if prev != nil {
-		shown = &prev.Shown
-	}
-	e.Shown.Failure, e.Shown.Slow = cbdash.LineRatesAfter(e, shown)
+	e.Shown.Failure, e.Shown.Slow = cbdash.LineRatesOf(e, nil)
 	return e
 }
 

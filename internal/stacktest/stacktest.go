@@ -50,8 +50,9 @@ type Options struct {
 	// (Store and Clock are set; PublishInterval is 50 ms unless changed
 	// here; Registerer is a private registry).
 	Collector func(*collector.Config)
-	// Web, when set, adjusts the dashboard's config before New
-	// (Collector, Store and Clock are set, and Alerts when Alert is set).
+	// Web, when set, adjusts the dashboard's config before New (every
+	// service is set as cmd/cbdash sets it, Alerts when Alert is set, and
+	// Clock); setting a service nil turns its feature off.
 	Web func(*web.Config)
 	// Alert, when set, runs an alert service, as cmd/cbdash does: it
 	// adjusts its config before New (Source, Store and Clock are set;
@@ -111,7 +112,12 @@ func Start(tb testing.TB, o Options) *Stack {
 			tb.Fatalf("stacktest: alert: %v", err)
 		}
 	}
-	wcfg := web.Config{Collector: s.Collector, Store: s.Store, Clock: o.Clock}
+	// Every service of the dashboard, as cmd/cbdash wires them.
+	wcfg := web.Config{
+		Collector: s.Collector, History: s.Store, Sessions: s.Store, Accounts: s.Store,
+		Holds: s.Collector, Incidents: s.Store, InstanceHistory: s.Store, FleetHistory: s.Store,
+		AgentSessions: s.Collector, Clock: o.Clock,
+	}
 	if s.Alerts != nil {
 		wcfg.Alerts = s.Alerts
 	}

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -16,14 +15,6 @@ import (
 	"github.com/cbdash/cbdash/web/templates"
 )
 
-// agentRevoker is what the admin page needs to revoke an agent token and
-// close its open connections at once; *collector.Collector implements
-// it. Without it (a Collector that does not), the token is revoked in
-// the store and the collector's sweep closes its connections.
-type agentRevoker interface {
-	RevokeAgentToken(ctx context.Context, actor, id string) (closed int, err error)
-}
-
 func (s *Server) adminPage(c echo.Context) error {
 	return s.renderAdmin(c, adminResult{notice: c.QueryParam("done")})
 }
@@ -37,19 +28,19 @@ type adminResult struct {
 // renderAdmin shows the admin page.
 func (s *Server) renderAdmin(c echo.Context, r adminResult) error {
 	ctx := c.Request().Context()
-	users, err := s.store.Users(ctx)
+	users, err := s.cfg.Accounts.Users(ctx)
 	if err != nil {
 		return err
 	}
-	apiTokens, err := s.store.AllUserTokens(ctx)
+	apiTokens, err := s.cfg.Accounts.AllUserTokens(ctx)
 	if err != nil {
 		return err
 	}
-	agentTokens, err := s.store.AgentTokens(ctx)
+	agentTokens, err := s.cfg.Accounts.AgentTokens(ctx)
 	if err != nil {
 		return err
 	}
-	events, err := s.store.AccountEvents(ctx, 50)
+	events, err := s.cfg.Accounts.AccountEvents(ctx, 50)
 	if err != nil {
 		return err
 	}
@@ -122,10 +113,10 @@ func (s *Server) addUser(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	if _, err := s.store.CreateUser(ctx, name, role, hash); err != nil {
+	if _, err := s.cfg.Accounts.CreateUser(ctx, name, role, hash); err != nil {
 		return err
 	}
-	if err := s.store.RecordAccountEvent(ctx, cbdash.AccountEvent{Actor: actorOf(c), Action: cbdash.AccountUserAdd, Subject: name, Detail: role}); err != nil {
+	if err := s.cfg.Accounts.RecordAccountEvent(ctx, cbdash.AccountEvent{Actor: actorOf(c), Action: cbdash.AccountUserAdd, Subject: name, Detail: role}); err != nil {
 		return err
 	}
 	return redirect(c, "/admin")
@@ -154,11 +145,11 @@ func (s *Server) addUserToken(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	u, _, err := s.store.UserByName(ctx, c.FormValue("user"))
+	u, _, err := s.cfg.Accounts.UserByName(ctx, c.FormValue("user"))
 	if err != nil {
 		return err
 	}
-	tok, ref, err := s.store.IssueUserToken(ctx, actorOf(c), u.ID, name, until)
+	tok, ref, err := s.cfg.Accounts.IssueUserToken(ctx, actorOf(c), u.ID, name, until)
 	if err != nil {
 		return err
 	}
@@ -171,7 +162,7 @@ func (s *Server) addAgentToken(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tok, ref, err := s.store.IssueAgentToken(c.Request().Context(), actorOf(c), svc, until)
+	tok, ref, err := s.cfg.Accounts.IssueAgentToken(c.Request().Context(), actorOf(c), svc, until)
 	if err != nil {
 		return err
 	}
@@ -184,7 +175,7 @@ func (s *Server) addAgentToken(c echo.Context) error {
 
 func (s *Server) setRole(c echo.Context) error {
 	name, role := c.FormValue("name"), c.FormValue("role")
-	if err := s.store.SetUserRole(c.Request().Context(), actorOf(c), name, role); err != nil {
+	if err := s.cfg.Accounts.SetUserRole(c.Request().Context(), actorOf(c), name, role); err != nil {
 		return err
 	}
 	return done(c, "%s is now %s.", name, role)
@@ -192,7 +183,7 @@ func (s *Server) setRole(c echo.Context) error {
 
 func (s *Server) disableUser(c echo.Context) error {
 	name := c.FormValue("name")
-	if err := s.store.SetUserDisabled(c.Request().Context(), actorOf(c), name, true); err != nil {
+	if err := s.cfg.Accounts.SetUserDisabled(c.Request().Context(), actorOf(c), name, true); err != nil {
 		return err
 	}
 	return done(c, "%s is disabled: its sessions ended and its API tokens are refused.", name)
@@ -200,7 +191,7 @@ func (s *Server) disableUser(c echo.Context) error {
 
 func (s *Server) enableUser(c echo.Context) error {
 	name := c.FormValue("name")
-	if err := s.store.SetUserDisabled(c.Request().Context(), actorOf(c), name, false); err != nil {
+	if err := s.cfg.Accounts.SetUserDisabled(c.Request().Context(), actorOf(c), name, false); err != nil {
 		return err
 	}
 	return done(c, "%s is enabled again.", name)
@@ -208,7 +199,7 @@ func (s *Server) enableUser(c echo.Context) error {
 
 func (s *Server) deleteUser(c echo.Context) error {
 	name := c.FormValue("name")
-	if err := s.store.DeleteUser(c.Request().Context(), actorOf(c), name); err != nil {
+	if err := s.cfg.Accounts.DeleteUser(c.Request().Context(), actorOf(c), name); err != nil {
 		return err
 	}
 	return done(c, "%s is deleted, with its sessions and API tokens.", name)
@@ -224,19 +215,19 @@ func (s *Server) revokeToken(c echo.Context) error {
 		return err
 	}
 	if !agent {
-		if err := s.store.RevokeUserToken(ctx, actorOf(c), userID); err != nil {
+		if err := s.cfg.Accounts.RevokeUserToken(ctx, actorOf(c), userID); err != nil {
 			return err
 		}
 		return done(c, "API token %s is revoked.", store.UserTokenRef(userID))
 	}
-	if r, ok := s.col.(agentRevoker); ok {
+	if r := s.cfg.AgentSessions; r != nil {
 		n, err := r.RevokeAgentToken(ctx, actorOf(c), agentID)
 		if err != nil {
 			return err
 		}
 		return done(c, "Agent token %s is revoked; %d open connections closed.", store.AgentTokenRef(agentID), n)
 	}
-	if err := s.store.RevokeAgentToken(ctx, actorOf(c), agentID); err != nil {
+	if err := s.cfg.Accounts.RevokeAgentToken(ctx, actorOf(c), agentID); err != nil {
 		return err
 	}
 	return done(c, "Agent token %s is revoked.", store.AgentTokenRef(agentID))
@@ -258,9 +249,9 @@ func (s *Server) expireToken(c echo.Context) error {
 		return err
 	}
 	if agent {
-		err = s.store.ExpireAgentToken(ctx, actorOf(c), agentID, until)
+		err = s.cfg.Accounts.ExpireAgentToken(ctx, actorOf(c), agentID, until)
 	} else {
-		err = s.store.ExpireUserToken(ctx, actorOf(c), userID, until)
+		err = s.cfg.Accounts.ExpireUserToken(ctx, actorOf(c), userID, until)
 	}
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ func userRow(name string) string {
 }
 
 func TestBrowserAdminRevokesATokenDisablesAUserAndChangesARole(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 1)
 	bg := t.Context()

@@ -10,6 +10,7 @@ import (
 )
 
 func TestAdminManagesUsersAndTokens(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{})
 	admin := h.login("ada")
 	t.Run("operators cannot add users", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 // alert, the overview's header counts it live and the alerts page lists
 // it with since when.
 func TestBrowserAlertEditorCreatesARuleThatFiresAndShowsOnTheOverview(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 2)
 	hook := newHook(t)
@@ -99,6 +100,7 @@ func TestBrowserAlertEditorCreatesARuleThatFiresAndShowsOnTheOverview(t *testing
 // TestBrowserFleetLineLinksTheTimelineAtThatMoment: a minute of the
 // overview's fleet line opens /timeline over the 15 minutes around it.
 func TestBrowserFleetLineLinksTheTimelineAtThatMoment(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 2)
 	b := s.breakers["checkout-1"]

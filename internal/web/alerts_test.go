@@ -66,6 +66,7 @@ func (h *hook) events() []string {
 }
 
 func TestAlertsPageEditsRulesThatFireAndCountOnTheOverview(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	rcv := newHook(t)
 	otto, vera, ada := h.login("otto"), h.login("vera"), h.login("ada")
@@ -263,6 +264,7 @@ func parseCurl(t *testing.T, cmd string) curlExample {
 // docs/incidents-and-alerts.md, as written (method, headers, body), to a
 // real server with an operator's API token, and wants 2xx.
 func TestIncidentsAndAlertsDocExamplesWork(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	examples := curlExamples(t, "../../docs/incidents-and-alerts.md")
 	if len(examples) == 0 {
@@ -310,6 +312,7 @@ func TestIncidentsAndAlertsDocExamplesWork(t *testing.T) {
 // webhook URL (empty field), and the edit is refused: the editor shown
 // again must not fill the field with the stored URL (issue 27, item 6).
 func TestAlertsRefusedEditKeepsTheWebhookHidden(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
 	rcv := newHook(t)
 	otto, ada := h.login("otto"), h.login("ada")

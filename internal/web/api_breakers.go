@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 )
 
 // Member pages of GET /api/v1/breakers/:service/:breaker.
@@ -52,6 +53,9 @@ func (s *Server) apiBreakers(c echo.Context) error {
 	}
 	switch c.QueryParam("members") {
 	case "all":
+		for i := range deps {
+			deps[i] = wording.Worded(deps[i])
+		}
 		return c.JSON(http.StatusOK, deps)
 	case "", "none":
 	default:
@@ -60,7 +64,7 @@ func (s *Server) apiBreakers(c echo.Context) error {
 	out := make([]dependencySummary, len(deps))
 	for i, d := range deps {
 		d.PerInstance = nil
-		out[i] = dependencySummary{Dependency: d}
+		out[i] = dependencySummary{Dependency: wording.Worded(d)}
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -127,6 +131,7 @@ func (s *Server) apiBreaker(c echo.Context) error {
 		last := members[end-1]
 		page.Next = cursorOf(memberRank(last.State), last.Instance)
 	}
+	page.Dependency = wording.Worded(page.Dependency)
 	return c.JSON(http.StatusOK, page)
 }
 
@@ -220,7 +225,7 @@ func (s *Server) apiTransitions(c echo.Context) error {
 	if q.Limit, err = limitParam(c.QueryParam, 10000); err != nil {
 		return err
 	}
-	ts, err := s.store.Transitions(c.Request().Context(), q)
+	ts, err := s.history.Transitions(c.Request().Context(), q)
 	if err != nil {
 		return err
 	}
@@ -233,7 +238,7 @@ func (s *Server) apiCommands(c echo.Context) error {
 	if q.Limit, err = limitParam(c.QueryParam, 10000); err != nil {
 		return err
 	}
-	cmds, err := s.store.Commands(c.Request().Context(), q)
+	cmds, err := s.history.Commands(c.Request().Context(), q)
 	if err != nil {
 		return err
 	}
@@ -241,7 +246,7 @@ func (s *Server) apiCommands(c echo.Context) error {
 }
 
 func (s *Server) apiCommand(c echo.Context) error {
-	cmd, err := s.store.Command(c.Request().Context(), c.Param("id"))
+	cmd, err := s.history.Command(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 // under 200 KB, and a dependency's members page through every instance
 // once, the odd ones (open, half-open, forced) before the closed ones.
 func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("1,000 ingests")
 	}
@@ -34,6 +36,25 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 		names[i] = fmt.Sprintf("dep-%02d", i)
 	}
 	odd := map[string]string{} // instance -> its state of dep-03, when not closed
+	// Eight agents post at once (each instance's one batch from one of
+	// them), as a fleet does: a thousand posts one after another would
+	// each wait for a group commit of its own.
+	type post struct {
+		inst string
+		b    protocol.Batch
+	}
+	posts := make(chan post)
+	errs := make(chan error, instances)
+	var agents sync.WaitGroup
+	for range 8 {
+		agents.Go(func() {
+			for p := range posts {
+				if _, err := h.tryIngest("shop", p.inst, p.b); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
 	for i := range instances {
 		inst := fmt.Sprintf("i-%04d", i)
 		var b protocol.Batch
@@ -60,7 +81,13 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 				Counts:   protocol.Counts{Admitted: 40, Successes: 39, Failures: 1, Errors: 1},
 				Headroom: protocol.Headroom{Calls: 100, Failures: 3, FailureRate: 3, FailureRateThreshold: 50, MinimumCalls: 10}})
 		}
-		h.ingest("shop", inst, b)
+		posts <- post{inst, b}
+	}
+	close(posts)
+	agents.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 	eventually.True(t, "1,000 instances of shop/dep-03", func() bool {
 		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "shop", Breaker: "dep-03"})

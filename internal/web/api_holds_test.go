@@ -18,6 +18,7 @@ import (
 // force command), a dry run changes nothing, and the hold and its release
 // are the caller's whatever the body says, on the wire and in the report.
 func TestHoldAPIRefusesHoldsOverTheMaximumShowsTheBlastRadiusAndActsAsTheCaller(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("api", "db", 1, 0))
 	otto, _, _ := h.st.UserByName(t.Context(), "otto")
 	token, err := h.st.CreateUserToken(t.Context(), otto.ID, "holds")
@@ -84,6 +85,7 @@ func TestHoldAPIRefusesHoldsOverTheMaximumShowsTheBlastRadiusAndActsAsTheCaller(
 // command's and a release's reason and an incident note with terminal
 // controls are refused with a 400 naming the field.
 func TestAPIRefusesControlCharactersInReasonsAndNotes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("api", "db", 1, 0))
 	otto, _, _ := h.st.UserByName(t.Context(), "otto")
 	token, err := h.st.CreateUserToken(t.Context(), otto.ID, "holds")

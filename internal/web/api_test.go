@@ -17,6 +17,7 @@ import (
 )
 
 func TestJSONAPIAuth(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, 2)
 	ctx := context.Background()
 	waitDependency(t, s)

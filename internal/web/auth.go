@@ -46,7 +46,7 @@ func (s *Server) identify(next echo.HandlerFunc) echo.HandlerFunc {
 			if !ok {
 				return errorf(cbdash.ErrUnauthorized, "authorization must be a Bearer token")
 			}
-			u, err := s.store.UserByToken(ctx, strings.TrimSpace(tok))
+			u, err := s.cfg.Sessions.UserByToken(ctx, strings.TrimSpace(tok))
 			if err != nil {
 				return err
 			}
@@ -55,7 +55,7 @@ func (s *Server) identify(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		if ck, err := c.Cookie(sessionCookie); err == nil && ck.Value != "" {
-			u, err := s.store.SessionUser(ctx, ck.Value, s.now())
+			u, err := s.cfg.Sessions.SessionUser(ctx, ck.Value, s.now())
 			switch {
 			case err == nil:
 				c.Set(userKey, &u)
@@ -223,7 +223,7 @@ func (s *Server) login(c echo.Context) error {
 	addr := c.RealIP()
 	var device string
 	if ck, err := c.Cookie(deviceCookie); err == nil && ck.Value != "" {
-		if _, hash, err := s.store.UserByName(ctx, name); err == nil {
+		if _, hash, err := s.cfg.Sessions.UserByName(ctx, name); err == nil {
 			device = deviceKey(ck.Value, name, hash, s.now())
 		}
 	}
@@ -252,7 +252,7 @@ func (s *Server) login(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tok, err := s.store.CreateSession(ctx, u.ID, s.now().Add(s.cfg.SessionTTL))
+	tok, err := s.cfg.Sessions.CreateSession(ctx, u.ID, s.now().Add(s.cfg.SessionTTL))
 	if err != nil {
 		return err
 	}
@@ -284,7 +284,7 @@ func (s *Server) checkPassword(ctx context.Context, name, password string) (cbda
 		s.metrics.loginRefused.WithLabelValues("busy").Inc()
 		return cbdash.User{}, nil, echo.NewHTTPError(http.StatusServiceUnavailable, "too many logins at once; try again in a moment")
 	}
-	u, hash, err := s.store.UserByName(ctx, name)
+	u, hash, err := s.cfg.Sessions.UserByName(ctx, name)
 	if errors.Is(err, cbdash.ErrNotFound) {
 		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
 		return cbdash.User{}, nil, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
@@ -303,7 +303,7 @@ func (s *Server) checkPassword(ctx context.Context, name, password string) (cbda
 
 func (s *Server) logout(c echo.Context) error {
 	if ck, err := c.Cookie(sessionCookie); err == nil && ck.Value != "" {
-		if err := s.store.DeleteSession(c.Request().Context(), ck.Value); err != nil {
+		if err := s.cfg.Sessions.DeleteSession(c.Request().Context(), ck.Value); err != nil {
 			return err
 		}
 	}
@@ -331,7 +331,7 @@ func localPath(p string) string {
 }
 
 // HashPassword hashes a password with bcrypt (default cost) for
-// Accounts.CreateUser. Passwords must be 8 to 72 bytes (bcrypt's limit);
+// CreateUser (Accounts, FirstAccount). Passwords must be 8 to 72 bytes (bcrypt's limit);
 // otherwise the error wraps cbdash.ErrInvalid.
 func HashPassword(password string) ([]byte, error) {
 	if len(password) < 8 || len(password) > 72 {
@@ -340,12 +340,19 @@ func HashPassword(password string) ([]byte, error) {
 	return bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
 }
 
+// FirstAccount is what EnsureAdmin needs of the store; *store.Store
+// implements it.
+type FirstAccount interface {
+	CountUsers(ctx context.Context) (int, error)
+	CreateUser(ctx context.Context, name, role string, passwordHash []byte) (cbdash.User, error)
+}
+
 // EnsureAdmin creates the first account, "admin" with the admin role,
 // when the store has no user yet. It uses password when given (for
 // example from CBDASH_ADMIN_PASSWORD), otherwise it generates a random
 // one and returns it so the caller can print it once. created is false
 // (and the password "") when users already exist.
-func EnsureAdmin(ctx context.Context, a Accounts, password string) (created bool, pw string, err error) {
+func EnsureAdmin(ctx context.Context, a FirstAccount, password string) (created bool, pw string, err error) {
 	n, err := a.CountUsers(ctx)
 	if err != nil {
 		return false, "", err

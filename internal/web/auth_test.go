@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 
@@ -18,11 +19,22 @@ import (
 	"github.com/cbdash/cbdash/internal/web"
 )
 
+// TestMain runs the tests, stops the browser they share (see browser),
+// then fails the run if a goroutine was left behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	stopChromium()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func TestLogin(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{LoginBurst: 3}, dep("checkout", "payments", 1, 0))
 	t.Run("wrong password is refused", func(t *testing.T) {
 		res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {"nope-nope"}})
@@ -70,6 +82,7 @@ func TestLogin(t *testing.T) {
 }
 
 func TestSecureCookies(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{Secure: true})
 	res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {h.users["vera"]}})
 	for _, ck := range res.header.Values("Set-Cookie") {
@@ -83,6 +96,7 @@ func TestSecureCookies(t *testing.T) {
 }
 
 func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{})
 	for _, p := range []string{"/login", "/static/app.css", "/nope"} {
 		res := h.client().get(p)
@@ -105,6 +119,7 @@ func TestSecurityHeaders(t *testing.T) {
 }
 
 func TestAnonymousViewing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{Anonymous: true}, dep("checkout", "payments", 2, 0))
 	c := h.client()
 	if res := c.get("/"); res.status != http.StatusOK || !strings.Contains(res.body, "read-only view") {
@@ -120,6 +135,7 @@ func TestAnonymousViewing(t *testing.T) {
 }
 
 func TestEnsureAdmin(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{})
 	// The harness already has users: nothing is created.
 	if created, pw, err := web.EnsureAdmin(context.Background(), h.st, ""); err != nil || created || pw != "" {
@@ -137,6 +153,7 @@ func TestEnsureAdmin(t *testing.T) {
 }
 
 func TestHTTPErrorHandler(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err    error
 		status int

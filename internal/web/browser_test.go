@@ -89,8 +89,66 @@ const evilName = `<script>alert(1)</script><img src=x onerror=alert(2)>'; DROP T
 // payments is a JavaScript expression for the payments tile.
 const payments = `[...document.querySelectorAll("article.tile")].find(t => t.querySelector(".brk")?.textContent === "payments")`
 
-// browser starts headless Debian chromium with a fresh profile. Without
-// chromium the test is skipped, unless CI is set: then it fails.
+// chromium is the one headless Debian chromium the package's browser
+// tests share: the first browser(t) starts it, TestMain stops it after
+// the last test (starting it is most of a short browser test's time
+// under the race detector). Each test gets a browser context of its own
+// (as an incognito window: no cookie, storage or cache of another test)
+// with one tab in it.
+var chromium struct {
+	once   sync.Once
+	ctx    context.Context // the browser; nil when it did not start
+	err    error
+	cancel func() // stops the browser and removes its profile
+}
+
+// startChromium starts the shared browser once, with a fresh profile in a
+// temporary directory.
+func startChromium(path string) (context.Context, error) {
+	chromium.once.Do(func() {
+		dir, err := os.MkdirTemp("", "cbdash-chromium-")
+		if err != nil {
+			chromium.err = err
+			return
+		}
+		opts := []chromedp.ExecAllocatorOption{
+			chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+			chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+			chromedp.Flag("disable-dev-shm-usage", true),
+			// Tests run side by side, each in a window of its own: none
+			// of them is a background page whose timers may be slowed.
+			chromedp.Flag("disable-background-timer-throttling", true),
+			chromedp.Flag("disable-backgrounding-occluded-windows", true),
+			chromedp.Flag("disable-renderer-backgrounding", true),
+			chromedp.UserDataDir(dir), chromedp.WindowSize(1440, 1000),
+		}
+		actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, bcancel := chromedp.NewContext(actx)
+		chromium.cancel = func() {
+			bcancel()
+			acancel()
+			_ = os.RemoveAll(dir)
+		}
+		if err := chromedp.Do(bctx); err != nil {
+			chromium.err = err
+			return
+		}
+		chromium.ctx = bctx
+	})
+	return chromium.ctx, chromium.err
+}
+
+// stopChromium stops the shared browser, if it was started.
+func stopChromium() {
+	if chromium.cancel != nil {
+		chromium.cancel()
+	}
+}
+
+// browser gives the test a tab of the shared headless Debian chromium in a
+// browser context of its own, closed when the test ends. Without chromium
+// the test is skipped, unless CI is set: then it fails.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
@@ -100,14 +158,10 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skip("chromium is not installed (apt-get install chromium)")
 	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1440, 1000),
+	shared, err := startChromium(path)
+	if err != nil {
+		t.Fatalf("starting chromium: %v", err)
 	}
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	// Every page must run under the CSP without a violation and without a
 	// script error: collect both and fail the test at its end.
 	var mu sync.Mutex
@@ -131,20 +185,22 @@ func browser(t *testing.T) context.Context {
 			mu.Unlock()
 		}
 	})
-	bctx, bcancel := chromedp.NewContext(actx, listen)
+	tctx, _ := chromedp.NewContext(shared, chromedp.WithNewBrowserContext(), listen)
 	t.Cleanup(func() {
-		bcancel()
-		acancel()
+		// Closes the tab and disposes of its browser context.
+		if err := chromedp.Cancel(tctx); err != nil {
+			t.Errorf("closing the test's browser context: %v", err)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range problems {
 			t.Errorf("browser reported %s", p)
 		}
 	})
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
+	if err := chromedp.Do(tctx); err != nil {
+		t.Fatalf("opening a tab in a new browser context: %v", err)
 	}
-	return bctx
+	return tctx
 }
 
 // stepTimeout bounds a browser step that makes no timing claim: generous,
@@ -311,6 +367,7 @@ func TestBrowserOverviewGoesLiveAndOperatorForcesOpen(t *testing.T) {
 }
 
 func TestBrowserSaysDisconnectedAndReconnects(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 2)
 	login(t, ctx, s.url, "otto", s.password)

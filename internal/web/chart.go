@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -321,14 +322,14 @@ func dependencyCharts(pts []cbdash.Point, from, to time.Time, d cbdash.Dependenc
 func rateThresholds(cfg protocol.BreakerConfig) []thresholdData {
 	slow := cfg.SlowCallDurationMillis > 0 && cfg.SlowCallRateThreshold > 0
 	if slow && cfg.FailureRateThreshold == cfg.SlowCallRateThreshold {
-		return []thresholdData{{cfg.FailureRateThreshold, "failure and slow-call threshold " + pct(cfg.FailureRateThreshold), "t0"}}
+		return []thresholdData{{cfg.FailureRateThreshold, "failure and slow-call threshold " + wording.Pct(cfg.FailureRateThreshold), "t0"}}
 	}
 	var out []thresholdData
 	if cfg.FailureRateThreshold > 0 {
-		out = append(out, thresholdData{cfg.FailureRateThreshold, "failure threshold " + pct(cfg.FailureRateThreshold), "t2"})
+		out = append(out, thresholdData{cfg.FailureRateThreshold, "failure threshold " + wording.Pct(cfg.FailureRateThreshold), "t2"})
 	}
 	if slow {
-		out = append(out, thresholdData{cfg.SlowCallRateThreshold, "slow-call threshold " + pct(cfg.SlowCallRateThreshold), "t3"})
+		out = append(out, thresholdData{cfg.SlowCallRateThreshold, "slow-call threshold " + wording.Pct(cfg.SlowCallRateThreshold), "t3"})
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 )
 
 func TestPercentileInterpolatesInTheBucket(t *testing.T) {
+	t.Parallel()
 	h := make([]int64, protocol.NumLatencyBuckets)
 	h[3] = 50 // (5, 10] ms
 	h[6] = 50 // (50, 100] ms
@@ -35,6 +36,7 @@ func TestPercentileInterpolatesInTheBucket(t *testing.T) {
 }
 
 func TestNiceCeil(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[float64]float64{0: 1, 0.3: 0.5, 1: 1, 1.2: 2, 2.2: 2.5, 3: 5, 7: 10, 57.5: 100, 120: 200} {
 		if got := niceCeil(in); math.Abs(got-want) > 1e-9 {
 			t.Errorf("niceCeil(%v) = %v, want %v", in, got, want)
@@ -43,6 +45,7 @@ func TestNiceCeil(t *testing.T) {
 }
 
 func TestChartsFromHistory(t *testing.T) {
+	t.Parallel()
 	from := clocktest.Epoch().Truncate(time.Hour) // x ticks fall on round times
 	to := from.Add(10 * time.Minute)
 	lat := make([]int64, protocol.NumLatencyBuckets)
@@ -95,6 +98,7 @@ func minutesAgo(now time.Time, minAgo int) string {
 }
 
 func TestTimelineLanesReplayTransitions(t *testing.T) {
+	t.Parallel()
 	now := clocktest.Epoch()
 	sp := span{name: "1h", from: now.Add(-time.Hour), to: now}
 	tr := func(svc, br, inst string, minAgo int, from, to string) cbdash.TransitionRecord {
@@ -135,6 +139,7 @@ func TestTimelineLanesReplayTransitions(t *testing.T) {
 }
 
 func TestTimelineLaneEndsWhereReportsOfNotClosedStop(t *testing.T) {
+	t.Parallel()
 	// c-1 opened 50 minutes ago and then stopped reporting 45 minutes ago
 	// (its process died while open); it came back 10 minutes ago and
 	// closed 5 minutes ago. The lane shows open only while it reported so.
@@ -181,6 +186,7 @@ func dep2(svc, br string, n int) cbdash.Dependency {
 }
 
 func TestSparklineDrawsAdmittedFailedAndRejectedApart(t *testing.T) {
+	t.Parallel()
 	// 4 s into a 10-second bucket: the sparkline covers the 60 whole
 	// buckets (10 minutes) before it.
 	now := clocktest.Epoch().Truncate(time.Minute).Add(44 * time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -119,7 +120,7 @@ func blast(f commandForm, d cbdash.Dependency) string {
 		inst = "instance " + f.instance
 	}
 	if f.scope == "share" && f.share < 100 {
-		inst = "about " + inst + " (" + pct(f.share) + ")"
+		inst = "about " + inst + " (" + wording.Pct(f.share) + ")"
 	}
 	who := inst + " of " + f.key.Service + " to " + f.key.Breaker
 	dur := strconv.Itoa(f.ttlMin) + " minutes"
@@ -194,7 +195,7 @@ func backHref(c echo.Context, k cbdash.DependencyKey, now time.Time) string {
 }
 
 func (s *Server) depCommands(ctx context.Context, k cbdash.DependencyKey) ([]templates.CommandView, error) {
-	cmds, err := s.store.Commands(ctx, cbdash.CommandQuery{Service: k.Service, Breaker: k.Breaker, Limit: 10})
+	cmds, err := s.history.Commands(ctx, cbdash.CommandQuery{Service: k.Service, Breaker: k.Breaker, Limit: 10})
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +281,7 @@ func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 	case cmd.Instance != "":
 		v.Scope = "instance " + cmd.Instance
 	case cmd.Share > 0 && cmd.Share < 100:
-		v.Scope = pct(cmd.Share) + " of instances"
+		v.Scope = wording.Pct(cmd.Share) + " of instances"
 	default:
 		v.Scope = "all instances"
 	}
@@ -320,7 +321,7 @@ func stateText(s string) string {
 // audit lists every command, newest first, optionally of one service.
 func (s *Server) audit(c echo.Context) error {
 	svc := c.QueryParam("service")
-	cmds, err := s.store.Commands(c.Request().Context(), cbdash.CommandQuery{Service: svc})
+	cmds, err := s.history.Commands(c.Request().Context(), cbdash.CommandQuery{Service: svc})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 )
 
 func TestAuditShowsWhenAHoldEnded(t *testing.T) {
+	t.Parallel()
 	// Evening of the epoch's day: every time below falls on that day, so
 	// the release shows as a time of day.
 	t0 := clocktest.Epoch().Truncate(24 * time.Hour).Add(19*time.Hour + 6*time.Minute)

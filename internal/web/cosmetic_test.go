@@ -10,6 +10,7 @@ import (
 )
 
 func TestRateThresholdsAreDistinctAndNeverStacked(t *testing.T) {
+	t.Parallel()
 	cfg := protocol.BreakerConfig{FailureRateThreshold: 50, SlowCallRateThreshold: 80, SlowCallDurationMillis: 200}
 	got := rateThresholds(cfg)
 	if len(got) != 2 || got[0].class != "t2" || got[1].class != "t3" {
@@ -27,6 +28,7 @@ func TestRateThresholdsAreDistinctAndNeverStacked(t *testing.T) {
 }
 
 func TestCommandsPanelHidesAnEmptyWhy(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	cs := []templates.CommandView{{Action: "release", Scope: "all instances", Actor: "otto"}, {Action: "force open", Reason: "db failover", Actor: "ada"}}
 	if err := templates.DepCommands(cs).Render(context.Background(), &b); err != nil {
@@ -38,6 +40,7 @@ func TestCommandsPanelHidesAnEmptyWhy(t *testing.T) {
 }
 
 func TestTransitionInstancesDoNotWrap(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	rows := []templates.TransitionRow{{At: "19:06:00", Instance: "checkout-1"}}
 	if err := templates.TransitionLog(rows).Render(context.Background(), &b); err != nil {

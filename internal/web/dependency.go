@@ -15,6 +15,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -230,7 +231,7 @@ func (s *Server) dependency(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pts, err := s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to})
+	pts, err := s.history.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to})
 	if err != nil {
 		return err
 	}
@@ -297,17 +298,17 @@ func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.T
 	failure, slow := rates(d, causes)
 	return templates.DepHeader{
 		State:      stateView(d.State),
-		Instances:  instancesText(d),
+		Instances:  wording.Instances(d),
 		Stale:      staleText(d),
 		OpenSince:  sinceView(d.State, d.OpenSince, now),
 		Held:       holdView(d.Held, now),
-		Admitted:   perSecond(d.AdmittedRate),
-		Rejected:   perSecond(d.RejectedRate),
+		Admitted:   wording.PerSecond(d.AdmittedRate),
+		Rejected:   wording.PerSecond(d.RejectedRate),
 		Fallbacks:  fallbacksText(d.Recent),
 		Failure:    failure,
 		Slow:       slow,
-		P50:        latency(d.P50),
-		P99:        latency(d.P99),
+		P50:        wording.Latency(d.P50),
+		P99:        wording.Latency(d.P99),
 		OpensToday: d.OpensToday,
 		Labels:     labelList(d.Labels),
 	}
@@ -432,13 +433,13 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			cause = &c
 		}
 		f, sl := cbdash.InstanceRatesOf(*in, cause)
-		failure, slow := cellText(rateOf(f)), cellText(rateOf(sl))
+		failure, slow := wording.RateCell(f), wording.RateCell(sl)
 		rows = append(rows, templates.InstanceRow{
 			Instance:       in.Instance,
 			State:          stateView(in.State),
 			Stale:          in.Stale,
-			Admitted:       perSecond(adm),
-			Rejected:       perSecond(rej),
+			Admitted:       wording.PerSecond(adm),
+			Rejected:       wording.PerSecond(rej),
 			Failure:        failure,
 			Slow:           slow,
 			LastTransition: agoView(in.LastTransition, now),
@@ -464,15 +465,6 @@ func sampledText(c protocol.BreakerConfig) string {
 		"a short one between two reads is missed, and half-open may show as open"
 }
 
-// cellText drops the rate's name from its label for a table cell whose
-// column names it: "tripped at 52% of 50%".
-func cellText(r templates.Rate) string {
-	if _, l, ok := strings.Cut(r.Label, ", "); ok {
-		return l + " " + r.Text
-	}
-	return r.Text
-}
-
 // configText is a breaker's configuration in words; a breaker of another
 // library (fed by an adapter) shows the library and its own settings,
 // then whatever of ours it has.
@@ -495,17 +487,17 @@ func nativeConfigText(c protocol.BreakerConfig) string {
 	if c.WindowKind == "time" {
 		win = (time.Duration(c.WindowMillis) * time.Millisecond).String()
 	}
-	s := "window " + win + ", failures ≥ " + pct(c.FailureRateThreshold) + ", min " + strconv.Itoa(c.MinimumCalls) +
+	s := "window " + win + ", failures ≥ " + wording.Pct(c.FailureRateThreshold) + ", min " + strconv.Itoa(c.MinimumCalls) +
 		" calls, open " + (time.Duration(c.OpenDurationMillis) * time.Millisecond).String()
 	if c.SlowCallDurationMillis > 0 {
-		s += ", slow > " + (time.Duration(c.SlowCallDurationMillis) * time.Millisecond).String() + " ≥ " + pct(c.SlowCallRateThreshold)
+		s += ", slow > " + (time.Duration(c.SlowCallDurationMillis) * time.Millisecond).String() + " ≥ " + wording.Pct(c.SlowCallRateThreshold)
 	}
 	return s
 }
 
 // transitionRows reads the newest transitions of a dependency in sp.
 func (s *Server) transitionRows(ctx context.Context, k cbdash.DependencyKey, sp span) ([]templates.TransitionRow, error) {
-	recs, err := s.store.Transitions(ctx, cbdash.TransitionQuery{Service: k.Service, Breaker: k.Breaker, From: sp.from, To: sp.to.Add(time.Minute), Limit: 200})
+	recs, err := s.history.Transitions(ctx, cbdash.TransitionQuery{Service: k.Service, Breaker: k.Breaker, From: sp.from, To: sp.to.Add(time.Minute), Limit: 200})
 	if err != nil {
 		return nil, err
 	}
@@ -524,10 +516,10 @@ func causeText(t protocol.Transition) string {
 	c := t.Cause
 	switch c.Kind {
 	case protocol.CauseFailureRate:
-		return "failure rate " + pct(c.FailureRate) + " reached the " + pct(c.Threshold) + " threshold (" +
+		return "failure rate " + wording.Pct(c.FailureRate) + " reached the " + wording.Pct(c.Threshold) + " threshold (" +
 			strconv.FormatInt(c.WindowFailed, 10) + " of " + strconv.FormatInt(c.WindowCalls, 10) + " calls failed)" + openFor(t)
 	case protocol.CauseSlowCallRate:
-		return "slow-call rate " + pct(c.SlowCallRate) + " reached the " + pct(c.Threshold) + " threshold (" +
+		return "slow-call rate " + wording.Pct(c.SlowCallRate) + " reached the " + wording.Pct(c.Threshold) + " threshold (" +
 			strconv.FormatInt(c.WindowSlow, 10) + " of " + strconv.FormatInt(c.WindowCalls, 10) + " calls slow)" + openFor(t)
 	case protocol.CauseOpenElapsed:
 		return "open duration passed, probing"

@@ -8,6 +8,7 @@ import (
 )
 
 func TestDeviceCookieIsBoundToUserKeyAndTime(t *testing.T) {
+	t.Parallel()
 	now := clocktest.Epoch()
 	hash := []byte("$2a$10$otto's bcrypt hash")
 	v := deviceValue("Otto", hash, now.Add(-time.Hour))

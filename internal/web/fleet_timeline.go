@@ -15,7 +15,8 @@ import (
 )
 
 // FleetHistory is what the overview's fleet line reads. *store.Store
-// implements it; without it the overview has no line.
+// implements it; it is Config.FleetHistory, and without it the overview
+// has no line.
 type FleetHistory interface {
 	FleetNotClosed(ctx context.Context, from, to time.Time) ([]cbdash.FleetMinute, error)
 }
@@ -23,10 +24,10 @@ type FleetHistory interface {
 const fleetFragment = "/overview/fleet-timeline"
 
 // fleetTimeline builds the overview's line of the last hour at now; nil
-// when the store keeps no per-instance history.
+// when the server has no FleetHistory.
 func (s *Server) fleetTimeline(ctx context.Context, now time.Time) (*templates.FleetTimeline, error) {
-	fh, ok := s.store.(FleetHistory)
-	if !ok {
+	fh := s.cfg.FleetHistory
+	if fh == nil {
 		return nil, nil
 	}
 	from := now.Truncate(time.Minute).Add(-59 * time.Minute)

@@ -16,6 +16,7 @@ import (
 // the overview's line has 60 minutes, those two minutes count them, and a
 // minute links to /timeline ending shortly after it.
 func TestOverviewFleetLineCountsWhatWasNotClosedAndLinksTheTimeline(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 3, 2), dep("search", "index", 2, 1))
 	clk := h.virtual()
 	clk.Advance(2 * time.Minute)

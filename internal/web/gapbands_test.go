@@ -11,6 +11,7 @@ import (
 )
 
 func TestOverlappingGapsOfTwoInstancesAreOneBandClippedToThePlot(t *testing.T) {
+	t.Parallel()
 	from := clocktest.Epoch().Truncate(time.Hour)
 	to := from.Add(10 * time.Minute)
 	gaps := []cbdash.Gap{

@@ -11,20 +11,9 @@ import (
 	"github.com/cbdash/cbdash/web/templates"
 )
 
-// GapReader reads the gaps of a dependency's history (time whose reports
-// an agent dropped under memory pressure); *store.Store implements it. A
-// History that does not is drawn without gaps.
-type GapReader interface {
-	Gaps(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Gap, error)
-}
-
-// gaps returns the gaps of q's range, none when the store keeps none.
+// gaps returns the gaps of q's range (History.Gaps).
 func (s *Server) gaps(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Gap, error) {
-	g, ok := s.store.(GapReader)
-	if !ok {
-		return nil, nil
-	}
-	return g.Gaps(ctx, q)
+	return s.history.Gaps(ctx, q)
 }
 
 // dependencyChartsWithGaps is dependencyCharts with the history's gaps

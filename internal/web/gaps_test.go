@@ -11,6 +11,7 @@ import (
 )
 
 func TestTheDependencyPageDrawsLostDataAsAGap(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
 	now := h.clock.Now().Truncate(time.Second)
 	var b protocol.Batch
@@ -49,6 +50,7 @@ func TestTheDependencyPageDrawsLostDataAsAGap(t *testing.T) {
 }
 
 func TestTheDependencyPageShowsMisuseOnlyWhenThereIsSome(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
 	c := h.login("vera")
 	if body := c.get("/dependency?service=checkout&breaker=payments&range=15m").body; strings.Contains(body, `data-testid="misuse"`) {

@@ -99,7 +99,7 @@ func newHarness(t *testing.T, cfg web.Config, deps ...fleet) *harness {
 func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}, clocktest.Virtual()) }
 
 // start runs a stack on clk until the test ends, its dashboard configured
-// by cfg (whose Collector, Store and Clock the stack sets; LiveInterval
+// by cfg (whose services and Clock the stack sets; LiveInterval
 // 0 = 20 ms). The collector publishes every 20 ms of clk.
 func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 	t.Helper()
@@ -108,14 +108,21 @@ func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 		Collector: func(c *collector.Config) { c.PublishInterval = 20 * time.Millisecond },
 		Alert:     func(a *alert.Config) { a.Delivery.AllowPrivate = true }, // test webhooks listen on loopback
 		Web: func(w *web.Config) {
-			c := cfg
-			c.Collector, c.Store, c.Clock, c.Alerts = w.Collector, w.Store, w.Clock, w.Alerts
+			c := wired(cfg, *w)
 			if c.LiveInterval == 0 {
 				c.LiveInterval = 20 * time.Millisecond
 			}
 			*w, h.cfg = c, c
 		}})
 	return h
+}
+
+// wired is cfg with the services and the clock of w, the stack's config.
+func wired(cfg, w web.Config) web.Config {
+	cfg.Collector, cfg.History, cfg.Sessions, cfg.Accounts, cfg.Clock = w.Collector, w.History, w.Sessions, w.Accounts, w.Clock
+	cfg.Holds, cfg.Incidents, cfg.InstanceHistory, cfg.FleetHistory = w.Holds, w.Incidents, w.InstanceHistory, w.FleetHistory
+	cfg.AgentSessions, cfg.Alerts = w.AgentSessions, w.Alerts
+	return cfg
 }
 
 func (h *harness) run(o stacktest.Options) {
@@ -253,6 +260,17 @@ func (h *harness) stateOf(service, instance, breaker string) string {
 // batch's transitions and windows become the instance's known states.
 func (h *harness) ingest(service, instance string, b protocol.Batch) protocol.IngestResponse {
 	h.t.Helper()
+	out, err := h.tryIngest(service, instance, b)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// tryIngest is ingest for any goroutine: it returns the error ingest fails
+// the test with. Batches of one instance must be sent from one goroutine
+// (their numbers are taken in the order of the calls).
+func (h *harness) tryIngest(service, instance string, b protocol.Batch) (protocol.IngestResponse, error) {
 	key := service + "/" + instance
 	h.mu.Lock()
 	r := h.reported[key]
@@ -280,25 +298,25 @@ func (h *harness) ingest(service, instance string, b protocol.Batch) protocol.In
 	b.Type, b.Seq, b.SentAt = protocol.TypeBatch, r.seq, h.clock.Now().UnixMilli()
 	body, err := json.Marshal(protocol.IngestRequest{Hello: hello(service, instance, r.breakers), Batch: b})
 	if err != nil {
-		h.t.Fatal(err)
+		return protocol.IngestResponse{}, err
 	}
 	req, _ := http.NewRequest(http.MethodPost, h.url+"/api/v1/ingest", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+h.stack.AgentToken)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		h.t.Fatal(err)
+		return protocol.IngestResponse{}, err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	if res.StatusCode != http.StatusOK {
-		h.t.Fatalf("ingest %s seq %d: %d %s", key, b.Seq, res.StatusCode, raw)
+		return protocol.IngestResponse{}, fmt.Errorf("ingest %s seq %d: %d %s", key, b.Seq, res.StatusCode, raw)
 	}
 	var out protocol.IngestResponse
 	if err := json.Unmarshal(raw, &out); err != nil {
-		h.t.Fatalf("ingest answer %s: %v", raw, err)
+		return protocol.IngestResponse{}, fmt.Errorf("ingest answer %s: %v", raw, err)
 	}
-	return out
+	return out, nil
 }
 
 // client is a browser-like HTTP client: cookie jar, no redirects followed.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -32,8 +33,8 @@ const (
 // closed, then highest failure rate), templates.HeatPage per page (page
 // is 0-based), with links keeping base's parameters.
 func (s *Server) heatmap(ctx context.Context, d cbdash.Dependency, sp span, page int, base url.Values) (*templates.Heatmap, error) {
-	ih, ok := s.store.(InstanceHistory)
-	if !ok {
+	ih := s.cfg.InstanceHistory
+	if ih == nil {
 		return nil, nil
 	}
 	from := sp.from
@@ -158,7 +159,7 @@ func heatRow(x *heatInst, from time.Time, per, cols int, w float64) templates.He
 		b.seen = true
 	}
 	row := templates.HeatRow{Instance: x.name,
-		Summary: fmt.Sprintf("%s failed (%d/%d)", pct(x.rate()), x.failures, x.calls)}
+		Summary: fmt.Sprintf("%s failed (%d/%d)", wording.Pct(x.rate()), x.failures, x.calls)}
 	if x.notClose > 0 {
 		row.Summary += fmt.Sprintf(", %d min not closed", x.notClose)
 	}
@@ -186,7 +187,7 @@ func heatRow(x *heatInst, from time.Time, per, cols int, w float64) templates.He
 			}
 		}
 		row.Cells = append(row.Cells, templates.HeatCell{X: float64(i) * w, W: w, Class: class,
-			Title: fmt.Sprintf("%s %s UTC: %s, failure rate %s (%d of %d calls)", x.name, at, stateView(state).Text, pct(rate), b.failures, b.calls)})
+			Title: fmt.Sprintf("%s %s UTC: %s, failure rate %s (%d of %d calls)", x.name, at, stateView(state).Text, wording.Pct(rate), b.failures, b.calls)})
 	}
 	return row
 }

@@ -67,6 +67,7 @@ func tenInstances(t *testing.T, h *harness) map[string]*breaker.Breaker {
 // heatmap puts it first, drawn open, and the others closed; the drift
 // column names checkout-4's different timeout.
 func TestBrowserHeatmapSinglesOutTheBadInstance(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	h := start(t, web.Config{LiveInterval: 100 * time.Millisecond}, clocktest.NewRunning())
 	h.addUser("vera", cbdash.RoleViewer, "password-vera")

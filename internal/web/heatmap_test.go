@@ -12,6 +12,7 @@ import (
 // page one holds 50 rows starting with the open ones, page two the last
 // 10.
 func TestHeatmapPaginatesWorstFirst(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 60, 3))
 	vera := h.login("vera")
 	rows := regexp.MustCompile(`data-testid="heat-row" data-instance="([^"]+)"`)

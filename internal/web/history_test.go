@@ -41,6 +41,7 @@ func seed(t *testing.T, h *harness, inst string) {
 }
 
 func TestPagesReadTheStore(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	now := h.clock.Now()
 	seed(t, h, "checkout-1")

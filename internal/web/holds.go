@@ -15,6 +15,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -22,9 +23,8 @@ import (
 // HoldService is what the hold pages need: holds as stored desired state,
 // their drill reports, the blast radius of a hold before it is created,
 // and creating and releasing holds. *collector.Collector implements it;
-// when the Collector given to New does not, the hold pages answer 404 and
-// the dependency page shows no holds. Its methods must be safe for
-// concurrent use.
+// it is Config.Holds, and without it the hold pages and the holds API
+// answer 404. Its methods must be safe for concurrent use.
 type HoldService interface {
 	// Holds returns the live holds (live true) or every hold, newest
 	// first, with their coverage; limit 0 = 200.
@@ -56,11 +56,10 @@ func (s *Server) mountHolds(read, op routes) {
 }
 
 func (s *Server) holdService() (HoldService, error) {
-	hs, ok := s.col.(HoldService)
-	if !ok {
+	if s.cfg.Holds == nil {
 		return nil, errorf(cbdash.ErrNotFound, "holds are not kept by this server")
 	}
-	return hs, nil
+	return s.cfg.Holds, nil
 }
 
 func holdHref(id string) string { return "/holds/" + id }
@@ -351,7 +350,7 @@ func blastLines(r cbdash.HoldRequest, p cbdash.HoldPlan) []string {
 	}
 	lines = append(lines, fmt.Sprintf("Share reached: %d of %d live instances with a %s breaker.", len(p.Instances), p.Eligible, r.Selector.Breaker))
 	if r.Action == protocol.ActionForceOpen {
-		lines = append(lines, "Calls that will be rejected: about "+perSecond(p.CallsPerSecond)+" (their last report).")
+		lines = append(lines, "Calls that will be rejected: about "+wording.PerSecond(p.CallsPerSecond)+" (their last report).")
 	}
 	if len(p.Superseded) > 0 {
 		lines = append(lines, "It takes precedence over hold "+strings.Join(p.Superseded, ", ")+" where both match (the most recent wins).")
@@ -494,7 +493,7 @@ func periodView(p cbdash.HoldPeriod) templates.HoldPeriodView {
 		v.ErrorRate = strconv.FormatFloat(p.ErrorRate, 'f', 1, 64) + "%"
 	}
 	if p.P50 > 0 || p.P99 > 0 {
-		v.P50, v.P99 = latency(p.P50), latency(p.P99)
+		v.P50, v.P99 = wording.Latency(p.P50), wording.Latency(p.P99)
 	}
 	return v
 }

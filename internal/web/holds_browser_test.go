@@ -43,6 +43,7 @@ func addAgent(t *testing.T, s *stack, service, instance string) *breaker.Breaker
 }
 
 func TestBrowserFleetWideHoldFromTheDependencyPageReachesTheTileAndTheDrillReport(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 2)
 	catalog := addAgent(t, s, "catalog", "catalog-1")

@@ -119,6 +119,7 @@ func mustContain(t *testing.T, what, body string, wants ...string) {
 var holdIDRe = regexp.MustCompile(`/holds/(h[0-9a-f]+)`)
 
 func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
+	t.Parallel()
 	s := startHoldStack(t)
 	before := s.clk.Now().Add(-time.Minute)
 	pay := func(service, instance string) report {
@@ -249,6 +250,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 }
 
 func TestABreakerThatCannotBeHeldSaysWhyInsteadOfOfferingHolds(t *testing.T) {
+	t.Parallel()
 	s := startHoldStack(t)
 	r := report{service: "catalog", instance: "catalog-1", started: s.clk.Now().Add(-time.Minute), breakers: []protocol.BreakerConfig{gobreakerConfig}}
 	s.ingest(r)

@@ -19,8 +19,8 @@ import (
 )
 
 // IncidentStore is what the incident pages read and write. *store.Store
-// implements it; when the Store given to New does not, the incident pages
-// answer 404.
+// implements it; it is Config.Incidents, and without it the incident
+// pages, their live views and the incidents API answer 404.
 type IncidentStore interface {
 	incident.Reader
 	Incident(ctx context.Context, id int64) (cbdash.Incident, error)
@@ -40,11 +40,10 @@ func (s *Server) mountIncidents(read, op routes) {
 }
 
 func (s *Server) incidents() (IncidentStore, error) {
-	is, ok := s.store.(IncidentStore)
-	if !ok {
+	if s.cfg.Incidents == nil {
 		return nil, errorf(cbdash.ErrNotFound, "incidents are not recorded by this server")
 	}
-	return is, nil
+	return s.cfg.Incidents, nil
 }
 
 const formTime = "2006-01-02T15:04"

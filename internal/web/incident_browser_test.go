@@ -14,6 +14,7 @@ import (
 )
 
 func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	h, id, start := newIncidentHarness(t)
 	base := h.url
@@ -69,6 +70,7 @@ func TestBrowserIncidentPageRendersLanesAndMarkers(t *testing.T) {
 // incident's timeline, and the incident's new instance in its summary,
 // without a reload.
 func TestBrowserIncidentPageUpdatesWhileOpen(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 2)
 	login(t, ctx, s.url, "otto", s.password)

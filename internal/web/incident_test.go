@@ -111,6 +111,7 @@ func newIncidentHarness(t *testing.T) (*harness, int64, time.Time) {
 const formTime = "2006-01-02T15:04"
 
 func TestIncidentPages(t *testing.T) {
+	t.Parallel()
 	h, id, base := newIncidentHarness(t)
 	path := "/incidents/" + strconv.FormatInt(id, 10)
 	vera, otto := h.login("vera"), h.login("otto")

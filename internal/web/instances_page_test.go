@@ -12,6 +12,7 @@ import (
 // of 120 instances shows 50 at a time, its open instances first whatever
 // their names, with links to the next page and to all of them.
 func TestDependencyPageListsTheOddInstancesFirstAPageAtATime(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 120, 0))
 	h.report("checkout", "payments", "checkout-97", protocol.StateOpen)
 	c := h.login("vera")

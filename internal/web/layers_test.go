@@ -10,6 +10,7 @@ import (
 // domain packages offer plain Go methods (and plain net/http handlers for
 // the agents' transports), and internal/web mounts every route.
 func TestOnlyWebServesHTTP(t *testing.T) {
+	t.Parallel()
 	domain := []string{
 		"github.com/cbdash/cbdash",
 		"github.com/cbdash/cbdash/internal/collector",

@@ -10,6 +10,7 @@ import (
 )
 
 func TestATileLeadsWithTheRateThatTrippedIt(t *testing.T) {
+	t.Parallel()
 	trip := &protocol.Transition{From: protocol.StateClosed, To: protocol.StateOpen,
 		Cause: protocol.Cause{Kind: protocol.CauseSlowCallRate, FailureRate: 0, SlowCallRate: 60, Threshold: 50}}
 	d := cbdash.Dependency{State: protocol.StateOpen, Instances: 1, ByState: map[string]int{protocol.StateOpen: 1},

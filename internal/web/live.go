@@ -36,9 +36,17 @@ const (
 // or versions, never as rendered bytes: a flush that waits (the socket is
 // still writing the last message) sends the latest state of everything
 // that changed meanwhile, once. A view is a subscribedView or an
-// indexedView.
+// indexedView (liveFeed says which).
 type liveView interface {
 	flush(ctx context.Context) ([]byte, error)
+}
+
+// liveFeed is the view of one socket and how it is fed: exactly one of
+// indexed (it reads the shared fleetIndex) and subscribed (it follows a
+// subscription of its own) is set.
+type liveFeed struct {
+	indexed    indexedView
+	subscribed subscribedView
 }
 
 // subscribedView follows its own subscription to the collector: reset
@@ -58,20 +66,9 @@ type indexedView interface {
 	start(ctx context.Context, ix *fleetIndex) ([]byte, error)
 }
 
-// viewSubscriber is a collector that can share its views with a
-// subscriber instead of copying them (collector.Collector): the live
-// overviews' fleetIndex keeps every dependency, a pointer each.
-type viewSubscriber interface {
-	SubscribeViews() (snapshot []*cbdash.Dependency, events <-chan cbdash.Event, cancel func())
-}
-
-// subscribe subscribes to the collector, sharing its views when it can.
+// subscribe subscribes to the collector, sharing its views.
 func (s *Server) subscribe() ([]*cbdash.Dependency, <-chan cbdash.Event, func()) {
-	if v, ok := s.col.(viewSubscriber); ok {
-		return v.SubscribeViews()
-	}
-	snap, events, cancel := s.col.Subscribe()
-	return pointers(snap), events, cancel
+	return s.col.SubscribeViews()
 }
 
 func withView(q url.Values, view string) url.Values {
@@ -134,11 +131,21 @@ func (s *Server) live(c echo.Context) error {
 
 var errShutdown = errors.New("server closed")
 
-func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
+func (s *Server) liveViewFor(c echo.Context) (liveFeed, error) {
+	v, err := s.subscribedViewFor(c)
+	if err != nil || v != nil {
+		return liveFeed{subscribed: v}, err
+	}
+	return liveFeed{indexed: &overviewLive{s: s, f: parseFilter(c.QueryParams())}}, nil
+}
+
+// subscribedViewFor is the view that follows a subscription of its own
+// for the socket's ?view=; nil for the overview (an indexedView).
+func (s *Server) subscribedViewFor(c echo.Context) (subscribedView, error) {
 	q := c.QueryParams()
 	switch q.Get("view") {
 	case "overview":
-		return &overviewLive{s: s, f: parseFilter(q)}, nil
+		return nil, nil
 	case "dependency":
 		k := cbdash.DependencyKey{Service: q.Get("service"), Breaker: q.Get("breaker")}
 		if _, err := s.col.Dependency(k); err != nil {
@@ -190,15 +197,15 @@ func (s *Server) liveViewFor(c echo.Context) (liveView, error) {
 	return nil, errorf(cbdash.ErrInvalid, "view must be overview, dependency, audit, incident or incidents")
 }
 
-func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveView) error {
+func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveFeed) error {
 	w := s.startWriter(ctx, conn)
 	defer w.stop()
 	tick, stopTick := s.cfg.Clock.NewTicker(s.cfg.LiveInterval)
 	defer stopTick()
-	if iv, ok := lv.(indexedView); ok {
-		return s.pumpIndexed(ctx, w, iv, tick)
+	if lv.indexed != nil {
+		return s.pumpIndexed(ctx, w, lv.indexed, tick)
 	}
-	sv := lv.(subscribedView)
+	sv := lv.subscribed
 	for {
 		if err := s.idleWriter(ctx, w); err != nil {
 			return err
@@ -684,7 +691,7 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 	if sp.endsNow() { // a range ending now moves with the clock
 		if d.head && now.Sub(d.chartsAt) >= chartsEvery {
 			d.chartsAt = now
-			pts, err := d.s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: d.key, From: sp.from, To: sp.to})
+			pts, err := d.s.history.History(ctx, cbdash.HistoryQuery{DependencyKey: d.key, From: sp.from, To: sp.to})
 			if err != nil {
 				return nil, err
 			}
@@ -742,7 +749,7 @@ func (a *auditLive) flush(ctx context.Context) ([]byte, error) {
 		return nil, nil
 	}
 	a.dirty = false
-	cmds, err := a.s.store.Commands(ctx, cbdash.CommandQuery{Service: a.service})
+	cmds, err := a.s.history.Commands(ctx, cbdash.CommandQuery{Service: a.service})
 	if err != nil {
 		return nil, err
 	}

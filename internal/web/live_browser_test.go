@@ -38,6 +38,7 @@ func sinceAt(t *testing.T, ctx context.Context, sel string) time.Time {
 }
 
 func TestBrowserOpenSinceOnTileAndDependencyPage(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 2)
 	login(t, ctx, s.url, "otto", s.password)
@@ -97,6 +98,7 @@ const readLead = `(() => { const l = ` + payments + `?.querySelector("[data-test
 // breaker's outcomes (a dependency failing more and more) and watches the
 // tile's headroom bar fill and change colour before the breaker opens.
 func TestBrowserHeadroomBarRisesBeforeTheBreakerTrips(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 1) // a count window of 20, judged from 5 calls, 5 successes so far
 	login(t, ctx, s.url, "otto", s.password)
@@ -142,6 +144,7 @@ func TestBrowserHeadroomBarRisesBeforeTheBreakerTrips(t *testing.T) {
 // called: its tile's sparkline draws the rejected calls rising while the
 // admitted ones fall, in 10-second buckets.
 func TestBrowserSparklineShowsAnOutage(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 1)
 	login(t, ctx, s.url, "otto", s.password)
@@ -236,6 +239,7 @@ const overflow = `(() => {
 })()`
 
 func TestBrowserPagesFit390Pixels(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 2)
 	login(t, ctx, s.url, "otto", s.password)
@@ -270,6 +274,7 @@ func TestBrowserPagesFit390Pixels(t *testing.T) {
 // for the first page at once), the first page shows it first, a filter
 // that fits one page hides the pager, and the pager fits a phone.
 func TestBrowserOverviewPagesStayLive(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	s := startStack(t, 1)
 	// 120 closed breakers of "bulk" sort before checkout's two: the

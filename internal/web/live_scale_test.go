@@ -60,6 +60,7 @@ func bigOrder(open map[string]bool) []string {
 }
 
 func TestLiveOverviewAtFleetScaleSendsThePageAskedFor(t *testing.T) {
+	t.Parallel()
 	h := newLimitedHarness(t, web.Config{}, collector.Limits{MaxDependencies: 20000})
 	f := newBigFleet(h)
 	if err := f.report(13, nil, append(f.flip(13, 7), f.flip(13, 400)...)); err != nil {
@@ -140,6 +141,7 @@ func TestLiveOverviewAtFleetScaleSendsThePageAskedFor(t *testing.T) {
 // when the client reads again it gets the latest state (or, when its
 // write had waited for longer than the write timeout, is closed).
 func TestLiveSocketThatDoesNotReadHoldsOneMessage(t *testing.T) {
+	t.Parallel()
 	h := newLimitedHarness(t, web.Config{}, collector.Limits{MaxDependencies: 20000})
 	f := newBigFleet(h)
 	vera := h.login("vera")

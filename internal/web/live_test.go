@@ -126,6 +126,7 @@ func (h *harness) published(events <-chan cbdash.Event, k cbdash.DependencyKey) 
 }
 
 func TestLiveOverviewPushesChangedTiles(t *testing.T) {
+	t.Parallel()
 	// Quiet fleets: no tile changes as the clock moves on, only with
 	// what the instances report.
 	h := newHarness(t, web.Config{}, quiet(dep("checkout", "payments", 6, 0)), quiet(dep("checkout", "stock", 2, 0)))
@@ -164,6 +165,7 @@ func TestLiveOverviewPushesChangedTiles(t *testing.T) {
 }
 
 func TestLiveRefusesForeignOriginsAndStrangers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -182,6 +184,7 @@ func TestLiveRefusesForeignOriginsAndStrangers(t *testing.T) {
 }
 
 func TestLiveDependencyShowsCommandResults(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	ctx := context.Background()
 	sock := h.login("vera").live(ctx, "view=dependency&service=checkout&breaker=payments")
@@ -213,6 +216,7 @@ func TestLiveDependencyShowsCommandResults(t *testing.T) {
 }
 
 func TestLiveEndsWithServiceRestartOnClose(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
 	sock := h.login("vera").live(context.Background(), "view=audit")
 	sock.next(`id="audit"`)
@@ -228,6 +232,7 @@ func TestLiveEndsWithServiceRestartOnClose(t *testing.T) {
 }
 
 func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("a-svc", "first", 1, 0), dep("b-svc", "second", 1, 0))
 	sock := h.login("vera").live(context.Background(), "view=overview")
 	first := sock.next(`id="groups-inner"`)
@@ -254,6 +259,7 @@ func TestLiveOverviewResortsWorstFirstAfterAStateChange(t *testing.T) {
 }
 
 func TestLiveOperatorPanelInstanceList(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	ctx := context.Background()
 	otto := h.login("otto").live(ctx, "view=dependency&service=checkout&breaker=payments")

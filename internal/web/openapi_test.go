@@ -38,6 +38,7 @@ func loadOpenAPI(t *testing.T) *openapi3.T {
 }
 
 func TestOpenAPIDocumentIsValidAndServedWithoutLogin(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	if !strings.HasPrefix(doc.OpenAPI, "3.") {
 		t.Fatalf("openapi %q, want 3.x", doc.OpenAPI)
@@ -70,6 +71,7 @@ func documented(method, path string) bool {
 var echoParam = regexp.MustCompile(`:([a-z_]+)`)
 
 func TestOpenAPIDescribesEveryRouteAndNoOther(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	h := newHarnessEmpty(t)
 	e := echo.New()
@@ -163,6 +165,7 @@ func strict(doc *openapi3.T) {
 }
 
 func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	strict(doc)
 	doc.Servers = nil // "/" is relative to wherever the document came from; the router matches any host without
@@ -296,6 +299,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 }
 
 func TestOpenAPIOperationsHaveUniqueIDs(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	seen := map[string]string{}
 	for p, item := range doc.Paths.Map() {
@@ -318,6 +322,7 @@ func TestOpenAPIOperationsHaveUniqueIDs(t *testing.T) {
 // TestOpenAPIEnumsAreTheGoConstants compares the document's enums with
 // the constants the server sends.
 func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	states := []string{protocol.StateClosed, protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed}
 	actions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed, protocol.ActionRelease, protocol.ActionReset}

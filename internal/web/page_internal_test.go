@@ -12,6 +12,7 @@ import (
 // pageOf keeps only the first tiles as it goes: every page, in every
 // order, is the slice of the whole fleet sorted (sortDeps).
 func TestPageOfIsTheSortedFleetsSlice(t *testing.T) {
+	t.Parallel()
 	deps, _ := fleetOf(1234, clocktest.Epoch())
 	for _, how := range []string{"worst", "name", "rate"} {
 		sorted := slices.Clone(deps)

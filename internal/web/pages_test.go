@@ -14,6 +14,7 @@ import (
 )
 
 func TestOverviewShowsEveryDependencyAsText(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{},
 		dep("checkout", "payments", 6, 2),
 		dep("'; DROP TABLE x;--", "<script>alert(1)</script>", 1, 0)) // a service name has no slash
@@ -40,6 +41,7 @@ func TestOverviewShowsEveryDependencyAsText(t *testing.T) {
 }
 
 func TestOverviewFiltersAndSortsWorstFirst(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{},
 		dep("a-svc", "calm", 2, 0), dep("b-svc", "burning", 3, 3), dep("c-svc", "other", 1, 0))
 	c := h.login("vera")
@@ -75,6 +77,7 @@ func TestOverviewFiltersAndSortsWorstFirst(t *testing.T) {
 }
 
 func TestPagesPerRole(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 3, 0))
 	depPath := "/dependency?service=checkout&breaker=payments"
 	for _, tc := range []struct {
@@ -119,6 +122,7 @@ func TestPagesPerRole(t *testing.T) {
 }
 
 func TestCommands(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 6, 0))
 	form := func() url.Values {
 		return url.Values{"service": {"checkout"}, "breaker": {"payments"}, "action": {"force_open"},

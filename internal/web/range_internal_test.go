@@ -11,6 +11,7 @@ import (
 )
 
 func TestSpans(t *testing.T) {
+	t.Parallel()
 	now := clocktest.Epoch().Truncate(time.Minute).Add(30 * time.Second)
 	at := func(d time.Duration) string { return now.Add(d).UTC().Format(customTime) }
 	for _, tc := range []struct {
@@ -55,6 +56,7 @@ func TestSpans(t *testing.T) {
 }
 
 func TestTheDefaultRangeStartsAtTheData(t *testing.T) {
+	t.Parallel()
 	now := clocktest.Epoch().Truncate(time.Minute)
 	sp, _ := parseSpan(url.Values{}, "1h", now)
 	pts := []cbdash.Point{{At: now.Add(-12*time.Minute + 7*time.Second)}, {At: now.Add(-time.Minute)}}

@@ -13,6 +13,7 @@ import (
 )
 
 func TestTheDependencyPageKeepsItsRangeThroughACommand(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	otto := h.login("otto")
 	page := otto.get("/dependency?service=checkout&breaker=payments&range=6h")
@@ -43,6 +44,7 @@ func TestTheDependencyPageKeepsItsRangeThroughACommand(t *testing.T) {
 }
 
 func TestCustomRangeOnTheDependencyPage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	vera := h.login("vera")
 	from := h.clock.Now().Add(-90 * time.Minute).UTC().Format("2006-01-02T15:04")
@@ -59,6 +61,7 @@ func TestCustomRangeOnTheDependencyPage(t *testing.T) {
 }
 
 func TestRangesStartWithTheData(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	seed(t, h, "checkout-1") // the last minute
 	vera := h.login("vera")

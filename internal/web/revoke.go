@@ -58,14 +58,14 @@ func (s *Server) credentialCheck(c echo.Context) func(context.Context) bool {
 	switch via, _ := c.Get(viaKey).(string); via {
 	case "token":
 		tok := strings.TrimSpace(strings.TrimPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer "))
-		return func(ctx context.Context) bool { _, err := s.store.UserByToken(ctx, tok); return !refused(err) }
+		return func(ctx context.Context) bool { _, err := s.cfg.Sessions.UserByToken(ctx, tok); return !refused(err) }
 	case "session":
 		ck, err := c.Cookie(sessionCookie)
 		if err != nil {
 			return nil
 		}
 		return func(ctx context.Context) bool {
-			_, err := s.store.SessionUser(ctx, ck.Value, s.now())
+			_, err := s.cfg.Sessions.SessionUser(ctx, ck.Value, s.now())
 			return !refused(err)
 		}
 	}

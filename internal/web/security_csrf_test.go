@@ -12,6 +12,7 @@ import (
 // planted by a sibling subdomain (with the same value in the forged form)
 // was accepted. A session's token is now bound to the session.
 func TestSecurityCSRFTokenIsBoundToTheSession(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
 	otto := h.login("otto")
 	u, _ := url.Parse(h.url)

@@ -33,6 +33,7 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 func TestSecurityBodiesAreLimitedBeforeParsing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{})
 	const huge = 31 << 20
 	// What the client manages to write of a body the server does not read

@@ -30,6 +30,7 @@ func (c *client) loginFrom(user, password, xff string) int {
 }
 
 func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual()
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, web.Config{LoginBurst: 3, MaxHashing: 3, Clock: clk, Registerer: reg}) // the 3 evaluated attempts never wait for bcrypt
@@ -104,6 +105,7 @@ func TestSecurityLoginLimiterCannotBeBypassed(t *testing.T) {
 }
 
 func TestSecurityTrustedProxyAddressesAreBelieved(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual() // does not move: no bucket refills during the test
 	h := newHarness(t, web.Config{LoginBurst: 1, Clock: clk, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	c := h.client()
@@ -147,6 +149,7 @@ func counter(t *testing.T, g prometheus.Gatherer, name, label string) float64 {
 }
 
 func TestSecurityLoginRedirectStaysLocal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{})
 	for _, next := range []string{"/\t/evil.example", "/\n/evil.example", "/\\evil.example", "/a\\b", "//evil.example", "https://evil.example/", "/\x7f/evil.example"} {
 		res := h.client().postForm("/login", url.Values{"user": {"vera"}, "password": {h.users["vera"]}, "next": {next}})
@@ -181,6 +184,7 @@ func (h *harness) withDevice(value string) *client {
 }
 
 func TestSecurityLoginAttackerCannotLockOutAProvenDevice(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual() // does not move unless told: no bucket refills by itself
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, web.Config{LoginBurst: 5, MaxHashing: 5, Clock: clk, Registerer: reg})
@@ -251,6 +255,7 @@ func TestSecurityLoginAttackerCannotLockOutAProvenDevice(t *testing.T) {
 }
 
 func TestSecurityLoginRefusalsDoNotExtendTheLock(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual()
 	h := newHarness(t, web.Config{LoginBurst: 2, MaxHashing: 2, LoginEvery: 10 * time.Second, Clock: clk})
 	c := h.client()
@@ -274,6 +279,7 @@ func TestSecurityLoginRefusalsDoNotExtendTheLock(t *testing.T) {
 // --trusted-proxy) shares its bucket; a client with a valid device cookie
 // of its user does not (issue 27, item 5).
 func TestSecurityLoginAddressLockSparesAProvenDevice(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual() // does not move: no bucket refills during the test
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, web.Config{LoginBurst: 5, MaxHashing: 5, Clock: clk, Registerer: reg})

@@ -36,8 +36,8 @@ func newLimitedHarness(t *testing.T, cfg web.Config, lim collector.Limits) *harn
 	h.run(stacktest.Options{Clock: clk,
 		Collector: func(c *collector.Config) { c.PublishInterval, c.Limits = 20*time.Millisecond, lim },
 		Web: func(w *web.Config) {
-			c := cfg
-			c.Collector, c.Store, c.Clock, c.LiveInterval = w.Collector, w.Store, w.Clock, 20*time.Millisecond
+			c := wired(cfg, *w)
+			c.LiveInterval = 20 * time.Millisecond
 			*w, h.cfg = c, c
 		}})
 	for _, u := range []struct{ name, role string }{{"vera", cbdash.RoleViewer}, {"otto", cbdash.RoleOperator}} {
@@ -63,6 +63,7 @@ func (h *harness) helloIngest(token string, hi protocol.Hello) (int, string) {
 }
 
 func TestSecurityAgentTokensCannotFillTheServer(t *testing.T) {
+	t.Parallel()
 	t.Run("the 41st thousand-breaker ingest is refused", func(t *testing.T) {
 		h := newLimitedHarness(t, web.Config{}, collector.Limits{MaxDependencies: 40000})
 		// One token ("*") stops at its quota, half of the server's
@@ -176,9 +177,12 @@ func TestSecurityAgentTokensCannotFillTheServer(t *testing.T) {
 }
 
 func TestSecurityLiveSocketsAreCapped(t *testing.T) {
+	t.Parallel()
 	h := newLimitedHarness(t, web.Config{Live: web.LiveLimits{PerSession: 2, PerAddress: 3, Total: 4},
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, collector.Limits{})
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	// A bound against a hang, not a timing claim: on a busy machine the
+	// dials and first messages below took more than 20 s together.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	// from dials the overview's live socket as c, from client address
 	// addr (the loopback proxy is trusted, so X-Forwarded-For names it).
@@ -260,6 +264,7 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 // as /live is (issue 27, item 9: 300 streams on one viewer token were
 // accepted); a refusal is a 429 naming the cap, counted in /metrics.
 func TestSecurityEventStreamsAreCapped(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	h := newLimitedHarness(t, web.Config{Events: web.LiveLimits{PerSession: 3, PerAddress: 5, Total: 6}, Registerer: reg,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, collector.Limits{})

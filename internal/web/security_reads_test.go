@@ -26,6 +26,7 @@ import (
 )
 
 func TestSecurityReadsThatAreNotReadAreCapped(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	h := newLimitedHarness(t, web.Config{Anonymous: true, Registerer: reg, Reads: web.ReadLimits{PerAddress: 2, Total: 3},
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, collector.Limits{MaxDependencies: 20000, MaxDependenciesPerToken: 15000})

@@ -65,6 +65,7 @@ func refOf(t *testing.T, h *harness, owner string) string {
 }
 
 func TestSecurityRevokedAccessEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{})
 	admin := h.login("ada")
 	otto := h.login("otto")
@@ -272,6 +273,7 @@ func TestSecurityRevokedAgentTokenClosesItsConnection(t *testing.T) {
 }
 
 func TestAdminSetsATokensExpiryAfterItsCreation(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{})
 	clk := h.virtual()
 	admin := h.login("ada")

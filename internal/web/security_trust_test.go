@@ -134,6 +134,7 @@ func (h *harness) targetStatus(id, instance string) string {
 }
 
 func TestSecurityCommandResultsOnlyFromTheCommandsInstance(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, quiet(dep("billing", "payments", 1, 0)))
 	ctx := t.Context()
 	attacker, err := h.st.CreateAgentToken(ctx, "attacker")
@@ -220,6 +221,7 @@ func TestSecurityCommandResultsOnlyFromTheCommandsInstance(t *testing.T) {
 }
 
 func TestSecurityACommandCauseIsBelievedOnlyForACommandTheCollectorSent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, web.Config{}, quiet(dep("checkout", "payments", 2, 0)))
 	ctx := t.Context()
 	base := h.clock.Now()

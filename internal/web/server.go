@@ -8,8 +8,11 @@
 // server. It is the only package that imports the HTTP framework.
 //
 // It depends on the collector and the store only through the small
-// interfaces declared here (Collector, Store), so it renders whatever
-// implements them. Templates live in web/templates, assets in web/static.
+// interfaces declared here, one per service, each a typed field of
+// Config (Collector, History, Sessions, Accounts, and the optional
+// Holds, Incidents, Alerts, InstanceHistory, FleetHistory and
+// AgentSessions), so it renders whatever implements them and a wiring
+// mistake is a compile error or New's. Templates live in web/templates, assets in web/static.
 package web
 
 import (
@@ -33,56 +36,66 @@ import (
 
 // Collector is what the dashboard needs from the live state: a snapshot
 // of every dependency (worst first), one dependency, a subscription to
-// changes, and issuing operator commands. *collector.Collector implements
-// it; its methods must be safe for concurrent use.
+// changes that shares the collector's views, and issuing operator
+// commands. *collector.Collector implements it; its methods must be safe
+// for concurrent use.
 type Collector interface {
 	Dependencies() []cbdash.Dependency
 	// Dependency returns an error wrapping cbdash.ErrNotFound for an
 	// unknown key.
 	Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error)
-	// Subscribe returns the current snapshot and a channel of later
+	// SubscribeViews returns the current snapshot and a channel of later
 	// events; the channel is closed when the subscriber is too slow or
-	// cancel is called.
-	Subscribe() (snapshot []cbdash.Dependency, events <-chan cbdash.Event, cancel func())
+	// cancel is called. The snapshot's dependencies are the collector's
+	// own views, shared and read-only: the live overviews' fleetIndex
+	// keeps every dependency, a pointer each, instead of a copy.
+	SubscribeViews() (snapshot []*cbdash.Dependency, events <-chan cbdash.Event, cancel func())
 	// Issue records and sends an operator command by actor (who goes
 	// into the audit log).
 	Issue(ctx context.Context, actor cbdash.Actor, r cbdash.CommandRequest) (cbdash.Command, error)
 	API
 }
 
-// History is what the dashboard reads from the store besides accounts.
+// History is what the pages read of the stored history: points, the
+// transitions and commands of the timeline, the dependency page and the
+// audit log, the gaps drawn on charts (time whose reports an agent
+// dropped under memory pressure) and when the first instance was heard
+// of (the timeline's "no data" band). *store.Store implements it.
 type History interface {
 	History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error)
 	Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cbdash.TransitionRecord, error)
 	Commands(ctx context.Context, q cbdash.CommandQuery) ([]cbdash.Command, error)
+	// Command returns one command; cbdash.ErrNotFound for an unknown id.
+	Command(ctx context.Context, id string) (cbdash.Command, error)
+	Gaps(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Gap, error)
+	// FirstSeen is when the first instance was heard of; zero when none
+	// was.
+	FirstSeen(ctx context.Context) (time.Time, error)
 }
 
-// Accounts stores users, sessions and API tokens. Secrets (session and
-// API tokens) are returned once and stored hashed; lookups of unknown or
-// expired secrets return errors wrapping cbdash.ErrUnauthorized; unknown
-// users cbdash.ErrNotFound; duplicate names cbdash.ErrConflict.
-type Accounts interface {
-	CountUsers(ctx context.Context) (int, error)
-	CreateUser(ctx context.Context, name, role string, passwordHash []byte) (cbdash.User, error)
+// Sessions is what logging in, logging out and recognizing a caller need:
+// users by name, login sessions and user API tokens. Secrets are stored
+// hashed; lookups of unknown or expired secrets return errors wrapping
+// cbdash.ErrUnauthorized, unknown users cbdash.ErrNotFound.
+// *store.Store implements it.
+type Sessions interface {
 	UserByName(ctx context.Context, name string) (cbdash.User, []byte, error)
-	Users(ctx context.Context) ([]cbdash.User, error)
 	CreateSession(ctx context.Context, userID int64, expires time.Time) (token string, err error)
 	SessionUser(ctx context.Context, token string, now time.Time) (cbdash.User, error)
 	DeleteSession(ctx context.Context, token string) error
-	CreateUserToken(ctx context.Context, userID int64, name string) (token string, err error)
 	UserByToken(ctx context.Context, token string) (cbdash.User, error)
-	CreateAgentToken(ctx context.Context, service string) (token string, err error)
-	AccountLifecycle
 }
 
-// AccountLifecycle changes accounts and tokens after their creation and
-// keeps the account log; *store.Store implements it. Every change names
-// its actor and is logged by the store in the same transaction (the
-// unlogged creations of Accounts are for tests and the first start;
-// RecordAccountEvent logs the others, such as a new user). Unknown users or
-// tokens are cbdash.ErrNotFound, changes that would leave no enabled
-// admin cbdash.ErrConflict.
-type AccountLifecycle interface {
+// Accounts is what the admin pages change: users, user API tokens and
+// agent tokens, and the account log; *store.Store implements it. Every
+// change names its actor and is logged by the store in the same
+// transaction (RecordAccountEvent logs a new user). Unknown users or
+// tokens are cbdash.ErrNotFound, duplicate names and changes that would
+// leave no enabled admin cbdash.ErrConflict.
+type Accounts interface {
+	Users(ctx context.Context) ([]cbdash.User, error)
+	UserByName(ctx context.Context, name string) (cbdash.User, []byte, error)
+	CreateUser(ctx context.Context, name, role string, passwordHash []byte) (cbdash.User, error)
 	SetUserRole(ctx context.Context, actor, name, role string) error
 	SetUserDisabled(ctx context.Context, actor, name string, disabled bool) error
 	DeleteUser(ctx context.Context, actor, name string) error
@@ -98,19 +111,49 @@ type AccountLifecycle interface {
 	AccountEvents(ctx context.Context, limit int) ([]cbdash.AccountEvent, error)
 }
 
-// Store is everything the dashboard needs from *store.Store.
-type Store interface {
-	History
-	Accounts
-	// Command returns one command; cbdash.ErrNotFound for an unknown id.
-	Command(ctx context.Context, id string) (cbdash.Command, error)
+// AgentSessions closes the open connections of an agent token as it is
+// revoked; *collector.Collector implements it (it revokes the token in
+// the store, then closes its sessions). Without it the token is revoked
+// in the store alone and the collector's sweep closes its connections.
+type AgentSessions interface {
+	RevokeAgentToken(ctx context.Context, actor, id string) (closed int, err error)
 }
 
-// Config configures a Server. Collector and Store are required; every
-// other field has a working zero value.
+// Config configures a Server. Its services are wired at compile time,
+// one typed field each: Collector, History, Sessions and Accounts are
+// required (New fails without them); the optional services (Holds,
+// Incidents, Alerts, InstanceHistory, FleetHistory, AgentSessions) turn
+// a feature off when nil, which New logs once, and that feature's pages
+// and API answer 404 with the reason (see each field). cmd/cbdash wires
+// every one. Every other field has a working zero value.
 type Config struct {
+	// Collector is the live state, operator commands and the agents'
+	// transports (required).
 	Collector Collector
-	Store     Store
+	// History is the stored history every page reads (required).
+	History History
+	// Sessions is login, logout and recognizing callers (required).
+	Sessions Sessions
+	// Accounts is the admin pages' users and tokens (required).
+	Accounts Accounts
+	// Holds is the hold service behind the hold pages and the holds API;
+	// nil = those answer 404 "holds are not kept by this server".
+	Holds HoldService
+	// Incidents is the incident store behind the incident pages, their
+	// live views and the incidents API; nil = those answer 404
+	// "incidents are not recorded by this server".
+	Incidents IncidentStore
+	// InstanceHistory is the per-instance history drawn as the dependency
+	// page's heatmap; nil = the page has no heatmap.
+	InstanceHistory InstanceHistory
+	// FleetHistory is the fleet's history drawn as the overview's fleet
+	// line; nil = the overview has no line and its fragment
+	// (/overview/fleet-timeline) answers 404.
+	FleetHistory FleetHistory
+	// AgentSessions closes an agent token's connections as the admin page
+	// revokes it; nil = the store revokes it and the collector's sweep
+	// closes them later.
+	AgentSessions AgentSessions
 	// Logger receives request errors and live-socket trouble; nil
 	// discards.
 	Logger *slog.Logger
@@ -164,17 +207,42 @@ type Config struct {
 	// client address and in total (see ReadLimits; zero values =
 	// defaults, 32 and 256).
 	Reads ReadLimits
-	// Alerts is the alert service behind the alerts page and the
-	// overview's firing count; nil = no alerts page (404) and no count.
+	// Alerts is the alert service behind the alerts page, the alerts API
+	// and the overview's firing count; nil = no alerts page (404) and no
+	// count.
 	Alerts Alerts
+}
+
+// feature is an optional service of Config: the feature it turns on,
+// the field that holds it, and whether it is set.
+type feature struct {
+	name, field string
+	on          bool
+}
+
+// features are the optional services of c, in the order New logs the
+// ones that are off.
+func (c Config) features() []feature {
+	return []feature{
+		{"holds", "Holds", c.Holds != nil},
+		{"incidents", "Incidents", c.Incidents != nil},
+		{"alerts", "Alerts", c.Alerts != nil},
+		{"heatmap", "InstanceHistory", c.InstanceHistory != nil},
+		{"fleet line", "FleetHistory", c.FleetHistory != nil},
+		{"closing a revoked agent token's connections", "AgentSessions", c.AgentSessions != nil},
+	}
 }
 
 func (c Config) validate() error {
 	switch {
 	case c.Collector == nil:
 		return errors.New("web: Config.Collector is required")
-	case c.Store == nil:
-		return errors.New("web: Config.Store is required")
+	case c.History == nil:
+		return errors.New("web: Config.History is required")
+	case c.Sessions == nil:
+		return errors.New("web: Config.Sessions is required")
+	case c.Accounts == nil:
+		return errors.New("web: Config.Accounts is required")
 	case c.SessionTTL < 0:
 		return errors.New("web: Config.SessionTTL is negative")
 	case c.LiveInterval < 0:
@@ -196,7 +264,7 @@ func (c Config) validate() error {
 // socket lives in its request's handler until the client leaves or Close.
 type Server struct {
 	col     Collector
-	store   Store
+	history History
 	log     *slog.Logger
 	now     func() time.Time
 	cfg     Config
@@ -245,7 +313,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		col:     cfg.Collector,
-		store:   cfg.Store,
+		history: cfg.History,
 		log:     cfg.Logger,
 		now:     cfg.Clock.Now,
 		cfg:     cfg,
@@ -257,12 +325,17 @@ func New(cfg Config) (*Server, error) {
 		reads:   newReadSlots(cfg.Reads, m.readsRefused),
 		done:    make(chan struct{}),
 	}
-	s.sparks = newSparkCache(cfg.Store, cfg.Clock.Now)
+	s.sparks = newSparkCache(cfg.History, cfg.Clock.Now)
 	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cbdash_reads_in_flight",
 		Help: "GET and HEAD requests (pages, API reads) being answered, as --max-reads counts them.",
 	}, func() float64 { return float64(s.reads.open()) })); err != nil {
 		return nil, fmt.Errorf("web: metrics: %w", err)
+	}
+	for _, f := range cfg.features() {
+		if !f.on {
+			s.log.Info("dashboard feature off", "feature", f.name, "because", "Config."+f.field+" is nil")
+		}
 	}
 	return s, nil
 }

@@ -25,7 +25,7 @@ const (
 // a sparkline not fetched yet is drawn empty and filled in by a later
 // render or live update. Safe for concurrent use.
 type sparkCache struct {
-	hist History
+	hist pointReader
 	now  func() time.Time
 
 	mu      sync.Mutex
@@ -37,7 +37,12 @@ type sparkEntry struct {
 	at    time.Time
 }
 
-func newSparkCache(h History, now func() time.Time) *sparkCache {
+// pointReader is what a sparkCache reads: History's points.
+type pointReader interface {
+	History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error)
+}
+
+func newSparkCache(h pointReader, now func() time.Time) *sparkCache {
 	return &sparkCache{hist: h, now: now, entries: make(map[cbdash.DependencyKey]sparkEntry)}
 }
 

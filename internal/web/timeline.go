@@ -31,7 +31,7 @@ func (s *Server) timeline(c echo.Context) error {
 		return err
 	}
 	svc := c.QueryParam("service")
-	recs, err := s.store.Transitions(c.Request().Context(), cbdash.TransitionQuery{Service: svc, From: sp.from, To: sp.to, Limit: maxTimelineTr})
+	recs, err := s.history.Transitions(c.Request().Context(), cbdash.TransitionQuery{Service: svc, From: sp.from, To: sp.to, Limit: maxTimelineTr})
 	if err != nil {
 		return err
 	}
@@ -46,15 +46,13 @@ func (s *Server) timeline(c echo.Context) error {
 	// Before cbdash heard of any instance there is nothing to show: the
 	// lanes' closed background starts at the first record.
 	v.BgX = 0
-	if fs, ok := s.store.(firstSeener); ok {
-		first, err := fs.FirstSeen(c.Request().Context())
-		if err != nil {
-			return err
-		}
-		if !first.IsZero() && first.After(sp.from) {
-			v.BgX = min(timelineW, xOf(first, sp))
-			v.NoDataUntil = timeOfDay(first) + " UTC"
-		}
+	first, err := s.history.FirstSeen(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	if !first.IsZero() && first.After(sp.from) {
+		v.BgX = min(timelineW, xOf(first, sp))
+		v.NoDataUntil = timeOfDay(first) + " UTC"
 	}
 	v.Axis = timeTicks(sp.from, sp.to, func(t time.Time) float64 { return xOf(t, sp) })
 	services := map[string]bool{}
@@ -76,12 +74,6 @@ func (s *Server) timeline(c echo.Context) error {
 	v.Lanes, v.Quiet = lanes(recs, deps, svc, sp, now, alive)
 	v.H = templates.LaneTop + float64(len(v.Lanes))*templates.LaneStep
 	return render(c, http.StatusOK, templates.TimelinePage(v))
-}
-
-// firstSeener is a store that knows when it first heard of an instance
-// (*store.Store).
-type firstSeener interface {
-	FirstSeen(ctx context.Context) (time.Time, error)
 }
 
 func xOf(t time.Time, sp span) float64 {
@@ -268,7 +260,7 @@ func (s *Server) notClosedSpans(ctx context.Context, recs []cbdash.TransitionRec
 	}
 	out := make(map[cbdash.DependencyKey][]interval, len(keys))
 	for k := range keys {
-		pts, err := s.store.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to, Resolution: res})
+		pts, err := s.history.History(ctx, cbdash.HistoryQuery{DependencyKey: k, From: sp.from, To: sp.to, Resolution: res})
 		if err != nil {
 			return nil, err
 		}

@@ -40,7 +40,7 @@ func (s *Server) trips(ctx context.Context, deps []cbdash.Dependency) trips {
 			}
 		}
 		if missing {
-			recs, err := s.store.Transitions(ctx, cbdash.TransitionQuery{Service: d.Service, Breaker: d.Breaker, Limit: tripLookback})
+			recs, err := s.history.Transitions(ctx, cbdash.TransitionQuery{Service: d.Service, Breaker: d.Breaker, Limit: tripLookback})
 			if err == nil {
 				for inst, c := range tripCauses(recs) {
 					if _, ok := m[inst]; !ok {

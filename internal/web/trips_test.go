@@ -9,6 +9,7 @@ import (
 )
 
 func TestOpenBreakerShowsTheRateThatTrippedIt(t *testing.T) {
+	t.Parallel()
 	hr := protocol.Headroom{Calls: 30, MinimumCalls: 10, FailureRate: 0, FailureRateThreshold: 50, SlowCallRateThreshold: 80}
 	d := cbdash.Dependency{
 		DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
@@ -58,6 +59,7 @@ func TestOpenBreakerShowsTheRateThatTrippedIt(t *testing.T) {
 }
 
 func TestTripsComeFromLiveStateWithoutAStoreQuery(t *testing.T) {
+	t.Parallel()
 	d := cbdash.Dependency{
 		DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
 		State:         protocol.StateOpen,

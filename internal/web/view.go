@@ -14,6 +14,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -83,9 +84,6 @@ func roughDuration(d time.Duration) string {
 	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
 }
 
-// spanText is a duration to the second (cbdash.SpanText).
-func spanText(d time.Duration) string { return cbdash.SpanText(d) }
-
 // isoTime is t for the page's script (data-since, data-until) and
 // <time datetime>: RFC 3339 in UTC with milliseconds.
 func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
@@ -95,7 +93,7 @@ func agoView(t, now time.Time) *templates.Since {
 	if t.IsZero() {
 		return nil
 	}
-	return &templates.Since{Clock: t.UTC().Format("15:04:05") + " UTC", For: spanText(now.Sub(t)), ISO: isoTime(t)}
+	return &templates.Since{Clock: t.UTC().Format("15:04:05") + " UTC", For: wording.Span(now.Sub(t)), ISO: isoTime(t)}
 }
 
 // sinceView is "open since 10:02:11 UTC (3m12s)" for an episode that
@@ -111,7 +109,7 @@ func sinceView(state string, t, now time.Time) *templates.Since {
 		label = "not closed since"
 	}
 	return &templates.Since{
-		Label: label, Clock: t.UTC().Format("15:04:05") + " UTC", For: spanText(now.Sub(t)),
+		Label: label, Clock: t.UTC().Format("15:04:05") + " UTC", For: wording.Span(now.Sub(t)),
 		ISO: isoTime(t),
 	}
 }
@@ -128,7 +126,7 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 	}
 	if !h.Until.IsZero() {
 		v.Until = h.Until.UTC().Format("15:04:05") + " UTC"
-		v.In, v.UntilISO = spanText(h.Until.Sub(now)), isoTime(h.Until)
+		v.In, v.UntilISO = wording.Span(h.Until.Sub(now)), isoTime(h.Until)
 	}
 	if id := holdIDOf(h.HoldID, h.CommandID); id != "" {
 		v.HoldID, v.Href = id, holdHref(id)
@@ -136,15 +134,13 @@ func holdView(h *cbdash.Hold, now time.Time) *templates.Hold {
 	return v
 }
 
-// rateView puts a rate beside its threshold; the bar is the rate as a
+// rateView puts a rate beside its threshold (rateOf words it); the bar is the rate as a
 // share of the threshold, warn from 70 %, bad from 100 %.
 func rateView(label string, value, threshold float64) templates.Rate {
-	r := templates.Rate{Label: label, Value: value, Big: pct(value), Threshold: threshold, Level: "ok"}
+	r := templates.Rate{Label: label, Value: value, Big: wording.Pct(value), Threshold: threshold, Level: "ok"}
 	if threshold <= 0 {
-		r.Text = pct(value) + " (no threshold)"
 		return r
 	}
-	r.Text = pct(value) + " of " + pct(threshold)
 	r.Fill = math.Min(100, 100*value/threshold)
 	switch {
 	case value >= threshold:
@@ -155,32 +151,6 @@ func rateView(label string, value, threshold float64) templates.Rate {
 	return r
 }
 
-func pct(v float64) string { return cbdash.Pct(v) }
-
-func perSecond(v float64) string {
-	switch {
-	case v == 0:
-		return "0/s"
-	case v < 10:
-		return strconv.FormatFloat(v, 'f', 2, 64) + "/s"
-	case v < 1000:
-		return strconv.FormatFloat(v, 'f', 1, 64) + "/s"
-	}
-	return strconv.FormatFloat(v/1000, 'f', 1, 64) + "k/s"
-}
-
-func latency(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "–"
-	case d < time.Millisecond:
-		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + " µs"
-	case d < time.Second:
-		return strconv.FormatFloat(float64(d)/1e6, 'f', 0, 64) + " ms"
-	}
-	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + " s"
-}
-
 // liveCount is the number of instances that count in the state.
 func liveCount(d cbdash.Dependency) int {
 	n := d.Instances - d.Stale
@@ -189,9 +159,6 @@ func liveCount(d cbdash.Dependency) int {
 	}
 	return n
 }
-
-// instancesText says "open on 2 of 6".
-func instancesText(d cbdash.Dependency) string { return cbdash.InstancesText(d) }
 
 func staleText(d cbdash.Dependency) string {
 	if d.Stale == 0 {
@@ -221,16 +188,16 @@ func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol
 		Breaker:    d.Breaker,
 		Href:       depHref(d.DependencyKey),
 		State:      stateView(d.State),
-		Instances:  instancesText(d),
+		Instances:  wording.Instances(d),
 		Stale:      staleText(d),
 		OpenSince:  sinceView(d.State, d.OpenSince, now),
-		Admitted:   perSecond(d.AdmittedRate),
-		Rejected:   perSecond(d.RejectedRate),
+		Admitted:   wording.PerSecond(d.AdmittedRate),
+		Rejected:   wording.PerSecond(d.RejectedRate),
 		Fallbacks:  fallbacksText(d.Recent),
 		Failure:    failure,
 		Slow:       slow,
 		SlowLeads:  strings.HasSuffix(slow.Label, "tripped at"),
-		P99:        latency(d.P99),
+		P99:        wording.Latency(d.P99),
 		Spark:      spark,
 		OpensToday: d.OpensToday,
 		Held:       holdView(d.Held, now),
@@ -260,7 +227,7 @@ func rates(d cbdash.Dependency, causes map[string]protocol.Cause) (failure, slow
 // its threshold, warn from 70 %, bad from 100 %, idle while not judged.
 func rateOf(sr cbdash.ShownRate) templates.Rate {
 	r := rateView(sr.Label, sr.Value, sr.Threshold)
-	r.Text = sr.Text
+	r.Text = wording.Rate(sr)
 	if !sr.Judged {
 		r.Level, r.Big = "idle", "–"
 	}

@@ -21,6 +21,7 @@ func staleDep(service, breaker string, total, n int) cbdash.Dependency {
 }
 
 func TestFleetCountsDistinctStaleInstances(t *testing.T) {
+	t.Parallel()
 	deps := []cbdash.Dependency{
 		// checkout-1 and checkout-2 are stale: three breakers each.
 		staleDep("checkout", "payments", 4, 2),
@@ -45,6 +46,7 @@ func TestFleetCountsDistinctStaleInstances(t *testing.T) {
 }
 
 func TestWindowRatesBelowTheMinimumCallsAreNotJudged(t *testing.T) {
+	t.Parallel()
 	dep := func(name string, h protocol.Headroom) cbdash.Dependency {
 		return cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: "s", Breaker: name}, State: protocol.StateClosed, Headroom: h}
 	}

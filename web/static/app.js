@@ -2,7 +2,7 @@
 // extension reconnects by itself) and keep the operator form's scope in
 // step with the control the user touched; tick relative times (elements
 // with data-since count up from, data-until down to, an RFC 3339 time),
-// formatted as the server's spanText. No inline script anywhere.
+// formatted as the server's wording.Span. No inline script anywhere.
 (function () {
   "use strict";
   function banner(show) {
