@@ -8,12 +8,17 @@
 // thresholds, spans, states) are internal/wording's.
 //
 // It depends on nothing but the standard library and the wire protocol
-// types of the SDK. Implementations live in internal/: store (SQLite),
-// collector (ingest, live state and command routing), web (the dashboard
-// and its JSON API), incident (incidents from transitions, their reports),
-// alert (rules and webhooks), demo (a simulated fleet), loadgen (simulated
-// agents for load tests), wording (what a person reads) and clock (the
-// server's one clock); wiring lives
+// types of the SDK. Implementations live in internal/: store (SQLite or
+// PostgreSQL, the one place that knows SQL), ingest (the agents'
+// transports, decoding, limits and the pipeline from a batch to "stored,
+// applied, acked"), live (live state, its views and the hub), holds
+// (holds, drill statistics and reports), collector (wires ingest, live
+// and holds, routes commands, leads compaction), cluster (the bus between
+// collectors), web (every HTTP route: the dashboard and its JSON API),
+// incident (incidents from transitions, their reports), alert (rules and
+// webhooks), source (Hystrix, Prometheus and OpenTelemetry feeds), demo (a
+// simulated fleet), loadgen (simulated agents for load tests), wording
+// (what a person reads) and clock (the server's one clock); wiring lives
 // only in cmd/cbdash. Tests share clocktest, eventually, storetest and
 // stacktest. All types are plain values, safe to copy; none has methods
 // that mutate shared state.
