@@ -63,20 +63,23 @@ func (a *Agent) watchPreferred(ctx context.Context, preferred string, moveBack c
 	ticks, stop := a.cfg.Clock.NewTicker(period)
 	defer stop()
 	var (
-		since time.Time // the first ready answer of the current run
+		since time.Time // when the first ready answer of the current run arrived
 		ready int       // ready answers in a row
 	)
 	for {
-		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case now = <-ticks:
+		case <-ticks:
 		}
 		if !a.ready(ctx, target, period) {
 			ready = 0
 			continue
 		}
+		// The answer's time, not the tick's: a check sent before the
+		// collector became ready may be answered after it, and counting
+		// from the tick would move the fleet back early.
+		now := a.cfg.Clock.Now()
 		if ready == 0 {
 			since = now
 		}
