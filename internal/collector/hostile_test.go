@@ -163,6 +163,7 @@ func (g *goodAgent) run(clk *clocktest.Running) error {
 }
 
 func TestHostileAgents(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.NewRunning()
 	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	limited, err := h.store.CreateAgentToken(t.Context(), "billing")
@@ -678,6 +679,7 @@ func TestHostileAgents(t *testing.T) {
 // TestShutdownSaysGoingAway: an agent connected when the collector stops
 // gets an error saying so, then close 1001.
 func TestShutdownSaysGoingAway(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)

@@ -35,6 +35,7 @@ func window(breaker, state string, at time.Time, c protocol.Counts, h protocol.H
 }
 
 func TestLiveAggregatesAcrossInstances(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	drifted := cfg
@@ -107,6 +108,7 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 }
 
 func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db"}
 	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
@@ -144,6 +146,7 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 }
 
 func TestLiveAppliesABatchOnce(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.Now(), nil)
 	b := &protocol.Batch{Seq: 3, Windows: []protocol.Window{
@@ -171,6 +174,7 @@ func TestLiveAppliesABatchOnce(t *testing.T) {
 }
 
 func TestSubscribeSnapshotThenEvents(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	l.hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
 	snap, sub := l.subscribe(nil, 0)
@@ -202,6 +206,7 @@ func TestSubscribeSnapshotThenEvents(t *testing.T) {
 // are the ones an unchanged dependency's later events carry, and one
 // that changed has a new view, never a write to the old one.
 func TestSubscribeViewsSharesTheViews(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	for _, name := range []string{"db", "cache"} {
 		l.hello(testHello("api", "a-"+name, protocol.BreakerConfig{Name: name}, nil), 0, nil, clk.Now(), nil)
@@ -248,6 +253,7 @@ func TestSubscribeViewsSharesTheViews(t *testing.T) {
 }
 
 func TestHubDropsASlowSubscriber(t *testing.T) {
+	t.Parallel()
 	h := newHub(2)
 	slow, fast := h.add(nil, 0), h.add(nil, 0)
 	drops := 0
@@ -275,6 +281,7 @@ func TestHubDropsASlowSubscriber(t *testing.T) {
 }
 
 func TestHubCoalescesViewsOfALaggingSubscriber(t *testing.T) {
+	t.Parallel()
 	h := newHub(4)
 	defer h.close()
 	sub := h.add(nil, 0)
@@ -331,6 +338,7 @@ func TestHubCoalescesViewsOfALaggingSubscriber(t *testing.T) {
 }
 
 func TestQuantile(t *testing.T) {
+	t.Parallel()
 	h := make([]int64, protocol.NumLatencyBuckets)
 	tests := []struct {
 		name string

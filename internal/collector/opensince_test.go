@@ -14,6 +14,7 @@ import (
 // failed probes: OpenSince stays at the trip, per instance and for the
 // dependency, and is cleared once every instance is closed again.
 func TestOpenSinceIsTheEpisodeNotTheLastProbe(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db"}
 	l.hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
@@ -67,6 +68,7 @@ func TestOpenSinceIsTheEpisodeNotTheLastProbe(t *testing.T) {
 }
 
 func TestEpisodeOfStoredTransitions(t *testing.T) {
+	t.Parallel()
 	at := func(s int) int64 { return int64(s) * 1000 }
 	tr := func(s int, from, to string) cbdash.TransitionRecord {
 		return cbdash.TransitionRecord{Transition: protocol.Transition{From: from, To: to, At: at(s)}}
@@ -97,6 +99,7 @@ func TestEpisodeOfStoredTransitions(t *testing.T) {
 // the collector on the same database, and reads the same OpenSince from
 // the restored live state before the agent reconnects.
 func TestOpenSinceSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 42)

@@ -45,6 +45,7 @@ func drainOutbox(o *outbox, stop <-chan struct{}, got func([]byte)) {
 // nothing is dropped or duplicated, and each producer's messages come out
 // in the order it put them, through many swaps of a full outbox.
 func TestOutboxLosesNoWakeupWithConcurrentProducers(t *testing.T) {
+	t.Parallel()
 	o := newOutbox()
 	const n = 5 * outQueue
 	var mu sync.Mutex
@@ -105,6 +106,7 @@ func TestOutboxLosesNoWakeupWithConcurrentProducers(t *testing.T) {
 // (welcome, then the acks of its batches), with the fatal error last and
 // then the close frame: nothing queued after the error is written.
 func TestGoingAwayWritesQueuedAcksInOrderErrorLast(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	old := dialRaw(t, h, h.token)
 	old.hello("a1", 1)
@@ -160,6 +162,7 @@ func TestGoingAwayWritesQueuedAcksInOrderErrorLast(t *testing.T) {
 // one was swapped out, and after a swap outside the ready signal (as
 // goingAway's drain does) left the signal pending.
 func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
+	t.Parallel()
 	o := newOutbox()
 	delivered := make(chan []byte, outQueue)
 	stop := make(chan struct{})
@@ -208,6 +211,7 @@ func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
 // signals the writer; a sendWait blocked on the full outbox returns when
 // the session's context ends.
 func TestSendKillsAtTheBoundAndEndingLeavesTheErrorToTheWriter(t *testing.T) {
+	t.Parallel()
 	newSession := func() (*session, context.Context) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)

@@ -82,6 +82,7 @@ func refusedCount(t *testing.T, h *harness, reason string) int {
 }
 
 func TestQuotasKeepOneTokenFromFillingTheCollector(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil) // the default limits: 10,000 dependencies
 	ctx := t.Context()
 	started := h.now().Add(-time.Minute).UnixMilli()
@@ -170,6 +171,7 @@ func TestQuotasKeepOneTokenFromFillingTheCollector(t *testing.T) {
 // forgotten (GoneAfter, 10 minutes); an instance still connected keeps
 // its place.
 func TestARestartedServiceTakesItsOfflineInstancesPlaces(t *testing.T) {
+	t.Parallel()
 	clk := breakertest.NewClock(clocktest.Epoch())
 	h := startHarness(t, "", func(c *Config) { c.Clock, c.Limits.MaxInstancesPerService = clk, 2 })
 	started := clk.Now().Add(-time.Minute).UnixMilli()
@@ -218,6 +220,7 @@ func TestARestartedServiceTakesItsOfflineInstancesPlaces(t *testing.T) {
 // counts against its token's quota, even for another service (whose new
 // instance cannot take its place).
 func TestForgottenInstancesStopCounting(t *testing.T) {
+	t.Parallel()
 	clk := breakertest.NewClock(clocktest.Epoch())
 	h := startHarness(t, "", func(c *Config) { c.Clock, c.Limits.MaxInstancesPerToken = clk, 1 })
 	started := clk.Now().Add(-time.Minute).UnixMilli()
@@ -267,6 +270,7 @@ func BenchmarkAdmitLimits(b *testing.B) {
 // instance is the breaker list live state shares among the instances of
 // a service (sharedLists), not a list per instance.
 func TestQuotaCountsShareTheBreakerLists(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	started := h.now().Add(-time.Minute).UnixMilli()
 	for _, inst := range []string{"i1", "i2"} {
