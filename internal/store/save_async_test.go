@@ -43,6 +43,7 @@ func storedAdmitted(t *testing.T, s *Store) int64 {
 // holds exactly the batches reported stored: each instance's last seq is
 // its highest, and the calls sum to 10 a batch.
 func TestSaveBatchAsyncTellsEveryQueuedBatchOnceAcrossClose(t *testing.T) {
+	t.Parallel()
 	dsn := testDSN(t, "close.db")
 	s, err := Open(context.Background(), dsn, Options{QueueSize: 4})
 	if err != nil {
@@ -140,6 +141,7 @@ func TestSaveBatchAsyncTellsEveryQueuedBatchOnceAcrossClose(t *testing.T) {
 // is called once; the store's last seq for the agent is 1, not 3 (a later
 // batch stored past the failed one would make it look stored).
 func TestSaveBatchAsyncTellsAFailureBeforeTheNextBatchOfTheGroupRuns(t *testing.T) {
+	t.Parallel()
 	s, err := Open(context.Background(), testDSN(t, "skip.db"), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +245,7 @@ func TestSaveBatchAsyncTellsAFailureBeforeTheNextBatchOfTheGroupRuns(t *testing.
 // store is still writable (Writable, which /readyz asks, is nil), and no
 // write has failed for the database's sake.
 func TestASkippedBatchDoesNotMakeTheStoreUnwritable(t *testing.T) {
+	t.Parallel()
 	s, release := openHeld(t, "skipw.db")
 	done := make(chan error, 1)
 	err := s.SaveBatchAsync(context.Background(), "pay", "pay-1", 1, asyncBatch(1, false), clocktest.Epoch(),

@@ -13,6 +13,7 @@ import (
 )
 
 func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
+	t.Parallel()
 	now := t0
 	s, path := openStore(t, store.Options{Clock: clockAt(now)})
 	ctx := context.Background()
@@ -68,6 +69,7 @@ func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
 }
 
 func TestAgentTokensCanBeListedAndRevoked(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{Clock: clockAt(t0)})
 	ctx := context.Background()
 	tok, err := s.CreateAgentToken(ctx, "pay")
