@@ -20,11 +20,13 @@ DEMO_DB ?= ./cbdash-demo.db
 # still runs on this project's code.
 RACE ?= -race -gcflags='modernc.org/...=-d=checkptr=0'
 # TEST_PARALLEL: how many tests of one package run at once (go test
-# -parallel; its default is GOMAXPROCS, 2 here). Most tests wait on
-# sockets, a browser or a group commit, and own their temp dir, port and
-# store; the few that set process state or time themselves do not call
-# t.Parallel and run alone first.
-TEST_PARALLEL ?= 4
+# -parallel; its default is GOMAXPROCS). Most tests wait on sockets, a
+# browser or a group commit, and own their temp dir, port and store; the
+# few that set process state or time themselves do not call t.Parallel
+# and run alone first. 2 on these 2 cores: at 4, with the packages of
+# test-server beside two CPU hogs, start-up deadlines (a demo within
+# 30 s, a CLI command's 30 s) ran out.
+TEST_PARALLEL ?= 2
 
 .PHONY: demo serve test test-sdk test-adapters test-server test-web test-server-rest test-store bench generate lint build check-generated check-tidy check-toolchain check
 
