@@ -15,6 +15,23 @@ ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
 DEMO_DB ?= ./cbdash-demo.db
 
+# RACE: every test runs under the race detector. The detector also turns
+# on checkptr (checks of unsafe.Pointer conversions) in every package; it
+# is turned off in modernc.org's pure-Go SQLite (C translated to Go, all
+# unsafe.Pointer arithmetic), where it took about 40% of the CPU of a
+# SQLite-bound test (internal/web's 1,000-instance members test: 52 s of
+# CPU with it, 31 s without). Races are still detected there, and checkptr
+# still runs on this project's code.
+RACE ?= -race -gcflags='modernc.org/...=-d=checkptr=0'
+# TEST_PARALLEL: how many tests of one package run at once (go test
+# -parallel; its default is GOMAXPROCS). Most tests wait on sockets, a
+# browser or a group commit, and own their temp dir, port and store; the
+# few that set process state or time themselves do not call t.Parallel
+# and run alone first. 2 on these 2 cores: at 4, with the packages of
+# test-server beside two CPU hogs, start-up deadlines (a demo within
+# 30 s, a CLI command's 30 s) ran out.
+TEST_PARALLEL ?= 2
+
 .PHONY: demo serve test test-sdk test-adapters test-server test-web test-server-rest test-store bench generate lint build check-generated check-tidy check-toolchain check-shape check
 
 # demo and serve run the built binary rather than `go run`, which exits 1
@@ -45,7 +62,7 @@ test:
 # since testdata/scenarios was copied from it).
 SHARED_SCENARIOS ?= $(abspath ../shared/scenarios)
 test-sdk:
-	cd sdk && $(GO) test -race -count=1 -timeout 15m ./...
+	cd sdk && $(GO) test $(RACE) -count=1 -timeout 15m ./...
 	@if [ -d "$(SHARED_SCENARIOS)" ]; then cd sdk && $(GO) test -count=1 ./breaker -run '^TestScenarios$$' -args -scenarios=$(SHARED_SCENARIOS); fi
 
 # Modules beside the SDK and the server: breaker adapters, their end-to-end
@@ -53,7 +70,7 @@ test-sdk:
 # the Hystrix source's end-to-end test against a real hystrix-go.
 EXTRA_MODULES = sdk/adapter/gobreaker sdk/adapter/failsafe sdk/adapter/e2e examples/retry internal/source/e2e
 test-adapters:
-	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done
+	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 
 # The store's suite (internal/store, internal/storetest) runs on SQLite and
 # then, when CBDASH_TEST_POSTGRES names a PostgreSQL server
@@ -70,13 +87,13 @@ test-server:
 # test-server in two parts that run side by side: the dashboard's package,
 # and every other package of the server's module.
 test-web:
-	$(GO) test -race -count=1 -timeout 30m ./internal/web/...
+	$(GO) test $(RACE) -count=1 -parallel $(TEST_PARALLEL) -timeout 30m ./internal/web/...
 test-server-rest:
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/internal/web$$')
+	$(GO) test $(RACE) -count=1 -parallel $(TEST_PARALLEL) -timeout 30m $$($(GO) list ./... | grep -v '/internal/web$$')
 
 # Only the store's suite, on both backends (see test-server).
 test-store:
-	$(GO) test -race -count=1 ./internal/store/... ./internal/storetest/...
+	$(GO) test $(RACE) -count=1 -parallel $(TEST_PARALLEL) ./internal/store/... ./internal/storetest/...
 
 bench:
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count 5 ./...

@@ -17,6 +17,7 @@ import (
 // the batches before it, docs/protocol.md), and before the error of a
 // session that goes away (replaced by a newer connection).
 func TestAHeldAckIsWrittenBeforeARefusalAndBeforeTheSessionEnds(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", func(c *Config) { c.AckDelay = time.Hour })
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -61,6 +62,7 @@ func TestAHeldAckIsWrittenBeforeARefusalAndBeforeTheSessionEnds(t *testing.T) {
 // TestAHeldAckIsWrittenWhenItsDelayEnds: with a short AckDelay an ack
 // comes by itself, and acks of batches stored within it come as one.
 func TestAHeldAckIsWrittenWhenItsDelayEnds(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", func(c *Config) { c.AckDelay = 20 * time.Millisecond })
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)

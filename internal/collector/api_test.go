@@ -44,6 +44,7 @@ func call(t *testing.T, method, url, token string, body any) (int, []byte) {
 }
 
 func TestQueries(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -86,6 +87,7 @@ func TestQueries(t *testing.T) {
 }
 
 func TestMetricsStateSeriesIsRewritten(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", func(c *Config) { c.MetricsToken = "s3cret" })
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -120,6 +122,7 @@ func TestMetricsStateSeriesIsRewritten(t *testing.T) {
 }
 
 func TestHTTPIngest(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	limited, err := h.store.CreateAgentToken(t.Context(), "billing")
 	if err != nil {
@@ -169,6 +172,7 @@ func TestHTTPIngest(t *testing.T) {
 }
 
 func TestEventStream(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)

@@ -178,6 +178,7 @@ func untilAck(n uint64) func(string, uint64) bool {
 // resent 6-14 are acknowledged up to 14, and the store holds each of
 // the 14 batches once. The queue gauge is back at 0.
 func TestABatchFailingInTheMiddleOfAStreamIsNotPassedByTheOnesBehindIt(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	db := rawStoreDB(t, h)
 	if _, err := db.Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
@@ -230,6 +231,7 @@ func TestABatchFailingInTheMiddleOfAStreamIsNotPassedByTheOnesBehindIt(t *testin
 // refusal of 6, acks up to 8; the store holds batches 1-3, 5, 7 and 8
 // once each.
 func TestRefusalsForGoodDuplicatesAndRefusedBatchesAreAnsweredInReadOrder(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	poison(t, h, rawStoreDB(t, h))
 	batch := func(seq uint64) protocol.Batch {
@@ -320,6 +322,7 @@ func storeLock(t *testing.T, h *harness) (release func()) {
 // batches are final before last_seq is read), the resent batches are
 // acknowledged as duplicates, and the store holds each once.
 func TestANewConnectionWaitsForTheEightBatchesItsPredecessorQueued(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -357,6 +360,7 @@ func TestANewConnectionWaitsForTheEightBatchesItsPredecessorQueued(t *testing.T)
 // welcomes the agent with last_seq 8, acknowledges the resend as
 // duplicates, and the store holds each batch once.
 func TestShutdownWithQueuedBatchesStoresThemOnce(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -401,6 +405,7 @@ func TestShutdownWithQueuedBatchesStoresThemOnce(t *testing.T) {
 // rounds, each a new agent process, since the end of the reading and
 // the writer's answers race.
 func TestAFailedBatchWithBatchesBehindItIsAlwaysAnsweredWithAFatalRetry(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	if _, err := rawStoreDB(t, h).Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {
 		t.Fatal(err)
@@ -432,6 +437,7 @@ func TestAFailedBatchWithBatchesBehindItIsAlwaysAnsweredWithAFatalRetry(t *testi
 // ack of 5, the refusal of the binary frame, the ack of 6. The store
 // holds batches 1-6 once each.
 func TestAnAgentThatDoesNotWaitForTheWelcomeGetsItFirst(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -519,6 +525,7 @@ func TestAFullDiskAmidAStreamAcksOnlyWhatWasCommitted(t *testing.T) {
 // close 1011; the store holds batches 1-3, and the queue gauge is back
 // at 0.
 func TestAStoreClosedUnderAnOpenSessionAcksNothingMore(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -560,6 +567,7 @@ func storetestReopen(t *testing.T, h *harness) *store.Store {
 // past the failed one, and the resend of 4-8 (the column back) stores
 // each once.
 func TestANewConnectionsWelcomeIsTheStoredPrefixWhenAQueuedBatchFails(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	db := rawStoreDB(t, h)
 	if _, err := db.Exec(`ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`); err != nil {

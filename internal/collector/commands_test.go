@@ -14,6 +14,7 @@ import (
 )
 
 func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	ctx := context.Background()
 	a := dialRaw(t, h, h.token)
@@ -91,6 +92,7 @@ func TestCommandsReachConnectedAndReconnectingInstances(t *testing.T) {
 }
 
 func TestCommandShareAndValidation(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	ctx := context.Background()
 	for _, inst := range []string{"a1", "a2", "a3", "a4"} {
@@ -151,6 +153,7 @@ func targetNames(cmd cbdash.Command) []string {
 }
 
 func TestUnansweredCommandTargetsExpire(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual()
 	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 // agent's batches are still stored and acknowledged, and the collector's
 // shutdown still ends the session with a going away.
 func TestTheAgentHandlerReturnsWhileItsSessionGoesOn(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	returned := make(chan error, 1)
 	ended := make(chan struct{})
@@ -91,6 +92,7 @@ func TestTheAgentHandlerReturnsWhileItsSessionGoesOn(t *testing.T) {
 // websocket's 5 s: an agent that reads nothing more does not keep its
 // connection (and session) open.
 func TestAPeerThatDoesNotAnswerItsCloseIsCutWithinTheGrace(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	open := h.col.ing.Sessions

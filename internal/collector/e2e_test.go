@@ -108,6 +108,7 @@ func (b *logBuffer) String() string {
 // bounded: a busy machine may take long, and the mechanism is what is
 // asserted.
 func TestRealAgentTransitionReachesSubscriberQuickly(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", func(c *Config) { c.PublishInterval = time.Hour })
 	m := startMember(t, h, "a1", nil)
 	_, events, cancel := h.col.Subscribe()
@@ -143,6 +144,7 @@ func TestRealAgentTransitionReachesSubscriberQuickly(t *testing.T) {
 // a reason the agent logs); what it sent before stays stored, and the
 // connection goes on.
 func TestRealAgentBatchRefusedEarlierDataStays(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	logs := &logBuffer{}
 	m := startMember(t, h, "skewed", logs)
@@ -170,6 +172,7 @@ func TestRealAgentBatchRefusedEarlierDataStays(t *testing.T) {
 // the same database and address, and checks that every transition and
 // every call is stored exactly once.
 func TestRealAgentsCollectorKilledMidStream(t *testing.T) {
+	t.Parallel()
 	const cycles = 12
 	h := startHarness(t, "", nil)
 	addr := h.srv.Listener.Addr().String()

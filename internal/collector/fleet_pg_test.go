@@ -24,6 +24,7 @@ import (
 // state from the store: it shows the breaker open although it received no
 // update meanwhile.
 func TestACollectorThatMissedTheBusReadsTheStore(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(pgtest.EnvDSN) == "" {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s is not set in CI", pgtest.EnvDSN)

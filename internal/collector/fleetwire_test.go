@@ -16,6 +16,7 @@ import (
 // latency bucket and headroom figure included, and one agent's batch of
 // 20 window reports fits in a NOTIFY (under 8000 bytes).
 func TestAFleetUpdateCarriesTheBatchAsApplied(t *testing.T) {
+	t.Parallel()
 	at := clocktest.Epoch()
 	w := protocol.Window{
 		Breaker: "payments", Start: at.UnixMilli(), Millis: 1000, State: protocol.StateForcedOpen, InFlight: 3,

@@ -287,6 +287,7 @@ func sumCounts(cs []cbdash.HoldCounts) protocol.Counts {
 }
 
 func TestFleetSelectorsCoverWhatTheySayAndShareKeepsItsSideAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.NewRunning()
 	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	ctx := context.Background()

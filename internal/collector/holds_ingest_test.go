@@ -47,6 +47,7 @@ func gobreakerHello(instance string, startedAt int64) protocol.Hello {
 }
 
 func TestHoldsReachInstancesOnHTTPIngestThroughTheirPendingCommands(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	ctx := t.Context()
 	old := newHTTPAgent(t, h, rawHello("h1", h.now().Add(-time.Minute).UnixMilli()))
@@ -116,6 +117,7 @@ func TestHoldsReachInstancesOnHTTPIngestThroughTheirPendingCommands(t *testing.T
 }
 
 func TestBreakersThatCannotBeHeldAreRefusedUpFrontWithTheReason(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	ctx := t.Context()
 	g := newHTTPAgent(t, h, gobreakerHello("g1", h.now().UnixMilli()))

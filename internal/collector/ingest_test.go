@@ -22,6 +22,7 @@ func storedTransitions(t *testing.T, h *harness, instance string) []cbdash.Trans
 }
 
 func TestStreamIsStoredAckedAndLive(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	_, events, cancel := h.col.Subscribe()
 	defer cancel()
@@ -60,6 +61,7 @@ func TestStreamIsStoredAckedAndLive(t *testing.T) {
 }
 
 func TestRefusedBatchKeepsTheConnectionAndEarlierData(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)
@@ -112,6 +114,7 @@ func TestRefusedBatchKeepsTheConnectionAndEarlierData(t *testing.T) {
 }
 
 func TestHandshakeFailuresAreFatal(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	limited, err := h.store.CreateAgentToken(context.Background(), "billing")
 	if err != nil {
@@ -147,6 +150,7 @@ func TestHandshakeFailuresAreFatal(t *testing.T) {
 }
 
 func TestResentBatchesAreAckedButCountedOnce(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 7)
@@ -190,6 +194,7 @@ func TestResentBatchesAreAckedButCountedOnce(t *testing.T) {
 }
 
 func TestSlowSubscriberNeverBlocksIngest(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", func(c *Config) { c.SubscriberBuffer = 4 })
 	_, stuck, cancel := h.col.Subscribe() // never read
 	defer cancel()
@@ -214,6 +219,7 @@ func TestSlowSubscriberNeverBlocksIngest(t *testing.T) {
 }
 
 func TestNewerConnectionReplacesOlder(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	old := dialRaw(t, h, h.token)
 	old.hello("a1", 1)
@@ -232,6 +238,7 @@ func TestNewerConnectionReplacesOlder(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	tests := []struct {
 		name  string

@@ -20,6 +20,7 @@ import (
 // posts under a changed hello, and an agent ten minutes ahead has its
 // batches' times corrected (a copy of the batch). Drift is told by value.
 func TestPublishedLinesSurviveThePipeline(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.NewRunning()
 	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	started := clocktest.Epoch().Add(-time.Hour).UnixMilli()

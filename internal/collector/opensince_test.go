@@ -11,6 +11,7 @@ import (
 )
 
 func TestEpisodeOfStoredTransitions(t *testing.T) {
+	t.Parallel()
 	at := func(s int) int64 { return int64(s) * 1000 }
 	tr := func(s int, from, to string) cbdash.TransitionRecord {
 		return cbdash.TransitionRecord{Transition: protocol.Transition{From: from, To: to, At: at(s)}}
@@ -41,6 +42,7 @@ func TestEpisodeOfStoredTransitions(t *testing.T) {
 // the collector on the same database, and reads the same OpenSince from
 // the restored live state before the agent reconnects.
 func TestOpenSinceSurvivesARestart(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 42)

@@ -106,6 +106,7 @@ func startRenameHarness(t *testing.T, limits func(*Limits), others int) (*harnes
 }
 
 func TestARenamingHelloReplacesItsInstancesDependencies(t *testing.T) {
+	t.Parallel()
 	for _, tc := range renameCases {
 		t.Run(tc.name+"/websocket", func(t *testing.T) {
 			h, started := startRenameHarness(t, tc.limits, tc.others)
@@ -158,6 +159,7 @@ func TestARenamingHelloReplacesItsInstancesDependencies(t *testing.T) {
 // instance of the service still declares go on counting when one instance
 // renames its breakers; the refusal says what it did not count.
 func TestARenamingHelloStillCountsWhatOthersDeclare(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", func(c *Config) { c.Limits.MaxDependenciesPerService = 30 })
 	started := h.now().Add(-time.Minute).UnixMilli()
 	b2 := dialRaw(t, h, h.token)
@@ -190,6 +192,7 @@ func TestARenamingHelloStillCountsWhatOthersDeclare(t *testing.T) {
 // forgotten with the dependencies only it declared: those are not
 // counted against the new instance's hello either.
 func TestANewInstanceIsNotChargedForTheOfflineOneItReplaces(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		limits func(*Limits)

@@ -83,6 +83,7 @@ func refusedCount(t *testing.T, h *harness, reason string) int {
 }
 
 func TestQuotasKeepOneTokenFromFillingTheCollector(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil) // the default limits: 10,000 dependencies
 	ctx := t.Context()
 	started := h.now().Add(-time.Minute).UnixMilli()
@@ -171,6 +172,7 @@ func TestQuotasKeepOneTokenFromFillingTheCollector(t *testing.T) {
 // forgotten (GoneAfter, 10 minutes); an instance still connected keeps
 // its place.
 func TestARestartedServiceTakesItsOfflineInstancesPlaces(t *testing.T) {
+	t.Parallel()
 	clk := breakertest.NewClock(clocktest.Epoch())
 	h := startHarness(t, "", func(c *Config) { c.Clock, c.Limits.MaxInstancesPerService = clk, 2 })
 	started := clk.Now().Add(-time.Minute).UnixMilli()
@@ -219,6 +221,7 @@ func TestARestartedServiceTakesItsOfflineInstancesPlaces(t *testing.T) {
 // counts against its token's quota, even for another service (whose new
 // instance cannot take its place).
 func TestForgottenInstancesStopCounting(t *testing.T) {
+	t.Parallel()
 	clk := breakertest.NewClock(clocktest.Epoch())
 	h := startHarness(t, "", func(c *Config) { c.Clock, c.Limits.MaxInstancesPerToken = clk, 1 })
 	started := clk.Now().Add(-time.Minute).UnixMilli()

@@ -108,6 +108,7 @@ func relayedPostgres(t *testing.T) (string, *relay) {
 // be reached (a load balancer stops sending it agents; they keep their
 // buffers), and is ready again once it is back.
 func TestReadyzFollowsPostgreSQL(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(pgtest.EnvDSN) == "" {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s is not set in CI", pgtest.EnvDSN)

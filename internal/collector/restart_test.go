@@ -18,6 +18,7 @@ import (
 // welcome's last_seq as an agent does: every acked batch must be stored,
 // and every batch exactly once.
 func TestCollectorRestartMidStreamLosesNothingAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
 	const total = 300
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
@@ -119,6 +120,7 @@ func TestCollectorRestartMidStreamLosesNothingAndDuplicatesNothing(t *testing.T)
 // the instances and their last state before any agent reconnects, and
 // marks them stale once they have been silent for StaleAfter.
 func TestLiveStateIsRestoredFromTheStore(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)

@@ -46,6 +46,7 @@ func perInstance(t *testing.T, h *harness) map[string]cbdash.InstanceBreaker {
 // live aggregate, both show their skew, and the last trip of each is
 // stamped with its receipt time.
 func TestClockSkewIsMeasuredAndNeverRefused(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.NewRunning()
 	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	started := clocktest.Epoch().Add(-time.Hour).UnixMilli()
@@ -121,6 +122,7 @@ func TestClockSkewIsMeasuredAndNeverRefused(t *testing.T) {
 
 // TestHTTPIngestAheadIsAccepted: the same over HTTP ingest.
 func TestHTTPIngestAheadIsAccepted(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.NewRunning()
 	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
 	req := protocol.IngestRequest{Hello: rawHello("h1", clk.Now().Add(-time.Hour).UnixMilli()), Batch: skewedBatch(clk.Now(), 30*time.Minute, 1, 5)}

@@ -12,6 +12,7 @@ import (
 )
 
 func TestIngestRunsTheHTTPIngestSteps(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	ctx := context.Background()
 	hello := rawHello("api-1", h.now().UnixMilli())
@@ -56,6 +57,7 @@ func TestIngestRunsTheHTTPIngestSteps(t *testing.T) {
 }
 
 func TestIngestBeforeRunIsRetryLater(t *testing.T) {
+	t.Parallel()
 	c, err := New(Config{Store: storetest.OpenFile(t, storetest.Path(t), store.Options{})})
 	if err != nil {
 		t.Fatal(err)

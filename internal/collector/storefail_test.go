@@ -111,6 +111,7 @@ func poison(t *testing.T, h *harness, db *sql.DB) {
 // failure), then refused for good with its seq, and the
 // window report behind it is stored; /readyz stays 200.
 func TestABatchTheStoreAlwaysFailsIsRefusedAndTheRestGoOn(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	poison(t, h, rawStoreDB(t, h))
 	bad := h.trans(protocol.StateClosed, protocol.StateOpen, poisonGeneration)

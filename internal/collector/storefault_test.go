@@ -121,6 +121,7 @@ func TestAStoreThatFailsEveryBatchNeverRefusesOne(t *testing.T) {
 // record (a column of breakers renamed) is refused with a fatal
 // retry-later error that carries retry_after_ms, and /readyz answers 503.
 func TestHelloRefusedForTheStoreSaysWhenToComeBack(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	exec(t, rawStoreDB(t, h), `ALTER TABLE breakers RENAME COLUMN config TO config_renamed`)
 	a := dialRaw(t, h, h.token)
@@ -148,6 +149,7 @@ func batchesCounted(t *testing.T, h *harness, outcome string) float64 {
 // transitions the breakers made (the collector used to refuse the
 // batches for good: 143,025 calls and 500 transitions lost in 20 s).
 func TestRealAgentsLoseNothingWhileTheSchemaIsBroken(t *testing.T) {
+	t.Parallel()
 	for _, f := range schemaFaults {
 		t.Run(f.name, func(t *testing.T) {
 			h := startHarness(t, "", nil)
@@ -275,6 +277,7 @@ func TestRealAgentsLoseNothingWhileTheSchemaIsBroken(t *testing.T) {
 // attempt, never 400 (refused for good, as it used to be at the third);
 // once repaired the same body is stored.
 func TestHTTPIngestWhileTheSchemaIsBroken(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	db := rawStoreDB(t, h)
 	exec(t, db, schemaFaults[1].apply)

@@ -54,6 +54,7 @@ func revokedClose(t *testing.T, e protocol.Error, code websocket.StatusCode) {
 }
 
 func TestRevokingAnAgentTokenClosesItsConnections(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	ctx := context.Background()
 	other, err := h.store.CreateAgentToken(ctx, "")

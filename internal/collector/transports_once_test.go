@@ -14,6 +14,7 @@ import (
 // resent over the other transport are acknowledged and not stored again,
 // and every batch counts once in the stored history.
 func TestOneAgentProcessOverWebsocketAndHTTPStoresEachBatchOnce(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	a := dialRaw(t, h, h.token)
 	a.hello("a1", 1)

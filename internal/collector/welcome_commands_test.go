@@ -17,6 +17,7 @@ import (
 // batches: all queued through the outbox by the handshake while the
 // writer drains it.
 func TestReconnectGetsWelcomeThenEveryPendingCommand(t *testing.T) {
+	t.Parallel()
 	reconnectWithPending(t, 40, 1)
 }
 
@@ -33,6 +34,7 @@ func TestReconnectGetsWelcomeThenEveryPendingCommand(t *testing.T) {
 // reconnects 8 times (the commands stay pending: no result answers
 // them), each a chance to catch it.
 func TestBugReconnectWithMorePendingCommandsThanTheOutboxHolds(t *testing.T) {
+	t.Parallel()
 	reconnectWithPending(t, 2*ingest.OutQueue, 8)
 }
 
@@ -102,6 +104,7 @@ func disconnectA1(t *testing.T, h *harness, c *rawAgent) {
 // handshake leaves room for them: the instance gets every waiting
 // command, the hold's, and its ack, on one connection.
 func TestAHoldAppliedAtAHelloWithAFullBacklogOfCommandsDoesNotKillTheSession(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	want := waitingCommands(t, h, 2*ingest.OutQueue)
 	if _, err := h.col.CreateHold(context.Background(), cbdash.Actor{Name: "ann"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "db"},

@@ -29,6 +29,7 @@ func writerGoroutines() int {
 // them, and the next batch is acknowledged as before (a writer starts
 // for it).
 func TestAQuietConnectionHasNoWriterGoroutine(t *testing.T) {
+	t.Parallel()
 	h := startHarness(t, "", nil)
 	started := h.now().UnixMilli()
 	var agents []*rawAgent

@@ -6,6 +6,7 @@ import "testing"
 // in the hold report's Markdown cannot make a link or break out of its
 // escaping.
 func TestHoldReportMarkdownEscapesBackslashesAndLinks(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		`\[click](https://evil.example)`: `\\\[click\](https://evil.example)`,
 		`a\|b`:                           `a\\\|b`,

@@ -12,6 +12,7 @@ import (
 // The ack a session writes by hand is exactly json.Marshal's, which
 // agents in other languages were written against (docs/protocol.md).
 func TestAckBytesAreJSONMarshals(t *testing.T) {
+	t.Parallel()
 	for _, seq := range []uint64{0, 1, 42, 1 << 53, math.MaxUint64} {
 		got := ackBytes(seq)
 		want, err := json.Marshal(protocol.Ack{Type: protocol.TypeAck, Seq: seq})
@@ -28,6 +29,7 @@ func TestAckBytesAreJSONMarshals(t *testing.T) {
 // next (the session is then closed), putWait waits until the writer has
 // taken what waits, and a swap hands back every message in order.
 func TestOutboxIsBounded(t *testing.T) {
+	t.Parallel()
 	o := newOutbox()
 	for i := range OutQueue {
 		if !o.put([]byte{byte(i)}) {

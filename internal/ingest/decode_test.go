@@ -12,6 +12,7 @@ import (
 )
 
 func TestDecode(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		in      string

@@ -24,6 +24,7 @@ import (
 // bytes, and messages larger than it (and many small ones behind each
 // other) reach the peer whole and in order.
 func TestAnAgentsSocketWritesThroughASmallBufferAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	big := bytes.Repeat([]byte("0123456789abcdef"), 4*agentWriteBuffer/16+3) // over 4 buffers, not a multiple of one
 	sizes := make(chan int, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -130,6 +131,7 @@ func echoLengths(t *testing.T, reads chan<- bool, held chan<- bool) http.Handler
 // connection holds no read buffer. Over TLS (no file descriptor to poll)
 // net/http's reader stays, and the messages arrive whole as well.
 func TestAnAgentsSocketReadsEveryMessageWholeAndHoldsNoBufferBetween(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		start  func(http.Handler) *httptest.Server
@@ -192,6 +194,7 @@ func TestAnAgentsSocketReadsEveryMessageWholeAndHoldsNoBufferBetween(t *testing.
 // need not wait for the 101) has that message read: net/http has it in
 // its own read buffer at the hijack, and agentSocket carries it over.
 func TestBytesAnAgentSendsBehindItsUpgradeRequestAreNotLost(t *testing.T) {
+	t.Parallel()
 	reads, held := make(chan bool, 1), make(chan bool, 4)
 	srv := httptest.NewServer(echoLengths(t, reads, held))
 	defer srv.Close()

@@ -43,6 +43,7 @@ func drainOutbox(o *outbox, stop <-chan struct{}, got func([]byte)) {
 // nothing is dropped or duplicated, and each producer's messages come out
 // in the order it put them, through many swaps of a full outbox.
 func TestOutboxLosesNoWakeupWithConcurrentProducers(t *testing.T) {
+	t.Parallel()
 	o := newOutbox()
 	const n = 5 * OutQueue
 	var mu sync.Mutex
@@ -103,6 +104,7 @@ func TestOutboxLosesNoWakeupWithConcurrentProducers(t *testing.T) {
 // one was swapped out, and after a swap outside the ready signal (as
 // goingAway's drain does) left the signal pending.
 func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
+	t.Parallel()
 	o := newOutbox()
 	delivered := make(chan []byte, OutQueue)
 	stop := make(chan struct{})
@@ -151,6 +153,7 @@ func TestOutboxWakesTheWriterForEveryLoneMessage(t *testing.T) {
 // signals the writer; a sendWait blocked on the full outbox returns when
 // the session's context ends.
 func TestSendKillsAtTheBoundAndEndingLeavesTheErrorToTheWriter(t *testing.T) {
+	t.Parallel()
 	newSession := func() (*session, context.Context) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)

@@ -14,6 +14,7 @@ import (
 // sending bad batches that fail alike cannot turn /readyz to 503 and
 // keep the other agents' bad batches from being refused.
 func TestOneAgentsBatchesCannotMakeTheStoreFailing(t *testing.T) {
+	t.Parallel()
 	// A real SQLite error that is not the environment's (a column the
 	// statement does not find), as a batch the schema does not fit gets.
 	db, err := sql.Open("sqlite", ":memory:")

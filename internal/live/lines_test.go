@@ -87,6 +87,7 @@ func nextView(t *testing.T, sub *subscriber) *cbdash.Dependency {
 // instances move on; the next view has new lines for the instances that
 // reported, and the very same line for one that sent nothing.
 func TestAPublishedViewsLinesNeverChange(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	for _, inst := range []string{"a", "b", "c"} {
@@ -170,6 +171,7 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 // later hello with another configuration and a later report leave a
 // published line with the values it had.
 func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
@@ -209,6 +211,7 @@ func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 // differ, and a line with no configuration or window yet reads as the
 // zero value in JSON, as when lines held them by value.
 func TestConfigDriftComparesValues(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	drifted := cfg

@@ -36,6 +36,7 @@ func window(breaker, state string, at time.Time, c protocol.Counts, h protocol.H
 }
 
 func TestLiveAggregatesAcrossInstances(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
 	drifted := cfg
@@ -108,6 +109,7 @@ func TestLiveAggregatesAcrossInstances(t *testing.T) {
 }
 
 func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	cfg := protocol.BreakerConfig{Name: "db"}
 	l.Hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
@@ -145,6 +147,7 @@ func TestLiveStaleInstanceNeverKeepsOpen(t *testing.T) {
 }
 
 func TestLiveAppliesABatchOnce(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	l.Hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 3, nil, clk.Now(), nil)
 	b := &protocol.Batch{Seq: 3, Windows: []protocol.Window{
@@ -172,6 +175,7 @@ func TestLiveAppliesABatchOnce(t *testing.T) {
 }
 
 func TestSubscribeSnapshotThenEvents(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	l.Hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)
 	snap, sub := l.subscribe(nil, 0)
@@ -203,6 +207,7 @@ func TestSubscribeSnapshotThenEvents(t *testing.T) {
 // are the ones an unchanged dependency's later events carry, and one
 // that changed has a new view, never a write to the old one.
 func TestSubscribeViewsSharesTheViews(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	for _, name := range []string{"db", "cache"} {
 		l.Hello(testHello("api", "a-"+name, protocol.BreakerConfig{Name: name}, nil), 0, nil, clk.Now(), nil)
@@ -249,6 +254,7 @@ func TestSubscribeViewsSharesTheViews(t *testing.T) {
 }
 
 func TestHubDropsASlowSubscriber(t *testing.T) {
+	t.Parallel()
 	h := newHub(2)
 	slow, fast := h.add(nil, 0), h.add(nil, 0)
 	drops := 0
@@ -276,6 +282,7 @@ func TestHubDropsASlowSubscriber(t *testing.T) {
 }
 
 func TestHubCoalescesViewsOfALaggingSubscriber(t *testing.T) {
+	t.Parallel()
 	h := newHub(4)
 	defer h.close()
 	sub := h.add(nil, 0)
@@ -332,6 +339,7 @@ func TestHubCoalescesViewsOfALaggingSubscriber(t *testing.T) {
 }
 
 func TestQuantile(t *testing.T) {
+	t.Parallel()
 	h := make([]int64, protocol.NumLatencyBuckets)
 	tests := []struct {
 		name string

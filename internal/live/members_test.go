@@ -14,6 +14,7 @@ import (
 // instances that declare the breaker, those that come and go included;
 // an instance that does not declare it is not found.
 func TestCommandTargetsAreTheDependencysMembers(t *testing.T) {
+	t.Parallel()
 	l, clk := newTestLive(t)
 	db := protocol.BreakerConfig{Name: "db"}
 	for _, name := range []string{"c", "a", "b", "d"} {

@@ -21,6 +21,7 @@ import (
 // instance's last seq, was seen in loadgen as 1 missing transition in
 // 18,000, and is made on purpose by the test below.)
 func TestEveryTransitionOnTheShortPathIsPublished(t *testing.T) {
+	t.Parallel()
 	clk := breakertest.NewClock(clocktest.Noon())
 	const perInstance = 20000
 	l := newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(4*perInstance), nil)
@@ -95,6 +96,7 @@ func TestEveryTransitionOnTheShortPathIsPublished(t *testing.T) {
 // Before, the batch applied first made its own transitions look old
 // (its seq was then the instance's last) and they were dropped.
 func TestABatchAppliedBeforeItsShortPathStillPublishesItsTransitions(t *testing.T) {
+	t.Parallel()
 	for _, lateFirst := range []bool{false, true} {
 		l, clk := newTestLive(t)
 		l.Hello(testHello("api", "a", protocol.BreakerConfig{Name: "db"}, nil), 0, nil, clk.Now(), nil)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestAccountLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := clocktest.Virtual()
 	s, _ := openStore(t, store.Options{Clock: clk})

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFiringAlertsArePutAcknowledgedAndSurviveAReopen(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openIncidentStore(t)
 	r, err := s.CreateAlertRule(ctx, cbdash.AlertRule{Service: "checkout", Kind: cbdash.AlertOpen, WebhookURL: "http://127.0.0.1:9/hook"})

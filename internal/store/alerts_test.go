@@ -11,6 +11,7 @@ import (
 )
 
 func TestAlertRulesCRUD(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openIncidentStore(t)
 	created := t0
@@ -67,6 +68,7 @@ func TestAlertRulesCRUD(t *testing.T) {
 }
 
 func TestAlertDeliveries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openIncidentStore(t)
 	at := t0

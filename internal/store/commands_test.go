@@ -22,6 +22,7 @@ func command(id string, issued time.Time, targets ...string) cbdash.Command {
 }
 
 func TestCommandsAreRecordedAndTheirResultsApplied(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	c1 := command("c1", t0, "pay-1", "pay-2")
@@ -81,6 +82,7 @@ func TestCommandsAreRecordedAndTheirResultsApplied(t *testing.T) {
 }
 
 func TestCommandsListNewestFirstAndFilter(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	for i, id := range []string{"a", "b", "c"} {
@@ -126,6 +128,7 @@ func TestCommandsListNewestFirstAndFilter(t *testing.T) {
 }
 
 func TestCommandAuditLogRefusesDeletes(t *testing.T) {
+	t.Parallel()
 	s, path := openStore(t, store.Options{})
 	if err := s.CreateCommand(context.Background(), command("c1", t0, "pay-1")); err != nil {
 		t.Fatal(err)
@@ -139,6 +142,7 @@ func TestCommandAuditLogRefusesDeletes(t *testing.T) {
 }
 
 func TestCreateCommandRefusesInvalidInput(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	for name, mut := range map[string]func(*cbdash.Command){
 		"no id":          func(c *cbdash.Command) { c.ID = "" },

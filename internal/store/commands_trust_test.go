@@ -11,6 +11,7 @@ import (
 )
 
 func TestACommandResultOfAnotherServiceChangesNothing(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	if err := s.CreateCommand(ctx, command("c1", t0, "pay-1")); err != nil { // a command of service pay
@@ -34,6 +35,7 @@ func TestACommandResultOfAnotherServiceChangesNothing(t *testing.T) {
 }
 
 func TestACommandResultNamingAnotherBreakerChangesNothing(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	cmd := command("c1", t0, "pay-1")

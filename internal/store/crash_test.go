@@ -35,6 +35,7 @@ func crashBatch(inst string, seq uint64) protocol.Batch {
 // TestCrashChild is the process TestAckedBatchesSurviveKill kills: it
 // saves batches as fast as it can and prints every acknowledged one.
 func TestCrashChild(t *testing.T) {
+	t.Parallel()
 	path := os.Getenv(crashEnv)
 	if path == "" {
 		t.Skip("only run as the child of TestAckedBatchesSurviveKill")
@@ -66,6 +67,7 @@ func TestCrashChild(t *testing.T) {
 }
 
 func TestAckedBatchesSurviveKill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("spawns a process")
 	}

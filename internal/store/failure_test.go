@@ -25,6 +25,7 @@ func openErr(t *testing.T, path string) error {
 }
 
 func TestOpenExplainsPathsItCannotUse(t *testing.T) {
+	t.Parallel()
 	sqliteOnly(t, "file paths")
 	dir := t.TempDir()
 	if err := openErr(t, dir); !strings.Contains(err.Error(), dir+" is a directory, not a database file") {
@@ -63,6 +64,7 @@ func TestOpenExplainsAReadOnlyFileSystem(t *testing.T) {
 }
 
 func TestOpenRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
 	s, path := openStore(t, store.Options{})
 	s.Close()
 	db := rawDB(t, path)

@@ -13,6 +13,7 @@ import (
 // hashes, sessions and webhook URLs, so a new one (and the -wal and -shm
 // files SQLite makes with its mode) is 0600, whatever the umask leaves.
 func TestANewSQLiteDatabaseIsReadableByItsOwnerOnly(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "cbdash.db")
 	s, err := store.Open(context.Background(), path, store.Options{})
 	if err != nil {

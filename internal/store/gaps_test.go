@@ -12,6 +12,7 @@ import (
 )
 
 func TestLostSpansAreStoredOnceAsGapsOfTheirDependency(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	lost := &protocol.Dropped{Windows: 30, Calls: 120, Lost: []protocol.LostSpan{
 		{Breaker: "db", Start: t0.Add(10 * time.Second).UnixMilli(), End: t0.Add(40 * time.Second).UnixMilli(), Calls: 100},
@@ -50,6 +51,7 @@ func TestLostSpansAreStoredOnceAsGapsOfTheirDependency(t *testing.T) {
 }
 
 func TestGapsExpireWithTheHourBuckets(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{Retention: store.Retention{Seconds: time.Hour, Minutes: 3 * time.Hour, Hours: 48 * time.Hour}})
 	lost := &protocol.Dropped{Lost: []protocol.LostSpan{{Breaker: "db", Start: t0.UnixMilli(), End: t0.Add(time.Second).UnixMilli(), Calls: 1}}}
 	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Dropped: lost})

@@ -57,6 +57,7 @@ func BenchmarkSequentialWriters(b *testing.B) {
 // that hands nothing more before one of its ops is done (one full op of
 // the stream is enough: the others are its earlier ones).
 func TestAGroupOfFullStreamsDoesNotWait(t *testing.T) {
+	t.Parallel()
 	a, b := new(Stream), new(Stream)
 	tests := []struct {
 		name  string

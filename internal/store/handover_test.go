@@ -15,6 +15,7 @@ import (
 // nothing and returns the first incident's ID, also from a second store on
 // the same database (two collectors); another start is another incident.
 func TestCreateIncidentOfAStoredEpisodeReturnsTheStoredOne(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.Path(t)
 	a := storetest.OpenFile(t, dsn, store.Options{})
 	b := storetest.OpenFile(t, dsn, store.Options{})
@@ -52,6 +53,7 @@ func TestCreateIncidentOfAStoredEpisodeReturnsTheStoredOne(t *testing.T) {
 // TestLeaderMarkOnlyMovesForward: the mark starts unknown, is kept, and an
 // earlier mark (a leader that lags) does not move it back.
 func TestLeaderMarkOnlyMovesForward(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	if _, ok, err := s.LeaderMark(ctx, "incidents"); ok || err != nil {
@@ -73,6 +75,7 @@ func TestLeaderMarkOnlyMovesForward(t *testing.T) {
 // resolve a claim within the resolved episode is refused, and one after it
 // is a new episode. A resolve claims once.
 func TestClaimFiringAlertOncePerEpisode(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.Path(t)
 	a := storetest.OpenFile(t, dsn, store.Options{})
 	b := storetest.OpenFile(t, dsn, store.Options{})
@@ -113,6 +116,7 @@ func TestClaimFiringAlertOncePerEpisode(t *testing.T) {
 // transitions' retention, and with its rule: the table does not grow
 // for ever.
 func TestAlertEpisodesExpireWithTheTransitions(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{Retention: store.Retention{Transitions: 24 * time.Hour}})
 	ctx := context.Background()
 	episode := func(rule int64) {

@@ -16,6 +16,7 @@ import (
 var dbKey = cbdash.DependencyKey{Service: "pay", Breaker: "db"}
 
 func TestHistoryChoosesResolutionFromTheRange(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	mustSave(t, s, "pay", "pay-1", 1, protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", t0, protocol.StateClosed, 3, 1)}})
 	for _, c := range []struct {
@@ -35,6 +36,7 @@ func TestHistoryChoosesResolutionFromTheRange(t *testing.T) {
 }
 
 func TestHistoryRefusesInvalidQueries(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	for name, q := range map[string]cbdash.HistoryQuery{
 		"no breaker":         {DependencyKey: cbdash.DependencyKey{Service: "pay"}, From: t0, To: t0.Add(time.Hour)},
@@ -56,6 +58,7 @@ func TestHistoryRefusesInvalidQueries(t *testing.T) {
 }
 
 func TestConcurrentBatchesAreGroupCommittedExactly(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	const instances, batches = 50, 20
 	var wg sync.WaitGroup
@@ -91,6 +94,7 @@ func TestConcurrentBatchesAreGroupCommittedExactly(t *testing.T) {
 }
 
 func TestCloseCommitsQueuedWritesAndRefusesLaterOnes(t *testing.T) {
+	t.Parallel()
 	s, path := openStore(t, store.Options{})
 	const writers = 20
 	results := make(chan error, writers*50)

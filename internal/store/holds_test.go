@@ -13,6 +13,7 @@ import (
 )
 
 func TestHoldsAreStoredDesiredStateWithCoverageAndRelease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, path := openStore(t, store.Options{})
 	at := clocktest.Epoch()

@@ -20,6 +20,7 @@ import (
 // answers JSON-encodable points and that later reports saturate instead of
 // wrapping to negative counts.
 func TestNoStoredRowBreaksHistory(t *testing.T) {
+	t.Parallel()
 	s, path := openStore(t, store.Options{})
 	ctx := context.Background()
 	start := clocktest.Epoch().Truncate(time.Hour)

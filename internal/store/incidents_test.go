@@ -21,6 +21,7 @@ func openIncidentStore(t *testing.T) *store.Store {
 }
 
 func TestIncidentsRoundTrip(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openIncidentStore(t)
 	base := t0
@@ -118,6 +119,7 @@ func TestIncidentsRoundTrip(t *testing.T) {
 }
 
 func TestConfigChanges(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openIncidentStore(t)
 	base := t0

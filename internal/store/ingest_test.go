@@ -12,6 +12,7 @@ import (
 )
 
 func TestSaveBatchStoresOnceAndReportsDuplicates(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	if err := s.SaveHello(ctx, hello("pay", "pay-1", 100, "db", "psp"), t0); err != nil {
@@ -58,6 +59,7 @@ func TestSaveBatchStoresOnceAndReportsDuplicates(t *testing.T) {
 }
 
 func TestSaveBatchRefusesInvalidInput(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	for name, c := range map[string]struct {
 		service, instance string
@@ -77,6 +79,7 @@ func TestSaveBatchRefusesInvalidInput(t *testing.T) {
 }
 
 func TestWritesAfterCloseReturnErrClosed(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

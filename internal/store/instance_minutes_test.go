@@ -14,6 +14,7 @@ import (
 )
 
 func TestInstanceHistoryIsPerMinuteExactAndExpires(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := openStore(t, store.Options{Retention: store.Retention{InstanceMinutes: 2 * time.Hour}})
 	m0 := t0.Truncate(time.Minute)
@@ -63,6 +64,7 @@ func TestInstanceHistoryIsPerMinuteExactAndExpires(t *testing.T) {
 }
 
 func TestFleetNotClosedCountsDependenciesAndInstancesPerMinute(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := openStore(t, store.Options{})
 	m0 := t0.Truncate(time.Minute)
@@ -97,6 +99,7 @@ func TestFleetNotClosedCountsDependenciesAndInstancesPerMinute(t *testing.T) {
 // writes anything (the overview and the dependency page read them on
 // every load).
 func TestTheInstanceMinuteReadsMergeTheSumsNotWrittenYetAndWriteNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := clockAt(t0)
 	s, path := openStore(t, store.Options{Clock: clk})
@@ -186,6 +189,7 @@ func TestTheInstanceMinuteReadsMergeTheSumsNotWrittenYetAndWriteNothing(t *testi
 // A hello that no longer declares a breaker forgets the breaker's row, not
 // its per-instance history.
 func TestInstanceHistoryOutlivesABreakerNoLongerDeclared(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := openStore(t, store.Options{})
 	m0 := t0.Truncate(time.Minute)
@@ -214,6 +218,7 @@ func TestInstanceHistoryOutlivesABreakerNoLongerDeclared(t *testing.T) {
 // these runs need not hit it: TestAnInstanceHistoryReadAcrossARoundRetries
 // puts a round there.
 func TestInstanceHistoryCountsEverySumOnceWhileTheWriterWritesThem(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := clockAt(t0)
 	s, _ := openStore(t, store.Options{Clock: clk})
@@ -275,6 +280,7 @@ func TestInstanceHistoryCountsEverySumOnceWhileTheWriterWritesThem(t *testing.T)
 // round's commit and the sum leaving memory, no reader can read the
 // memory (it holds the sum and the table does too).
 func TestAnInstanceHistoryReadAcrossARoundRetries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := clockAt(t0)
 	s, _ := openStore(t, store.Options{Clock: clk})
@@ -322,6 +328,7 @@ func TestAnInstanceHistoryReadAcrossARoundRetries(t *testing.T) {
 // memory alike: the history still counts every batch (SQLite: a trigger
 // makes the delete that follows fail).
 func TestAFailedCompactKeepsTheSumsNotWrittenYet(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := clockAt(t0)
 	s, path := openStore(t, store.Options{Clock: clk, Retention: store.Retention{InstanceMinutes: time.Hour}})

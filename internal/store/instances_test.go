@@ -11,6 +11,7 @@ import (
 )
 
 func TestInstancesReturnsLastKnownStatePerBreaker(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	if err := s.SaveHello(ctx, hello("pay", "pay-1", 1, "db", "psp", "old"), t0); err != nil {
@@ -48,6 +49,7 @@ func TestInstancesReturnsLastKnownStatePerBreaker(t *testing.T) {
 // until 5 s have passed, then move it; a hello always writes it, and a
 // reopened store (an empty cache) writes it at the next batch.
 func TestLastSeenIsWrittenEveryFiveSeconds(t *testing.T) {
+	t.Parallel()
 	s, path := openStore(t, store.Options{})
 	ctx := context.Background()
 	if err := s.SaveHello(ctx, hello("pay", "pay-1", 1, "db"), t0); err != nil {

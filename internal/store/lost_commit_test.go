@@ -109,6 +109,7 @@ func newCommitEater(t *testing.T, target string) *commitEater {
 // and the per-instance minutes (those the writer had buffered and wrote
 // in that transaction, and the batch's own).
 func TestACommitWhoseAnswerIsLost(t *testing.T) {
+	t.Parallel()
 	dsn := testDSN(t, "lost.db")
 	if !pgOK(dsn) {
 		t.Skip("PostgreSQL only: a COMMIT's answer lost on the network")

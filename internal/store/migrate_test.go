@@ -17,6 +17,7 @@ import (
 )
 
 func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := testDSN(t, "old.db")
 	d, driver, raw := sqliteDialect, "sqlite", sqliteDSN(path, true)
@@ -81,6 +82,7 @@ func TestOpenMigratesADatabaseCreatedAtVersion1(t *testing.T) {
 // at seq 41 and a user): it opens without a migration to apply, keeps its
 // rows and takes new writes.
 func TestOpenMigratesADatabaseOfTheOldLayout(t *testing.T) {
+	t.Parallel()
 	pgtest.SkipUnlessSQLite(t, "the old layout was SQLite's")
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "old.db")

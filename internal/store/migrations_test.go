@@ -11,6 +11,7 @@ import (
 // in both folders under the same name, so a version means the same schema
 // on SQLite and PostgreSQL and adding one to a single backend fails here.
 func TestMigrationsAreTheSameVersionsOnBothBackends(t *testing.T) {
+	t.Parallel()
 	names := func(d *dialect) []string {
 		entries, err := fs.ReadDir(migrationsFS(d), ".")
 		if err != nil {
@@ -33,6 +34,7 @@ func TestMigrationsAreTheSameVersionsOnBothBackends(t *testing.T) {
 // by neither backend; it belongs in migrations/sqlite and
 // migrations/postgres (see doc.go).
 func TestNoMigrationIsLeftInTheOldFolder(t *testing.T) {
+	t.Parallel()
 	entries, err := os.ReadDir("migrations")
 	if err != nil {
 		t.Fatal(err)

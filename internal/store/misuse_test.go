@@ -11,6 +11,7 @@ import (
 )
 
 func TestMisuseIsSummedThroughTheRollUps(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	ctx := context.Background()
 	for i := range 3 {

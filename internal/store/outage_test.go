@@ -94,6 +94,7 @@ func (c *cutter) restore() {
 // is back, the next batch commits, Writable is nil again, and the batch
 // that failed is stored exactly once when the agent resends it.
 func TestWritableSeesPostgreSQLGoAndComeBack(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.Path(t)
 	if !store.IsPostgres(dsn) {
 		t.Skip("PostgreSQL only: the server going away (TestWritableSeesAFullDisk is SQLite's)")
@@ -144,6 +145,7 @@ func TestWritableSeesPostgreSQLGoAndComeBack(t *testing.T) {
 // TestOpenOfAnUnreachablePostgreSQLNamesItWithoutThePassword runs on both
 // backends' suites: it needs no server.
 func TestOpenOfAnUnreachablePostgreSQLNamesItWithoutThePassword(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 // and the batches stored before and after are intact (the probe leaves
 // the writer's caches alone).
 func TestProbeSeesASchemaTheBatchesDoNotFit(t *testing.T) {
+	t.Parallel()
 	for _, fault := range []struct{ name, break_, repair string }{
 		{"transitions column renamed", `ALTER TABLE transitions RENAME COLUMN cause TO cause_renamed`, `ALTER TABLE transitions RENAME COLUMN cause_renamed TO cause`},
 		{"windows_second column renamed", `ALTER TABLE windows_second RENAME COLUMN admitted TO admitted_renamed`, `ALTER TABLE windows_second RENAME COLUMN admitted_renamed TO admitted`},

@@ -175,6 +175,7 @@ func diffPoint(got cbdash.Point, want *cbdash.Point) string {
 }
 
 func TestRollUpsKeepExactSumsWhateverTheArrivalOrder(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	f := &feeder{t: t, s: s, r: rand.New(rand.NewPCG(1, 2)), seq: map[string]uint64{},
 		models: map[string]model{"db": {}, "psp": {}}}
@@ -206,6 +207,7 @@ func TestRollUpsKeepExactSumsWhateverTheArrivalOrder(t *testing.T) {
 }
 
 func TestRetentionDeletesEachLevelOnlyAfterRollUp(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{Retention: store.Retention{Seconds: time.Hour, Minutes: 3 * time.Hour, Hours: 24 * time.Hour}})
 	f := &feeder{t: t, s: s, r: rand.New(rand.NewPCG(3, 4)), seq: map[string]uint64{},
 		models: map[string]model{"db": {}, "psp": {}}}

@@ -21,6 +21,7 @@ import (
 // through either: each batch is stored once, and the history sums are
 // exact, also after one of them compacts.
 func TestTwoStoresOnOnePostgreSQLStoreEachBatchOnceAndSumExactly(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.Path(t)
 	if !store.IsPostgres(dsn) {
 		t.Skip("PostgreSQL only: a SQLite file has one server")

@@ -16,6 +16,7 @@ import (
 )
 
 func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
+	t.Parallel()
 	now := t0
 	s, path := openStore(t, store.Options{Clock: clockAt(now)})
 	ctx := context.Background()
@@ -71,6 +72,7 @@ func TestAgentTokensAreCheckedAndStoredHashed(t *testing.T) {
 }
 
 func TestAgentTokensCanBeListedAndRevoked(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{Clock: clockAt(t0)})
 	ctx := context.Background()
 	tok, err := s.CreateAgentToken(ctx, "pay")

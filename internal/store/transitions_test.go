@@ -29,6 +29,7 @@ func seedTransitions(t *testing.T, s *store.Store) {
 }
 
 func TestTransitionsFilterAndOrderNewestFirst(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	seedTransitions(t, s)
 	for _, c := range []struct {
@@ -65,6 +66,7 @@ func TestTransitionsFilterAndOrderNewestFirst(t *testing.T) {
 }
 
 func TestOpensSinceCountsTripsPerDependency(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{})
 	seedTransitions(t, s)
 	for _, c := range []struct {
@@ -96,6 +98,7 @@ func TestOpensSinceCountsTripsPerDependency(t *testing.T) {
 }
 
 func TestCompactExpiresOldTransitionsButNeverCommands(t *testing.T) {
+	t.Parallel()
 	s, _ := openStore(t, store.Options{Retention: store.Retention{Transitions: 24 * time.Hour}})
 	ctx := context.Background()
 	seedTransitions(t, s)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestUsers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	now := t0
 	s, _ := openStore(t, store.Options{Clock: clockAt(now)})
@@ -97,6 +98,7 @@ func TestUsers(t *testing.T) {
 }
 
 func TestSetPasswordReplacesTheHashAndEndsSessions(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	now := t0
 	s, _ := openStore(t, store.Options{Clock: clockAt(now)})

@@ -150,6 +150,7 @@ func rvFailSeq13(t *testing.T, s *Store, deferred bool) (drop func()) {
 // the caches forget what it staged (the resends are stored, each once,
 // and the second's sum reads the table, not the rolled-back row).
 func TestAGroupWhoseEndFailsStoresNothingAndForgetsItsRows(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name     string
 		deferred bool
@@ -204,6 +205,7 @@ func TestAGroupWhoseEndFailsStoresNothingAndForgetsItsRows(t *testing.T) {
 // either: each store's row cache must not hide the other's rows, and its
 // seq cache must not hide the other's batches.
 func TestTwoStoresOnOnePostgreSQLTakeTurnsOnOneSecond(t *testing.T) {
+	t.Parallel()
 	dsn := testDSN(t, "two.db")
 	a := rvOpen(t, dsn, Options{})
 	if !a.w.d.postgres {
@@ -252,6 +254,7 @@ func TestTwoStoresOnOnePostgreSQLTakeTurnsOnOneSecond(t *testing.T) {
 // row (the cache does not bring the deleted one back) and still counts in
 // the minute.
 func TestLateBatchesIntoARolledUpAndThenExpiredSecond(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t0 := clocktest.Epoch().Truncate(time.Minute)
 	t.Run("rolled up", func(t *testing.T) {
@@ -292,6 +295,7 @@ func TestLateBatchesIntoARolledUpAndThenExpiredSecond(t *testing.T) {
 // its resend is stored once. On PostgreSQL a failed statement outside a
 // savepoint would abort the whole transaction.
 func TestAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
+	t.Parallel()
 	s := rvOpen(t, testDSN(t, "first.db"), Options{})
 	t0 := clocktest.Epoch().Truncate(time.Minute)
 	rvMustSave(t, s, "pay-a", rvBatch(1, t0, 1), t0, true)
@@ -334,6 +338,7 @@ func TestAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
 // collector's skew correction goes by sent_at) must not keep the row
 // cache from holding the seconds of everyone else's reports.
 func TestAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
+	t.Parallel()
 	s := rvOpen(t, testDSN(t, "ahead.db"), Options{})
 	if s.w.d.postgres {
 		t.Skip("SQLite only: PostgreSQL starts every group without cached rows")
@@ -358,6 +363,7 @@ func TestAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
 // two statements, since PostgreSQL refuses an upsert that touches a row
 // twice; and a hello that forgets the batch's breaker in the same group.
 func TestAGroupWritesOneInstanceMinuteFromBothSumsAndAHelloForgetsABreaker(t *testing.T) {
+	t.Parallel()
 	s := rvOpen(t, testDSN(t, "im.db"), Options{})
 	ctx := context.Background()
 	t0 := clocktest.Epoch().Truncate(time.Minute)

@@ -19,6 +19,7 @@ import (
 )
 
 func TestSaveBatchGivesUpWhenTheQueueIsFullAndCtxEnds(t *testing.T) {
+	t.Parallel()
 	s, err := Open(context.Background(), testDSN(t, "q.db"), Options{QueueSize: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +64,7 @@ func TestCloseStopsTheWriterGoroutine(t *testing.T) {
 }
 
 func TestOpenRefusesNegativeOptionsNamingTheField(t *testing.T) {
+	t.Parallel()
 	for field, opts := range map[string]Options{
 		"Retention.Minutes": {Retention: Retention{Minutes: -time.Second}},
 		"QueueSize":         {QueueSize: -1},
@@ -81,6 +83,7 @@ func TestOpenRefusesNegativeOptionsNamingTheField(t *testing.T) {
 // recognised although its seq is only staged (written by the group's
 // flush), and the group's rows are written once.
 func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
+	t.Parallel()
 	s, release := openHeld(t, "g.db")
 	ctx := context.Background()
 	t0 := clocktest.Epoch()
@@ -139,6 +142,7 @@ func TestAGroupRecognisesAResendAfterAFailedOp(t *testing.T) {
 // and instance minutes are written in multi-row statements of 100, 10 and
 // 1 rows (execRows), every row once, on both backends.
 func TestAGroupOfManyInstancesWritesEveryStagedRow(t *testing.T) {
+	t.Parallel()
 	s, release := openHeld(t, "many.db")
 	ctx := context.Background()
 	t0 := clocktest.Epoch().Truncate(time.Minute)
@@ -227,6 +231,7 @@ func holdWriter(t *testing.T, s *Store) (release func()) {
 // for late reports has passed, not while it lasts; a late report for it
 // adds to the row written.
 func TestInstanceMinutesAreWrittenWhenTheirMinuteHasEnded(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.Virtual()
 	s, err := Open(context.Background(), testDSN(t, "im.db"), Options{Clock: clk})
 	if err != nil {
