@@ -65,7 +65,7 @@ func (c *Collector) ReleaseHold(ctx context.Context, actor cbdash.Actor, id, rea
 // with its cause (nil while starting or stopping). While the store is
 // failing (storehealth.go: batches failed for the store's sake, or its
 // probe failed) it is "store cannot commit" with the last error, until a
-// probe succeeds (every storeProbeEvery, and at once after a commit).
+// probe succeeds (every StoreProbeEvery, and at once after a commit).
 func (c *Collector) Readiness(ctx context.Context) (status string, cause error) {
 	if !c.ing.Accepting() {
 		return "starting or stopping", nil

@@ -51,7 +51,7 @@ func exec(t *testing.T, db *sql.DB, q string) {
 // told to retry later (after retry_after_ms) far more than
 // ingest.MaxStoreAttempts times and never that the batch is refused, /readyz
 // answers 503 throughout; once repaired, with no agent sending, one
-// probe period on the collector's clock (storeProbeEvery) makes /readyz
+// probe period on the collector's clock (StoreProbeEvery) makes /readyz
 // 200, and the resent batch is stored. (The collector used to refuse
 // the batch for good at the third attempt and stay ready.)
 func TestAStoreThatFailsEveryBatchNeverRefusesOne(t *testing.T) {
@@ -88,7 +88,7 @@ func TestAStoreThatFailsEveryBatchNeverRefusesOne(t *testing.T) {
 				t.Fatalf("readyz right after the repair, before any probe: %d %s", status, body)
 			}
 			// Nothing is sent: only the collector's own probe, due
-			// storeProbeEvery after the last one, can see the store back.
+			// StoreProbeEvery after the last one, can see the store back.
 			var advanced time.Duration
 			eventually.True(t, "readyz 200 once the store is repaired", func() bool {
 				if status, _ := readyz(t, h); status == 200 {

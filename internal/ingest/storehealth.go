@@ -28,7 +28,7 @@ import (
 //     probe that failed; every failure starts a probe at once;
 //   - while it is failing, /readyz answers 503 (Readiness), no batch is
 //     refused for good, and the collector probes the store every
-//     storeProbeEvery (its clock) and at once when a batch commits; the
+//     StoreProbeEvery (its clock) and at once when a batch commits; the
 //     first good probe ends it (/readyz is 200 again within that), and
 //     so does a commit when it failed for a transient error;
 //   - a batch is refused for good only when it failed MaxStoreAttempts
@@ -46,9 +46,9 @@ import (
 // not be written), and the Retry-After of HTTP ingest's 503 then.
 const StoreRetryAfter = time.Second
 
-// storeProbeEvery is how often a collector whose store is failing probes
+// StoreProbeEvery is how often a collector whose store is failing probes
 // it (Store.Probe), on its clock.
-const storeProbeEvery = 250 * time.Millisecond
+const StoreProbeEvery = 250 * time.Millisecond
 
 // prober is the store as the prober sees it (Store.Probe).
 type prober interface{ Probe(context.Context) error }
@@ -73,8 +73,8 @@ type storeHealth struct {
 	failures map[failKey]failRec
 	// wake asks the prober to probe now.
 	wake chan struct{}
-	// probed, when set (tests), is told every probe's outcome.
-	probed func(error)
+	// probes counts the probes that ended (tests wait on it: ProbesDone).
+	probes uint64
 }
 
 type failRec struct {
@@ -190,15 +190,12 @@ func (h *storeHealth) probe(ctx context.Context, st prober) {
 	} else {
 		h.setFailing(err)
 	}
-	probed := h.probed
+	h.probes++
 	h.mu.Unlock()
-	if probed != nil {
-		probed(err)
-	}
 }
 
 // runProber probes the store when asked (wake) and, while it is failing,
-// every storeProbeEvery on clk, until ctx is done.
+// every StoreProbeEvery on clk, until ctx is done.
 func (h *storeHealth) runProber(ctx context.Context, clk clock.Clock, st prober, log interface {
 	Warn(string, ...any)
 	Info(string, ...any)
@@ -208,7 +205,7 @@ func (h *storeHealth) runProber(ctx context.Context, clk clock.Clock, st prober,
 	for {
 		failing := h.isFailing.Load()
 		if failing {
-			t.Reset(storeProbeEvery)
+			t.Reset(StoreProbeEvery)
 		} else {
 			t.Stop()
 		}
@@ -240,6 +237,14 @@ func (h *storeHealth) probedSinceFailures() bool {
 		}
 	}
 	return true
+}
+
+// ProbesDone is how many store probes have ended, failed or not (tests
+// advance their clock by one probe period and wait for the probe).
+func (c *Pipeline) ProbesDone() uint64 {
+	c.health.mu.Lock()
+	defer c.health.mu.Unlock()
+	return c.health.probes
 }
 
 // ProbedSinceFailures reports whether a probe that started after the
