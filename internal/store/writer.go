@@ -402,7 +402,7 @@ func (w *writer) committedAfterAll(txid int64) bool {
 	defer cancel()
 	for {
 		var status sql.NullString
-		if err := w.db.QueryRowContext(ctx, w.d.q("SELECT txid_status(?)"), txid).Scan(&status); err != nil {
+		if err := w.db.QueryRowContext(ctx, w.d.q("SELECT txid_status($1)"), txid).Scan(&status); err != nil {
 			return false
 		}
 		if status.String != "in progress" {
