@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
@@ -25,7 +24,6 @@ import (
 // below (greatest, least, jsonEach, lowerHex).
 type dialect struct {
 	postgres bool
-	legacy   sync.Map // "?" query text -> its PostgreSQL spelling (dialect_legacy.go)
 }
 
 var (
@@ -87,17 +85,6 @@ func (d *dialect) lowerHex(b string) string {
 		return "encode(" + b + ", 'hex')"
 	}
 	return "lower(hex(" + b + "))"
-}
-
-// q returns query as the backend runs it: as it is, unless it is still
-// written with "?" placeholders (writer.go, ingest.go and
-// instance_minutes.go, until they take $N; see dialect_legacy.go), which
-// the PostgreSQL dialect rewrites.
-func (d *dialect) q(query string) string {
-	if !d.postgres || !strings.Contains(query, "?") || strings.Contains(query, "$") {
-		return query
-	}
-	return d.rewriteLegacy(query)
 }
 
 // params collects the arguments of a query built at run time and spells
@@ -194,18 +181,19 @@ func transientPostgres(err error) bool {
 	return false
 }
 
-// readDB is the read pool with the dialect applied to every query.
+// readDB is the read pool with the dialect's argument conversion (args)
+// applied to every query.
 type readDB struct {
 	db *sql.DB
 	d  *dialect
 }
 
 func (r *readDB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return r.db.QueryContext(ctx, r.d.q(query), r.d.args(args)...)
+	return r.db.QueryContext(ctx, query, r.d.args(args)...)
 }
 
 func (r *readDB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return r.db.QueryRowContext(ctx, r.d.q(query), r.d.args(args)...)
+	return r.db.QueryRowContext(ctx, query, r.d.args(args)...)
 }
 
 // snapshot begins a read-only transaction whose statements all see the
@@ -223,18 +211,19 @@ func (r *readDB) snapshot(ctx context.Context) (*readTx, error) {
 	return &readTx{tx: tx, d: r.d}, nil
 }
 
-// readTx is a read transaction with the dialect applied to every query.
+// readTx is a read transaction with the dialect's argument conversion
+// (args) applied to every query.
 type readTx struct {
 	tx *sql.Tx
 	d  *dialect
 }
 
 func (t *readTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(ctx, t.d.q(query), t.d.args(args)...)
+	return t.tx.QueryContext(ctx, query, t.d.args(args)...)
 }
 
 func (t *readTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(ctx, t.d.q(query), t.d.args(args)...)
+	return t.tx.QueryRowContext(ctx, query, t.d.args(args)...)
 }
 
 func (t *readTx) Rollback() error { return t.tx.Rollback() }

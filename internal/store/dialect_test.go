@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -31,5 +32,26 @@ func TestTheDialectsSpellingsMeanTheSameOnBothBackends(t *testing.T) {
 	if hi != 7 || lo != 5 || hex != "ab0100" || n != 3 || in != 2 || sum != 14 {
 		t.Errorf("greatest %d, least %d, hex %q, elements %d, of them b or c %d, $1 + $1 = %d; want 7, 5, ab0100, 3, 2, 14",
 			hi, lo, hex, n, in, sum)
+	}
+}
+
+// TestPlaceholdersAreNumberedRowAfterRow checks the multi-row VALUES
+// placeholders of execRows: numbered from $1 across rows, left to right,
+// as the flat argument list is (no "?" is rewritten any more).
+func TestPlaceholdersAreNumberedRowAfterRow(t *testing.T) {
+	for _, c := range []struct {
+		n, cols int
+		want    string
+	}{
+		{1, 1, "(CAST($1 AS BIGINT))"},
+		{1, 3, "(CAST($1 AS BIGINT), CAST($2 AS BIGINT), CAST($3 AS BIGINT))"},
+		{2, 2, "(CAST($1 AS BIGINT), CAST($2 AS BIGINT)), (CAST($3 AS BIGINT), CAST($4 AS BIGINT))"},
+	} {
+		if got := placeholders(c.n, c.cols); got != c.want {
+			t.Errorf("placeholders(%d, %d)\n got %s\nwant %s", c.n, c.cols, got, c.want)
+		}
+	}
+	if p := placeholders(100, 8); !strings.HasSuffix(p, "CAST($800 AS BIGINT))") || strings.Contains(p, "?") {
+		t.Errorf("placeholders(100, 8) ends %q", p[len(p)-40:])
 	}
 }

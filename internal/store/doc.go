@@ -28,11 +28,8 @@
 // (connection lost or refused, the server shutting down, out of disk,
 // serialization failures and deadlocks are transient: the collector then
 // stops acking, as for a full disk, and Writable fails until a write
-// commits again, or Probe succeeds). The queries of writer.go, ingest.go
-// and instance_minutes.go are still in SQLite's spelling with "?", which
-// dialect_legacy.go rewrites for PostgreSQL until they are converted.
-// PostgreSQL connections go
-// through pgx's database/sql driver (pgx/v5/stdlib), not pgxpool, so both
+// commits again, or Probe succeeds). PostgreSQL connections go through
+// pgx's database/sql driver (pgx/v5/stdlib), not pgxpool, so both
 // backends share every query and scan; database/sql reconnects after the
 // server drops a connection. History reads use a REPEATABLE READ read-only
 // transaction on PostgreSQL, so one query sees one snapshot as on SQLite.

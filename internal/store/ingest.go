@@ -80,24 +80,24 @@ func (x *wtx) saveHello(h *protocol.Hello, labels string, configs [][]byte, name
 	if err != nil {
 		return err
 	}
-	if _, err := x.exec(`UPDATE services SET last_seen = max(last_seen, ?) WHERE id = ?`, now, inst.serviceID); err != nil {
+	if _, err := x.exec(`UPDATE services SET last_seen = `+x.w.d.greatest("last_seen", "$1")+` WHERE id = $2`, now, inst.serviceID); err != nil {
 		return fmt.Errorf("store: update service: %w", err)
 	}
-	if _, err := x.exec(`UPDATE instances SET sdk_version = ?, labels = ?, started_at = ?, last_seen = ? WHERE id = ?`,
+	if _, err := x.exec(`UPDATE instances SET sdk_version = $1, labels = $2, started_at = $3, last_seen = $4 WHERE id = $5`,
 		h.SDKVersion, labels, h.StartedAt, now, inst.id); err != nil {
 		return fmt.Errorf("store: update instance: %w", err)
 	}
-	if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES (?, ?, 0)
+	if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES ($1, $2, 0)
 		ON CONFLICT DO NOTHING`, inst.id, h.StartedAt); err != nil {
 		return fmt.Errorf("store: record agent run: %w", err)
 	}
-	if _, err := x.exec(`DELETE FROM breakers WHERE instance_id = ? AND name NOT IN (SELECT value FROM json_each(?))`,
+	if _, err := x.exec(`DELETE FROM breakers WHERE instance_id = $1 AND name NOT IN (SELECT value FROM `+x.w.d.jsonEach("$2")+`)`,
 		inst.id, namesJSON); err != nil {
 		return fmt.Errorf("store: forget undeclared breakers: %w", err)
 	}
 	delete(x.w.c.breakers, inst.id)
 	for i, b := range h.Breakers {
-		if _, err := x.exec(`INSERT INTO breakers (instance_id, name, config) VALUES (?, ?, ?)
+		if _, err := x.exec(`INSERT INTO breakers (instance_id, name, config) VALUES ($1, $2, $3)
 			ON CONFLICT (instance_id, name) DO UPDATE SET config = excluded.config`,
 			inst.id, b.Name, string(configs[i])); err != nil {
 			return fmt.Errorf("store: save breaker %q: %w", b.Name, err)
@@ -114,16 +114,16 @@ func (x *wtx) instance(service, instance string, startedAt, now int64) (instRef,
 		return r, nil
 	}
 	var r instRef
-	q, err := x.queryRow(`INSERT INTO services (name, first_seen, last_seen) VALUES (?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET last_seen = max(services.last_seen, excluded.last_seen) RETURNING id`, service, now, now)
+	q, err := x.queryRow(`INSERT INTO services (name, first_seen, last_seen) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO UPDATE SET last_seen = `+x.w.d.greatest("services.last_seen", "excluded.last_seen")+` RETURNING id`, service, now, now)
 	if err != nil {
 		return r, err
 	}
 	if err := q.Scan(&r.serviceID); err != nil {
 		return r, fmt.Errorf("store: save service: %w", err)
 	}
-	q, err = x.queryRow(`INSERT INTO instances (service_id, name, started_at, first_seen, last_seen) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (service_id, name) DO UPDATE SET last_seen = max(instances.last_seen, excluded.last_seen) RETURNING id`,
+	q, err = x.queryRow(`INSERT INTO instances (service_id, name, started_at, first_seen, last_seen) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (service_id, name) DO UPDATE SET last_seen = `+x.w.d.greatest("instances.last_seen", "excluded.last_seen")+` RETURNING id`,
 		r.serviceID, instance, startedAt, now, now)
 	if err != nil {
 		return r, err
@@ -146,7 +146,7 @@ func (x *wtx) breaker(inst int64, name string) (*brRef, error) {
 	if b, ok := m[name]; ok {
 		return b, nil
 	}
-	q, err := x.queryRow(`INSERT INTO breakers (instance_id, name) VALUES (?, ?)
+	q, err := x.queryRow(`INSERT INTO breakers (instance_id, name) VALUES ($1, $2)
 		ON CONFLICT (instance_id, name) DO UPDATE SET name = excluded.name RETURNING id, state`, inst, name)
 	if err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func (x *wtx) breaker(inst int64, name string) (*brRef, error) {
 func (x *wtx) setState(b *brRef, state string, transitionAt int64) error {
 	if transitionAt != 0 {
 		b.state = state
-		_, err := x.exec(`UPDATE breakers SET state = ?, last_transition = max(last_transition, ?) WHERE id = ?`,
+		_, err := x.exec(`UPDATE breakers SET state = $1, last_transition = `+x.w.d.greatest("last_transition", "$2")+` WHERE id = $3`,
 			state, transitionAt, b.id)
 		return err
 	}
@@ -171,7 +171,7 @@ func (x *wtx) setState(b *brRef, state string, transitionAt int64) error {
 		return nil
 	}
 	b.state = state
-	_, err := x.exec(`UPDATE breakers SET state = ? WHERE id = ?`, state, b.id)
+	_, err := x.exec(`UPDATE breakers SET state = $1 WHERE id = $2`, state, b.id)
 	return err
 }
 
@@ -181,7 +181,7 @@ func (x *wtx) dep(service, breaker string) (int64, error) {
 	if id, ok := x.w.c.deps[k]; ok {
 		return id, nil
 	}
-	q, err := x.queryRow(`INSERT INTO dependencies (service, breaker) VALUES (?, ?)
+	q, err := x.queryRow(`INSERT INTO dependencies (service, breaker) VALUES ($1, $2)
 		ON CONFLICT (service, breaker) DO UPDATE SET breaker = excluded.breaker RETURNING id`, service, breaker)
 	if err != nil {
 		return 0, err
@@ -202,7 +202,7 @@ func (s *Store) LastSeq(ctx context.Context, service, instance string, startedAt
 	var seq int64
 	err := s.rdb.QueryRowContext(ctx, `SELECT r.last_seq FROM instance_runs r
 		JOIN instances i ON i.id = r.instance_id JOIN services sv ON sv.id = i.service_id
-		WHERE sv.name = ? AND i.name = ? AND r.started_at = ?`, service, instance, startedAt).Scan(&seq)
+		WHERE sv.name = $1 AND i.name = $2 AND r.started_at = $3`, service, instance, startedAt).Scan(&seq)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, nil
@@ -330,7 +330,7 @@ func (x *wtx) lastSeq(rk runKey) (int64, error) {
 	if known {
 		return last, nil
 	}
-	q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = ? AND started_at = ?`, rk.inst, rk.startedAt)
+	q, err := x.queryRow(`SELECT last_seq FROM instance_runs WHERE instance_id = $1 AND started_at = $2`, rk.inst, rk.startedAt)
 	if err != nil {
 		return 0, err
 	}
@@ -348,7 +348,7 @@ func (x *wtx) saveTransitions(service, instance string, inst int64, b *protocol.
 	for i := range b.Transitions {
 		t := &b.Transitions[i]
 		if _, err := x.exec(`INSERT INTO transitions (service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, service, instance, t.Breaker, t.From, t.To, t.At,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, service, instance, t.Breaker, t.From, t.To, t.At,
 			int64(t.Generation), string(causes[i]), t.OpenMillis, now); err != nil {
 			return fmt.Errorf("store: save transition: %w", err)
 		}
@@ -374,8 +374,8 @@ func (x *wtx) saveCommandResults(service, instance string, results []protocol.Co
 		// Only a target of this service's command, for the breaker the
 		// command named: an instance of another service with the same
 		// name cannot answer for it, nor a result naming another breaker.
-		if _, err := x.exec(`UPDATE command_targets SET status = ?, state = ?, error = ?, at = ?
-			WHERE command_id = ? AND instance = ? AND command_id IN (SELECT id FROM commands WHERE id = ? AND service = ? AND breaker = ?)`,
+		if _, err := x.exec(`UPDATE command_targets SET status = $1, state = $2, error = $3, at = $4
+			WHERE command_id = $5 AND instance = $6 AND command_id IN (SELECT id FROM commands WHERE id = $7 AND service = $8 AND breaker = $9)`,
 			status, r.State, r.Error, r.At, r.ID, instance, r.ID, service, r.Breaker); err != nil {
 			return fmt.Errorf("store: save command result: %w", err)
 		}
@@ -443,7 +443,7 @@ func (x *wtx) flushRuns() error {
 		// VALUES names its columns column1, column2... in both SQLite and
 		// PostgreSQL.
 		if err := x.execRows(2, args, func(values string) string {
-			return "UPDATE instances SET last_seen = max(last_seen, v.column2) FROM (VALUES " + values +
+			return "UPDATE instances SET last_seen = " + x.w.d.greatest("last_seen", "v.column2") + " FROM (VALUES " + values +
 				") AS v WHERE instances.id = v.column1"
 		}); err != nil {
 			return fmt.Errorf("store: touch instances: %w", err)
@@ -468,8 +468,8 @@ func (x *wtx) execRows(cols int, args []any, query func(values string) string) e
 }
 
 // placeholders returns n rows of cols integer parameters,
-// "(CAST(? AS BIGINT), ...), ..." (the casts type PostgreSQL's
-// parameters), cached by shape.
+// "(CAST($1 AS BIGINT), CAST($2 AS BIGINT)), ...", numbered from $1 row
+// after row (the casts type PostgreSQL's parameters), cached by shape.
 func placeholders(n, cols int) string {
 	k := [2]int{n, cols}
 	placeholderMu.Lock()
@@ -477,8 +477,21 @@ func placeholders(n, cols int) string {
 	if p, ok := placeholderCache[k]; ok {
 		return p
 	}
-	row := "(" + strings.Repeat("CAST(? AS BIGINT), ", cols-1) + "CAST(? AS BIGINT))"
-	p := strings.Repeat(row+", ", n-1) + row
+	var b strings.Builder
+	for r := range n {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		for c := range cols {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "CAST($%d AS BIGINT)", r*cols+c+1)
+		}
+		b.WriteString(")")
+	}
+	p := b.String()
 	placeholderCache[k] = p
 	return p
 }

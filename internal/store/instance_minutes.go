@@ -137,7 +137,7 @@ func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 	// statements when a key is in both.
 	cut := 8 * len(written)
 	for _, part := range [][]any{args[:cut], args[cut:]} {
-		if err := x.execRows(8, part, imUpsert); err != nil {
+		if err := x.execRows(8, part, x.w.d.imUpsert); err != nil {
 			return nil, fmt.Errorf("store: save instance minute: %w", err)
 		}
 	}
@@ -149,11 +149,11 @@ func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 
 // imUpsert is the statement that adds rows of 8 columns (values) to
 // instance_minutes.
-func imUpsert(values string) string {
+func (d *dialect) imUpsert(values string) string {
 	return `INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
 		VALUES ` + values + `
 		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,
-		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = min(instance_minutes.state_rank, excluded.state_rank)`
+		slow = instance_minutes.slow + excluded.slow, rejected = instance_minutes.rejected + excluded.rejected, state_rank = ` + d.least("instance_minutes.state_rank", "excluded.state_rank")
 }
 
 // writeOwnInstanceMinutes writes this transaction's own instance minutes
@@ -167,7 +167,7 @@ func (x *wtx) writeOwnInstanceMinutes() error {
 	for k, r := range mine {
 		args = append(args, k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
 	}
-	if err := x.execRows(8, args, imUpsert); err != nil {
+	if err := x.execRows(8, args, x.w.d.imUpsert); err != nil {
 		return fmt.Errorf("store: save instance minute: %w", err)
 	}
 	return nil
@@ -185,7 +185,7 @@ func (s *Store) flushInstanceMinutes(ctx context.Context) error {
 // and are read with the table's rows) go once the transaction commits.
 func (x *wtx) expireInstanceMinutes(now int64, keep time.Duration) error {
 	cut := now - keep.Milliseconds()
-	if _, err := x.exec(`DELETE FROM instance_minutes WHERE minute < ?`, cut); err != nil {
+	if _, err := x.exec(`DELETE FROM instance_minutes WHERE minute < $1`, cut); err != nil {
 		return fmt.Errorf("store: expire instance minutes: %w", err)
 	}
 	x.imCut = max(x.imCut, cut)
@@ -223,7 +223,7 @@ func (s *Store) InstanceHistory(ctx context.Context, q cbdash.InstanceHistoryQue
 		hi = q.To.UnixMilli()
 	}
 	var dep int64
-	switch err := s.rdb.QueryRowContext(ctx, `SELECT id FROM dependencies WHERE service = ? AND breaker = ?`, q.Service, q.Breaker).Scan(&dep); {
+	switch err := s.rdb.QueryRowContext(ctx, `SELECT id FROM dependencies WHERE service = $1 AND breaker = $2`, q.Service, q.Breaker).Scan(&dep); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
 	case err != nil:
@@ -285,7 +285,7 @@ func (w *writer) depIM(dep, lo, hi int64) (uint64, map[instMinute]imRow) {
 func (s *Store) instanceHistory(ctx context.Context, dep, lo, hi int64, mem map[instMinute]imRow) ([]cbdash.InstanceMinute, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT m.instance_id, i.name, m.minute, m.calls, m.failures, m.slow, m.rejected, m.state_rank
 		FROM instance_minutes m JOIN instances i ON i.id = m.instance_id
-		WHERE m.dep_id = ? AND m.minute >= ? AND m.minute < ?`, dep, lo, hi)
+		WHERE m.dep_id = $1 AND m.minute >= $2 AND m.minute < $3`, dep, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("store: instance history: %w", err)
 	}
@@ -339,11 +339,12 @@ func (s *Store) instanceHistory(ctx context.Context, dep, lo, hi int64, mem map[
 // instanceNames sets names[id] for each of ids (instances rows).
 func (s *Store) instanceNames(ctx context.Context, ids []int64, names map[int64]string) error {
 	for part := range slices.Chunk(ids, 500) {
-		args := make([]any, len(part))
+		var args params
+		list := make([]string, len(part))
 		for i, id := range part {
-			args[i] = id
+			list[i] = args.add(id)
 		}
-		rows, err := s.rdb.QueryContext(ctx, `SELECT id, name FROM instances WHERE id IN (?`+strings.Repeat(", ?", len(part)-1)+`)`, args...)
+		rows, err := s.rdb.QueryContext(ctx, `SELECT id, name FROM instances WHERE id IN (`+strings.Join(list, ", ")+`)`, args...)
 		if err != nil {
 			return err
 		}
@@ -386,7 +387,7 @@ func (s *Store) FleetNotClosed(ctx context.Context, from, to time.Time) ([]cbdas
 	// partial index instance_minutes_not_closed says it (migration 00024):
 	// a planner uses it only for a query that says the same.
 	rows, err := s.rdb.QueryContext(ctx, `SELECT minute, dep_id, instance_id FROM instance_minutes
-		WHERE state_rank < 3 AND minute >= ? AND minute < ?`, lo, hi)
+		WHERE state_rank < 3 AND minute >= $1 AND minute < $2`, lo, hi)
 	if err != nil {
 		return nil, fmt.Errorf("store: fleet not closed: %w", err)
 	}

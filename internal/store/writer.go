@@ -402,7 +402,7 @@ func (w *writer) committedAfterAll(txid int64) bool {
 	defer cancel()
 	for {
 		var status sql.NullString
-		if err := w.db.QueryRowContext(ctx, w.d.q("SELECT txid_status(?)"), txid).Scan(&status); err != nil {
+		if err := w.db.QueryRowContext(ctx, "SELECT txid_status($1)", txid).Scan(&status); err != nil {
 			return false
 		}
 		if status.String != "in progress" {
@@ -430,7 +430,7 @@ func (w *writer) prepare(queries []string) {
 		if _, ok := w.prepared[q]; ok || len(w.prepared) >= maxPrepared {
 			continue
 		}
-		if st, err := w.db.PrepareContext(context.Background(), w.d.q(q)); err == nil {
+		if st, err := w.db.PrepareContext(context.Background(), q); err == nil {
 			w.prepared[q] = st
 		}
 	}
@@ -556,7 +556,7 @@ func (x *wtx) st(query string) (*sql.Stmt, error) {
 		x.stmts[query] = st
 		return st, nil
 	}
-	st, err := x.tx.PrepareContext(x.ctx, x.w.d.q(query))
+	st, err := x.tx.PrepareContext(x.ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %q: %w", query, err)
 	}
