@@ -76,8 +76,9 @@ func (c *recordConn) delivered() ([]cbdash.Command, []string) {
 	return append([]cbdash.Command(nil), c.got...), append([]string(nil), c.unstored...)
 }
 
-// gatedStore is a real store whose coverage writes for instance "a" wait
-// at a gate: reached is signalled, then they wait for open to close.
+// gatedStore is a real store whose coverage writes for instance "a"
+// (AddHoldCoverage, or an ApplyHold with a delivery to "a") wait at a
+// gate: reached is signalled, then they wait for open to close.
 type gatedStore struct {
 	*store.Store
 	reached chan struct{}
@@ -91,6 +92,17 @@ func (g *gatedStore) AddHoldCoverage(ctx context.Context, holdID string, c cbdas
 		<-g.open
 	}
 	return g.Store.AddHoldCoverage(ctx, holdID, c)
+}
+
+func (g *gatedStore) ApplyHold(ctx context.Context, ds []cbdash.HoldDelivery) error {
+	for _, d := range ds {
+		if d.Coverage != nil && d.Coverage.Instance == "a" {
+			g.once.Do(func() { close(g.reached) })
+			<-g.open
+			break
+		}
+	}
+	return g.Store.ApplyHold(ctx, ds)
 }
 
 type nopEvents struct{}
