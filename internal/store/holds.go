@@ -331,7 +331,7 @@ func (s *Store) ApplyHold(ctx context.Context, deliveries []cbdash.HoldDelivery)
 	if len(deliveries) == 0 {
 		return nil
 	}
-	return s.w.do(ctx, &op{run: func(x *wtx) error {
+	return s.w.do(ctx, &op{prompt: true, run: func(x *wtx) error {
 		stored := make(map[string]bool) // command ids known to be stored
 		holds := make(map[string]bool)  // hold ids known to be stored
 		for _, d := range deliveries {
