@@ -298,6 +298,24 @@ type HoldCoverage struct {
 	AnsweredAt time.Time `json:"answered_at,omitzero"`
 }
 
+// HoldDelivery is one instance breaker's part of applying a hold (or its
+// release), as the store records it in one write with others (see the
+// store's ApplyHold): the command the hold is sent as, the instance as
+// one of its targets, and, for a hold, the coverage row that records it.
+type HoldDelivery struct {
+	// Command is created, with Target as its first target, when no
+	// command of its id is stored; otherwise Target is added to the
+	// stored one (its other fields are then ignored).
+	Command Command
+	// Target is recorded as a target of Command, replacing one of the
+	// same instance.
+	Target CommandTarget
+	// Coverage, when set, is recorded for hold Command.HoldID (replacing
+	// the row of an earlier send to the same agent process); nil for a
+	// release.
+	Coverage *HoldCoverage
+}
+
 // HoldQuery selects holds, newest first.
 type HoldQuery struct {
 	// LiveAt, when set, keeps the holds live at that time.

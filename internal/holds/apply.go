@@ -2,13 +2,10 @@ package holds
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // turns orders the work for one instance key: one turn at a time per
@@ -46,6 +43,22 @@ func (t *turns) take(k Key) (done func()) {
 	}
 }
 
+// takeAll waits for the turns of keys, one after another, and returns
+// the function that ends them all. keys must be distinct. Only a change
+// of holds (one at a time) takes several turns, so two takeAll never
+// wait for each other.
+func (t *turns) takeAll(keys []Key) (done func()) {
+	dones := make([]func(), len(keys))
+	for i, k := range keys {
+		dones[i] = t.take(k)
+	}
+	return func() {
+		for i := len(dones) - 1; i >= 0; i-- {
+			dones[i]()
+		}
+	}
+}
+
 // stepKind is what a step sends.
 type stepKind int
 
@@ -70,7 +83,7 @@ type step struct {
 // waits for k's own work in progress, never for another instance's. It
 // does nothing when k has no connection.
 func (m *Manager) Hello(ctx context.Context, k Key) {
-	m.reconcile(ctx, k, func() (Instance, bool) {
+	m.reconcile(ctx, []Key{k}, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
 		return inst, ok && inst.Conn != nil
 	}, true)
@@ -83,39 +96,75 @@ func (m *Manager) Hello(ctx context.Context, k Key) {
 // released meanwhile reaches it at its next ingest. It does nothing when
 // k has a connection.
 func (m *Manager) Pull(ctx context.Context, k Key) {
-	m.reconcile(ctx, k, func() (Instance, bool) {
+	m.reconcile(ctx, []Key{k}, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
 		inst.Pull = true
 		return inst, ok && inst.Conn == nil
 	}, true)
 }
 
-// reconcile sends instance k whatever its breakers need to be governed by
-// the right hold, in k's turn: fetch returns the instance as it is now
-// (ok false: nothing to do). The plan is made under mu, carried out
-// outside it, and its outcome recorded under mu; when the holds changed
-// meanwhile the instance is planned again.
-func (m *Manager) reconcile(ctx context.Context, k Key, fetch func() (Instance, bool), atHello bool) {
-	done := m.turns.take(k)
+// fetchFunc returns instance k as it is now; ok false: nothing to do for
+// it.
+type fetchFunc func(k Key) (inst Instance, ok bool)
+
+// chunk is how many instances a change of holds applies at once: their
+// writes are one store write (Store.ApplyHold), their turns are taken
+// together. A larger chunk makes fewer, longer writes (a hello of another
+// instance may wait behind one); 1,000 instances are 4 writes.
+const chunk = 250
+
+// reconcileAll is reconcile of keys (distinct), chunk instances at a
+// time, in the order given.
+func (m *Manager) reconcileAll(ctx context.Context, keys []Key, fetch fetchFunc) {
+	for len(keys) > 0 {
+		n := min(chunk, len(keys))
+		m.reconcile(ctx, keys[:n], fetch, false)
+		keys = keys[n:]
+	}
+}
+
+// plan is what one instance needs sent (steps), and what of it went out
+// (sent[i]: steps[i]; false when the store failed).
+type plan struct {
+	inst  Instance
+	steps []step
+	sent  []bool
+}
+
+// reconcile sends instances keys (distinct) whatever their breakers need
+// to be governed by the right hold, in their turns: fetch returns each
+// as it is now. The plans are made under mu, carried out outside it (one
+// store write for them all), and their outcome recorded under mu; when
+// the holds changed meanwhile the instances are planned again.
+func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, atHello bool) {
+	done := m.turns.takeAll(keys)
 	defer done()
 	for {
-		inst, ok := fetch()
+		insts := make([]Instance, 0, len(keys))
+		oks := make([]bool, 0, len(keys))
+		for _, k := range keys {
+			inst, ok := fetch(k)
+			insts, oks = append(insts, inst), append(oks, ok)
+		}
 		now := m.now().UTC()
 		m.mu.Lock()
-		m.purgeLocked(k)
-		if !ok {
-			m.mu.Unlock()
-			return
-		}
 		gen := m.gen
-		steps := m.planLocked(inst, atHello, now)
+		plans := make([]*plan, 0, len(keys))
+		for i, k := range keys {
+			m.purgeLocked(k)
+			if oks[i] {
+				plans = append(plans, &plan{inst: insts[i], steps: m.planLocked(insts[i], atHello, now)})
+			}
+		}
 		m.mu.Unlock()
-		sent := m.carryOut(ctx, inst, steps, now)
+		m.carryOut(ctx, plans, now)
 		m.mu.Lock()
-		m.recordLocked(inst, steps, sent)
+		for _, p := range plans {
+			m.recordLocked(p.inst, p.steps, p.sent)
+		}
 		again := m.gen != gen
 		m.mu.Unlock()
-		if !again {
+		if !again || len(plans) == 0 {
 			return
 		}
 		atHello = false // what a hello resends has gone out
@@ -197,20 +246,6 @@ func (m *Manager) sendStepLocked(inst Instance, b string, prev appliedHold, had 
 	return step{kind: sendHold, breaker: b, hold: win, cmdID: cmdID, late: late}, true
 }
 
-// carryOut writes and sends each step, in order; sent[i] reports whether
-// steps[i] went out (false when the store failed).
-func (m *Manager) carryOut(ctx context.Context, inst Instance, steps []step, now time.Time) []bool {
-	sent := make([]bool, len(steps))
-	for i, s := range steps {
-		if s.kind == sendRelease {
-			sent[i] = m.sendRelease(ctx, inst, s.breaker, s.hold, now)
-		} else {
-			sent[i] = m.send(ctx, inst, s.breaker, s.hold, s.cmdID, now, s.late)
-		}
-	}
-	return sent
-}
-
 // recordLocked records what the steps that went out applied.
 func (m *Manager) recordLocked(inst Instance, steps []step, sent []bool) {
 	k := inst.key()
@@ -226,74 +261,4 @@ func (m *Manager) recordLocked(inst Instance, steps []step, sent []bool) {
 			delete(m.applied[k], s.breaker)
 		}
 	}
-}
-
-// send records and sends hold h to breaker b of inst as command cmdID,
-// with its coverage row (JoinedLate late). It reports whether the command
-// was sent (false when the store failed).
-func (m *Manager) send(ctx context.Context, inst Instance, b string, h cbdash.HoldRecord, cmdID string, now time.Time, late bool) bool {
-	cmd := cbdash.Command{ID: cmdID, HoldID: h.ID, IssuedAt: h.CreatedAt, ExpiresAt: h.Until,
-		CommandRequest: cbdash.CommandRequest{Service: inst.Ref.Service, Breaker: b, Action: h.Action, TTL: h.TTL,
-			Reason: h.Reason, Actor: h.Actor, Instance: strings.Join(h.Selector.Instances, ","), Share: h.Selector.Share}}
-	if err := m.target(ctx, cmd, inst.Ref.Instance); err != nil {
-		m.log.Error("record hold target", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
-		return false
-	}
-	cov := cbdash.HoldCoverage{Service: inst.Ref.Service, Instance: inst.Ref.Instance, Breaker: b, StartedAt: inst.StartedAt,
-		CommandID: cmdID, CoveredAt: now, JoinedLate: late}
-	if err := m.cfg.Store.AddHoldCoverage(ctx, h.ID, cov); err != nil {
-		m.log.Error("record hold coverage", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
-	}
-	m.cover1(coverKey{inst.key(), b}, coverSpan{holdID: h.ID, from: now.UnixMilli(), to: h.End().UnixMilli()})
-	if inst.Conn != nil { // a pulling instance reads it from its pending commands
-		inst.Conn.Deliver(cmd, now)
-	}
-	return true
-}
-
-// sendRelease records and sends breaker b of inst the release of hold h.
-func (m *Manager) sendRelease(ctx context.Context, inst Instance, b string, h cbdash.HoldRecord, now time.Time) bool {
-	cmd := cbdash.Command{ID: ReleaseCommandID(h.ID, inst.Ref.Service), HoldID: h.ID, IssuedAt: h.ReleasedAt,
-		ExpiresAt: h.ReleasedAt.Add(m.cfg.CommandDelivery),
-		CommandRequest: cbdash.CommandRequest{Service: inst.Ref.Service, Breaker: b, Action: protocol.ActionRelease,
-			Reason: h.ReleaseReason, Actor: h.ReleasedBy}}
-	if err := m.target(ctx, cmd, inst.Ref.Instance); err != nil {
-		m.log.Error("record hold release target", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
-		return false
-	}
-	if inst.Conn != nil {
-		inst.Conn.Deliver(cmd, now)
-	}
-	return true
-}
-
-// target records instance as a pending target of cmd, creating cmd in the
-// audit log the first time, and publishes the command.
-func (m *Manager) target(ctx context.Context, cmd cbdash.Command, instance string) error {
-	st := m.cfg.Store
-	t := cbdash.CommandTarget{Instance: instance, Status: cbdash.TargetPending}
-	m.mu.Lock()
-	known := m.cmds[cmd.ID]
-	m.mu.Unlock()
-	if !known {
-		cmd.Targets = []cbdash.CommandTarget{t}
-		err := st.CreateCommand(ctx, cmd)
-		if err != nil && !errors.Is(err, cbdash.ErrConflict) {
-			return err
-		}
-		m.mu.Lock()
-		m.cmds[cmd.ID] = true
-		m.mu.Unlock()
-		if err == nil {
-			m.cfg.Events.Publish(cbdash.Event{Kind: cbdash.EventCommand, At: m.now(), Command: &cmd})
-			return nil
-		}
-	}
-	if err := st.SetCommandTarget(ctx, cmd.ID, t); err != nil {
-		return err
-	}
-	if stored, err := st.Command(ctx, cmd.ID); err == nil {
-		m.cfg.Events.Publish(cbdash.Event{Kind: cbdash.EventCommand, At: m.now(), Command: &stored})
-	}
-	return nil
 }

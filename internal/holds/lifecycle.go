@@ -35,9 +35,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
-	for _, k := range keys {
-		m.reconcile(ctx, k, m.known(k), false) // forgets what was applied of the ended holds
-	}
+	m.reconcileAll(ctx, sortKeys(keys), m.known) // forgets what was applied of the ended holds
 	done()
 	m.FlushStats(ctx)
 	m.pruneSpans(now)
@@ -73,16 +71,16 @@ func (m *Manager) Adopt(ctx context.Context, hs []cbdash.HoldRecord) {
 	if !changed {
 		return
 	}
+	var keys []Key
 	for _, inst := range m.cfg.Instances.HoldInstances() {
-		if !inst.Reachable() {
-			continue
+		if inst.Reachable() {
+			keys = append(keys, inst.key())
 		}
-		k := inst.key()
-		m.reconcile(ctx, k, func() (Instance, bool) {
-			inst, ok := m.cfg.Instances.HoldInstance(k)
-			return inst, ok && inst.Reachable()
-		}, false)
 	}
+	m.reconcileAll(ctx, keys, func(k Key) (Instance, bool) {
+		inst, ok := m.cfg.Instances.HoldInstance(k)
+		return inst, ok && inst.Reachable()
+	})
 }
 
 // Restore loads from the store the holds that have not expired (up to

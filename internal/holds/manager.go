@@ -1,9 +1,11 @@
 package holds
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +71,10 @@ type Store interface {
 	Hold(ctx context.Context, id string) (cbdash.HoldRecord, error)
 	Holds(ctx context.Context, q cbdash.HoldQuery) ([]cbdash.HoldRecord, error)
 	AddHoldCoverage(ctx context.Context, holdID string, c cbdash.HoldCoverage) error
+	// ApplyHold records deliveries in one write, all or none (see the
+	// store's): ErrInvalid or ErrNotFound as CreateCommand,
+	// SetCommandTarget and AddHoldCoverage.
+	ApplyHold(ctx context.Context, deliveries []cbdash.HoldDelivery) error
 	SaveHoldStats(ctx context.Context, holdID string, stats []cbdash.HoldCounts) error
 	HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCounts, error)
 	CreateCommand(ctx context.Context, c cbdash.Command) error
@@ -193,12 +199,10 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 		m.reach[h.ID][k] = true
 	}
 	m.mu.Unlock()
-	for _, k := range keys {
-		m.reconcile(ctx, k, func() (Instance, bool) {
-			inst, ok := m.cfg.Instances.HoldInstance(k)
-			return inst, ok && inst.Reachable() && coversAny(h.Selector, inst)
-		}, false)
-	}
+	m.reconcileAll(ctx, keys, func(k Key) (Instance, bool) {
+		inst, ok := m.cfg.Instances.HoldInstance(k)
+		return inst, ok && inst.Reachable() && coversAny(h.Selector, inst)
+	})
 	m.mu.Lock()
 	delete(m.reach, h.ID)
 	m.mu.Unlock()
@@ -256,9 +260,7 @@ func (m *Manager) Release(ctx context.Context, id, actor, reason string) (cbdash
 	}
 	m.mu.Unlock()
 	m.endSpans(id, now)
-	for _, k := range keys {
-		m.reconcile(ctx, k, m.known(k), false)
-	}
+	m.reconcileAll(ctx, sortKeys(keys), m.known)
 	done()
 	m.cfg.Cluster.HoldChanged(ctx, id)
 	m.FlushStats(ctx)
@@ -273,8 +275,14 @@ func (m *Manager) change() (done func()) {
 }
 
 // known fetches instance k as it is, reachable or not.
-func (m *Manager) known(k Key) func() (Instance, bool) {
-	return func() (Instance, bool) { return m.cfg.Instances.HoldInstance(k) }
+func (m *Manager) known(k Key) (Instance, bool) { return m.cfg.Instances.HoldInstance(k) }
+
+// sortKeys sorts keys by service then instance, and returns them.
+func sortKeys(keys []Key) []Key {
+	slices.SortFunc(keys, func(a, b Key) int {
+		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.Instance, b.Instance))
+	})
+	return keys
 }
 
 // Holds returns the holds live at now (live true) or every hold, newest

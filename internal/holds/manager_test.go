@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -76,8 +77,9 @@ func (c *recordConn) delivered() ([]cbdash.Command, []string) {
 	return append([]cbdash.Command(nil), c.got...), append([]string(nil), c.unstored...)
 }
 
-// gatedStore is a real store whose coverage writes for instance "a" wait
-// at a gate: reached is signalled, then they wait for open to close.
+// gatedStore is a real store whose coverage writes for instance "a"
+// (AddHoldCoverage, or an ApplyHold with a delivery to "a") wait at a
+// gate: reached is signalled, then they wait for open to close.
 type gatedStore struct {
 	*store.Store
 	reached chan struct{}
@@ -91,6 +93,17 @@ func (g *gatedStore) AddHoldCoverage(ctx context.Context, holdID string, c cbdas
 		<-g.open
 	}
 	return g.Store.AddHoldCoverage(ctx, holdID, c)
+}
+
+func (g *gatedStore) ApplyHold(ctx context.Context, ds []cbdash.HoldDelivery) error {
+	for _, d := range ds {
+		if d.Coverage != nil && d.Coverage.Instance == "a" {
+			g.once.Do(func() { close(g.reached) })
+			<-g.open
+			break
+		}
+	}
+	return g.Store.ApplyHold(ctx, ds)
 }
 
 type nopEvents struct{}
@@ -255,5 +268,59 @@ func TestAHoldReleasedWhileAHelloAppliesItIsReleasedThere(t *testing.T) {
 	defer m.mu.Unlock()
 	if a := m.applied[Key{"fleet", "a"}]; len(a) != 0 {
 		t.Errorf("still applied: %+v", a)
+	}
+}
+
+// countEvents counts the command events published.
+type countEvents struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countEvents) Publish(cbdash.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+}
+
+// A fleet-wide hold is written a chunk of instances at a time: one store
+// write per chunk (the commands, their targets and the coverage rows),
+// not three per instance, and each chunk's command published once, with
+// every target stored so far. Every instance is still covered, and sent
+// its command after it was stored.
+func TestAFleetWideHoldIsWrittenAChunkAtATime(t *testing.T) {
+	m, f, st := newTestManager(t)
+	ev := &countEvents{}
+	m.cfg.Events = ev
+	close(st.open)
+	ctx := context.Background()
+	const n = 2*chunk + 10
+	conns := make([]*recordConn, n)
+	for i := range n {
+		conns[i] = f.connect(st.Store, Key{"fleet", fmt.Sprintf("f-%04d", i)})
+	}
+	txs := st.Stats().Transactions
+	h, err := m.Create(ctx, holdOf("fleet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := st.Stats().Transactions - txs; w > 1+3 {
+		t.Errorf("the hold took %d store writes, want 4 (the hold, 3 chunks)", w)
+	}
+	if len(h.Coverage) != n {
+		t.Errorf("%d covered, want %d", len(h.Coverage), n)
+	}
+	if ev.n != 3 {
+		t.Errorf("%d command events, want 3 (one a chunk)", ev.n)
+	}
+	for i, c := range conns {
+		got, unstored := c.delivered()
+		if len(got) != 1 || got[0].ID != CommandID(h.ID, "fleet") || len(unstored) > 0 {
+			t.Fatalf("instance %d was delivered %+v (unstored %v), want the hold's command once", i, got, unstored)
+		}
+	}
+	cmd, err := st.Command(ctx, CommandID(h.ID, "fleet"))
+	if err != nil || len(cmd.Targets) != n {
+		t.Fatalf("command %d targets, %v; want %d", len(cmd.Targets), err, n)
 	}
 }

@@ -45,8 +45,7 @@ func (s *Store) CreateCommand(ctx context.Context, c cbdash.Command) error {
 		if n > 0 {
 			return fmt.Errorf("%w: command %q exists", cbdash.ErrConflict, c.ID)
 		}
-		if _, err := x.exec(`INSERT INTO commands (id, service, breaker, action, instance, share, ttl_ms, reason, actor, issued_at, expires_at, hold_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, c.ID, c.Service, c.Breaker, c.Action, c.Instance, c.Share,
+		if _, err := x.exec(insertCommand, c.ID, c.Service, c.Breaker, c.Action, c.Instance, c.Share,
 			c.TTL.Milliseconds(), c.Reason, c.Actor, ms(c.IssuedAt), ms(c.ExpiresAt), c.HoldID); err != nil {
 			return fmt.Errorf("store: create command: %w", err)
 		}
@@ -58,6 +57,10 @@ func (s *Store) CreateCommand(ctx context.Context, c cbdash.Command) error {
 		return nil
 	}})
 }
+
+// insertCommand records a command (its targets are rows of their own).
+const insertCommand = `INSERT INTO commands (id, service, breaker, action, instance, share, ttl_ms, reason, actor, issued_at, expires_at, hold_id)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 func checkTarget(t cbdash.CommandTarget) error {
 	if err := checkNames("target instance", t.Instance); err != nil {

@@ -76,3 +76,26 @@ func TestAGroupOfFullStreamsDoesNotWait(t *testing.T) {
 		}
 	}
 }
+
+// waits: a group of several ops waits for company unless none can come
+// (allFull) or one of them is prompt (a hello whose agent waits for its
+// welcome, a hold's deliveries): those were kept up to groupWait.
+func TestAGroupWithAPromptOpDoesNotWait(t *testing.T) {
+	a := new(Stream)
+	tests := []struct {
+		name  string
+		group []*op
+		want  bool
+	}{
+		{"a stream with room", []*op{{stream: a}, {stream: a}}, true},
+		{"callers, none prompt", []*op{{}, {}}, true},
+		{"a hello among callers", []*op{{}, {prompt: true}}, false},
+		{"a hello among a stream's batches", []*op{{stream: a}, {prompt: true}, {stream: a}}, false},
+		{"full streams", []*op{{stream: a, full: true}, {stream: a}}, false},
+	}
+	for _, tt := range tests {
+		if got := waits(tt.group); got != tt.want {
+			t.Errorf("%s: waits = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -112,15 +112,20 @@ func (s *Store) AddHoldCoverage(ctx context.Context, holdID string, c cbdash.Hol
 		if n == 0 {
 			return fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, holdID)
 		}
-		if _, err := x.exec(`INSERT INTO hold_coverage (hold_id, service, instance, breaker, started_at, command_id, covered_at, joined_late)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hold_id, service, instance, breaker, started_at) DO UPDATE SET
-			command_id = excluded.command_id, covered_at = excluded.covered_at`,
+		if _, err := x.exec(insertCoverage,
 			holdID, c.Service, c.Instance, c.Breaker, c.StartedAt, c.CommandID, ms(c.CoveredAt), c.JoinedLate); err != nil {
 			return fmt.Errorf("store: hold coverage: %w", err)
 		}
 		return nil
 	}})
 }
+
+// insertCoverage records a coverage row, replacing the command id and
+// time of an earlier send to the same agent process (its JoinedLate
+// stays).
+const insertCoverage = `INSERT INTO hold_coverage (hold_id, service, instance, breaker, started_at, command_id, covered_at, joined_late)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hold_id, service, instance, breaker, started_at) DO UPDATE SET
+	command_id = excluded.command_id, covered_at = excluded.covered_at`
 
 const holdColumns = `id, selector, action, ttl_ms, reason, actor, created_at, until, released_at, released_by, release_reason`
 
@@ -307,4 +312,104 @@ func (s *Store) HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCoun
 		return nil, fmt.Errorf("store: hold stats: %w", err)
 	}
 	return out, nil
+}
+
+// ApplyHold records deliveries, in order, in one store write (one
+// transaction): what CreateCommand (or SetCommandTarget for a command
+// already stored) and AddHoldCoverage would record for each, without a
+// group commit per row. It writes all of them or none. Errors:
+// cbdash.ErrInvalid as CreateCommand, SetCommandTarget and
+// AddHoldCoverage (nothing is written); cbdash.ErrNotFound when a
+// coverage row names a hold that is not stored (nothing is written);
+// ErrClosed, ctx's or a wrapped driver error.
+func (s *Store) ApplyHold(ctx context.Context, deliveries []cbdash.HoldDelivery) error {
+	for _, d := range deliveries {
+		if err := checkDelivery(d); err != nil {
+			return err
+		}
+	}
+	if len(deliveries) == 0 {
+		return nil
+	}
+	return s.w.do(ctx, &op{prompt: true, run: func(x *wtx) error {
+		stored := make(map[string]bool) // command ids known to be stored
+		holds := make(map[string]bool)  // hold ids known to be stored
+		for _, d := range deliveries {
+			if err := x.deliverHold(d, stored, holds); err != nil {
+				return err
+			}
+		}
+		return nil
+	}})
+}
+
+// checkDelivery checks what ApplyHold is given for one delivery.
+func checkDelivery(d cbdash.HoldDelivery) error {
+	c := d.Command
+	if err := checkNames("id", c.ID, "service", c.Service, "breaker", c.Breaker); err != nil {
+		return err
+	}
+	if !protocol.ValidAction(c.Action) {
+		return fmt.Errorf("%w: unknown action %q", cbdash.ErrInvalid, c.Action)
+	}
+	if err := checkTarget(d.Target); err != nil {
+		return err
+	}
+	if cv := d.Coverage; cv != nil {
+		return checkNames("service", cv.Service, "instance", cv.Instance, "breaker", cv.Breaker, "command id", cv.CommandID,
+			"hold id", c.HoldID)
+	}
+	return nil
+}
+
+// deliverHold writes one delivery of ApplyHold; stored and holds are the
+// command and hold ids already found (or written) in this transaction.
+func (x *wtx) deliverHold(d cbdash.HoldDelivery, stored, holds map[string]bool) error {
+	c := d.Command
+	if !stored[c.ID] {
+		n, err := x.count("SELECT count(*) FROM commands WHERE id = $1", c.ID)
+		if err != nil {
+			return fmt.Errorf("store: apply hold: %w", err)
+		}
+		if n == 0 {
+			if _, err := x.exec(insertCommand, c.ID, c.Service, c.Breaker, c.Action, c.Instance, c.Share,
+				c.TTL.Milliseconds(), c.Reason, c.Actor, ms(c.IssuedAt), ms(c.ExpiresAt), c.HoldID); err != nil {
+				return fmt.Errorf("store: apply hold: %w", err)
+			}
+		}
+		stored[c.ID] = true
+	}
+	if err := x.putTarget(c.ID, d.Target); err != nil {
+		return err
+	}
+	cv := d.Coverage
+	if cv == nil {
+		return nil
+	}
+	if !holds[c.HoldID] {
+		n, err := x.count("SELECT count(*) FROM holds WHERE id = $1", c.HoldID)
+		if err != nil {
+			return fmt.Errorf("store: apply hold: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, c.HoldID)
+		}
+		holds[c.HoldID] = true
+	}
+	if _, err := x.exec(insertCoverage,
+		c.HoldID, cv.Service, cv.Instance, cv.Breaker, cv.StartedAt, cv.CommandID, ms(cv.CoveredAt), cv.JoinedLate); err != nil {
+		return fmt.Errorf("store: apply hold: %w", err)
+	}
+	return nil
+}
+
+// count runs a query of one count in the transaction.
+func (x *wtx) count(query string, args ...any) (int, error) {
+	q, err := x.queryRow(query, args...)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = q.Scan(&n)
+	return n, err
 }

@@ -128,3 +128,74 @@ func TestHoldsAreStoredDesiredStateWithCoverageAndRelease(t *testing.T) {
 		t.Fatal("deleting holds succeeded; they are part of the audit log")
 	}
 }
+
+// ApplyHold records a hold's commands, their pending targets and its
+// coverage rows for many instances in one transaction; a delivery to a
+// hold that is not stored, or an invalid one, writes nothing.
+func TestApplyHoldRecordsAChunkOfDeliveriesInOneWrite(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{})
+	at := clocktest.Epoch()
+	h := cbdash.HoldRecord{ID: "h01", HoldRequest: cbdash.HoldRequest{Selector: cbdash.Selector{Service: "pay", Breaker: "db"},
+		Action: protocol.ActionForceOpen, TTL: time.Hour, Reason: "drill", Actor: "otto"}, CreatedAt: at, Until: at.Add(time.Hour)}
+	if err := s.CreateHold(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	cmd := cbdash.Command{ID: "h01-aa", HoldID: "h01", IssuedAt: at, ExpiresAt: h.Until,
+		CommandRequest: cbdash.CommandRequest{Service: "pay", Breaker: "db", Action: protocol.ActionForceOpen, TTL: time.Hour, Actor: "otto"}}
+	var ds []cbdash.HoldDelivery
+	for _, inst := range []string{"p1", "p2", "p3"} {
+		ds = append(ds, cbdash.HoldDelivery{Command: cmd, Target: cbdash.CommandTarget{Instance: inst, Status: cbdash.TargetPending},
+			Coverage: &cbdash.HoldCoverage{Service: "pay", Instance: inst, Breaker: "db", StartedAt: 7, CommandID: cmd.ID,
+				CoveredAt: at, JoinedLate: inst == "p3"}})
+	}
+	rel := cbdash.Command{ID: "h00-rel", HoldID: "h01", IssuedAt: at, ExpiresAt: at.Add(time.Minute),
+		CommandRequest: cbdash.CommandRequest{Service: "pay", Breaker: "db", Action: protocol.ActionRelease, Actor: "otto"}}
+	ds = append(ds, cbdash.HoldDelivery{Command: rel, Target: cbdash.CommandTarget{Instance: "p4", Status: cbdash.TargetPending}})
+	txs := s.Stats().Transactions
+	if err := s.ApplyHold(ctx, ds); err != nil {
+		t.Fatalf("ApplyHold: %v", err)
+	}
+	if n := s.Stats().Transactions - txs; n != 1 {
+		t.Errorf("ApplyHold took %d transactions, want 1", n)
+	}
+	got, err := s.Command(ctx, cmd.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Targets) != 3 || got.Targets[0].Instance != "p1" || got.Targets[2].Status != cbdash.TargetPending || got.HoldID != "h01" {
+		t.Errorf("command %+v, want p1-p3 pending", got)
+	}
+	if r, err := s.Command(ctx, rel.ID); err != nil || len(r.Targets) != 1 || r.Action != protocol.ActionRelease {
+		t.Errorf("release = %+v, %v; want p4 pending", r, err)
+	}
+	stored, err := s.Hold(ctx, "h01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Coverage) != 3 || stored.Coverage[0].JoinedLate || !stored.Coverage[2].JoinedLate {
+		t.Errorf("coverage %+v, want p1-p3, p3 late", stored.Coverage)
+	}
+	// Again to a stored command: targets and coverage are replaced, not doubled.
+	if err := s.ApplyHold(ctx, ds[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Command(ctx, cmd.ID); len(got.Targets) != 3 {
+		t.Errorf("targets %+v after a second delivery to p1, want 3", got.Targets)
+	}
+
+	lost := cbdash.HoldDelivery{Command: cbdash.Command{ID: "h02-aa", HoldID: "h02", CommandRequest: cmd.CommandRequest},
+		Target: ds[0].Target, Coverage: ds[0].Coverage}
+	if err := s.ApplyHold(ctx, []cbdash.HoldDelivery{{Command: cbdash.Command{ID: "h02-bb", HoldID: "h02", CommandRequest: cmd.CommandRequest},
+		Target: ds[0].Target}, lost}); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Fatalf("ApplyHold to an unknown hold = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Command(ctx, "h02-bb"); !errors.Is(err, cbdash.ErrNotFound) {
+		t.Errorf("a failed ApplyHold stored command h02-bb: %v", err)
+	}
+	bad := ds[0]
+	bad.Target.Instance = ""
+	if err := s.ApplyHold(ctx, []cbdash.HoldDelivery{bad}); !errors.Is(err, cbdash.ErrInvalid) {
+		t.Errorf("ApplyHold of a target without an instance = %v, want ErrInvalid", err)
+	}
+}

@@ -68,7 +68,7 @@ func (s *Store) SaveHello(ctx context.Context, h protocol.Hello, at time.Time) e
 	}
 	namesJSON, _ := json.Marshal(names)
 	now := ms(at)
-	return s.w.do(ctx, &op{run: func(x *wtx) error {
+	return s.w.do(ctx, &op{prompt: true, run: func(x *wtx) error {
 		return x.saveHello(&h, string(labels), configs, string(namesJSON), now)
 	}})
 }

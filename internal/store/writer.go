@@ -49,6 +49,10 @@ type op struct {
 	// dryRun runs the op alone in a transaction of its own, with the
 	// group's flush, that is rolled back whatever happens (Store.Probe's).
 	dryRun bool
+	// prompt: someone waits for this op before going on (an agent for
+	// its hello's welcome, an operator for a hold): its group commits
+	// what is queued without waiting for company (see waits).
+	prompt bool
 }
 
 // writer is the single goroutine that owns every write.
@@ -258,7 +262,7 @@ func (w *writer) run() {
 		}
 		group = append(group[:0], first)
 		group = w.collect(group)
-		if len(group) > 1 && len(group) < w.maxGroup && !allFull(group) {
+		if len(group) > 1 && len(group) < w.maxGroup && waits(group) {
 			group = w.collectFor(group, groupWait)
 		}
 		w.commit(group)
@@ -298,8 +302,9 @@ func (w *writer) collect(group []*op) []*op {
 }
 
 // collectFor appends the ops that arrive within d, up to maxGroup, and
-// stops early when none arrives for groupIdle (groupIdleMany once
-// groupMany have arrived during the wait): a few writers that each wait
+// stops early when a prompt op arrives (see waits), or when none arrives
+// for groupIdle (groupIdleMany once groupMany have arrived during the
+// wait): a few writers that each wait
 // for their last op (a handful of HTTP agents, agents resending a
 // backlog, however many ops they had queued at once) are not kept
 // waiting for company that is not coming, while the pauses of a busy
@@ -315,6 +320,9 @@ func (w *writer) collectFor(group []*op, d time.Duration) []*op {
 		select {
 		case o := <-w.queue:
 			group = append(group, o)
+			if o.prompt { // someone waits for it: no more company
+				return group
+			}
 			arrived++
 			idle.Reset(idleFor(arrived))
 		case <-idle.C:
@@ -491,6 +499,22 @@ func allFull(group []*op) bool {
 		}
 	}
 	return true
+}
+
+// waits reports whether a group of several ops waits for company: not
+// when none can come (allFull), nor when one of them is prompt. The wait
+// shares a transaction's costs among a stream of batches, whose
+// acknowledgements nobody waits for; a hello's welcome (the agent's
+// connection reads nothing more until it has it) or a hold's creation
+// would wait up to groupWait for it, for every hello during a
+// fleet-wide hold.
+func waits(group []*op) bool {
+	for _, o := range group {
+		if o.prompt {
+			return false
+		}
+	}
+	return !allFull(group)
 }
 
 // idleFor is the idle wait of a group after n operations arrived while
