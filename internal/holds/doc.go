@@ -45,5 +45,6 @@
 // instance's. When the holds changed while an instance's plan was being
 // carried out (a generation count under mu), the instance is planned
 // again before its turn ends. Statistics have their own lock (statsMu),
-// which takes nothing else: Observe runs on the store's goroutine.
+// which takes nothing else: Observe runs on the ingest sessions'
+// goroutines once a batch is stored.
 package holds

@@ -14,6 +14,7 @@ import (
 func (m *Manager) Sweep(ctx context.Context) {
 	now := m.now()
 	done := m.change()
+	defer done()
 	m.mu.Lock()
 	ended := false
 	for id, h := range m.holds {

@@ -185,6 +185,7 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 		return cbdash.HoldRecord{}, fmt.Errorf("record hold: %w", err)
 	}
 	done := m.change()
+	defer done()
 	m.mu.Lock()
 	m.holds[h.ID] = h
 	m.gen++
@@ -239,10 +240,10 @@ func (m *Manager) Release(ctx context.Context, id, actor, reason string) (cbdash
 		return cbdash.HoldRecord{}, err
 	}
 	done := m.change()
+	defer done()
 	now := m.now().UTC()
 	h, err := m.cfg.Store.ReleaseHold(ctx, id, now, actor, reason)
 	if err != nil {
-		done()
 		return cbdash.HoldRecord{}, err
 	}
 	h.Coverage = nil
@@ -269,9 +270,14 @@ func (m *Manager) Release(ctx context.Context, id, actor, reason string) (cbdash
 
 // change waits until no other change of holds is being applied and
 // returns the function that ends this one.
+//
+// done may be called more than once (the first call ends the change):
+// callers defer it, so that a panic while a change is applied (in a
+// handler whose panic the server recovers) does not stop every later
+// change and the collector's sweep, and may call it earlier.
 func (m *Manager) change() (done func()) {
 	m.changing <- struct{}{}
-	return func() { <-m.changing }
+	return sync.OnceFunc(func() { <-m.changing })
 }
 
 // known fetches instance k as it is, reachable or not.
