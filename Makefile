@@ -80,8 +80,9 @@ test-adapters:
 # then, when CBDASH_TEST_POSTGRES names a PostgreSQL server
 # (postgres://cbdash:cbdash@127.0.0.1:5432/cbdash?sslmode=disable in CI),
 # again on PostgreSQL; without it that run is skipped with a message.
-# 30m: internal/web takes about 9 minutes under the race detector on these 2
-# cores when quiet, and ran past 15 minutes beside two CPU hogs: slow, not hung.
+# 30m: internal/web takes about 4 minutes under the race detector on these 2
+# cores when quiet (11 before its tests ran in parallel on one Chromium),
+# and far longer beside CPU hogs: slow, not hung.
 test-server:
 	@$(MAKE) --no-print-directory test-web & web=$$!; \
 	$(MAKE) --no-print-directory test-server-rest; rest=$$?; \

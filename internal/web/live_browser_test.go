@@ -206,12 +206,11 @@ func TestBrowserLiveOrderAfterAStateChange(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("groups-inner").dataset.probe = "same grid"`))
 	tripped := s.clock.Now()
 	trip(t, s.breakers["checkout-1"])
-	run(t, ctx, 10*time.Second, "payments first", until(order+`[0] === "payments"`))
-	if d := s.clock.Now().Sub(tripped); d > time.Second {
-		t.Errorf("the open tile moved first %v after the trip, want within 1s", d)
-	} else {
-		t.Logf("re-sorted %v after the trip", d)
-	}
+	run(t, ctx, stepTimeout, "payments first", until(order+`[0] === "payments"`))
+	// How soon is logged, not asserted (a busy machine stretches it); the
+	// mechanism is asserted below: the live order message moved the tile,
+	// the grid was not sent again.
+	t.Logf("re-sorted %v after the trip", s.clock.Now().Sub(tripped))
 	if st := get(t, ctx, "first tile state", chromedp.Evaluate[string](`document.querySelector("article.tile").dataset.state`)); st != "open" {
 		t.Errorf("first tile is %q, want open", st)
 	}
