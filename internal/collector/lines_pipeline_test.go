@@ -1,11 +1,11 @@
 package collector
 
 import (
-	"maps"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
+
+	"github.com/cbdash/cbdash/internal/live/linetest"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
@@ -37,7 +37,7 @@ func TestPublishedLinesSurviveThePipeline(t *testing.T) {
 		}
 		return d
 	}
-	line := func(d cbdash.Dependency, inst string) *cbdash.InstanceBreaker { return lineOfInstance(t, &d, inst) }
+	line := func(d cbdash.Dependency, inst string) *cbdash.InstanceBreaker { return linetest.Of(t, &d, inst) }
 
 	sent := h.batch(1, 7, 1)
 	ws.send(sent)
@@ -48,7 +48,7 @@ func TestPublishedLinesSurviveThePipeline(t *testing.T) {
 		return len(d.PerInstance) == 3 && line(d, "ws").Last.Counts.Admitted == 7 && line(d, "ahead").Last.Counts.Admitted == 9 && line(d, "http").Last.Counts.Admitted == 3
 	})
 	firstDB, firstCache := view("db"), view("cache")
-	wantDB, wantCache := deepCopyLines(firstDB.PerInstance), deepCopyLines(firstCache.PerInstance)
+	wantDB, wantCache := linetest.DeepCopies(firstDB.PerInstance), linetest.DeepCopies(firstCache.PerInstance)
 	if skew := line(firstDB, "ahead").Last.Start - clk.Now().UnixMilli(); skew > time.Minute.Milliseconds() {
 		t.Fatalf("ahead's window starts %d ms after now: not corrected", skew)
 	}
@@ -90,8 +90,8 @@ func TestPublishedLinesSurviveThePipeline(t *testing.T) {
 	if got := *line(firstDB, "http").Last; !reflect.DeepEqual(got, webSent) {
 		t.Errorf("http's first window\n got %+v\nwant %+v", got, webSent)
 	}
-	unchanged(t, "the first db view", firstDB.PerInstance, wantDB)
-	unchanged(t, "the first cache view", firstCache.PerInstance, wantCache)
+	linetest.Unchanged(t, "the first db view", firstDB.PerInstance, wantDB)
+	linetest.Unchanged(t, "the first cache view", firstCache.PerInstance, wantCache)
 
 	db, cache := view("db"), view("cache")
 	for inst, want := range map[string]bool{"ws": true, "ahead": false, "http": false} {
@@ -107,61 +107,4 @@ func TestPublishedLinesSurviveThePipeline(t *testing.T) {
 	if got := *line(cache, "ws").Config; got != rawHello("ws", started).Breakers[1] {
 		t.Errorf("ws's cache configuration after its second hello: %+v", got)
 	}
-}
-
-// The helpers below are internal/live's (lines_test.go), for the lines of
-// views that came through the whole collector.
-
-// deepCopyLine copies a line and everything it points to, to compare
-// with later.
-func deepCopyLine(ib *cbdash.InstanceBreaker) cbdash.InstanceBreaker {
-	c := *ib
-	c.Labels = maps.Clone(ib.Labels)
-	cfg, w := *ib.Config, *ib.Last
-	w.Latency = slices.Clone(ib.Last.Latency)
-	c.Config, c.Last = &cfg, &w
-	if ib.Held != nil {
-		h := *ib.Held
-		c.Held = &h
-	}
-	if ib.LastTrip != nil {
-		tr := *ib.LastTrip
-		c.LastTrip = &tr
-	}
-	return c
-}
-
-func deepCopyLines(ibs []*cbdash.InstanceBreaker) []cbdash.InstanceBreaker {
-	out := make([]cbdash.InstanceBreaker, len(ibs))
-	for i, ib := range ibs {
-		out[i] = deepCopyLine(ib)
-	}
-	return out
-}
-
-// unchanged fails the test for each line of a view that is no longer
-// deep-equal to its copy taken when the view was published.
-func unchanged(t *testing.T, what string, lines []*cbdash.InstanceBreaker, want []cbdash.InstanceBreaker) {
-	t.Helper()
-	if len(lines) != len(want) {
-		t.Fatalf("%s has %d lines, had %d", what, len(lines), len(want))
-	}
-	for i, ib := range lines {
-		if got := deepCopyLine(ib); !reflect.DeepEqual(got, want[i]) {
-			t.Errorf("%s: the line of %s changed:\n got %s\nwant %s", what, want[i].Instance, mustJSON(t, got), mustJSON(t, want[i]))
-		}
-	}
-}
-
-// lineOfInstance is the line of an instance in d; it fails the test when
-// there is none.
-func lineOfInstance(t *testing.T, d *cbdash.Dependency, instance string) *cbdash.InstanceBreaker {
-	t.Helper()
-	for _, ib := range d.PerInstance {
-		if ib.Instance == instance {
-			return ib
-		}
-	}
-	t.Fatalf("no line of %s in %s", instance, d.DependencyKey)
-	return nil
 }

@@ -3,68 +3,15 @@ package live
 import (
 	"bytes"
 	"maps"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/internal/live/linetest"
+
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
-
-// deepCopyLine copies a line and everything it points to, to compare
-// with later.
-func deepCopyLine(ib *cbdash.InstanceBreaker) cbdash.InstanceBreaker {
-	c := *ib
-	c.Labels = maps.Clone(ib.Labels)
-	cfg, w := *ib.Config, *ib.Last
-	w.Latency = slices.Clone(ib.Last.Latency)
-	c.Config, c.Last = &cfg, &w
-	if ib.Held != nil {
-		h := *ib.Held
-		c.Held = &h
-	}
-	if ib.LastTrip != nil {
-		tr := *ib.LastTrip
-		c.LastTrip = &tr
-	}
-	return c
-}
-
-func deepCopyLines(ibs []*cbdash.InstanceBreaker) []cbdash.InstanceBreaker {
-	out := make([]cbdash.InstanceBreaker, len(ibs))
-	for i, ib := range ibs {
-		out[i] = deepCopyLine(ib)
-	}
-	return out
-}
-
-// unchanged fails the test for each line of a view that is no longer
-// deep-equal to its copy taken when the view was published.
-func unchanged(t *testing.T, what string, lines []*cbdash.InstanceBreaker, want []cbdash.InstanceBreaker) {
-	t.Helper()
-	if len(lines) != len(want) {
-		t.Fatalf("%s has %d lines, had %d", what, len(lines), len(want))
-	}
-	for i, ib := range lines {
-		if got := deepCopyLine(ib); !reflect.DeepEqual(got, want[i]) {
-			t.Errorf("%s: the line of %s changed:\n got %s\nwant %s", what, want[i].Instance, mustJSON(t, got), mustJSON(t, want[i]))
-		}
-	}
-}
-
-// lineOfInstance is the line of an instance in d; it fails the test when
-// there is none.
-func lineOfInstance(t *testing.T, d *cbdash.Dependency, instance string) *cbdash.InstanceBreaker {
-	t.Helper()
-	for _, ib := range d.PerInstance {
-		if ib.Instance == instance {
-			return ib
-		}
-	}
-	t.Fatalf("no line of %s in %s", instance, d.DependencyKey)
-	return nil
-}
 
 // nextView is the next dependency event of sub.
 func nextView(t *testing.T, sub *subscriber) *cbdash.Dependency {
@@ -121,8 +68,8 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 	if !ok || len(first.PerInstance) != 3 || len(called.PerInstance) != 3 {
 		t.Fatalf("first view: known %v, %d and %d lines, want 3", ok, len(first.PerInstance), len(called.PerInstance))
 	}
-	wantFirst, wantCalled := deepCopyLines(first.PerInstance), deepCopyLines(called.PerInstance)
-	cFirst := lineOfInstance(t, first, "c")
+	wantFirst, wantCalled := linetest.DeepCopies(first.PerInstance), linetest.DeepCopies(called.PerInstance)
+	cFirst := linetest.Of(t, first, "c")
 
 	// a trips, b is forced open by an operator, both report new windows;
 	// c sends nothing.
@@ -138,23 +85,23 @@ func TestAPublishedViewsLinesNeverChange(t *testing.T) {
 	l.Flush()
 	second := nextView(t, sub)
 
-	unchanged(t, "the subscriber's first view", first.PerInstance, wantFirst)
-	unchanged(t, "the first view from dependency()", called.PerInstance, wantCalled)
-	if a := lineOfInstance(t, second, "a"); a.State != protocol.StateOpen || a.LastTrip == nil || a.Last.Counts.Failures != 25 || a.OpenSince.IsZero() {
+	linetest.Unchanged(t, "the subscriber's first view", first.PerInstance, wantFirst)
+	linetest.Unchanged(t, "the first view from dependency()", called.PerInstance, wantCalled)
+	if a := linetest.Of(t, second, "a"); a.State != protocol.StateOpen || a.LastTrip == nil || a.Last.Counts.Failures != 25 || a.OpenSince.IsZero() {
 		t.Errorf("a in the second view: state %q, last trip %v, %d failures, open since %v; want open, tripped, 25, set",
 			a.State, a.LastTrip, a.Last.Counts.Failures, a.OpenSince)
 	}
-	if b := lineOfInstance(t, second, "b"); b.State != protocol.StateForcedOpen || b.Held == nil || b.Held.Actor != "ann" || b.Last.Counts.Admitted != 40 {
+	if b := linetest.Of(t, second, "b"); b.State != protocol.StateForcedOpen || b.Held == nil || b.Held.Actor != "ann" || b.Last.Counts.Admitted != 40 {
 		t.Errorf("b in the second view: state %q, held %+v, %d admitted; want forced open by ann, 40", b.State, b.Held, b.Last.Counts.Admitted)
 	}
 	if second.State != protocol.StateOpen || first.State != protocol.StateClosed {
 		t.Errorf("states: first %q, second %q; want closed then open", first.State, second.State)
 	}
-	if c := lineOfInstance(t, second, "c"); c != cFirst {
+	if c := linetest.Of(t, second, "c"); c != cFirst {
 		t.Errorf("c sent nothing, yet the second view has a new line for it: %p, first %p", c, cFirst)
 	}
 	for _, inst := range []string{"a", "b"} {
-		if lineOfInstance(t, second, inst) == lineOfInstance(t, first, inst) {
+		if linetest.Of(t, second, inst) == linetest.Of(t, first, inst) {
 			t.Errorf("%s reported, yet the second view has the first view's line for it", inst)
 		}
 	}
@@ -187,8 +134,8 @@ func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 	clk.Advance(time.Second)
 	report(1, 20)
 	first, _ := l.Dependency(k)
-	line := lineOfInstance(t, &first, "a")
-	want := deepCopyLine(line)
+	line := linetest.Of(t, &first, "a")
+	want := linetest.DeepCopy(line)
 	if line.Config.FailureRateThreshold != 50 || line.Last.Counts.Admitted != 20 {
 		t.Fatalf("first line: threshold %v, %d admitted; want 50, 20", line.Config.FailureRateThreshold, line.Last.Counts.Admitted)
 	}
@@ -200,8 +147,8 @@ func TestALinesConfigAndWindowStayAsPublished(t *testing.T) {
 	report(2, 40)
 	second, _ := l.Dependency(k)
 
-	unchanged(t, "the first view", first.PerInstance, []cbdash.InstanceBreaker{want})
-	if now := lineOfInstance(t, &second, "a"); now.Config.FailureRateThreshold != 20 || now.Last.Counts.Admitted != 40 || now.Last.Latency[0] != 40 {
+	linetest.Unchanged(t, "the first view", first.PerInstance, []cbdash.InstanceBreaker{want})
+	if now := linetest.Of(t, &second, "a"); now.Config.FailureRateThreshold != 20 || now.Last.Counts.Admitted != 40 || now.Last.Latency[0] != 40 {
 		t.Errorf("second line: threshold %v, %d admitted, latency %v; want 20, 40, [40]", now.Config.FailureRateThreshold, now.Last.Counts.Admitted, now.Last.Latency)
 	}
 }
@@ -237,7 +184,7 @@ func TestConfigDriftComparesValues(t *testing.T) {
 	d := differs("three equal from three sources, one drifted", map[string]bool{"a": false, "b": false, "c": true, "d": false})
 	// a and b share their hellos' equal list (sharedLists); d's is the
 	// store's, copied: equal, at another address.
-	if a, d := lineOfInstance(t, d, "a"), lineOfInstance(t, d, "d"); a.Config == d.Config {
+	if a, d := linetest.Of(t, d, "a"), linetest.Of(t, d, "d"); a.Config == d.Config {
 		t.Fatalf("a and d share a configuration pointer: the test would not tell values from pointers")
 	}
 
@@ -252,7 +199,7 @@ func TestConfigDriftComparesValues(t *testing.T) {
 	d = differs("e restored without a configuration", map[string]bool{"a": false, "b": false, "c": false, "d": false, "e": true})
 	zeroWindow := mustJSON(t, protocol.Window{})
 	for inst, config := range map[string][]byte{"d": mustJSON(t, cfg), "e": mustJSON(t, protocol.BreakerConfig{})} {
-		got := mustJSON(t, lineOfInstance(t, d, inst))
+		got := mustJSON(t, linetest.Of(t, d, inst))
 		if !bytes.Contains(got, []byte(`"config":`+string(config)+`,`)) || !bytes.Contains(got, []byte(`"last":`+string(zeroWindow)+`,`)) {
 			t.Errorf("%s's line %s: want config %s and last %s", inst, got, config, zeroWindow)
 		}
