@@ -3,9 +3,11 @@
 // agents' transports (internal/ingest: websocket GET /api/v1/agent and
 // POST /api/v1/ingest; every message validated, every batch stored and
 // acknowledged only after its commit), the live state of every breaker
-// across every instance and its subscribers (internal/live), and, here,
-// operator commands and holds routed to instances, the collectors of a
-// fleet (fleet.go), the background loops (Run) and the metrics.
+// across every instance and its subscribers (internal/live), holds and
+// drills (internal/holds, which it hands the instances, their connections
+// and the store), and, here, operator commands routed to instances, the
+// collectors of a fleet (fleet.go), the background loops (Run) and the
+// metrics.
 //
 // It serves no route itself: internal/web mounts every HTTP route over its
 // plain methods (Dependencies, History, Issue, CreateHold, Readiness, ...,
