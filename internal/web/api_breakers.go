@@ -74,8 +74,9 @@ func (s *Server) apiDependencies(c echo.Context) error {
 
 // apiBreakers lists dependencies, worst first, optionally of one service
 // (?service=), each with every member in per_instance: what /api/v1
-// answered before issue 15 made it summaries (API 1.0.0), restored in API
-// 1.1.0 so that its clients read what they were written for. Large:
+// answered before issue 15 made it summaries (as API 1.0.0 documented
+// it), restored in API 1.1.0 so that those clients read what they were
+// written for. Large:
 // about 1 KB per instance and breaker. Deprecated (RFC 9745 headers), its
 // successor GET /api/v1/dependencies; it stays for the whole of /api/v1.
 // ?members= (all or none, issue 15's switch) is still accepted and changes
