@@ -237,7 +237,9 @@ func TestNodeOpossumBaselines(t *testing.T) {
 		}
 		for _, service := range []string{"shop", "shop-metrics"} {
 			eventually.True(t, service+"/inventory open with its incident", func() bool {
-				return c.dep(t, service, "inventory").State == protocol.StateOpen && len(c.incidents(t, service, "inventory")) == 1
+				// The transition is stored after it is published.
+				return c.dep(t, service, "inventory").State == protocol.StateOpen && len(c.incidents(t, service, "inventory")) == 1 &&
+					len(c.transitions(t, service, "inventory")) > 0
 			})
 			trs := c.transitions(t, service, "inventory")
 			if len(trs) != 1 || trs[0].From != protocol.StateClosed || trs[0].To != protocol.StateOpen {
@@ -368,7 +370,8 @@ func TestResilience4jBaselines(t *testing.T) {
 	scrapes.serve(t, "testdata/resilience4j-2.prom", map[string]string{"backendB": "closed"}) // backendA opens
 	t.Run("a state gauge that changed between two scrapes is a transition", func(t *testing.T) {
 		eventually.True(t, "backendA open with its incident", func() bool {
-			if c.dep(t, "catalog", "backendA").State == protocol.StateOpen && len(c.incidents(t, "catalog", "backendA")) == 1 {
+			if c.dep(t, "catalog", "backendA").State == protocol.StateOpen && len(c.incidents(t, "catalog", "backendA")) == 1 &&
+				len(c.transitions(t, "catalog", "backendA")) > 0 {
 				return true
 			}
 			clk.Advance(time.Second)
@@ -493,7 +496,8 @@ func TestHystrixStreamBaselines(t *testing.T) {
 		clk.Advance(time.Second)
 		send(c, cmd{open: true, success: 7, failure: 20})
 		eventually.True(t, "GetOrder open with its incident", func() bool {
-			return c.dep(t, "orders", "GetOrder").State == protocol.StateOpen && len(c.incidents(t, "orders", "GetOrder")) == 1
+			return c.dep(t, "orders", "GetOrder").State == protocol.StateOpen && len(c.incidents(t, "orders", "GetOrder")) == 1 &&
+				len(c.transitions(t, "orders", "GetOrder")) > 0
 		})
 		trs := c.transitions(t, "orders", "GetOrder")
 		if len(trs) != 1 || trs[0].From != protocol.StateClosed || trs[0].To != protocol.StateOpen {
