@@ -69,7 +69,7 @@ type hystrixCommand struct {
 
 // hystrixBreaker is what a target's reader remembers of one command.
 type hystrixBreaker struct {
-	last  time.Time // the previous read
+	last  time.Time // the previous read; zero: the next read is a baseline (see hystrixReader.rebase)
 	state string    // at the previous read ("" before the first)
 	gen   uint64
 	// one estimate per rolling count, in the order of counts()
@@ -107,6 +107,7 @@ func (r *runner) readHystrix(ctx context.Context, em *emitter) (progressed bool,
 	}()
 
 	hr := r.hystrixReader(em)
+	hr.rebase()
 	silence := clock.NewTimer(r.src.clk, r.t.interval())
 	defer silence.Stop()
 	for {
@@ -147,6 +148,19 @@ func (r *runner) hystrixReader(em *emitter) *hystrixReader {
 		r.hystrix = &hystrixReader{em: em, breakers: map[string]*hystrixBreaker{}, pending: map[string]bool{}}
 	}
 	return r.hystrix
+}
+
+// rebase makes the next record of every command a baseline: its rolling
+// counts become the starting point (events of the last rolling window,
+// not known to be new) and its state the current state, with no
+// transition. A reader rebases at every connection: the first, and every
+// reconnection (the service may have restarted, and what happened
+// meanwhile cannot be placed in time).
+func (hr *hystrixReader) rebase() {
+	for _, b := range hr.breakers {
+		b.last = time.Time{}
+		b.counts = [len(b.counts)]rolling{}
+	}
 }
 
 // maxEventBytes bounds one event of a stream (its data, and each line).
@@ -420,14 +434,20 @@ func (c *hystrixCommand) rollingWindow() (window, bucket time.Duration) {
 }
 
 // read maps a record read at now: the window of the events new since the
-// previous read, and the transition when the state changed.
+// previous read, and the transition when the state changed. A command's
+// first record of a connection is its baseline: no event is new, and no
+// transition is made.
 func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window, *protocol.Transition) {
 	window, bucket := c.rollingWindow()
 	rolled := [9]float64{c.Success, c.Failure, c.Timeout, c.ShortCircuited, c.SemaphoreRejected,
 		c.ThreadPoolRejected, c.BadRequests, c.FallbackSuccess, c.FallbackFailure}
+	baseline := b.last.IsZero()
 	var n [9]int64
 	for i, v := range rolled {
 		n[i] = b.counts[i].observe(now, toCount(v), window, bucket)
+	}
+	if baseline {
+		n = [9]int64{} // the starting point, remembered as seen now
 	}
 	counts := protocol.Counts{
 		Successes: n[0], Errors: n[1], Timeouts: n[2], Failures: n[1] + n[2],
@@ -451,7 +471,7 @@ func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window
 		w.LatencySumMs = float64(timed) * max(c.LatencyMean, 0)
 	}
 	var t *protocol.Transition
-	if b.state != "" && b.state != state {
+	if !baseline && b.state != state {
 		b.gen++
 		t = &protocol.Transition{Breaker: c.Name, From: b.state, To: state, At: now.UnixMilli(), Generation: b.gen, Cause: hystrixCause(c, b.state, state)}
 		if state == protocol.StateOpen {
