@@ -56,8 +56,8 @@ func newReceiver(t *testing.T) *receiver {
 }
 
 // newBubbleReceiver starts a receiver on an in-memory network, for a test
-// in a synctest bubble (bubbletest.Run); its calls are reached through
-// delivery's client only.
+// in a synctest bubble (synctest.Test); it is reached through delivery's
+// client only.
 func newBubbleReceiver(t *testing.T) *receiver {
 	t.Helper()
 	r := &receiver{failStatus: http.StatusServiceUnavailable}
@@ -67,8 +67,11 @@ func newBubbleReceiver(t *testing.T) *receiver {
 }
 
 // delivery is the delivery config that reaches r, with the rest of d.
+// AllowPrivate: a receiver on loopback is private, and the host of one in
+// memory (bubble.test) must not be looked up when a rule is saved
+// (CheckDestination), since a bubble cannot hold a DNS query.
 func (r *receiver) delivery(d alert.DeliveryConfig) alert.DeliveryConfig {
-	d.Client, d.AllowPrivate = r.client, true // a receiver on loopback is private
+	d.Client, d.AllowPrivate = r.client, true
 	return d
 }
 

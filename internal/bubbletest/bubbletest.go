@@ -51,8 +51,11 @@ func Settle() {
 
 // Server is a real http.Server answering on an in-memory network:
 // Client's connections are net.Pipe pairs whose other end the server
-// accepts, whatever the host of the request's URL. It must be made and
-// used in a bubble; it is closed when the test ends.
+// accepts, whatever the host of the request's URL. A pipe has no buffer
+// (a write waits for the other end to read it), which request and answer
+// do not notice; a handler that stops reading a request's body holds its
+// client. It must be made and used in a bubble; it is closed when the
+// test ends.
 type Server struct {
 	// URL is a base URL for requests: http://bubble.test. Any host
 	// reaches the server through Client.
