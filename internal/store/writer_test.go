@@ -283,3 +283,27 @@ func TestInstanceMinutesAreWrittenWhenTheirMinuteHasEnded(t *testing.T) {
 		t.Fatalf("instance history = %+v, want minutes of 4030 and 50300 calls", mins)
 	}
 }
+
+// On SQLite the writer's connection keeps temporary files in memory: a
+// savepoint's journal (each op of a group runs in one) holds the first
+// version of every page the op changes, and once over 64 KiB (a chunk of
+// a fleet-wide hold) it was written to a temporary file, a write system
+// call a page.
+func TestTheSQLiteWriterKeepsItsSavepointJournalInMemory(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), testDSN(t, "temp.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.w.d.postgres {
+		t.Skip("SQLite's pragma")
+	}
+	var mode int
+	if err := s.wdb.QueryRowContext(context.Background(), "PRAGMA temp_store").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != 2 {
+		t.Errorf("temp_store = %d, want 2 (MEMORY)", mode)
+	}
+}
