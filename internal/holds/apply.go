@@ -83,10 +83,12 @@ type step struct {
 // waits for k's own work in progress, never for another instance's. It
 // does nothing when k has no connection.
 func (m *Manager) Hello(ctx context.Context, k Key) {
+	var w written
 	m.reconcile(ctx, []Key{k}, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
 		return inst, ok && inst.Conn != nil
-	}, true)
+	}, true, &w)
+	m.publish(ctx, &w)
 }
 
 // Pull applies the holds governing instance k, which reports over HTTP
@@ -96,11 +98,13 @@ func (m *Manager) Hello(ctx context.Context, k Key) {
 // released meanwhile reaches it at its next ingest. It does nothing when
 // k has a connection.
 func (m *Manager) Pull(ctx context.Context, k Key) {
+	var w written
 	m.reconcile(ctx, []Key{k}, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
 		inst.Pull = true
 		return inst, ok && inst.Conn == nil
-	}, true)
+	}, true, &w)
+	m.publish(ctx, &w)
 }
 
 // fetchFunc returns instance k as it is now; ok false: nothing to do for
@@ -114,13 +118,18 @@ type fetchFunc func(k Key) (inst Instance, ok bool)
 const chunk = 250
 
 // reconcileAll is reconcile of keys (distinct), chunk instances at a
-// time, in the order given.
+// time, in the order given; then it publishes each command written once,
+// with every target stored by then (not once a chunk: reading back a
+// command of a fleet-wide hold with its targets after each chunk read
+// its rows n²/(2*chunk) times over).
 func (m *Manager) reconcileAll(ctx context.Context, keys []Key, fetch fetchFunc) {
+	var w written
 	for len(keys) > 0 {
 		n := min(chunk, len(keys))
-		m.reconcile(ctx, keys[:n], fetch, false)
+		m.reconcile(ctx, keys[:n], fetch, false, &w)
 		keys = keys[n:]
 	}
+	m.publish(ctx, &w)
 }
 
 // plan is what one instance needs sent (steps), and what of it went out
@@ -136,8 +145,10 @@ type plan struct {
 // as it is now. The plans are made under mu (planAll), carried out
 // outside it (one store write for them all), and their outcome recorded
 // under mu; when the holds changed meanwhile the instances are planned
-// again.
-func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, atHello bool) {
+// again. The
+// commands written in one store write are added to w, for the caller to
+// publish.
+func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, atHello bool, w *written) {
 	done := m.turns.takeAll(keys)
 	defer done()
 	for {
@@ -149,7 +160,7 @@ func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, at
 		}
 		now := m.now().UTC()
 		plans, gen := m.planAll(keys, insts, oks, atHello, now)
-		m.carryOut(ctx, plans, now)
+		m.carryOut(ctx, plans, now, w)
 		m.mu.Lock()
 		for _, p := range plans {
 			m.recordLocked(p.inst, p.steps, p.sent)
