@@ -3,6 +3,7 @@ package holds
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"time"
 
@@ -36,14 +37,24 @@ func (m *Manager) carryOut(ctx context.Context, plans []*plan, now time.Time, w 
 	}
 	m.stored(ds, w)
 	i := 0
-	for _, p := range plans {
+	for n, p := range plans {
 		for j, s := range p.steps {
 			m.deliver(p.inst, s, ds[i], now)
 			p.sent[j] = true
 			i++
 		}
+		if n%deliverRun == deliverRun-1 {
+			runtime.Gosched()
+		}
 	}
 }
+
+// deliverRun is how many instances carryOut sends to before it lets
+// other goroutines run: each send starts a goroutine that writes to the
+// instance's connection, and a chunk's 250 in a row queued ahead of
+// every goroutine woken meanwhile (another instance's hello waited
+// behind all their writes, several milliseconds on two cores).
+const deliverRun = 16
 
 // delivery is step s of inst as the store records it.
 func (m *Manager) delivery(inst Instance, s step, now time.Time) cbdash.HoldDelivery {
