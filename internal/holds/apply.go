@@ -83,10 +83,12 @@ type step struct {
 // waits for k's own work in progress, never for another instance's. It
 // does nothing when k has no connection.
 func (m *Manager) Hello(ctx context.Context, k Key) {
+	var w written
 	m.reconcile(ctx, []Key{k}, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
 		return inst, ok && inst.Conn != nil
-	}, true)
+	}, true, &w)
+	m.publish(ctx, &w)
 }
 
 // Pull applies the holds governing instance k, which reports over HTTP
@@ -96,11 +98,13 @@ func (m *Manager) Hello(ctx context.Context, k Key) {
 // released meanwhile reaches it at its next ingest. It does nothing when
 // k has a connection.
 func (m *Manager) Pull(ctx context.Context, k Key) {
+	var w written
 	m.reconcile(ctx, []Key{k}, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
 		inst.Pull = true
 		return inst, ok && inst.Conn == nil
-	}, true)
+	}, true, &w)
+	m.publish(ctx, &w)
 }
 
 // fetchFunc returns instance k as it is now; ok false: nothing to do for
@@ -114,13 +118,18 @@ type fetchFunc func(k Key) (inst Instance, ok bool)
 const chunk = 250
 
 // reconcileAll is reconcile of keys (distinct), chunk instances at a
-// time, in the order given.
+// time, in the order given; then it publishes each command written once,
+// with every target stored by then (not once a chunk: reading back a
+// command of a fleet-wide hold with its targets after each chunk read
+// its rows n²/(2*chunk) times over).
 func (m *Manager) reconcileAll(ctx context.Context, keys []Key, fetch fetchFunc) {
+	var w written
 	for len(keys) > 0 {
 		n := min(chunk, len(keys))
-		m.reconcile(ctx, keys[:n], fetch, false)
+		m.reconcile(ctx, keys[:n], fetch, false, &w)
 		keys = keys[n:]
 	}
+	m.publish(ctx, &w)
 }
 
 // plan is what one instance needs sent (steps), and what of it went out
@@ -133,10 +142,13 @@ type plan struct {
 
 // reconcile sends instances keys (distinct) whatever their breakers need
 // to be governed by the right hold, in their turns: fetch returns each
-// as it is now. The plans are made under mu, carried out outside it (one
-// store write for them all), and their outcome recorded under mu; when
-// the holds changed meanwhile the instances are planned again.
-func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, atHello bool) {
+// as it is now. The plans are made under mu (planAll), carried out
+// outside it (one store write for them all), and their outcome recorded
+// under mu; when the holds changed meanwhile the instances are planned
+// again. The
+// commands written in one store write are added to w, for the caller to
+// publish.
+func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, atHello bool, w *written) {
 	done := m.turns.takeAll(keys)
 	defer done()
 	for {
@@ -147,17 +159,8 @@ func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, at
 			insts, oks = append(insts, inst), append(oks, ok)
 		}
 		now := m.now().UTC()
-		m.mu.Lock()
-		gen := m.gen
-		plans := make([]*plan, 0, len(keys))
-		for i, k := range keys {
-			m.purgeLocked(k)
-			if oks[i] {
-				plans = append(plans, &plan{inst: insts[i], steps: m.planLocked(insts[i], atHello, now)})
-			}
-		}
-		m.mu.Unlock()
-		m.carryOut(ctx, plans, now)
+		plans, gen := m.planAll(keys, insts, oks, atHello, now)
+		m.carryOut(ctx, plans, now, w)
 		m.mu.Lock()
 		for _, p := range plans {
 			m.recordLocked(p.inst, p.steps, p.sent)
@@ -171,6 +174,29 @@ func (m *Manager) reconcile(ctx context.Context, keys []Key, fetch fetchFunc, at
 	}
 }
 
+// planAll plans, under mu, each instance of keys (insts[i], as fetched,
+// when oks[i]) and returns the plans and the generation of holds they
+// were made with. It takes mu for one instance at a time, a few
+// microseconds, not for a chunk's 250 at once: a hello of any instance
+// waits for mu, and a goroutine preempted while holding it for a chunk
+// kept every hello waiting for as long.
+func (m *Manager) planAll(keys []Key, insts []Instance, oks []bool, atHello bool, now time.Time) ([]*plan, uint64) {
+	m.mu.Lock()
+	gen := m.gen
+	holds := m.listLocked() // one list for them all, not a copy an instance
+	m.mu.Unlock()
+	plans := make([]*plan, 0, len(keys))
+	for i, k := range keys {
+		m.mu.Lock()
+		m.purgeLocked(k)
+		if oks[i] {
+			plans = append(plans, &plan{inst: insts[i], steps: m.planLocked(insts[i], holds, atHello, now)})
+		}
+		m.mu.Unlock()
+	}
+	return plans, gen
+}
+
 // purgeLocked forgets what was applied to k of holds that have expired
 // (Sweep removed them): what governs those breakers now is planned
 // afresh.
@@ -182,12 +208,11 @@ func (m *Manager) purgeLocked(k Key) {
 	}
 }
 
-// planLocked decides what inst's breakers need: the governing hold when
-// another (or none) was sent to this process, the same command again at a
-// hello (a reconnection), a release when the hold it had was released and
-// none governs now.
-func (m *Manager) planLocked(inst Instance, atHello bool, now time.Time) []step {
-	holds := m.listLocked()
+// planLocked decides what inst's breakers need, holds being the holds
+// kept (listLocked): the governing hold when another (or none) was sent
+// to this process, the same command again at a hello (a reconnection), a
+// release when the hold it had was released and none governs now.
+func (m *Manager) planLocked(inst Instance, holds []cbdash.HoldRecord, atHello bool, now time.Time) []step {
 	var steps []step
 	for _, b := range inst.Breakers {
 		if _, no := inst.Unsupported[b]; no {

@@ -3,6 +3,7 @@ package holds
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"time"
 
@@ -12,11 +13,11 @@ import (
 
 // carryOut records the steps of plans, in order, in one store write
 // (Store.ApplyHold: the commands, their pending targets and the coverage
-// rows), then sends each instance its commands, in order, and publishes
-// each command written once, as stored. When that write fails, each
-// step is recorded and sent on its own (carryOutEach), as far as the
-// store lets it. It sets each plan's sent.
-func (m *Manager) carryOut(ctx context.Context, plans []*plan, now time.Time) {
+// rows), then sends each instance its commands, in order, and adds the
+// commands written to w (see publish). When that write fails, each step
+// is recorded, sent and published on its own (carryOutEach), as far as
+// the store lets it. It sets each plan's sent.
+func (m *Manager) carryOut(ctx context.Context, plans []*plan, now time.Time, w *written) {
 	var ds []cbdash.HoldDelivery
 	for _, p := range plans {
 		p.sent = make([]bool, len(p.steps))
@@ -34,16 +35,26 @@ func (m *Manager) carryOut(ctx context.Context, plans []*plan, now time.Time) {
 		}
 		return
 	}
+	m.stored(ds, w)
 	i := 0
-	for _, p := range plans {
+	for n, p := range plans {
 		for j, s := range p.steps {
 			m.deliver(p.inst, s, ds[i], now)
 			p.sent[j] = true
 			i++
 		}
+		if n%deliverRun == deliverRun-1 {
+			runtime.Gosched()
+		}
 	}
-	m.publish(ctx, ds)
 }
+
+// deliverRun is how many instances carryOut sends to before it lets
+// other goroutines run: each send starts a goroutine that writes to the
+// instance's connection, and a chunk's 250 in a row queued ahead of
+// every goroutine woken meanwhile (another instance's hello waited
+// behind all their writes, several milliseconds on two cores).
+const deliverRun = 16
 
 // delivery is step s of inst as the store records it.
 func (m *Manager) delivery(inst Instance, s step, now time.Time) cbdash.HoldDelivery {
@@ -67,29 +78,42 @@ func (m *Manager) deliver(inst Instance, s step, d cbdash.HoldDelivery, now time
 	}
 }
 
-// publish publishes each command of ds once, as stored (with all its
-// targets), or as written when it cannot be read back, and notes that it
-// is stored.
-func (m *Manager) publish(ctx context.Context, ds []cbdash.HoldDelivery) {
-	written := make(map[string]*cbdash.Command)
-	var order []string
+// written is the commands a change of holds (or a hello) wrote with
+// Store.ApplyHold, each as written (with the targets written), in the
+// order first written.
+type written struct {
+	order []string
+	cmds  map[string]*cbdash.Command
+}
+
+// stored notes that the commands of ds are in the store, and adds them
+// to w.
+func (m *Manager) stored(ds []cbdash.HoldDelivery, w *written) {
+	if w.cmds == nil {
+		w.cmds = make(map[string]*cbdash.Command)
+	}
 	for _, d := range ds {
-		c := written[d.Command.ID]
+		c := w.cmds[d.Command.ID]
 		if c == nil {
 			cmd := d.Command
 			c = &cmd
-			written[cmd.ID] = c
-			order = append(order, cmd.ID)
+			w.cmds[cmd.ID] = c
+			w.order = append(w.order, cmd.ID)
 		}
 		c.Targets = append(c.Targets, d.Target)
 	}
 	m.mu.Lock()
-	for _, id := range order {
+	for _, id := range w.order {
 		m.cmds[id] = true
 	}
 	m.mu.Unlock()
-	for _, id := range order {
-		cmd := written[id]
+}
+
+// publish publishes each command of w once, as stored (with all its
+// targets), or as written when it cannot be read back.
+func (m *Manager) publish(ctx context.Context, w *written) {
+	for _, id := range w.order {
+		cmd := w.cmds[id]
 		if stored, err := m.cfg.Store.Command(ctx, id); err == nil {
 			cmd = &stored
 		}

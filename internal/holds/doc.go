@@ -36,8 +36,9 @@
 // where, the commands known to be stored) and is never held across I/O, a
 // store write or a delivery; it may take the Instances' own lock (the
 // listing is in memory), never the reverse. Applying holds to one instance
-// is a decision under mu (a plan of commands to write and send), the
-// writes and sends outside it, then the outcome recorded under mu. The
+// is a decision under mu (a plan of commands to write and send; a chunk
+// of a change takes mu for one instance's plan at a time), the writes
+// and sends outside it, then the outcome recorded under mu. The
 // work for one instance key takes a turn (one at a time per key, so that
 // a hello and a hold created at the same moment never both decide for one
 // instance breaker, and a command is stored before it is sent to it): a

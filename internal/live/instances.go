@@ -12,7 +12,7 @@ type InstanceInfo struct {
 	Ref       cbdash.InstanceRef
 	StartedAt int64
 	Breakers  []string           // sorted
-	Rates     map[string]float64 // calls per second of each breaker's last report (none before one)
+	Rates     map[string]float64 // calls per second of each breaker's last report (none before one; nil when none has one)
 	// Unsupported says why a breaker cannot be held (its hello set
 	// holds_unsupported, cbdash.HoldsUnsupported).
 	Unsupported map[string]string
@@ -24,14 +24,16 @@ type InstanceInfo struct {
 }
 
 // Instances lists every instance (connected or not), by service and
-// instance id.
+// instance id. It holds live state's lock only to copy them (sorted
+// after: a hold covering a thousand instances lists them, while the
+// hellos of every instance wait for that lock).
 func (l *State) Instances() []InstanceInfo {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	out := make([]InstanceInfo, 0, len(l.instances))
 	for _, inst := range l.instances {
 		out = append(out, infoOf(inst))
 	}
+	l.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Ref.Service != out[j].Ref.Service {
 			return out[i].Ref.Service < out[j].Ref.Service
@@ -55,7 +57,7 @@ func (l *State) Instance(k Key) (InstanceInfo, bool) {
 func infoOf(inst *instance) InstanceInfo {
 	hi := InstanceInfo{Ref: cbdash.InstanceRef{Service: inst.key.Service, Instance: inst.key.Instance, Labels: inst.labels},
 		StartedAt: inst.startedAt, Conn: inst.sess, Stale: inst.stale, Pull: inst.pull && inst.sess == nil && !inst.stale,
-		Rates: make(map[string]float64, len(inst.breakers))}
+		Breakers: make([]string, 0, len(inst.breakers))}
 	for name, ib := range inst.breakers {
 		hi.Breakers = append(hi.Breakers, name)
 		if why, ok := cbdash.HoldsUnsupported(*ib.config); ok {
@@ -65,6 +67,9 @@ func infoOf(inst *instance) InstanceInfo {
 			hi.Unsupported[name] = why
 		}
 		if ib.last.Millis > 0 {
+			if hi.Rates == nil {
+				hi.Rates = make(map[string]float64, len(inst.breakers))
+			}
 			hi.Rates[name] = float64(ib.last.Counts.Admitted+ib.last.Counts.Rejected()) / (float64(ib.last.Millis) / 1000)
 		}
 	}

@@ -146,3 +146,38 @@ func BenchmarkFleetNotClosedHour(b *testing.B) {
 		check()
 	}
 }
+
+// BenchmarkApplyHoldChunk measures one chunk of a fleet-wide hold, as
+// the hold manager writes it (250 instances, one breaker each: the
+// command once, a pending target and a coverage row each), in one
+// ApplyHold: a hello's record waits behind such a write. One op is one
+// chunk, each of a hold of its own.
+func BenchmarkApplyHoldChunk(b *testing.B) {
+	s, _ := openStore(b, store.Options{})
+	ctx := context.Background()
+	const instances = 250
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		h := cbdash.HoldRecord{ID: fmt.Sprintf("h%06d", i), HoldRequest: cbdash.HoldRequest{
+			Selector: cbdash.Selector{Service: "fleet", Breaker: "db"}, Action: protocol.ActionForceOpen, TTL: time.Hour,
+			Reason: "drill", Actor: "bench"}, CreatedAt: t0, Until: t0.Add(time.Hour)}
+		if err := s.CreateHold(ctx, h); err != nil {
+			b.Fatal(err)
+		}
+		cmd := cbdash.Command{ID: h.ID + "-fleet", HoldID: h.ID, IssuedAt: t0, ExpiresAt: h.Until,
+			CommandRequest: cbdash.CommandRequest{Service: "fleet", Breaker: "db", Action: protocol.ActionForceOpen,
+				TTL: time.Hour, Reason: "drill", Actor: "bench"}}
+		ds := make([]cbdash.HoldDelivery, instances)
+		for j := range ds {
+			inst := fmt.Sprintf("f-%04d", j)
+			ds[j] = cbdash.HoldDelivery{Command: cmd, Target: cbdash.CommandTarget{Instance: inst, Status: cbdash.TargetPending},
+				Coverage: &cbdash.HoldCoverage{Service: "fleet", Instance: inst, Breaker: "db", StartedAt: 1,
+					CommandID: cmd.ID, CoveredAt: t0}}
+		}
+		b.StartTimer()
+		if err := s.ApplyHold(ctx, ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -74,13 +74,14 @@ func checkTarget(t cbdash.CommandTarget) error {
 }
 
 func (x *wtx) putTarget(id string, t cbdash.CommandTarget) error {
-	if _, err := x.exec(`INSERT INTO command_targets (command_id, instance, status, state, error, at) VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (command_id, instance) DO UPDATE SET status = excluded.status, state = excluded.state,
-		error = excluded.error, at = excluded.at`, id, t.Instance, t.Status, t.State, t.Error, ms(t.At)); err != nil {
+	if _, err := x.exec(insertTarget, id, t.Instance, t.Status, t.State, t.Error, ms(t.At)); err != nil {
 		return fmt.Errorf("store: command target: %w", err)
 	}
 	return nil
 }
+
+// insertTarget records one command target (upsertTargets).
+var insertTarget = upsertTargets(placeholders(1, 6, ""))
 
 // SetCommandTarget records (or replaces) the target t.Instance of command
 // commandID: its status, resulting state, error and time. Errors:

@@ -16,7 +16,8 @@ import (
 //  2. begin: one transaction for the group (and, on PostgreSQL, the
 //     advisory lock and the watermarks: dialect.beginGroup).
 //  3. runOps: each op in its own savepoint; one that fails is rolled
-//     back to it, told at once, and holds its stream.
+//     back to it, told at once, and holds its stream. join: the prompt
+//     ops queued meanwhile run too, and commit with the group.
 //  4. writeStaged: the rows the ops staged (windows, last seqs, seen
 //     times) in multi-row statements, and, in a round (startIMRound) or
 //     when an op asks, the buffered instance minutes.
@@ -56,6 +57,7 @@ func (w *writer) commit(group []*op) {
 		return
 	}
 	g.runOps()
+	g.join()
 	g.writeStaged()
 	g.x.close()
 	defer w.prepare(g.x.unprepared)
@@ -123,6 +125,28 @@ func (g *groupTx) runOps() {
 		g.flushIM = g.flushIM || o.flushIM
 	}
 	g.ops = kept
+}
+
+// join runs in the group's transaction, each in its savepoint, the
+// prompt ops (a hello's record, a chunk of a hold: someone waits for
+// each) queued while the group's ops ran: they commit with the group
+// instead of waiting for its COMMIT and then for their own. A hello
+// queued behind a chunk of a fleet-wide hold (milliseconds of statements,
+// tens on a busy machine) waited for both. It takes only the ops queued
+// when it starts, in order, up to maxGroup, so that the group's own ops
+// do not wait for a stream of newcomers; the first that is not prompt
+// (or is a dry run, which runs alone) starts the next group (next).
+func (g *groupTx) join() {
+	w := g.w
+	for n := len(w.queue); n > 0 && len(g.ops) < w.maxGroup && g.x.broken == nil; n-- {
+		o := <-w.queue // only the writer goroutine receives: n are there
+		if !o.prompt || o.dryRun || o.stream != nil || o.answers != nil {
+			w.next = o
+			return
+		}
+		g.ops = append(g.ops, o)
+		g.runOp(o)
+	}
 }
 
 // runOp runs o in its savepoint unless its outcome is decided already

@@ -47,11 +47,14 @@ func TestPlaceholdersAreNumberedRowAfterRow(t *testing.T) {
 		{1, 3, "(CAST($1 AS BIGINT), CAST($2 AS BIGINT), CAST($3 AS BIGINT))"},
 		{2, 2, "(CAST($1 AS BIGINT), CAST($2 AS BIGINT)), (CAST($3 AS BIGINT), CAST($4 AS BIGINT))"},
 	} {
-		if got := placeholders(c.n, c.cols); got != c.want {
+		if got := placeholders(c.n, c.cols, "BIGINT"); got != c.want {
 			t.Errorf("placeholders(%d, %d)\n got %s\nwant %s", c.n, c.cols, got, c.want)
 		}
 	}
-	if p := placeholders(100, 8); !strings.HasSuffix(p, "CAST($800 AS BIGINT))") || strings.Contains(p, "?") {
+	if p := placeholders(100, 8, "BIGINT"); !strings.HasSuffix(p, "CAST($800 AS BIGINT))") || strings.Contains(p, "?") {
 		t.Errorf("placeholders(100, 8) ends %q", p[len(p)-40:])
+	}
+	if p := placeholders(2, 2, ""); p != "($1, $2), ($3, $4)" {
+		t.Errorf("placeholders(2, 2) uncast = %s", p)
 	}
 }

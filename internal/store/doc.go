@@ -80,9 +80,11 @@
 // limit) in one transaction, each inside its own SAVEPOINT so that one
 // failing operation does not fail the others. This is what makes 20,000
 // window reports a second affordable: a second of a large fleet is a handful
-// of transactions, not thousands. Reads use a separate pool of read-only
-// connections and never wait for the writer (WAL). The steps of a group
-// commit are named in commit.go.
+// of transactions, not thousands. An operation someone waits for (a
+// hello's record, a chunk of a hold: prompt) queued while a group's
+// statements run joins that group before its COMMIT. Reads use a
+// separate pool of read-only connections and never wait for the writer
+// (WAL). The steps of a group commit are named in commit.go.
 //
 // An agent connection does not wait for each batch: it saves its batches
 // on a Stream (stream.go), and the writer sends each batch's outcome to

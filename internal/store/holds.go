@@ -123,9 +123,7 @@ func (s *Store) AddHoldCoverage(ctx context.Context, holdID string, c cbdash.Hol
 // insertCoverage records a coverage row, replacing the command id and
 // time of an earlier send to the same agent process (its JoinedLate
 // stays).
-const insertCoverage = `INSERT INTO hold_coverage (hold_id, service, instance, breaker, started_at, command_id, covered_at, joined_late)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hold_id, service, instance, breaker, started_at) DO UPDATE SET
-	command_id = excluded.command_id, covered_at = excluded.covered_at`
+var insertCoverage = upsertCoverage(placeholders(1, 8, ""))
 
 const holdColumns = `id, selector, action, ttl_ms, reason, actor, created_at, until, released_at, released_by, release_reason`
 
@@ -322,6 +320,11 @@ func (s *Store) HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCoun
 // AddHoldCoverage (nothing is written); cbdash.ErrNotFound when a
 // coverage row names a hold that is not stored (nothing is written);
 // ErrClosed, ctx's or a wrapped driver error.
+//
+// The targets and coverage rows are written in multi-row statements
+// (applyRows), a few a chunk of a fleet-wide hold instead of two a
+// delivery: the writer, which every hello's record waits for, is busy
+// a few milliseconds a chunk, not tens.
 func (s *Store) ApplyHold(ctx context.Context, deliveries []cbdash.HoldDelivery) error {
 	for _, d := range deliveries {
 		if err := checkDelivery(d); err != nil {
@@ -335,11 +338,11 @@ func (s *Store) ApplyHold(ctx context.Context, deliveries []cbdash.HoldDelivery)
 		stored := make(map[string]bool) // command ids known to be stored
 		holds := make(map[string]bool)  // hold ids known to be stored
 		for _, d := range deliveries {
-			if err := x.deliverHold(d, stored, holds); err != nil {
+			if err := x.ensureDelivery(d, stored, holds); err != nil {
 				return err
 			}
 		}
-		return nil
+		return x.applyRows(deliveries)
 	}})
 }
 
@@ -362,9 +365,11 @@ func checkDelivery(d cbdash.HoldDelivery) error {
 	return nil
 }
 
-// deliverHold writes one delivery of ApplyHold; stored and holds are the
-// command and hold ids already found (or written) in this transaction.
-func (x *wtx) deliverHold(d cbdash.HoldDelivery, stored, holds map[string]bool) error {
+// ensureDelivery writes what delivery d's rows refer to: its command,
+// unless stored, and checks that the hold of its coverage row is stored;
+// stored and holds are the command and hold ids already found (or
+// written) in this transaction.
+func (x *wtx) ensureDelivery(d cbdash.HoldDelivery, stored, holds map[string]bool) error {
 	c := d.Command
 	if !stored[c.ID] {
 		n, err := x.count("SELECT count(*) FROM commands WHERE id = $1", c.ID)
@@ -379,28 +384,83 @@ func (x *wtx) deliverHold(d cbdash.HoldDelivery, stored, holds map[string]bool) 
 		}
 		stored[c.ID] = true
 	}
-	if err := x.putTarget(c.ID, d.Target); err != nil {
-		return err
-	}
-	cv := d.Coverage
-	if cv == nil {
+	if d.Coverage == nil || holds[c.HoldID] {
 		return nil
 	}
-	if !holds[c.HoldID] {
-		n, err := x.count("SELECT count(*) FROM holds WHERE id = $1", c.HoldID)
-		if err != nil {
-			return fmt.Errorf("store: apply hold: %w", err)
-		}
-		if n == 0 {
-			return fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, c.HoldID)
-		}
-		holds[c.HoldID] = true
+	n, err := x.count("SELECT count(*) FROM holds WHERE id = $1", c.HoldID)
+	if err != nil {
+		return fmt.Errorf("store: apply hold: %w", err)
 	}
-	if _, err := x.exec(insertCoverage,
-		c.HoldID, cv.Service, cv.Instance, cv.Breaker, cv.StartedAt, cv.CommandID, ms(cv.CoveredAt), cv.JoinedLate); err != nil {
+	if n == 0 {
+		return fmt.Errorf("%w: hold %q", cbdash.ErrNotFound, c.HoldID)
+	}
+	holds[c.HoldID] = true
+	return nil
+}
+
+// applyRows writes the targets and coverage rows of deliveries as
+// putTarget and insertCoverage would, one after another, but in
+// multi-row statements. A row that replaces one written before it in
+// the same list is merged into it first (one statement may not upsert
+// a row twice on PostgreSQL): a target's last delivery wins; a coverage
+// row keeps its first JoinedLate and takes its last command id and
+// time, as insertCoverage's update does.
+func (x *wtx) applyRows(deliveries []cbdash.HoldDelivery) error {
+	type targetKey struct{ cmd, instance string }
+	type coverKey struct {
+		hold, service, instance, breaker string
+		startedAt                        int64
+	}
+	targets := make(map[targetKey]int, len(deliveries)) // row index in targetArgs
+	covers := make(map[coverKey]int, len(deliveries))   // row index in coverArgs
+	targetArgs, coverArgs := make([]any, 0, 6*len(deliveries)), make([]any, 0, 8*len(deliveries))
+	for _, d := range deliveries {
+		c, t := d.Command, d.Target
+		row := []any{c.ID, t.Instance, t.Status, t.State, t.Error, ms(t.At)}
+		if i, ok := targets[targetKey{c.ID, t.Instance}]; ok {
+			copy(targetArgs[6*i:], row)
+		} else {
+			targets[targetKey{c.ID, t.Instance}] = len(targetArgs) / 6
+			targetArgs = append(targetArgs, row...)
+		}
+		cv := d.Coverage
+		if cv == nil {
+			continue
+		}
+		k := coverKey{c.HoldID, cv.Service, cv.Instance, cv.Breaker, cv.StartedAt}
+		if i, ok := covers[k]; ok {
+			coverArgs[8*i+5], coverArgs[8*i+6] = cv.CommandID, ms(cv.CoveredAt)
+			continue
+		}
+		covers[k] = len(coverArgs) / 8
+		coverArgs = append(coverArgs, c.HoldID, cv.Service, cv.Instance, cv.Breaker, cv.StartedAt, cv.CommandID,
+			ms(cv.CoveredAt), cv.JoinedLate)
+	}
+	if err := x.insertRows(6, targetArgs, upsertTargets); err != nil {
+		return fmt.Errorf("store: command targets: %w", err)
+	}
+	if err := x.insertRows(8, coverArgs, upsertCoverage); err != nil {
 		return fmt.Errorf("store: apply hold: %w", err)
 	}
 	return nil
+}
+
+// upsertTargets records the command targets of the rows values
+// (command id, instance, status, state, error, at), replacing those of
+// the same command and instance.
+func upsertTargets(values string) string {
+	return `INSERT INTO command_targets (command_id, instance, status, state, error, at) VALUES ` + values + `
+		ON CONFLICT (command_id, instance) DO UPDATE SET status = excluded.status, state = excluded.state,
+		error = excluded.error, at = excluded.at`
+}
+
+// upsertCoverage is insertCoverage's statement for the rows values
+// (hold id, service, instance, breaker, started at, command id, covered
+// at, joined late).
+func upsertCoverage(values string) string {
+	return `INSERT INTO hold_coverage (hold_id, service, instance, breaker, started_at, command_id, covered_at, joined_late)
+	VALUES ` + values + ` ON CONFLICT (hold_id, service, instance, breaker, started_at) DO UPDATE SET
+	command_id = excluded.command_id, covered_at = excluded.covered_at`
 }
 
 // count runs a query of one count in the transaction.

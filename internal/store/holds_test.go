@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -197,5 +198,73 @@ func TestApplyHoldRecordsAChunkOfDeliveriesInOneWrite(t *testing.T) {
 	bad.Target.Instance = ""
 	if err := s.ApplyHold(ctx, []cbdash.HoldDelivery{bad}); !errors.Is(err, cbdash.ErrInvalid) {
 		t.Errorf("ApplyHold of a target without an instance = %v, want ErrInvalid", err)
+	}
+}
+
+// ApplyHold writes a chunk's rows in multi-row statements (of 10 and 1
+// rows here) with the outcome of writing them one by one, in order: a
+// target delivered twice in one list (an instance's two breakers share
+// the service's command) is one row, its last delivery's; a coverage row
+// delivered twice keeps its first JoinedLate and takes its last command
+// id and time. PostgreSQL refuses one statement that upserts a row twice.
+func TestApplyHoldWritesAChunkAsItsDeliveriesOneByOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := openStore(t, store.Options{})
+	at := clocktest.Epoch()
+	h := cbdash.HoldRecord{ID: "h01", HoldRequest: cbdash.HoldRequest{Selector: cbdash.Selector{Service: "pay", Breaker: "*"},
+		Action: protocol.ActionForceOpen, TTL: time.Hour, Reason: "drill", Actor: "otto"}, CreatedAt: at, Until: at.Add(time.Hour)}
+	if err := s.CreateHold(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	cmd := cbdash.Command{ID: "h01-aa", HoldID: "h01", IssuedAt: at, ExpiresAt: h.Until,
+		CommandRequest: cbdash.CommandRequest{Service: "pay", Breaker: "db", Action: protocol.ActionForceOpen, TTL: time.Hour, Actor: "otto"}}
+	delivery := func(inst, breaker, cmdID string, covered time.Time, late bool) cbdash.HoldDelivery {
+		return cbdash.HoldDelivery{Command: cmd, Target: cbdash.CommandTarget{Instance: inst, Status: cbdash.TargetPending, At: covered},
+			Coverage: &cbdash.HoldCoverage{Service: "pay", Instance: inst, Breaker: breaker, StartedAt: 7, CommandID: cmdID,
+				CoveredAt: covered, JoinedLate: late}}
+	}
+	var ds []cbdash.HoldDelivery
+	later := at.Add(time.Second)
+	for i := range 21 {
+		ds = append(ds, delivery(fmt.Sprintf("p%02d", i), "db", cmd.ID, at, false))
+		switch i { // the repeats in the same statement of 10 rows as the first
+		case 3:
+			ds = append(ds, delivery("p03", "cache", cmd.ID, later, false)) // p03's second breaker: its target again
+		case 5:
+			ds = append(ds, delivery("p05", "db", "h01-bb", later, true)) // p05/db again
+		}
+	}
+	if err := s.ApplyHold(ctx, ds); err != nil {
+		t.Fatalf("ApplyHold: %v", err)
+	}
+	got, err := s.Command(ctx, cmd.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Targets) != 21 {
+		t.Fatalf("%d targets, want 21 (p03 once)", len(got.Targets))
+	}
+	for _, tg := range got.Targets {
+		if want := at; tg.Instance == "p03" || tg.Instance == "p05" {
+			if want = later; !tg.At.Equal(want) {
+				t.Errorf("target %s at %v, want its last delivery's %v", tg.Instance, tg.At, want)
+			}
+		}
+	}
+	stored, err := s.Hold(ctx, "h01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Coverage) != 22 {
+		t.Fatalf("%d coverage rows, want 22 (21 db, p03's cache)", len(stored.Coverage))
+	}
+	for _, c := range stored.Coverage {
+		if c.Instance != "p05" || c.Breaker != "db" {
+			continue
+		}
+		if c.JoinedLate || c.CommandID != "h01-bb" || !c.CoveredAt.Equal(later) {
+			t.Errorf("p05/db = %+v, want its first joined_late (false), its last command id and time", c)
+		}
 	}
 }

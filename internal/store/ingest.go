@@ -456,9 +456,21 @@ func (x *wtx) flushRuns() error {
 // parameters each (args, flat), in statements of 100, 10 and 1 rows, so
 // that a few statement shapes are prepared whatever the count.
 func (x *wtx) execRows(cols int, args []any, query func(values string) string) error {
-	for _, n := range []int{100, 10, 1} {
+	return x.execShapes(cols, args, "BIGINT", []int{100, 10, 1}, query)
+}
+
+// insertRows is execRows for an INSERT's VALUES, whose parameters take
+// the types of the columns they are inserted into (of any type, not cast).
+func (x *wtx) insertRows(cols int, args []any, query func(values string) string) error {
+	return x.execShapes(cols, args, "", []int{10, 1}, query)
+}
+
+// execShapes runs query(values) over rows of cols parameters each, cast
+// to cast ("" = not cast), in statements of 100, 10 and 1 rows.
+func (x *wtx) execShapes(cols int, args []any, cast string, shapes []int, query func(values string) string) error {
+	for _, n := range shapes {
 		for len(args) >= n*cols {
-			if _, err := x.exec(query(placeholders(n, cols)), args[:n*cols]...); err != nil {
+			if _, err := x.exec(query(placeholders(n, cols, cast)), args[:n*cols]...); err != nil {
 				return err
 			}
 			args = args[n*cols:]
@@ -467,11 +479,12 @@ func (x *wtx) execRows(cols int, args []any, query func(values string) string) e
 	return nil
 }
 
-// placeholders returns n rows of cols integer parameters,
-// "(CAST($1 AS BIGINT), CAST($2 AS BIGINT)), ...", numbered from $1 row
-// after row (the casts type PostgreSQL's parameters), cached by shape.
-func placeholders(n, cols int) string {
-	k := [2]int{n, cols}
+// placeholders returns n rows of cols parameters, "($1, $2), ($3, $4)...",
+// each cast to cast unless it is "" ("(CAST($1 AS BIGINT), ...": the casts
+// type PostgreSQL's parameters where nothing else does), numbered from $1
+// row after row, cached by shape.
+func placeholders(n, cols int, cast string) string {
+	k := placeholderShape{n, cols, cast}
 	placeholderMu.Lock()
 	defer placeholderMu.Unlock()
 	if p, ok := placeholderCache[k]; ok {
@@ -487,7 +500,11 @@ func placeholders(n, cols int) string {
 			if c > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "CAST($%d AS BIGINT)", r*cols+c+1)
+			if cast == "" {
+				fmt.Fprintf(&b, "$%d", r*cols+c+1)
+			} else {
+				fmt.Fprintf(&b, "CAST($%d AS %s)", r*cols+c+1, cast)
+			}
 		}
 		b.WriteString(")")
 	}
@@ -496,7 +513,12 @@ func placeholders(n, cols int) string {
 	return p
 }
 
+type placeholderShape struct {
+	n, cols int
+	cast    string
+}
+
 var (
 	placeholderMu    sync.Mutex
-	placeholderCache = map[[2]int]string{}
+	placeholderCache = map[placeholderShape]string{}
 )

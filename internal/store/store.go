@@ -229,6 +229,7 @@ func sqliteDSN(path string, write bool) string {
 		// Truncate the WAL back to 64 MiB after checkpoints, so a burst
 		// does not leave a huge file behind.
 		q.Add("_pragma", "journal_size_limit(67108864)")
+		q.Add("_pragma", "temp_store(MEMORY)")
 		q.Set("_txlock", "immediate")
 	} else {
 		q.Add("_pragma", "synchronous(NORMAL)")

@@ -51,7 +51,8 @@ type op struct {
 	dryRun bool
 	// prompt: someone waits for this op before going on (an agent for
 	// its hello's welcome, an operator for a hold): its group commits
-	// what is queued without waiting for company (see waits).
+	// what is queued without waiting for company (see waits), and it
+	// joins a group whose ops are running when it is queued (join).
 	prompt bool
 }
 
@@ -74,6 +75,10 @@ type writer struct {
 	// held are the streams with batches parked until their failures are
 	// answered (Stream); writer goroutine only.
 	held map[*Stream]struct{}
+	// next is an op taken from the queue that could not join the group
+	// then running (groupTx.join): it starts the next one. Writer
+	// goroutine only.
+	next *op
 
 	// Counters for Stats.
 	txs, ops, failed, skipped, dropped atomic.Uint64
@@ -253,12 +258,15 @@ func (w *writer) run() {
 	defer close(w.stopped)
 	group := make([]*op, 0, w.maxGroup)
 	for {
-		var first *op
-		select {
-		case first = <-w.queue:
-		case <-w.quit:
-			w.drain(group)
-			return
+		first := w.next
+		w.next = nil
+		if first == nil {
+			select {
+			case first = <-w.queue:
+			case <-w.quit:
+				w.drain(group)
+				return
+			}
 		}
 		group = append(group[:0], first)
 		group = w.collect(group)
@@ -287,9 +295,13 @@ func (w *writer) drain(group []*op) {
 	}
 }
 
-// collect appends the ops waiting in the queue, up to maxGroup, without
-// blocking.
+// collect appends the ops waiting (the one a group left, next, then the
+// queue's), up to maxGroup, without blocking.
 func (w *writer) collect(group []*op) []*op {
+	if w.next != nil && len(group) < w.maxGroup {
+		group = append(group, w.next)
+		w.next = nil
+	}
 	for len(group) < w.maxGroup {
 		select {
 		case o := <-w.queue:

@@ -283,3 +283,92 @@ func TestInstanceMinutesAreWrittenWhenTheirMinuteHasEnded(t *testing.T) {
 		t.Fatalf("instance history = %+v, want minutes of 4030 and 50300 calls", mins)
 	}
 }
+
+// A hello's record queued while a group's statements run joins that
+// group's transaction (one COMMIT for both, not the group's and then its
+// own); an op that may not join (a batch, not prompt) starts the next
+// group, and the prompt ops behind it go with it, in queue order.
+func TestAPromptOpQueuedWhileAGroupRunsCommitsWithIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t0 := clocktest.Epoch().Truncate(time.Minute)
+	hello := func(instance string) protocol.Hello {
+		return protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: "pay", Instance: instance,
+			SDKVersion: "test", StartedAt: 7, Breakers: []protocol.BreakerConfig{{Name: "db", WindowKind: "count",
+				WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: 5000, HalfOpenMaxCalls: 3}}}
+	}
+
+	s, release := openHeld(t, "join.db")
+	done := make(chan error, 1)
+	go func() { done <- s.SaveHello(ctx, hello("pay-1"), t0) }()
+	eventually.True(t, "the hello queued", func() bool { return len(s.w.queue) == 1 })
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if tx := s.Stats().Transactions; tx != 1 {
+		t.Errorf("%d transactions, want 1 (the hello joined the running group)", tx)
+	}
+
+	s, release = openHeld(t, "carry.db")
+	errs := make([]chan error, 3)
+	for i := range errs {
+		errs[i] = make(chan error, 1)
+	}
+	queue := func(i int, f func() error) {
+		go func() { errs[i] <- f() }()
+		eventually.True(t, fmt.Sprintf("op %d queued", i), func() bool { return len(s.w.queue) == i+1 })
+	}
+	queue(0, func() error { return s.SaveHello(ctx, hello("pay-1"), t0) })
+	queue(1, func() error {
+		b := protocol.Batch{Seq: 1, Windows: []protocol.Window{{Breaker: "db", Start: t0.UnixMilli(), Millis: 1000,
+			State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 3, Successes: 3}}}}
+		stored, err := s.SaveBatch(ctx, "pay", "pay-1", 7, b, t0)
+		if err == nil && !stored {
+			err = errors.New("the batch was not stored")
+		}
+		return err
+	})
+	queue(2, func() error { return s.SaveHello(ctx, hello("pay-2"), t0) })
+	release()
+	for i, ch := range errs {
+		if err := <-ch; err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+	}
+	if tx := s.Stats().Transactions; tx != 2 {
+		t.Errorf("%d transactions, want 2 (the held one with the first hello; the batch with the second)", tx)
+	}
+	for _, inst := range []string{"pay-1", "pay-2"} {
+		if _, err := s.LastSeq(ctx, "pay", inst, 7); err != nil {
+			t.Errorf("LastSeq of %s: %v", inst, err)
+		}
+	}
+	if last, err := s.LastSeq(ctx, "pay", "pay-1", 7); err != nil || last != 1 {
+		t.Errorf("LastSeq of pay-1 = %d, %v; want 1", last, err)
+	}
+}
+
+// On SQLite the writer's connection keeps temporary files in memory: a
+// savepoint's journal (each op of a group runs in one) holds the first
+// version of every page the op changes, and once over 64 KiB (a chunk of
+// a fleet-wide hold) it was written to a temporary file, a write system
+// call a page.
+func TestTheSQLiteWriterKeepsItsSavepointJournalInMemory(t *testing.T) {
+	t.Parallel()
+	s, err := Open(context.Background(), testDSN(t, "temp.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.w.d.postgres {
+		t.Skip("SQLite's pragma")
+	}
+	var mode int
+	if err := s.wdb.QueryRowContext(context.Background(), "PRAGMA temp_store").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != 2 {
+		t.Errorf("temp_store = %d, want 2 (MEMORY)", mode)
+	}
+}
