@@ -142,4 +142,10 @@ func TestCLIUsesAPI110AndFallsBackOnAnOlderServer(t *testing.T) {
 			}
 		}
 	}
+	// A hold this server does not have is a 404 of its own, not a
+	// missing route: asked once, not again in the older form.
+	code, _, stderr := cliOn(t, clk, map[string]string{"CBDASH_SERVER": current.URL, "CBDASH_TOKEN": token}, "holds", "report", "no-such-hold")
+	if reqs, _ := newLog.take(); code == 0 || len(reqs) != 1 {
+		t.Errorf("cbdash holds report of a missing hold: exit %d (%q), asked %q; want a failure after one request", code, stderr, reqs)
+	}
 }

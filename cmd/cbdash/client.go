@@ -130,13 +130,15 @@ func (c *apiClient) do(ctx context.Context, method, path string, in, out any) er
 }
 
 // doOr is do on path, or on older when the server has no route for path
-// (404 or 405): a server of API 1.0.0, from before path was added, where
+// (404 or 405 with the router's bare status text, not a missing hold's
+// "not found"): a server of API 1.0.0, from before path was added, where
 // older answers the same shape (older is then a form that API 1.1.0
 // deprecated).
 func (c *apiClient) doOr(ctx context.Context, method, path, older string, in, out any) error {
 	err := c.do(ctx, method, path, in, out)
 	var ae *apiError
-	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) {
+	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) &&
+		ae.Message == http.StatusText(ae.Status) {
 		return c.do(ctx, method, older, in, out)
 	}
 	return err

@@ -57,7 +57,7 @@ type Config struct {
 	// Logger receives what the OpenTelemetry SDK reports while the
 	// exporter runs: a periodic export that failed (Error, with the
 	// SDK's error as "err"), the SDK's warnings (Warn) and information
-	// (Info), in the logger's own format (the server's --log-format).
+	// (Debug), in the logger's own format (the server's --log-format).
 	// nil: slog.Default(). The SDK's error handler and logger are
 	// process-wide (see logs.go): with several exporters running, each of
 	// their loggers gets every line.

@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"net/url"
 
 	"github.com/labstack/echo/v4"
 
@@ -60,7 +61,7 @@ func (s *Server) apiHold(c echo.Context) error {
 // deprecated form of GET .../report.md, as Markdown.
 func (s *Server) apiHoldReport(c echo.Context) error {
 	if c.QueryParam("format") == "md" {
-		deprecated(c, "/api/v1/holds/"+c.Param("id")+"/report.md")
+		deprecated(c, "/api/v1/holds/"+url.PathEscape(c.Param("id"))+"/report.md")
 		return s.apiHoldReportMarkdown(c)
 	}
 	hs, err := s.holdService()
