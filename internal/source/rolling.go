@@ -108,6 +108,9 @@ type rollingCounts struct {
 	lastDur      time.Duration
 	lastRequests float64
 	c            [nRolled]bucketEstimates
+	// guide is requestCount's last attribution, refined: the others'
+	// follow its shape (refine).
+	guide spanned
 }
 
 // bucketEstimates are one count's estimates of the buckets of the window.
@@ -125,6 +128,20 @@ type bucketEstimates struct {
 	// recent rate, which a burst does not raise.
 	recent [5]float64
 	next   int
+	// last is the previous read's attribution by time, made again at the
+	// next read once the rate after it is known (refine).
+	last spanned
+}
+
+// spanned is an attribution of n events over (from, to] (ns of the
+// writer's clock) to buckets first..last, made uniform in time; before
+// is the events a second of the read interval before it.
+type spanned struct {
+	n, before   float64
+	after       float64 // of requestCount's, once refined (rollingCounts.guide)
+	from, to    int64
+	first, last int64
+	ok          bool
 }
 
 func (b *bucketEstimates) get(i int64) float64 {
@@ -275,7 +292,9 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 	if l.keepsOldest && k > r.cur {
 		kept = r.oldestKept(vals, n, extra, k, at)
 	}
-	for i := range nRolled {
+	// requestCount first: the outcomes' attributions follow its (refine).
+	for j := range nRolled {
+		i := (j + rollRequests) % nRolled
 		b := &r.c[i]
 		keep := lo
 		if kept[i] {
@@ -283,6 +302,7 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 			keep = lo - 1
 		}
 		if !l.perRecord {
+			r.refine(i, max(n[i], 0)/dt.Seconds())
 			n[i] = r.late(b, n[i], keep, dt)
 		}
 		r.attribute(b, n[i], keep, k, at)
@@ -307,15 +327,8 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 // earlier than the burst does (and a wrong guess of hystrix-go's oldest
 // bucket does the same). They are taken as in the oldest bucket still in
 // the window (keep), held there: they leave with it, and are not kept
-// again. It returns the read's new events less those kept: lateShare of
-// the excess, as much of it as there are such events.
-// lateShare is the share of a read's excess of new events that late
-// keeps in the window. Whether the excess is events that came late (a
-// burst straddling a bucket) or new ones is not known: against
-// hystrix-go's rolling counts (rolling_test.go), keeping it all made
-// bursty calls run 1-6% low, none of it 3-8% high, 0.7 within about 3%.
-const lateShare = 0.7
-
+// again. It returns the read's new events less those kept: the excess, as
+// much of it as there are such events.
 func (r *rollingCounts) late(b *bucketEstimates, n float64, keep int64, dt time.Duration) float64 {
 	var movable float64
 	for i := b.base; i < keep && i < b.base+int64(len(b.est)); i++ {
@@ -329,7 +342,7 @@ func (r *rollingCounts) late(b *bucketEstimates, n float64, keep int64, dt time.
 	if excess <= 0 {
 		return n
 	}
-	moved := min(movable, lateShare*excess)
+	moved := min(movable, excess)
 	b.add(keep, moved, true)
 	return n - moved
 }
@@ -414,25 +427,77 @@ func (r *rollingCounts) attribute(b *bucketEstimates, n float64, keep, k int64, 
 	if keep < k-r.layout.span()+1 { // the oldest bucket still summed: nothing came in bucket k yet
 		to, last = min(to, k*bl), k-1
 	}
-	r.attributeSpan(b, n, from, to, max(r.cur, keep), last)
+	first := max(r.cur, keep)
+	r.attributeSpan(b, n, from, to, first, last)
+	before := -1.0
+	if b.next > 0 {
+		before = b.recent[(b.next-1)%len(b.recent)]
+	}
+	b.last = spanned{n: n, before: before, from: from, to: to, first: first, last: last, ok: true}
 }
 
 // attributeSpan attributes n to buckets first..last in proportion to the
 // part of (from, to] (ns of the writer's clock) in each, all to last when
 // the span is empty.
 func (r *rollingCounts) attributeSpan(b *bucketEstimates, n float64, from, to, first, last int64) {
+	r.addSpan(b, n, from, to, first, last, -1, -1)
+}
+
+// addSpan adds n to buckets first..last as spread over (from, to] (ns of
+// the writer's clock) at density ra (events a second) from from and rb
+// after, switching where they make n; uniformly when they cannot (below
+// 0, equal, or both too low or too high for n).
+func (r *rollingCounts) addSpan(b *bucketEstimates, n float64, from, to, first, last int64, ra, rb float64) {
 	bl := int64(r.layout.bucket)
 	if to <= from || first > last {
 		b.add(last, n, false)
 		return
 	}
-	total := float64(to - from)
-	for i := max(first, floorDiv(from, bl)); i <= last; i++ {
-		lo, hi := max(from, i*bl), min(to, (i+1)*bl)
-		if hi > lo {
-			b.add(i, n*float64(hi-lo)/total, false)
+	span := float64(to-from) / 1e9
+	split, da, db := to, n/span, n/span
+	if ra >= 0 && rb >= 0 && ra != rb {
+		if x := (n - rb*span) / (ra - rb); x >= 0 && x <= span {
+			split, da, db = from+int64(x*1e9), ra, rb
 		}
 	}
+	for i := max(first, floorDiv(from, bl)); i <= last; i++ {
+		lo, hi := max(from, i*bl), min(to, (i+1)*bl)
+		if hi <= lo {
+			continue
+		}
+		at := float64(max(min(hi, split)-lo, 0)) / 1e9
+		after := float64(max(hi-max(lo, split), 0)) / 1e9
+		b.add(i, at*da+after*db, false)
+	}
+}
+
+// refine makes the previous read's attribution by time again now that
+// the rate after it (events a second of this read, after) is known: its
+// events are taken as coming at the rate of the read before it from its
+// start and at the rate after it to its end (a burst that began within
+// it and went on came at its end). It moves events between the buckets
+// it covered, which are all still in the window.
+//
+// A count of the calls' outcomes takes the shape requestCount's took, when
+// they spanned the same time: every call counts in requestCount, which
+// has the most events to tell the rates by.
+func (r *rollingCounts) refine(i int, after float64) {
+	b := &r.c[i]
+	s := b.last
+	b.last.ok = false
+	if !s.ok || s.n <= 0 || s.first >= s.last || after < 0 {
+		return
+	}
+	before := s.before
+	if g := r.guide; i != rollRequests && g.ok && g.from == s.from && g.to == s.to && g.first == s.first && g.last == s.last && g.n > 0 {
+		before, after = g.before*s.n/g.n, g.after*s.n/g.n
+	}
+	if i == rollRequests {
+		r.guide = s
+		r.guide.after, r.guide.ok = after, true
+	}
+	r.addSpan(b, -s.n, s.from, s.to, s.first, s.last, -1, -1)
+	r.addSpan(b, s.n, s.from, s.to, s.first, s.last, before, after)
 }
 
 // oldestKept decides, for each count of a hystrix-go read that crossed
