@@ -99,6 +99,8 @@ type hystrixBreaker struct {
 	offset    time.Duration
 	hasOffset bool
 	rolled    rollingCounts
+	// slots are the hosts of a Turbine stream of hystrix-go hosts
+	slots hostSlots
 }
 
 // hystrixReader maps one stream's records, command by command.
@@ -427,6 +429,7 @@ func (c *hystrixCommand) fields(f func(name string, n *hystrixNum, err error) bo
 func (b *hystrixBreaker) clone() hystrixBreaker {
 	c := *b
 	c.rolled = b.rolled.clone()
+	c.slots = b.slots.clone()
 	return c
 }
 
@@ -565,7 +568,16 @@ func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window
 		}
 	}
 	at := b.writerTime(c, now)
-	n := b.rolled.read(at, layout, rolled, hints)
+	var n [nRolled]int64
+	ok := false
+	if c.cluster() && writer == writerHystrixGo {
+		l := layout
+		l.keepsOldest = true
+		n, ok = b.slots.read(now, l, rolled, int(hosts), open, b.open)
+	}
+	if !ok {
+		n = b.rolled.read(at, layout, rolled, hints)
+	}
 	counts := protocol.Counts{
 		Successes: n[rollSuccess], Errors: n[rollFailure], Timeouts: n[rollTimeout], Failures: n[rollFailure] + n[rollTimeout],
 		RejectedOpen: n[rollShortCircuited], RejectedBulkhead: n[rollSemaphoreRejected] + n[rollThreadPoolRejected],

@@ -303,7 +303,9 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 		}
 		if !l.perRecord {
 			r.refine(i, max(n[i], 0)/dt.Seconds())
-			n[i] = r.late(b, n[i], keep, dt)
+			if !h.cluster {
+				n[i] = r.late(b, n[i], keep, dt)
+			}
 		}
 		r.attribute(b, n[i], keep, k, at)
 		b.drop(keep)

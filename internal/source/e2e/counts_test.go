@@ -100,7 +100,7 @@ func runCounts(t *testing.T, command string, phase time.Duration, calls []call) 
 	}
 	sh.Stop()
 	lib, bySecond := totalsOf(command).get()
-	endCircuit(t, command)
+	endCircuits(t, command)
 	synctest.Wait()
 	if s := src.Status()[0]; s.Refused != 0 || s.Dropped != 0 {
 		t.Errorf("source status %+v, want nothing refused or dropped", s)

@@ -179,10 +179,18 @@ func totalsOf(command string) *libraryTotals {
 	return totals[command]
 }
 
-// endCircuit stops the goroutines hystrix-go started for command's
-// circuit (it never stops them: a bubble must end with none), once its
-// calls are over, and forgets the circuit. The channels they range over
+// endCircuits stops the goroutines hystrix-go started for the commands'
+// circuits (it never stops them: a bubble must end with none), once their
+// calls are over, and forgets every circuit. The channels they range over
 // are unexported fields, reached by reflection.
+func endCircuits(t *testing.T, commands ...string) {
+	t.Helper()
+	for _, c := range commands {
+		endCircuit(t, c)
+	}
+	hystrix.Flush()
+}
+
 func endCircuit(t *testing.T, command string) {
 	t.Helper()
 	cb, _, err := hystrix.GetCircuit(command)
@@ -201,5 +209,4 @@ func endCircuit(t *testing.T, command string) {
 	v := reflect.ValueOf(cb)
 	closeField(v, "metrics", "Updates")
 	closeField(v, "executorPool", "Metrics", "Updates")
-	hystrix.Flush()
 }
