@@ -249,8 +249,11 @@ func objectCounts(b []byte) (map[string]float64, error) {
 // counts with every quote removed).
 func turbineCounts(s string) (map[string]float64, error) {
 	inner, ok := strings.CutPrefix(strings.TrimSpace(s), "{")
-	if inner, ok = strings.CutSuffix(inner, "}"); !ok {
-		return nil, fmt.Errorf("the hosts' values %q do not end with }", truncate(s, 60))
+	if ok {
+		inner, ok = strings.CutSuffix(inner, "}")
+	}
+	if !ok {
+		return nil, fmt.Errorf("the hosts' values %q are not within { }", truncate(s, 60))
 	}
 	m := map[string]float64{}
 	for part := range strings.SplitSeq(inner, ",") {

@@ -68,8 +68,9 @@ type rollingHints struct {
 	// at once since the previous read, without ageing out (the hosts of a
 	// Turbine stream that cleared theirs: see hystrixBreaker.read).
 	share [nRolled]float64
-	// cluster: the counts are a cluster's sums (Turbine); a count that
-	// falls more than ageing explains lost a host's share, not everything.
+	// cluster: the counts are a cluster's sums (Turbine): its hosts'
+	// buckets leave at their own reads, so a read's excess of new events
+	// is not taken as events that came late (late).
 	cluster bool
 }
 
@@ -80,23 +81,25 @@ type rollingHints struct {
 // It keeps an estimate of each bucket still in the window, made of the
 // new events it attributed to it. At a read, the events new since the
 // previous one are the count less the estimates of the buckets still in
-// the window (those that fell out are the ones the window lost); they
-// are attributed to the buckets the time since the previous read covers,
-// in proportion to the time of each bucket it covers (the events of one
-// second are not known one by one). So the count the read shows is always
-// explained by the estimates, and the counts reported add up to the
-// library's: an event is reported once, when it enters the window, and
-// never again when it leaves. What is estimated is which second of the
-// read interval an event came in, for a read that falls within a bucket;
-// an error there comes back, diluted, when the bucket leaves the window.
-// A read that explains less than the estimates left in the window (the
-// attributions were too high) reports 0 and pays the excess back from
-// the reads that follow, so the totals stay those of the stream.
+// the window: the bucket that left is known from its own earlier
+// estimates. They are attributed to the buckets the time since the
+// previous read covers (the read falls within a bucket, the events of
+// the interval are not known one by one): in proportion to the time of
+// each, made again at the next read from the rates on either side
+// (refine), the outcomes following requestCount's shape. An event is
+// reported once, when it enters the window, and not again when it
+// leaves; what is estimated is which bucket it is in, and an error there
+// comes back when the bucket leaves: as events that seem new (late holds
+// them in the window once, when they are far more than the recent rate)
+// or as fewer than came (a read that explains less than the estimates
+// left in the window reports 0 and pays the excess back from the reads
+// that follow). A read whose window is empty empties the estimates.
 //
 // A count the writer cleared (hystrix-go when its circuit closes) loses
-// the events between the previous read and the clearing: cleared
-// estimates them from the rate of each count before it. See the README
-// for the error measured against hystrix-go and opossum-hystrix.
+// the events between the previous read and the clearing: clearedRead
+// estimates them from the rate of each count before it. The README
+// states the error measured against hystrix-go and opossum-hystrix
+// (rolling_test.go, internal/source/e2e, node_test.go).
 type rollingCounts struct {
 	layout  rollingLayout
 	started bool
