@@ -13,6 +13,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	_ "unsafe" // go:linkname, below
 
 	"github.com/afex/hystrix-go/hystrix"
 
@@ -219,6 +220,33 @@ func (tb *turbine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// circuitBreakersMutex guards hystrix-go's circuits; each StreamHandler
+// reads them under it.
+//
+//go:linkname circuitBreakersMutex github.com/afex/hystrix-go/hystrix.circuitBreakersMutex
+var circuitBreakersMutex *sync.RWMutex
+
+// apartHandlers orders the publishing of two StreamHandlers of one
+// process, which hystrix-go does not: each computes the latency
+// percentiles of every circuit, and rolling.Timing.SortedDurations reads
+// its cache without a lock while another writes it (a race of
+// hystrix-go's, of two handlers, which hosts of their own do not share).
+// Taking the circuits' lock for writing between the two handlers' ticks
+// puts one's reads before the other's. It runs until ctx ends.
+func apartHandlers(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			circuitBreakersMutex.Lock()
+			circuitBreakersMutex.Unlock() // empty: the ordering is the point
+		}
+	}
+}
+
 // Two real hystrix-go hosts of a command (in this process, as two
 // commands each with its own StreamHandler, started at different phases
 // of the second), merged by a Turbine that sums as Turbine 1.x or 2 does,
@@ -244,13 +272,17 @@ func turbineRun(t *testing.T, v2 bool) {
 	tb := &turbine{v2: v2}
 	var handlers []*hystrix.StreamHandler
 	var followers sync.WaitGroup
+	// The hosts' handlers tick at 0.2 s and 0.65 s into each second; the
+	// circuits' lock is taken at 0.1, 0.35, 0.6 and 0.85.
+	time.Sleep(100 * time.Millisecond)
+	followers.Go(func() { apartHandlers(ctx, 250*time.Millisecond) })
 	for i, h := range hosts {
 		hystrix.ConfigureCommand(command(h), hystrix.CommandConfig{Timeout: 1000, MaxConcurrentRequests: 100,
 			RequestVolumeThreshold: 20, SleepWindow: 5000, ErrorPercentThreshold: 50})
 		if _, _, err := hystrix.GetCircuit(command(h)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(200+450*i) * time.Millisecond)
+		time.Sleep(time.Until(start.Add(time.Duration(200+450*i) * time.Millisecond)))
 		sh := hystrix.NewStreamHandler()
 		sh.Start()
 		handlers = append(handlers, sh)
