@@ -129,6 +129,19 @@ func (c *apiClient) do(ctx context.Context, method, path string, in, out any) er
 	return nil
 }
 
+// doOr is do on path, or on older when the server has no route for path
+// (404 or 405): a server of API 1.0.0, from before path was added, where
+// older answers the same shape (older is then a form that API 1.1.0
+// deprecated).
+func (c *apiClient) doOr(ctx context.Context, method, path, older string, in, out any) error {
+	err := c.do(ctx, method, path, in, out)
+	var ae *apiError
+	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) {
+		return c.do(ctx, method, older, in, out)
+	}
+	return err
+}
+
 // parseTarget splits "SERVICE/BREAKER".
 func parseTarget(s string) (service, breaker string, err error) {
 	service, breaker, ok := strings.Cut(s, "/")

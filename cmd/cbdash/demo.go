@@ -305,7 +305,7 @@ func printBanner(w io.Writer, url string, d demoSetup, anonymous bool) {
 	fmt.Fprintf(w, `
 cbdash demo: %s  (%s)
   operator login:  %s / %s   (trip, release and reset breakers)
-  JSON API:        curl %s/api/v1/breakers
+  JSON API:        curl %s/api/v1/dependencies
   command line:    CBDASH_SERVER=%s CBDASH_TOKEN=%s \
                    ./bin/cbdash trip checkout/payments --for 1m --reason "trying it"
   Breakers open and close within the first minute. Ctrl-C stops the demo.

@@ -100,7 +100,7 @@ func parseSelectorArg(s string) (cbdash.Selector, error) {
 
 func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Writer) error {
 	var p cbdash.HoldPlan
-	if err := c.do(ctx, "POST", "/api/v1/holds?dry_run=1", req, &p); err != nil {
+	if err := c.doOr(ctx, "POST", "/api/v1/holds/plan", "/api/v1/holds?dry_run=1", req, &p); err != nil {
 		return err
 	}
 	verb := "rejected"
@@ -269,11 +269,13 @@ func newHoldsCmd() *cobra.Command {
 				return err
 			}
 			path := "/api/v1/holds/" + url.PathEscape(args[0]) + "/report"
-			if !asJSON {
-				path += "?format=md"
-			}
 			var out []byte
-			if err := c.do(cmd.Context(), "GET", path, nil, &out); err != nil {
+			if asJSON {
+				err = c.do(cmd.Context(), "GET", path, nil, &out)
+			} else { // a server of API 1.0.0 has no report.md
+				err = c.doOr(cmd.Context(), "GET", path+".md", path+"?format=md", nil, &out)
+			}
+			if err != nil {
 				return err
 			}
 			if asJSON {

@@ -64,8 +64,12 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 			return err
 		}
 		deps = []cbdash.Dependency{d}
-	} else if err := c.do(ctx, "GET", "/api/v1/breakers?service="+url.QueryEscape(filter), nil, &deps); err != nil {
-		return err
+	} else {
+		// The summaries (a server of API 1.0.0 answers them on the list).
+		q := "?service=" + url.QueryEscape(filter)
+		if err := c.doOr(ctx, "GET", "/api/v1/dependencies"+q, "/api/v1/breakers"+q, nil, &deps); err != nil {
+			return err
+		}
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -57,8 +58,10 @@ func (o *otlpOptions) validate() error {
 
 // start starts the export of reg's figures (nil when there is none to
 // make); addr is where this collector listens, which with the host name
-// identifies it among collectors sharing one database.
-func (o *otlpOptions) start(ctx context.Context, reg prometheus.Gatherer, addr net.Addr) (*otelexport.Exporter, error) {
+// identifies it among collectors sharing one database. What the
+// OpenTelemetry SDK reports (a failed export) goes to log, in the
+// server's --log-format.
+func (o *otlpOptions) start(ctx context.Context, reg prometheus.Gatherer, addr net.Addr, log *slog.Logger) (*otelexport.Exporter, error) {
 	if o.Endpoint == "" {
 		return nil, nil
 	}
@@ -67,7 +70,7 @@ func (o *otlpOptions) start(ctx context.Context, reg prometheus.Gatherer, addr n
 	if tcp, ok := addr.(*net.TCPAddr); ok {
 		id = fmt.Sprintf("%s:%d", host, tcp.Port)
 	}
-	exp, err := otelexport.New(ctx, otelexport.Config{Endpoint: o.Endpoint, Interval: o.Interval, Headers: o.headers, Gatherer: reg, CollectorID: id})
+	exp, err := otelexport.New(ctx, otelexport.Config{Endpoint: o.Endpoint, Interval: o.Interval, Headers: o.headers, Gatherer: reg, CollectorID: id, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
 	}

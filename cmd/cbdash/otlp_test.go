@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -99,4 +101,76 @@ func TestServeExportsOverOTLP(t *testing.T) {
 	if !names["cbdash_dependencies_open"] || !names["cbdash_collector_agent_connections"] {
 		t.Fatalf("exported %v", names)
 	}
+}
+
+// jsonLines collects a logger's output and signals got at each write.
+type jsonLines struct {
+	mu    sync.Mutex
+	lines []string
+	got   chan struct{}
+}
+
+func (l *jsonLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.lines = append(l.lines, strings.Split(strings.TrimSuffix(string(p), "\n"), "\n")...)
+	l.mu.Unlock()
+	select {
+	case l.got <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// TestServeLogsOTLPErrorsInItsLogFormat: cbdash serve --log-format json
+// exporting to a receiver that refuses every export logs the periodic
+// export's failure as a JSON line of its own log, naming the component
+// and the receiver's answer (issue 30, item 5: it was plain text from the
+// OpenTelemetry SDK's default logger).
+func TestServeLogsOTLPErrorsInItsLogFormat(t *testing.T) {
+	t.Parallel()
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "refused", http.StatusBadRequest)
+	}))
+	defer rcv.Close()
+	o := serveOptions{Addr: "127.0.0.1:0", DB: filepath.Join(t.TempDir(), "cbdash.db"), LogLevel: "info", LogFormat: "json"}
+	o.OTLP = otlpOptions{Endpoint: rcv.URL, Interval: 20 * time.Millisecond}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	out := &jsonLines{got: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := openServer(ctx, o, o.logger(out), clocktest.NewRunning())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.run(ctx, nil) }()
+	bound := time.NewTimer(time.Minute) // a bound, not a pace
+	defer bound.Stop()
+	found := ""
+	for found == "" {
+		select {
+		case <-out.got:
+		case <-bound.C:
+			t.Fatal("no OTLP export failure logged in a minute")
+		}
+		out.mu.Lock()
+		for _, line := range out.lines {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				out.mu.Unlock()
+				t.Fatalf("a log line that is not JSON: %q", line)
+			}
+			if rec["component"] == "otlp" && rec["level"] == "ERROR" && strings.Contains(fmt.Sprint(rec["err"]), "400 Bad Request") {
+				found = line
+			}
+		}
+		out.mu.Unlock()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	t.Logf("logged: %s", found)
 }

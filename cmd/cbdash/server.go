@@ -144,7 +144,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		ln.Close()
 		return nil, err
 	}
-	if s.otlp, err = o.OTLP.start(ctx, reg, s.ln.Addr()); err != nil {
+	if s.otlp, err = o.OTLP.start(ctx, reg, s.ln.Addr(), log.With("component", "otlp")); err != nil {
 		s.ln.Close()
 		return nil, err
 	}

@@ -10,19 +10,24 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
-// receiver is a real webhook endpoint on loopback that records the bodies
-// it accepts and answers the first `fail` calls with `failStatus`. With a
-// clock, it records the clock's time of every call.
+// receiver is a real webhook endpoint that records the bodies it accepts
+// and answers the first `fail` calls with `failStatus`. With a clock, it
+// records the clock's time of every call.
 type receiver struct {
-	*httptest.Server
+	URL string
+	// client reaches the receiver; nil for one on loopback, which any
+	// client reaches at URL.
+	client     *http.Client
 	mu         sync.Mutex
 	bodies     [][]byte
 	calls      int
@@ -32,6 +37,8 @@ type receiver struct {
 	at         []time.Time
 }
 
+// newReceiver starts a receiver on loopback, for a test outside a
+// synctest bubble.
 func newReceiver(t *testing.T) *receiver {
 	t.Helper()
 	r := &receiver{failStatus: http.StatusServiceUnavailable}
@@ -39,25 +46,48 @@ func newReceiver(t *testing.T) *receiver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		b, _ := io.ReadAll(req.Body)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.calls++
-		if r.clock != nil {
-			r.at = append(r.at, r.clock.Now())
-		}
-		if r.calls <= r.fail {
-			w.WriteHeader(r.failStatus)
-			return
-		}
-		r.bodies = append(r.bodies, b)
-	}))
-	r.Listener.Close()
-	r.Listener = l
-	r.Start()
-	t.Cleanup(r.Close)
+	srv := httptest.NewUnstartedServer(r)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	r.URL = srv.URL
 	return r
+}
+
+// newBubbleReceiver starts a receiver on an in-memory network, for a test
+// in a synctest bubble (synctest.Test); it is reached through delivery's
+// client only.
+func newBubbleReceiver(t *testing.T) *receiver {
+	t.Helper()
+	r := &receiver{failStatus: http.StatusServiceUnavailable}
+	srv := bubbletest.NewServer(t, r)
+	r.URL, r.client = srv.URL, srv.Client
+	return r
+}
+
+// delivery is the delivery config that reaches r, with the rest of d.
+// AllowPrivate: a receiver on loopback is private, and the host of one in
+// memory (bubble.test) must not be looked up when a rule is saved
+// (CheckDestination), since a bubble cannot hold a DNS query.
+func (r *receiver) delivery(d alert.DeliveryConfig) alert.DeliveryConfig {
+	d.Client, d.AllowPrivate = r.client, true
+	return d
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	b, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.clock != nil {
+		r.at = append(r.at, r.clock.Now())
+	}
+	if r.calls <= r.fail {
+		w.WriteHeader(r.failStatus)
+		return
+	}
+	r.bodies = append(r.bodies, b)
 }
 
 func (r *receiver) received() [][]byte {
@@ -79,42 +109,6 @@ func (m *memLog) SaveAlertDelivery(_ context.Context, d cbdash.AlertDelivery) (i
 	d.ID = int64(len(m.entries) + 1)
 	m.entries = append(m.entries, d)
 	return d.ID, nil
-}
-
-// deliverOnClock runs d.Deliver(ctx, n) with d on the virtual clock clk
-// and moves clk in steps of 100 ms whenever the delivery waits on it (a
-// backoff timer is pending), until the delivery ends. It returns the
-// delivery's entry and error; the receiver's call times show the waits.
-func deliverOnClock(t *testing.T, ctx context.Context, d *alert.Deliverer, clk *breakertest.Clock, n alert.Notification) (cbdash.AlertDelivery, error) {
-	t.Helper()
-	type result struct {
-		entry cbdash.AlertDelivery
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		e, err := d.Deliver(ctx, n)
-		done <- result{e, err}
-	}()
-	for {
-		var r result
-		var finished bool
-		eventually.True(t, "a backoff wait or the end of the delivery", func() bool {
-			select {
-			case r = <-done:
-				finished = true
-				return true
-			default:
-				return clk.Pending() > 0
-			}
-		})
-		if finished {
-			return r.entry, r.err
-		}
-		// Only while the delivery waits: between the timer firing and the
-		// next post nothing is pending, and the clock stands still.
-		clk.Advance(100 * time.Millisecond)
-	}
 }
 
 // gaps returns the durations between consecutive times.
@@ -205,79 +199,84 @@ func TestDeliver(t *testing.T) {
 		{name: "posts a Slack-compatible body", format: cbdash.FormatSlack, wantOK: true, wantCalls: 1, wantStatus: 200},
 	}
 	for _, tt := range tests {
+		// The backoff waits are the system clock's, in a bubble: Deliver
+		// returns at once, its waits measured by the receiver's calls.
 		t.Run(tt.name, func(t *testing.T) {
-			rcv := newReceiver(t)
-			clk := breakertest.NewClock(t0)
-			rcv.fail, rcv.failStatus, rcv.clock = tt.fail, tt.failStatus, clk
-			log := &memLog{}
-			d, err := alert.NewDeliverer(alert.DeliveryConfig{Attempts: tt.attempts, Backoff: tt.backoff,
-				MaxBackoff: tt.maxBackoff, Clock: clk, AllowPrivate: true}, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := n
-			n.Rule = cbdash.AlertRule{ID: 9, Name: "r", Service: "checkout", Kind: cbdash.AlertOpen, WebhookURL: rcv.URL, Format: tt.format}
-			entry, err := deliverOnClock(t, context.Background(), d, clk, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rcv.mu.Lock()
-			waits := gaps(rcv.at)
-			rcv.mu.Unlock()
-			if entry.OK != tt.wantOK || entry.Attempts != tt.wantCalls || entry.Status != tt.wantStatus || rcv.calls != tt.wantCalls {
-				t.Errorf("entry = %+v, receiver calls = %d; want ok=%v attempts=%d status=%d", entry, rcv.calls, tt.wantOK, tt.wantCalls, tt.wantStatus)
-			}
-			if !slices.Equal(waits, tt.wantWaits) {
-				t.Errorf("waits = %v, want %v", waits, tt.wantWaits)
-			}
-			if want := t0.Add(sum(waits)); !entry.At.Equal(want) {
-				t.Errorf("logged at %v, want %v (after the waits, on the clock)", entry.At, want)
-			}
-			if len(log.entries) != 1 || log.entries[0].ID != entry.ID || entry.ID == 0 {
-				t.Errorf("log = %+v, entry id %d", log.entries, entry.ID)
-			}
-			if !tt.wantOK {
-				return
-			}
-			var body map[string]any
-			if err := json.Unmarshal(rcv.received()[0], &body); err != nil {
-				t.Fatal(err)
-			}
-			if tt.format == cbdash.FormatSlack {
-				want := "[FIRING] r: checkout/payments is open on 1 of 2 instances"
-				if len(body) != 1 || body["text"] != want {
-					t.Errorf("slack body = %v, want only text %q", body, want)
+			synctest.Test(t, func(t *testing.T) {
+				rcv := newBubbleReceiver(t)
+				clk := clocktest.NewRunning()
+				rcv.fail, rcv.failStatus, rcv.clock = tt.fail, tt.failStatus, clk
+				log := &memLog{}
+				d, err := alert.NewDeliverer(rcv.delivery(alert.DeliveryConfig{Attempts: tt.attempts, Backoff: tt.backoff,
+					MaxBackoff: tt.maxBackoff, Clock: clk}), log)
+				if err != nil {
+					t.Fatal(err)
 				}
-			} else if body["event"] != "firing" || body["subject"] != "checkout/payments" || body["rule_id"] != 9.0 {
-				t.Errorf("json body = %v", body)
-			}
+				n := n
+				n.Rule = cbdash.AlertRule{ID: 9, Name: "r", Service: "checkout", Kind: cbdash.AlertOpen, WebhookURL: rcv.URL, Format: tt.format}
+				entry, err := d.Deliver(context.Background(), n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rcv.mu.Lock()
+				waits := gaps(rcv.at)
+				rcv.mu.Unlock()
+				if entry.OK != tt.wantOK || entry.Attempts != tt.wantCalls || entry.Status != tt.wantStatus || rcv.calls != tt.wantCalls {
+					t.Errorf("entry = %+v, receiver calls = %d; want ok=%v attempts=%d status=%d", entry, rcv.calls, tt.wantOK, tt.wantCalls, tt.wantStatus)
+				}
+				if !slices.Equal(waits, tt.wantWaits) {
+					t.Errorf("waits = %v, want %v", waits, tt.wantWaits)
+				}
+				if want := t0.Add(sum(waits)); !entry.At.Equal(want) {
+					t.Errorf("logged at %v, want %v (after the waits, on the clock)", entry.At, want)
+				}
+				if len(log.entries) != 1 || log.entries[0].ID != entry.ID || entry.ID == 0 {
+					t.Errorf("log = %+v, entry id %d", log.entries, entry.ID)
+				}
+				if !tt.wantOK {
+					return
+				}
+				var body map[string]any
+				if err := json.Unmarshal(rcv.received()[0], &body); err != nil {
+					t.Fatal(err)
+				}
+				if tt.format == cbdash.FormatSlack {
+					want := "[FIRING] r: checkout/payments is open on 1 of 2 instances"
+					if len(body) != 1 || body["text"] != want {
+						t.Errorf("slack body = %v, want only text %q", body, want)
+					}
+				} else if body["event"] != "firing" || body["subject"] != "checkout/payments" || body["rule_id"] != 9.0 {
+					t.Errorf("json body = %v", body)
+				}
+			})
 		})
 	}
 }
 
 func TestDeliverStopsWhenContextEnds(t *testing.T) {
-	rcv := newReceiver(t)
-	rcv.fail = 100
-	ctx, cancel := context.WithCancel(context.Background())
-	log := &memLog{}
-	clk := breakertest.NewClock(t0)
-	d, _ := alert.NewDeliverer(alert.DeliveryConfig{Clock: clk, AllowPrivate: true}, log)
-	type result struct {
-		entry cbdash.AlertDelivery
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		e, err := d.Deliver(ctx, alert.Notification{Rule: cbdash.AlertRule{WebhookURL: rcv.URL}, Event: cbdash.AlertFiring})
-		done <- result{e, err}
-	}()
-	eventually.True(t, "the first backoff wait", func() bool { return clk.Pending() > 0 })
-	cancel()
-	r := <-done
-	entry, err := r.entry, r.err
-	if err == nil || entry.OK || entry.Attempts != 1 || len(log.entries) != 1 {
-		t.Fatalf("entry = %+v, err = %v; want a logged give-up after one attempt and ctx's error", entry, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		rcv := newBubbleReceiver(t)
+		rcv.fail = 100
+		ctx, cancel := context.WithCancel(context.Background())
+		log := &memLog{}
+		d, _ := alert.NewDeliverer(rcv.delivery(alert.DeliveryConfig{}), log)
+		type result struct {
+			entry cbdash.AlertDelivery
+			err   error
+		}
+		done := make(chan result, 1)
+		go func() {
+			e, err := d.Deliver(ctx, alert.Notification{Rule: cbdash.AlertRule{WebhookURL: rcv.URL}, Event: cbdash.AlertFiring})
+			done <- result{e, err}
+		}()
+		synctest.Wait() // the first attempt failed; the first backoff wait (1 s) has begun
+		cancel()
+		r := <-done
+		entry, err := r.entry, r.err
+		if err == nil || entry.OK || entry.Attempts != 1 || len(log.entries) != 1 {
+			t.Fatalf("entry = %+v, err = %v; want a logged give-up after one attempt and ctx's error", entry, err)
+		}
+	})
 }
 
 func sum(ds []time.Duration) time.Duration {

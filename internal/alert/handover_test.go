@@ -4,14 +4,15 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/storetest"
-	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -49,12 +50,17 @@ func transition(breaker, from, to string, ms int64) protocol.Transition {
 // ledger within 600 ms on b (transitions stored, no live event). The next
 // leader fires both alerts, since the trips' times, and resolves both
 // after the rule's hold: four webhook calls. A restart whose margin
-// replays the same trips sends nothing more.
+// replays the same trips sends nothing more. It runs in a bubble: the
+// ticks and the hold are virtual time, which the test moves by sleeping.
 func TestTakeoverAlertsTripsStoredWhileNoLeaderRanOnce(t *testing.T) {
+	synctest.Test(t, testTakeoverAlertsTripsStoredWhileNoLeaderRanOnce)
+}
+
+func testTakeoverAlertsTripsStoredWhileNoLeaderRanOnce(t *testing.T) {
 	ctx := context.Background()
-	clk := breakertest.NewClock(t0)
+	clk := clocktest.NewRunning()
 	st := storetest.Open(t, clk)
-	rcv := newReceiver(t)
+	rcv := newBubbleReceiver(t)
 	if _, err := st.CreateAlertRule(ctx, cbdash.AlertRule{Name: "checkout open", Service: "checkout",
 		Kind: cbdash.AlertOpen, Hold: 10 * time.Second, WebhookURL: rcv.URL}); err != nil {
 		t.Fatal(err)
@@ -63,36 +69,38 @@ func TestTakeoverAlertsTripsStoredWhileNoLeaderRanOnce(t *testing.T) {
 	feed := &liveFeed{}
 	feed.set(dep(payments, "a:closed", "b:closed"), dep(ledger, "a:closed", "b:closed"))
 	cfg := alert.Config{Source: feed, Store: st, Clock: clk, Interval: time.Second,
-		Delivery: alert.DeliveryConfig{Backoff: time.Second, Attempts: 5, AllowPrivate: true}}
-	marked := func() bool {
-		m, _, _ := st.LeaderMark(ctx, alert.MarkName)
-		return m.Equal(clk.Now())
+		Delivery: rcv.delivery(alert.DeliveryConfig{Backoff: time.Second, Attempts: 5})}
+	checkMark := func(what string, want time.Time) {
+		t.Helper()
+		if m, _, err := st.LeaderMark(ctx, alert.MarkName); err != nil || !m.Equal(want) {
+			t.Fatalf("%s: the mark is %v (%v), want %v", what, m, err, want)
+		}
 	}
 
 	first := startService(t, cfg)
-	eventually.True(t, "the first leader to store its mark", marked)
+	bubbletest.Settle()
+	checkMark("the first leader", t0)
 	first.stop() // the leader is gone
 
 	storeTransitions(t, st, "a", transition("payments", protocol.StateClosed, protocol.StateOpen, 1000),
 		transition("payments", protocol.StateOpen, protocol.StateClosed, 1400))
 	storeTransitions(t, st, "b", transition("ledger", protocol.StateClosed, protocol.StateOpen, 2000),
 		transition("ledger", protocol.StateOpen, protocol.StateClosed, 2600))
-	clk.Set(at(3))
+	sleepTo(clk, at(3))
 
 	next := startService(t, cfg)
-	eventually.True(t, "the next leader fires both", func() bool { return len(rcv.received()) >= 2 })
-	sec := 3
-	eventually.True(t, "both to resolve after the hold", func() bool {
-		if sec < 20 {
-			sec++
-			clk.Set(at(sec))
-		}
-		return len(rcv.received()) >= 4
-	})
-	eventually.True(t, "the resolves to be acknowledged", func() bool {
-		kept, err := st.FiringAlerts(ctx)
-		return err == nil && len(kept) == 0
-	})
+	bubbletest.Settle()
+	if n := len(rcv.received()); n < 2 {
+		t.Fatalf("the next leader sent %d messages at its takeover, want both firings", n)
+	}
+	sleepTo(clk, at(20))
+	bubbletest.Settle()
+	if n := len(rcv.received()); n < 4 {
+		t.Fatalf("the webhook got %d messages by 20 s, want both to resolve after the hold (4)", n)
+	}
+	if kept, err := st.FiringAlerts(ctx); err != nil || len(kept) != 0 {
+		t.Fatalf("kept alert states %+v (%v), want the resolves acknowledged", kept, err)
+	}
 	next.stop()
 	want := []string{
 		"firing checkout/payments since 1s", "firing checkout/ledger since 2s",
@@ -103,11 +111,15 @@ func TestTakeoverAlertsTripsStoredWhileNoLeaderRanOnce(t *testing.T) {
 	}
 
 	cfg.Margin = time.Hour // replays everything again
-	clk.Set(at(40))
+	sleepTo(clk, at(40))
 	startService(t, cfg)
-	eventually.True(t, "the restart to store its mark", marked)
-	clk.Set(at(60)) // past the hold: a wrongly kept alert would resolve at this tick, which stores the mark
-	eventually.True(t, "the restart's tick", marked)
+	bubbletest.Settle()
+	checkMark("the restart", at(40))
+	// Past the hold: a wrongly kept alert would resolve at a tick until
+	// then.
+	sleepTo(clk, at(60))
+	bubbletest.Settle()
+	checkMark("the restart's tick at 60 s", at(60))
 	if got := events(t, rcv); !sameSet(got, want) {
 		t.Fatalf("after a replay, webhook calls %q, want still %q", got, want)
 	}

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
@@ -83,13 +85,19 @@ func events(t *testing.T, rcv *receiver) []string {
 // one store file: an alert that fired before a restart does not fire
 // again while its breaker stays open, it resolves after the restart once
 // the breaker closes, and a resolve whose delivery had not completed when
-// the service stopped is delivered by the next run, once.
+// the service stopped is delivered by the next run, once. It runs in a
+// bubble: the ticks, the hold, the backoff and the pending grace are the
+// bubble's virtual time, which the test moves by sleeping.
 func TestFiringStateSurvivesARestart(t *testing.T) {
+	synctest.Test(t, testFiringStateSurvivesARestart)
+}
+
+func testFiringStateSurvivesARestart(t *testing.T) {
 	ctx := context.Background()
-	clk := breakertest.NewClock(t0)
+	clk := clocktest.NewRunning()
 	path := filepath.Join(t.TempDir(), "cbdash.db")
 	st := storetest.OpenFile(t, path, store.Options{Clock: clk})
-	rcv := newReceiver(t)
+	rcv := newBubbleReceiver(t)
 	rule, err := st.CreateAlertRule(ctx, cbdash.AlertRule{Name: "payments open", Service: "checkout", Breaker: "payments",
 		Kind: cbdash.AlertOpen, Hold: 10 * time.Second, WebhookURL: rcv.URL})
 	if err != nil {
@@ -98,7 +106,7 @@ func TestFiringStateSurvivesARestart(t *testing.T) {
 	feed := &liveFeed{}
 	feed.set(dep(payments, "a:open", "b:closed"))
 	cfg := alert.Config{Source: feed, Store: st, Clock: clk, Interval: time.Second,
-		Delivery: alert.DeliveryConfig{Backoff: time.Second, Attempts: 5, AllowPrivate: true}} // the receiver is on loopback
+		Delivery: rcv.delivery(alert.DeliveryConfig{Backoff: time.Second, Attempts: 5})}
 	pendingOf := func() string {
 		kept, err := st.FiringAlerts(ctx)
 		if err != nil {
@@ -109,28 +117,30 @@ func TestFiringStateSurvivesARestart(t *testing.T) {
 		}
 		return kept[0].Pending
 	}
-	sec := 0
-	tick := func() { sec++; clk.Set(at(sec)) }
 
 	first := startService(t, cfg)
-	eventually.True(t, "the first run fires", func() bool { tick(); return len(rcv.received()) == 1 })
+	time.Sleep(cfg.Interval) // the first tick
+	bubbletest.Settle()
+	if n := len(rcv.received()); n != 1 {
+		t.Fatalf("the first run sent %d messages at its first tick, want the firing", n)
+	}
 	var fired alert.Message
 	if err := json.Unmarshal(rcv.received()[0], &fired); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "the firing acknowledged in the store", func() bool { return pendingOf() == "" })
+	if p := pendingOf(); p != "" {
+		t.Fatalf("pending = %q after the firing was delivered, want it acknowledged in the store", p)
+	}
 	first.stop()
 
 	// The breaker is still open after the restart: no second firing, and
 	// the alert is shown as firing since the first run's moment.
 	second := startService(t, cfg)
-	eventually.True(t, "the second run has the alert firing", func() bool { return len(second.svc.Alerts()) == 1 })
-	if a := second.svc.Alerts()[0]; a.RuleID != rule.ID || !a.Since.Equal(fired.Since) {
-		t.Errorf("restored alert = %+v, want rule %d firing since %s", a, rule.ID, fired.Since)
+	synctest.Wait()
+	if a := second.svc.Alerts(); len(a) != 1 || a[0].RuleID != rule.ID || !a[0].Since.Equal(fired.Since) {
+		t.Fatalf("restored alerts = %+v, want rule %d firing since %s", a, rule.ID, fired.Since)
 	}
-	for range 30 {
-		tick()
-	}
+	time.Sleep(30 * time.Second)
 	// The breaker closes while the webhook is down: the resolve is decided
 	// after the hold, its first attempt fails, and the service stops
 	// during the backoff.
@@ -139,13 +149,15 @@ func TestFiringStateSurvivesARestart(t *testing.T) {
 	rcv.mu.Unlock()
 	feed.set(dep(payments, "a:closed", "b:closed"))
 	second.stop()
-	second = startService(t, cfg) // the snapshot is read on Run
-	eventually.True(t, "the resolve attempted", func() bool {
-		tick()
-		rcv.mu.Lock()
-		defer rcv.mu.Unlock()
-		return rcv.calls > 1
-	})
+	second = startService(t, cfg)             // the snapshot is read on Run
+	time.Sleep(10*time.Second + cfg.Interval) // the hold, to a tick
+	bubbletest.Settle()
+	rcv.mu.Lock()
+	calls := rcv.calls
+	rcv.mu.Unlock()
+	if calls < 2 {
+		t.Fatalf("the webhook was called %d times, want the firing and the resolve's attempts", calls)
+	}
 	if p := pendingOf(); p != cbdash.AlertResolved {
 		t.Fatalf("pending = %q, want the resolve pending while its delivery retries", p)
 	}
@@ -156,12 +168,21 @@ func TestFiringStateSurvivesARestart(t *testing.T) {
 	rcv.mu.Unlock()
 	third := startService(t, cfg)
 	// It sends the undelivered resolve again once the pending grace has
-	// passed (an old leader might still have been delivering it).
-	eventually.True(t, "the third run delivers the resolve", func() bool { tick(); return len(rcv.received()) == 2 })
-	eventually.True(t, "the alert state removed once the resolve is delivered", func() bool { return pendingOf() == "none" })
-	for range 30 {
-		tick()
+	// passed (an old leader might still have been delivering it), and
+	// removes the alert's state once it is delivered.
+	synctest.Wait()
+	if n := len(rcv.received()); n != 1 {
+		t.Fatalf("the third run sent the resolve before the pending grace: %d messages", n)
 	}
+	time.Sleep(alert.DefaultPendingGrace)
+	bubbletest.Settle()
+	if n := len(rcv.received()); n != 2 {
+		t.Fatalf("the third run sent %d messages by the end of the pending grace, want the resolve (2 in all)", n)
+	}
+	if p := pendingOf(); p != "none" {
+		t.Fatalf("pending = %q once the resolve was delivered, want the alert state removed", p)
+	}
+	time.Sleep(30 * time.Second)
 	third.stop()
 	got := events(t, rcv)
 	since := fired.Since.Sub(t0).String()

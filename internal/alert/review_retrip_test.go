@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/storetest"
-	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -37,22 +38,26 @@ func (f *chanFeed) Subscribe() ([]cbdash.Dependency, <-chan cbdash.Event, func()
 // and every later Evaluate fires, is refused and forgets again: no alert
 // while the breaker stays open).
 func TestRetripReportedAfterTheResolveFiresAfterATakeover(t *testing.T) {
+	synctest.Test(t, testRetripReportedAfterTheResolveFiresAfterATakeover)
+}
+
+func testRetripReportedAfterTheResolveFiresAfterATakeover(t *testing.T) {
 	ctx := context.Background()
-	clk := breakertest.NewClock(t0)
+	clk := clocktest.NewRunning()
 	st := storetest.Open(t, clk)
-	rcv := newReceiver(t)
+	rcv := newBubbleReceiver(t)
 	if _, err := st.CreateAlertRule(ctx, cbdash.AlertRule{Name: "checkout open", Service: "checkout",
 		Kind: cbdash.AlertOpen, Hold: 10 * time.Second, WebhookURL: rcv.URL}); err != nil {
 		t.Fatal(err)
 	}
 	feed := &chanFeed{deps: []cbdash.Dependency{dep(payments, "a:closed")}, ch: make(chan cbdash.Event)}
 	cfg := alert.Config{Source: feed, Store: st, Clock: clk, Interval: time.Second,
-		Delivery: alert.DeliveryConfig{Backoff: time.Second, Attempts: 5, AllowPrivate: true}}
+		Delivery: rcv.delivery(alert.DeliveryConfig{Backoff: time.Second, Attempts: 5})}
 	leader := startService(t, cfg)
-	eventually.True(t, "the leader to store its mark", func() bool {
-		m, _, _ := st.LeaderMark(ctx, alert.MarkName)
-		return m.Equal(clk.Now())
-	})
+	bubbletest.Settle()
+	if m, _, err := st.LeaderMark(ctx, alert.MarkName); err != nil || !m.Equal(t0) {
+		t.Fatalf("the leader's mark is %v (%v), want its start %v", m, err, t0)
+	}
 
 	send := func(ms int64, to string) {
 		at := t0.Add(time.Duration(ms) * time.Millisecond)
@@ -69,26 +74,29 @@ func TestRetripReportedAfterTheResolveFiresAfterATakeover(t *testing.T) {
 		feed.ch <- cbdash.Event{Kind: cbdash.EventTransition, At: clk.Now(), Transition: &tr}
 		feed.ch <- cbdash.Event{Kind: cbdash.EventDependency, At: clk.Now(), Dependency: &d}
 	}
-	sec := 1
-	step := func(what string, n int) {
-		t.Helper()
-		eventually.True(t, what, func() bool {
-			if sec < 60 {
-				sec++
-				clk.Set(at(sec))
-			}
-			return len(rcv.received()) >= n
-		})
-	}
-	clk.Set(at(1))
+	sleepTo(clk, at(1))
 	send(1000, protocol.StateOpen)
 	send(2000, protocol.StateClosed)
-	step("the firing and its resolve", 2)
+	// The close was seen at 1 s: the resolve is due at the tick that ends
+	// the hold (10 s), not before.
+	sleepTo(clk, at(10))
+	bubbletest.Settle()
+	if n := len(rcv.received()); n != 1 {
+		t.Fatalf("the webhook got %d messages before the end of the hold, want the firing only", n)
+	}
+	sleepTo(clk, at(11))
+	bubbletest.Settle()
+	if n := len(rcv.received()); n != 2 {
+		t.Fatalf("the webhook got %d messages by the end of the hold, want the firing and its resolve", n)
+	}
 	var m alert.Message
 	if err := json.Unmarshal(rcv.received()[1], &m); err != nil {
 		t.Fatal(err)
 	}
 	resolvedAt := m.At // the tick that resolved it
+	if !resolvedAt.Equal(at(11)) {
+		t.Fatalf("resolved at %v, want at the tick that ends the hold, %v", resolvedAt, at(11))
+	}
 	if got := events(t, rcv); !slices.Equal(got, []string{"firing checkout/payments since 1s", "resolved checkout/payments since 1s"}) {
 		t.Fatalf("webhook calls %q", got)
 	}
@@ -103,5 +111,8 @@ func TestRetripReportedAfterTheResolveFiresAfterATakeover(t *testing.T) {
 	feed.deps = []cbdash.Dependency{d}
 	storeTransitions(t, st, "a", transition("payments", protocol.StateClosed, protocol.StateOpen, reTrip.Sub(t0).Milliseconds()))
 	startService(t, cfg)
-	step("the re-trip to fire (the dependency stays open)", 3)
+	bubbletest.Settle()
+	if n := len(rcv.received()); n != 3 {
+		t.Fatalf("the webhook got %d messages after the takeover, want the re-trip to fire (the dependency stays open)", n)
+	}
 }

@@ -6,19 +6,24 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/storetest"
-	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sleepTo sleeps, in a synctest bubble, until clk (a clocktest.Running
+// made in the bubble) reads at.
+func sleepTo(clk *clocktest.Running, at time.Time) { time.Sleep(at.Sub(clk.Now())) }
 
 // feed stands in for the collector's live feed.
 type feed struct{ ch chan cbdash.Event }
@@ -27,13 +32,18 @@ func (f *feed) Subscribe() ([]cbdash.Dependency, <-chan cbdash.Event, func()) {
 	return []cbdash.Dependency{dep(payments, "a:closed", "b:closed")}, f.ch, func() {}
 }
 
-func TestServiceRulesAndDeliveries(t *testing.T) {
-	clk := breakertest.NewClock(t0)
+// TestServiceRulesAndDeliveries runs in a bubble: the service's ticks,
+// the rule's hold and the clock are the bubble's virtual time, which the
+// test moves by sleeping.
+func TestServiceRulesAndDeliveries(t *testing.T) { synctest.Test(t, testServiceRulesAndDeliveries) }
+
+func testServiceRulesAndDeliveries(t *testing.T) {
+	clk := clocktest.NewRunning()
 	st := storetest.Open(t, clk)
-	rcv := newReceiver(t)
+	rcv := newBubbleReceiver(t)
 	f := &feed{ch: make(chan cbdash.Event)}
-	// Rules are evaluated every second of the clock, which the test moves.
-	svc, err := alert.New(alert.Config{Source: f, Store: st, Clock: clk, Interval: time.Second, Delivery: alert.DeliveryConfig{AllowPrivate: true}})
+	// Rules are evaluated every second of the clock.
+	svc, err := alert.New(alert.Config{Source: f, Store: st, Clock: clk, Interval: time.Second, Delivery: rcv.delivery(alert.DeliveryConfig{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +77,7 @@ func TestServiceRulesAndDeliveries(t *testing.T) {
 
 	// A breaker flapping every 4 s for two minutes: open 2 s, closed 2 s.
 	for sec := 0; sec < 120; sec++ {
-		clk.Set(at(sec))
+		sleepTo(clk, at(sec))
 		state := "a:closed"
 		if sec%4 < 2 {
 			state = "a:open"
@@ -78,16 +88,19 @@ func TestServiceRulesAndDeliveries(t *testing.T) {
 		}
 		f.ch <- depEvent(sec, dep(payments, state, "b:closed"))
 	}
-	eventually.True(t, "the alert", func() bool { return len(rcv.received()) == 1 })
-	clk.Set(at(120 + 61))
-	eventually.True(t, "the resolve", func() bool { return len(rcv.received()) >= 2 })
+	synctest.Wait()
+	if n := len(rcv.received()); n != 1 {
+		t.Fatalf("the receiver got %d messages while the breaker flapped, want the alert", n)
+	}
+	// A minute's hold after the last open second (118), at a tick.
+	sleepTo(clk, at(120+61))
+	bubbletest.Settle()
 	// The receiver has the resolve before the service has its answer:
 	// stop the service only once the delivery is logged (stopping it
 	// earlier cancels the request, logged as "context canceled").
-	eventually.True(t, "the resolve's delivery logged", func() bool {
-		log, err := svc.Deliveries(rctx, cbdash.DeliveryQuery{RuleID: created.ID})
-		return err == nil && len(log) == 2 && log[0].Event == cbdash.AlertResolved && log[0].OK
-	})
+	if log, err := svc.Deliveries(rctx, cbdash.DeliveryQuery{RuleID: created.ID}); err != nil || len(log) != 2 || log[0].Event != cbdash.AlertResolved || !log[0].OK {
+		t.Fatalf("delivery log after the hold = %+v (%v), want the resolve delivered and logged", log, err)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -2,13 +2,13 @@ package clock_test
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/clocktest"
-	"github.com/cbdash/cbdash/internal/eventually"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -84,53 +84,72 @@ func TestTimer(t *testing.T) {
 		}
 	})
 	t.Run("runs on the system clock", func(t *testing.T) {
-		tm := clock.NewTimer(clock.System(), time.Millisecond)
-		defer tm.Stop()
-		select {
-		case <-tm.C:
-		case <-time.After(10 * time.Second):
-			t.Fatal("a 1 ms timer on the system clock did not fire within 10 s")
-		}
+		synctest.Test(t, func(t *testing.T) { // the system clock is the bubble's
+			start := time.Now()
+			tm := clock.NewTimer(clock.System(), time.Second)
+			defer tm.Stop()
+			time.Sleep(time.Second - time.Nanosecond)
+			if _, ok := fired(tm); ok {
+				t.Fatal("fired before its due time")
+			}
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			if at, ok := fired(tm); !ok || !at.Equal(start.Add(time.Second)) {
+				t.Fatalf("fired %v at %v, want at %v", ok, at, start.Add(time.Second))
+			}
+		})
 	})
 }
 
+// TestSleep runs in synctest bubbles: synctest.Wait returns once the
+// sleeping goroutine has armed its timer and waits on it.
 func TestSleep(t *testing.T) {
 	t.Run("returns true once the whole wait has passed on the clock", func(t *testing.T) {
-		clk := clocktest.Virtual()
-		done := make(chan bool, 1)
-		go func() { done <- clock.Sleep(clk, time.Minute, nil) }()
-		waitPending(t, clk)
-		clk.Advance(59 * time.Second)
-		select {
-		case <-done:
-			t.Fatal("Sleep returned before its minute")
-		default:
-		}
-		clk.Advance(time.Second)
-		if ok := <-done; !ok {
-			t.Fatal("Sleep reported false after the whole wait")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			clk := clocktest.Virtual()
+			done := make(chan bool, 1)
+			go func() { done <- clock.Sleep(clk, time.Minute, nil) }()
+			synctest.Wait()
+			clk.Advance(59 * time.Second)
+			synctest.Wait()
+			select {
+			case <-done:
+				t.Fatal("Sleep returned before its minute")
+			default:
+			}
+			clk.Advance(time.Second)
+			if ok := <-done; !ok {
+				t.Fatal("Sleep reported false after the whole wait")
+			}
+		})
 	})
 	t.Run("returns false when done is closed first, and cleans up its timer", func(t *testing.T) {
-		clk := clocktest.Virtual()
-		stop := make(chan struct{})
-		done := make(chan bool, 1)
-		go func() { done <- clock.Sleep(clk, time.Minute, stop) }()
-		waitPending(t, clk)
-		close(stop)
-		if ok := <-done; ok {
-			t.Fatal("Sleep reported true after done was closed")
-		}
-		if n := clk.Pending(); n != 0 {
-			t.Errorf("%d timers left on the clock, want 0", n)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			clk := clocktest.Virtual()
+			stop := make(chan struct{})
+			done := make(chan bool, 1)
+			go func() { done <- clock.Sleep(clk, time.Minute, stop) }()
+			synctest.Wait()
+			if n := clk.Pending(); n != 1 {
+				t.Fatalf("%d timers on the clock while Sleep waits, want 1", n)
+			}
+			close(stop)
+			if ok := <-done; ok {
+				t.Fatal("Sleep reported true after done was closed")
+			}
+			if n := clk.Pending(); n != 0 {
+				t.Errorf("%d timers left on the clock, want 0", n)
+			}
+		})
 	})
-}
-
-// waitPending waits until a goroutine has armed a timer on clk.
-func waitPending(t *testing.T, clk interface{ Pending() int }) {
-	t.Helper()
-	eventually.True(t, "a timer armed on the clock", func() bool { return clk.Pending() > 0 })
+	t.Run("waits on the system clock", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { // the system clock is the bubble's
+			start := time.Now()
+			if ok := clock.Sleep(clock.System(), time.Minute, nil); !ok || time.Since(start) != time.Minute {
+				t.Fatalf("Sleep on the system clock reported %v after %v, want true after exactly a minute", ok, time.Since(start))
+			}
+		})
+	})
 }
 
 func TestOrSystem(t *testing.T) {

@@ -2,6 +2,7 @@ package clocktest_test
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -25,21 +26,18 @@ func TestClocksStartAtTheEpoch(t *testing.T) {
 	}
 }
 
+// TestRunningTicksWithItsOwnTime runs in a synctest bubble, where the
+// system's clock (under the Running one) is the bubble's.
 func TestRunningTicksWithItsOwnTime(t *testing.T) {
-	r := clocktest.NewRunning()
-	ticks, stop := r.NewTicker(time.Millisecond)
-	var last time.Time
-	for range 3 {
-		select {
-		case at := <-ticks:
-			if at.Before(clocktest.Epoch()) || !at.After(last) {
-				t.Fatalf("tick at %v after %v: want the running clock's time, increasing", at, last)
+	synctest.Test(t, func(t *testing.T) {
+		r := clocktest.NewRunning()
+		ticks, stop := r.NewTicker(time.Millisecond)
+		for i := range 3 {
+			if at, want := <-ticks, clocktest.Epoch().Add(time.Duration(i+1)*time.Millisecond); !at.Equal(want) {
+				t.Fatalf("tick %d at %v, want the running clock's time %v", i+1, at, want)
 			}
-			last = at
-		case <-time.After(10 * time.Second):
-			t.Fatal("no tick within 10 s")
 		}
-	}
-	stop()
-	stop() // idempotent
+		stop()
+		stop() // idempotent
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -150,18 +151,9 @@ const sseBuffer = 1024
 // when no write is under way (it did, 10 s after an event with no other
 // behind it).
 func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
-	var kinds map[string]bool
-	for k := range strings.SplitSeq(r.URL.Query().Get("kind"), ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			if kinds == nil {
-				kinds = make(map[string]bool)
-			}
-			kinds[k] = true
-		}
-	}
 	// A stream goes through the network: it gets a deeper buffer than an
 	// in-process subscriber, and only the kinds it asked for.
-	snap, events, cancel := c.live.Subscribe(kinds, max(c.cfg.SubscriberBuffer, sseBuffer))
+	snap, events, cancel := c.live.Subscribe(eventKinds(r.URL.Query().Get("kind")), max(c.cfg.SubscriberBuffer, sseBuffer))
 	defer cancel()
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
@@ -198,29 +190,50 @@ func (c *Collector) ServeEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 		_ = rc.SetWriteDeadline(time.Time{})
 	}
+	c.streamEvents(r.Context(), rc, w, events, write)
+	return nil
+}
+
+// eventKinds is the set of a comma list of event kinds; nil (every kind)
+// when it names none.
+func eventKinds(list string) map[string]bool {
+	var kinds map[string]bool
+	for k := range strings.SplitSeq(list, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			if kinds == nil {
+				kinds = make(map[string]bool)
+			}
+			kinds[k] = true
+		}
+	}
+	return kinds
+}
+
+// streamEvents writes events with write, and a keepalive comment every
+// 15 s of quiet, until ctx ends, events closes or a write fails.
+func (c *Collector) streamEvents(ctx context.Context, rc *http.ResponseController, w io.Writer, events <-chan cbdash.Event, write func(string, any) error) {
 	keepalive := time.NewTicker(15 * time.Second) // real time: keeps proxies from closing the stream
 	defer keepalive.Stop()
-	ctx := r.Context()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-keepalive.C:
 			_ = rc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil || rc.Flush() != nil {
-				return nil
+				return
 			}
 			_ = rc.SetWriteDeadline(time.Time{})
 		case e, ok := <-events:
 			if !ok {
-				return nil
+				return
 			}
 			if e.Dependency != nil { // shared with every subscriber: worded in a copy
 				d := wording.Worded(*e.Dependency)
 				e.Dependency = &d
 			}
 			if err := write(e.Kind, e); err != nil {
-				return nil
+				return
 			}
 		}
 	}

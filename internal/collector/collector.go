@@ -259,7 +259,13 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.ing.RunProber(probeCtx, c.clk)
 	}()
 	defer func() { stopProber(); <-proberDone }()
+	c.loop(ctx)
+	return nil
+}
 
+// loop publishes live state, sweeps and compacts on the clock until ctx
+// ends.
+func (c *Collector) loop(ctx context.Context) {
 	publish, stopPublish := c.clk.NewTicker(c.cfg.PublishInterval)
 	defer stopPublish()
 	sweep, stopSweep := c.clk.NewTicker(time.Second)
@@ -271,7 +277,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-c.live.Kicked():
 			if wait := c.live.FlushUrgent(); wait > 0 {
 				urgent.Reset(wait)

@@ -162,6 +162,7 @@ func holdList(hs []cbdash.HoldRecord) string {
 	return strings.Join(parts, ", ")
 }
 
+// validateRequest checks a command request; errors wrap cbdash.ErrInvalid.
 func validateRequest(r *cbdash.CommandRequest) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", cbdash.ErrInvalid, fmt.Sprintf(format, args...))
@@ -181,10 +182,17 @@ func validateRequest(r *cbdash.CommandRequest) error {
 		return bad("share must be within 0..100 (percent)")
 	case r.Instance != "" && r.Share != 0 && r.Share != 100:
 		return bad("instance and share are exclusive")
+	}
+	return validateWords(r)
+}
+
+// validateWords checks a command request's reason and actor.
+func validateWords(r *cbdash.CommandRequest) error {
+	switch {
 	case len(r.Reason) > 1000:
-		return bad("reason is longer than 1000 bytes")
+		return fmt.Errorf("%w: reason is longer than 1000 bytes", cbdash.ErrInvalid)
 	case len(r.Actor) > protocol.MaxNameLen:
-		return bad("actor is longer than %d bytes", protocol.MaxNameLen)
+		return fmt.Errorf("%w: actor is longer than %d bytes", cbdash.ErrInvalid, protocol.MaxNameLen)
 	}
 	return cbdash.CheckText("reason", r.Reason, false)
 }

@@ -4,13 +4,15 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/store"
-	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -58,7 +60,7 @@ func (l *agentLog) send(inst, breaker, from, to string, ms int64) cbdash.Transit
 
 // runService runs an incident service on st and f until stop is called,
 // which waits for Run to return.
-func runService(t *testing.T, st incident.Store, f *feed, clk *breakertest.Clock, margin time.Duration) (svc *incident.Service, stop func()) {
+func runService(t *testing.T, st incident.Store, f *feed, clk clock.Clock, margin time.Duration) (svc *incident.Service, stop func()) {
 	t.Helper()
 	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Clock: clk, Tick: time.Second, Margin: margin})
 	if err != nil {
@@ -82,10 +84,15 @@ func runService(t *testing.T, st incident.Store, f *feed, clk *breakertest.Clock
 // leader, starting 10 minutes later, gives payments' incident b and both
 // opens and ends it at b's stored close (not at the takeover), and ledger
 // its own incident ending at its stored close. A third start (a restart)
-// replaying the same transitions changes nothing: each incident once.
+// replaying the same transitions changes nothing: each incident once. It
+// runs in a synctest bubble: the 10 minutes without a leader are slept.
 func TestTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce(t *testing.T) {
+	synctest.Test(t, testTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce)
+}
+
+func testTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce(t *testing.T) {
 	st := openStore(t)
-	clk := breakertest.NewClock(t0)
+	clk := clocktest.NewRunning()
 	log := newAgentLog(t, st, "checkout", []string{"payments", "ledger"}, "a", "b")
 	ctx := context.Background()
 
@@ -93,10 +100,10 @@ func TestTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce(t *testing.T)
 	_, stop := runService(t, st, f, clk, 0)
 	trip := log.send("a", "payments", protocol.StateClosed, protocol.StateOpen, 1000)
 	f.ch <- cbdash.Event{Kind: cbdash.EventTransition, At: trip.ReceivedAt, Transition: &trip}
-	eventually.True(t, "the first leader to store the incident", func() bool {
-		l, _ := st.Incidents(ctx, cbdash.IncidentQuery{})
-		return len(l) == 1
-	})
+	bubbletest.Settle()
+	if l, err := st.Incidents(ctx, cbdash.IncidentQuery{}); err != nil || len(l) != 1 {
+		t.Fatalf("the first leader stored %+v (%v), want the incident", l, err)
+	}
 	stop() // the leader is gone
 
 	log.send("a", "payments", protocol.StateOpen, protocol.StateClosed, 2000)
@@ -104,7 +111,7 @@ func TestTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce(t *testing.T)
 	log.send("b", "payments", protocol.StateOpen, protocol.StateClosed, 3400)
 	log.send("a", "ledger", protocol.StateClosed, protocol.StateOpen, 5000)
 	log.send("a", "ledger", protocol.StateOpen, protocol.StateClosed, 5700)
-	clk.Advance(10 * time.Minute)
+	time.Sleep(10 * time.Minute)
 
 	want := []struct {
 		breaker   string
@@ -138,13 +145,14 @@ func TestTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce(t *testing.T)
 	// The restart's margin reaches back over everything: a replay of
 	// what was processed.
 	for i, who := range []string{"the next leader", "a restart"} {
-		clk.Advance(time.Minute)
+		time.Sleep(time.Minute)
 		f := &feed{ch: make(chan cbdash.Event)}
+		start := clk.Now()
 		_, stop := runService(t, st, f, clk, time.Duration(i*20)*time.Minute)
-		eventually.True(t, who+" to take over (store its mark)", func() bool {
-			m, _, _ := st.LeaderMark(ctx, incident.MarkName)
-			return m.Equal(clk.Now())
-		})
+		bubbletest.Settle()
+		if m, _, err := st.LeaderMark(ctx, incident.MarkName); err != nil || !m.Equal(start) {
+			t.Fatalf("%s stored the mark %v (%v), want its start %v (a takeover)", who, m, err, start)
+		}
 		stop()
 		check(who)
 	}

@@ -5,13 +5,14 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/store"
-	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
 // countingStore is the real store, counting incident updates.
@@ -25,12 +26,19 @@ func (c *countingStore) UpdateIncident(ctx context.Context, inc cbdash.Incident)
 	return c.Store.UpdateIncident(ctx, inc)
 }
 
+// TestServiceCoalescesUpdatesAndFlushesOnStop runs in a synctest bubble:
+// the test waits for the service to have handled the events
+// (bubbletest.Settle) rather than polling the store.
 func TestServiceCoalescesUpdatesAndFlushesOnStop(t *testing.T) {
+	synctest.Test(t, testServiceCoalescesUpdatesAndFlushesOnStop)
+}
+
+func testServiceCoalescesUpdatesAndFlushesOnStop(t *testing.T) {
 	st := &countingStore{Store: openStore(t)}
 	f := &feed{ch: make(chan cbdash.Event)}
 	// A tick of an hour never comes during the test: only the final flush
 	// stores the updates.
-	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Tick: time.Hour, Clock: breakertest.NewClock(t0)})
+	svc, err := incident.NewService(incident.ServiceConfig{Source: f, Store: st, Tick: time.Hour, Clock: clocktest.NewRunning()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +49,10 @@ func TestServiceCoalescesUpdatesAndFlushesOnStop(t *testing.T) {
 	for _, s := range []step{tr(10, "a:open"), tr(11, "b:open"), tr(12, "c:open"), tr(15, "a:half_open"), tr(15, "a:open"), tr(16, "b:half_open")} {
 		f.ch <- s.event(prev)
 	}
-	f.ch <- cbdash.Event{} // an event the detector ignores: the ones before are handled
-	eventually.True(t, "the incident to be created", func() bool {
-		l, _ := st.Incidents(context.Background(), cbdash.IncidentQuery{})
-		return len(l) == 1
-	})
+	bubbletest.Settle()
+	if l, err := st.Incidents(context.Background(), cbdash.IncidentQuery{}); err != nil || len(l) != 1 {
+		t.Fatalf("incidents after the events = %+v (%v), want the one created", l, err)
+	}
 	if n := st.updates.Load(); n != 0 {
 		t.Errorf("%d updates before a tick, want 0 (coalesced)", n)
 	}

@@ -3,12 +3,13 @@ package incident_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash"
-	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/bubbletest"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/incident"
-	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -18,18 +19,23 @@ import (
 // must give ledger its incident: the replay reads every transition
 // received after the mark, not the first 10,000 by the agents' time
 // (Store.TransitionsReceivedSince's limit), after which the mark moves on
-// and the trip is never replayed again.
+// and the trip is never replayed again. It runs in a synctest bubble: the
+// 10 minutes without a leader are slept.
 func TestTakeoverReplaysMoreThanTenThousandTransitions(t *testing.T) {
+	synctest.Test(t, testTakeoverReplaysMoreThanTenThousandTransitions)
+}
+
+func testTakeoverReplaysMoreThanTenThousandTransitions(t *testing.T) {
 	st := openStore(t)
-	clk := breakertest.NewClock(t0)
+	clk := clocktest.NewRunning()
 	newAgentLog(t, st, "checkout", []string{"payments", "ledger"}, "a")
 	ctx := context.Background()
 
 	_, stop := runService(t, st, &feed{ch: make(chan cbdash.Event)}, clk, 0)
-	eventually.True(t, "the first leader to store its mark", func() bool {
-		_, ok, _ := st.LeaderMark(ctx, incident.MarkName)
-		return ok
-	})
+	bubbletest.Settle()
+	if _, ok, err := st.LeaderMark(ctx, incident.MarkName); err != nil || !ok {
+		t.Fatalf("the first leader stored no mark (%v)", err)
+	}
 	stop() // the leader is gone
 
 	started := t0.Add(-time.Hour).UnixMilli()
@@ -63,13 +69,14 @@ func TestTakeoverReplaysMoreThanTenThousandTransitions(t *testing.T) {
 	if _, err := st.SaveBatch(ctx, "checkout", "a", started, ledger, time.UnixMilli(at+500)); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(10 * time.Minute)
+	time.Sleep(10 * time.Minute)
 
+	start := clk.Now()
 	_, stop = runService(t, st, &feed{ch: make(chan cbdash.Event)}, clk, 0)
-	eventually.True(t, "the next leader to take over (store its mark)", func() bool {
-		m, _, _ := st.LeaderMark(ctx, incident.MarkName)
-		return m.Equal(clk.Now())
-	})
+	bubbletest.Settle()
+	if m, _, err := st.LeaderMark(ctx, incident.MarkName); err != nil || !m.Equal(start) {
+		t.Fatalf("the next leader stored the mark %v (%v), want its start %v (a takeover)", m, err, start)
+	}
 	stop()
 	l, err := st.Incidents(ctx, cbdash.IncidentQuery{Service: "checkout", Breaker: "ledger", Limit: 10})
 	if err != nil {

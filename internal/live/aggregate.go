@@ -221,12 +221,18 @@ func (d *dep) holds(ib *ibreaker) bool {
 // had several in the interval before (busy) waits for the compute from
 // the first, so a replay costs one line more at its start, not one a
 // batch. Nothing when every line is to be rebuilt anyway (membership or
-// a configuration changed).
+// a configuration changed). A window not refreshed for marks ib's line
+// out of date, also when an earlier window of the same batch refreshed
+// it.
 func (d *dep) refreshApplied(ib *ibreaker) {
 	if ib.windows < 255 {
 		ib.windows++
 	}
 	if ib.windows > 1 || ib.busy || d.shape == nil || len(d.lines) != len(d.sorted) || !d.holds(ib) {
+		// A line built earlier in the interval (from the first window
+		// of this batch, say: a quiet stretch before the tick with the
+		// news) is out of date now: the compute rebuilds it.
+		ib.fresh = false
 		return
 	}
 	d.refresh(ib)

@@ -104,6 +104,43 @@ func TestLinesShowTheLastOfSeveralBatchesBetweenComputes(t *testing.T) {
 	}
 }
 
+// TestALinesShowsTheLastWindowOfItsBatch: a batch carrying two windows
+// of one breaker (an agent's report of a quiet stretch, closed, then of
+// the tick where the breaker opened) leaves the breaker's line, and so
+// the dependency, as the second says. The line was built from the first
+// as it was applied, and the compute kept it: the dependency showed
+// closed until the instance's next batch (seen as a flaky end-to-end
+// test under load, where the agent's quiet tick fell before the trip).
+func TestALinesShowsTheLastWindowOfItsBatch(t *testing.T) {
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	l.Hello(testHello("api", "a", cfg, nil), 0, nil, clk.Now(), nil)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	for seq, states := range [][]string{
+		{protocol.StateClosed},
+		{protocol.StateClosed, protocol.StateOpen},
+		{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateClosed},
+	} {
+		b := &protocol.Batch{Seq: uint64(seq + 1)}
+		for i, st := range states {
+			clk.Advance(50 * time.Millisecond)
+			calls := int64(10*seq + i + 1)
+			b.Windows = append(b.Windows, window("db", st, clk.Now(), protocol.Counts{Admitted: calls, Failures: calls},
+				protocol.Headroom{Calls: calls, MinimumCalls: 10, FailureRateThreshold: 50}, nil))
+		}
+		if !l.Apply(Key{"api", "a"}, b, clk.Now()) {
+			t.Fatalf("batch %d not applied", seq+1)
+		}
+		d, _ := l.Dependency(k)
+		ln := d.PerInstance[0]
+		want := states[len(states)-1]
+		if d.State != want || ln.State != want || ln.Last != &b.Windows[len(b.Windows)-1] {
+			t.Fatalf("batch %d: dependency %s, line %s with window %s of %d calls; want %s, the batch's last window",
+				seq+1, d.State, ln.State, ln.Last.State, ln.Last.Headroom.Calls, want)
+		}
+	}
+}
+
 // TestEqualBreakerListsAreShared: instances declaring the same breakers,
 // configured alike, share one list (their lines' configurations are
 // then one value), one configured otherwise keeps its own, and a list

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -53,6 +54,14 @@ type Config struct {
 	CollectorID string
 	// Timeout bounds each export request; 0 means 10s.
 	Timeout time.Duration
+	// Logger receives what the OpenTelemetry SDK reports while the
+	// exporter runs: a periodic export that failed (Error, with the
+	// SDK's error as "err"), the SDK's warnings (Warn) and information
+	// (Info), in the logger's own format (the server's --log-format).
+	// nil: slog.Default(). The SDK's error handler and logger are
+	// process-wide (see logs.go): with several exporters running, each of
+	// their loggers gets every line.
+	Logger *slog.Logger
 }
 
 // Exporter exports periodically until Shutdown. Its methods are safe for
@@ -104,20 +113,30 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otelexport: resource: %w", err)
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	e := &Exporter{}
+	routeSDKLogs(e, cfg.Logger) // before the reader starts exporting
 	reader := sdkmetric.NewPeriodicReader(exp,
 		sdkmetric.WithInterval(cfg.Interval),
 		sdkmetric.WithTimeout(cfg.Timeout),
 		sdkmetric.WithProducer(prometheus.NewMetricProducer(prometheus.WithGatherer(cbdashOnly{cfg.Gatherer}))),
 	)
-	return &Exporter{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))}, nil
+	e.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))
+	return e, nil
 }
 
 // Flush exports now and returns the export's error.
 func (e *Exporter) Flush(ctx context.Context) error { return e.provider.ForceFlush(ctx) }
 
 // Shutdown makes a last export and stops exporting; it returns the
-// export's error (a second call returns an error of the SDK).
-func (e *Exporter) Shutdown(ctx context.Context) error { return e.provider.Shutdown(ctx) }
+// export's error (a second call returns an error of the SDK). The SDK's
+// lines no longer go to the exporter's Logger after it.
+func (e *Exporter) Shutdown(ctx context.Context) error {
+	defer unrouteSDKLogs(e)
+	return e.provider.Shutdown(ctx)
+}
 
 // cbdashOnly keeps the families whose names start with cbdash_: the
 // figures of cbdash, not those of the Go runtime a registry may carry.

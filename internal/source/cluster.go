@@ -43,9 +43,10 @@ func (s *hostSlots) read(now time.Time, l rollingLayout, vals [nRolled]int64, ho
 		return out, false
 	}
 	if hosts != s.hosts {
-		// A host came or went: start over, the counts shared evenly.
+		// The first read, or a host came or went: a baseline, the counts
+		// shared evenly among the hosts as they are seen.
 		*s = hostSlots{hosts: hosts, last: vals}
-		return vals, true
+		return out, true
 	}
 	phase := time.Duration(now.UnixNano() % int64(l.bucket))
 	var slot *hostSlot

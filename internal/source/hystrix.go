@@ -90,7 +90,7 @@ func (c *hystrixCommand) cluster() bool { return c.hosts() > 1 }
 
 // hystrixBreaker is what a target's reader remembers of one command.
 type hystrixBreaker struct {
-	last  time.Time // the previous read
+	last  time.Time // the previous read; zero: the next read is a baseline (see hystrixReader.rebase)
 	state string    // at the previous read ("" before the first)
 	open  float64   // hosts open at the previous read
 	gen   uint64
@@ -134,6 +134,7 @@ func (r *runner) readHystrix(ctx context.Context, em *emitter) (progressed bool,
 	}()
 
 	hr := r.hystrixReader(em)
+	hr.rebase()
 	silence := clock.NewTimer(r.src.clk, r.t.interval())
 	defer silence.Stop()
 	for {
@@ -174,6 +175,19 @@ func (r *runner) hystrixReader(em *emitter) *hystrixReader {
 		r.hystrix = &hystrixReader{em: em, breakers: map[string]*hystrixBreaker{}, pending: map[string]bool{}}
 	}
 	return r.hystrix
+}
+
+// rebase makes the next record of every command a baseline: its rolling
+// counts become the starting point (events of the last rolling window,
+// not known to be new) and its state the current state, with no
+// transition. A reader rebases at every connection: the first, and every
+// reconnection (the service may have restarted, and what happened
+// meanwhile cannot be placed in time).
+func (hr *hystrixReader) rebase() {
+	for _, b := range hr.breakers {
+		b.last = time.Time{}
+		b.rolled, b.slots = rollingCounts{}, hostSlots{}
+	}
 }
 
 // maxEventBytes bounds one event of a stream (its data, and each line).
@@ -541,16 +555,19 @@ func (b *hystrixBreaker) writerTime(c *hystrixCommand, now time.Time) time.Time 
 }
 
 // read maps a record read at now: the window of the events new since the
-// previous read, and the transition when the state changed.
+// previous read, and the transition when the state changed. A command's
+// first record of a connection is its baseline: no event is new, and no
+// transition is made.
 func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window, *protocol.Transition) {
 	hosts := c.hosts()
 	state, open := hystrixState(c)
 	layout, writer := rollingLayoutOf(c)
+	baseline := b.last.IsZero()
 	rolled := [nRolled]int64{toCount(c.Success.v), toCount(c.Failure.v), toCount(c.Timeout.v), toCount(c.ShortCircuited.v),
 		toCount(c.SemaphoreRejected.v), toCount(c.ThreadPoolRejected.v), toCount(c.BadRequests.v),
 		toCount(c.FallbackSuccess.v), toCount(c.FallbackFailure.v), toCount(c.RequestCount.v), toCount(c.ErrorCount.v)}
 	hints := rollingHints{cluster: c.cluster()}
-	if writer == writerHystrixGo && b.state != "" && b.open > open {
+	if writer == writerHystrixGo && !baseline && b.open > open {
 		// hystrix-go clears a circuit's counts when it closes
 		// (CircuitBreaker.setClose: metrics.Reset).
 		if !c.cluster() {
@@ -600,7 +617,7 @@ func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window
 		w.LatencySumMs = float64(timed) * max(mean, 0)
 	}
 	var t *protocol.Transition
-	if b.state != "" && b.state != state {
+	if !baseline && b.state != state {
 		b.gen++
 		t = &protocol.Transition{Breaker: c.Name, From: b.state, To: state, At: now.UnixMilli(), Generation: b.gen, Cause: hystrixCause(c, b.state, state, open)}
 		if state == protocol.StateOpen {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,10 +81,19 @@ func (s *promSnap) add(key string, v float64) {
 
 // promBreaker is what a reader remembers of one breaker.
 type promBreaker struct {
+	// prev are the counters of the previous scrape; nil when the next
+	// scrape is a baseline (the first of the breaker, of a connection).
 	prev  map[string]float64
 	last  time.Time
 	state string
 	gen   uint64
+	// cands are, for an opossum breaker, the states it may be in as far
+	// as its counters tell (see opossumCandidates); state is one of them,
+	// and it is certain when it is the only one.
+	cands []string
+	// known, when set for a baseline, is the state cbdash showed of the
+	// breaker before it ("" when none; see emitter.knownState).
+	known func() string
 }
 
 // promReader maps one endpoint's scrapes.
@@ -91,6 +101,18 @@ type promReader struct {
 	em       *emitter
 	scraped  bool // a scrape was read: breakers that appear later start from 0
 	breakers map[string]*promBreaker
+}
+
+// rebase makes the next scrape of every breaker a baseline: its
+// counters become the starting point and its state the current state,
+// with no transition. A reader rebases at every connection: the first
+// scrape, and the first after a failed one (the service may have
+// restarted, and what happened meanwhile cannot be placed in time).
+func (pr *promReader) rebase() {
+	pr.scraped = false
+	for _, b := range pr.breakers {
+		b.prev = nil
+	}
 }
 
 func (r *runner) promReader(em *emitter) *promReader {
@@ -106,6 +128,7 @@ func (r *runner) promReader(em *emitter) *promReader {
 // ctx ends; progressed is true when one succeeded.
 func (r *runner) scrapeLoop(ctx context.Context, em *emitter) (progressed bool, err error) {
 	pr := r.promReader(em)
+	pr.rebase()
 	for {
 		if err := r.scrape(ctx, pr); err != nil {
 			return progressed, err
@@ -286,10 +309,15 @@ func (pr *promReader) read(ctx context.Context, snaps map[string]*promSnap, now 
 			b = &promBreaker{}
 			pr.breakers[name] = b
 			if pr.scraped {
-				// Appeared since the first scrape: a new breaker, counted
-				// from 0 and from closed.
+				// Appeared since the connection's first scrape: a new
+				// breaker (opossum-prometheus writes a breaker's series
+				// at its first event), counted from 0 and from closed.
 				b.prev, b.state = map[string]float64{}, protocol.StateClosed
+				b.cands = []string{protocol.StateClosed}
 			}
+		}
+		if b.prev == nil {
+			b.known = func() string { return pr.em.knownState(ctx, name) }
 		}
 		pr.em.declare(promConfig(name, s.lib, interval))
 		w, t := b.read(name, s, now, interval)
@@ -306,7 +334,17 @@ func (b *promBreaker) d(s *promSnap, key string) int64 {
 	return delta(b.prev[key], s.counter[key], b.prev != nil)
 }
 
+// read maps one breaker's scrape. The first scrape of a connection is
+// its baseline (b.prev nil): counters are the starting point (no count),
+// the state is the current state, and no transition is made; after it,
+// transitions come from what changed between two scrapes.
 func (b *promBreaker) read(name string, s *promSnap, now time.Time, interval time.Duration) (protocol.Window, []protocol.Transition) {
+	baseline := b.prev == nil
+	if !baseline && s.lib == LibraryOpossum && counterWentDown(b.prev, s.counter) {
+		// The service restarted between two scrapes: its counters count
+		// from its start, and its breaker started closed.
+		b.prev, b.state, b.cands = map[string]float64{}, protocol.StateClosed, []string{protocol.StateClosed}
+	}
 	var c protocol.Counts
 	var sumMs float64
 	var hist []int64
@@ -321,7 +359,7 @@ func (b *promBreaker) read(name string, s *promSnap, now time.Time, interval tim
 		c.Errors = max(b.d(s, "failure")-timeouts-locked, 0)
 		c.RejectedBulkhead = locked
 		c.FallbackSuccess = b.d(s, "fallback") // opossum counts fallbacks run, not how they ended
-		state, steps = opossumState(b, s)
+		state, steps = b.opossumState(s, baseline)
 		c.Failures = c.Errors + c.Timeouts
 		n := b.d(s, "perf_count")
 		if n > 0 {
@@ -359,7 +397,7 @@ func (b *promBreaker) read(name string, s *promSnap, now time.Time, interval tim
 			sumMs = 1000 * max(s.counter["sum:successful"]+s.counter["sum:failed"]-b.prev["sum:successful"]-b.prev["sum:failed"], 0)
 			hist = histogram(n, r4jBucketQuantiles(b, s, n), sumMs/float64(n))
 		}
-		if b.state != "" && b.state != state {
+		if !baseline && b.state != state {
 			steps = []string{state}
 		}
 	}
@@ -392,31 +430,154 @@ func (b *promBreaker) read(name string, s *promSnap, now time.Time, interval tim
 		ts = append(ts, protocol.Transition{Breaker: name, From: from, To: to, At: now.UnixMilli(), Generation: b.gen, Cause: cause})
 		from = to
 	}
-	b.prev, b.last, b.state = s.counter, now, state
+	b.prev, b.last, b.state, b.known = s.counter, now, state, nil
 	if b.prev == nil {
 		b.prev = map[string]float64{}
 	}
 	return w, ts
 }
 
-// opossumState follows opossum's state machine through the open,
-// halfOpen and close events counted since the previous scrape (all of
-// them on the first), starting from the state then (closed on the
-// first): closed opens; open goes half-open (or closes, when halfOpen is
-// not counted: opossum-prometheus counts only events that had a listener
-// when the breaker was added); half-open closes or opens again. It
-// returns the state now and every state it passed through.
-func opossumState(b *promBreaker, s *promSnap) (string, []string) {
+// counterWentDown reports whether a counter is below its previous value
+// (or gone): the service restarted.
+func counterWentDown(prev, cur map[string]float64) bool {
+	for k, v := range prev {
+		if cur[k] < v {
+			return true
+		}
+	}
+	return false
+}
+
+// opossumState is an opossum breaker's state at this scrape, and the
+// states it passed through since the previous one (none on a baseline).
+// opossum-prometheus has no state gauge: the state is read from the
+// counters of the open, halfOpen and close events (halfOpen only when
+// the service had a listener on it when the breaker was added, as
+// opossum-prometheus counts only those events).
+//
+// On a baseline the lifetime counters say which states the breaker may
+// be in (opossumCandidates); of them it takes the state this reader saw
+// before a reconnection, else the one cbdash showed (b.known), else the
+// first (closed before open before half-open), and invents no
+// transition. Between two scrapes it follows the events counted since
+// (opossumReplay) from its state; when that state was not certain and
+// the events cannot have happened from it, from the first candidate they
+// can, taken as its state then (no transition for that). A scrape with
+// no event settles an uncertain state by the calls: outcomes (success,
+// failure, timeout) are counted only while closed (a half-open trial
+// ends in close or open), rejections only while open (or half-open with
+// its trial running).
+func (b *promBreaker) opossumState(s *promSnap, baseline bool) (string, []string) {
+	_, half := s.counter["halfOpen"]
+	if baseline {
+		b.cands = opossumCandidates(s.counter["open"], s.counter["halfOpen"], s.counter["close"], half)
+		if slices.Contains(b.cands, b.state) {
+			return b.state, nil
+		}
+		if b.known != nil && len(b.cands) > 1 {
+			if k := b.known(); slices.Contains(b.cands, k) {
+				return k, nil
+			}
+		}
+		return b.cands[0], nil
+	}
+	if b.state == "" {
+		b.state = protocol.StateClosed
+	}
 	opens, halfs, closes := b.d(s, "open"), b.d(s, "halfOpen"), b.d(s, "close")
-	if b.prev == nil { // first scrape: the whole history
-		opens, halfs, closes = toCount(s.counter["open"]), toCount(s.counter["halfOpen"]), toCount(s.counter["close"])
+	if opens+halfs+closes == 0 {
+		if len(b.cands) > 1 {
+			switch {
+			case b.d(s, "success")+b.d(s, "failure")+b.d(s, "timeout") > 0:
+				b.cands = []string{protocol.StateClosed}
+			case b.d(s, "reject") > 0:
+				down := slices.DeleteFunc(slices.Clone(b.cands), func(st string) bool { return st == protocol.StateClosed })
+				if len(down) == 0 {
+					down = []string{protocol.StateOpen}
+				}
+				if slices.Contains(down, b.state) {
+					return b.state, nil // open or half-open: as it was
+				}
+				b.cands = down[:1]
+			default:
+				return b.state, nil
+			}
+			return b.cands[0], nil
+		}
+		return b.state, nil
 	}
-	state := b.state
-	if state == "" {
-		state = protocol.StateClosed
+	starts := []string{b.state}
+	if len(b.cands) > 1 {
+		for _, st := range b.cands {
+			if st != b.state {
+				starts = append(starts, st)
+			}
+		}
 	}
+	for _, from := range starts {
+		if state, steps, all := opossumReplay(from, opens, halfs, closes, half); all {
+			b.state, b.cands = from, []string{state}
+			return state, steps
+		}
+	}
+	state, steps, _ := opossumReplay(b.state, opens, halfs, closes, half)
+	b.cands = []string{state}
+	return state, steps
+}
+
+// opossumCandidates are the states an opossum breaker may be in after
+// open, halfOpen and close events counted over its life (half: halfOpen
+// is counted), preferred first. opossum moves closed to open (open),
+// open to half-open when its reset timeout passes (halfOpen), half-open
+// to closed when the trial call succeeds (close) or back to open (open);
+// so, counting from its start (closed):
+//
+//   - no open: closed;
+//   - halfOpen counted: opens = halfOpens + 1 is open; opens = halfOpens
+//     is closed when every half-open closed (closes = opens), else closed
+//     or half-open (a half-open waits for its trial call: closed first);
+//   - halfOpen not counted (half-open then shows as open): opens =
+//     closes is closed; no close is open; else closed or open (a
+//     half-open that opened again counts an open and no close);
+//   - otherwise (counts that began mid-way, a breaker opened or closed
+//     by hand: open() and close()): any state.
+func opossumCandidates(open, halfOpen, closes float64, half bool) []string {
+	o, h, c := toCount(open), toCount(halfOpen), toCount(closes)
+	switch {
+	case o == 0:
+		return []string{protocol.StateClosed}
+	case half && o == h+1 && c <= h:
+		return []string{protocol.StateOpen}
+	case half && o == h && c == o:
+		return []string{protocol.StateClosed}
+	case half && o == h && c < o:
+		return []string{protocol.StateClosed, protocol.StateHalfOpen}
+	case !half && c == o:
+		return []string{protocol.StateClosed}
+	case !half && c == 0:
+		return []string{protocol.StateOpen}
+	case !half && c < o:
+		return []string{protocol.StateClosed, protocol.StateOpen}
+	}
+	return []string{protocol.StateClosed, protocol.StateOpen, protocol.StateHalfOpen}
+}
+
+// maxReplaySteps bounds the states opossumReplay returns (and the events
+// it follows one by one): a breaker that flapped more between two
+// scrapes shows its first moves and its end.
+const maxReplaySteps = 1000
+
+// opossumReplay follows opossum's state machine from state through the
+// open, halfOpen and close events counted between two scrapes (half:
+// halfOpen is counted): closed opens; open goes half-open, or closes
+// (by hand, or through a half-open that was not counted); half-open
+// closes or opens again; without halfOpen counted, an open while open
+// is a half-open that opened again (no move seen). It returns the state
+// then, every state it passed through, and whether every event was
+// followed (false: they cannot all have happened from state).
+func opossumReplay(state string, opens, halfs, closes int64, half bool) (string, []string, bool) {
 	var steps []string
-	for range 1000 {
+	for range maxReplaySteps {
 		switch {
 		case state == protocol.StateClosed && opens > 0:
 			opens--
@@ -433,12 +594,15 @@ func opossumState(b *promBreaker, s *promSnap) (string, []string) {
 		case state == protocol.StateHalfOpen && opens > 0:
 			opens--
 			state = protocol.StateOpen
+		case state == protocol.StateOpen && opens > 0 && !half:
+			opens--
+			continue
 		default:
-			return state, steps
+			return state, steps, opens+halfs+closes == 0
 		}
 		steps = append(steps, state)
 	}
-	return state, steps
+	return state, steps, true // more than it follows: taken as followed
 }
 
 // r4jBucketQuantiles reads the calls histogram's buckets, when

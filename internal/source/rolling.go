@@ -104,6 +104,7 @@ type rollingCounts struct {
 	layout  rollingLayout
 	started bool
 	cur     int64     // the bucket of the previous read (perRecord: its number)
+	startHi int64     // the last bucket of the first read's window
 	last    time.Time // the previous read, on the writer's clock
 	// the previous read's new events per count, the time since the read
 	// before it, and its requestCount
@@ -255,19 +256,15 @@ func (r *rollingCounts) clone() rollingCounts {
 }
 
 // read takes the counts a record read at at (on the writer's clock) shows
-// and returns the events new since the previous read. The first read, and
-// a read after the writer's clock went back or the layout changed, start
-// the estimates over: the first reports the counts themselves (the events
-// of the window), a later start reports nothing new.
+// and returns the events new since the previous read. The first read is a
+// baseline (its counts are the window's events, not known to be new: it
+// reports none), and so is a read after the writer's clock went back or
+// the layout changed: they start the estimates over.
 func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64, h rollingHints) (out [nRolled]int64) {
 	defer func() { r.lastRequests = float64(vals[rollRequests]) }()
 	k, ok := r.bucketOf(at, l)
 	if !r.started || !ok || l != r.layout {
-		first := !r.started
 		r.start(at, l, vals)
-		if first {
-			return vals
-		}
 		return out
 	}
 	dt := at.Sub(r.last)
@@ -306,9 +303,9 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 		}
 		if !l.perRecord {
 			r.refine(i, max(n[i], 0)/dt.Seconds())
-			if !h.cluster {
-				n[i] = r.late(b, n[i], keep, dt)
-			}
+		}
+		if !h.cluster {
+			n[i] = r.late(b, n[i], keep, dt)
 		}
 		r.attribute(b, n[i], keep, k, at)
 		b.drop(keep)
@@ -337,6 +334,9 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 func (r *rollingCounts) late(b *bucketEstimates, n float64, keep int64, dt time.Duration) float64 {
 	var movable float64
 	for i := b.base; i < keep && i < b.base+int64(len(b.est)); i++ {
+		if r.layout.perRecord && i > r.startHi {
+			break // opossum's buckets after the first read are known exactly
+		}
 		movable += max(b.est[i-b.base]-b.held[i-b.base], 0)
 	}
 	if movable <= 0 {
@@ -344,6 +344,12 @@ func (r *rollingCounts) late(b *bucketEstimates, n float64, keep int64, dt time.
 	}
 	expect := b.rate() * dt.Seconds()
 	excess := n - expect - 1 - 4*math.Sqrt(expect)
+	if r.layout.perRecord {
+		// opossum's first window, spread evenly as nothing told how,
+		// leaving: what seems new is taken as still in the window, as
+		// far as it can be (its later buckets are known exactly).
+		excess = n - expect
+	}
 	if excess <= 0 {
 		return n
 	}
@@ -385,6 +391,7 @@ func (r *rollingCounts) start(at time.Time, l rollingLayout, vals [nRolled]int64
 	if !l.perRecord {
 		r.cur = floorDiv(at.UnixNano(), int64(l.bucket))
 	}
+	r.startHi = r.cur
 	lo := r.cur - l.span() + 1
 	for i := range nRolled {
 		b := &r.c[i]

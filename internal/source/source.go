@@ -9,6 +9,15 @@
 // handed to a Sink (the collector's Ingest), so a source's instances are
 // validated, stored, shown and made stale as an agent's are.
 //
+// The first read of a connection (the first of a Sources, the first after
+// a failed scrape or a reconnection) is a baseline: what it shows is the
+// starting point, not news. Its counters are not counted as calls and its
+// state is reported as the current state, in the window, with no
+// transition (so the collector opens no incident and counts no trip).
+// Transitions come only from what changed between two reads of one
+// connection. (opossum-prometheus has no state gauge: see
+// promBreaker.opossumState for its state at a baseline.)
+//
 // What a pull source cannot do is said on the breaker: its state is
 // sampled (BreakerConfig.Sampled: a transition is seen at the next read,
 // a short one between two reads is missed, and a Hystrix stream shows
@@ -61,6 +70,18 @@ type readySink interface {
 	Sink
 	// Ready is closed once the sink takes batches.
 	Ready() <-chan struct{}
+}
+
+// stateSink is a Sink that says what it last knew of a breaker
+// (*collector.Collector: its live state, which after a restart is what
+// the store held). A source asks it when a first read cannot tell a
+// breaker's state (opossum-prometheus: see opossumCandidates), to keep
+// what cbdash showed rather than guess.
+type stateSink interface {
+	Sink
+	// Dependency returns the live state of one dependency, or an error
+	// wrapping cbdash.ErrNotFound.
+	Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error)
 }
 
 // Target is one endpoint to read: one instance of one service.
@@ -526,14 +547,8 @@ func (e *emitter) send(ctx context.Context, now time.Time, ws []protocol.Window,
 	if e.dropped > 0 {
 		b.Dropped = &protocol.Dropped{Windows: e.dropped}
 	}
-	if rs, ok := e.r.src.cfg.Sink.(readySink); ok {
-		// Sources start with the collector, which refuses batches until
-		// it has restored its state: the first batch waits for that.
-		select {
-		case <-rs.Ready():
-		case <-ctx.Done():
-			return
-		}
+	if !e.ready(ctx) {
+		return
 	}
 	h := e.hello
 	_, err := e.r.src.cfg.Sink.Ingest(ctx, &h, b)
@@ -560,6 +575,42 @@ func (e *emitter) send(ctx context.Context, now time.Time, ws []protocol.Window,
 	e.seq++
 	e.dropped = 0
 	e.r.update(func(s *Status) { s.Batches++ })
+}
+
+// ready waits until the sink takes batches (a readySink: sources start
+// with the collector, which refuses batches until it has restored its
+// state); false when ctx ended first.
+func (e *emitter) ready(ctx context.Context) bool {
+	rs, ok := e.r.src.cfg.Sink.(readySink)
+	if !ok {
+		return true
+	}
+	select {
+	case <-rs.Ready():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// knownState is the state the sink last knew of the target's breaker
+// (see stateSink), once it is ready; "" when it knows none (a breaker it
+// never saw, or a sink that cannot say).
+func (e *emitter) knownState(ctx context.Context, breaker string) string {
+	ss, ok := e.r.src.cfg.Sink.(stateSink)
+	if !ok || !e.ready(ctx) {
+		return ""
+	}
+	d, err := ss.Dependency(cbdash.DependencyKey{Service: e.hello.Service, Breaker: breaker})
+	if err != nil {
+		return ""
+	}
+	for _, ib := range d.PerInstance {
+		if ib != nil && ib.Instance == e.hello.Instance {
+			return ib.State
+		}
+	}
+	return ""
 }
 
 // windowSpan is the window a read at now reports, the previous read of

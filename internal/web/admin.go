@@ -108,7 +108,7 @@ func (s *Server) addUser(c echo.Context) error {
 	if !cbdash.ValidRole(role) {
 		return errorf(cbdash.ErrInvalid, "role must be viewer, operator or admin")
 	}
-	hash, err := HashPassword(c.FormValue("password"))
+	hash, err := hashPassword(c.FormValue("password"), s.cfg.PasswordCost)
 	if err != nil {
 		return err
 	}

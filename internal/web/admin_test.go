@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/cbdash/cbdash/internal/web"
 )
 
@@ -29,6 +31,11 @@ func TestAdminManagesUsersAndTokens(t *testing.T) {
 		}
 		h.users["<b>bob</b>"] = "bob-password"
 		h.login("<b>bob</b>")
+		if _, hash, err := h.st.UserByName(t.Context(), "<b>bob</b>"); err != nil {
+			t.Fatal(err)
+		} else if cost, _ := bcrypt.Cost(hash); cost != h.cfg.PasswordCost {
+			t.Errorf("the new account's hash has bcrypt cost %d, want Config.PasswordCost %d", cost, h.cfg.PasswordCost)
+		}
 	})
 	t.Run("bad input is refused", func(t *testing.T) {
 		for _, f := range []url.Values{

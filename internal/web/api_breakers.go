@@ -14,7 +14,10 @@ import (
 	"github.com/cbdash/cbdash/internal/wording"
 )
 
-// Member pages of GET /api/v1/breakers/:service/:breaker.
+// Member pages of GET /api/v1/breakers/:service/:breaker: a page asked
+// for by cursor or offset without a limit has DefaultMemberPage members;
+// no page is larger than MaxMemberPage, but for the whole list answered
+// when none of limit, cursor and offset is given.
 const (
 	DefaultMemberPage = 100
 	MaxMemberPage     = 1000
@@ -22,6 +25,7 @@ const (
 
 func (s *Server) mountBreakersAPI(read, op routes) {
 	read.GET("/api/v1/services", s.apiServices)
+	read.GET("/api/v1/dependencies", s.apiDependencies)
 	read.GET("/api/v1/breakers", s.apiBreakers)
 	read.GET("/api/v1/breakers/:service/:breaker", s.apiBreaker)
 	read.GET("/api/v1/breakers/:service/:breaker/history", s.apiHistory)
@@ -43,30 +47,55 @@ type dependencySummary struct {
 	PerInstance []*cbdash.InstanceBreaker `json:"per_instance,omitempty"`
 }
 
-// apiBreakers lists dependencies, worst first, optionally of one service
-// (?service=): summaries, or with ?members=all every member too (large:
-// about 1 KB per instance and breaker).
-func (s *Server) apiBreakers(c echo.Context) error {
+// dependencies answers the live dependencies, worst first, of one service
+// when ?service= names one.
+func (s *Server) dependencies(c echo.Context) []cbdash.Dependency {
 	deps := s.col.Dependencies()
 	if svc := c.QueryParam("service"); svc != "" {
 		deps = slices.DeleteFunc(deps, func(d cbdash.Dependency) bool { return d.Service != svc })
 	}
-	switch c.QueryParam("members") {
-	case "all":
-		for i := range deps {
-			deps[i] = wording.Worded(deps[i])
-		}
-		return c.JSON(http.StatusOK, deps)
-	case "", "none":
-	default:
-		return errorf(cbdash.ErrInvalid, "members must be all or none")
-	}
+	return deps
+}
+
+// apiDependencies lists dependency summaries, worst first, optionally of
+// one service (?service=): a dependency without its members (about 1 KB
+// each, 21 KB at 1,000 instances x 20 breakers). One shape, whatever the
+// query (API 1.1.0; the summaries GET /api/v1/breakers answered from
+// issue 15 until then).
+func (s *Server) apiDependencies(c echo.Context) error {
+	deps := s.dependencies(c)
 	out := make([]dependencySummary, len(deps))
 	for i, d := range deps {
 		d.PerInstance = nil
 		out[i] = dependencySummary{Dependency: wording.Worded(d)}
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// apiBreakers lists dependencies, worst first, optionally of one service
+// (?service=), each with every member in per_instance: what /api/v1
+// answered before issue 15 made it summaries (as API 1.0.0 documented
+// it), restored in API 1.1.0 so that those clients read what they were
+// written for. Large:
+// about 1 KB per instance and breaker. Deprecated (RFC 9745 headers), its
+// successor GET /api/v1/dependencies; it stays for the whole of /api/v1.
+// ?members= (all or none, issue 15's switch) is still accepted and changes
+// nothing; another value is 400.
+func (s *Server) apiBreakers(c echo.Context) error {
+	switch c.QueryParam("members") {
+	case "", "all", "none":
+	default:
+		return errorf(cbdash.ErrInvalid, "members must be all or none")
+	}
+	deps := s.dependencies(c)
+	for i := range deps {
+		deps[i] = wording.Worded(deps[i])
+		if deps[i].PerInstance == nil {
+			deps[i].PerInstance = []*cbdash.InstanceBreaker{} // [], never null: every element carries its members
+		}
+	}
+	deprecated(c, "/api/v1/dependencies")
+	return c.JSON(http.StatusOK, deps)
 }
 
 // dependencyPage is one dependency with one page of its members, the odd
@@ -80,8 +109,10 @@ type dependencyPage struct {
 }
 
 // apiBreaker answers one dependency with a page of its members:
-// ?limit= (default DefaultMemberPage, at most MaxMemberPage), from
-// ?cursor= (the previous page's next) or ?offset=.
+// ?limit= (at most MaxMemberPage), from ?cursor= (the previous page's
+// next) or ?offset=. Without any of the three it answers every member in
+// one page, as /api/v1 did before its members were paged (issue 15); with
+// a cursor or an offset but no limit, DefaultMemberPage members.
 func (s *Server) apiBreaker(c echo.Context) error {
 	k, err := depKey(c)
 	if err != nil {
@@ -95,10 +126,14 @@ func (s *Server) apiBreaker(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	members := slices.Clone(d.PerInstance)
+	switch {
+	case n > 0:
+	case c.QueryParam("cursor") == "" && c.QueryParam("offset") == "":
+		n = max(len(members), 1)
+	default:
 		n = DefaultMemberPage
 	}
-	members := slices.Clone(d.PerInstance)
 	slices.SortFunc(members, memberCompare)
 	start := 0
 	switch cur, off := c.QueryParam("cursor"), c.QueryParam("offset"); {

@@ -20,9 +20,11 @@ import (
 
 // TestBreakerSummariesStaySmallAndMembersPageExactlyOnce builds the load
 // of `cbdash loadgen` (1,000 instances x 20 breakers of one service)
-// through the real collector's HTTP ingest: the dependency list stays
-// under 200 KB, and a dependency's members page through every instance
-// once, the odd ones (open, half-open, forced) before the closed ones.
+// through the real collector's HTTP ingest: the dependency summaries
+// stay under 200 KB, a dependency's members page through every instance
+// once, the odd ones (open, half-open, forced) before the closed ones,
+// and the requests of /api/v1 before issue 15 (the list, one dependency
+// without a limit) still answer every member.
 func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -114,16 +116,16 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 		return body
 	}
 
-	t.Run("the dependency list is summaries under 200 KB", func(t *testing.T) {
-		body := get("/api/v1/breakers")
+	t.Run("the dependency summaries are under 200 KB", func(t *testing.T) {
+		body := get("/api/v1/dependencies")
 		var deps []map[string]any
 		if err := json.Unmarshal(body, &deps); err != nil || len(deps) != breakers {
 			t.Fatalf("%d dependencies (%v), want %d", len(deps), err, breakers)
 		}
 		if len(body) >= 200<<10 {
-			t.Errorf("GET /api/v1/breakers is %d bytes at %d x %d, want under 200 KB", len(body), instances, breakers)
+			t.Errorf("GET /api/v1/dependencies is %d bytes at %d x %d, want under 200 KB", len(body), instances, breakers)
 		}
-		t.Logf("GET /api/v1/breakers: %d bytes for %d x %d", len(body), instances, breakers)
+		t.Logf("GET /api/v1/dependencies: %d bytes for %d x %d", len(body), instances, breakers)
 		for _, d := range deps {
 			if _, ok := d["per_instance"]; ok {
 				t.Fatalf("a summary carries its members: %v", d["breaker"])
@@ -193,12 +195,31 @@ func TestBreakerSummariesStaySmallAndMembersPageExactlyOnce(t *testing.T) {
 		})
 	}
 
-	t.Run("a page is at most 1000 members and 100 by default", func(t *testing.T) {
+	t.Run("the list of /api/v1 before issue 15 has every member of every dependency", func(t *testing.T) {
+		body := get("/api/v1/breakers")
+		var deps []cbdash.Dependency
+		if err := json.Unmarshal(body, &deps); err != nil || len(deps) != breakers {
+			t.Fatalf("%d dependencies (%v), want %d", len(deps), err, breakers)
+		}
+		for _, d := range deps {
+			if len(d.PerInstance) != instances {
+				t.Fatalf("%s: %d members in per_instance, want %d", d.DependencyKey, len(d.PerInstance), instances)
+			}
+		}
+		t.Logf("GET /api/v1/breakers: %d bytes for %d x %d", len(body), instances, breakers)
+	})
+
+	t.Run("a page is at most 1000 members, 100 by default, every member without limit, cursor or offset", func(t *testing.T) {
 		var page struct {
 			PerInstance []cbdash.InstanceBreaker `json:"per_instance"`
+			Members     int                      `json:"members"`
 			Next        string                   `json:"next"`
 		}
-		if err := json.Unmarshal(get("/api/v1/breakers/shop/dep-00"), &page); err != nil || len(page.PerInstance) != web.DefaultMemberPage || page.Next == "" {
+		if err := json.Unmarshal(get("/api/v1/breakers/shop/dep-00"), &page); err != nil || len(page.PerInstance) != instances || page.Members != instances || page.Next != "" {
+			t.Fatalf("without limit, cursor or offset: %d members of %d, next %q (%v), want every one as before issue 15", len(page.PerInstance), page.Members, page.Next, err)
+		}
+		page.PerInstance, page.Next = nil, ""
+		if err := json.Unmarshal(get("/api/v1/breakers/shop/dep-00?offset=0"), &page); err != nil || len(page.PerInstance) != web.DefaultMemberPage || page.Next == "" {
 			t.Fatalf("default page: %d members, next %q (%v)", len(page.PerInstance), page.Next, err)
 		}
 		req, _ := http.NewRequest(http.MethodGet, h.url+"/api/v1/breakers/shop/dep-00?limit=1001", nil)

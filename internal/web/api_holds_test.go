@@ -39,7 +39,7 @@ func TestHoldAPIRefusesHoldsOverTheMaximumShowsTheBlastRadiusAndActsAsTheCaller(
 		return res.StatusCode, string(b)
 	}
 	limit := "maximum hold duration " + cbdash.DefaultMaxHold.String()
-	for _, path := range []string{"/api/v1/holds", "/api/v1/holds?dry_run=1"} {
+	for _, path := range []string{"/api/v1/holds", "/api/v1/holds/plan", "/api/v1/holds?dry_run=1"} {
 		code, body := call("POST", path, `{"selector":{"service":"api","breaker":"db"},"action":"force_open","ttl":"87600h","reason":"x"}`)
 		if code != http.StatusBadRequest || !strings.Contains(body, limit) {
 			t.Fatalf("POST %s of ten years: %d %s, want 400 naming the limit", path, code, body)
@@ -52,7 +52,7 @@ func TestHoldAPIRefusesHoldsOverTheMaximumShowsTheBlastRadiusAndActsAsTheCaller(
 		t.Fatalf("a ttl that is neither: %d %s, want 400 naming ttl", code, body)
 	}
 
-	code, body := call("POST", "/api/v1/holds?dry_run=1", `{"selector":{"service":"*","breaker":"db"},"action":"force_open","ttl":"10m","reason":"x"}`)
+	code, body := call("POST", "/api/v1/holds/plan", `{"selector":{"service":"*","breaker":"db"},"action":"force_open","ttl":"10m","reason":"x"}`)
 	var plan cbdash.HoldPlan
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &plan) != nil || len(plan.Instances) != 1 || plan.Instances[0] != "api/api-1" {
 		t.Fatalf("dry run: %d %s", code, body)
@@ -76,7 +76,7 @@ func TestHoldAPIRefusesHoldsOverTheMaximumShowsTheBlastRadiusAndActsAsTheCaller(
 	if code, body = call("POST", "/api/v1/holds/"+hold.ID+"/release", `{"reason":"done","actor":"mallory"}`); code != http.StatusOK {
 		t.Fatalf("release: %d %s", code, body)
 	}
-	if code, md := call("GET", "/api/v1/holds/"+hold.ID+"/report?format=md", ""); code != http.StatusOK || !strings.Contains(md, "released by otto: done") || !strings.Contains(md, "api/api-1") {
+	if code, md := call("GET", "/api/v1/holds/"+hold.ID+"/report.md", ""); code != http.StatusOK || !strings.Contains(md, "released by otto: done") || !strings.Contains(md, "api/api-1") {
 		t.Fatalf("Markdown report: %d\n%s", code, md)
 	}
 }

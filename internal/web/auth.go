@@ -7,11 +7,13 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -266,9 +268,19 @@ func (s *Server) login(c echo.Context) error {
 // errDisabled is checkPassword's answer for a disabled account.
 var errDisabled = errorf(cbdash.ErrForbidden, "the account is disabled")
 
-// dummyHash keeps the time of a failed login the same whether or not the
-// user exists.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("cbdash: no such user"), bcrypt.DefaultCost)
+// dummyHash returns the stand-in hash a login naming no account is
+// checked against, made at cost on first use (Config.PasswordCost): it
+// keeps the time of a failed login the same whether or not the user
+// exists.
+func dummyHash(cost int) func() []byte {
+	return sync.OnceValue(func() []byte {
+		h, err := bcrypt.GenerateFromPassword([]byte("cbdash: no such user"), cost)
+		if err != nil { // cost was checked by Config.check
+			panic(fmt.Sprintf("web: a bcrypt hash at cost %d: %v", cost, err))
+		}
+		return h
+	})
+}
 
 // checkPassword compares a password with the user's bcrypt hash. At most
 // Config.MaxHashing comparisons run at once; a login that waits longer
@@ -286,7 +298,7 @@ func (s *Server) checkPassword(ctx context.Context, name, password string) (cbda
 	}
 	u, hash, err := s.cfg.Sessions.UserByName(ctx, name)
 	if errors.Is(err, cbdash.ErrNotFound) {
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(s.dummy(), []byte(password))
 		return cbdash.User{}, nil, errorf(cbdash.ErrUnauthorized, "wrong user name or password")
 	}
 	if err != nil {
@@ -334,10 +346,14 @@ func localPath(p string) string {
 // CreateUser (Accounts, FirstAccount). Passwords must be 8 to 72 bytes (bcrypt's limit);
 // otherwise the error wraps cbdash.ErrInvalid.
 func HashPassword(password string) ([]byte, error) {
+	return hashPassword(password, bcrypt.DefaultCost)
+}
+
+func hashPassword(password string, cost int) ([]byte, error) {
 	if len(password) < 8 || len(password) > 72 {
 		return nil, errorf(cbdash.ErrInvalid, "password must be 8 to 72 bytes long")
 	}
-	return bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	return bcrypt.GenerateFromPassword([]byte(password), cost)
 }
 
 // FirstAccount is what EnsureAdmin needs of the store; *store.Store

@@ -101,7 +101,7 @@ func newHarnessEmpty(t *testing.T) *harness { return start(t, web.Config{}, cloc
 
 // start runs a stack on clk until the test ends, its dashboard configured
 // by cfg (whose services and Clock the stack sets; LiveInterval
-// 0 = 20 ms). The collector publishes every 20 ms of clk.
+// 0 = 20 ms, PasswordCost 0 = bcrypt's lowest). The collector publishes every 20 ms of clk.
 func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: clk, users: map[string]string{}, reported: map[string]reported{}}
@@ -112,6 +112,9 @@ func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 			c := wired(cfg, *w)
 			if c.LiveInterval == 0 {
 				c.LiveInterval = 20 * time.Millisecond
+			}
+			if c.PasswordCost == 0 {
+				c.PasswordCost = bcrypt.MinCost // as addUser's hashes
 			}
 			*w, h.cfg = c, c
 		}})
@@ -149,8 +152,9 @@ func (h *harness) restart() {
 // and at the cost web.HashPassword uses (10) a hash took 2.5 s and a
 // check 1.6 s under the race detector on a busy 2-core machine (cost 4:
 // 21 ms and 89 ms), for three accounts per harness and every login.
-// Accounts made through the server (the admin page, EnsureAdmin) keep
-// HashPassword's cost.
+// The harness's server hashes at that cost too (web.Config.PasswordCost:
+// accounts added on the admin page, and the stand-in an unknown name is
+// checked against); EnsureAdmin keeps HashPassword's.
 func (h *harness) addUser(name, role, password string) {
 	h.t.Helper()
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)

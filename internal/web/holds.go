@@ -409,7 +409,7 @@ func (s *Server) holdPage(c echo.Context) error {
 	v := templates.HoldReport{
 		Page: p, ID: h.ID, Title: incident.ActionText(h.Action) + " " + h.Selector.String(), Status: holdStatus(h, now),
 		Summary: reportSummary(r, now), Total: periodView(r.Total),
-		ExportMD: base + "?format=md", ExportJSON: base,
+		ExportMD: base + ".md", ExportJSON: base,
 	}
 	for _, in := range r.Instances {
 		answer := in.Status

@@ -189,7 +189,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 		"Drill report: force open */payments region=eu", `data-testid="sum-who">otto`, "drill the payments fallback",
 		"4 instances: catalog/catalog-1, checkout/checkout-1, checkout/checkout-2, checkout/checkout-3",
 		`data-testid="sum-late">checkout/checkout-3`, `data-testid="sum-rejected">40`, `data-testid="sum-fallbacks">28 (12 failed)`,
-		`data-testid="joined-late"`, "ongoing, expires", `href="/api/v1/holds/`+id+`/report?format=md"`, `href="/api/v1/holds/`+id+`/report"`,
+		`data-testid="joined-late"`, "ongoing, expires", `href="/api/v1/holds/`+id+`/report.md"`, `href="/api/v1/holds/`+id+`/report"`,
 		`data-testid="release-form"`, "Callers before and during")
 	if n := strings.Count(report.body, `data-testid="report-instance"`); n != 4 {
 		t.Errorf("%d instance rows, want 4", n)
@@ -198,7 +198,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 	// for the callers.
 	total := report.body[strings.Index(report.body, `data-testid="report-total"`):]
 	mustContain(t, "the total row", total, `data-testid="rejected">40`, `data-testid="fallbacks-served">28`, `data-testid="fallbacks-failed">12`, `data-testid="error-rate">30.0%`)
-	if md := otto.get("/api/v1/holds/" + id + "/report?format=md"); md.status != http.StatusOK || !strings.Contains(md.body, "# Drill report: force open \\*/payments") {
+	if md := otto.get("/api/v1/holds/" + id + "/report.md"); md.status != http.StatusOK || !strings.Contains(md.body, "# Drill report: force open \\*/payments") {
 		t.Errorf("Markdown export: %d %s", md.status, md.body)
 	}
 

@@ -24,6 +24,10 @@ import (
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
+// Markdown answers (a drill report, an incident's export) are validated
+// as plain strings.
+func init() { openapi3filter.RegisterBodyDecoder("text/markdown", openapi3filter.PlainBodyDecoder) }
+
 // loadOpenAPI parses and validates the served document.
 func loadOpenAPI(t *testing.T) *openapi3.T {
 	t.Helper()
@@ -225,9 +229,13 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 		{"GET", "/healthz", "", 200},
 		{"GET", "/readyz", "", 200},
 		{"GET", "/api/v1/services", "", 200},
+		{"GET", "/api/v1/dependencies", "", 200},
+		{"GET", "/api/v1/dependencies?service=checkout", "", 200},
 		{"GET", "/api/v1/breakers", "", 200},
 		{"GET", "/api/v1/breakers?members=all", "", 200},
+		{"GET", "/api/v1/breakers?members=none&service=checkout", "", 200},
 		{"GET", "/api/v1/breakers?members=some", "", 400},
+		{"GET", "/api/v1/breakers/checkout/payments", "", 200},
 		{"GET", "/api/v1/breakers/checkout/payments?limit=2", "", 200},
 		{"GET", "/api/v1/breakers/checkout/nope", "", 404},
 		{"GET", "/api/v1/breakers/checkout/payments/history?resolution=second", "", 200},
@@ -277,7 +285,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do(apiCall{"GET", ruleURL, "", 404})
 
 	hold := `{"selector":{"service":"*","breaker":"payments"},"action":"force_open","ttl":"10m","reason":"openapi drill","actor":"mallory"}`
-	do(apiCall{"POST", "/api/v1/holds?dry_run=1", hold, 200})
+	do(apiCall{"POST", "/api/v1/holds/plan", hold, 200})
+	do(apiCall{"POST", "/api/v1/holds/plan", `{"selector":{"service":"*"},"action":"force_open","ttl":"10m","reason":"x"}`, 400})
 	var h1 cbdash.HoldRecord
 	if err := json.Unmarshal(do(apiCall{"POST", "/api/v1/holds", hold, 201}), &h1); err != nil {
 		t.Fatal(err)
@@ -288,6 +297,7 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do(apiCall{"GET", "/api/v1/holds", "", 200})
 	do(apiCall{"GET", "/api/v1/holds/" + h1.ID, "", 200})
 	do(apiCall{"GET", "/api/v1/holds/" + h1.ID + "/report", "", 200})
+	do(apiCall{"GET", "/api/v1/holds/" + h1.ID + "/report.md", "", 200})
 	do(apiCall{"POST", "/api/v1/holds/" + h1.ID + "/release", `{}`, 400})
 	var rel cbdash.HoldRecord
 	if err := json.Unmarshal(do(apiCall{"POST", "/api/v1/holds/" + h1.ID + "/release", `{"reason":"drill over"}`, 200}), &rel); err != nil {
@@ -370,5 +380,51 @@ func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s.%s enum %q, want the constants %q", c.schema, c.prop, got, want)
 		}
+	}
+}
+
+// TestOpenAPIOneShapePerStatus holds every operation of the document to
+// what a generated typed client needs: each status answers one schema
+// per media type, never a union (anyOf or oneOf of shapes the client
+// would have to tell apart and cast), and an operation answers one
+// success body: at most one 2xx status and media type carries content.
+// A shape chosen by a query parameter belongs on a path of its own (GET
+// /api/v1/dependencies beside GET /api/v1/breakers, POST
+// /api/v1/holds/plan beside POST /api/v1/holds, .../report.md beside
+// .../report).
+func TestOpenAPIOneShapePerStatus(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	ops := 0
+	for p, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			ops++
+			where := method + " " + p
+			var bodies []string
+			for status, res := range op.Responses.Map() {
+				if res.Value == nil {
+					t.Errorf("%s %s: an unresolved response", where, status)
+					continue
+				}
+				for mt, media := range res.Value.Content {
+					switch s := media.Schema; {
+					case s == nil || s.Value == nil:
+						t.Errorf("%s %s %s: no schema", where, status, mt)
+					case len(s.Value.AnyOf) > 0 || len(s.Value.OneOf) > 0:
+						t.Errorf("%s %s %s: a union of %d shapes (anyOf/oneOf), want one schema", where, status, mt, len(s.Value.AnyOf)+len(s.Value.OneOf))
+					}
+					if strings.HasPrefix(status, "2") {
+						bodies = append(bodies, status+" "+mt)
+					}
+				}
+			}
+			if len(bodies) > 1 {
+				slices.Sort(bodies)
+				t.Errorf("%s answers %d success bodies %q, want one (a generated client's result would be their union)", where, len(bodies), bodies)
+			}
+		}
+	}
+	if ops < 30 {
+		t.Fatalf("only %d operations in the document", ops)
 	}
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
@@ -191,6 +192,13 @@ type Config struct {
 	// login waiting more than 2 s for its turn gets 503); 0 = half the
 	// CPUs, at least 1.
 	MaxHashing int
+	// PasswordCost is the bcrypt cost of the hashes the server makes
+	// (accounts added on the admin page) and of the stand-in hash a login
+	// naming no account is checked against, so that a wrong name takes as
+	// long as a wrong password. Keep it at the cost of the stored hashes
+	// (cbdash's own are made at HashPassword's, bcrypt.DefaultCost);
+	// 0 = bcrypt.DefaultCost (10), else 4 to 31.
+	PasswordCost int
 	// Registerer receives the dashboard's Prometheus series (logins and
 	// limiter refusals); nil = a private registry.
 	Registerer prometheus.Registerer
@@ -251,6 +259,8 @@ func (c Config) validate() error {
 		return errors.New("web: Config.LoginBurst or LoginEvery is negative")
 	case c.MaxHashing < 0:
 		return errors.New("web: Config.MaxHashing is negative")
+	case c.PasswordCost != 0 && (c.PasswordCost < bcrypt.MinCost || c.PasswordCost > bcrypt.MaxCost):
+		return fmt.Errorf("web: Config.PasswordCost %d is outside bcrypt's %d to %d", c.PasswordCost, bcrypt.MinCost, bcrypt.MaxCost)
 	case c.Live.PerSession < 0 || c.Live.PerAddress < 0 || c.Live.Total < 0:
 		return errors.New("web: Config.Live: PerSession, PerAddress and Total must not be negative")
 	case c.Events.PerSession < 0 || c.Events.PerAddress < 0 || c.Events.Total < 0:
@@ -270,6 +280,7 @@ type Server struct {
 	cfg     Config
 	logins  *loginLimiter
 	hashing chan struct{} // one slot per bcrypt comparison that may run
+	dummy   func() []byte // the stand-in hash for unknown names (dummyHash)
 	metrics *metrics
 	sparks  *sparkCache
 	slots   *liveSlots // open /live sockets against cfg.Live
@@ -304,6 +315,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHashing == 0 {
 		cfg.MaxHashing = max(1, runtime.GOMAXPROCS(0)/2)
 	}
+	if cfg.PasswordCost == 0 {
+		cfg.PasswordCost = bcrypt.DefaultCost
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -319,6 +333,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		logins:  newLoginLimiter(cfg.LoginBurst, 4*cfg.LoginBurst, cfg.LoginEvery),
 		hashing: make(chan struct{}, cfg.MaxHashing),
+		dummy:   dummyHash(cfg.PasswordCost),
 		metrics: m,
 		slots:   newLiveSlots(cfg.Live, liveNames, m.streamsRefused.MustCurryWith(prometheus.Labels{"stream": "live"})),
 		streams: newLiveSlots(cfg.Events, eventNames, m.streamsRefused.MustCurryWith(prometheus.Labels{"stream": "events"})),

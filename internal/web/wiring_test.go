@@ -123,4 +123,11 @@ func TestNewRefusesAConfigWithoutARequiredService(t *testing.T) {
 			t.Errorf("New without %s: %v, want \"Config.%s is required\"", field, err, field)
 		}
 	}
+	for _, cost := range []int{3, 32} {
+		c := full
+		c.PasswordCost = cost
+		if _, err := web.New(c); err == nil || !strings.Contains(err.Error(), "PasswordCost") {
+			t.Errorf("New with PasswordCost %d: %v, want it refused", cost, err)
+		}
+	}
 }

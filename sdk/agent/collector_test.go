@@ -27,6 +27,7 @@ type collector struct {
 	token string
 	addr  string
 	tls   bool
+	mem   *memNet // the network it listens on; nil: loopback
 
 	mu       sync.Mutex
 	srv      *httptest.Server
@@ -94,6 +95,18 @@ func startCollector(tb testing.TB, tls bool) *collector {
 	return c
 }
 
+// newMemCollector starts a collector on the in-memory network n, for a
+// test in a synctest bubble (see memNet).
+func newMemCollector(tb testing.TB, n *memNet) *collector {
+	tb.Helper()
+	ln := n.listen("")
+	c := &collector{tb: tb, token: "agent-secret", addr: ln.addr, mem: n,
+		conns: map[*websocket.Conn]context.CancelFunc{}, lastSeq: map[string]uint64{}}
+	c.serve(ln)
+	tb.Cleanup(c.stop)
+	return c
+}
+
 func (c *collector) url() string {
 	if c.tls {
 		return "wss://" + c.addr + "/api/v1/agent"
@@ -144,6 +157,10 @@ func (c *collector) stop() {
 // restart serves again on the same address, with the same stored data.
 func (c *collector) restart() {
 	c.tb.Helper()
+	if c.mem != nil {
+		c.serve(c.mem.listen(c.addr))
+		return
+	}
 	var ln net.Listener
 	var err error
 	waitFor(c.tb, time.Second, "the collector's address to be free again: "+c.addr, func() bool {

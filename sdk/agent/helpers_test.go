@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/agent"
@@ -106,7 +107,7 @@ type fixture struct {
 	col   *collector
 	agent *agent.Agent
 	b     *breaker.Breaker
-	clock *clock
+	clock *clock // nil in a bubble: the breaker and the agent on the system clock
 	logs  *logBuffer
 }
 
@@ -115,14 +116,31 @@ type fixtureOptions struct {
 	agent   func(*agent.Config)
 	mode    collectorMode
 	noStart bool
+	// net, when set, makes a fixture for a test in a synctest bubble:
+	// its collector listens on net (newMemCollector), the agent dials
+	// through net, and the breaker and the agent run on the system
+	// clock, which is the bubble's.
+	net *memNet
 }
 
 func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	t.Helper()
-	f := &fixture{tb: t, col: newCollector(t), clock: newClock(), logs: &logBuffer{}}
-	f.col.mode = o.mode
+	f := &fixture{tb: t, logs: &logBuffer{}}
 	bc := o.breaker
-	bc.Clock = f.clock
+	cfg := agent.Config{
+		Service: "checkout", Instance: "checkout-1",
+		Labels: map[string]string{"region": "eu-west-1"}, Logger: f.logs.logger(),
+		ReconnectMin: 5 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
+	}
+	if o.net != nil {
+		f.col = newMemCollector(t, o.net)
+		cfg.HTTPClient = o.net.client()
+	} else {
+		f.col, f.clock = newCollector(t), newClock()
+		bc.Clock, cfg.Clock = f.clock, f.clock
+	}
+	f.col.mode = o.mode
+	cfg.URL, cfg.Token = f.col.url(), f.col.token
 	if bc.MinimumCalls == 0 {
 		bc.MinimumCalls = 4
 	}
@@ -132,11 +150,6 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	var err error
 	if f.b, err = breaker.New("payments", bc); err != nil {
 		t.Fatal(err)
-	}
-	cfg := agent.Config{
-		URL: f.col.url(), Token: f.col.token, Service: "checkout", Instance: "checkout-1",
-		Labels: map[string]string{"region": "eu-west-1"}, Clock: f.clock, Logger: f.logs.logger(),
-		ReconnectMin: 5 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
 	}
 	if o.agent != nil {
 		o.agent(&cfg)
@@ -163,6 +176,13 @@ func (f *fixture) start(t testing.TB) {
 	if err := f.agent.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if f.clock == nil { // in a bubble
+		synctest.Wait()
+		if f.col.mode == normal && !f.col.connected() {
+			t.Fatal("the agent did not connect at its start")
+		}
+		return
+	}
 	// A tick before the report goroutine has made its ticker would be
 	// lost.
 	waitFor(t, 5*time.Second, "the agent's report ticker", f.clock.ticking)
@@ -182,11 +202,26 @@ func (f *fixture) close(t *testing.T) {
 	}
 }
 
-// tick advances the virtual clock by one report interval and waits until
-// the agent has taken the tick, so that no tick of a test is dropped.
+// tick moves time on by one report interval and waits until the agent
+// has taken the tick, so that no tick of a test is dropped: on the
+// virtual clock by advancing it, in a bubble by sleeping (the agent has
+// then also sent its report and had it acknowledged).
 func (f *fixture) tick() {
+	if f.clock == nil {
+		time.Sleep(time.Second)
+		synctest.Wait()
+		return
+	}
 	f.clock.Advance(time.Second)
 	waitFor(f.tb, 5*time.Second, "the agent to take its report tick", f.clock.taken)
+}
+
+// now is the time of the fixture's clock.
+func (f *fixture) now() time.Time {
+	if f.clock == nil {
+		return time.Now()
+	}
+	return f.clock.Now()
 }
 
 // calls runs n calls through b that succeed or fail.

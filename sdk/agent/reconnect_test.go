@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
@@ -22,7 +23,8 @@ import (
 // backoff (here at least 2.5 s: ReconnectMin 5 s jittered down to half),
 // and again on every such error: the backoff does not grow for them. Both
 // where the collector says it: answering the hello, and answering a batch
-// (which is then stored once when the store is back).
+// (which is then stored once when the store is back). Each case runs in a
+// synctest bubble: the waits are virtual time, measured exactly.
 func TestRetryAfterIsHonoured(t *testing.T) {
 	const hint = 200 // ms
 	shortestBackoff := 2500 * time.Millisecond
@@ -40,60 +42,87 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		}
 	}
 	slowBackoff := func(c *agent.Config) { c.ReconnectMin, c.ReconnectMax = 5*time.Second, 10*time.Second }
+	// Three waits of at most 1.5 x the hint bring four hellos.
+	const fourHellos = 3 * hint * 3 / 2 * time.Millisecond
 
 	t.Run("at hello", func(t *testing.T) {
-		f := newFixture(t, fixtureOptions{noStart: true, agent: slowBackoff})
-		f.col.set(func(c *collector) { c.refuseHello = refusal })
-		if err := f.agent.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 10*time.Second, "four hellos", func() bool { return len(f.col.hellosAt()) >= 4 })
-		checkGaps(t, f.col.hellosAt()[:4])
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{net: newMemNet(), noStart: true, agent: slowBackoff})
+			f.col.set(func(c *collector) { c.refuseHello = refusal })
+			if err := f.agent.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(fourHellos)
+			synctest.Wait()
+			if n := len(f.col.hellosAt()); n < 4 {
+				t.Fatalf("%d hellos within %v, want 4", n, fourHellos)
+			}
+			checkGaps(t, f.col.hellosAt()[:4])
+		})
 	})
 
 	t.Run("to the same collector", func(t *testing.T) {
-		// With several collectors the agent comes back to the one that
-		// asked (over a shared database its store's trouble is every
-		// collector's): the other one sees no hello, for five in a row.
-		a, b := newCollector(t), newCollector(t)
-		a.set(func(c *collector) { c.refuseHello = refusal })
-		b.set(func(c *collector) { c.refuseHello = refusal })
-		f := newFixture(t, fixtureOptions{noStart: true, agent: func(c *agent.Config) {
-			slowBackoff(c)
-			c.URL, c.URLs = "", []string{a.url(), b.url()}
-		}})
-		if err := f.agent.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 10*time.Second, "four hellos", func() bool { return len(a.hellosAt())+len(b.hellosAt()) >= 4 })
-		if na, nb := len(a.hellosAt()), len(b.hellosAt()); na != 0 && nb != 0 {
-			t.Fatalf("hellos: %d to one collector, %d to the other; want every one to the collector that asked the agent back", na, nb)
-		}
-		// But not for ever: after five in a row it tries the next one (a
-		// collector cut off from a database the others reach).
-		first, second := a, b
-		if len(b.hellosAt()) > 0 {
-			first, second = b, a
-		}
-		waitFor(t, 20*time.Second, "a hello to the other collector", func() bool { return len(second.hellosAt()) > 0 })
-		if n := len(first.hellosAt()); n != 5 {
-			t.Fatalf("the agent tried the other collector after %d hellos to the first, want 5", n)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			// With several collectors the agent comes back to the one that
+			// asked (over a shared database its store's trouble is every
+			// collector's): the other one sees no hello, for five in a row.
+			n := newMemNet()
+			a, b := newMemCollector(t, n), newMemCollector(t, n)
+			a.set(func(c *collector) { c.refuseHello = refusal })
+			b.set(func(c *collector) { c.refuseHello = refusal })
+			f := newFixture(t, fixtureOptions{net: n, noStart: true, agent: func(c *agent.Config) {
+				slowBackoff(c)
+				c.URL, c.URLs = "", []string{a.url(), b.url()}
+			}})
+			if err := f.agent.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(fourHellos)
+			synctest.Wait()
+			if na, nb := len(a.hellosAt()), len(b.hellosAt()); na+nb < 4 || (na != 0 && nb != 0) {
+				t.Fatalf("hellos: %d to one collector, %d to the other; want four or more, every one to the collector that asked the agent back", na, nb)
+			}
+			// But not for ever: after five in a row it tries the next one (a
+			// collector cut off from a database the others reach).
+			first, second := a, b
+			if len(b.hellosAt()) > 0 {
+				first, second = b, a
+			}
+			// The fifth hello comes at most 4 x 300 ms after the first,
+			// the next one 300 ms later; the second collector's fifth
+			// (after which the agent would go back) at least 4 x 200 ms
+			// after its first.
+			time.Sleep(5*hint*3/2*time.Millisecond - fourHellos)
+			synctest.Wait()
+			if len(second.hellosAt()) == 0 {
+				t.Fatalf("no hello to the other collector after %d to the first", len(first.hellosAt()))
+			}
+			if n := len(first.hellosAt()); n != 5 {
+				t.Fatalf("the agent tried the other collector after %d hellos to the first, want 5", n)
+			}
+		})
 	})
 
 	t.Run("on a batch", func(t *testing.T) {
-		f := newFixture(t, fixtureOptions{agent: slowBackoff})
-		f.col.set(func(c *collector) { c.storeError = refusal })
-		calls(f.b, 3, false)
-		f.tick() // one batch, answered by the error and resent at every welcome
-		waitFor(t, 10*time.Second, "four hellos", func() bool { return len(f.col.hellosAt()) >= 4 })
-		checkGaps(t, f.col.hellosAt()[:4])
-		f.col.set(func(c *collector) { c.storeError = nil })
-		waitFor(t, 10*time.Second, "the batch stored", func() bool { return len(f.col.batches()) == 1 })
-		f.close(t)
-		if sum, _ := f.col.sum("payments"); sum.Successes != 3 || len(f.col.batches()) != 1 {
-			t.Fatalf("stored %d batches with %+v, want the one batch of 3 successes once", len(f.col.batches()), sum)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{net: newMemNet(), agent: slowBackoff})
+			f.col.set(func(c *collector) { c.storeError = refusal })
+			calls(f.b, 3, false)
+			f.tick() // one batch, answered by the error and resent at every welcome
+			time.Sleep(fourHellos)
+			synctest.Wait()
+			if n := len(f.col.hellosAt()); n < 4 {
+				t.Fatalf("%d hellos within %v of the refused batch, want 4", n, fourHellos)
+			}
+			checkGaps(t, f.col.hellosAt()[:4])
+			f.col.set(func(c *collector) { c.storeError = nil })
+			time.Sleep(hint * 3 / 2 * time.Millisecond) // the next hello's wait at most
+			synctest.Wait()
+			f.close(t)
+			if sum, _ := f.col.sum("payments"); sum.Successes != 3 || len(f.col.batches()) != 1 {
+				t.Fatalf("stored %d batches with %+v, want the one batch of 3 successes once", len(f.col.batches()), sum)
+			}
+		})
 	})
 }
 
@@ -101,78 +130,92 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 // collector is not listening yet (connection refused) retries within a
 // second whatever its backoff (here ReconnectMin is 10 s), warns once and
 // then once per 30 s of its clock with the count, and is connected within
-// about a second of the collector listening (asserted: before the
-// backoff's shortest wait, 5 s).
+// a second of the collector listening (the refused-dial cap), not after
+// the backoff's shortest wait, 5 s. It runs in a synctest bubble: the
+// retries' waits are virtual time, measured exactly.
 func TestCollectorStartedAfterTheAgentIsReachedQuickly(t *testing.T) {
-	var dials atomic.Int64
-	f := newFixture(t, fixtureOptions{noStart: true, agent: func(c *agent.Config) {
-		c.ReconnectMin, c.ReconnectMax = 10*time.Second, 30*time.Second
-		d := &net.Dialer{}
-		c.HTTPClient = &http.Client{Transport: &http.Transport{
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				dials.Add(1)
-				return d.DialContext(ctx, network, addr)
-			},
-		}}
-	}})
-	f.col.stop()
-	if err := f.agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "three refused dials", func() bool { return dials.Load() >= 3 })
-	if n := f.logs.count("collector connection lost, retrying"); n != 1 || f.logs.contains("still failing") {
-		t.Fatalf("%d warnings for the first failures, want 1 (then one per 30 s):\n%s", n, f.logs.String())
-	}
-	f.clock.Advance(30 * time.Second)
-	waitFor(t, 10*time.Second, "a warning 30 s later with the count", func() bool {
-		return f.logs.contains("collector connection still failing") && f.logs.contains("failures_since_last_warning=")
+	synctest.Test(t, func(t *testing.T) {
+		var dials atomic.Int64
+		n := newMemNet()
+		f := newFixture(t, fixtureOptions{net: n, noStart: true, agent: func(c *agent.Config) {
+			c.ReconnectMin, c.ReconnectMax = 10*time.Second, 30*time.Second
+			c.HTTPClient = &http.Client{Transport: &http.Transport{
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					dials.Add(1)
+					return n.dial(ctx, network, addr)
+				},
+			}}
+		}})
+		f.col.stop()
+		if err := f.agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // waits of at most a second
+		synctest.Wait()
+		if d := dials.Load(); d < 3 {
+			t.Fatalf("%d refused dials in 2 s, want at least 3 (one a second at most)", d)
+		}
+		if n := f.logs.count("collector connection lost, retrying"); n != 1 || f.logs.contains("still failing") {
+			t.Fatalf("%d warnings for the first failures, want 1 (then one per 30 s):\n%s", n, f.logs.String())
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if !f.logs.contains("collector connection still failing") || !f.logs.contains("failures_since_last_warning=") {
+			t.Fatalf("no warning 30 s later with the count:\n%s", f.logs.String())
+		}
+		f.col.restart()
+		time.Sleep(time.Second) // the refused-dial cap: the longest wait now
+		synctest.Wait()
+		if !f.col.connected() {
+			t.Fatalf("not connected a second after the collector listened (%d dials), want within the refused-dial cap (1 s), well before the backoff's 5 s", dials.Load())
+		}
 	})
-	f.col.restart()
-	listening := time.Now()
-	waitFor(t, 10*time.Second, "the agent to connect", f.col.connected)
-	took := time.Since(listening)
-	t.Logf("connected %v after the collector listened (%d dials)", took, dials.Load())
-	// About a second on a quiet machine; the bound is the shortest wait
-	// the backoff could give (10 s jittered down to half), so that a
-	// busy machine does not fail it while the backoff still would.
-	if took >= 5*time.Second {
-		t.Fatalf("connected %v after the collector listened, want within the refused-dial cap (1 s), well before the backoff's 5 s", took)
-	}
 }
 
 // failbackFixture is an agent given two collectors and connected to the
 // one that is not its preferred one: it started on the preferred one
 // (pref), which then died (with nothing unacknowledged, so that no batch
 // is stored by both: each fake collector has its own store) and came back
-// on the same address, not ready until a test says so.
+// on the same address, not ready until a test says so. It is made in a
+// synctest bubble, on an in-memory network: the checks of the preferred
+// collector, the reports and FailbackAfter are virtual time.
 type failbackFixture struct {
 	*fixture
 	pref, other *collector
-	start       time.Time // virtual time when the agent reached other
+	start       time.Time // when the agent reached other
 }
 
 func newFailbackFixture(t *testing.T, failbackAfter time.Duration) *failbackFixture {
-	a, b := newCollector(t), newCollector(t)
-	f := newFixture(t, fixtureOptions{noStart: true, agent: func(c *agent.Config) {
+	n := newMemNet()
+	a, b := newMemCollector(t, n), newMemCollector(t, n)
+	f := newFixture(t, fixtureOptions{net: n, noStart: true, agent: func(c *agent.Config) {
 		c.URL, c.URLs = "", []string{a.url(), b.url()}
 		c.FailbackAfter = failbackAfter
 	}})
 	if err := f.agent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the agent's report ticker", f.clock.ticking)
-	waitFor(t, 5*time.Second, "the agent to connect", func() bool { return f.agent.Stats().Connected })
+	synctest.Wait()
+	if !f.agent.Stats().Connected {
+		t.Fatal("the agent did not connect at its start")
+	}
 	ff := &failbackFixture{fixture: f, pref: a, other: b}
 	if f.agent.Stats().Collector == b.url() {
 		ff.pref, ff.other = b, a
 	}
 	calls(f.b, 2, false)
 	f.tick()
-	waitFor(t, 5*time.Second, "the first batch acknowledged", func() bool { s := f.agent.Stats(); return s.Acked == 1 && s.Sent == 1 })
+	if s := f.agent.Stats(); s.Acked != 1 || s.Sent != 1 {
+		t.Fatalf("after the first report: %+v, want one batch sent and acknowledged", s)
+	}
 	ff.pref.stop()
-	waitFor(t, 5*time.Second, "the agent on the other collector", func() bool { return f.agent.Stats().Collector == ff.other.url() })
+	time.Sleep(100 * time.Millisecond) // ReconnectMax (50 ms) twice: a refused dial, then the other collector
+	synctest.Wait()
+	if got := f.agent.Stats().Collector; got != ff.other.url() {
+		t.Fatalf("the agent is on %q after its preferred collector died, want the other one", got)
+	}
 	ff.pref.restart()
-	ff.start = f.clock.Now()
+	ff.start = f.now()
 	return ff
 }
 
@@ -216,114 +259,132 @@ func maxOf(a, b uint64) uint64 {
 
 // TestFailbackToThePreferredCollector: connected to the other collector,
 // the agent checks its preferred one's /readyz; while it is not ready, or
-// ready for less than FailbackAfter (virtual time), the agent stays; then
-// it stops writing, waits for the other collector to acknowledge what it
-// was sent (held here until the test releases it), closes that connection
-// with 1000 and connects to the preferred one. Nothing is lost or stored
-// twice across the move.
+// ready for less than FailbackAfter, the agent stays; then it stops
+// writing, waits for the other collector to acknowledge what it was sent
+// (held here until the test releases it), closes that connection with
+// 1000 and connects to the preferred one. Nothing is lost or stored twice
+// across the move.
 func TestFailbackToThePreferredCollector(t *testing.T) {
-	const after = 30 * time.Second
-	f := newFailbackFixture(t, after)
-	total := int64(2)
-	for range 20 { // not ready: 404
-		f.step()
-		total++
-	}
-	// The check is due within the 20 s of virtual time (every 7.5-12.5 s);
-	// its request may still be on its way to the collector.
-	waitFor(t, 10*time.Second, "a check of the preferred collector in 20 s (every 7.5-12.5 s)", func() bool { return f.pref.readyzCount() > 0 })
-	if got := f.agent.Stats().Collector; got != f.other.url() {
-		t.Fatalf("the agent moved to %s while the preferred collector was not ready", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const after = 30 * time.Second
+		f := newFailbackFixture(t, after)
+		total := int64(2)
+		for range 20 { // not ready: 404
+			f.step()
+			total++
+		}
+		// The check is due within the 20 s (every 7.5-12.5 s).
+		if f.pref.readyzCount() == 0 {
+			t.Fatal("no check of the preferred collector in 20 s (every 7.5-12.5 s)")
+		}
+		if got := f.agent.Stats().Collector; got != f.other.url() {
+			t.Fatalf("the agent moved to %s while the preferred collector was not ready", got)
+		}
 
-	release := make(chan struct{})
-	var once sync.Once
-	releaseAcks := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(releaseAcks)
-	f.other.set(func(c *collector) { c.afterStore = func(protocol.Batch) bool { <-release; return true } })
-	readySince := f.clock.Now()
-	f.pref.set(func(c *collector) { c.readyz = func() int { return http.StatusOK } })
-	for {
-		elapsed := f.clock.Now().Sub(readySince)
-		if f.logs.contains("moving back to it") {
-			if elapsed < after {
-				t.Fatalf("the agent decided to move back %v after the preferred collector became ready, want at least %v", elapsed, after)
+		release := make(chan struct{})
+		var once sync.Once
+		releaseAcks := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(releaseAcks)
+		readySince := f.now()
+		f.pref.set(func(c *collector) { c.readyz = func() int { return http.StatusOK } })
+		holding := false
+		for {
+			elapsed := f.now().Sub(readySince)
+			// The other collector stops acknowledging 5 s before the
+			// agent may move back (it decides at a check, every 7.5-12.5
+			// s): what it was sent in those seconds is owed when the agent
+			// decides, for less than the 30 s after which an agent takes
+			// a collector that does not acknowledge for dead.
+			if !holding && elapsed >= after-5*time.Second {
+				f.other.set(func(c *collector) { c.afterStore = func(protocol.Batch) bool { <-release; return true } })
+				holding = true
 			}
-			break
+			if f.logs.contains("moving back to it") {
+				if elapsed < after {
+					t.Fatalf("the agent decided to move back %v after the preferred collector became ready, want at least %v", elapsed, after)
+				}
+				break
+			}
+			if elapsed > after+40*time.Second {
+				t.Fatalf("the agent has not moved back %v after the preferred collector became ready (%d checks):\n%s", elapsed, f.pref.readyzCount(), f.logs.String())
+			}
+			f.step()
+			total++
 		}
-		if elapsed > after+40*time.Second {
-			t.Fatalf("the agent has not moved back %v after the preferred collector became ready", elapsed)
+		t.Logf("decided to move back %v after the preferred collector became ready, after %d checks",
+			f.now().Sub(readySince), f.pref.readyzCount())
+		// Draining: still on the other collector, which owes acknowledgements.
+		if s := f.agent.Stats(); s.Collector != f.other.url() || f.pref.connected() || s.Acked >= s.Sent {
+			t.Fatalf("the agent left before the other collector acknowledged what it was sent: %+v", s)
 		}
-		f.step()
-		total++
-	}
-	t.Logf("decided to move back %v (virtual) after the preferred collector became ready, after %d checks",
-		f.clock.Now().Sub(readySince), f.pref.readyzCount())
-	// Draining: still on the other collector, which owes acknowledgements.
-	if s := f.agent.Stats(); s.Collector != f.other.url() || f.pref.connected() || s.Acked >= s.Sent {
-		t.Fatalf("the agent left before the other collector acknowledged what it was sent: %+v", s)
-	}
-	releaseAcks()
-	waitFor(t, 10*time.Second, "the agent on the preferred collector", func() bool { return f.agent.Stats().Collector == f.pref.url() })
-	waitFor(t, 5*time.Second, "the other collector's connection to end", func() bool { return len(f.other.closeStatuses()) > 0 })
-	if st := f.other.closeStatuses(); st[0] != websocket.StatusNormalClosure {
-		t.Fatalf("the other collector's connection closed with %v, want normal closure (1000)", st)
-	}
-	for range 3 {
-		f.step()
-		total++
-	}
-	f.close(t)
-	f.checkDelivery(t, total)
+		releaseAcks()
+		synctest.Wait()
+		if got := f.agent.Stats().Collector; got != f.pref.url() {
+			t.Fatalf("the agent is on %q once the other collector acknowledged, want the preferred one", got)
+		}
+		if st := f.other.closeStatuses(); len(st) == 0 || st[0] != websocket.StatusNormalClosure {
+			t.Fatalf("the other collector's connection closed with %v, want normal closure (1000)", st)
+		}
+		for range 3 {
+			f.step()
+			total++
+		}
+		f.close(t)
+		f.checkDelivery(t, total)
+	})
 }
 
 // TestNoFailbackWhileThePreferredCollectorFlaps: a preferred collector that
 // answers ready twice and then not ready, again and again, never has the
 // agent move back; once it stays ready, the agent moves.
 func TestNoFailbackWhileThePreferredCollectorFlaps(t *testing.T) {
-	f := newFailbackFixture(t, 30*time.Second)
-	var n int
-	f.pref.set(func(c *collector) {
-		c.readyz = func() int { // under c.mu
-			n++
-			if n%3 == 0 {
-				return http.StatusServiceUnavailable
+	synctest.Test(t, func(t *testing.T) {
+		f := newFailbackFixture(t, 30*time.Second)
+		var n int
+		f.pref.set(func(c *collector) {
+			c.readyz = func() int { // under c.mu
+				n++
+				if n%3 == 0 {
+					return http.StatusServiceUnavailable
+				}
+				return http.StatusOK
 			}
-			return http.StatusOK
+		})
+		total := int64(2)
+		for range 150 {
+			f.step()
+			total++
 		}
+		if hits := f.pref.readyzCount(); hits < 10 || f.logs.contains("moving back") || f.agent.Stats().Collector != f.other.url() {
+			t.Fatalf("after %d checks of a flapping collector the agent is on %q (moving back logged: %v)",
+				hits, f.agent.Stats().Collector, f.logs.contains("moving back"))
+		}
+		f.pref.set(func(c *collector) { c.readyz = func() int { return http.StatusOK } })
+		for i := 0; f.agent.Stats().Collector != f.pref.url(); i++ {
+			if i > 80 {
+				t.Fatal("the agent did not move back 80 s after the preferred collector stopped flapping")
+			}
+			f.step()
+			total++
+		}
+		f.close(t)
+		f.checkDelivery(t, total)
 	})
-	total := int64(2)
-	for range 150 {
-		f.step()
-		total++
-	}
-	if hits := f.pref.readyzCount(); hits < 10 || f.logs.contains("moving back") || f.agent.Stats().Collector != f.other.url() {
-		t.Fatalf("after %d checks of a flapping collector the agent is on %q (moving back logged: %v)",
-			hits, f.agent.Stats().Collector, f.logs.contains("moving back"))
-	}
-	f.pref.set(func(c *collector) { c.readyz = func() int { return http.StatusOK } })
-	for i := 0; f.agent.Stats().Collector != f.pref.url(); i++ {
-		if i > 80 {
-			t.Fatal("the agent did not move back 80 s after the preferred collector stopped flapping")
-		}
-		f.step()
-		total++
-	}
-	f.close(t)
-	f.checkDelivery(t, total)
 }
 
 // TestFailbackDisabled: with a negative FailbackAfter the agent never
 // checks its preferred collector and stays where it is.
 func TestFailbackDisabled(t *testing.T) {
-	f := newFailbackFixture(t, -1)
-	f.pref.set(func(c *collector) { c.readyz = func() int { return http.StatusOK } })
-	for range 100 {
-		f.step()
-	}
-	if hits, s := f.pref.readyzCount(), f.agent.Stats(); hits != 0 || s.Collector != f.other.url() {
-		t.Fatalf("failback disabled: %d checks of the preferred collector, agent on %q", hits, s.Collector)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFailbackFixture(t, -1)
+		f.pref.set(func(c *collector) { c.readyz = func() int { return http.StatusOK } })
+		for range 100 {
+			f.step()
+		}
+		if hits, s := f.pref.readyzCount(), f.agent.Stats(); hits != 0 || s.Collector != f.other.url() {
+			t.Fatalf("failback disabled: %d checks of the preferred collector, agent on %q", hits, s.Collector)
+		}
+	})
 }
 
 func TestConfigFailbackAfter(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -20,9 +21,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // CBDASH_TEST_EPOCH moves (breakertest.Epoch).
 var t0 = breakertest.Epoch()
 
-// fixture is a breaker on a virtual clock that records its transitions.
+// fixture is a breaker on a virtual clock, or on the system clock in a
+// synctest bubble (newSystemFixture), that records its transitions.
 type fixture struct {
-	clk   *breakertest.Clock
+	clk   *breakertest.Clock // nil: the system clock, in a bubble
+	start time.Time          // when the fixture was made, on its clock
 	b     *breaker.Breaker
 	mu    sync.Mutex
 	trans []breaker.Transition
@@ -30,15 +33,73 @@ type fixture struct {
 
 func newFixture(tb testing.TB, cfg breaker.Config) *fixture {
 	tb.Helper()
-	f := &fixture{clk: breakertest.NewClock(t0)}
+	f := &fixture{clk: breakertest.NewClock(t0), start: t0}
 	cfg.Clock = f.clk
 	f.b = mustNew(tb, "dep", cfg)
+	f.subscribe()
+	return f
+}
+
+// newSystemFixture is newFixture with a nil Config.Clock: the breaker
+// measures time as in production, with time.Since and time.AfterFunc,
+// which in a synctest bubble are the bubble's virtual clock and its
+// timers. It must be called in a bubble.
+func newSystemFixture(tb testing.TB, cfg breaker.Config) *fixture {
+	tb.Helper()
+	f := &fixture{start: time.Now()}
+	cfg.Clock = nil
+	f.b = mustNew(tb, "dep", cfg)
+	f.subscribe()
+	return f
+}
+
+func (f *fixture) subscribe() {
 	f.b.Subscribe(func(t breaker.Transition) {
 		f.mu.Lock()
 		f.trans = append(f.trans, t)
 		f.mu.Unlock()
 	})
-	return f
+}
+
+// onBothClocks runs test on a virtual clock that the fixture's advance
+// moves, and on the system clock in a synctest bubble, where advance
+// sleeps (the breaker's timers then fire on their own goroutines, as in
+// production) and waits for what that set off.
+func onBothClocks(t *testing.T, test func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture)) {
+	t.Run("virtual clock", func(t *testing.T) { test(t, newFixture) })
+	t.Run("system clock", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { test(t, newSystemFixture) })
+	})
+}
+
+// advance moves the fixture's clock on by d.
+func (f *fixture) advance(d time.Duration) {
+	if f.clk != nil {
+		f.clk.Advance(d)
+		return
+	}
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// now is the fixture's clock's time.
+func (f *fixture) now() time.Time {
+	if f.clk == nil {
+		return time.Now()
+	}
+	return f.clk.Now()
+}
+
+// at is the instant d after the fixture was made.
+func (f *fixture) at(d time.Duration) time.Time { return f.start.Add(d) }
+
+// pending reports how many timers the virtual clock holds; ok is false
+// on the system clock, which does not tell.
+func (f *fixture) pending() (n int, ok bool) {
+	if f.clk == nil {
+		return 0, false
+	}
+	return f.clk.Pending(), true
 }
 
 func (f *fixture) transitions() []breaker.Transition {
@@ -50,7 +111,7 @@ func (f *fixture) transitions() []breaker.Transition {
 // run makes one call that takes d and returns err.
 func (f *fixture) run(d time.Duration, err error) error {
 	return f.b.Execute(context.Background(), func(context.Context) error {
-		f.clk.Advance(d)
+		f.advance(d)
 		return err
 	})
 }
@@ -173,86 +234,92 @@ func TestExecute(t *testing.T) {
 		}
 	})
 	t.Run("times a call out at its deadline through its context", func(t *testing.T) {
-		cfg := small
-		cfg.CallTimeout = 200 * time.Millisecond
-		f := newFixture(t, cfg)
-		var cause error
-		err := f.b.Execute(context.Background(), func(ctx context.Context) error {
-			f.clk.Advance(150 * time.Millisecond)
-			if ctx.Err() != nil {
-				t.Error("context done before the deadline")
+		onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+			cfg := small
+			cfg.CallTimeout = 200 * time.Millisecond
+			f := newFixture(t, cfg)
+			var cause error
+			err := f.b.Execute(context.Background(), func(ctx context.Context) error {
+				f.advance(150 * time.Millisecond)
+				if ctx.Err() != nil {
+					t.Error("context done before the deadline")
+				}
+				f.advance(100 * time.Millisecond)
+				cause = context.Cause(ctx)
+				return nil // a late success, thrown away
+			})
+			if !errors.Is(err, breaker.ErrTimeout) || !errors.Is(cause, breaker.ErrTimeout) {
+				t.Errorf("Execute = %v, cause %v; want ErrTimeout for both", err, cause)
 			}
-			f.clk.Advance(100 * time.Millisecond)
-			cause = context.Cause(ctx)
-			return nil // a late success, thrown away
+			s := f.b.Snapshot()
+			if s.Totals.Timeouts != 1 || s.Totals.Successes != 0 || s.Window.Failures != 1 {
+				t.Errorf("totals %+v window %+v, want one timeout", s.Totals, s.Window)
+			}
+			if s.LatencySum != 200*time.Millisecond {
+				t.Errorf("latency sum %v, want the timeout (200ms)", s.LatencySum)
+			}
+			if n, ok := f.pending(); ok && n != 0 {
+				t.Errorf("%d timers left", n)
+			}
 		})
-		if !errors.Is(err, breaker.ErrTimeout) || !errors.Is(cause, breaker.ErrTimeout) {
-			t.Errorf("Execute = %v, cause %v; want ErrTimeout for both", err, cause)
-		}
-		s := f.b.Snapshot()
-		if s.Totals.Timeouts != 1 || s.Totals.Successes != 0 || s.Window.Failures != 1 {
-			t.Errorf("totals %+v window %+v, want one timeout", s.Totals, s.Window)
-		}
-		if s.LatencySum != 200*time.Millisecond {
-			t.Errorf("latency sum %v, want the timeout (200ms)", s.LatencySum)
-		}
-		if f.clk.Pending() != 0 {
-			t.Errorf("%d timers left", f.clk.Pending())
-		}
 	})
 	t.Run("does not time out a call that ended in time", func(t *testing.T) {
-		cfg := small
-		cfg.CallTimeout = time.Second
-		f := newFixture(t, cfg)
-		if err := f.run(10*time.Millisecond, nil); err != nil {
-			t.Fatal(err)
-		}
-		f.clk.Advance(time.Hour)
-		if tot := f.b.Snapshot().Totals; tot.Successes != 1 || tot.Timeouts != 0 {
-			t.Errorf("totals %+v", tot)
-		}
-		if f.clk.Pending() != 0 {
-			t.Errorf("%d timers left with no call in flight", f.clk.Pending())
-		}
-	})
-	t.Run("times out calls in order of their deadlines, with one timer", func(t *testing.T) {
-		cfg := small
-		cfg.CallTimeout = 100 * time.Millisecond
-		cfg.Window.Size = 10
-		cfg.MinimumCalls = 10
-		f := newFixture(t, cfg)
-		var calls []breaker.Call
-		for range 5 {
-			c, err := f.b.Allow()
-			if err != nil {
+		onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+			cfg := small
+			cfg.CallTimeout = time.Second
+			f := newFixture(t, cfg)
+			if err := f.run(10*time.Millisecond, nil); err != nil {
 				t.Fatal(err)
 			}
-			calls = append(calls, c)
-			f.clk.Advance(30 * time.Millisecond)
-		}
-		if n := f.clk.Pending(); n != 1 {
-			t.Errorf("%d timers for 5 calls, want 1", n)
-		}
-		// Calls started at 0, 30, 60, 90 and 120ms; now it is 150ms.
-		calls[0].Done(nil) // timed out at 100ms: thrown away
-		calls[3].Done(nil) // in time (deadline 190ms)
-		s := f.b.Snapshot()
-		if s.Totals.Timeouts != 2 || s.Totals.Successes != 1 || s.InFlight != 2 {
-			t.Errorf("at 150ms: totals %+v in flight %d", s.Totals, s.InFlight)
-		}
-		f.clk.Advance(60 * time.Millisecond) // 210ms: the call of 60ms (deadline 160) is past
-		s = f.b.Snapshot()
-		if s.Totals.Timeouts != 3 || s.InFlight != 1 {
-			t.Errorf("at 220ms: totals %+v in flight %d", s.Totals, s.InFlight)
-		}
-		f.clk.Advance(time.Second)
-		s = f.b.Snapshot()
-		if s.Totals.Timeouts != 4 || s.InFlight != 0 || f.clk.Pending() != 0 {
-			t.Errorf("at the end: totals %+v in flight %d, %d timers", s.Totals, s.InFlight, f.clk.Pending())
-		}
-		if s.LatencySum != 4*100*time.Millisecond+60*time.Millisecond {
-			t.Errorf("latency sum %v: timeouts must end exactly at their deadlines", s.LatencySum)
-		}
+			f.advance(time.Hour)
+			if tot := f.b.Snapshot().Totals; tot.Successes != 1 || tot.Timeouts != 0 {
+				t.Errorf("totals %+v", tot)
+			}
+			if n, ok := f.pending(); ok && n != 0 {
+				t.Errorf("%d timers left with no call in flight", n)
+			}
+		})
+	})
+	t.Run("times out calls in order of their deadlines, with one timer", func(t *testing.T) {
+		onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+			cfg := small
+			cfg.CallTimeout = 100 * time.Millisecond
+			cfg.Window.Size = 10
+			cfg.MinimumCalls = 10
+			f := newFixture(t, cfg)
+			var calls []breaker.Call
+			for range 5 {
+				c, err := f.b.Allow()
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls = append(calls, c)
+				f.advance(30 * time.Millisecond)
+			}
+			if n, ok := f.pending(); ok && n != 1 {
+				t.Errorf("%d timers for 5 calls, want 1", n)
+			}
+			// Calls started at 0, 30, 60, 90 and 120ms; now it is 150ms.
+			calls[0].Done(nil) // timed out at 100ms: thrown away
+			calls[3].Done(nil) // in time (deadline 190ms)
+			s := f.b.Snapshot()
+			if s.Totals.Timeouts != 2 || s.Totals.Successes != 1 || s.InFlight != 2 {
+				t.Errorf("at 150ms: totals %+v in flight %d", s.Totals, s.InFlight)
+			}
+			f.advance(60 * time.Millisecond) // 210ms: the call of 60ms (deadline 160) is past
+			s = f.b.Snapshot()
+			if s.Totals.Timeouts != 3 || s.InFlight != 1 {
+				t.Errorf("at 220ms: totals %+v in flight %d", s.Totals, s.InFlight)
+			}
+			f.advance(time.Second)
+			s = f.b.Snapshot()
+			if n, ok := f.pending(); s.Totals.Timeouts != 4 || s.InFlight != 0 || (ok && n != 0) {
+				t.Errorf("at the end: totals %+v in flight %d, %d timers", s.Totals, s.InFlight, n)
+			}
+			if s.LatencySum != 4*100*time.Millisecond+60*time.Millisecond {
+				t.Errorf("latency sum %v: timeouts must end exactly at their deadlines", s.LatencySum)
+			}
+		})
 	})
 	t.Run("uses Classify", func(t *testing.T) {
 		cfg := small
@@ -378,49 +445,53 @@ func TestDo(t *testing.T) {
 
 func TestAllow(t *testing.T) {
 	t.Run("two steps record like Execute", func(t *testing.T) {
-		f := newFixture(t, small)
-		for range 4 {
+		onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+			f := newFixture(t, small)
+			for range 4 {
+				c, err := f.b.Allow()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !c.Started().Equal(f.now()) {
+					t.Errorf("Started() = %v, want %v", c.Started(), f.now())
+				}
+				f.advance(3 * time.Millisecond)
+				c.Done(errBoom)
+			}
+			if _, err := f.b.Allow(); !errors.Is(err, breaker.ErrOpen) {
+				t.Errorf("Allow after 4 failures = %v, want ErrOpen", err)
+			}
+			s := f.b.Snapshot()
+			if s.Latency[2] != 4 || s.LatencySum != 12*time.Millisecond {
+				t.Errorf("latency %v sum %v; want 4 calls in the (2ms, 5ms] bucket", s.Latency, s.LatencySum)
+			}
+		})
+	})
+	t.Run("a call past its timeout is a timeout and its late result is thrown away", func(t *testing.T) {
+		onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+			cfg := small
+			cfg.CallTimeout = time.Second
+			cfg.MaxConcurrent = 1
+			f := newFixture(t, cfg)
 			c, err := f.b.Allow()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !c.Started().Equal(f.clk.Now()) {
-				t.Errorf("Started() = %v, want %v", c.Started(), f.clk.Now())
+			if s := f.b.Snapshot(); s.InFlight != 1 {
+				t.Errorf("in flight %d, want 1", s.InFlight)
 			}
-			f.clk.Advance(3 * time.Millisecond)
-			c.Done(errBoom)
-		}
-		if _, err := f.b.Allow(); !errors.Is(err, breaker.ErrOpen) {
-			t.Errorf("Allow after 4 failures = %v, want ErrOpen", err)
-		}
-		s := f.b.Snapshot()
-		if s.Latency[2] != 4 || s.LatencySum != 12*time.Millisecond {
-			t.Errorf("latency %v sum %v; want 4 calls in the (2ms, 5ms] bucket", s.Latency, s.LatencySum)
-		}
-	})
-	t.Run("a call past its timeout is a timeout and its late result is thrown away", func(t *testing.T) {
-		cfg := small
-		cfg.CallTimeout = time.Second
-		cfg.MaxConcurrent = 1
-		f := newFixture(t, cfg)
-		c, err := f.b.Allow()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := f.b.Snapshot(); s.InFlight != 1 {
-			t.Errorf("in flight %d, want 1", s.InFlight)
-		}
-		f.clk.Advance(time.Second)
-		if s := f.b.Snapshot(); s.InFlight != 0 || s.Totals.Timeouts != 1 {
-			t.Errorf("after the timeout: in flight %d totals %+v", s.InFlight, s.Totals)
-		}
-		if _, err := f.b.Allow(); err != nil {
-			t.Errorf("the timed-out call must free its bulkhead slot: %v", err)
-		}
-		c.Done(nil)
-		if tot := f.b.Snapshot().Totals; tot.Successes != 0 {
-			t.Errorf("the late result was recorded: %+v", tot)
-		}
+			f.advance(time.Second)
+			if s := f.b.Snapshot(); s.InFlight != 0 || s.Totals.Timeouts != 1 {
+				t.Errorf("after the timeout: in flight %d totals %+v", s.InFlight, s.Totals)
+			}
+			if _, err := f.b.Allow(); err != nil {
+				t.Errorf("the timed-out call must free its bulkhead slot: %v", err)
+			}
+			c.Done(nil)
+			if tot := f.b.Snapshot().Totals; tot.Successes != 0 {
+				t.Errorf("the late result was recorded: %+v", tot)
+			}
+		})
 	})
 	t.Run("the zero Call ignores Done", func(t *testing.T) {
 		var c breaker.Call
@@ -429,83 +500,90 @@ func TestAllow(t *testing.T) {
 	})
 }
 
+// TestTransitionCauses runs on both clocks: on the system clock, the open
+// durations, the probe's timeout and the forced state's expiry are the
+// breaker's own timers and time.Since, as in production.
 func TestTransitionCauses(t *testing.T) {
-	cfg := small
-	cfg.OpenBackoff = breaker.Backoff{Multiplier: 2, Max: 3 * time.Second}
-	f := newFixture(t, cfg)
-	_ = f.run(0, nil)
-	_ = f.run(0, nil)
-	_ = f.run(0, errBoom)
-	_ = f.run(0, errBoom)
-	f.clk.Advance(time.Second)
-	_ = f.run(time.Millisecond, breaker.ErrTimeout) // probe fails
-	f.clk.Advance(2 * time.Second)
-	_ = f.run(0, nil) // probe succeeds
-	if _, err := f.b.Apply(breaker.Command{ID: "c1", Action: breaker.ActionForceOpen, TTL: time.Minute, Reason: "maintenance", Actor: "ana"}); err != nil {
-		t.Fatal(err)
-	}
-	f.clk.Advance(time.Minute)
-	_ = f.b.State()
+	onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+		cfg := small
+		cfg.OpenBackoff = breaker.Backoff{Multiplier: 2, Max: 3 * time.Second}
+		f := newFixture(t, cfg)
+		_ = f.run(0, nil)
+		_ = f.run(0, nil)
+		_ = f.run(0, errBoom)
+		_ = f.run(0, errBoom)
+		f.advance(time.Second)
+		_ = f.run(time.Millisecond, breaker.ErrTimeout) // probe fails
+		f.advance(2 * time.Second)
+		_ = f.run(0, nil) // probe succeeds
+		if _, err := f.b.Apply(breaker.Command{ID: "c1", Action: breaker.ActionForceOpen, TTL: time.Minute, Reason: "maintenance", Actor: "ana"}); err != nil {
+			t.Fatal(err)
+		}
+		f.advance(time.Minute)
+		_ = f.b.State()
 
-	tr := f.transitions()
-	want := []string{"closed>open", "open>half_open", "half_open>open", "open>half_open", "half_open>closed", "closed>forced_open", "forced_open>closed"}
-	if len(tr) != len(want) {
-		t.Fatalf("%d transitions %v, want %v", len(tr), tr, want)
-	}
-	for i, w := range want {
-		if got := tr[i].From.String() + ">" + tr[i].To.String(); got != w {
-			t.Errorf("transition %d is %s, want %s", i, got, w)
+		tr := f.transitions()
+		want := []string{"closed>open", "open>half_open", "half_open>open", "open>half_open", "half_open>closed", "closed>forced_open", "forced_open>closed"}
+		if len(tr) != len(want) {
+			t.Fatalf("%d transitions %v, want %v", len(tr), tr, want)
 		}
-		if i > 0 && tr[i].Generation <= tr[i-1].Generation {
-			t.Errorf("generation %d after %d", tr[i].Generation, tr[i-1].Generation)
+		for i, w := range want {
+			if got := tr[i].From.String() + ">" + tr[i].To.String(); got != w {
+				t.Errorf("transition %d is %s, want %s", i, got, w)
+			}
+			if i > 0 && tr[i].Generation <= tr[i-1].Generation {
+				t.Errorf("generation %d after %d", tr[i].Generation, tr[i-1].Generation)
+			}
+			if tr[i].Breaker != "dep" {
+				t.Errorf("breaker name %q", tr[i].Breaker)
+			}
 		}
-		if tr[i].Breaker != "dep" {
-			t.Errorf("breaker name %q", tr[i].Breaker)
+		c := tr[0].Cause
+		if c.Kind != breaker.CauseFailureRate || c.FailureRate != 50 || c.Threshold != 50 || c.Window.Calls != 4 || c.Window.Failures != 2 {
+			t.Errorf("trip cause %+v", c)
 		}
-	}
-	c := tr[0].Cause
-	if c.Kind != breaker.CauseFailureRate || c.FailureRate != 50 || c.Threshold != 50 || c.Window.Calls != 4 || c.Window.Failures != 2 {
-		t.Errorf("trip cause %+v", c)
-	}
-	if tr[0].OpenDuration != time.Second || !tr[0].At.Equal(t0) {
-		t.Errorf("trip open for %v at %v", tr[0].OpenDuration, tr[0].At)
-	}
-	if c := tr[1].Cause; c.Kind != breaker.CauseOpenElapsed || !tr[1].At.Equal(t0.Add(time.Second)) {
-		t.Errorf("half-open cause %+v at %v", c, tr[1].At)
-	}
-	if c := tr[2].Cause; c.Kind != breaker.CauseProbeFailed || c.ProbeOutcome != "timeout" || tr[2].OpenDuration != 2*time.Second {
-		t.Errorf("probe failure cause %+v, open %v (want timeout, 2s of backoff)", c, tr[2].OpenDuration)
-	}
-	if c := tr[4].Cause; c.Kind != breaker.CauseProbesSucceeded {
-		t.Errorf("close cause %+v", c)
-	}
-	if c := tr[5].Cause; c.Kind != breaker.CauseCommand || c.Command == nil || c.Command.Reason != "maintenance" || c.Command.Actor != "ana" || !c.ExpiresAt.Equal(tr[5].At.Add(time.Minute)) {
-		t.Errorf("command cause %+v", c)
-	}
-	if c := tr[6].Cause; c.Kind != breaker.CauseExpired || c.Command == nil || c.Command.ID != "c1" || !tr[6].At.Equal(tr[5].At.Add(time.Minute)) {
-		t.Errorf("expiry cause %+v at %v", c, tr[6].At)
-	}
+		if tr[0].OpenDuration != time.Second || !tr[0].At.Equal(f.at(0)) {
+			t.Errorf("trip open for %v at %v", tr[0].OpenDuration, tr[0].At)
+		}
+		if c := tr[1].Cause; c.Kind != breaker.CauseOpenElapsed || !tr[1].At.Equal(f.at(time.Second)) {
+			t.Errorf("half-open cause %+v at %v", c, tr[1].At)
+		}
+		if c := tr[2].Cause; c.Kind != breaker.CauseProbeFailed || c.ProbeOutcome != "timeout" || tr[2].OpenDuration != 2*time.Second {
+			t.Errorf("probe failure cause %+v, open %v (want timeout, 2s of backoff)", c, tr[2].OpenDuration)
+		}
+		if c := tr[4].Cause; c.Kind != breaker.CauseProbesSucceeded {
+			t.Errorf("close cause %+v", c)
+		}
+		if c := tr[5].Cause; c.Kind != breaker.CauseCommand || c.Command == nil || c.Command.Reason != "maintenance" || c.Command.Actor != "ana" || !c.ExpiresAt.Equal(tr[5].At.Add(time.Minute)) {
+			t.Errorf("command cause %+v", c)
+		}
+		if c := tr[6].Cause; c.Kind != breaker.CauseExpired || c.Command == nil || c.Command.ID != "c1" || !tr[6].At.Equal(tr[5].At.Add(time.Minute)) {
+			t.Errorf("expiry cause %+v at %v", c, tr[6].At)
+		}
+	})
 }
 
 func TestSlowCallTrip(t *testing.T) {
-	cfg := small
-	cfg.SlowCallDuration = 100 * time.Millisecond
-	cfg.SlowCallRateThreshold = 75
-	f := newFixture(t, cfg)
-	_ = f.run(0, nil)
-	for range 3 {
-		_ = f.run(100*time.Millisecond, nil)
-	}
-	tr := f.transitions()
-	if len(tr) != 1 || tr[0].Cause.Kind != breaker.CauseSlowCallRate || tr[0].Cause.SlowCallRate != 75 || tr[0].Cause.Threshold != 75 {
-		t.Fatalf("transitions %+v, want one slow_call_rate trip at 75%%", tr)
-	}
-	f.clk.Advance(time.Second)
-	_ = f.run(100*time.Millisecond, nil) // a slow success is a failed probe
-	tr = f.transitions()
-	if last := tr[len(tr)-1]; last.To != breaker.Open || last.Cause.ProbeOutcome != "slow" {
-		t.Errorf("last transition %+v, want a probe failed as slow", last)
-	}
+	onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+		cfg := small
+		cfg.SlowCallDuration = 100 * time.Millisecond
+		cfg.SlowCallRateThreshold = 75
+		f := newFixture(t, cfg)
+		_ = f.run(0, nil)
+		for range 3 {
+			_ = f.run(100*time.Millisecond, nil)
+		}
+		tr := f.transitions()
+		if len(tr) != 1 || tr[0].Cause.Kind != breaker.CauseSlowCallRate || tr[0].Cause.SlowCallRate != 75 || tr[0].Cause.Threshold != 75 {
+			t.Fatalf("transitions %+v, want one slow_call_rate trip at 75%%", tr)
+		}
+		f.advance(time.Second)
+		_ = f.run(100*time.Millisecond, nil) // a slow success is a failed probe
+		tr = f.transitions()
+		if last := tr[len(tr)-1]; last.To != breaker.Open || last.Cause.ProbeOutcome != "slow" {
+			t.Errorf("last transition %+v, want a probe failed as slow", last)
+		}
+	})
 }
 
 func TestObservers(t *testing.T) {
@@ -574,20 +652,22 @@ func TestSnapshot(t *testing.T) {
 		}
 	})
 	t.Run("headroom: the window beside its thresholds", func(t *testing.T) {
-		cfg := small
-		cfg.SlowCallDuration = time.Second
-		f := newFixture(t, cfg)
-		_ = f.run(0, errBoom)
-		_ = f.run(0, nil)
-		_ = f.run(time.Second, nil)
-		s := f.b.Snapshot()
-		if s.Window.Calls != 3 || s.Window.Failures != 1 || s.Window.Slow != 1 || s.FailureRateThreshold != 50 ||
-			s.SlowCallRateThreshold != 100 || s.MinimumCalls != 4 || s.Window.FailureRate < 33.3 || s.Window.FailureRate > 33.4 {
-			t.Errorf("snapshot %+v", s)
-		}
-		if !s.At.Equal(t0.Add(time.Second)) || s.Name != "dep" {
-			t.Errorf("snapshot at %v name %q", s.At, s.Name)
-		}
+		onBothClocks(t, func(t *testing.T, newFixture func(testing.TB, breaker.Config) *fixture) {
+			cfg := small
+			cfg.SlowCallDuration = time.Second
+			f := newFixture(t, cfg)
+			_ = f.run(0, errBoom)
+			_ = f.run(0, nil)
+			_ = f.run(time.Second, nil)
+			s := f.b.Snapshot()
+			if s.Window.Calls != 3 || s.Window.Failures != 1 || s.Window.Slow != 1 || s.FailureRateThreshold != 50 ||
+				s.SlowCallRateThreshold != 100 || s.MinimumCalls != 4 || s.Window.FailureRate < 33.3 || s.Window.FailureRate > 33.4 {
+				t.Errorf("snapshot %+v", s)
+			}
+			if !s.At.Equal(f.at(time.Second)) || s.Name != "dep" {
+				t.Errorf("snapshot at %v name %q", s.At, s.Name)
+			}
+		})
 	})
 	t.Run("a forced state shows its command and expiry", func(t *testing.T) {
 		f := newFixture(t, small)
@@ -644,17 +724,30 @@ func TestJitterSpreadsOpenDurations(t *testing.T) {
 	}
 }
 
+// TestSystemClock runs a breaker with a nil Config.Clock in a synctest
+// bubble, whose clock is the system's there: the breaker's time, its time
+// window and SystemClock's AfterFunc follow it exactly.
 func TestSystemClock(t *testing.T) {
-	b := mustNew(t, "real", breaker.Config{CallTimeout: time.Hour})
-	if err := b.Execute(context.Background(), func(context.Context) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	s := b.Snapshot()
-	if s.Totals.Successes != 1 || time.Since(s.At) > time.Minute || s.At.After(time.Now()) {
-		t.Errorf("snapshot %+v", s)
-	}
-	c := breaker.SystemClock()
-	done := make(chan struct{})
-	c.AfterFunc(time.Millisecond, func() { close(done) })
-	<-done
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		b := mustNew(t, "real", breaker.Config{CallTimeout: time.Hour, MinimumCalls: 100,
+			Window: breaker.Window{Kind: breaker.TimeWindow, Duration: 10 * time.Second, Buckets: 10}})
+		if err := b.Execute(context.Background(), func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if s := b.Snapshot(); s.Totals.Successes != 1 || s.Window.Calls != 1 || !s.At.Equal(start) {
+			t.Errorf("snapshot %+v, want one success in the window at %v", s, start)
+		}
+		time.Sleep(10 * time.Second) // the window slides past the call
+		if s := b.Snapshot(); s.Totals.Successes != 1 || s.Window.Calls != 0 || !s.At.Equal(start.Add(10*time.Second)) {
+			t.Errorf("snapshot %+v, want the call out of the window at %v", s, start.Add(10*time.Second))
+		}
+		c := breaker.SystemClock()
+		done := make(chan time.Time)
+		fired := time.Now()
+		c.AfterFunc(time.Millisecond, func() { done <- time.Now() })
+		if at := <-done; at.Sub(fired) != time.Millisecond {
+			t.Errorf("AfterFunc(1ms) ran %v later", at.Sub(fired))
+		}
+	})
 }

@@ -93,18 +93,22 @@ func TestHystrixGoStream(t *testing.T) {
 	go func() { done <- src.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	// The command exists before any call (hystrix-go's stream answers once
+	// it has a command to report); its first record is the baseline.
+	cb, _, err := hystrix.GetCircuit(command)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "the stream connected and the command's first record read", func() bool {
+		s := src.Status()[0]
+		return s.Connected && s.Reads > 0
+	})
 	// The script: 4 successes, failures until the circuit opens, then 3
-	// short-circuited calls served by a fallback. (hystrix-go's stream
-	// answers once it has a command to report.)
+	// short-circuited calls served by a fallback.
 	for range 4 {
 		if err := hystrix.Do(command, func() error { return nil }, nil); err != nil {
 			t.Fatal(err)
 		}
-	}
-	eventually.True(t, "the stream connected", func() bool { return src.Status()[0].Connected })
-	cb, _, err := hystrix.GetCircuit(command)
-	if err != nil {
-		t.Fatal(err)
 	}
 	failures := 0
 	eventually.True(t, "the circuit open after scripted failures", func() bool {

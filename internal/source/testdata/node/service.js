@@ -6,6 +6,12 @@
 //
 //   GET /call?breaker=NAME&outcome=ok|fail  fires the breaker once and
 //       answers {"outcome": "success"|"failure"|"reject"|...}
+//   GET /cycle?breaker=NAME&cycles=N&retrips=R&end=closed|open  gives the
+//       breaker a history through opossum's own state machine: N cycles,
+//       each opening on failed calls, going half-open after a 5 ms reset
+//       timeout, failing R trial calls (each opens it again) and closing
+//       on a successful one; end=open trips it once more, with the reset
+//       timeout back to 60 s. Answers {"state": "closed"|"open"}.
 //   GET /hystrix.stream                     text/event-stream, a record
 //       per breaker per bucket (1 s)
 //   GET /metrics                            Prometheus text exposition
@@ -44,6 +50,29 @@ hystrix.getHystrixStream().on('data', chunk => {
   for (const res of streams) res.write(chunk);
 });
 
+// failUntilOpen fires failing calls until the closed breaker opens.
+async function failUntilOpen (b) {
+  while (b.closed) await b.fire('fail').catch(() => {});
+}
+
+// cycle runs the cycles of /cycle.
+async function cycle (b, cycles, retrips, end) {
+  const reset = b.options.resetTimeout; // read by opossum at each open
+  b.options.resetTimeout = 5;
+  try {
+    for (let i = 0; i < cycles; i++) {
+      await failUntilOpen(b);
+      for (let r = 0; r <= retrips; r++) {
+        if (!b.halfOpen) await new Promise(resolve => b.once('halfOpen', resolve));
+        await b.fire(r < retrips ? 'fail' : 'ok').catch(() => {});
+      }
+    }
+  } finally {
+    b.options.resetTimeout = reset;
+  }
+  if (end === 'open') await failUntilOpen(b);
+}
+
 const server = http.createServer(async (req, res) => {
   const url = new URL(req.url, 'http://localhost');
   if (url.pathname === '/hystrix.stream') {
@@ -61,6 +90,18 @@ const server = http.createServer(async (req, res) => {
   if (url.pathname === '/metrics') {
     res.writeHead(200, { 'Content-Type': registry.contentType });
     res.end(await prometheus.metrics);
+    return;
+  }
+  if (url.pathname === '/cycle') {
+    const b = breakers[url.searchParams.get('breaker')];
+    if (!b) {
+      res.writeHead(404).end();
+      return;
+    }
+    const n = name => parseInt(url.searchParams.get(name) || '0', 10);
+    await cycle(b, n('cycles'), n('retrips'), url.searchParams.get('end'));
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify({ state: b.opened ? 'open' : b.halfOpen ? 'halfOpen' : 'closed' }));
     return;
   }
   if (url.pathname === '/call') {
