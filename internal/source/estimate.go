@@ -3,70 +3,9 @@ package source
 import (
 	"math"
 	"sort"
-	"time"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
-
-// rolling turns a rolling count (what a Hystrix stream reports: the
-// events of the last rolling window, which rises as events come and falls
-// as they age out) into the events new since the previous read. It keeps
-// the reads' new events with their time, and takes as certainly gone the
-// ones older than the window plus one bucket (a rolling window drops
-// events a bucket at a time, so an event stays up to a bucket longer):
-//
-//	new = count - (what it remembers of the window), when >= 0;
-//
-// a count below what it remembers means events aged out earlier than it
-// assumed: it forgets that many, oldest first, and reports none new.
-//
-// The result is exact for traffic that does not both come and age out
-// between two reads (bursts, a quiet window between them); under steady
-// traffic, events that age out between two reads hide as many new ones
-// until the estimate takes them as gone, so the counts run low by up to
-// about a bucket's share of the window (10% for 10 buckets), never high.
-// A service that restarts (counts back to 0) is read as events gone.
-type rolling struct {
-	seen []seenAt
-}
-
-type seenAt struct {
-	at time.Time
-	n  int64
-}
-
-// observe reads count at now, for a rolling window of length window made
-// of buckets of length bucket, and returns the events new since the
-// previous read.
-func (r *rolling) observe(now time.Time, count int64, window, bucket time.Duration) int64 {
-	cut := now.Add(-window - bucket)
-	i := 0
-	for i < len(r.seen) && !r.seen[i].at.After(cut) {
-		i++
-	}
-	r.seen = r.seen[i:]
-	var remembered int64
-	for _, s := range r.seen {
-		remembered += s.n
-	}
-	if count >= remembered {
-		n := count - remembered
-		if n > 0 {
-			r.seen = append(r.seen, seenAt{now, n})
-		}
-		return n
-	}
-	gone := remembered - count
-	for gone > 0 && len(r.seen) > 0 {
-		take := min(gone, r.seen[0].n)
-		r.seen[0].n -= take
-		gone -= take
-		if r.seen[0].n == 0 {
-			r.seen = r.seen[1:]
-		}
-	}
-	return 0
-}
 
 // delta is the increase of a cumulative counter (a Prometheus counter)
 // from prev to cur; a counter that went down was reset (the service

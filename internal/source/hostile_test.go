@@ -98,6 +98,13 @@ func hostile(t *testing.T, c cmd, name, field, v string) string {
 // orders/orders-1 target.
 func refused(t *testing.T, g prometheus.Gatherer) map[string]float64 {
 	t.Helper()
+	return refusedOf(t, g, "orders-1")
+}
+
+// refusedOf returns cbdash_source_records_refused_total by reason for the
+// orders/instance target.
+func refusedOf(t *testing.T, g prometheus.Gatherer, instance string) map[string]float64 {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +119,7 @@ func refused(t *testing.T, g prometheus.Gatherer) map[string]float64 {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["service"] == "orders" && labels["instance"] == "orders-1" {
+			if labels["service"] == "orders" && labels["instance"] == instance {
 				out[labels["reason"]] += m.GetCounter().GetValue()
 			}
 		}

@@ -29,51 +29,78 @@ const LibraryHystrix = "Hystrix stream"
 // hystrixCommand is the part of a Hystrix stream's HystrixCommand record
 // that cbdash reads (the format of Netflix Hystrix's metrics event stream,
 // which hystrix-go, opossum-hystrix, resilience4j and Envoy's Hystrix sink
-// write too). Numbers are float64: some writers send fractions.
+// write too, and Turbine merges over a cluster's hosts). Each value takes
+// the forms its writers give it (hystrixvalues.go): a number, or from
+// Turbine a string holding one or the hosts' values.
 type hystrixCommand struct {
-	Type                 string  `json:"type"`
-	Name                 string  `json:"name"`
-	IsCircuitBreakerOpen bool    `json:"isCircuitBreakerOpen"`
-	ErrorPercentage      float64 `json:"errorPercentage"`
-	ErrorCount           float64 `json:"errorCount"`
-	RequestCount         float64 `json:"requestCount"`
+	Type                 string      `json:"type"`
+	Name                 string      `json:"name"`
+	CurrentTime          hystrixNum  `json:"currentTime"`
+	IsCircuitBreakerOpen hystrixBool `json:"isCircuitBreakerOpen"`
+	ErrorPercentage      hystrixNum  `json:"errorPercentage"`
+	ErrorCount           hystrixNum  `json:"errorCount"`
+	RequestCount         hystrixNum  `json:"requestCount"`
 
-	Success            float64 `json:"rollingCountSuccess"`
-	Failure            float64 `json:"rollingCountFailure"`
-	Timeout            float64 `json:"rollingCountTimeout"`
-	ShortCircuited     float64 `json:"rollingCountShortCircuited"`
-	SemaphoreRejected  float64 `json:"rollingCountSemaphoreRejected"`
-	ThreadPoolRejected float64 `json:"rollingCountThreadPoolRejected"`
-	BadRequests        float64 `json:"rollingCountBadRequests"`
-	FallbackSuccess    float64 `json:"rollingCountFallbackSuccess"`
-	FallbackFailure    float64 `json:"rollingCountFallbackFailure"`
+	Success            hystrixNum `json:"rollingCountSuccess"`
+	Failure            hystrixNum `json:"rollingCountFailure"`
+	Timeout            hystrixNum `json:"rollingCountTimeout"`
+	ShortCircuited     hystrixNum `json:"rollingCountShortCircuited"`
+	SemaphoreRejected  hystrixNum `json:"rollingCountSemaphoreRejected"`
+	ThreadPoolRejected hystrixNum `json:"rollingCountThreadPoolRejected"`
+	BadRequests        hystrixNum `json:"rollingCountBadRequests"`
+	FallbackSuccess    hystrixNum `json:"rollingCountFallbackSuccess"`
+	FallbackFailure    hystrixNum `json:"rollingCountFallbackFailure"`
 
-	Concurrent  float64             `json:"currentConcurrentExecutionCount"`
-	LatencyMean float64             `json:"latencyExecute_mean"`
-	Latency     map[string]*float64 `json:"latencyExecute"`
+	Concurrent  hystrixNum            `json:"currentConcurrentExecutionCount"`
+	LatencyMean hystrixNum            `json:"latencyExecute_mean"`
+	Latency     map[string]hystrixNum `json:"latencyExecute"`
 
-	VolumeThreshold  float64 `json:"propertyValue_circuitBreakerRequestVolumeThreshold"`
-	SleepWindowMs    float64 `json:"propertyValue_circuitBreakerSleepWindowInMilliseconds"`
-	ErrorThreshold   float64 `json:"propertyValue_circuitBreakerErrorThresholdPercentage"`
-	ForceOpen        bool    `json:"propertyValue_circuitBreakerForceOpen"`
-	ForceClosed      bool    `json:"propertyValue_circuitBreakerForceClosed"`
-	Isolation        string  `json:"propertyValue_executionIsolationStrategy"`
-	ThreadTimeoutMs  float64 `json:"propertyValue_executionIsolationThreadTimeoutInMilliseconds"`
-	TimeoutMs        float64 `json:"propertyValue_executionTimeoutInMilliseconds"`
-	RollingWindowMs  float64 `json:"propertyValue_metricsRollingStatisticalWindowInMilliseconds"`
-	RollingBuckets   float64 `json:"propertyValue_metricsRollingStatisticalWindowBuckets"`
-	SemaphoreMax     float64 `json:"propertyValue_executionIsolationSemaphoreMaxConcurrentRequests"`
-	ReportingHosts   float64 `json:"reportingHosts"`
-	CircuitBreakerOn *bool   `json:"propertyValue_circuitBreakerEnabled"`
+	VolumeThreshold  hystrixNum  `json:"propertyValue_circuitBreakerRequestVolumeThreshold"`
+	SleepWindowMs    hystrixNum  `json:"propertyValue_circuitBreakerSleepWindowInMilliseconds"`
+	ErrorThreshold   hystrixNum  `json:"propertyValue_circuitBreakerErrorThresholdPercentage"`
+	ForceOpen        hystrixBool `json:"propertyValue_circuitBreakerForceOpen"`
+	ForceClosed      hystrixBool `json:"propertyValue_circuitBreakerForceClosed"`
+	Isolation        hystrixText `json:"propertyValue_executionIsolationStrategy"`
+	ThreadTimeoutMs  hystrixNum  `json:"propertyValue_executionIsolationThreadTimeoutInMilliseconds"`
+	TimeoutMs        hystrixNum  `json:"propertyValue_executionTimeoutInMilliseconds"`
+	RollingWindowMs  hystrixNum  `json:"propertyValue_metricsRollingStatisticalWindowInMilliseconds"`
+	RollingBuckets   hystrixNum  `json:"propertyValue_metricsRollingStatisticalWindowBuckets"`
+	SemaphoreMax     hystrixNum  `json:"propertyValue_executionIsolationSemaphoreMaxConcurrentRequests"`
+	ReportingHosts   hystrixNum  `json:"reportingHosts"`
+	CircuitBreakerOn hystrixBool `json:"propertyValue_circuitBreakerEnabled"`
+
+	// Present in some writers' records only: they tell the writer
+	// (rollingLayoutOf).
+	ThreadPool json.RawMessage `json:"threadPool"`
+	Emit       json.RawMessage `json:"rollingCountEmit"`
 }
+
+// hosts is how many hosts the record stands for: 1 for a service's own
+// stream, reportingHosts for Turbine's (at most maxHosts).
+func (c *hystrixCommand) hosts() float64 {
+	return min(max(math.Round(c.ReportingHosts.v), 1), maxHosts)
+}
+
+// maxHosts bounds the hosts a record may stand for.
+const maxHosts = protocol.MaxHosts
+
+// cluster reports whether the record is a cluster's (Turbine's, of more
+// than one host).
+func (c *hystrixCommand) cluster() bool { return c.hosts() > 1 }
 
 // hystrixBreaker is what a target's reader remembers of one command.
 type hystrixBreaker struct {
 	last  time.Time // the previous read; zero: the next read is a baseline (see hystrixReader.rebase)
 	state string    // at the previous read ("" before the first)
+	open  float64   // hosts open at the previous read
 	gen   uint64
-	// one estimate per rolling count, in the order of counts()
-	counts [9]rolling
+	// offset is the writer's clock less cbdash's at the last record that
+	// carried a currentTime cbdash could use (see writerTime)
+	offset    time.Duration
+	hasOffset bool
+	rolled    rollingCounts
+	// slots are the hosts of a Turbine stream of hystrix-go hosts
+	slots hostSlots
 }
 
 // hystrixReader maps one stream's records, command by command.
@@ -159,7 +186,7 @@ func (r *runner) hystrixReader(em *emitter) *hystrixReader {
 func (hr *hystrixReader) rebase() {
 	for _, b := range hr.breakers {
 		b.last = time.Time{}
-		b.counts = [len(b.counts)]rolling{}
+		b.rolled, b.slots = rollingCounts{}, hostSlots{}
 	}
 }
 
@@ -297,6 +324,10 @@ func (hr *hystrixReader) record(ctx context.Context, data []byte, now time.Time)
 	case c.Type != "HystrixCommand":
 		return false
 	}
+	if field, err := c.bad(); err != nil {
+		hr.em.r.refuse(ctx, now, RefusedMalformed, fmt.Errorf("HystrixCommand %q: %s: %w", truncate(c.Name, 80), field, err))
+		return false
+	}
 	if field, v, bad := c.outOfRange(); bad {
 		hr.em.r.refuse(ctx, now, RefusedOutOfRange, fmt.Errorf("HystrixCommand %q: %s is %g, beyond %g", truncate(c.Name, 80), field, v, MaxRecordNumber))
 		return false
@@ -356,32 +387,63 @@ func (hr *hystrixReader) check(cfg protocol.BreakerConfig, w protocol.Window, t 
 // outOfRange returns the first number of the record (by its JSON name)
 // beyond MaxRecordNumber in magnitude.
 func (c *hystrixCommand) outOfRange() (field string, v float64, bad bool) {
+	c.fields(func(name string, n *hystrixNum, _ error) bool {
+		if n != nil && math.Abs(n.v) > MaxRecordNumber {
+			field, v, bad = name, n.v, true
+		}
+		return !bad
+	})
+	return field, v, bad
+}
+
+// bad returns the first value of the record (by its JSON name) that could
+// not be read, and why.
+func (c *hystrixCommand) bad() (field string, err error) {
+	c.fields(func(name string, _ *hystrixNum, e error) bool {
+		if e != nil {
+			field, err = name, e
+		}
+		return err == nil
+	})
+	return field, err
+}
+
+// fields calls f with the JSON name of each value of the record, its
+// number (nil for a boolean or a string) and its error, until f returns
+// false.
+func (c *hystrixCommand) fields(f func(name string, n *hystrixNum, err error) bool) {
 	rv := reflect.ValueOf(c).Elem()
 	rt := rv.Type()
 	for i := range rt.NumField() {
-		f := rv.Field(i)
-		if f.Kind() != reflect.Float64 {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		var ok bool
+		switch p := rv.Field(i).Addr().Interface().(type) {
+		case *hystrixNum:
+			ok = f(name, p, p.err)
+		case *hystrixBool:
+			ok = f(name, nil, p.err)
+		case *hystrixText:
+			ok = f(name, nil, p.err)
+		default:
 			continue
 		}
-		if v := f.Float(); math.Abs(v) > MaxRecordNumber {
-			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
-			return name, v, true
+		if !ok {
+			return
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Latency)) {
-		if p := c.Latency[k]; p != nil && math.Abs(*p) > MaxRecordNumber {
-			return "latencyExecute[" + strconv.Quote(truncate(k, 20)) + "]", *p, true
+		p := c.Latency[k]
+		if !f("latencyExecute["+strconv.Quote(truncate(k, 20))+"]", &p, p.err) {
+			return
 		}
 	}
-	return "", 0, false
 }
 
 // clone is a copy of b that shares no memory with it.
 func (b *hystrixBreaker) clone() hystrixBreaker {
 	c := *b
-	for i := range c.counts {
-		c.counts[i].seen = slices.Clone(b.counts[i].seen)
-	}
+	c.rolled = b.rolled.clone()
+	c.slots = b.slots.clone()
 	return c
 }
 
@@ -405,32 +467,91 @@ func (hr *hystrixReader) flush(ctx context.Context) {
 	clear(hr.pending)
 }
 
-// hystrixState is the state a record shows. The stream cannot tell
-// half-open from open: both are open.
-func hystrixState(c *hystrixCommand) string {
+// hystrixState is the state a record shows, and how many of the hosts it
+// stands for reported their circuit open. The stream cannot tell
+// half-open from open: both are open. A cluster (Turbine) is open while
+// one of its hosts is, forced open or closed when all of them are.
+func hystrixState(c *hystrixCommand) (state string, open float64) {
+	open = c.IsCircuitBreakerOpen.trueHosts(c.hosts())
 	switch {
-	case c.ForceOpen:
-		return protocol.StateForcedOpen
-	case c.ForceClosed:
-		return protocol.StateForcedClosed
-	case c.IsCircuitBreakerOpen:
-		return protocol.StateOpen
+	case c.ForceOpen.v:
+		return protocol.StateForcedOpen, open
+	case c.ForceClosed.v:
+		return protocol.StateForcedClosed, open
+	case open > 0:
+		return protocol.StateOpen, open
 	}
-	return protocol.StateClosed
+	return protocol.StateClosed, open
 }
 
 // rollingWindow is the record's rolling window and bucket length
 // (Hystrix's defaults, 10 s in buckets of 1 s, when it does not say).
 func (c *hystrixCommand) rollingWindow() (window, bucket time.Duration) {
+	hosts := c.hosts()
 	window = 10 * time.Second
-	if c.RollingWindowMs > 0 {
-		window = time.Duration(c.RollingWindowMs) * time.Millisecond
+	if ms := c.RollingWindowMs.perHost(hosts); ms > 0 {
+		window = time.Duration(ms * float64(time.Millisecond))
 	}
 	n := 10.0
-	if c.RollingBuckets >= 1 {
-		n = c.RollingBuckets
+	if b := math.Round(c.RollingBuckets.perHost(hosts)); b >= 1 {
+		n = min(b, maxRollingBuckets)
 	}
-	return window, time.Duration(float64(window) / n)
+	return window, max(time.Duration(float64(window)/n), time.Millisecond)
+}
+
+// maxRollingBuckets bounds the buckets of a rolling window cbdash keeps an
+// estimate of.
+const maxRollingBuckets = 600
+
+// Writers of Hystrix streams whose rolling counts cbdash reads each its
+// own way (rollingLayoutOf).
+const (
+	writerHystrixGo = "hystrix-go"
+	writerOpossum   = "opossum-hystrix"
+	writerOther     = "Netflix Hystrix or another"
+)
+
+// rollingLayoutOf is how the record's writer keeps its rolling counts,
+// and the writer, known by the fields it writes: Netflix Hystrix (Java)
+// and its ports name the command's threadPool, opossum-hystrix writes
+// rollingCountEmit without it, hystrix-go neither. The layout of a
+// cluster's sums (Turbine) is its hosts' without hystrix-go's oldest
+// bucket, which each host keeps or drops on its own.
+func rollingLayoutOf(c *hystrixCommand) (rollingLayout, string) {
+	window, bucket := c.rollingWindow()
+	n := int(min(max(math.Round(float64(window)/float64(bucket)), 2), maxRollingBuckets))
+	l := rollingLayout{bucket: bucket, buckets: n}
+	switch {
+	case len(c.ThreadPool) > 0:
+		return l, writerOther
+	case len(c.Emit) > 0:
+		// opossum-hystrix writes a window of 10000 ms whatever opossum's
+		// own (rollingCountTimeout, rollingCountBuckets): its defaults,
+		// 10 buckets of 1 s, are taken.
+		l.perRecord = true
+		return l, writerOpossum
+	}
+	l.keepsOldest = !c.cluster()
+	return l, writerHystrixGo
+}
+
+// writerTime is when the record was written, on the writer's clock that
+// its rolling buckets follow: its currentTime (Unix ms) when it is within
+// a day of cbdash's clock and later than the previous record's, else
+// cbdash's clock moved by the writer's offset last seen (Turbine sums
+// currentTime over the hosts or leaves it out).
+func (b *hystrixBreaker) writerTime(c *hystrixCommand, now time.Time) time.Time {
+	if ct := c.CurrentTime; !c.cluster() && ct.set && !ct.byHost && ct.v > 0 && ct.v < 1<<50 {
+		t := time.UnixMilli(int64(ct.v))
+		if d := t.Sub(now); d.Abs() < 24*time.Hour && (!b.rolled.started || t.After(b.rolled.last)) {
+			b.offset, b.hasOffset = d, true
+			return t
+		}
+	}
+	if b.hasOffset {
+		return now.Add(b.offset)
+	}
+	return now
 }
 
 // read maps a record read at now: the window of the events new since the
@@ -438,113 +559,166 @@ func (c *hystrixCommand) rollingWindow() (window, bucket time.Duration) {
 // first record of a connection is its baseline: no event is new, and no
 // transition is made.
 func (b *hystrixBreaker) read(c *hystrixCommand, now time.Time) (protocol.Window, *protocol.Transition) {
-	window, bucket := c.rollingWindow()
-	rolled := [9]float64{c.Success, c.Failure, c.Timeout, c.ShortCircuited, c.SemaphoreRejected,
-		c.ThreadPoolRejected, c.BadRequests, c.FallbackSuccess, c.FallbackFailure}
+	hosts := c.hosts()
+	state, open := hystrixState(c)
+	layout, writer := rollingLayoutOf(c)
 	baseline := b.last.IsZero()
-	var n [9]int64
-	for i, v := range rolled {
-		n[i] = b.counts[i].observe(now, toCount(v), window, bucket)
+	rolled := [nRolled]int64{toCount(c.Success.v), toCount(c.Failure.v), toCount(c.Timeout.v), toCount(c.ShortCircuited.v),
+		toCount(c.SemaphoreRejected.v), toCount(c.ThreadPoolRejected.v), toCount(c.BadRequests.v),
+		toCount(c.FallbackSuccess.v), toCount(c.FallbackFailure.v), toCount(c.RequestCount.v), toCount(c.ErrorCount.v)}
+	hints := rollingHints{cluster: c.cluster()}
+	if writer == writerHystrixGo && !baseline && b.open > open {
+		// hystrix-go clears a circuit's counts when it closes
+		// (CircuitBreaker.setClose: metrics.Reset).
+		if !c.cluster() {
+			hints.cleared = true
+		} else {
+			// Those of the hosts that closed: most of the
+			// short-circuited calls (and their fallbacks) were theirs.
+			closed := (b.open - open) / b.open
+			for i := range hints.share {
+				hints.share[i] = (b.open - open) / hosts
+			}
+			for _, i := range []int{rollShortCircuited, rollFallbackSuccess, rollFallbackFailure} {
+				hints.share[i] = closed
+			}
+		}
 	}
-	if baseline {
-		n = [9]int64{} // the starting point, remembered as seen now
+	at := b.writerTime(c, now)
+	var n [nRolled]int64
+	ok := false
+	if c.cluster() && writer == writerHystrixGo {
+		l := layout
+		l.keepsOldest = true
+		n, ok = b.slots.read(now, l, rolled, int(hosts), open, b.open)
+	}
+	if !ok {
+		n = b.rolled.read(at, layout, rolled, hints)
 	}
 	counts := protocol.Counts{
-		Successes: n[0], Errors: n[1], Timeouts: n[2], Failures: n[1] + n[2],
-		RejectedOpen: n[3], RejectedBulkhead: n[4] + n[5],
-		Ignored: n[6], FallbackSuccess: n[7], FallbackFailure: n[8],
+		Successes: n[rollSuccess], Errors: n[rollFailure], Timeouts: n[rollTimeout], Failures: n[rollFailure] + n[rollTimeout],
+		RejectedOpen: n[rollShortCircuited], RejectedBulkhead: n[rollSemaphoreRejected] + n[rollThreadPoolRejected],
+		Ignored: n[rollBadRequest], FallbackSuccess: n[rollFallbackSuccess], FallbackFailure: n[rollFallbackFailure],
 	}
 	counts.Admitted = counts.Successes + counts.Failures + counts.Ignored
-	state := hystrixState(c)
 	start, ms := windowSpan(b.last, now, time.Second)
 	timed := counts.Successes + counts.Failures
+	mean := c.LatencyMean.perHost(hosts)
 	w := protocol.Window{
 		Breaker: c.Name, Start: start, Millis: ms, State: state, Counts: counts,
-		InFlight: toCount(c.Concurrent),
-		Latency:  histogram(timed, c.quantiles(), c.LatencyMean),
-		Headroom: protocol.Headroom{
-			Calls: toCount(c.RequestCount), Failures: toCount(c.ErrorCount), MinimumCalls: toCount(c.VolumeThreshold),
-			FailureRate: clampPct(c.ErrorPercentage), FailureRateThreshold: clampPct(c.ErrorThreshold),
-		},
+		InFlight: toCount(c.Concurrent.v),
+		Latency:  histogram(timed, c.quantiles(hosts), mean),
+		Headroom: c.headroom(),
+	}
+	if c.cluster() {
+		w.Hosts = &protocol.Hosts{Total: int64(hosts), Open: int64(min(open, hosts))}
 	}
 	if w.Latency != nil {
-		w.LatencySumMs = float64(timed) * max(c.LatencyMean, 0)
+		w.LatencySumMs = float64(timed) * max(mean, 0)
 	}
 	var t *protocol.Transition
 	if !baseline && b.state != state {
 		b.gen++
-		t = &protocol.Transition{Breaker: c.Name, From: b.state, To: state, At: now.UnixMilli(), Generation: b.gen, Cause: hystrixCause(c, b.state, state)}
+		t = &protocol.Transition{Breaker: c.Name, From: b.state, To: state, At: now.UnixMilli(), Generation: b.gen, Cause: hystrixCause(c, b.state, state, open)}
 		if state == protocol.StateOpen {
-			t.OpenMillis = int64(max(c.SleepWindowMs, 0))
+			t.OpenMillis = int64(max(c.SleepWindowMs.perHost(hosts), 0))
 		}
 	}
-	b.state, b.last = state, now
+	b.state, b.open, b.last = state, open, now
 	return w, t
+}
+
+// headroom is the rolling window of the record beside the thresholds. Of
+// a cluster's record it is an average host's: the calls and failures per
+// host (Turbine sums them), the cluster's error percentage, the settings
+// of one host.
+func (c *hystrixCommand) headroom() protocol.Headroom {
+	hosts := c.hosts()
+	rate := c.ErrorPercentage.perHost(hosts)
+	if c.cluster() {
+		rate = 0
+		if c.RequestCount.v > 0 {
+			rate = 100 * c.ErrorCount.v / c.RequestCount.v
+		}
+	}
+	return protocol.Headroom{
+		Calls: toCount(c.RequestCount.v / hosts), Failures: toCount(c.ErrorCount.v / hosts), MinimumCalls: toCount(c.VolumeThreshold.perHost(hosts)),
+		FailureRate: clampPct(rate), FailureRateThreshold: clampPct(c.ErrorThreshold.perHost(hosts)),
+	}
 }
 
 // hystrixCause explains a change the stream showed. Closed to open is
 // Hystrix's own rule (error percentage at or over its threshold once the
 // request volume is reached): library_rule, with the rolling window's
 // figures. Any other change (open to closed: the single trial request
-// succeeded; a forced state set or lifted) is only seen, not explained:
-// sampled.
-func hystrixCause(c *hystrixCommand, from, to string) protocol.Cause {
-	seen := "seen in the Hystrix stream: the circuit was " + to + " at this read, " + from + " at the one before"
-	if from == protocol.StateClosed && to == protocol.StateOpen {
-		return protocol.Cause{Kind: protocol.CauseLibraryRule, FailureRate: clampPct(c.ErrorPercentage), Threshold: clampPct(c.ErrorThreshold),
-			WindowCalls: toCount(c.RequestCount), WindowFailed: toCount(c.ErrorCount), Reason: seen}
+// succeeded; a forced state set or lifted), and any change of a cluster
+// (whose hosts each judge their own window), is only seen, not
+// explained: sampled.
+func hystrixCause(c *hystrixCommand, from, to string, open float64) protocol.Cause {
+	now := to
+	if c.cluster() {
+		now = fmt.Sprintf("%s (open on %d of %d hosts)", to, int64(open), int64(c.hosts()))
+	}
+	seen := "seen in the Hystrix stream: the circuit was " + now + " at this read, " + from + " at the one before"
+	if from == protocol.StateClosed && to == protocol.StateOpen && !c.cluster() {
+		h := c.headroom()
+		return protocol.Cause{Kind: protocol.CauseLibraryRule, FailureRate: h.FailureRate, Threshold: h.FailureRateThreshold,
+			WindowCalls: h.Calls, WindowFailed: h.Failures, Reason: seen}
 	}
 	return protocol.Cause{Kind: protocol.CauseSampled, Reason: seen}
 }
 
-// quantiles are the record's execution latency percentiles.
-func (c *hystrixCommand) quantiles() []quantile {
+// quantiles are the record's execution latency percentiles (of a
+// cluster's record, the hosts' average: Turbine sums them).
+func (c *hystrixCommand) quantiles(hosts float64) []quantile {
 	var qs []quantile
 	for k, v := range c.Latency {
 		p, err := strconv.ParseFloat(k, 64)
-		if err != nil || v == nil {
+		if err != nil || !v.set {
 			continue
 		}
-		qs = append(qs, quantile{p / 100, *v})
+		qs = append(qs, quantile{p / 100, v.perHost(hosts)})
 	}
 	return qs
 }
 
 // hystrixConfig is a command's configuration as its record shows it: the
-// library's own properties as Settings, and what of cbdash's model they
-// say.
+// library's own properties as Settings (of one host, for a cluster's
+// record), and what of cbdash's model they say.
 func hystrixConfig(c *hystrixCommand) protocol.BreakerConfig {
+	hosts := c.hosts()
 	window, _ := c.rollingWindow()
-	timeout := c.TimeoutMs
+	timeout := c.TimeoutMs.perHost(hosts)
 	if timeout == 0 {
-		timeout = c.ThreadTimeoutMs
+		timeout = c.ThreadTimeoutMs.perHost(hosts)
 	}
+	threshold, volume, sleep := c.ErrorThreshold.perHost(hosts), c.VolumeThreshold.perHost(hosts), c.SleepWindowMs.perHost(hosts)
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	settings := map[string]string{
-		"circuitBreakerRequestVolumeThreshold":          num(c.VolumeThreshold),
-		"circuitBreakerErrorThresholdPercentage":        num(c.ErrorThreshold),
-		"circuitBreakerSleepWindowInMilliseconds":       num(c.SleepWindowMs),
+		"circuitBreakerRequestVolumeThreshold":          num(volume),
+		"circuitBreakerErrorThresholdPercentage":        num(threshold),
+		"circuitBreakerSleepWindowInMilliseconds":       num(sleep),
 		"metricsRollingStatisticalWindowInMilliseconds": num(window.Seconds() * 1000),
 	}
-	if c.Isolation != "" {
-		settings["executionIsolationStrategy"] = c.Isolation
+	if c.Isolation.v != "" {
+		settings["executionIsolationStrategy"] = c.Isolation.v
 	}
 	if timeout > 0 {
 		settings["executionTimeoutInMilliseconds"] = num(timeout)
 	}
-	if c.CircuitBreakerOn != nil && !*c.CircuitBreakerOn {
+	if c.CircuitBreakerOn.set && !c.CircuitBreakerOn.any() {
 		settings["circuitBreakerEnabled"] = "false"
 	}
 	cfg := protocol.BreakerConfig{
 		Name: c.Name, Library: LibraryHystrix, Settings: protocol.NewSettings(settings),
 		WindowKind: protocol.WindowTime, WindowMillis: window.Milliseconds(),
-		FailureRateThreshold: clampPct(c.ErrorThreshold), MinimumCalls: int(toCount(c.VolumeThreshold)),
-		OpenDurationMillis: int64(max(c.SleepWindowMs, 0)), HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1,
+		FailureRateThreshold: clampPct(threshold), MinimumCalls: int(toCount(volume)),
+		OpenDurationMillis: int64(max(sleep, 0)), HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1,
 		CallTimeoutMillis: int64(max(timeout, 0)),
-		HoldsUnsupported:  true, Sampled: true,
+		HoldsUnsupported:  true, Sampled: true, Estimated: true,
 	}
-	if c.Isolation == "SEMAPHORE" {
-		cfg.MaxConcurrent = int(toCount(c.SemaphoreMax))
+	if c.Isolation.v == "SEMAPHORE" {
+		cfg.MaxConcurrent = int(toCount(c.SemaphoreMax.perHost(hosts)))
 	}
 	return cfg
 }

@@ -3,13 +3,18 @@ package source_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
@@ -293,4 +298,135 @@ type nowhere struct{}
 
 func (nowhere) Ingest(context.Context, *protocol.Hello, *protocol.Batch) (protocol.IngestResponse, error) {
 	return protocol.IngestResponse{}, nil
+}
+
+// turbineRecord is cmd c's record as Turbine merges it over hosts hosts,
+// all alike but open: Turbine 1.x (v2 false) sums every integer, settings
+// included, and writes the other values as strings, those the hosts
+// disagree on as "{false:1,true:1}"; Turbine 2 sums counts but not
+// settings, writes the values all hosts agree on as they are (a setting
+// as a string: "50") and the others as {"false":1,"true":1}.
+func turbineRecord(t *testing.T, c cmd, name string, hosts, open int, v2 bool) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(c.json(name)), &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range m {
+		f, isNum := v.(float64)
+		switch {
+		case k == "currentTime" && v2:
+			delete(m, k)
+		case isNum && strings.HasPrefix(k, "propertyValue_") && v2:
+			m[k] = strconv.FormatFloat(f, 'f', -1, 64)
+		case isNum:
+			m[k] = f * float64(hosts)
+		case k == "latencyExecute":
+			for q, l := range v.(map[string]any) {
+				v.(map[string]any)[q] = l.(float64) * float64(hosts)
+			}
+		case k == "isCircuitBreakerOpen":
+			switch {
+			case open > 0 && open < hosts && v2:
+				m[k] = map[string]int{"false": hosts - open, "true": open}
+			case open > 0 && open < hosts:
+				m[k] = fmt.Sprintf("{false:%d,true:%d}", hosts-open, open)
+			case v2:
+				m[k] = open == hosts
+			default:
+				m[k] = strconv.FormatBool(open == hosts)
+			}
+		case !v2:
+			if b, ok := v.(bool); ok {
+				m[k] = strconv.FormatBool(b)
+			}
+		}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// A Turbine stream of two hosts, as Turbine 1.x and Turbine 2 write it:
+// the dashboard shows one host's settings (threshold 50%, not the 100%
+// Turbine 1.x sums), the cluster in its words ("open on 1 of 2 hosts",
+// "cluster of 2 hosts, 1 open"), its counts marked estimated; a record
+// whose isCircuitBreakerOpen cannot be read is refused, counted and
+// logged.
+func TestTurbineStreamIsACluster(t *testing.T) {
+	for _, v2 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Turbine 1.x", true: "Turbine 2"}[v2], func(t *testing.T) {
+			clk := clocktest.Virtual()
+			st := stacktest.Start(t, stacktest.Options{Clock: clk,
+				Collector: func(c *collector.Config) { c.StaleAfter = time.Minute },
+				Web:       func(c *web.Config) { c.Anonymous = true }})
+			stream := newScriptedStream(t)
+			reg := prometheus.NewRegistry()
+			logs := &lines{}
+			src, err := source.New(source.Config{Sink: st.Collector, Clock: clk, Logger: slog.New(logs), Registerer: reg, Targets: []source.Target{{
+				Kind: source.KindHystrix, URL: stream.URL + "/turbine.stream?cluster=orders", Service: "orders", Instance: "orders-cluster",
+				Interval: source.Duration(time.Hour),
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runSources(t, src)
+			send := func(rec string) {
+				t.Helper()
+				s := src.Status()[0]
+				stream.records <- rec
+				eventually.True(t, "the record handled", func() bool {
+					n := src.Status()[0]
+					return n.Refused > s.Refused || n.Batches+n.Dropped > s.Batches+s.Dropped
+				})
+			}
+			send(turbineRecord(t, cmd{success: 10}, "GetOrder", 2, 0, v2))
+			clk.Advance(time.Second)
+			send(turbineRecord(t, cmd{success: 10, failure: 12, short: 3, open: true}, "GetOrder", 2, 1, v2))
+
+			d, ok := dependency(t, st, "orders", "GetOrder")
+			if !ok {
+				t.Fatal("orders/GetOrder is not on the dashboard")
+			}
+			c := d.PerInstance[0].Config
+			if c.FailureRateThreshold != 50 || c.MinimumCalls != 20 || c.OpenDurationMillis != 5000 ||
+				c.Settings.Map()["circuitBreakerErrorThresholdPercentage"] != "50" || !c.Estimated {
+				t.Errorf("config %+v, want one host's settings (50%%, 20 calls, 5000 ms), estimated counts", c)
+			}
+			if d.State != protocol.StateOpen || d.PerInstance[0].Last.Hosts == nil || *d.PerInstance[0].Last.Hosts != (protocol.Hosts{Total: 2, Open: 1}) {
+				t.Errorf("state %q, hosts %+v; want open on 1 of 2 hosts", d.State, d.PerInstance[0].Last.Hosts)
+			}
+			if h := d.PerInstance[0].Last.Headroom; h.FailureRateThreshold != 50 || h.MinimumCalls != 20 {
+				t.Errorf("headroom %+v, want one host's threshold and volume", h)
+			}
+			page := get(t, st.URL()+"/dependency?service=orders&breaker=GetOrder")
+			for _, want := range []string{"open on 1 of 2 hosts", "cluster of 2 hosts, 1 open", `data-testid="instance-estimated"`} {
+				if !strings.Contains(page, want) {
+					t.Errorf("the dependency page lacks %q", want)
+				}
+			}
+			if overview := get(t, st.URL()+"/"); !strings.Contains(overview, "open on 1 of 2 hosts") {
+				t.Errorf("the overview's tile lacks %q", "open on 1 of 2 hosts")
+			}
+			trs, err := st.Store.Transitions(context.Background(), cbdash.TransitionQuery{Service: "orders", Breaker: "GetOrder", Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(trs) != 1 || trs[0].To != protocol.StateOpen || !strings.Contains(trs[0].Cause.Reason, "open on 1 of 2 hosts") {
+				t.Errorf("transitions %+v, want one to open, on 1 of 2 hosts", trs)
+			}
+
+			// A record that cannot be read: refused, counted, logged.
+			var bad map[string]any
+			_ = json.Unmarshal([]byte(turbineRecord(t, cmd{success: 10}, "GetOrder", 2, 0, v2)), &bad)
+			bad["isCircuitBreakerOpen"] = "{false:1,maybe:1}"
+			b, _ := json.Marshal(bad)
+			send(string(b))
+			if got := refusedOf(t, reg, "orders-cluster")["malformed"]; got != 1 {
+				t.Errorf("cbdash_source_records_refused_total{reason=malformed} = %v, want 1", got)
+			}
+			if msg := logs.attr("source: records refused", "err"); !strings.Contains(msg, "isCircuitBreakerOpen") {
+				t.Errorf("the log's err %q does not name isCircuitBreakerOpen (%q)", msg, logs.all())
+			}
+		})
+	}
 }

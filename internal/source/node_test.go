@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -249,4 +250,122 @@ func TestNodeOpossum(t *testing.T) {
 
 func cbdashQuery(service, breaker string) cbdash.TransitionQuery {
 	return cbdash.TransitionQuery{Service: service, Breaker: breaker, Limit: 10}
+}
+
+// countingSink keeps the windows a source sends, by breaker.
+type countingSink struct {
+	mu      sync.Mutex
+	windows map[string][]protocol.Window
+}
+
+func (s *countingSink) Ingest(_ context.Context, _ *protocol.Hello, b *protocol.Batch) (protocol.IngestResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.windows == nil {
+		s.windows = map[string][]protocol.Window{}
+	}
+	for _, w := range b.Windows {
+		s.windows[w.Breaker] = append(s.windows[w.Breaker], w)
+	}
+	return protocol.IngestResponse{}, nil
+}
+
+func (s *countingSink) of(breaker string) []protocol.Window {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]protocol.Window(nil), s.windows[breaker]...)
+}
+
+// A real Node opossum breaker's calls read from opossum-hystrix's stream,
+// in real time, so shorter than the 5 minutes of hystrix-go's test
+// (internal/source/e2e): 30 s of steady calls (20 a second, one in ten
+// failing), then 15 s of bursts of 30 calls. opossum-hystrix's record is
+// opossum's snapshot, taken just after its buckets rotate, so each read's
+// calls are known exactly: the counts add up to what opossum answered the
+// calls (success or failure) within 1%, and no steady read shows more
+// than twice the rate.
+func TestNodeOpossumHystrixCountsAddUp(t *testing.T) {
+	base, _ := nodeService(t)
+	sink := &countingSink{}
+	src, err := source.New(source.Config{Sink: sink, Targets: []source.Target{
+		{Kind: source.KindHystrix, URL: base + "/hystrix.stream", Service: "shop", Instance: "shop-1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSources(t, src)
+	eventually.True(t, "the stream connected and a record of pricing read", func() bool {
+		return len(sink.of("pricing")) > 0
+	})
+
+	var mu sync.Mutex
+	made := map[string]int64{}
+	var wg sync.WaitGroup
+	fire := func(i int) {
+		wg.Go(func() {
+			outcome := "ok"
+			if i%10 == 9 {
+				outcome = "fail"
+			}
+			o, _ := call(t, base, "pricing", outcome)
+			mu.Lock()
+			made[o]++
+			mu.Unlock()
+		})
+	}
+	steadyFrom := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	i := 0
+	for range tick.C {
+		if time.Since(steadyFrom) >= 30*time.Second {
+			break
+		}
+		fire(i)
+		i++
+	}
+	steadyTo := time.Now()
+	tick.Reset(3 * time.Second)
+	for range 5 {
+		<-tick.C
+		for range 30 {
+			fire(i)
+			i++
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+	var got protocol.Counts
+	eventually.True(t, "every call read", func() bool {
+		got = sumWindows(sink.of("pricing"))
+		return got.Successes+got.Errors >= made["success"]+made["failure"]
+	})
+	// Any read after the last call's: nothing more comes.
+	reads := len(sink.of("pricing"))
+	eventually.True(t, "two more reads", func() bool { return len(sink.of("pricing")) >= reads+2 })
+	got = sumWindows(sink.of("pricing"))
+	t.Logf("opossum answered %v; the stream's counts: %d successes, %d failures", made, got.Successes, got.Errors)
+	for _, c := range []struct {
+		name      string
+		got, made int64
+	}{{"successes", got.Successes, made["success"]}, {"failures", got.Errors, made["failure"]}} {
+		if math.Abs(float64(c.got-c.made)) > max(0.01*float64(c.made), 1) {
+			t.Errorf("%s: %d read from the stream, opossum answered %d", c.name, c.got, c.made)
+		}
+	}
+	for _, w := range sink.of("pricing") {
+		at := time.UnixMilli(w.Start)
+		if at.Before(steadyFrom.Add(time.Second)) || at.After(steadyTo.Add(-2*time.Second)) {
+			continue
+		}
+		if rate := float64(w.Counts.Successes+w.Counts.Errors) / (float64(w.Millis) / 1000); rate > 40 {
+			t.Errorf("a read of steady calls (20 a second) showed %.0f a second", rate)
+		}
+	}
+}
+
+func sumWindows(ws []protocol.Window) (c protocol.Counts) {
+	for _, w := range ws {
+		c.Add(w.Counts)
+	}
+	return c
 }

@@ -21,8 +21,12 @@
 // What a pull source cannot do is said on the breaker: its state is
 // sampled (BreakerConfig.Sampled: a transition is seen at the next read,
 // a short one between two reads is missed, and a Hystrix stream shows
-// half-open as open), and it cannot be held (HoldsUnsupported: nothing
-// goes back to the service).
+// half-open as open), a Hystrix stream's counts are estimated from its
+// rolling window (BreakerConfig.Estimated; rolling.go), and it cannot be
+// held (HoldsUnsupported: nothing goes back to the service). A Turbine
+// stream is one target standing for a cluster of hosts (Window.Hosts:
+// hystrixvalues.go reads Turbine's forms, cluster.go its hystrix-go
+// hosts one by one).
 package source
 
 import (

@@ -450,6 +450,8 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			ConfigDrift:    drift[in.Instance],
 			Held:           holdView(in.Held, now),
 			Sampled:        sampledText(*in.Config),
+			Estimated:      estimatedText(*in.Config),
+			Hosts:          hostsText(in.Last),
 		})
 	}
 	return rows
@@ -463,6 +465,25 @@ func sampledText(c protocol.BreakerConfig) string {
 	}
 	return "state sampled from " + c.Library + " at each read, not pushed: a transition is seen at the next read, " +
 		"a short one between two reads is missed, and half-open may show as open"
+}
+
+// estimatedText explains a breaker whose counts a source estimates ("" for
+// one whose counts are its own).
+func estimatedText(c protocol.BreakerConfig) string {
+	if !c.Estimated {
+		return ""
+	}
+	return "counts estimated from the rolling counts of " + c.Library + ", which tell the calls of a sliding window, not each call: " +
+		"the calls new at each read are recovered from the window's buckets (see the README for how close they come)"
+}
+
+// hostsText is the hosts a cluster's instance stands for ("" for one
+// instance's).
+func hostsText(w *protocol.Window) string {
+	if w == nil {
+		return ""
+	}
+	return wording.Hosts(w.Hosts)
 }
 
 // configText is a breaker's configuration in words; a breaker of another

@@ -75,13 +75,63 @@ func State(s string) string {
 }
 
 // Instances says how many live instances are in the dependency's state,
-// as the tile does: "open on 2 of 6" ("no live instance of 3").
+// as the tile does: "open on 2 of 6" ("no live instance of 3"). When a
+// live instance stands for a cluster's hosts (a Turbine stream: its last
+// window report counts them, protocol.Window.Hosts), it counts the hosts
+// instead, in the cluster's words: "open on 1 of 2 hosts" (an instance of
+// one host counting as one).
 func Instances(d cbdash.Dependency) string {
 	live := max(d.Instances-d.Stale, 0)
 	if d.State == "" || live == 0 {
 		return "no live instance of " + strconv.Itoa(d.Instances)
 	}
+	if in, of, ok := hostsIn(d); ok {
+		return State(d.State) + " on " + strconv.FormatInt(in, 10) + " of " + strconv.FormatInt(of, 10) + " hosts"
+	}
 	return State(d.State) + " on " + strconv.Itoa(d.ByState[d.State]) + " of " + strconv.Itoa(live)
+}
+
+// hostsIn counts the hosts of d's live instances (in of them in d's
+// state), when one of them is a cluster's (ok).
+func hostsIn(d cbdash.Dependency) (in, of int64, ok bool) {
+	for _, ib := range d.PerInstance {
+		if ib.Stale {
+			continue
+		}
+		if ib.Last == nil || ib.Last.Hosts == nil {
+			of++
+			if ib.State == d.State {
+				in++
+			}
+			continue
+		}
+		ok = true
+		h := ib.Last.Hosts
+		of += h.Total
+		switch {
+		case d.State == protocol.StateOpen && ib.State == protocol.StateOpen:
+			in += h.Open
+		case ib.State == d.State:
+			in += h.Total
+		}
+	}
+	return in, of, ok
+}
+
+// Hosts says what hosts a cluster's window report stands for: "cluster of
+// 2 hosts, 1 open"; "" for one instance's (hosts nil).
+func Hosts(h *protocol.Hosts) string {
+	if h == nil {
+		return ""
+	}
+	s := "cluster of " + strconv.FormatInt(h.Total, 10) + " hosts"
+	if h.Total == 1 {
+		s = "cluster of 1 host"
+	}
+	if h.Open > 0 {
+		s += ", " + strconv.FormatInt(h.Open, 10) + " open"
+	}
+	return s
 }
 
 // NotJudged says why a sliding window's rates are not judged yet: "1 of

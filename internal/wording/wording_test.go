@@ -127,3 +127,33 @@ func TestWordedSetsTheTextsInCopies(t *testing.T) {
 		t.Errorf("a rate never computed is %q, want \"\"", got)
 	}
 }
+
+// A dependency with an instance that stands for a cluster's hosts (a
+// Turbine stream) is said in hosts: "open on 1 of 2 hosts", not "open on
+// 1 of 1"; without one, in instances as before.
+func TestInstancesCountsAClustersHosts(t *testing.T) {
+	line := func(state string, hosts *protocol.Hosts) *cbdash.InstanceBreaker {
+		return &cbdash.InstanceBreaker{State: state, Last: &protocol.Window{State: state, Hosts: hosts}}
+	}
+	for _, tc := range []struct {
+		name string
+		d    cbdash.Dependency
+		want string
+	}{
+		{"a cluster open on one of its hosts", cbdash.Dependency{State: protocol.StateOpen, Instances: 1, ByState: map[string]int{protocol.StateOpen: 1},
+			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateOpen, &protocol.Hosts{Total: 2, Open: 1})}}, "open on 1 of 2 hosts"},
+		{"a closed cluster", cbdash.Dependency{State: protocol.StateClosed, Instances: 1, ByState: map[string]int{protocol.StateClosed: 1},
+			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateClosed, &protocol.Hosts{Total: 3})}}, "closed on 3 of 3 hosts"},
+		{"a cluster beside an instance of its own", cbdash.Dependency{State: protocol.StateOpen, Instances: 2, ByState: map[string]int{protocol.StateOpen: 2},
+			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateOpen, &protocol.Hosts{Total: 4, Open: 2}), line(protocol.StateOpen, nil)}}, "open on 3 of 5 hosts"},
+		{"instances alone", cbdash.Dependency{State: protocol.StateOpen, Instances: 6, ByState: map[string]int{protocol.StateOpen: 2},
+			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateOpen, nil), line(protocol.StateOpen, nil)}}, "open on 2 of 6"},
+	} {
+		if got := wording.Instances(tc.d); got != tc.want {
+			t.Errorf("%s: Instances = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := wording.Hosts(&protocol.Hosts{Total: 2, Open: 1}); got != "cluster of 2 hosts, 1 open" {
+		t.Errorf("Hosts = %q", got)
+	}
+}

@@ -58,6 +58,9 @@ const (
 	MaxStartedAtAheadMillis = 24 * 3600 * 1000
 	// MaxTextLen bounds free text: reasons, actors, errors, sdk_version.
 	MaxTextLen = 1000
+	// MaxHosts bounds Window.Hosts.Total: the hosts one cluster's window
+	// report stands for.
+	MaxHosts = 100000
 )
 
 // Window kinds, BreakerConfig.WindowKind.
@@ -211,6 +214,12 @@ type BreakerConfig struct {
 	// source may not tell half-open from open (the Hystrix stream shows
 	// both as open). false (and absent) means transitions are pushed.
 	Sampled bool `json:"sampled,omitempty"`
+	// Estimated is set when the counts of the breaker's window reports
+	// are estimated rather than counted: a source recovers them from the
+	// rolling counts of a Hystrix stream, which tell the events of a
+	// sliding window, not each event (the README says how close they
+	// come). false (and absent) means the counts are the breaker's own.
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // Batch is the unit of upstream data: everything an agent has to say since
@@ -409,6 +418,24 @@ type Window struct {
 	LatencySumMs float64  `json:"latency_sum_ms"` // sum of latencies of the calls counted in Latency
 	Headroom     Headroom `json:"headroom"`
 	ForcedUntil  int64    `json:"forced_until,omitempty"` // Unix ms; forced states only, 0 = no expiry
+	// Hosts is set when the report is a cluster's rather than one
+	// instance's: a source reading a Turbine stream, which sums the
+	// streams of the cluster's hosts. The counts are then the cluster's,
+	// the state is open while one host is open, and Hosts says how many
+	// hosts there are and how many are open. nil (absent) for one
+	// instance.
+	Hosts *Hosts `json:"hosts,omitempty"`
+}
+
+// Hosts are the hosts a cluster's window report stands for.
+type Hosts struct {
+	Total int64 `json:"total"` // hosts reporting, 1..MaxHosts
+	Open  int64 `json:"open"`  // of them, those whose circuit is open (0..Total)
+}
+
+// valid reports whether h is nil or within its bounds.
+func (h *Hosts) valid() bool {
+	return h == nil || (h.Total >= 1 && h.Total <= MaxHosts && h.Open >= 0 && h.Open <= h.Total)
 }
 
 // Headroom is the breaker's sliding window as it judges it at the end of the
@@ -723,7 +750,7 @@ func windowOK(w *Window, known declared, hint int, ref, floor int64) bool {
 			return false
 		}
 	}
-	if v := w.LatencySumMs; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxLatencySumMillis || w.ForcedUntil < 0 {
+	if v := w.LatencySumMs; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxLatencySumMillis || w.ForcedUntil < 0 || !w.Hosts.valid() {
 		return false
 	}
 	h := &w.Headroom
@@ -1002,6 +1029,9 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		}
 		if w.ForcedUntil < 0 {
 			return invalid("%s.forced_until is negative", p)
+		}
+		if !w.Hosts.valid() {
+			return invalid("%s.hosts must have total within 1..%d and open within 0..total (got %+v)", p, MaxHosts, *w.Hosts)
 		}
 		h := w.Headroom
 		for _, f := range []struct {

@@ -145,6 +145,9 @@ func TestBatchValidate(t *testing.T) {
 		{"refuses a huge latency sum", func(b *protocol.Batch) { b.Windows[0].LatencySumMs = 1e308 }, "windows[0].latency_sum_ms must be a finite number"},
 		{"refuses a huge bucket", func(b *protocol.Batch) { b.Windows[0].Latency[2] = 1 << 50 }, "latency[2] is"},
 		{"refuses a huge in_flight", func(b *protocol.Batch) { b.Windows[0].InFlight = 1 << 41 }, "in_flight is"},
+		{"accepts a cluster's hosts", func(b *protocol.Batch) { b.Windows[0].Hosts = &protocol.Hosts{Total: 2, Open: 1} }, ""},
+		{"refuses a cluster of no host", func(b *protocol.Batch) { b.Windows[0].Hosts = &protocol.Hosts{} }, "windows[0].hosts must have total within 1..100000"},
+		{"refuses more hosts open than there are", func(b *protocol.Batch) { b.Windows[0].Hosts = &protocol.Hosts{Total: 2, Open: 3} }, "open within 0..total"},
 		{"refuses negative dropped counts", func(b *protocol.Batch) { b.Dropped = &protocol.Dropped{Windows: -1} }, "dropped.windows is negative"},
 		{"accepts lost spans", func(b *protocol.Batch) {
 			b.Dropped = &protocol.Dropped{Windows: 2, Calls: 9, Lost: []protocol.LostSpan{{Breaker: b.Windows[0].Breaker, Start: now - 5000, End: now - 3000, Calls: 9}}}

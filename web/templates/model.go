@@ -261,6 +261,13 @@ type InstanceRow struct {
 	// (a Hystrix stream, a Prometheus scrape), not pushed, and what that
 	// means; the row then shows a "sampled" marker with it as its title.
 	Sampled string
+	// Estimated, when not "", says that the counts are estimated (a
+	// Hystrix stream's rolling counts) and how; the row then shows an
+	// "estimated" marker with it as its title.
+	Estimated string
+	// Hosts, when not "", says the instance stands for a cluster's hosts
+	// (a Turbine stream): "cluster of 2 hosts, 1 open".
+	Hosts string
 }
 
 // TransitionRow is one line of the transition log.
