@@ -507,6 +507,21 @@ func TestHystrixStreamBaselines(t *testing.T) {
 			t.Errorf("counts %+v, want the 20 failures since the baseline", d.Recent)
 		}
 	})
+	t.Run("a command first seen after the connection's first records is new", func(t *testing.T) {
+		// hystrix-go makes a circuit at its first call: a command that
+		// appears mid-connection already open tripped since.
+		clk.Advance(5 * time.Second)
+		s := c.src.Status()[0]
+		stream.latest(t) <- tripped.json("GetPayment")
+		eventually.True(t, "GetPayment open with its incident", func() bool {
+			d, ok := dependency(t, c.st, "orders", "GetPayment")
+			return c.src.Status()[0].Reads == s.Reads+1 && ok && d.State == protocol.StateOpen &&
+				len(c.incidents(t, "orders", "GetPayment")) == 1
+		})
+		if trs := c.transitions(t, "orders", "GetPayment"); len(trs) != 1 || trs[0].From != protocol.StateClosed || trs[0].To != protocol.StateOpen {
+			t.Errorf("transitions %+v, want one closed > open", trs)
+		}
+	})
 	c.stop()
 
 	conns := stream.count()

@@ -110,7 +110,19 @@ type hystrixReader struct {
 	windows  []protocol.Window
 	trans    []protocol.Transition
 	pending  map[string]bool // commands in windows
+	// connFirst is when the connection's first record was read (zero
+	// before it): a command first seen newCommandAfter later is new.
+	connFirst time.Time
 }
+
+// newCommandAfter is how long after a connection's first record a command
+// seen for the first time is a new one, not part of the baseline: a
+// stream writes every command about every second (hystrix-go 1 s,
+// Hystrix 0.5 s by default, Turbine as its hosts do), and hystrix-go and
+// Hystrix make a command's circuit at its first call. A new command's
+// state is a change from closed (a service that starts against a dead
+// dependency trips it within its first rolling window).
+const newCommandAfter = 3 * time.Second
 
 // readHystrix reads the target's stream until it ends, fails, stays
 // silent for the target's interval, or ctx ends. progressed is true when
@@ -184,6 +196,7 @@ func (r *runner) hystrixReader(em *emitter) *hystrixReader {
 // reconnection (the service may have restarted, and what happened
 // meanwhile cannot be placed in time).
 func (hr *hystrixReader) rebase() {
+	hr.connFirst = time.Time{}
 	for _, b := range hr.breakers {
 		b.last = time.Time{}
 		b.rolled, b.slots = rollingCounts{}, hostSlots{}
@@ -342,9 +355,17 @@ func (hr *hystrixReader) record(ctx context.Context, data []byte, now time.Time)
 		hr.em.r.refuse(ctx, now, RefusedTooManyBreakers, fmt.Errorf("HystrixCommand %q: the stream has more commands than the %d one instance may declare", truncate(c.Name, 80), protocol.MaxBreakersPerHello))
 		return false
 	}
+	if hr.connFirst.IsZero() {
+		hr.connFirst = now
+	}
 	b := hr.breakers[c.Name]
 	if b == nil {
 		b = &hystrixBreaker{}
+		if now.Sub(hr.connFirst) >= newCommandAfter {
+			// New since the connection began: from closed, not a
+			// baseline (its counts are the rolling window's start).
+			b.state, b.last = protocol.StateClosed, now.Add(-time.Second)
+		}
 	}
 	was := b.clone()
 	cfg := hystrixConfig(&c)
