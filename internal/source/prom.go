@@ -361,7 +361,7 @@ func (pr *promReader) read(ctx context.Context, snaps map[string]*promSnap, now 
 			b = &promBreaker{}
 			pr.breakers[name] = b
 			if pr.scraped {
-				// Appeared since the connection's first scrape: a new
+				// Appeared since the reader's first scrape: a new
 				// breaker (opossum-prometheus writes a breaker's series
 				// at its first event), counted from 0 and from closed.
 				b.prev, b.state = map[string]float64{}, protocol.StateClosed
