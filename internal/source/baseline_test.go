@@ -628,3 +628,45 @@ func TestOpossumBaselineKeepsTheShownState(t *testing.T) {
 		t.Errorf("inventory: %d transitions, want still 1: %+v", len(trs), trs)
 	}
 }
+
+// TestNodeOpossumSlowCallsAfterATrip: a real opossum 10 breaker without
+// halfOpen counted (opossum-prometheus's default) whose history leaves its
+// state open or closed (open 5, close 2), open now, with two slow calls
+// admitted before its trip. They end after cbdash's baseline, as
+// successes with no event (opossum's open() does nothing when already
+// open): that is not closed, so the rejects after them show it open.
+// (cbdash used to take calls that ended with no event for closed, and
+// then counted the rejects of a breaker it showed closed.)
+func TestNodeOpossumSlowCallsAfterATrip(t *testing.T) {
+	node, _ := nodeService(t)
+	cycle(t, node, "catalog", "cycles=2&retrips=1&end=closed", "closed") // open 4, close 2
+	_ = get(t, node+"/hold?breaker=catalog&n=2")
+	cycle(t, node, "catalog", "cycles=0&end=open", "open") // open 5
+
+	clk := clocktest.NewRunning()
+	c := startCbdash(t, storetest.Path(t), clk, source.Target{Kind: source.KindPrometheus, URL: node + "/metrics",
+		Service: "shop-metrics", Instance: "shop-1", Interval: source.Duration(100 * time.Millisecond)})
+	defer c.stop()
+	scrapes := func(n int64) {
+		t.Helper()
+		batches := c.src.Status()[0].Batches + n
+		eventually.True(t, "scrapes read and taken", func() bool { return c.src.Status()[0].Batches >= batches })
+	}
+	scrapes(1)
+	c.baseline(t, "shop-metrics", "catalog", protocol.StateClosed) // open or closed: closed first
+
+	_ = get(t, node+"/release") // the slow calls end, while open
+	scrapes(2)
+	for range 3 {
+		if o, _ := call(t, node, "catalog", "ok"); o != "reject" {
+			t.Fatalf("a call to the open catalog breaker: %s, want reject", o)
+		}
+	}
+	eventually.True(t, "catalog open, its 3 rejects counted as open's", func() bool {
+		d := c.dep(t, "shop-metrics", "catalog")
+		return d.State == protocol.StateOpen && d.Recent.RejectedOpen == 3
+	})
+	if d := c.dep(t, "shop-metrics", "catalog"); d.Recent.Successes != 2 {
+		t.Errorf("catalog counts %+v, want the 2 slow calls' successes", d.Recent)
+	}
+}
