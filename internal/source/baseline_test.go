@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -296,8 +297,9 @@ func newResilience4jScrapes(t *testing.T) *resilience4jScrapes {
 }
 
 // serve serves the recorded exposition file with the state gauge of
-// each breaker in states set to that state.
-func (s *resilience4jScrapes) serve(t *testing.T, file string, states map[string]string) {
+// each breaker in states set to that state, and the lines of extra after
+// it.
+func (s *resilience4jScrapes) serve(t *testing.T, file string, states map[string]string, extra ...string) {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -316,16 +318,18 @@ func (s *resilience4jScrapes) serve(t *testing.T, file string, states map[string
 			}
 		}
 	}
-	body := strings.Join(lines, "\n")
+	body := strings.Join(append(lines, extra...), "\n") + "\n"
 	s.body.Store(&body)
 }
 
-// TestResilience4jBaselines: the first scrape, the first after a failed
-// one, and the first after a restart of cbdash are baselines, whatever
-// the state gauge and the counters did meanwhile; a state gauge that
-// changes between two scrapes is a transition. (A scrape after a failed
-// one used to make a transition of the change and count the calls of the
-// whole gap.)
+// TestResilience4jBaselines: the first scrape, the first after a restart
+// of cbdash, and the first after a restart of the service
+// (process_start_time_seconds changed) are baselines, whatever the state
+// gauge and the counters did meanwhile. A failed scrape is not: a state
+// gauge that changed across it, as between two scrapes, is a transition,
+// and the calls counted meanwhile are counted. (The first scrape after a
+// failed one used to be a baseline: a trip while one scrape timed out,
+// likely when the service struggled, was never a transition.)
 func TestResilience4jBaselines(t *testing.T) {
 	scrapes := newResilience4jScrapes(t)
 	clk := clocktest.Virtual()
@@ -341,6 +345,14 @@ func TestResilience4jBaselines(t *testing.T) {
 			clk.Advance(time.Second)
 			return false
 		})
+	}
+	transitioned := func(c *cbdashRun, breaker string, n int) []cbdash.TransitionRecord {
+		t.Helper()
+		eventually.True(t, breaker+"'s transitions stored", func() bool {
+			// The transition is stored after it is published.
+			return len(c.transitions(t, "catalog", breaker)) >= n
+		})
+		return c.transitions(t, "catalog", breaker)
 	}
 
 	scrapes.serve(t, "testdata/resilience4j-1.prom", nil) // backendA closed, backendB half-open
@@ -363,8 +375,19 @@ func TestResilience4jBaselines(t *testing.T) {
 	scrapes.serve(t, "testdata/resilience4j-2.prom", map[string]string{"backendA": "closed", "backendB": "closed"})
 	scraped(c, "the first scrape after the failed one", 1)
 	t.Run("the first scrape after a failed one", func(t *testing.T) {
-		c.baseline(t, "catalog", "backendA", protocol.StateClosed)
-		c.baseline(t, "catalog", "backendB", protocol.StateClosed)
+		if trs := transitioned(c, "backendB", 1); len(trs) != 1 || trs[0].From != protocol.StateHalfOpen || trs[0].To != protocol.StateClosed {
+			t.Errorf("backendB transitions %+v, want one half-open > closed", trs)
+		}
+		if d := c.dep(t, "catalog", "backendB"); d.State != protocol.StateClosed {
+			t.Errorf("backendB %q, want closed", d.State)
+		}
+		d := c.dep(t, "catalog", "backendA")
+		if d.State != protocol.StateClosed || d.Recent.Successes != 2 || d.Recent.Failures != 6 || d.Recent.Ignored != 1 {
+			t.Errorf("backendA: %q, counts %+v; want closed, the 2 successful, 6 failed and 1 ignored calls of the gap", d.State, d.Recent)
+		}
+		if trs := c.transitions(t, "catalog", "backendA"); len(trs) != 0 {
+			t.Errorf("backendA transitions %+v, want none", trs)
+		}
 	})
 
 	scrapes.serve(t, "testdata/resilience4j-2.prom", map[string]string{"backendB": "closed"}) // backendA opens
@@ -385,7 +408,7 @@ func TestResilience4jBaselines(t *testing.T) {
 	c.stop()
 
 	// cbdash restarts; backendB is half-open again.
-	scrapes.serve(t, "testdata/resilience4j-2.prom", nil)
+	scrapes.serve(t, "testdata/resilience4j-2.prom", nil, "process_start_time_seconds 1.7e+09")
 	c = startCbdash(t, path, clk, target)
 	defer c.stop()
 	scraped(c, "the first scrape after a restart of cbdash", 0)
@@ -396,7 +419,25 @@ func TestResilience4jBaselines(t *testing.T) {
 		if trs, incs := c.transitions(t, "catalog", "backendA"), c.incidents(t, "catalog", "backendA"); len(trs) != 1 || len(incs) != 1 {
 			t.Errorf("backendA: %d transitions, %d incidents; want still 1 and 1", len(trs), len(incs))
 		}
-		c.baseline(t, "catalog", "backendB", protocol.StateHalfOpen)
+		if trs := c.transitions(t, "catalog", "backendB"); len(trs) != 1 {
+			t.Errorf("backendB: %d transitions, want still 1", len(trs))
+		}
+		if d := c.dep(t, "catalog", "backendB"); d.State != protocol.StateHalfOpen || d.Recent != (protocol.Counts{}) {
+			t.Errorf("backendB: state %q, counts %+v; want half-open, none", d.State, d.Recent)
+		}
+	})
+
+	// The service restarts between two scrapes, its counters above the
+	// last scrape's: backendB is closed in the new process.
+	scrapes.serve(t, "testdata/resilience4j-2.prom", map[string]string{"backendB": "closed"}, "process_start_time_seconds 1.7000001e+09")
+	scraped(c, "the first scrape after a restart of the service", 0)
+	t.Run("the first scrape after a restart of the service", func(t *testing.T) {
+		if d := c.dep(t, "catalog", "backendB"); d.State != protocol.StateClosed || d.Recent != (protocol.Counts{}) {
+			t.Errorf("backendB: state %q, counts %+v; want closed, none", d.State, d.Recent)
+		}
+		if trs := c.transitions(t, "catalog", "backendB"); len(trs) != 1 {
+			t.Errorf("backendB: %d transitions, want still 1: %+v", len(trs), trs)
+		}
 	})
 }
 
@@ -538,4 +579,109 @@ func TestHystrixStreamBaselines(t *testing.T) {
 			t.Errorf("%d transitions, %d incidents; want still 1 and 1", len(trs), len(incs))
 		}
 	})
+}
+
+// opossumExposition is opossum-prometheus's exposition of one breaker
+// with these lifetime event counts.
+func opossumExposition(breaker string, events map[string]int) string {
+	var b strings.Builder
+	b.WriteString("# HELP circuit A count of all circuit' events\n# TYPE circuit counter\n")
+	for ev, n := range events {
+		b.WriteString(`circuit{name="` + breaker + `",event="` + ev + `"} ` + strconv.Itoa(n) + "\n")
+	}
+	return b.String()
+}
+
+// TestOpossumBaselineKeepsTheShownState: where an opossum breaker's
+// lifetime counts allow more than one state (open 3, halfOpen 3, close
+// 2: closed, or half-open waiting for its trial call), the baseline after
+// a restart of cbdash keeps the state the dashboard showed (half-open,
+// seen happen before the restart), not the first that fits (closed).
+func TestOpossumBaselineKeepsTheShownState(t *testing.T) {
+	scrapes := newResilience4jScrapes(t)
+	clk := clocktest.Virtual()
+	path := storetest.Path(t)
+	target := source.Target{Kind: source.KindPrometheus, URL: scrapes.URL + "/metrics", Service: "shop", Instance: "shop-1"}
+	serve := func(events map[string]int) {
+		body := opossumExposition("inventory", events)
+		scrapes.body.Store(&body)
+	}
+	scraped := func(c *cbdashRun, what string) {
+		t.Helper()
+		n := c.src.Status()[0].Batches
+		eventually.True(t, what, func() bool {
+			if c.src.Status()[0].Batches > n {
+				return true
+			}
+			clk.Advance(time.Second)
+			return false
+		})
+	}
+	history := map[string]int{"fire": 60, "success": 30, "failure": 25, "reject": 5, "open": 3, "halfOpen": 2, "close": 2}
+	serve(history) // open: one open more than half-opens
+	c := startCbdash(t, path, clk, target)
+	scraped(c, "the first scrape")
+	c.baseline(t, "shop", "inventory", protocol.StateOpen)
+	history["halfOpen"]++
+	serve(history)
+	eventually.True(t, "inventory half-open", func() bool {
+		if c.dep(t, "shop", "inventory").State == protocol.StateHalfOpen && len(c.transitions(t, "shop", "inventory")) == 1 {
+			return true
+		}
+		clk.Advance(time.Second)
+		return false
+	})
+	c.stop()
+
+	c = startCbdash(t, path, clk, target)
+	defer c.stop()
+	scraped(c, "the first scrape after a restart of cbdash")
+	if d := c.dep(t, "shop", "inventory"); d.State != protocol.StateHalfOpen {
+		t.Errorf("inventory %q after a restart of cbdash, want half-open as the dashboard showed", d.State)
+	}
+	if trs := c.transitions(t, "shop", "inventory"); len(trs) != 1 {
+		t.Errorf("inventory: %d transitions, want still 1: %+v", len(trs), trs)
+	}
+}
+
+// TestNodeOpossumSlowCallsAfterATrip: a real opossum 10 breaker without
+// halfOpen counted (opossum-prometheus's default) whose history leaves its
+// state open or closed (open 5, close 2), open now, with two slow calls
+// admitted before its trip. They end after cbdash's baseline, as
+// successes with no event (opossum's open() does nothing when already
+// open): that is not closed, so the rejects after them show it open.
+// (cbdash used to take calls that ended with no event for closed, and
+// then counted the rejects of a breaker it showed closed.)
+func TestNodeOpossumSlowCallsAfterATrip(t *testing.T) {
+	node, _ := nodeService(t)
+	cycle(t, node, "catalog", "cycles=2&retrips=1&end=closed", "closed") // open 4, close 2
+	_ = get(t, node+"/hold?breaker=catalog&n=2")
+	cycle(t, node, "catalog", "cycles=0&end=open", "open") // open 5
+
+	clk := clocktest.NewRunning()
+	c := startCbdash(t, storetest.Path(t), clk, source.Target{Kind: source.KindPrometheus, URL: node + "/metrics",
+		Service: "shop-metrics", Instance: "shop-1", Interval: source.Duration(100 * time.Millisecond)})
+	defer c.stop()
+	scrapes := func(n int64) {
+		t.Helper()
+		batches := c.src.Status()[0].Batches + n
+		eventually.True(t, "scrapes read and taken", func() bool { return c.src.Status()[0].Batches >= batches })
+	}
+	scrapes(1)
+	c.baseline(t, "shop-metrics", "catalog", protocol.StateClosed) // open or closed: closed first
+
+	_ = get(t, node+"/release") // the slow calls end, while open
+	scrapes(2)
+	for range 3 {
+		if o, _ := call(t, node, "catalog", "ok"); o != "reject" {
+			t.Fatalf("a call to the open catalog breaker: %s, want reject", o)
+		}
+	}
+	eventually.True(t, "catalog open, its 3 rejects counted as open's", func() bool {
+		d := c.dep(t, "shop-metrics", "catalog")
+		return d.State == protocol.StateOpen && d.Recent.RejectedOpen == 3
+	})
+	if d := c.dep(t, "shop-metrics", "catalog"); d.Recent.Successes != 2 {
+		t.Errorf("catalog counts %+v, want the 2 slow calls' successes", d.Recent)
+	}
 }

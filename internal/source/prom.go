@@ -82,11 +82,14 @@ func (s *promSnap) add(key string, v float64) {
 // promBreaker is what a reader remembers of one breaker.
 type promBreaker struct {
 	// prev are the counters of the previous scrape; nil when the next
-	// scrape is a baseline (the first of the breaker, of a connection).
+	// scrape is a baseline (the first of the breaker for this reader).
 	prev  map[string]float64
 	last  time.Time
 	state string
 	gen   uint64
+	// restarted is set when the target's process_start_time_seconds
+	// changed: the service restarted, and its counters count from then.
+	restarted bool
 	// cands are, for an opossum breaker, the states it may be in as far
 	// as its counters tell (see opossumCandidates); state is one of them,
 	// and it is certain when it is the only one.
@@ -96,23 +99,21 @@ type promBreaker struct {
 	known func() string
 }
 
-// promReader maps one endpoint's scrapes.
+// promReader maps one endpoint's scrapes. It lives as long as its runner
+// (one cbdash process): a failed scrape does not make the next one a
+// baseline. Counters and states are compared with the last scrape read,
+// however long ago: calls counted meanwhile are counted in the window
+// that ends at the next scrape, and a change of state meanwhile is a
+// transition stamped at it. Only the runner's first scrape, and a
+// restart of the service (a counter that went down, or
+// process_start_time_seconds that changed), start again.
 type promReader struct {
 	em       *emitter
 	scraped  bool // a scrape was read: breakers that appear later start from 0
 	breakers map[string]*promBreaker
-}
-
-// rebase makes the next scrape of every breaker a baseline: its
-// counters become the starting point and its state the current state,
-// with no transition. A reader rebases at every connection: the first
-// scrape, and the first after a failed one (the service may have
-// restarted, and what happened meanwhile cannot be placed in time).
-func (pr *promReader) rebase() {
-	pr.scraped = false
-	for _, b := range pr.breakers {
-		b.prev = nil
-	}
+	// start is the target's process_start_time_seconds at the last scrape
+	// that showed it (0: none yet).
+	start float64
 }
 
 func (r *runner) promReader(em *emitter) *promReader {
@@ -128,7 +129,6 @@ func (r *runner) promReader(em *emitter) *promReader {
 // ctx ends; progressed is true when one succeeded.
 func (r *runner) scrapeLoop(ctx context.Context, em *emitter) (progressed bool, err error) {
 	pr := r.promReader(em)
-	pr.rebase()
 	for {
 		if err := r.scrape(ctx, pr); err != nil {
 			return progressed, err
@@ -156,8 +156,60 @@ func (r *runner) scrape(ctx context.Context, pr *promReader) error {
 	}
 	now := r.src.clk.Now()
 	r.update(func(s *Status) { s.Connected, s.LastError, s.Reads, s.LastRead = true, "", s.Reads+1, now })
+	pr.processStarted(processStart(fams))
 	pr.read(ctx, promSnaps(fams), now, r.t.interval())
 	return nil
+}
+
+// processStartMetric is the standard Prometheus process metric (seconds
+// since the Unix epoch) that prom-client's default metrics, Micrometer's
+// UptimeMetrics and the Go and Python clients export.
+const processStartMetric = "process_start_time_seconds"
+
+// processStart is the scrape's process_start_time_seconds, or that of a
+// family named with a prefix before it (the first by name); 0 when the
+// target does not export it.
+func processStart(fams map[string]*dto.MetricFamily) float64 {
+	names := make([]string, 0, 1)
+	for name := range fams {
+		if strings.HasSuffix(name, processStartMetric) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return 0
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		// The unprefixed name first, then by name.
+		if (a == processStartMetric) != (b == processStartMetric) {
+			if a == processStartMetric {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	for _, m := range fams[names[0]].GetMetric() {
+		if v := value(m); v > 0 {
+			return v
+		}
+	}
+	return 0
+}
+
+// processStarted notes the target's process start time (0: not
+// exported); when it changed since the last scrape that showed one, the
+// service restarted and every breaker counts from its start.
+func (pr *promReader) processStarted(start float64) {
+	if start <= 0 {
+		return
+	}
+	if pr.start > 0 && start != pr.start {
+		for _, b := range pr.breakers {
+			b.restarted = true
+		}
+	}
+	pr.start = start
 }
 
 // promSnaps gathers the breakers of a scrape, by name.
@@ -309,7 +361,7 @@ func (pr *promReader) read(ctx context.Context, snaps map[string]*promSnap, now 
 			b = &promBreaker{}
 			pr.breakers[name] = b
 			if pr.scraped {
-				// Appeared since the connection's first scrape: a new
+				// Appeared since the reader's first scrape: a new
 				// breaker (opossum-prometheus writes a breaker's series
 				// at its first event), counted from 0 and from closed.
 				b.prev, b.state = map[string]float64{}, protocol.StateClosed
@@ -334,17 +386,29 @@ func (b *promBreaker) d(s *promSnap, key string) int64 {
 	return delta(b.prev[key], s.counter[key], b.prev != nil)
 }
 
-// read maps one breaker's scrape. The first scrape of a connection is
-// its baseline (b.prev nil): counters are the starting point (no count),
-// the state is the current state, and no transition is made; after it,
-// transitions come from what changed between two scrapes.
+// read maps one breaker's scrape. The reader's first scrape of it is its
+// baseline (b.prev nil): counters are the starting point (no count), the
+// state is the current state, and no transition is made; after it,
+// counts and transitions come from what changed since the previous
+// scrape read, across failed scrapes. A restart of the service between
+// two scrapes (b.restarted, or a counter that went down) is, for
+// resilience4j, a new baseline; for opossum, whose state is read from
+// events, a breaker that starts again from closed, its counters counted
+// from 0.
 func (b *promBreaker) read(name string, s *promSnap, now time.Time, interval time.Duration) (protocol.Window, []protocol.Transition) {
 	baseline := b.prev == nil
-	if !baseline && s.lib == LibraryOpossum && counterWentDown(b.prev, s.counter) {
-		// The service restarted between two scrapes: its counters count
-		// from its start, and its breaker started closed.
-		b.prev, b.state, b.cands = map[string]float64{}, protocol.StateClosed, []string{protocol.StateClosed}
+	if !baseline && (b.restarted || counterWentDown(b.prev, s.counter)) {
+		if s.lib == LibraryOpossum {
+			// The service restarted between two scrapes: its counters
+			// count from its start, and its breaker started closed (its
+			// events since are followed from there).
+			b.prev, b.state, b.cands = map[string]float64{}, protocol.StateClosed, []string{protocol.StateClosed}
+		} else {
+			// resilience4j's state gauge tells the state: a new baseline.
+			b.prev, baseline = nil, true
+		}
 	}
+	b.restarted = false
 	var c protocol.Counts
 	var sumMs float64
 	var hist []int64
@@ -456,24 +520,19 @@ func counterWentDown(prev, cur map[string]float64) bool {
 // opossum-prometheus counts only those events).
 //
 // On a baseline the lifetime counters say which states the breaker may
-// be in (opossumCandidates); of them it takes the state this reader saw
-// before a reconnection, else the one cbdash showed (b.known), else the
-// first (closed before open before half-open), and invents no
-// transition. Between two scrapes it follows the events counted since
-// (opossumReplay) from its state; when that state was not certain and
-// the events cannot have happened from it, from the first candidate they
-// can, taken as its state then (no transition for that). A scrape with
-// no event settles an uncertain state by the calls: outcomes (success,
-// failure, timeout) are counted only while closed (a half-open trial
-// ends in close or open), rejections only while open (or half-open with
-// its trial running).
+// be in (opossumCandidates); of them it takes the one cbdash showed
+// (b.known), else the first (closed before open before half-open), and
+// invents no transition. Between two scrapes it follows the events
+// counted since (opossumReplay) from its state; when the events cannot
+// have happened from it, from the first candidate they can, else from
+// the first state they can (the counters were wrong about it: a breaker
+// built open, or counted from mid-way), taken as its state then (no
+// transition for that). A scrape with no event settles the state by the
+// calls that started since (opossumSettle).
 func (b *promBreaker) opossumState(s *promSnap, baseline bool) (string, []string) {
 	_, half := s.counter["halfOpen"]
 	if baseline {
 		b.cands = opossumCandidates(s.counter["open"], s.counter["halfOpen"], s.counter["close"], half)
-		if slices.Contains(b.cands, b.state) {
-			return b.state, nil
-		}
 		if b.known != nil && len(b.cands) > 1 {
 			if k := b.known(); slices.Contains(b.cands, k) {
 				return k, nil
@@ -486,32 +545,12 @@ func (b *promBreaker) opossumState(s *promSnap, baseline bool) (string, []string
 	}
 	opens, halfs, closes := b.d(s, "open"), b.d(s, "halfOpen"), b.d(s, "close")
 	if opens+halfs+closes == 0 {
-		if len(b.cands) > 1 {
-			switch {
-			case b.d(s, "success")+b.d(s, "failure")+b.d(s, "timeout") > 0:
-				b.cands = []string{protocol.StateClosed}
-			case b.d(s, "reject") > 0:
-				down := slices.DeleteFunc(slices.Clone(b.cands), func(st string) bool { return st == protocol.StateClosed })
-				if len(down) == 0 {
-					down = []string{protocol.StateOpen}
-				}
-				if slices.Contains(down, b.state) {
-					return b.state, nil // open or half-open: as it was
-				}
-				b.cands = down[:1]
-			default:
-				return b.state, nil
-			}
-			return b.cands[0], nil
-		}
-		return b.state, nil
+		return b.opossumSettle(s, half), nil
 	}
 	starts := []string{b.state}
-	if len(b.cands) > 1 {
-		for _, st := range b.cands {
-			if st != b.state {
-				starts = append(starts, st)
-			}
+	for _, st := range append(slices.Clone(b.cands), protocol.StateClosed, protocol.StateOpen, protocol.StateHalfOpen) {
+		if !slices.Contains(starts, st) && (half || st != protocol.StateHalfOpen) {
+			starts = append(starts, st)
 		}
 	}
 	for _, from := range starts {
@@ -523,6 +562,59 @@ func (b *promBreaker) opossumState(s *promSnap, baseline bool) (string, []string
 	state, steps, _ := opossumReplay(b.state, opens, halfs, closes, half)
 	b.cands = []string{state}
 	return state, steps
+}
+
+// opossumSettle is the state of an opossum breaker that counted no open,
+// halfOpen or close since the previous scrape, read from the calls that
+// started since: fire less reject, cacheHit and coalesceCacheHit (opossum
+// 10 counts fire for every call, then answers it from its cache, or
+// rejects it when neither closed nor half-open with its trial call still
+// to come). Outcomes (success, failure, timeout) do not tell: a call
+// admitted while closed may end after the breaker opened, with no event
+// (opossum's open() does nothing when already open, and a success closes
+// only from half-open). So:
+//
+//   - calls rejected and others started: half-open (its trial started,
+//     the rest rejected), shown open when halfOpen is not counted;
+//   - calls rejected, none started: open or half-open (its trial running);
+//   - more than one call started, none rejected: closed;
+//   - one call started, none rejected: closed, or half-open (its trial);
+//   - no call: as it was.
+//
+// Of the states that fit, it keeps the one shown if it is a candidate,
+// else takes the first candidate that fits, else the first that fits,
+// even against a state the counters made certain (a breaker built open,
+// whose open event came before opossum-prometheus listened, rejects with
+// no open counted).
+func (b *promBreaker) opossumSettle(s *promSnap, half bool) string {
+	halfOpen := protocol.StateHalfOpen
+	if !half {
+		halfOpen = protocol.StateOpen // half-open is not seen: it shows as open
+	}
+	rejects := b.d(s, "reject")
+	started := b.d(s, "fire") - rejects - b.d(s, "cacheHit") - b.d(s, "coalesceCacheHit")
+	var fit []string
+	switch {
+	case rejects > 0 && started > 0:
+		fit = []string{halfOpen}
+	case rejects > 0:
+		fit = []string{protocol.StateOpen, halfOpen}
+	case started > 1:
+		fit = []string{protocol.StateClosed}
+	case started == 1:
+		fit = []string{protocol.StateClosed, halfOpen}
+	default:
+		return b.state
+	}
+	cands := slices.DeleteFunc(slices.Clone(b.cands), func(st string) bool { return !slices.Contains(fit, st) })
+	if len(cands) == 0 {
+		cands = fit[:1]
+	}
+	b.cands = slices.Compact(cands)
+	if slices.Contains(b.cands, b.state) {
+		return b.state
+	}
+	return b.cands[0]
 }
 
 // opossumCandidates are the states an opossum breaker may be in after

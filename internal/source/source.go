@@ -9,14 +9,15 @@
 // handed to a Sink (the collector's Ingest), so a source's instances are
 // validated, stored, shown and made stale as an agent's are.
 //
-// The first read of a connection (the first of a Sources, the first after
-// a failed scrape or a reconnection) is a baseline: what it shows is the
+// The first read of a source (a stream's first record of each command,
+// on every connection; the first scrape of a Sources, or the first after
+// the scraped service restarted) is a baseline: what it shows is the
 // starting point, not news. Its counters are not counted as calls and its
 // state is reported as the current state, in the window, with no
 // transition (so the collector opens no incident and counts no trip).
-// Transitions come only from what changed between two reads of one
-// connection. (opossum-prometheus has no state gauge: see
-// promBreaker.opossumState for its state at a baseline.)
+// Transitions come only from what changed between two reads; a failed
+// scrape is no new start (see promReader). (opossum-prometheus has no
+// state gauge: see promBreaker.opossumState for its state at a baseline.)
 //
 // What a pull source cannot do is said on the breaker: its state is
 // sampled (BreakerConfig.Sampled: a transition is seen at the next read,

@@ -1,7 +1,8 @@
 'use strict';
 // A small Node service for cbdash's source tests: opossum breakers whose
 // calls succeed or fail as the test asks, with opossum-hystrix's stream on
-// /hystrix.stream and opossum-prometheus's metrics on /metrics. It listens
+// /hystrix.stream (inventory and pricing) and opossum-prometheus's metrics
+// on /metrics (catalog too). It listens
 // on 127.0.0.1 on a free port and prints {"port": N} on its first line.
 //
 //   GET /call?breaker=NAME&outcome=ok|fail  fires the breaker once and
@@ -12,6 +13,11 @@
 //       timeout, failing R trial calls (each opens it again) and closing
 //       on a successful one; end=open trips it once more, with the reset
 //       timeout back to 60 s. Answers {"state": "closed"|"open"}.
+//   GET /hold?breaker=NAME&n=N              fires the breaker N times with
+//       calls that end (successfully) only at /release; answers once
+//       opossum admitted or rejected them
+//   GET /release                            ends the held calls; answers
+//       once they ended
 //   GET /hystrix.stream                     text/event-stream, a record
 //       per breaker per bucket (1 s)
 //   GET /metrics                            Prometheus text exposition
@@ -30,21 +36,28 @@ const options = {
   rollingCountBuckets: 10
 };
 
+// held are the calls of /hold waiting for /release.
+let release;
+let held = new Promise(resolve => { release = resolve; });
+
 const breakers = {};
-for (const name of ['inventory', 'pricing']) {
+for (const name of ['inventory', 'pricing', 'catalog']) {
   const b = new CircuitBreaker(async outcome => {
-    if (outcome !== 'ok') throw new Error('scripted failure');
+    if (outcome === 'hold') await held;
+    else if (outcome !== 'ok') throw new Error('scripted failure');
     return 'ok';
-  }, { ...options, name });
+  }, { ...options, name, timeout: name === 'catalog' ? 600000 : options.timeout });
   // opossum-prometheus counts only the events that have a listener when
-  // a breaker is added: give halfOpen one.
-  b.on('halfOpen', () => {});
+  // a breaker is added: give halfOpen one, except for catalog (opossum's
+  // default: no halfOpen series).
+  if (name !== 'catalog') b.on('halfOpen', () => {});
   breakers[name] = b;
 }
+const holding = [];
 
 const registry = new client.Registry();
 const prometheus = new PrometheusMetrics({ circuits: Object.values(breakers), registry });
-const hystrix = new HystrixStats(Object.values(breakers));
+const hystrix = new HystrixStats([breakers.inventory, breakers.pricing]); // catalog: metrics only
 const streams = new Set();
 hystrix.getHystrixStream().on('data', chunk => {
   for (const res of streams) res.write(chunk);
@@ -102,6 +115,25 @@ const server = http.createServer(async (req, res) => {
     await cycle(b, n('cycles'), n('retrips'), url.searchParams.get('end'));
     res.writeHead(200, { 'Content-Type': 'application/json' });
     res.end(JSON.stringify({ state: b.opened ? 'open' : b.halfOpen ? 'halfOpen' : 'closed' }));
+    return;
+  }
+  if (url.pathname === '/hold') {
+    const b = breakers[url.searchParams.get('breaker')];
+    if (!b) {
+      res.writeHead(404).end();
+      return;
+    }
+    for (let i = 0; i < parseInt(url.searchParams.get('n') || '1', 10); i++) {
+      holding.push(b.fire('hold').catch(() => {}));
+    }
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end('{}');
+    return;
+  }
+  if (url.pathname === '/release') {
+    release();
+    await Promise.all(holding.splice(0));
+    held = new Promise(resolve => { release = resolve; });
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end('{}');
     return;
   }
   if (url.pathname === '/call') {
