@@ -177,21 +177,8 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, web.Config{}, dep("checkout", "payments", 3, 1), dep("checkout", "search", 2, 0))
+	h, token, inc := apiFixture(t, "openapi")
 	ctx := context.Background()
-	otto, _, err := h.st.UserByName(ctx, "otto")
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := h.st.CreateUserToken(ctx, otto.ID, "openapi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inc, err := h.st.CreateIncident(ctx, cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
-		Start: h.clock.Now().Add(-time.Minute), Open: true, Instances: []string{"checkout-1"}, Opens: 1, FirstInstance: "checkout-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	do := func(c apiCall) []byte {
 		t.Helper()
@@ -427,4 +414,28 @@ func TestOpenAPIOneShapePerStatus(t *testing.T) {
 	if ops < 30 {
 		t.Fatalf("only %d operations in the document", ops)
 	}
+}
+
+// apiFixture starts a harness with checkout/payments (3 instances, 1
+// open), checkout/search and the extra dependencies, an API token of
+// operator otto named name, and an open incident of checkout/payments,
+// for the tests that call every operation of the JSON API.
+func apiFixture(t *testing.T, name string, extra ...fleet) (*harness, string, int64) {
+	t.Helper()
+	h := newHarness(t, web.Config{}, append([]fleet{dep("checkout", "payments", 3, 1), dep("checkout", "search", 2, 0)}, extra...)...)
+	ctx := context.Background()
+	otto, _, err := h.st.UserByName(ctx, "otto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := h.st.CreateUserToken(ctx, otto.ID, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc, err := h.st.CreateIncident(ctx, cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
+		Start: h.clock.Now().Add(-time.Minute), Open: true, Instances: []string{"checkout-1"}, Opens: 1, FirstInstance: "checkout-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, token, inc
 }
