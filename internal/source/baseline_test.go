@@ -557,7 +557,7 @@ func TestHystrixStreamBaselines(t *testing.T) {
 		eventually.True(t, "GetPayment open with its incident", func() bool {
 			d, ok := dependency(t, c.st, "orders", "GetPayment")
 			return c.src.Status()[0].Reads == s.Reads+1 && ok && d.State == protocol.StateOpen &&
-				len(c.incidents(t, "orders", "GetPayment")) == 1
+				len(c.incidents(t, "orders", "GetPayment")) == 1 && len(c.transitions(t, "orders", "GetPayment")) > 0
 		})
 		if trs := c.transitions(t, "orders", "GetPayment"); len(trs) != 1 || trs[0].From != protocol.StateClosed || trs[0].To != protocol.StateOpen {
 			t.Errorf("transitions %+v, want one closed > open", trs)
