@@ -87,112 +87,110 @@ func events(t *testing.T, rcv *receiver) []string {
 // the breaker closes, and a resolve whose delivery had not completed when
 // the service stopped is delivered by the next run, once. It runs in a
 // bubble: the ticks, the hold, the backoff and the pending grace are the
-// bubble's virtual time, which the test moves by sleeping.
+// bubble's virtual time, which the test moves (bubbletest.Advance).
 func TestFiringStateSurvivesARestart(t *testing.T) {
-	synctest.Test(t, testFiringStateSurvivesARestart)
-}
-
-func testFiringStateSurvivesARestart(t *testing.T) {
-	ctx := context.Background()
-	clk := clocktest.NewRunning()
-	path := filepath.Join(t.TempDir(), "cbdash.db")
-	st := storetest.OpenFile(t, path, store.Options{Clock: clk})
-	rcv := newBubbleReceiver(t)
-	rule, err := st.CreateAlertRule(ctx, cbdash.AlertRule{Name: "payments open", Service: "checkout", Breaker: "payments",
-		Kind: cbdash.AlertOpen, Hold: 10 * time.Second, WebhookURL: rcv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	feed := &liveFeed{}
-	feed.set(dep(payments, "a:open", "b:closed"))
-	cfg := alert.Config{Source: feed, Store: st, Clock: clk, Interval: time.Second,
-		Delivery: rcv.delivery(alert.DeliveryConfig{Backoff: time.Second, Attempts: 5})}
-	pendingOf := func() string {
-		kept, err := st.FiringAlerts(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		clk := clocktest.NewRunning()
+		path := filepath.Join(t.TempDir(), "cbdash.db")
+		st := storetest.OpenFile(t, path, store.Options{Clock: clk})
+		rcv := newBubbleReceiver(t)
+		rule, err := st.CreateAlertRule(ctx, cbdash.AlertRule{Name: "payments open", Service: "checkout", Breaker: "payments",
+			Kind: cbdash.AlertOpen, Hold: 10 * time.Second, WebhookURL: rcv.URL})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(kept) != 1 {
-			return "none"
+		feed := &liveFeed{}
+		feed.set(dep(payments, "a:open", "b:closed"))
+		cfg := alert.Config{Source: feed, Store: st, Clock: clk, Interval: time.Second,
+			Delivery: rcv.delivery(alert.DeliveryConfig{Backoff: time.Second, Attempts: 5})}
+		pendingOf := func() string {
+			kept, err := st.FiringAlerts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(kept) != 1 {
+				return "none"
+			}
+			return kept[0].Pending
 		}
-		return kept[0].Pending
-	}
 
-	first := startService(t, cfg)
-	time.Sleep(cfg.Interval) // the first tick
-	bubbletest.Settle()
-	if n := len(rcv.received()); n != 1 {
-		t.Fatalf("the first run sent %d messages at its first tick, want the firing", n)
-	}
-	var fired alert.Message
-	if err := json.Unmarshal(rcv.received()[0], &fired); err != nil {
-		t.Fatal(err)
-	}
-	if p := pendingOf(); p != "" {
-		t.Fatalf("pending = %q after the firing was delivered, want it acknowledged in the store", p)
-	}
-	first.stop()
+		first := startService(t, cfg)
+		bubbletest.Advance(cfg.Interval) // the first tick
+		bubbletest.Settle()
+		if n := len(rcv.received()); n != 1 {
+			t.Fatalf("the first run sent %d messages at its first tick, want the firing", n)
+		}
+		var fired alert.Message
+		if err := json.Unmarshal(rcv.received()[0], &fired); err != nil {
+			t.Fatal(err)
+		}
+		if p := pendingOf(); p != "" {
+			t.Fatalf("pending = %q after the firing was delivered, want it acknowledged in the store", p)
+		}
+		first.stop()
 
-	// The breaker is still open after the restart: no second firing, and
-	// the alert is shown as firing since the first run's moment.
-	second := startService(t, cfg)
-	synctest.Wait()
-	if a := second.svc.Alerts(); len(a) != 1 || a[0].RuleID != rule.ID || !a[0].Since.Equal(fired.Since) {
-		t.Fatalf("restored alerts = %+v, want rule %d firing since %s", a, rule.ID, fired.Since)
-	}
-	time.Sleep(30 * time.Second)
-	// The breaker closes while the webhook is down: the resolve is decided
-	// after the hold, its first attempt fails, and the service stops
-	// during the backoff.
-	rcv.mu.Lock()
-	rcv.fail = rcv.calls + 1000
-	rcv.mu.Unlock()
-	feed.set(dep(payments, "a:closed", "b:closed"))
-	second.stop()
-	second = startService(t, cfg)             // the snapshot is read on Run
-	time.Sleep(10*time.Second + cfg.Interval) // the hold, to a tick
-	bubbletest.Settle()
-	rcv.mu.Lock()
-	calls := rcv.calls
-	rcv.mu.Unlock()
-	if calls < 2 {
-		t.Fatalf("the webhook was called %d times, want the firing and the resolve's attempts", calls)
-	}
-	if p := pendingOf(); p != cbdash.AlertResolved {
-		t.Fatalf("pending = %q, want the resolve pending while its delivery retries", p)
-	}
-	second.stop()
+		// The breaker is still open after the restart: no second firing, and
+		// the alert is shown as firing since the first run's moment.
+		second := startService(t, cfg)
+		synctest.Wait()
+		if a := second.svc.Alerts(); len(a) != 1 || a[0].RuleID != rule.ID || !a[0].Since.Equal(fired.Since) {
+			t.Fatalf("restored alerts = %+v, want rule %d firing since %s", a, rule.ID, fired.Since)
+		}
+		bubbletest.Advance(30 * time.Second)
+		// The breaker closes while the webhook is down: the resolve is decided
+		// after the hold, its first attempt fails, and the service stops
+		// during the backoff.
+		rcv.mu.Lock()
+		rcv.fail = rcv.calls + 1000
+		rcv.mu.Unlock()
+		feed.set(dep(payments, "a:closed", "b:closed"))
+		second.stop()
+		second = startService(t, cfg)                     // the snapshot is read on Run
+		bubbletest.Advance(10*time.Second + cfg.Interval) // the hold, to a tick
+		bubbletest.Settle()
+		rcv.mu.Lock()
+		calls := rcv.calls
+		rcv.mu.Unlock()
+		if calls < 2 {
+			t.Fatalf("the webhook was called %d times, want the firing and the resolve's attempts", calls)
+		}
+		if p := pendingOf(); p != cbdash.AlertResolved {
+			t.Fatalf("pending = %q, want the resolve pending while its delivery retries", p)
+		}
+		second.stop()
 
-	rcv.mu.Lock()
-	rcv.fail = 0
-	rcv.mu.Unlock()
-	third := startService(t, cfg)
-	// It sends the undelivered resolve again once the pending grace has
-	// passed (an old leader might still have been delivering it), and
-	// removes the alert's state once it is delivered.
-	synctest.Wait()
-	if n := len(rcv.received()); n != 1 {
-		t.Fatalf("the third run sent the resolve before the pending grace: %d messages", n)
-	}
-	time.Sleep(alert.DefaultPendingGrace)
-	bubbletest.Settle()
-	if n := len(rcv.received()); n != 2 {
-		t.Fatalf("the third run sent %d messages by the end of the pending grace, want the resolve (2 in all)", n)
-	}
-	if p := pendingOf(); p != "none" {
-		t.Fatalf("pending = %q once the resolve was delivered, want the alert state removed", p)
-	}
-	time.Sleep(30 * time.Second)
-	third.stop()
-	got := events(t, rcv)
-	since := fired.Since.Sub(t0).String()
-	want := []string{"firing checkout/payments since " + since, "resolved checkout/payments since " + since}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Fatalf("webhook received %q, want %q", got, want)
-	}
-	if len(third.svc.Alerts()) != 0 {
-		t.Errorf("alerts firing after the resolve: %+v", third.svc.Alerts())
-	}
+		rcv.mu.Lock()
+		rcv.fail = 0
+		rcv.mu.Unlock()
+		third := startService(t, cfg)
+		// It sends the undelivered resolve again once the pending grace has
+		// passed (an old leader might still have been delivering it), and
+		// removes the alert's state once it is delivered.
+		synctest.Wait()
+		if n := len(rcv.received()); n != 1 {
+			t.Fatalf("the third run sent the resolve before the pending grace: %d messages", n)
+		}
+		bubbletest.Advance(alert.DefaultPendingGrace)
+		bubbletest.Settle()
+		if n := len(rcv.received()); n != 2 {
+			t.Fatalf("the third run sent %d messages by the end of the pending grace, want the resolve (2 in all)", n)
+		}
+		if p := pendingOf(); p != "none" {
+			t.Fatalf("pending = %q once the resolve was delivered, want the alert state removed", p)
+		}
+		bubbletest.Advance(30 * time.Second)
+		third.stop()
+		got := events(t, rcv)
+		since := fired.Since.Sub(t0).String()
+		want := []string{"firing checkout/payments since " + since, "resolved checkout/payments since " + since}
+		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+			t.Fatalf("webhook received %q, want %q", got, want)
+		}
+		if len(third.svc.Alerts()) != 0 {
+			t.Errorf("alerts firing after the resolve: %+v", third.svc.Alerts())
+		}
+	})
 }
 
 // TestTestNotificationAnswersOnce sends a test notification to a webhook

@@ -34,6 +34,11 @@ import (
 	"time"
 )
 
+// Advance moves a bubble's virtual clock on by d: every timer of the
+// bubble due meanwhile fires, and no real time passes (time.Sleep in a
+// synctest bubble). Only in a bubble: outside one it would really sleep.
+func Advance(d time.Duration) { time.Sleep(d) }
+
 // Settling is how far Settle moves the clock: more than the store's
 // writer waits for more operations before it commits a group (150 ms at
 // most: internal/store's groupWait).
@@ -45,7 +50,7 @@ const Settling = 200 * time.Millisecond
 // company, then committed). A step that must not move the clock calls
 // synctest.Wait instead.
 func Settle() {
-	time.Sleep(Settling)
+	Advance(Settling)
 	synctest.Wait()
 }
 
