@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/cbdash/cbdash/internal/clocktest"
 )
 
 // goNumber is hystrix-go's rolling.Number (hystrix/rolling/rolling.go at
@@ -80,7 +82,7 @@ var trafficKinds = map[string]traffic{
 func runHystrixGo(t *testing.T, kind string, phase time.Duration, seed uint64) (got, truth [nRolled]int64, most int64) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, uint64(phase)))
-	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := clocktest.Noon() // on a whole second, as the buckets are
 	var nums [nRolled]goNumber
 	for i := range nums {
 		nums[i] = goNumber{}
@@ -194,8 +196,8 @@ func (s *opossumStatus) sum() (n int64) {
 func TestRollingCountsOfOpossumAddUp(t *testing.T) {
 	for kind, calls := range trafficKinds {
 		rng := rand.New(rand.NewPCG(7, 7))
-		start := time.Date(2030, 1, 1, 0, 0, 0, 437_000_000, time.UTC) // the breaker's timers began then
-		base := start.Add(3 * time.Second)                             // the calls begin
+		start := clocktest.Noon().Add(437 * time.Millisecond) // the breaker's timers began then
+		base := start.Add(3 * time.Second)                    // the calls begin
 		const d = 5 * time.Minute
 		ts := calls(rng, base, d)
 		var s opossumStatus
@@ -231,7 +233,7 @@ func TestRollingCountsOfOpossumAddUp(t *testing.T) {
 func TestRollingCountsClearedByTheWriter(t *testing.T) {
 	var r rollingCounts
 	l := rollingLayout{bucket: time.Second, buckets: 10, keepsOldest: true}
-	at := time.Date(2030, 1, 1, 0, 0, 0, 300_000_000, time.UTC)
+	at := clocktest.Noon().Add(300 * time.Millisecond)
 	var vals [nRolled]int64
 	// 20 short-circuited calls a second for 10 s.
 	var made int64
