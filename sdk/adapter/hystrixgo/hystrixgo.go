@@ -36,18 +36,23 @@
 // the circuit (CircuitBreaker.IsOpen, as hystrix-go's own StreamHandler
 // does every second) from its own goroutine as soon as a short-circuited
 // call is reported, and every Options.PollInterval besides (for an open
-// that no call saw). At is when the adapter saw it. Open to closed
-// (cause probes_succeeded) is reported exactly at Reset, which hystrix-go
-// calls as the circuit closes, before the success that closed it is
-// counted. hystrix-go has no half-open state: once SleepWindow has passed
-// it lets a single test call through while the circuit stays open (its
-// success closes the circuit, its failure leaves it open for another
-// SleepWindow), so cbdash shows the circuit open until it closes and a
-// failed test call as a failure, with no transition. A circuit that opens
-// and closes again between two looks at it is missed (both transitions).
-// hystrix.Flush resets every collector, so an open circuit then is
-// reported closed (as it is: the next call gets a new circuit); the
-// adapter's next look at the command creates that new circuit.
+// that no call saw). At is the start of the first short-circuited call
+// when one was reported, else when the poll saw it. Open to closed (cause
+// probes_succeeded) is reported exactly at Reset, which hystrix-go calls
+// as the circuit closes, before the success that closed it is counted
+// (any success reported while open closes hystrix-go's circuit, even one
+// of a call admitted before it opened, so an open can last milliseconds).
+// An open that closed again before the adapter looked is still reported,
+// open and closed, when a short-circuit or the Reset tells of it: a Reset
+// after a short-circuit the adapter had not confirmed yet, or a
+// short-circuited call that started before the last Reset. hystrix-go
+// has no half-open state: once SleepWindow has passed it lets a single
+// test call through while the circuit stays open (its success closes the
+// circuit, its failure leaves it open for another SleepWindow), so cbdash
+// shows the circuit open until it closes and a failed test call as a
+// failure, with no transition. hystrix.Flush resets every collector: an
+// open circuit is then reported closed (the next call gets a new circuit,
+// which the adapter's next look at the command creates).
 //
 // hystrix-go has no way to hold a circuit open or closed from outside (its
 // force-open toggle is unexported), so these breakers are declared with
@@ -314,7 +319,9 @@ func (c *command) Snapshot() breaker.Snapshot {
 }
 
 // Subscribe registers fn for every transition (see agent.Source).
-func (c *command) Subscribe(fn func(breaker.Transition)) (cancel func()) { return c.meter.Subscribe(fn) }
+func (c *command) Subscribe(fn func(breaker.Transition)) (cancel func()) {
+	return c.meter.Subscribe(fn)
+}
 
 // at is the moment t of hystrix-go's clock (the system clock) on the
 // adapter's clock.
