@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/afex/hystrix-go/hystrix"
@@ -51,8 +52,9 @@ func (r *registrar) names() (out []string) {
 // own, registered beside the adapter's, which hystrix-go feeds every
 // call's result as it feeds the adapter's (and the one its stream reads).
 type own struct {
-	mu sync.Mutex
-	t  breaker.Totals
+	mu     sync.Mutex
+	t      breaker.Totals
+	runSum time.Duration // RunDuration of the successes and failures
 }
 
 func (o *own) Update(r metricCollector.MetricResult) {
@@ -67,19 +69,22 @@ func (o *own) Update(r metricCollector.MetricResult) {
 	o.t.Ignored += n(r.ContextCanceled + r.ContextDeadlineExceeded)
 	o.t.FallbackSuccesses += n(r.FallbackSuccesses)
 	o.t.FallbackFailures += n(r.FallbackFailures)
+	if r.Successes+r.Failures > 0 {
+		o.runSum += r.RunDuration
+	}
 }
 
 func (o *own) Reset() {} // hystrix-go clears its rolling counts; the totals go on
 
 // totals are hystrix-go's own counts in the shape of breaker.Totals
 // (Admitted: every call that was neither short-circuited nor rejected).
-func (o *own) totals() breaker.Totals {
+func (o *own) totals() (breaker.Totals, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t := o.t
 	t.Failures = t.Errors + t.Timeouts
 	t.Admitted = t.Successes + t.Failures + t.Ignored
-	return t
+	return t, o.runSum
 }
 
 var (

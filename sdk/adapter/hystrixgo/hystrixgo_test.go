@@ -192,7 +192,8 @@ func TestCountsAreHystrixGosOwnExactly(t *testing.T) {
 				defer src.Subscribe(rec.observe)()
 
 				s := run(command, tc.calls)
-				got, lib := src.Snapshot(), ownOf(command).totals()
+				got := src.Snapshot()
+				lib, runSum := ownOf(command).totals()
 				ad.Close()
 				endCircuits(t, command)
 
@@ -220,6 +221,11 @@ func TestCountsAreHystrixGosOwnExactly(t *testing.T) {
 				}
 				if sum != got.Totals.Successes+got.Totals.Failures || got.InFlight != 0 {
 					t.Errorf("latency histogram of %d calls (in flight %d), want the %d successes and failures", sum, got.InFlight, got.Totals.Successes+got.Totals.Failures)
+				}
+				// Latencies: hystrix-go's run durations, and a timeout's
+				// Timeout (1 s).
+				if want := runSum + time.Duration(lib.Timeouts)*time.Second; got.LatencySum != want {
+					t.Errorf("latency sum %v, want hystrix-go's run durations and the timeouts' Timeout: %v", got.LatencySum, want)
 				}
 				t.Logf("%s: %d calls, %+v", tc.name, len(tc.calls), got.Totals)
 
