@@ -251,6 +251,7 @@ type command struct {
 	mu        sync.Mutex
 	epoch     uint64    // Resets so far
 	lastReset time.Time // the last Reset after the circuit's creation
+	prevReset time.Time // the one before
 	// unexplained: the last Reset came while the adapter said closed and
 	// had seen no short-circuit (an open it missed, or hystrix.Flush).
 	unexplained bool
@@ -382,7 +383,9 @@ func (c *command) shortCircuited(start time.Time) {
 	switch {
 	case c.open.Load():
 	case !c.lastReset.IsZero() && !start.After(c.lastReset):
-		if c.unexplained {
+		// Of the open before the last Reset (an older one's would come
+		// out of order: left out).
+		if c.unexplained && start.After(c.prevReset) {
 			c.unexplained = false
 			c.opened(c.at(start))
 			c.closed(c.at(c.lastReset))
@@ -417,7 +420,7 @@ func (c *command) reset() {
 	default:
 		c.unexplained = true
 	}
-	c.lastReset, c.shortAt = now, time.Time{}
+	c.prevReset, c.lastReset, c.shortAt = c.lastReset, now, time.Time{}
 }
 
 // collector is the metric collector hystrix-go keeps for one circuit of a
