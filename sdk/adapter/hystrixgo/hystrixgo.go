@@ -110,8 +110,9 @@ type Options struct {
 	// PollInterval is how often each command's circuit is asked whether
 	// it is open (see the package doc). 0 means DefaultPollInterval.
 	PollInterval time.Duration
-	// Name gives the breaker name for a hystrix-go command; "" leaves the
-	// command out. nil means the command's name.
+	// Name gives the breaker name for a hystrix-go command; "" (or a
+	// panic) leaves the command out. nil means the command's name. It is
+	// called once per circuit hystrix-go creates, which it must not call.
 	Name func(command string) string
 	// OnError, if set, is told of a command the agent refused to register
 	// (agent.RegisterSource's error: a bad name, too many breakers, a
@@ -183,13 +184,10 @@ func (ad *Adapter) collector(name string) metricCollector.MetricCollector {
 	if ad.closed.Load() {
 		return nop{}
 	}
+	breakerName := ad.breakerName(name)
 	ad.mu.Lock()
 	c, seen := ad.cmds[name]
 	if !seen {
-		breakerName := name
-		if ad.o.Name != nil {
-			breakerName = ad.o.Name(name)
-		}
 		if breakerName != "" {
 			c = newCommand(ad, name, breakerName)
 			ad.list = append(ad.list, c)
@@ -202,10 +200,28 @@ func (ad *Adapter) collector(name string) metricCollector.MetricCollector {
 	}
 	if !seen {
 		if err := ad.reg.RegisterSource(c); err != nil && ad.o.OnError != nil {
-			ad.o.OnError(name, err)
+			func() {
+				defer func() { _ = recover() }() // not into hystrix-go's call
+				ad.o.OnError(name, err)
+			}()
 		}
 	}
 	return &collector{c: c}
+}
+
+// breakerName is Options.Name's name for a command ("" when it panics:
+// the command is left out rather than the panic passed into hystrix-go's
+// call).
+func (ad *Adapter) breakerName(command string) (name string) {
+	if ad.o.Name == nil {
+		return command
+	}
+	defer func() {
+		if recover() != nil {
+			name = ""
+		}
+	}()
+	return ad.o.Name(command)
 }
 
 // poll asks every command's circuit whether it is open, every

@@ -355,8 +355,11 @@ func TestDescribeNamesRefusalAndClose(t *testing.T) {
 		var refused []string
 		ad := cbhystrix.Register(reg, cbhystrix.Options{
 			Name: func(c string) string {
-				if c == "internal" {
+				switch c {
+				case "internal":
 					return ""
+				case "panics":
+					panic("no name for it")
 				}
 				return "svc." + c
 			},
@@ -364,11 +367,11 @@ func TestDescribeNamesRefusalAndClose(t *testing.T) {
 		})
 		hystrix.ConfigureCommand("configured", hystrix.CommandConfig{Timeout: 250, MaxConcurrentRequests: 7,
 			RequestVolumeThreshold: 9, SleepWindow: 1500, ErrorPercentThreshold: 30})
-		for _, c := range []string{"configured", "plain", "internal"} {
+		for _, c := range []string{"configured", "plain", "internal", "panics"} {
 			_ = hystrix.Do(c, func() error { return nil }, nil)
 		}
 		synctest.Wait()
-		if !slices.Equal(reg.names(), []string{"svc.configured", "svc.plain"}) || ad.Source("internal") != nil {
+		if !slices.Equal(reg.names(), []string{"svc.configured", "svc.plain"}) || ad.Source("internal") != nil || ad.Source("panics") != nil {
 			t.Errorf("registered %v", reg.names())
 		}
 		cfg := ad.Source("configured").Describe()
@@ -398,6 +401,6 @@ func TestDescribeNamesRefusalAndClose(t *testing.T) {
 		if s := ad.Source("configured").Snapshot().Totals; s.Successes != 1 || ad.Source("after") != nil {
 			t.Errorf("after Close: configured %+v, after %v", s, ad.Source("after"))
 		}
-		endCircuits(t, "configured", "plain", "internal", "refused", "after")
+		endCircuits(t, "configured", "plain", "internal", "panics", "refused", "after")
 	})
 }
