@@ -35,8 +35,10 @@
 // SleepWindow as the open duration) when it sees the circuit open: it asks
 // the circuit (CircuitBreaker.IsOpen, as hystrix-go's own StreamHandler
 // does every second) from its own goroutine as soon as a short-circuited
-// call is reported, and every Options.PollInterval besides (for an open
-// that no call saw). At is the start of the first short-circuited call
+// call is reported, and every Options.PollInterval besides (250 ms by
+// default; for an open that no call saw: IsOpen itself opens an unhealthy
+// circuit, as the next call would). It never calls hystrix-go from the
+// collector, which hystrix-go calls under its locks. At is the start of the first short-circuited call
 // when one was reported, else when the poll saw it. Open to closed (cause
 // probes_succeeded) is reported exactly at Reset, which hystrix-go calls
 // as the circuit closes, before the success that closed it is counted
