@@ -72,7 +72,7 @@ test-sdk:
 # Modules beside the SDK and the server: breaker adapters, their end-to-end
 # test against a real collector, runnable examples with their own deps,
 # the Hystrix source's end-to-end test against a real hystrix-go.
-EXTRA_MODULES = sdk/adapter/gobreaker sdk/adapter/failsafe sdk/adapter/e2e examples/retry internal/source/e2e
+EXTRA_MODULES = sdk/adapter/gobreaker sdk/adapter/failsafe sdk/adapter/hystrixgo sdk/adapter/e2e examples/retry internal/source/e2e
 test-adapters:
 	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
 

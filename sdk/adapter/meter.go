@@ -17,6 +17,7 @@ const (
 	RejectedOpen         Rejection = iota // the breaker is open
 	RejectedHalfOpenFull                  // half-open and no probe is free
 	RejectedForcedOpen                    // an operator holds it open
+	RejectedBulkhead                      // the library's concurrency limit had no room
 )
 
 // Meter counts one adapted breaker's calls as breaker.Totals and a latency
@@ -29,7 +30,8 @@ type Meter struct {
 	clock breaker.Clock
 
 	admitted, successes, errors, timeouts, panics, ignored atomic.Uint64
-	rejected                                               [3]atomic.Uint64 // by Rejection
+	rejected                                               [4]atomic.Uint64 // by Rejection
+	fallbackOK, fallbackFailed                             atomic.Uint64
 	latency                                                [len(bounds) + 1]atomic.Uint64
 	latencySum                                             atomic.Int64 // ns
 	inFlight                                               atomic.Int64
@@ -82,6 +84,21 @@ func (m *Meter) Begin() time.Time {
 // counted in Totals.Ignored and, unlike the others, not timed.
 func (m *Meter) End(start time.Time, o breaker.Outcome) {
 	m.inFlight.Add(-1)
+	m.ended(o, m.clock.Now().Sub(start))
+}
+
+// Record counts a call the library admitted that ended with o after d, as
+// Begin and End around it would: for a library that reports each call's
+// outcome and duration after the fact (hystrix-go's metric collectors)
+// rather than letting the adapter wrap the call. A negative d counts as
+// 0; Ignored and Canceled are not timed.
+func (m *Meter) Record(o breaker.Outcome, d time.Duration) {
+	m.admitted.Add(1)
+	m.ended(o, d)
+}
+
+// ended counts how an admitted call ended after d.
+func (m *Meter) ended(o breaker.Outcome, d time.Duration) {
 	switch o {
 	case breaker.Success:
 		m.successes.Add(1)
@@ -95,22 +112,33 @@ func (m *Meter) End(start time.Time, o breaker.Outcome) {
 		m.ignored.Add(1)
 		return
 	}
-	d := max(int64(m.clock.Now().Sub(start)), 0)
+	ns := max(int64(d), 0)
 	i := len(bounds)
 	for j, b := range bounds {
-		if d <= b {
+		if ns <= b {
 			i = j
 			break
 		}
 	}
 	m.latency[i].Add(1)
-	m.latencySum.Add(d)
+	m.latencySum.Add(ns)
 }
 
 // Reject counts a call the library refused.
 func (m *Meter) Reject(r Rejection) {
 	if int(r) < len(m.rejected) {
 		m.rejected[r].Add(1)
+	}
+}
+
+// Fallback counts a fallback the library ran for a refused or failed
+// call: ok when it returned no error (Totals.FallbackSuccesses), else
+// Totals.FallbackFailures.
+func (m *Meter) Fallback(ok bool) {
+	if ok {
+		m.fallbackOK.Add(1)
+	} else {
+		m.fallbackFailed.Add(1)
 	}
 }
 
@@ -212,6 +240,8 @@ func (m *Meter) Snapshot(state breaker.State) breaker.Snapshot {
 		RejectedOpen:         m.rejected[RejectedOpen].Load(),
 		RejectedHalfOpenFull: m.rejected[RejectedHalfOpenFull].Load(),
 		RejectedForcedOpen:   m.rejected[RejectedForcedOpen].Load(),
+		RejectedBulkhead:     m.rejected[RejectedBulkhead].Load(),
+		FallbackSuccesses:    m.fallbackOK.Load(), FallbackFailures: m.fallbackFailed.Load(),
 	}
 	t.Failures = t.Errors + t.Timeouts + t.Panics
 	sum := m.latencySum.Load()

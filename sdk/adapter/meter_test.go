@@ -81,3 +81,31 @@ func TestMeterDeliversTransitionsInOrderWithGenerations(t *testing.T) {
 		t.Errorf("generation = %d, want 3", g)
 	}
 }
+
+// Record counts a call its library reports after the fact (hystrix-go's
+// metric collectors) with the library's duration, not the Meter's clock;
+// bulkhead rejections and fallbacks have their own totals.
+func TestMeterRecordsReportedCallsBulkheadRejectionsAndFallbacks(t *testing.T) {
+	clk := breakertest.NewEpochClock()
+	m := adapter.NewMeter("db", clk)
+	m.Record(breaker.Success, 3*time.Millisecond)
+	m.Record(breaker.Failure, 30*time.Millisecond)
+	m.Record(breaker.Timeout, -time.Second) // counted as 0
+	m.Record(breaker.Canceled, time.Hour)   // not timed
+	m.Reject(adapter.RejectedBulkhead)
+	m.Reject(adapter.RejectedBulkhead)
+	m.Fallback(true)
+	m.Fallback(false)
+	m.Fallback(true)
+	s := m.Snapshot(breaker.Closed)
+	want := breaker.Totals{Admitted: 4, Successes: 1, Failures: 2, Errors: 1, Timeouts: 1, Ignored: 1,
+		RejectedBulkhead: 2, FallbackSuccesses: 2, FallbackFailures: 1}
+	if s.Totals != want || s.InFlight != 0 {
+		t.Errorf("totals = %+v (in flight %d)\nwant     %+v", s.Totals, s.InFlight, want)
+	}
+	wantLat := make([]uint64, len(breaker.LatencyBounds)+1)
+	wantLat[0], wantLat[2], wantLat[5] = 1, 1, 1
+	if !slices.Equal(s.Latency, wantLat) || s.LatencySum != 33*time.Millisecond {
+		t.Errorf("latency = %v (sum %v), want %v (33ms)", s.Latency, s.LatencySum, wantLat)
+	}
+}

@@ -196,7 +196,7 @@ type BreakerConfig struct {
 	MaxConcurrent            int     `json:"max_concurrent,omitempty"` // 0 = no bulkhead
 	// Library names the breaker library when the breaker is not an
 	// sdk/breaker one but fed to the agent by an adapter (for example
-	// "sony/gobreaker v2" or "failsafe-go"); empty for sdk/breaker. The
+	// "sony/gobreaker v2", "failsafe-go" or "afex/hystrix-go"); empty for sdk/breaker. The
 	// fields above are then zero where the library has no such setting.
 	Library string `json:"library,omitempty"`
 	// Settings are the library's own settings, in its terms (for

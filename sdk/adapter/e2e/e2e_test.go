@@ -3,21 +3,25 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/afex/hystrix-go/hystrix"
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
 	cbfailsafe "github.com/cbdash/cbdash/sdk/adapter/failsafe"
 	cbgobreaker "github.com/cbdash/cbdash/sdk/adapter/gobreaker"
+	cbhystrix "github.com/cbdash/cbdash/sdk/adapter/hystrixgo"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -26,6 +30,8 @@ import (
 )
 
 var errBoom = errors.New("boom")
+
+var runs atomic.Int64
 
 // server is a real collector on a SQLite file in t.TempDir(), served on
 // 127.0.0.1.
@@ -240,5 +246,75 @@ func TestFailsafeThroughOpenAndBackToClosedAndObeysAForceOpenHold(t *testing.T) 
 	}
 	if d.State != protocol.StateForcedOpen || d.PerInstance[0].Config.HoldsUnsupported || d.PerInstance[0].Config.FailureRateThreshold != 75 {
 		t.Errorf("dependency = state %q, config %+v", d.State, d.PerInstance[0].Config)
+	}
+}
+
+// A hystrix-go command through the adapter, registered with a real agent
+// by one call, reaches a real collector with hystrix-go's exact counts
+// (its successes, failures, short-circuits and fallbacks) and both its
+// transitions; it cannot be held. hystrix-go runs on the system clock:
+// its SleepWindow is waited out by calling until the test call passes.
+func TestHystrixGoThroughOpenAndBackToClosedWithExactCounts(t *testing.T) {
+	s := startServer(t)
+	a := s.startAgent(t)
+	ad := cbhystrix.Register(a, cbhystrix.Options{PollInterval: 20 * time.Millisecond})
+	t.Cleanup(ad.Close)
+	command := fmt.Sprintf("users-%d", runs.Add(1)) // a new circuit for each run (-count)
+	hystrix.ConfigureCommand(command, hystrix.CommandConfig{Timeout: 5000, RequestVolumeThreshold: 5,
+		SleepWindow: 100, ErrorPercentThreshold: 50})
+	var want protocol.Counts // as the callers saw them
+	do := func(err error) error {
+		err = hystrix.Do(command, func() error { return err }, nil)
+		switch {
+		case errors.Is(err, hystrix.ErrCircuitOpen):
+			want.RejectedOpen++
+		case err != nil:
+			want.Admitted++
+			want.Failures++
+			want.Errors++
+		default:
+			want.Admitted++
+			want.Successes++
+		}
+		return err
+	}
+	for _, err := range []error{nil, nil, errBoom, errBoom, errBoom, errBoom, errBoom} {
+		_ = do(err)
+	}
+	// hystrix-go counts the calls on a goroutine of its own: once it has,
+	// asking the circuit (as the adapter's poll does) opens it, and a call
+	// with a fallback is short-circuited into it.
+	eventually.True(t, "hystrix-go to open the circuit", func() bool {
+		cb, _, err := hystrix.GetCircuit(command)
+		return err == nil && cb.IsOpen()
+	})
+	fellBack := false
+	_ = hystrix.Do(command, func() error { return nil }, func(err error) error {
+		fellBack = errors.Is(err, hystrix.ErrCircuitOpen)
+		return nil
+	})
+	if !fellBack {
+		t.Fatal("the call after the circuit opened was not short-circuited into its fallback")
+	}
+	want.RejectedOpen++
+	want.FallbackSuccess++
+	eventually.True(t, "hystrix-go's test call after its SleepWindow", func() bool { return do(nil) == nil })
+	s.waitTransitions(t, command, "closed>open:library_rule", "open>closed:probes_succeeded")
+	if !eventually.Wait(eventually.Timeout, func() bool { return s.recent(t, command) == want }) {
+		t.Fatalf("the collector has counts %+v, want %+v (as the callers saw them)", s.recent(t, command), want)
+	}
+
+	d, err := s.col.Dependency(cbdash.DependencyKey{Service: "shop", Breaker: command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := d.PerInstance[0].Config
+	if cfg.Library != cbhystrix.Library || !cfg.HoldsUnsupported || cfg.Settings.Map()["SleepWindow"] != "100ms" || cfg.FailureRateThreshold != 50 {
+		t.Errorf("the collector has config %+v", cfg)
+	}
+	_, err = s.col.Issue(context.Background(), cbdash.Actor{Name: "ops"}, cbdash.CommandRequest{Service: "shop", Breaker: command,
+		Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "drill", Actor: "ops"})
+	if !errors.Is(err, cbdash.ErrInvalid) || !strings.Contains(err.Error(), "cannot be held open or closed") {
+		t.Errorf("force open of a hystrix-go command: %v, want refused: cannot be held open or closed", err)
 	}
 }

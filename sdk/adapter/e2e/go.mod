@@ -5,10 +5,12 @@ go 1.26.0
 toolchain go1.27.3
 
 require (
+	github.com/afex/hystrix-go v0.0.0-20180502004556-fa1af6a1f4f5
 	github.com/cbdash/cbdash v0.0.0
 	github.com/cbdash/cbdash/sdk v0.0.0
 	github.com/cbdash/cbdash/sdk/adapter/failsafe v0.0.0
 	github.com/cbdash/cbdash/sdk/adapter/gobreaker v0.0.0
+	github.com/cbdash/cbdash/sdk/adapter/hystrixgo v0.0.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sony/gobreaker/v2 v2.4.0
@@ -21,10 +23,12 @@ require (
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/gopherjs/gopherjs v1.21.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jtolds/gls v4.20.0+incompatible // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -35,6 +39,7 @@ require (
 	github.com/prometheus/procfs v0.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
+	github.com/smarty/assertions v1.16.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
@@ -52,4 +57,5 @@ replace (
 	github.com/cbdash/cbdash/sdk => ../..
 	github.com/cbdash/cbdash/sdk/adapter/failsafe => ../failsafe
 	github.com/cbdash/cbdash/sdk/adapter/gobreaker => ../gobreaker
+	github.com/cbdash/cbdash/sdk/adapter/hystrixgo => ../hystrixgo
 )
