@@ -76,7 +76,7 @@ class Agent {
     this.lastWarnAt = 0;
     this.kicked = false;
     this.timers = new Set();
-    this.stats = { connects: 0, welcomes: 0, acks: 0, refusedBatches: 0, commands: 0, errors: 0 };
+    this.stats = { connects: 0, welcomes: 0, acks: 0, refusedBatches: 0, commands: 0, errors: 0, longestTaskMs: 0 };
   }
 
   // start connects and starts the report tick; it returns this.
@@ -507,6 +507,7 @@ class Agent {
   }
 
   _guard (what, fn) {
+    const t0 = performance.now();
     try {
       fn();
     } catch (e) {
@@ -514,6 +515,9 @@ class Agent {
       try {
         this.log.warn(`${what}: ${e && e.stack ? e.stack : e}`);
       } catch { /* a logger that throws */ }
+    } finally {
+      const ms = performance.now() - t0;
+      if (ms > this.stats.longestTaskMs) this.stats.longestTaskMs = ms;
     }
   }
 
