@@ -1,0 +1,66 @@
+'use strict';
+// The agent's cost on an opossum call: the same run fires two opossum
+// breakers alike, one registered with an agent connected to a real
+// collector (`cbdash serve` built from this tree, or CBDASH_BIN), one
+// without, in alternating rounds, and prints the time per call of each
+// and their ratio.
+//
+//   node bench/bench.js                  (CBDASH_BIN=bin/cbdash to skip the build)
+//   node bench/bench.js --down           the agent's collector is down
+//   BENCH_CALLS=200000 BENCH_ROUNDS=10 node bench/bench.js
+
+const CircuitBreaker = require('opossum');
+const { Agent } = require('..');
+const { Collector } = require('../test/helpers/collector');
+
+const CALLS = Number(process.env.BENCH_CALLS) || 50000;
+const ROUNDS = Number(process.env.BENCH_ROUNDS) || 6;
+
+function breaker (name) {
+  let n = 0;
+  // a dependency that answers at once, failing one call in 50
+  const b = new CircuitBreaker(async () => { if (++n % 50 === 0) throw new Error('boom'); return n; },
+    { name, timeout: 1000, resetTimeout: 1000, errorThresholdPercentage: 50, volumeThreshold: 20 });
+  b.fallback(() => 0);
+  return b;
+}
+
+async function round (b) {
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < CALLS; i++) await b.fire();
+  return Number(process.hrtime.bigint() - t0) / CALLS;
+}
+
+async function main () {
+  const down = process.argv.includes('--down');
+  let col = null;
+  let url = 'ws://127.0.0.1:9/api/v1/agent';
+  let token = '';
+  if (!down) {
+    col = await Collector.start();
+    if (col.skip) throw new Error(col.skip);
+    url = col.agentURL;
+    token = col.agentToken;
+  }
+  const agent = new Agent({ url, token, service: 'node-svc', instance: `bench-${process.pid}`, logger: { warn () {}, error () {}, debug () {} } }).start();
+  const withAgent = breaker('inventory');
+  agent.register(withAgent);
+  const without = breaker('bare');
+  await round(without); await round(withAgent); // warm up
+  const ns = { without: [], with: [] };
+  for (let i = 0; i < ROUNDS; i++) {
+    ns.without.push(await round(without));
+    ns.with.push(await round(withAgent));
+  }
+  const med = a => a.slice().sort((x, y) => x - y)[a.length >> 1];
+  const s = agent.status();
+  await agent.close(5000);
+  if (col) await col.stop();
+  console.log(`opossum fire(), ${CALLS} calls x ${ROUNDS} rounds, node ${process.version}, collector ${down ? 'down' : 'up (cbdash serve)'}`);
+  console.log(`  without the agent: ${med(ns.without).toFixed(0)} ns per call (median of rounds)`);
+  console.log(`  with the agent:    ${med(ns.with).toFixed(0)} ns per call`);
+  console.log(`  ratio: ${(med(ns.with) / med(ns.without)).toFixed(3)}; agent cost ${(med(ns.with) - med(ns.without)).toFixed(0)} ns per call`);
+  console.log(`  agent: ${s.acks} acks, ${s.unacked} unacknowledged at the end, longest task ${s.longestTaskMs.toFixed(1)} ms`);
+}
+
+main().catch(e => { console.error(e); process.exitCode = 1; });
