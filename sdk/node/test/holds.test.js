@@ -105,3 +105,33 @@ test('a breaker registered with holds: false is declared holds_unsupported and i
   assert.match(results()[0].error, /holds are turned off/);
   assert.equal(b.closed, true);
 });
+
+test('a hand-written breaker with state and onTransition is reported: its transitions pushed, its calls counted, holds refused', async () => {
+  const a = new Agent({ url: 'ws://127.0.0.1:9/api/v1/agent', service: 'node-svc', instance: 'i-1', logger: quiet });
+  // the shape of the articles' TypeScript breaker
+  const listeners = [];
+  const mine = {
+    name: 'payments',
+    state: 'CLOSED',
+    onTransition (fn) { listeners.push(fn); return () => listeners.splice(listeners.indexOf(fn), 1); },
+    set (to) { const from = this.state; this.state = to; for (const fn of listeners) fn(from, to); }
+  };
+  const src = a.registerBreaker(mine, { openMs: 5000 });
+  assert.equal(await src.call(async () => 'ok'), 'ok');
+  await assert.rejects(src.call(async () => { throw new Error('boom'); }));
+  mine.set('OPEN');
+  mine.set('HALF_OPEN');
+  mine.set('CLOSED');
+  assert.deepEqual(a.outbox.transitions.map(x => `${x.v.from}>${x.v.to}:${x.v.cause.kind}`),
+    ['closed>open:library_rule', 'open>half_open:open_elapsed', 'half_open>closed:probes_succeeded']);
+  assert.equal(a.outbox.transitions[0].v.open_ms, 5000);
+  const s = src.snapshot();
+  assert.equal(s.counts.admitted, 2);
+  assert.equal(s.counts.successes, 1);
+  assert.equal(s.counts.errors, 1);
+  assert.equal(src.describe().holds_unsupported, true);
+  a._command({ type: 'command', id: 'h1', breaker: 'payments', action: 'force_open' });
+  assert.match(a.outbox.results[0].v.error, /hand-written breaker cannot be held/);
+  a.unregister('payments');
+  assert.equal(listeners.length, 0);
+});
