@@ -302,7 +302,9 @@ class Agent {
       this._fail(c, `the collector selected subprotocol "${c.ws.protocol}", not ${P.SUBPROTOCOL}`);
       return;
     }
-    this._send(c, JSON.stringify(this._hello()));
+    const h = this._hello();
+    c.declared = h.breakers.map(b => b.name).join('\n');
+    this._send(c, JSON.stringify(h));
     c.welcomeTimer = this._timer(() => {
       if (!c.welcomed) this._fail(c, `no welcome within ${this.opts.handshakeTimeoutMs} ms`);
     }, this.opts.handshakeTimeoutMs);
@@ -340,6 +342,10 @@ class Agent {
     this.outbox.acked(last, true);
     c.waitingSince = this.now();
     if (this.outbox.inflight.length === 0) c.progressed = true;
+    // a breaker registered between the hello and the welcome is declared
+    // before any batch reports it
+    const h = this._hello();
+    if (h.breakers.map(b => b.name).join('\n') !== c.declared) this._send(c, JSON.stringify(h));
     for (const b of this.outbox.inflight) this._send(c, b.json); // resent byte for byte, in order
     this._flush();
   }

@@ -206,3 +206,25 @@ test('the outbox merges, then drops, under pressure and accounts exactly for wha
     assert.equal(b.dropped.lost.reduce((s, x) => s + x.calls, 0), box.totals.calls);
   }
 });
+
+test('a breaker registered after the welcome is declared in a new hello before any batch reports it, and an unregistered one until its last report is acknowledged', async t => {
+  const fake = await fakeCollector();
+  t.after(() => fake.close());
+  const a = agentFor(fake.url).start();
+  t.after(() => a.close(0));
+  a.register(opossum('inventory'));
+  await until('connected', () => a.connected);
+  const pricing = opossum('pricing');
+  a.register(pricing);
+  await pricing.fire();
+  await until('a window of pricing', () => fake.batches.some(x => (x.m.windows || []).some(w => w.breaker === 'pricing')));
+  const conn = fake.conns[0];
+  const iHello = conn.messages.findIndex(m => m.type === 'hello' && m.breakers.some(b => b.name === 'pricing'));
+  const iBatch = conn.messages.findIndex(m => m.type === 'batch' && (m.windows || []).some(w => w.breaker === 'pricing'));
+  assert.ok(iHello > 0 && iHello < iBatch, 'declared before reported');
+  a.unregister('pricing');
+  await until('a hello without pricing', () => fake.hellos.length >= 3 && !fake.hellos[fake.hellos.length - 1].breakers.some(b => b.name === 'pricing'));
+  const last = conn.messages.map((m, i) => [m, i]).filter(([m]) => m.type === 'batch' && (m.windows || []).some(w => w.breaker === 'pricing')).pop()[1];
+  const dropped = conn.messages.findIndex(m => m.type === 'hello' && !m.breakers.some(b => b.name === 'pricing') && conn.messages.indexOf(m) > iHello);
+  assert.ok(dropped > last, 'still declared while its last window was unacknowledged');
+});
