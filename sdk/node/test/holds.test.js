@@ -34,7 +34,7 @@ function setup (opts = {}) {
 
 test('force_open holds opossum open past its resetTimeout (no probe admitted), its fallback answers, and the TTL closes it without a collector', async () => {
   const { b, src, transitions, results, cmd, ran } = setup();
-  cmd('force_open', { ttl_ms: 400, reason: 'drill', actor: 'ops' });
+  cmd('force_open', { ttl_ms: 2000, reason: 'drill', actor: 'ops' });
   assert.equal(results()[0].ok, true);
   assert.equal(results()[0].state, 'forced_open');
   assert.equal(b.opened, true);
