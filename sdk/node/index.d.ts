@@ -39,6 +39,8 @@ export interface AgentOptions {
   /** Reconnect backoff: from minBackoffMs doubling to maxBackoffMs, jittered in [d/2, d] (defaults 250 and 30000). */
   minBackoffMs?: number;
   maxBackoffMs?: number;
+  /** Connected to another of urls, move back to the preferred one after its /readyz answered 200 three times in a row over this long, ms (default 30000; 0 = never). */
+  failbackAfterMs?: number;
   /** false: the agent's socket keeps the process alive (default: it never does). */
   unref?: boolean;
   /** Where the agent says what went wrong (default console.warn / console.error). */

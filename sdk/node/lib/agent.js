@@ -7,6 +7,8 @@
 // of a socket, timer or breaker event is guarded, and a failure is logged.
 
 const os = require('os');
+const http = require('http');
+const https = require('https');
 const WebSocket = require('ws');
 const P = require('./protocol');
 const { Outbox } = require('./outbox');
@@ -24,8 +26,23 @@ const defaults = {
   writeTimeoutMs: 10000,
   ackTimeoutMs: 30000,
   minBackoffMs: 250,
-  maxBackoffMs: 30000
+  maxBackoffMs: 30000,
+  failbackAfterMs: 30000
 };
+
+// readyzURL is the /readyz of the collector whose agent URL is u: ws://
+// made http://, wss:// https://, and /api/v1/agent (and what follows) in
+// its path made /readyz (as sdk/agent's readyzURL).
+function readyzURL (u) {
+  const url = new URL(u);
+  url.protocol = url.protocol === 'wss:' ? 'https:' : 'http:';
+  const i = url.pathname.indexOf('/api/v1/agent');
+  const prefix = i >= 0 ? url.pathname.slice(0, i) : '';
+  url.pathname = prefix.replace(/\/$/, '') + '/readyz';
+  url.search = '';
+  url.hash = '';
+  return url.toString();
+}
 
 // fnv1a32 is FNV-1a (32 bits) of service, a zero byte and instance: the
 // first URL an instance tries, as sdk/agent picks it.
@@ -59,6 +76,7 @@ class Agent {
     this.opts = o;
     this.urls = urls.map(String);
     this.urlIndex = fnv1a32(o.service, o.instance) % this.urls.length;
+    this.preferred = this.urlIndex;
     this.now = o.now || Date.now;
     this.log = o.logger || { warn: (...a) => console.warn('cbdash agent:', ...a), error: (...a) => console.error('cbdash agent:', ...a), debug: () => {} };
     this.startedAt = this.now();
@@ -231,7 +249,7 @@ class Agent {
 
   _flush () {
     const c = this.conn;
-    if (!c || !c.welcomed || c.closing) return;
+    if (!c || !c.welcomed || c.closing || c.draining) return;
     for (;;) {
       const b = this.outbox.take();
       if (!b) return;
@@ -348,6 +366,63 @@ class Agent {
     if (h.breakers.map(b => b.name).join('\n') !== c.declared) this._send(c, JSON.stringify(h));
     for (const b of this.outbox.inflight) this._send(c, b.json); // resent byte for byte, in order
     this._flush();
+    if (this.urlIndex !== this.preferred && this.opts.failbackAfterMs > 0) this._failbackChecks(c);
+  }
+
+  // _failbackChecks asks the preferred collector's /readyz about every
+  // third of failbackAfterMs (drawn within ±25% for this connection);
+  // after 3 ready answers in a row spanning failbackAfterMs the agent
+  // stops sending batches, waits (at most 10 s) for the acks of what it
+  // sent, closes this connection normally and connects to the preferred
+  // one at once, keeping its outbox (docs/protocol.md, Failing back).
+  _failbackChecks (c) {
+    const target = readyzURL(this.urls[this.preferred]);
+    const period = this.opts.failbackAfterMs / 3 * (0.75 + Math.random() / 2);
+    let ready = 0;
+    let since = 0;
+    const check = () => {
+      if (c !== this.conn || c.closing || this.closed) return;
+      const mod = target.startsWith('https:') ? https : http;
+      let answered = false;
+      const done = ok => {
+        if (answered) return;
+        answered = true;
+        if (c !== this.conn || c.closing || this.closed) return;
+        if (!ok) ready = 0;
+        else if (ready++ === 0) since = this.now();
+        if (ready >= 3 && this.now() - since >= this.opts.failbackAfterMs) this._failBack(c);
+        else this._timer(check, period);
+      };
+      try {
+        const req = mod.get(target, { agent: false, timeout: Math.min(period, 5000) }, res => {
+          res.resume();
+          done(res.statusCode === 200);
+        });
+        req.on('timeout', () => req.destroy());
+        req.on('error', () => done(false));
+      } catch {
+        done(false);
+      }
+    };
+    this._timer(check, period);
+  }
+
+  _failBack (c) {
+    c.draining = true;
+    const deadline = this.now() + 10000;
+    const wait = () => {
+      if (c !== this.conn || c.closing || this.closed) return;
+      if (this.outbox.inflight.length > 0 && this.now() < deadline) {
+        this._timer(wait, 20);
+        return;
+      }
+      this.log.warn(`moving back to the preferred collector ${this.urls[this.preferred]}`);
+      c.failback = true;
+      c.closing = true;
+      try { c.ws.close(1000); } catch { /* closed */ }
+      this._timer(() => { try { c.ws.terminate(); } catch { /* closed */ } }, 1000);
+    };
+    wait();
   }
 
   _ack (c, m) {
@@ -462,6 +537,11 @@ class Agent {
     if (this.conn === c) this.conn = null;
     if (this.closed) return;
     if (c.progressed) this.failures = 0;
+    if (c.failback) {
+      this.urlIndex = this.preferred;
+      this._timer(() => this._connect(), 0);
+      return;
+    }
     let wait;
     let sameURL = false;
     if (c.fatal && c.fatal.retry && c.fatal.retryAfterMs > 0 && this.retryAfterInARow < 5) {
@@ -582,4 +662,4 @@ class Agent {
   }
 }
 
-module.exports = { Agent, fnv1a32 };
+module.exports = { Agent, fnv1a32, readyzURL };

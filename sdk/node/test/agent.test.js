@@ -235,3 +235,34 @@ test('a breaker registered after the welcome is declared in a new hello before a
   const dropped = conn.messages.findIndex(m => m.type === 'hello' && !m.breakers.some(b => b.name === 'pricing') && conn.messages.indexOf(m) > iHello);
   assert.ok(dropped > last, 'still declared while its last window was unacknowledged');
 });
+
+test('connected to another collector, the agent moves back to its preferred one once that /readyz has been ready for failbackAfterMs, losing and repeating nothing', async t => {
+  const down = await closedPort(); // the preferred collector, not up yet
+  const other = await fakeCollector();
+  t.after(() => other.close());
+  // FNV-1a of node-svc and i-1 is odd: of two URLs the second is preferred
+  const a = agentFor([other.url, down.url], { failbackAfterMs: 300 }).start();
+  t.after(() => a.close(0));
+  assert.equal(a.preferred, 1);
+  const b = opossum();
+  a.register(b);
+  await until('connected to the other', () => a.connected && a.conn.url === other.url);
+  let calls = 0;
+  const load = setInterval(() => { calls++; b.fire().catch(() => {}); }, 5);
+  t.after(() => clearInterval(load));
+  await sleep(200);
+  const preferred = await fakeCollector({ port: Number(new URL(down.url).port) });
+  t.after(() => preferred.close());
+  await until('moved to the preferred collector', () => a.connected && a.conn.url === preferred.url);
+  assert.ok(preferred.readyz >= 3, 'asked /readyz');
+  assert.deepEqual(other.closes, [1000], 'closed normally');
+  await sleep(200);
+  clearInterval(load);
+  await sleep(20);
+  assert.equal(await a.close(5000), true);
+  const bySeq = new Map();
+  for (const x of [...other.batches, ...preferred.batches]) bySeq.set(x.m.seq, x.m);
+  let admitted = 0;
+  for (const m of bySeq.values()) for (const w of m.windows || []) admitted += w.counts.admitted;
+  assert.equal(admitted, calls, 'every call counted once across the move');
+});

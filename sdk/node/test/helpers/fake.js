@@ -11,12 +11,20 @@ const { WebSocketServer } = require('ws');
 // fakeCollector calls onConn({ws, hello, send, messages}) for every
 // connection after its hello; by default it welcomes with last_seq
 // lastSeq() and acks every batch.
-function fakeCollector ({ lastSeq = () => 0, ack = true, onConn = () => {}, onMessage = () => {} } = {}) {
-  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, handleProtocols: p => (p.has('cbdash.v1') ? 'cbdash.v1' : false) });
-  const state = { conns: [], batches: [], hellos: [], wss };
+// GET /readyz answers 200 (503 when state.ready is false); port 0 is a
+// free one.
+function fakeCollector ({ lastSeq = () => 0, ack = true, onConn = () => {}, onMessage = () => {}, port = 0 } = {}) {
+  const state = { conns: [], batches: [], hellos: [], ready: true, readyz: 0, closes: [] };
+  const server = http.createServer((req, res) => {
+    if (req.url === '/readyz') state.readyz++;
+    res.writeHead(req.url === '/readyz' ? (state.ready ? 200 : 503) : 404).end();
+  });
+  const wss = new WebSocketServer({ server, handleProtocols: p => (p.has('cbdash.v1') ? 'cbdash.v1' : false) });
+  state.wss = wss;
   wss.on('connection', ws => {
     const conn = { ws, hello: null, send: m => ws.send(JSON.stringify(m)), messages: [] };
     ws.on('error', () => {});
+    ws.on('close', code => state.closes.push(code));
     ws.on('message', data => {
       const m = JSON.parse(data.toString());
       conn.messages.push(m);
@@ -37,11 +45,13 @@ function fakeCollector ({ lastSeq = () => 0, ack = true, onConn = () => {}, onMe
       onMessage(conn, m, data.toString());
     });
   });
-  return new Promise(resolve => wss.on('listening', () => {
-    state.url = `ws://127.0.0.1:${wss.address().port}/api/v1/agent`;
+  return new Promise(resolve => server.listen(port, '127.0.0.1', () => {
+    state.url = `ws://127.0.0.1:${server.address().port}/api/v1/agent`;
     state.close = () => new Promise(r => {
       for (const c of wss.clients) c.terminate();
-      wss.close(() => r());
+      wss.close();
+      server.closeAllConnections?.();
+      server.close(() => r());
     });
     resolve(state);
   }));
