@@ -98,6 +98,19 @@ export interface Source {
   snapshot(now?: number): Snapshot;
 }
 
+/** What the agent needs of an opossum CircuitBreaker (opossum's own types need not be installed). */
+export interface OpossumLike {
+  readonly name: string;
+  on(event: string, fn: (...args: any[]) => void): unknown;
+  prependListener(event: string, fn: (...args: any[]) => void): unknown;
+  removeListener(event: string, fn: (...args: any[]) => void): unknown;
+  fire(...args: any[]): Promise<unknown>;
+  open(): void;
+  close(): void;
+  disable(): void;
+  enable(): void;
+}
+
 export interface OpossumSource extends Source {}
 
 export interface StatefulSource extends Source {
@@ -126,7 +139,7 @@ export class Agent {
   /** Connects and starts reporting; returns this. */
   start(): this;
   /** Reports an opossum CircuitBreaker (its events, its settings) and applies holds to it. */
-  register(breaker: import('events').EventEmitter & { fire(...args: any[]): Promise<any> }, opts?: RegisterOptions): OpossumSource;
+  register(breaker: OpossumLike, opts?: RegisterOptions): OpossumSource;
   /** Reports a hand-written breaker; holds are not supported for it. */
   registerBreaker(breaker: HandWrittenBreaker, opts?: RegisterBreakerOptions): StatefulSource;
   /** Sends the breaker's last window and stops reporting it. */
