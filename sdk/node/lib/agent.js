@@ -635,7 +635,7 @@ class Agent {
         if ((this.outbox.inflight.length === 0 && !this.outbox.hasPending()) || this.now() >= deadline) {
           finish();
         } else {
-          setTimeout(poll, 20).unref();
+          setTimeout(poll, 20); // ref'd: an awaited close keeps the process for its (bounded) time
         }
       };
       poll();

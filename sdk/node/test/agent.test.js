@@ -266,3 +266,16 @@ test('connected to another collector, the agent moves back to its preferred one 
   for (const m of bySeq.values()) for (const w of m.windows || []) admitted += w.counts.admitted;
   assert.equal(admitted, calls, 'every call counted once across the move');
 });
+
+test('an awaited close() resolves (false, after its timeout) even when nothing else keeps the process alive and no collector answers', () => {
+  const { execFileSync } = require('node:child_process');
+  const script = `
+    const CircuitBreaker = require('opossum');
+    const { createAgent } = require(${JSON.stringify(require.resolve('..'))});
+    const a = createAgent({ url: 'ws://127.0.0.1:9/api/v1/agent', service: 's', logger: { warn () {}, error () {} } });
+    const b = new CircuitBreaker(async () => 1, { name: 'x' });
+    a.register(b);
+    b.fire().then(() => a.close(300)).then(ok => console.log('closed ' + ok));`;
+  const out = execFileSync(process.execPath, ['-e', script], { cwd: __dirname, encoding: 'utf8', timeout: 20000 });
+  assert.equal(out.trim(), 'closed false');
+});
