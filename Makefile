@@ -32,7 +32,7 @@ RACE ?= -race -gcflags='modernc.org/...=-d=checkptr=0'
 # 30 s, a CLI command's 30 s) ran out.
 TEST_PARALLEL ?= 2
 
-.PHONY: demo serve test test-sdk test-adapters test-server test-web test-server-rest test-store bench generate lint build check-generated check-tidy check-toolchain check-shape check
+.PHONY: demo serve test test-sdk test-adapters test-node test-server test-web test-server-rest test-store bench generate lint build check-generated check-tidy check-toolchain check-shape check
 
 # demo and serve run the built binary rather than `go run`, which exits 1
 # when Ctrl-C stops its child (make then printed "Error 1" after a clean stop).
@@ -50,16 +50,16 @@ build:
 # detector, including the scenario replay and the browser tests, in three
 # streams side by side: the dashboard's package (internal/web, its browser
 # tests under the race detector), the rest of the server's module, and
-# the SDK with the adapters. Each stream runs to its end whatever another
-# does (a failing SDK test no longer hides the server's results); all
-# three must pass.
+# the SDK with the adapters and the Node agent. Each stream runs to its
+# end whatever another does (a failing SDK test no longer hides the
+# server's results); all three must pass.
 test:
 	@$(MAKE) --no-print-directory test-web & web=$$!; \
-	$(MAKE) --no-print-directory test-sdk test-adapters & sdk=$$!; \
+	$(MAKE) --no-print-directory test-sdk test-adapters test-node & sdk=$$!; \
 	$(MAKE) --no-print-directory test-server-rest; rest=$$?; \
 	wait $$web; webrc=$$?; wait $$sdk; sdkrc=$$?; \
 	if [ $$rest -ne 0 ] || [ $$webrc -ne 0 ] || [ $$sdkrc -ne 0 ]; then \
-		echo "make test FAILED (internal/web: exit $$webrc; the SDK and adapters: exit $$sdkrc; the rest of the server: exit $$rest)"; exit 1; fi
+		echo "make test FAILED (internal/web: exit $$webrc; the SDK, adapters and Node agent: exit $$sdkrc; the rest of the server: exit $$rest)"; exit 1; fi
 
 # SHARED_SCENARIOS: the breaker scenarios reduced from public bug reports,
 # replayed from ../shared when it is there (new ones may have been added
@@ -75,6 +75,17 @@ test-sdk:
 EXTRA_MODULES = sdk/adapter/gobreaker sdk/adapter/failsafe sdk/adapter/hystrixgo sdk/adapter/e2e examples/retry internal/source/e2e
 test-adapters:
 	@for m in $(EXTRA_MODULES); do (cd $$m && $(GO) test $(RACE) -count=1 -timeout 10m ./...) || exit 1; done
+
+# The Node agent (sdk/node, an npm package): its tests under Node's test
+# runner, the end-to-end one against bin/cbdash built from this tree
+# (about 25 s; CBDASH_E2E_SECONDS=120 runs the failing schedule for two
+# minutes). Without its npm packages (npm ci in sdk/node; .ci/run does
+# it) it is skipped with a message, except in CI (CI set), where it fails.
+test-node: build
+	@if [ ! -d sdk/node/node_modules/ws ] || [ ! -d sdk/node/node_modules/opossum ]; then \
+		if [ -n "$$CI" ]; then echo "sdk/node: its npm packages are not installed (run npm ci in sdk/node)"; exit 1; fi; \
+		echo "skipping sdk/node's tests: its npm packages are not installed (run npm ci in sdk/node)"; exit 0; fi; \
+	cd sdk/node && CBDASH_BIN=$(abspath bin/cbdash) npm test --silent
 
 # The store's suite (internal/store, internal/storetest) runs on SQLite and
 # then, when CBDASH_TEST_POSTGRES names a PostgreSQL server
