@@ -34,7 +34,8 @@ type stripe struct {
 	n          [numCounters]atomic.Uint64
 	latency    [numLatencyBuckets]atomic.Uint64
 	latencySum atomic.Int64
-	_          [(64 - (numCounters+numLatencyBuckets+1)*8%64) % 64]byte
+	hotAt      atomic.Int64 // breaker time of the stripe's last hot check (see checkHot)
+	_          [(64 - (numCounters+numLatencyBuckets+2)*8%64) % 64]byte
 }
 
 type counters struct {
