@@ -74,7 +74,45 @@ type epoch struct {
 
 	until atomic.Int64            // forced states: when they run out (ns since base); 0 = never
 	cmd   atomic.Pointer[Command] // forced states: the command holding them
+
+	ramp *ramp // Closed after half-open, with Config.RampDuration: the ramp; nil = none
 }
+
+// ramp is the rising share of calls a closed epoch admits after a
+// recovery (Config.RampDuration). Calls read active (one atomic load)
+// while it lasts; the first admission at or after until clears it, and
+// from then on the epoch is an ordinary closed one.
+type ramp struct {
+	from, until int64         // breaker time: when it started (the closing) and ends
+	active      atomic.Bool   // still ramping
+	credit      atomic.Uint64 // admissions owed, 32.32 fixed point (see admit)
+}
+
+// share is the share of calls (0..1) the ramp admits at now.
+func (r *ramp) share(now int64) float64 {
+	if now >= r.until {
+		return 1
+	}
+	return float64(max(now-r.from, 0)) / float64(r.until-r.from)
+}
+
+// admit decides whether the ramp admits a call at now. Each call adds
+// the share at its time to a credit (fixed point, 32 fraction bits); the
+// call that carries the credit past a whole number is admitted. So the
+// ramp admits share of the calls at each moment, spread evenly, and the
+// same calls in every replay.
+func (r *ramp) admit(now int64) bool {
+	if now >= r.until {
+		r.active.Store(false)
+		return true
+	}
+	inc := uint64(r.share(now) * (1 << 32))
+	c := r.credit.Add(inc)
+	return c>>32 != (c-inc)>>32
+}
+
+// ramping reports whether ep is a closed epoch still ramping.
+func (ep *epoch) ramping() bool { return ep.ramp != nil && ep.ramp.active.Load() }
 
 // due reports whether ep has a transition due at now that is made lazily:
 // open > half_open, or a forced state's expiry.
@@ -229,6 +267,10 @@ type pendingTransition struct {
 // held; the caller calls deliver after unlocking.
 func (b *Breaker) transitionLocked(from *epoch, to State, at int64, cause Cause, until int64, cmd *Command) *epoch {
 	ep := b.newEpochLocked(to)
+	if to == Closed && from.state == HalfOpen && b.cfg.RampDuration > 0 {
+		ep.ramp = &ramp{from: at, until: at + int64(b.cfg.RampDuration)}
+		ep.ramp.active.Store(true)
+	}
 	if to == Open {
 		ep.openDur = b.nextOpenLocked(from.state == HalfOpen)
 		ep.openUntil = at + int64(ep.openDur)
@@ -318,6 +360,11 @@ func (b *Breaker) admit() (Call, error) {
 		}
 		probe := false
 		switch ep.state {
+		case Closed:
+			if ep.ramping() && !ep.ramp.admit(now) {
+				b.ctr.add(st, cRejRamp)
+				return Call{}, ErrRamp
+			}
 		case Open:
 			b.ctr.add(st, cRejOpen)
 			return Call{}, ErrOpen
@@ -434,6 +481,9 @@ func (b *Breaker) tripLocked(ep *epoch, end int64) bool {
 	}
 	s := c.stats()
 	cause := Cause{Kind: CauseFailureRate, FailureRate: s.FailureRate, SlowCallRate: s.SlowCallRate, Threshold: b.cfg.FailureRateThreshold, Window: s}
+	if ep.ramping() {
+		cause.RampShare = ep.ramp.share(end)
+	}
 	if s.FailureRate < b.cfg.FailureRateThreshold {
 		cause.Kind, cause.Threshold = CauseSlowCallRate, b.cfg.SlowCallRateThreshold
 	}
@@ -507,6 +557,10 @@ func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	s.InFlight = max(int64(t.Admitted)-int64(t.Successes+t.Failures+t.Ignored), 0)
 	if ep.win != nil {
 		s.Window = ep.win.stats(now).stats()
+	}
+	s.RampShare = 1
+	if ep.ramping() && now < ep.ramp.until {
+		s.RampUntil, s.RampShare = b.wall(ep.ramp.until), ep.ramp.share(now)
 	}
 	if ep.state == ForcedOpen || ep.state == ForcedClosed {
 		if u := ep.until.Load(); u != 0 {

@@ -158,7 +158,7 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 // rejected, and the error for the caller.
 func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (Outcome, bool, error) {
 	if b.plain {
-		if ep := b.ep.Load(); ep.state == Closed {
+		if ep := b.ep.Load(); ep.state == Closed && !ep.ramping() {
 			return b.executeClosed(ctx, ep, fn)
 		}
 	}

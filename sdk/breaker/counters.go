@@ -18,6 +18,7 @@ const (
 	cRejHalfOpen
 	cRejForced
 	cRejBulkhead
+	cRejRamp
 	cFallbackOK
 	cFallbackFailed
 	cMisuse
@@ -81,6 +82,7 @@ func (c *counters) totals() Totals {
 		Panics: c.sum(cPanics), Slow: c.sum(cSlow), Ignored: c.sum(cIgnored),
 		RejectedOpen: c.sum(cRejOpen), RejectedHalfOpenFull: c.sum(cRejHalfOpen),
 		RejectedForcedOpen: c.sum(cRejForced), RejectedBulkhead: c.sum(cRejBulkhead),
+		RejectedRamp:      c.sum(cRejRamp),
 		FallbackSuccesses: c.sum(cFallbackOK), FallbackFailures: c.sum(cFallbackFailed),
 		Misuse: c.sum(cMisuse),
 	}

@@ -110,6 +110,18 @@
 //     context is canceled with cause ErrTimeout and its late result is
 //     thrown away (resilience4j's TimeLimiter, Hystrix's
 //     execution.isolation.thread.timeoutInMilliseconds).
+//   - RampDuration (duration, default 0 = off): ramped recovery. After
+//     the breaker closes from half-open it admits a share of the calls
+//     that rises linearly from 0 to 1 over RampDuration and rejects the
+//     rest with ErrRamp (reason "ramp"; the fallback serves them), so that
+//     a dependency that has just come back is not hit by the whole load
+//     at once (Hystrix issue 1647, still open there; Envoy's slow start
+//     does this for new endpoints, not for breakers). The admitted calls
+//     are judged in the closed window as usual: reaching a threshold
+//     (with MinimumCalls) opens the breaker again and abandons the ramp
+//     (Cause.RampShare says how far it had got). Commands never ramp and
+//     end a ramp. While ramping a call costs one extra atomic operation;
+//     with RampDuration 0, or once the ramp is over, nothing.
 //   - MaxConcurrent (calls, default 0 = unlimited): the bulkhead; calls in
 //     flight at once, in any state, of any generation; more are rejected
 //     with ErrBulkheadFull and are not failures (Hystrix's semaphore

@@ -104,6 +104,10 @@ type Cause struct {
 	// ExpiresAt is, for a transition into a forced state, when the forced
 	// state runs out (zero: never).
 	ExpiresAt time.Time
+	// RampShare is, for a failure_rate or slow_call_rate trip during a
+	// ramp (Config.RampDuration), the share of calls (0..1) the ramp was
+	// admitting then: the ramp was abandoned. 0 otherwise.
+	RampShare float64
 }
 
 // Transition is one state change of a breaker, as delivered to observers.
@@ -158,6 +162,7 @@ type Totals struct {
 	RejectedHalfOpenFull uint64
 	RejectedForcedOpen   uint64
 	RejectedBulkhead     uint64
+	RejectedRamp         uint64 // calls the ramp after a recovery did not admit yet (Config.RampDuration)
 
 	FallbackSuccesses uint64 // fallbacks that returned no error
 	FallbackFailures  uint64 // fallbacks that returned an error
@@ -170,7 +175,7 @@ type Totals struct {
 
 // Rejected is the sum of every rejection reason.
 func (t Totals) Rejected() uint64 {
-	return t.RejectedOpen + t.RejectedHalfOpenFull + t.RejectedForcedOpen + t.RejectedBulkhead
+	return t.RejectedOpen + t.RejectedHalfOpenFull + t.RejectedForcedOpen + t.RejectedBulkhead + t.RejectedRamp
 }
 
 // WindowStats is the sliding window as the breaker judges it at one moment.
@@ -226,7 +231,13 @@ type Snapshot struct {
 	FailureRateThreshold, SlowCallRateThreshold float64 // percent; SlowCallRateThreshold is 0 when slow detection is off
 	MinimumCalls                                int
 	ForcedUntil                                 time.Time // when a forced state runs out; zero = not forced or no expiry
-	Forced                                      *Command  // the command holding a forced state, nil otherwise
+	// RampUntil is, while the breaker ramps up after a recovery
+	// (Config.RampDuration), when the ramp ends; zero otherwise.
+	// RampShare is the share of calls (0..1) it admits now; 1 when not
+	// ramping.
+	RampUntil time.Time
+	RampShare float64
+	Forced    *Command // the command holding a forced state, nil otherwise
 	// ClockStepsBack counts the steps back of Config.Clock since the
 	// breaker was made (a clock without a monotonic reading set back, by
 	// NTP or by hand, or read before the breaker was made): the readings
