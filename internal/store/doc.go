@@ -60,7 +60,7 @@
 //
 // Their numbers are ranges owned by area: 00001-00009 instances, windows,
 // commands, agent tokens, the store's health probe (00005), data gaps
-// (00006), misuse counts (00007) and the per-instance history (00008);
+// (00006), misuse counts (00007), the per-instance history (00008) and ramp rejections (00009);
 // 00010-00019 users and accounts; 00020-00029 incidents, alerts (their
 // firing state: 00023) and configuration changes; 00030-00039 holds; 00040
 // the handover of the singletons (leader marks, episode keys); 00041 the

@@ -264,6 +264,7 @@ func countsDelta(cur, prev breaker.Totals) protocol.Counts {
 		RejectedHalfOpen: d(cur.RejectedHalfOpenFull, prev.RejectedHalfOpenFull),
 		RejectedForced:   d(cur.RejectedForcedOpen, prev.RejectedForcedOpen),
 		RejectedBulkhead: d(cur.RejectedBulkhead, prev.RejectedBulkhead),
+		RejectedRamp:     d(cur.RejectedRamp, prev.RejectedRamp),
 		FallbackSuccess:  d(cur.FallbackSuccesses, prev.FallbackSuccesses),
 		FallbackFailure:  d(cur.FallbackFailures, prev.FallbackFailures),
 		Misuse:           d(cur.Misuse, prev.Misuse),

@@ -337,11 +337,16 @@ type Counts struct {
 	// bug: a second Done of one call), each ignored by the breaker.
 	// Optional: omitted when 0, and by agents that do not count it.
 	Misuse int64 `json:"misuse,omitempty"`
+	// RejectedRamp counts calls rejected by a breaker ramping up after a
+	// recovery (sdk/breaker Config.RampDuration: closed, admitting a rising
+	// share of the calls; the fallback serves the rest). Optional: omitted
+	// when 0, and by agents whose breakers do not ramp. Part of Rejected.
+	RejectedRamp int64 `json:"rejected_ramp,omitempty"`
 }
 
 // Rejected is the sum of every rejection reason.
 func (c Counts) Rejected() int64 {
-	return c.RejectedOpen + c.RejectedHalfOpen + c.RejectedForced + c.RejectedBulkhead
+	return c.RejectedOpen + c.RejectedHalfOpen + c.RejectedForced + c.RejectedBulkhead + c.RejectedRamp
 }
 
 // Add adds o to c field by field. A sum that would overflow int64 stays
@@ -362,6 +367,7 @@ func (c *Counts) Add(o Counts) {
 	c.FallbackSuccess = SatAdd(c.FallbackSuccess, o.FallbackSuccess)
 	c.FallbackFailure = SatAdd(c.FallbackFailure, o.FallbackFailure)
 	c.Misuse = SatAdd(c.Misuse, o.Misuse)
+	c.RejectedRamp = SatAdd(c.RejectedRamp, o.RejectedRamp)
 }
 
 // SatAdd returns a+b, saturated at math.MaxInt64 and math.MinInt64
@@ -387,7 +393,7 @@ func (c Counts) validate() error {
 		{"slow", c.Slow}, {"ignored", c.Ignored}, {"rejected_open", c.RejectedOpen},
 		{"rejected_half_open_full", c.RejectedHalfOpen}, {"rejected_forced_open", c.RejectedForced},
 		{"rejected_bulkhead", c.RejectedBulkhead}, {"fallback_successes", c.FallbackSuccess},
-		{"fallback_failures", c.FallbackFailure}, {"misuse", c.Misuse},
+		{"fallback_failures", c.FallbackFailure}, {"misuse", c.Misuse}, {"rejected_ramp", c.RejectedRamp},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("counts.%s is negative (%d)", f.n, f.v)
