@@ -65,6 +65,7 @@ type Breaker struct {
 type epoch struct {
 	gen   uint64
 	state State
+	since int64  // when the breaker entered state (ns since base): the transition's time
 	win   window // Closed and ForcedClosed
 
 	openUntil int64         // Open: when it becomes half-open (ns since base)
@@ -267,6 +268,7 @@ type pendingTransition struct {
 // held; the caller calls deliver after unlocking.
 func (b *Breaker) transitionLocked(from *epoch, to State, at int64, cause Cause, until int64, cmd *Command) *epoch {
 	ep := b.newEpochLocked(to)
+	ep.since = at
 	if to == Closed && from.state == HalfOpen && b.cfg.RampDuration > 0 {
 		ep.ramp = &ramp{from: at, until: at + int64(b.cfg.RampDuration)}
 		ep.ramp.active.Store(true)
@@ -540,7 +542,7 @@ func (b *Breaker) Snapshot() Snapshot {
 
 func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	s := Snapshot{
-		Name: b.name, State: ep.state, Generation: ep.gen, At: b.wall(now),
+		Name: b.name, State: ep.state, Generation: ep.gen, At: b.wall(now), Since: b.wall(ep.since),
 		Totals:                b.ctr.totals(),
 		FailureRateThreshold:  b.cfg.FailureRateThreshold,
 		SlowCallRateThreshold: b.cfg.SlowCallRateThreshold,

@@ -216,7 +216,13 @@ type Snapshot struct {
 	State      State
 	Generation uint64
 	At         time.Time
-	Totals     Totals
+	// Since is when the breaker entered State: the time of the transition
+	// into it (for a lazily seen open > half_open, the moment it became
+	// due), or when the breaker was made if it has always been closed. A
+	// release or reset of a closed breaker makes no transition and leaves
+	// it.
+	Since  time.Time
+	Totals Totals
 	// Latency holds len(LatencyBounds)+1 cumulative bucket counts: bucket
 	// i counts ended calls that took <= LatencyBounds[i] and more than the
 	// bound before it; the last bucket counts the rest. A hot breaker's
