@@ -150,8 +150,10 @@ func New(name string, cfg Config) (*Breaker, error) {
 	}
 	b.expireFn = b.expire
 	b.plain = c.CallTimeout == 0 && c.MaxConcurrent == 0
-	b.coarseOK = b.plain && c.Clock == nil && c.Window.Kind == CountWindow && c.SlowCallDuration == 0
 	b.coarseOff = int64(b.base.Sub(procBase))
+	// A breaker made before procBase is in a testing/synctest bubble (its
+	// fake time starts in 2000): the coarse clock runs on real time.
+	b.coarseOK = b.plain && c.Clock == nil && c.Window.Kind == CountWindow && c.SlowCallDuration == 0 && b.coarseOff >= 0
 	b.ep.Store(b.newEpochLocked(Closed))
 	return b, nil
 }

@@ -158,7 +158,7 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 // rejected, and the error for the caller.
 func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (Outcome, bool, error) {
 	if b.plain {
-		if ep := b.ep.Load(); ep.state == Closed && !ep.ramping() {
+		if ep := b.ep.Load(); ep.state == Closed {
 			return b.executeClosed(ctx, ep, fn)
 		}
 	}
@@ -185,21 +185,28 @@ func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (
 // executeClosed is execute for a call through the closed epoch ep of a
 // breaker without a CallTimeout or a bulkhead (b.plain): the common case,
 // kept short. A closed epoch has no lazy transition due and admits every
-// call, so admission is only the start time and the Admitted count. On a
+// call unless it ramps (one atomic load tells, when Config.RampDuration is
+// set; while ramping, the ramp's credit takes one atomic add), so
+// admission is only the start time and the Admitted count. On a
 // hot breaker (see coarseClock) whose decisions never depend on a call's
 // duration (b.coarseOK), a successful call takes its start and end from
 // the coarse clock; any other outcome reads the precise clock at its end,
 // so that a trip's time is exact.
 func (b *Breaker) executeClosed(ctx context.Context, ep *epoch, fn func(context.Context) error) (Outcome, bool, error) {
 	c := Call{b: b, ep: ep, stripe: stripeHint()}
+	ramping := ep.ramp != nil && ep.ramp.active.Load() // nil unless Config.RampDuration is set
 	hot := false
-	if b.coarseOK {
+	if b.coarseOK && !ramping { // a ramp's decision reads the precise clock
 		if t := coarse.now.Load(); t != 0 {
 			c.start, hot = t-b.coarseOff, true
 		}
 	}
 	if !hot {
 		c.start = b.now()
+	}
+	if ramping && !ep.ramp.admit(c.start) {
+		b.ctr.add(c.stripe, cRejRamp)
+		return 0, true, ErrRamp
 	}
 	if n := b.ctr.s[c.stripe%numStripes].n[cAdmitted].Add(1); n%hotCalls == 0 && b.coarseOK {
 		b.checkHot(c.stripe, c.start)

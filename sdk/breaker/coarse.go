@@ -54,13 +54,19 @@ const (
 	hotSpan     = 10 * time.Millisecond // hot: hotCalls admissions on one stripe in less than this
 )
 
-// want asks for the coarse clock until coarseLease after t (ns since
-// procBase), starting the ticker if it is not running.
-func (c *coarseClock) want(t int64) {
+// want asks for the coarse clock for the next coarseLease, starting the
+// ticker if it is not running. Inside a testing/synctest bubble, whose
+// fake time is before procBase, it does nothing: the ticker would run on
+// the bubble's time (and belong to the bubble).
+func (c *coarseClock) want() {
+	t := int64(time.Since(procBase))
+	if t <= 0 {
+		return
+	}
 	c.lease.Store(t + int64(coarseLease))
 	if !c.running.Load() && c.running.CompareAndSwap(false, true) {
 		c.starts.Add(1)
-		c.now.Store(max(int64(time.Since(procBase)), 1))
+		c.now.Store(t)
 		go c.run()
 	}
 }
@@ -85,10 +91,11 @@ func (c *coarseClock) run() {
 
 // checkHot runs every hotCalls admissions of stripe st, with the call's
 // start t (breaker time): if the stripe's previous check was less than
-// hotSpan ago, the breaker is hot and asks for the coarse clock.
+// hotSpan ago, the breaker is hot and asks for the coarse clock (which
+// then reads the system clock once more).
 func (b *Breaker) checkHot(st uint8, t int64) {
 	prev := b.ctr.s[st%numStripes].hotAt.Swap(t)
 	if prev != 0 && t-prev < int64(hotSpan) && t > prev {
-		coarse.want(t + b.coarseOff)
+		coarse.want()
 	}
 }

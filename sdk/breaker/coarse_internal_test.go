@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -115,5 +116,31 @@ func TestCoarseClockOnlyWhereNoDecisionNeedsTime(t *testing.T) {
 		if b.coarseOK {
 			t.Errorf("%s: may use the coarse clock", name)
 		}
+	}
+}
+
+// In a testing/synctest bubble (fake time from 2000) a breaker never reads
+// the coarse clock, and a hot one does not start it: its ticker would run
+// on the bubble's time and belong to the bubble.
+func TestCoarseClockNotInABubble(t *testing.T) {
+	waitCoarseStopped(t)
+	before := coarse.starts.Load()
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New("bubble", Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.coarseOK {
+			t.Error("a breaker made in a bubble may use the coarse clock")
+		}
+		ok := func(context.Context) error { return nil }
+		for range 3 * hotCalls {
+			_ = b.Execute(context.Background(), ok)
+		}
+		b.checkHot(0, 1)
+		b.checkHot(0, 2)
+	})
+	if n := coarse.starts.Load(); n != before {
+		t.Errorf("the coarse clock started %d times from a bubble", n-before)
 	}
 }
