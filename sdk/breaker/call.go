@@ -110,7 +110,7 @@ func (c *Call) report(o Outcome) bool {
 
 // Allow asks to start a call: it returns a Call to end with Done or Report
 // once the call is over, or a rejection error (ErrOpen, ErrHalfOpenFull,
-// ErrForcedOpen or ErrBulkheadFull, all matching ErrRejected). With
+// ErrForcedOpen, ErrBulkheadFull or ErrRamp, all matching ErrRejected). With
 // CallTimeout set, a call not ended within it is recorded as a Timeout at
 // its deadline and its later Done is thrown away; the caller is not
 // interrupted (use Execute for that).

@@ -29,7 +29,12 @@ import (
 // Resolution: a coarse reading lags the true time by less than one tick
 // (coarseTick, 1 ms, more when the scheduler runs the ticker late), and a
 // hot call's latency is the difference of two readings: a call that took
-// d is counted as a whole number of ticks within one tick of d. Its
+// d is counted as a whole number of ticks within one tick of d. When the
+// ticker runs late (a starved process), a call in flight across that late
+// tick is counted at up to the delay: rare (the call must straddle the
+// late tick; TestCoarseClockOnAHotBreaker allows 1 % of calls beyond the
+// first bucket under the race detector on a busy machine), and the
+// precise clock would count a call preempted as long the same way. Its
 // latency bucket can differ from the precise one only for calls within a
 // tick of a bucket bound (1 ms, 2 ms, 5 ms: a 1.5 ms call may be counted
 // at 1 ms or 2 ms); LatencySum stays right on average (a call starting at

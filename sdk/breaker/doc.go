@@ -27,8 +27,8 @@
 // by every breaker of the process, that ticks each millisecond while some
 // breaker is hot and stops by itself 50 ms after the last one cools down.
 // Such a call is counted in the histogram at a whole number of
-// milliseconds within one (a little more when the ticker runs late) of
-// its duration, so it may land in the next bucket or the one before when
+// milliseconds within one of its duration (a call in flight across a
+// tick that the scheduler ran late is counted at up to the delay), so it may land in the next bucket or the one before when
 // it took within a millisecond of a bound; LatencySum stays right on
 // average. Nothing the breaker decides reads the coarse clock: failures,
 // transitions, probes, timeouts, slow calls and time windows read the
