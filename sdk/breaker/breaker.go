@@ -15,11 +15,12 @@ import (
 // closed breaker with a count window takes no lock and writes no memory
 // shared with other cores: it loads the epoch, reads the clock twice
 // (start and end, for the latency histogram) and adds to counters striped
-// by goroutine. On a hot breaker (100,000 calls a second or more on one
-// goroutine) whose decisions never depend on a call's duration, Execute
-// takes those two readings from a coarse clock instead, one atomic load
-// each (see coarseClock in coarse.go: 1 ms resolution, for the latency
-// histogram of successful closed calls only). Failures, slow calls, time windows, half-open probes and
+// by goroutine. While some breaker of the process is hot (100,000 calls a
+// second or more on one goroutine), a breaker whose decisions never
+// depend on a call's duration takes those two readings from a coarse
+// clock instead, one atomic load each (see coarseClock in coarse.go: 1 ms
+// resolution, for the latency histogram of successful closed calls only).
+// Failures, slow calls, time windows, half-open probes and
 // transitions take a short per-breaker lock; no lock is ever held while
 // user code or an observer runs, but for the Clock's Now and AfterFunc
 // under the CallTimeout queue's lock, which a panic of theirs releases

@@ -12,9 +12,9 @@ import (
 // stops by itself soon after, so it costs nothing to a breaker that is
 // not, and never outlives a burst of calls by more than coarseLease.
 //
-// Only the latency histogram of a hot breaker's successful closed calls
-// is measured with it, and only on a breaker whose decisions never depend
-// on a call's duration (system clock, count window, no slow-call
+// Only the latency histogram of successful closed calls is measured with
+// it, while it runs (while some breaker of the process is hot), and only
+// on a breaker whose decisions never depend on a call's duration (system clock, count window, no slow-call
 // detection, no CallTimeout, no bulkhead): see Breaker.executeClosed.
 // Every decision (trips, half-open, timeouts, slow calls, time-window
 // buckets, transition times) keeps reading the precise clock.
@@ -23,8 +23,8 @@ import (
 // microsecond of CPU) per coarseTick, which pays for itself only above
 // some tens of thousands of calls a second. A breaker is hot while one of
 // its counter stripes (about one goroutine) admits hotCalls calls in less
-// than hotSpan, i.e. at 100,000 calls a second or more; below that, a
-// call reads the precise clock twice, exactly as before.
+// than hotSpan, i.e. at 100,000 calls a second or more; while no breaker
+// is, a call reads the precise clock twice, exactly as before.
 //
 // Resolution: a coarse reading lags the true time by less than one tick
 // (coarseTick, 1 ms, more when the scheduler runs the ticker late), and a

@@ -19,20 +19,22 @@
 //
 // The clock. A call reads the monotonic clock when it starts and when it
 // ends, for the latency histogram; each reading costs about 30 ns, most
-// of a successful call's cost. A hot breaker (one goroutine making
-// 100,000 calls a second or more through it) that uses the system clock,
-// a count window, no slow-call detection, no CallTimeout and no bulkhead
-// takes both readings of a successful closed call's Execute (or Do) from
-// a coarse clock instead: a reading kept by one ticker goroutine, shared
-// by every breaker of the process, that ticks each millisecond while some
-// breaker is hot and stops by itself 50 ms after the last one cools down.
+// of a successful call's cost. While some breaker of the process is hot
+// (one goroutine making 100,000 calls a second or more through it), a
+// coarse clock runs: a reading kept by one ticker goroutine, shared by
+// every breaker of the process, that ticks each millisecond and stops by
+// itself 50 ms after the last hot breaker cools down. Meanwhile every
+// breaker that uses the system clock, a count window, no slow-call
+// detection, no CallTimeout and no bulkhead takes both readings of a
+// successful closed call's Execute (or Do) from it, one atomic load each.
 // Such a call is counted in the histogram at a whole number of
 // milliseconds within one of its duration (a call in flight across a
-// tick that the scheduler ran late is counted at up to the delay), so it may land in the next bucket or the one before when
-// it took within a millisecond of a bound; LatencySum stays right on
-// average. Nothing the breaker decides reads the coarse clock: failures,
-// transitions, probes, timeouts, slow calls and time windows read the
-// precise one, and a breaker that is not hot reads only the precise one.
+// tick that the scheduler ran late is counted at up to the delay), so it
+// may land in the next bucket or the one before when it took within a
+// millisecond of a bound; LatencySum stays right on average. Nothing the
+// breaker decides reads the coarse clock: failures, transitions, probes,
+// ramps, timeouts, slow calls and time windows read the precise one, and
+// while no breaker is hot every call reads only the precise one.
 //
 // # States
 //

@@ -225,9 +225,10 @@ type Snapshot struct {
 	Totals Totals
 	// Latency holds len(LatencyBounds)+1 cumulative bucket counts: bucket
 	// i counts ended calls that took <= LatencyBounds[i] and more than the
-	// bound before it; the last bucket counts the rest. A hot breaker's
-	// successful closed calls are measured with a 1 ms coarse clock (see
-	// the package documentation, The clock).
+	// bound before it; the last bucket counts the rest. While some
+	// breaker of the process is hot, successful closed calls may be
+	// measured with a 1 ms coarse clock (see the package documentation,
+	// The clock).
 	Latency    []uint64
 	LatencySum time.Duration // sum of the latencies counted in Latency
 	InFlight   int64         // calls admitted and not yet ended
