@@ -357,6 +357,7 @@ func breakerConfig(name string, c breaker.Config) protocol.BreakerConfig {
 		HalfOpenSuccessThreshold: c.HalfOpenSuccessThreshold,
 		CallTimeoutMillis:        ms(c.CallTimeout),
 		MaxConcurrent:            c.MaxConcurrent,
+		RampMillis:               ms(c.RampDuration),
 	}
 	if c.Window.Kind == breaker.TimeWindow {
 		bc.WindowMillis, bc.WindowBuckets = ms(c.Window.Duration), c.Window.Buckets

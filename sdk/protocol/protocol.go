@@ -194,6 +194,11 @@ type BreakerConfig struct {
 	HalfOpenSuccessThreshold int     `json:"half_open_success_threshold"`
 	CallTimeoutMillis        int64   `json:"call_timeout_ms,omitempty"`
 	MaxConcurrent            int     `json:"max_concurrent,omitempty"` // 0 = no bulkhead
+	// RampMillis is the ramp after a recovery (sdk/breaker
+	// Config.RampDuration): after closing from half-open, the share of
+	// calls admitted rises from 0 to all over this many ms. 0 (and
+	// absent, as from older agents) = no ramp.
+	RampMillis int64 `json:"ramp_ms,omitempty"`
 	// Library names the breaker library when the breaker is not an
 	// sdk/breaker one but fed to the agent by an adapter (for example
 	// "sony/gobreaker v2" or "failsafe-go"); empty for sdk/breaker. The
@@ -879,6 +884,7 @@ func (b *BreakerConfig) validate(p string) error {
 		{"open_duration_ms", b.OpenDurationMillis}, {"open_backoff_max_ms", b.OpenBackoffMaxMillis},
 		{"half_open_max_calls", int64(b.HalfOpenMaxCalls)}, {"half_open_success_threshold", int64(b.HalfOpenSuccessThreshold)},
 		{"call_timeout_ms", b.CallTimeoutMillis}, {"max_concurrent", int64(b.MaxConcurrent)},
+		{"ramp_ms", b.RampMillis},
 	} {
 		if f.v < 0 {
 			return invalid("%s.%s is negative (%d)", p, f.n, f.v)
