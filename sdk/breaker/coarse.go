@@ -30,11 +30,18 @@ import (
 // (coarseTick, 1 ms, more when the scheduler runs the ticker late), and a
 // hot call's latency is the difference of two readings: a call that took
 // d is counted as a whole number of ticks within one tick of d. When the
-// ticker runs late (a starved process), a call in flight across that late
-// tick is counted at up to the delay: rare (the call must straddle the
-// late tick; TestCoarseClockOnAHotBreaker allows 1 % of calls beyond the
-// first bucket under the race detector on a busy machine), and the
-// precise clock would count a call preempted as long the same way. Its
+// ticker runs late, a call in flight across that late tick is counted at
+// up to the delay. It runs late when the process is short of CPU: with
+// every P busy, a due timer waits for the scheduler's next preemption
+// point (about every 10 ms of CPU; ticks 50-250 ms apart were seen with
+// three busy goroutines on 2 Ps of a machine at load average 20). Then
+// a call of duration d straddles a tick with probability d/gap and is
+// counted at about the gap: LatencySum stays right on average, but the
+// histogram's tail moves up, for calls of a millisecond by about as much
+// as preemption itself (which the precise clock counts) moves their real
+// latency in such a process. For calls of microseconds, the usual hot
+// case, such straddlers are rare (TestCoarseClockOnAHotBreaker allows 1 %
+// beyond the first bucket under the race detector on a busy machine). Its
 // latency bucket can differ from the precise one only for calls within a
 // tick of a bucket bound (1 ms, 2 ms, 5 ms: a 1.5 ms call may be counted
 // at 1 ms or 2 ms); LatencySum stays right on average (a call starting at

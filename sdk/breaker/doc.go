@@ -28,10 +28,11 @@
 // detection, no CallTimeout and no bulkhead takes both readings of a
 // successful closed call's Execute (or Do) from it, one atomic load each.
 // Such a call is counted in the histogram at a whole number of
-// milliseconds within one of its duration (a call in flight across a
-// tick that the scheduler ran late is counted at up to the delay), so it
-// may land in the next bucket or the one before when it took within a
-// millisecond of a bound; LatencySum stays right on average. Nothing the
+// milliseconds within one of its duration, so it may land in the next
+// bucket or the one before when it took within a millisecond of a bound;
+// a call in flight across a tick that the scheduler ran late (a process
+// short of CPU: ticks may then come tens of milliseconds apart) is
+// counted at up to the delay. LatencySum stays right on average. Nothing the
 // breaker decides reads the coarse clock: failures, transitions, probes,
 // ramps, timeouts, slow calls and time windows read the precise one, and
 // while no breaker is hot every call reads only the precise one.
