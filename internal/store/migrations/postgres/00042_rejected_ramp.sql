@@ -1,4 +1,4 @@
--- PostgreSQL twin of ../sqlite/00009_rejected_ramp.sql: same version, same tables; BIGINT for
+-- PostgreSQL twin of ../sqlite/00042_rejected_ramp.sql: same version, same tables; BIGINT for
 -- integers (Unix ms do not fit INTEGER), DOUBLE PRECISION, BYTEA, identity ids.
 -- Ramp rejections (protocol Counts.RejectedRamp: calls a breaker ramping up
 -- after a recovery did not admit yet), summed like every other count at
