@@ -272,7 +272,7 @@ type pendingTransition struct {
 func (b *Breaker) transitionLocked(from *epoch, to State, at int64, cause Cause, until int64, cmd *Command) *epoch {
 	ep := b.newEpochLocked(to)
 	ep.since = at
-	if to == Closed && from.state == HalfOpen && b.cfg.RampDuration > 0 {
+	if cause.Kind == CauseProbesSucceeded && b.cfg.RampDuration > 0 { // half_open > closed by its probes; a command's closing never ramps
 		ep.ramp = &ramp{from: at, until: at + int64(b.cfg.RampDuration)}
 		ep.ramp.active.Store(true)
 	}
