@@ -20,7 +20,7 @@ type SettingDiff struct {
 
 // ConfigDiff names every setting of c that differs from other, in a fixed
 // order: window, thresholds, minimum calls, open duration and back-off,
-// half-open, timeout, bulkhead, library, then each library setting by
+// half-open, timeout, bulkhead, ramp, library, then each library setting by
 // name. It compares every field of protocol.BreakerConfig but the name;
 // equal configurations give nil.
 func ConfigDiff(c, other protocol.BreakerConfig) []SettingDiff {
@@ -48,6 +48,7 @@ func ConfigDiff(c, other protocol.BreakerConfig) []SettingDiff {
 	add("half-open successes to close", strconv.Itoa(c.HalfOpenSuccessThreshold), strconv.Itoa(other.HalfOpenSuccessThreshold))
 	add("timeout", ms(c.CallTimeoutMillis), ms(other.CallTimeoutMillis))
 	add("bulkhead", strconv.Itoa(c.MaxConcurrent), strconv.Itoa(other.MaxConcurrent))
+	add("ramp", ms(c.RampMillis), ms(other.RampMillis))
 	add("library", c.Library, other.Library)
 	add("holds", fmt.Sprint(!c.HoldsUnsupported), fmt.Sprint(!other.HoldsUnsupported))
 	a, b := c.Settings.Map(), other.Settings.Map()

@@ -20,6 +20,7 @@ func TestConfigDiffNamesEverySettingThatDiffers(t *testing.T) {
 		{"name only", func(c *protocol.BreakerConfig) { c.Name = "other" }, nil},
 		{"timeout", func(c *protocol.BreakerConfig) { c.CallTimeoutMillis = 2000 }, []cbdash.SettingDiff{{"timeout", "2s", "1s"}}},
 		{"bulkhead", func(c *protocol.BreakerConfig) { c.MaxConcurrent = 0 }, []cbdash.SettingDiff{{"bulkhead", "0", "10"}}},
+		{"ramp", func(c *protocol.BreakerConfig) { c.RampMillis = 20000 }, []cbdash.SettingDiff{{"ramp", "20s", "0s"}}},
 		{"half-open", func(c *protocol.BreakerConfig) { c.HalfOpenMaxCalls = 1 }, []cbdash.SettingDiff{{"half-open max calls", "1", "3"}}},
 		{"back-off", func(c *protocol.BreakerConfig) { c.OpenBackoffMultiplier, c.OpenBackoffMaxMillis = 2, 60000 },
 			[]cbdash.SettingDiff{{"open back-off multiplier", "2", "0"}, {"open back-off max", "1m0s", "0s"}}},

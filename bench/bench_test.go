@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/breaker"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/sony/gobreaker/v2"
@@ -226,6 +227,7 @@ func BenchmarkCbdashConfigs(b *testing.B) {
 		{"slow", breaker.Config{SlowCallDuration: time.Second}},
 		{"timeout", breaker.Config{CallTimeout: time.Second}},
 		{"bulkhead", breaker.Config{MaxConcurrent: 100}},
+		{"ramp-configured", breaker.Config{RampDuration: 20 * time.Second}}, // configured, not ramping: costs nothing
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			cb, err := breaker.New("bench", c.cfg)
@@ -240,6 +242,47 @@ func BenchmarkCbdashConfigs(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkRamp compares, on one virtual clock standing still, a closed
+// breaker with no ramp and one ramping up after a recovery at a share of
+// 0.999999 (so that nearly every call is admitted and the figures compare
+// admitted calls): the ramp's cost while it lasts, one atomic load and
+// one atomic add.
+func BenchmarkRamp(b *testing.B) {
+	ctx := context.Background()
+	for _, ramping := range []bool{false, true} {
+		name := "off"
+		if ramping {
+			name = "ramping"
+		}
+		b.Run(name, func(b *testing.B) {
+			clk := breakertest.NewEpochClock()
+			cfg := breaker.Config{MinimumCalls: 1, OpenDuration: time.Second, Clock: clk}
+			if ramping {
+				cfg.RampDuration = 1000 * time.Second
+			}
+			cb, err := breaker.New("bench", cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = cb.Execute(ctx, func(context.Context) error { return errDown })
+			clk.Advance(time.Second)
+			if err := cb.Execute(ctx, ok); err != nil { // the probe closes it
+				b.Fatal(err)
+			}
+			clk.Advance(999999 * time.Millisecond)
+			b.ReportAllocs()
+			measured(b, func() {
+				for b.Loop() {
+					_ = cb.Execute(ctx, ok)
+				}
+			})
+			if s := cb.Snapshot(); ramping && s.RampShare == 1 {
+				b.Fatal("not ramping")
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@
 //	cbdash token create --service checkout          # on the server: an agent token
 //	CBDASH_AGENT_TOKEN=... PAYMENTS_URL=http://127.0.0.1:9000 go run ./examples/checkout
 //	curl http://127.0.0.1:8081/checkout
+//	curl http://127.0.0.1:8081/readyz     # the breakers, for the load balancer
 //
 // Environment: CBDASH_AGENT_URL (default ws://127.0.0.1:8080/api/v1/agent),
 // CBDASH_AGENT_TOKEN, PAYMENTS_URL (default http://127.0.0.1:9000),
@@ -27,6 +28,7 @@ import (
 
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
+	"github.com/cbdash/cbdash/sdk/breaker/health"
 )
 
 func main() {
@@ -54,6 +56,11 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger, read
 	if err != nil {
 		return err
 	}
+	// The readiness endpoint reports the breakers without the load
+	// balancer trap: payments is not critical (checkout accepts the order
+	// and defers the charge when it is down), so its open breaker makes
+	// checkout degraded (200), never out of rotation.
+	readiness := health.New()
 	payments := &http.Client{Transport: breaker.NewTransport(nil, breaker.TransportConfig{
 		Config:     breaker.Config{FailureRateThreshold: 50, OpenDuration: 10 * time.Second, CallTimeout: 2 * time.Second},
 		BreakerFor: func(*http.Request) string { return "payments" },
@@ -61,6 +68,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger, read
 		// why it is missing from the dashboard (for example more breakers
 		// than the agent may declare).
 		OnNew: func(b *breaker.Breaker) {
+			_ = readiness.Add(b, health.NonCritical) // an error: added already
 			if err := a.Register(b); err != nil {
 				log.Error("breaker not reported to cbdash", "breaker", b.Name(), "error", err)
 			}
@@ -84,6 +92,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger, read
 
 	paymentsURL := or(getenv("PAYMENTS_URL"), "http://127.0.0.1:9000")
 	mux := http.NewServeMux()
+	mux.Handle("GET /readyz", readiness)
 	mux.HandleFunc("GET /checkout", func(w http.ResponseWriter, r *http.Request) {
 		checkout(w, r, payments, paymentsURL)
 	})

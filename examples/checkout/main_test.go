@@ -88,6 +88,17 @@ func TestExampleBreakerOpensAndReachesTheCollector(t *testing.T) {
 	if !strings.Contains(last, "breaker is open") {
 		t.Fatalf("after 20 failed charges checkout says %q, want the open breaker's fallback", last)
 	}
+	// Its readiness stays 200: payments is not critical, checkout is only
+	// degraded (sdk/breaker/health: no load-balancer trap).
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"status":"degraded"`) || !strings.Contains(string(b), `"degraded":["payments"]`) {
+		t.Fatalf("readyz with payments open: %d %s, want 200 degraded naming payments", resp.StatusCode, b)
+	}
 
 	// The collector tells its subscribers of every change: wait for the one
 	// that shows the breaker open, or give up after 10 s.

@@ -401,6 +401,12 @@ func (d *fastDec) countsInOrder(c *protocol.Counts) bool {
 			return false
 		}
 	}
+	if d.lit(`,"rejected_ramp":`) {
+		var ok bool
+		if c.RejectedRamp, ok = d.int64(); !ok {
+			return false
+		}
+	}
 	return d.lit("}")
 }
 
@@ -510,6 +516,7 @@ func (d *fastDec) counts(c *protocol.Counts) bool {
 		{"rejected_open", &c.RejectedOpen}, {"rejected_half_open_full", &c.RejectedHalfOpen},
 		{"rejected_forced_open", &c.RejectedForced}, {"rejected_bulkhead", &c.RejectedBulkhead},
 		{"fallback_successes", &c.FallbackSuccess}, {"fallback_failures", &c.FallbackFailure}, {"misuse", &c.Misuse},
+		{"rejected_ramp", &c.RejectedRamp},
 	}
 	next := 0 // Go writes the fields in order: look there first
 	return d.object(func(key []byte) (int, bool) {

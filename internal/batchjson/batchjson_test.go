@@ -17,7 +17,7 @@ import (
 func seeds() [][]byte {
 	full, _ := json.Marshal(protocol.Batch{Type: protocol.TypeBatch, Seq: 7, SentAt: 1, Windows: []protocol.Window{{
 		Breaker: "pay", Start: -5, Millis: 1000, State: protocol.StateForcedOpen, ForcedUntil: 99,
-		Counts:   protocol.Counts{Admitted: 1, Successes: 2, Failures: 3, Errors: 4, Timeouts: 5, Panics: 6, Slow: 7, Ignored: 8, RejectedOpen: 9, RejectedHalfOpen: 10, RejectedForced: 11, RejectedBulkhead: 12, FallbackSuccess: 13, FallbackFailure: 14, Misuse: 15},
+		Counts:   protocol.Counts{Admitted: 1, Successes: 2, Failures: 3, Errors: 4, Timeouts: 5, Panics: 6, Slow: 7, Ignored: 8, RejectedOpen: 9, RejectedHalfOpen: 10, RejectedForced: 11, RejectedBulkhead: 12, FallbackSuccess: 13, FallbackFailure: 14, Misuse: 15, RejectedRamp: 16},
 		InFlight: 3, Latency: []int64{}, LatencySumMs: 1.5e-3,
 		Headroom: protocol.Headroom{Calls: 1, Failures: 2, Slow: 3, MinimumCalls: 4, FailureRate: 55.5, FailureRateThreshold: 50, SlowCallRate: 0.25, SlowCallRateThreshold: 1e300},
 	}}})

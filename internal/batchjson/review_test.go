@@ -126,7 +126,7 @@ func decodeLikeJSON(t *testing.T, data []byte) bool {
 func fullWindow(breaker string, latency []int64, forced int64) protocol.Window {
 	return protocol.Window{
 		Breaker: breaker, Start: 1_700_000_000_000, Millis: 1000, State: protocol.StateHalfOpen, ForcedUntil: forced,
-		Counts:   protocol.Counts{Admitted: 1, Successes: 2, Failures: 3, Errors: 4, Timeouts: 5, Panics: 6, Slow: 7, Ignored: 8, RejectedOpen: 9, RejectedHalfOpen: 10, RejectedForced: 11, RejectedBulkhead: 12, FallbackSuccess: 13, FallbackFailure: 14, Misuse: 15},
+		Counts:   protocol.Counts{Admitted: 1, Successes: 2, Failures: 3, Errors: 4, Timeouts: 5, Panics: 6, Slow: 7, Ignored: 8, RejectedOpen: 9, RejectedHalfOpen: 10, RejectedForced: 11, RejectedBulkhead: 12, FallbackSuccess: 13, FallbackFailure: 14, Misuse: 15, RejectedRamp: 16},
 		InFlight: 3, Latency: latency, LatencySumMs: 12.25,
 		Headroom: protocol.Headroom{Calls: 1, Failures: 2, Slow: 3, MinimumCalls: 4, FailureRate: 55.5, FailureRateThreshold: 50, SlowCallRate: 0.25, SlowCallRateThreshold: 80},
 	}

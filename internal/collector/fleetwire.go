@@ -41,7 +41,7 @@ type compactWindow struct {
 	Start       int64      `json:"s"`
 	Millis      int64      `json:"m"`
 	State       string     `json:"st"`
-	Counts      [15]int64  `json:"c"`
+	Counts      [16]int64  `json:"c"` // a 15-long array (before rejected_ramp) leaves the last 0
 	InFlight    int64      `json:"f,omitempty"`
 	Latency     []int64    `json:"l,omitempty"`
 	LatencySum  float64    `json:"ls,omitempty"`
@@ -55,8 +55,8 @@ func compactOf(w *protocol.Window) compactWindow {
 	return compactWindow{
 		Breaker: w.Breaker, Start: w.Start, Millis: w.Millis, State: w.State, InFlight: w.InFlight,
 		Latency: w.Latency, LatencySum: w.LatencySumMs, ForcedUntil: w.ForcedUntil,
-		Counts: [15]int64{c.Admitted, c.Successes, c.Failures, c.Errors, c.Timeouts, c.Panics, c.Slow, c.Ignored,
-			c.RejectedOpen, c.RejectedHalfOpen, c.RejectedForced, c.RejectedBulkhead, c.FallbackSuccess, c.FallbackFailure, c.Misuse},
+		Counts: [16]int64{c.Admitted, c.Successes, c.Failures, c.Errors, c.Timeouts, c.Panics, c.Slow, c.Ignored,
+			c.RejectedOpen, c.RejectedHalfOpen, c.RejectedForced, c.RejectedBulkhead, c.FallbackSuccess, c.FallbackFailure, c.Misuse, c.RejectedRamp},
 		Headroom: [8]float64{float64(h.Calls), float64(h.Failures), float64(h.Slow), float64(h.MinimumCalls),
 			h.FailureRate, h.FailureRateThreshold, h.SlowCallRate, h.SlowCallRateThreshold},
 	}
@@ -69,7 +69,7 @@ func (cw *compactWindow) window() protocol.Window {
 		Latency: cw.Latency, LatencySumMs: cw.LatencySum, ForcedUntil: cw.ForcedUntil,
 		Counts: protocol.Counts{Admitted: n[0], Successes: n[1], Failures: n[2], Errors: n[3], Timeouts: n[4], Panics: n[5],
 			Slow: n[6], Ignored: n[7], RejectedOpen: n[8], RejectedHalfOpen: n[9], RejectedForced: n[10],
-			RejectedBulkhead: n[11], FallbackSuccess: n[12], FallbackFailure: n[13], Misuse: n[14]},
+			RejectedBulkhead: n[11], FallbackSuccess: n[12], FallbackFailure: n[13], Misuse: n[14], RejectedRamp: n[15]},
 		Headroom: protocol.Headroom{Calls: int64(h[0]), Failures: int64(h[1]), Slow: int64(h[2]), MinimumCalls: int64(h[3]),
 			FailureRate: h[4], FailureRateThreshold: h[5], SlowCallRate: h[6], SlowCallRateThreshold: h[7]},
 	}

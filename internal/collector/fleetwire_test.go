@@ -21,7 +21,7 @@ func TestAFleetUpdateCarriesTheBatchAsApplied(t *testing.T) {
 	w := protocol.Window{
 		Breaker: "payments", Start: at.UnixMilli(), Millis: 1000, State: protocol.StateForcedOpen, InFlight: 3,
 		Counts: protocol.Counts{Admitted: 1, Successes: 2, Failures: 3, Errors: 4, Timeouts: 5, Panics: 6, Slow: 7, Ignored: 8,
-			RejectedOpen: 9, RejectedHalfOpen: 10, RejectedForced: 11, RejectedBulkhead: 12, FallbackSuccess: 13, FallbackFailure: 14, Misuse: 15},
+			RejectedOpen: 9, RejectedHalfOpen: 10, RejectedForced: 11, RejectedBulkhead: 12, FallbackSuccess: 13, FallbackFailure: 14, Misuse: 15, RejectedRamp: 16},
 		Latency: make([]int64, protocol.NumLatencyBuckets), LatencySumMs: 12.5, ForcedUntil: at.Add(time.Minute).UnixMilli(),
 		Headroom: protocol.Headroom{Calls: 100, Failures: 20, Slow: 5, MinimumCalls: 50, FailureRate: 20,
 			FailureRateThreshold: 50, SlowCallRate: 5, SlowCallRateThreshold: 80},

@@ -65,8 +65,9 @@
 // firing state: 00023) and configuration changes; 00030-00039 holds; 00040
 // the handover of the singletons (leader marks, episode keys); 00041 the
 // tables of the collectors' bus (internal/cluster; PostgreSQL only, the
-// SQLite file of that version is empty). The 00001-00009 range is now
-// full: the store's next migrations take 00042+.
+// SQLite file of that version is empty); 00042 ramp rejections (a column
+// of the windows tables). The 00001-00009 range is now full: the store's
+// next migrations take 00043+.
 //
 // Times the caller does not pass (creation of users, tokens and alert
 // rules, token use, the sweep of expired sessions) are read from

@@ -170,7 +170,7 @@ func decodeHist(b []byte) ([]int64, error) {
 
 const rowColumns = `admitted, successes, failures, errors, timeouts, panics, slow, ignored,
 	rejected_open, rejected_half_open, rejected_forced, rejected_bulkhead,
-	fallback_success, fallback_failure, in_flight, open_n, reports, latency_sum, latency, misuse`
+	fallback_success, fallback_failure, in_flight, open_n, reports, latency_sum, latency, misuse, rejected_ramp`
 
 // scanRow reads rowColumns (after any leading columns given in dest).
 func scanRow(sc interface{ Scan(...any) error }, r *row, lead ...any) error {
@@ -178,7 +178,7 @@ func scanRow(sc interface{ Scan(...any) error }, r *row, lead ...any) error {
 	c := &r.counts
 	dest := append(lead, &c.Admitted, &c.Successes, &c.Failures, &c.Errors, &c.Timeouts, &c.Panics,
 		&c.Slow, &c.Ignored, &c.RejectedOpen, &c.RejectedHalfOpen, &c.RejectedForced, &c.RejectedBulkhead,
-		&c.FallbackSuccess, &c.FallbackFailure, &r.inFlight, &r.open, &r.reports, &r.latSum, &blob, &c.Misuse)
+		&c.FallbackSuccess, &c.FallbackFailure, &r.inFlight, &r.open, &r.reports, &r.latSum, &blob, &c.Misuse, &c.RejectedRamp)
 	if err := sc.Scan(dest...); err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func rowArgs(dep, start int64, r *row) []any {
 	c := r.counts
 	return []any{dep, start, c.Admitted, c.Successes, c.Failures, c.Errors, c.Timeouts, c.Panics,
 		c.Slow, c.Ignored, c.RejectedOpen, c.RejectedHalfOpen, c.RejectedForced, c.RejectedBulkhead,
-		c.FallbackSuccess, c.FallbackFailure, r.inFlight, r.open, r.reports, r.latSum, encodeHist(r.lat), c.Misuse}
+		c.FallbackSuccess, c.FallbackFailure, r.inFlight, r.open, r.reports, r.latSum, encodeHist(r.lat), c.Misuse, c.RejectedRamp}
 }
 
 // selectRowSQL reads one row of level l (built once per level: the
@@ -207,7 +207,7 @@ var rowSQL = func() (q [levelHour + 1]struct{ sel, put string }) {
 	for l := levelSecond; l <= levelHour; l++ {
 		q[l].sel = "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = $1 AND start = $2"
 		q[l].put = "INSERT INTO " + l.table() + " (dep_id, start, " + rowColumns +
-			") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) ON CONFLICT (dep_id, start) DO UPDATE SET " +
+			") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (dep_id, start) DO UPDATE SET " +
 			replaceAll
 	}
 	return q

@@ -341,6 +341,35 @@ func TestASecondEndOfACallIsReportedAsMisuse(t *testing.T) {
 	}
 }
 
+// A ramp (sdk/breaker Config.RampDuration) is declared in the hello
+// (ramp_ms), and its rejections reach the collector as rejected_ramp, part
+// of the window's rejections.
+func TestRampRejectionsAreReported(t *testing.T) {
+	f := newFixture(t, fixtureOptions{breaker: breaker.Config{MinimumCalls: 1, OpenDuration: time.Second, RampDuration: time.Minute}})
+	ctx := context.Background()
+	calls(f.b, 1, true)
+	if h := f.col.lastHello(); len(h.Breakers) != 1 || h.Breakers[0].RampMillis != 60000 {
+		t.Fatalf("hello breakers %+v: want ramp_ms 60000", h.Breakers)
+	}
+	f.tick() // the open duration passes
+	// The probe closes it.
+	if err := f.b.Execute(ctx, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.Execute(ctx, func(context.Context) error { return nil }); !errors.Is(err, breaker.ErrRamp) {
+		t.Fatalf("first call of the ramp: %v, want ErrRamp", err)
+	}
+	f.tick()
+	waitFor(t, 5*time.Second, "a report of the ramp rejection", func() bool {
+		for _, w := range f.col.windows("payments") {
+			if w.Counts.RejectedRamp == 1 && w.Counts.Rejected() == 1 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 func TestCollectorDownAtStartupIsRetriedAndReachedLater(t *testing.T) {
 	f := newFixture(t, fixtureOptions{noStart: true})
 	f.col.stop()

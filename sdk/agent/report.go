@@ -264,6 +264,7 @@ func countsDelta(cur, prev breaker.Totals) protocol.Counts {
 		RejectedHalfOpen: d(cur.RejectedHalfOpenFull, prev.RejectedHalfOpenFull),
 		RejectedForced:   d(cur.RejectedForcedOpen, prev.RejectedForcedOpen),
 		RejectedBulkhead: d(cur.RejectedBulkhead, prev.RejectedBulkhead),
+		RejectedRamp:     d(cur.RejectedRamp, prev.RejectedRamp),
 		FallbackSuccess:  d(cur.FallbackSuccesses, prev.FallbackSuccesses),
 		FallbackFailure:  d(cur.FallbackFailures, prev.FallbackFailures),
 		Misuse:           d(cur.Misuse, prev.Misuse),
@@ -356,6 +357,7 @@ func breakerConfig(name string, c breaker.Config) protocol.BreakerConfig {
 		HalfOpenSuccessThreshold: c.HalfOpenSuccessThreshold,
 		CallTimeoutMillis:        ms(c.CallTimeout),
 		MaxConcurrent:            c.MaxConcurrent,
+		RampMillis:               ms(c.RampDuration),
 	}
 	if c.Window.Kind == breaker.TimeWindow {
 		bc.WindowMillis, bc.WindowBuckets = ms(c.Window.Duration), c.Window.Buckets

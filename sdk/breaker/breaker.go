@@ -15,7 +15,12 @@ import (
 // closed breaker with a count window takes no lock and writes no memory
 // shared with other cores: it loads the epoch, reads the clock twice
 // (start and end, for the latency histogram) and adds to counters striped
-// by goroutine. Failures, slow calls, time windows, half-open probes and
+// by goroutine. While some breaker of the process is hot (100,000 calls a
+// second or more on one goroutine), a breaker whose decisions never
+// depend on a call's duration takes those two readings from a coarse
+// clock instead, one atomic load each (see coarseClock in coarse.go: 1 ms
+// resolution, for the latency histogram of successful closed calls only).
+// Failures, slow calls, time windows, half-open probes and
 // transitions take a short per-breaker lock; no lock is ever held while
 // user code or an observer runs, but for the Clock's Now and AfterFunc
 // under the CallTimeout queue's lock, which a panic of theirs releases
@@ -29,6 +34,9 @@ type Breaker struct {
 	base      time.Time
 	slowNs    int64
 	timeoutNs int64
+	plain     bool  // no CallTimeout and no bulkhead: execute's closed fast path applies
+	coarseOK  bool  // plain, system clock, count window, no slow-call detection: a hot call may read the coarse clock
+	coarseOff int64 // b.base - procBase, ns: the coarse clock's reading minus this is breaker time
 
 	ep atomic.Pointer[epoch]
 	_  [56]byte
@@ -58,6 +66,7 @@ type Breaker struct {
 type epoch struct {
 	gen   uint64
 	state State
+	since int64  // when the breaker entered state (ns since base): the transition's time
 	win   window // Closed and ForcedClosed
 
 	openUntil int64         // Open: when it becomes half-open (ns since base)
@@ -67,7 +76,45 @@ type epoch struct {
 
 	until atomic.Int64            // forced states: when they run out (ns since base); 0 = never
 	cmd   atomic.Pointer[Command] // forced states: the command holding them
+
+	ramp *ramp // Closed after half-open, with Config.RampDuration: the ramp; nil = none
 }
+
+// ramp is the rising share of calls a closed epoch admits after a
+// recovery (Config.RampDuration). Calls read active (one atomic load)
+// while it lasts; the first admission at or after until clears it, and
+// from then on the epoch is an ordinary closed one.
+type ramp struct {
+	from, until int64         // breaker time: when it started (the closing) and ends
+	active      atomic.Bool   // still ramping
+	credit      atomic.Uint64 // admissions owed, 32.32 fixed point (see admit)
+}
+
+// share is the share of calls (0..1) the ramp admits at now.
+func (r *ramp) share(now int64) float64 {
+	if now >= r.until {
+		return 1
+	}
+	return float64(max(now-r.from, 0)) / float64(r.until-r.from)
+}
+
+// admit decides whether the ramp admits a call at now. Each call adds
+// the share at its time to a credit (fixed point, 32 fraction bits); the
+// call that carries the credit past a whole number is admitted. So the
+// ramp admits share of the calls at each moment, spread evenly, and the
+// same calls in every replay.
+func (r *ramp) admit(now int64) bool {
+	if now >= r.until {
+		r.active.Store(false)
+		return true
+	}
+	inc := uint64(r.share(now) * (1 << 32))
+	c := r.credit.Add(inc)
+	return c>>32 != (c-inc)>>32
+}
+
+// ramping reports whether ep is a closed epoch still ramping.
+func (ep *epoch) ramping() bool { return ep.ramp != nil && ep.ramp.active.Load() }
 
 // due reports whether ep has a transition due at now that is made lazily:
 // open > half_open, or a forced state's expiry.
@@ -103,6 +150,11 @@ func New(name string, cfg Config) (*Breaker, error) {
 		b.base = c.Clock.Now()
 	}
 	b.expireFn = b.expire
+	b.plain = c.CallTimeout == 0 && c.MaxConcurrent == 0
+	b.coarseOff = int64(b.base.Sub(procBase))
+	// A breaker made before procBase is in a testing/synctest bubble (its
+	// fake time starts in 2000): the coarse clock runs on real time.
+	b.coarseOK = b.plain && c.Clock == nil && c.Window.Kind == CountWindow && c.SlowCallDuration == 0 && b.coarseOff >= 0
 	b.ep.Store(b.newEpochLocked(Closed))
 	return b, nil
 }
@@ -219,6 +271,11 @@ type pendingTransition struct {
 // held; the caller calls deliver after unlocking.
 func (b *Breaker) transitionLocked(from *epoch, to State, at int64, cause Cause, until int64, cmd *Command) *epoch {
 	ep := b.newEpochLocked(to)
+	ep.since = at
+	if cause.Kind == CauseProbesSucceeded && b.cfg.RampDuration > 0 { // half_open > closed by its probes; a command's closing never ramps
+		ep.ramp = &ramp{from: at, until: at + int64(b.cfg.RampDuration)}
+		ep.ramp.active.Store(true)
+	}
 	if to == Open {
 		ep.openDur = b.nextOpenLocked(from.state == HalfOpen)
 		ep.openUntil = at + int64(ep.openDur)
@@ -308,6 +365,11 @@ func (b *Breaker) admit() (Call, error) {
 		}
 		probe := false
 		switch ep.state {
+		case Closed:
+			if ep.ramping() && !ep.ramp.admit(now) {
+				b.ctr.add(st, cRejRamp)
+				return Call{}, ErrRamp
+			}
 		case Open:
 			b.ctr.add(st, cRejOpen)
 			return Call{}, ErrOpen
@@ -424,6 +486,9 @@ func (b *Breaker) tripLocked(ep *epoch, end int64) bool {
 	}
 	s := c.stats()
 	cause := Cause{Kind: CauseFailureRate, FailureRate: s.FailureRate, SlowCallRate: s.SlowCallRate, Threshold: b.cfg.FailureRateThreshold, Window: s}
+	if ep.ramping() {
+		cause.RampShare = ep.ramp.share(end)
+	}
 	if s.FailureRate < b.cfg.FailureRateThreshold {
 		cause.Kind, cause.Threshold = CauseSlowCallRate, b.cfg.SlowCallRateThreshold
 	}
@@ -480,7 +545,7 @@ func (b *Breaker) Snapshot() Snapshot {
 
 func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	s := Snapshot{
-		Name: b.name, State: ep.state, Generation: ep.gen, At: b.wall(now),
+		Name: b.name, State: ep.state, Generation: ep.gen, At: b.wall(now), Since: b.wall(ep.since),
 		Totals:                b.ctr.totals(),
 		FailureRateThreshold:  b.cfg.FailureRateThreshold,
 		SlowCallRateThreshold: b.cfg.SlowCallRateThreshold,
@@ -497,6 +562,10 @@ func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	s.InFlight = max(int64(t.Admitted)-int64(t.Successes+t.Failures+t.Ignored), 0)
 	if ep.win != nil {
 		s.Window = ep.win.stats(now).stats()
+	}
+	s.RampShare = 1
+	if ep.ramping() && now < ep.ramp.until {
+		s.RampUntil, s.RampShare = b.wall(ep.ramp.until), ep.ramp.share(now)
 	}
 	if ep.state == ForcedOpen || ep.state == ForcedClosed {
 		if u := ep.until.Load(); u != 0 {

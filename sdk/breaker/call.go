@@ -110,7 +110,7 @@ func (c *Call) report(o Outcome) bool {
 
 // Allow asks to start a call: it returns a Call to end with Done or Report
 // once the call is over, or a rejection error (ErrOpen, ErrHalfOpenFull,
-// ErrForcedOpen or ErrBulkheadFull, all matching ErrRejected). With
+// ErrForcedOpen, ErrBulkheadFull or ErrRamp, all matching ErrRejected). With
 // CallTimeout set, a call not ended within it is recorded as a Timeout at
 // its deadline and its later Done is thrown away; the caller is not
 // interrupted (use Execute for that).
@@ -157,6 +157,11 @@ func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) e
 // execute runs fn and returns its outcome, whether the call was
 // rejected, and the error for the caller.
 func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (Outcome, bool, error) {
+	if b.plain {
+		if ep := b.ep.Load(); ep.state == Closed {
+			return b.executeClosed(ctx, ep, fn)
+		}
+	}
 	call, err := b.admit()
 	if err != nil {
 		return 0, true, err
@@ -174,6 +179,58 @@ func (b *Breaker) execute(ctx context.Context, fn func(context.Context) error) (
 	o := b.outcome(ctx, err)
 	ended = true
 	call.report(o)
+	return o, false, err
+}
+
+// executeClosed is execute for a call through the closed epoch ep of a
+// breaker without a CallTimeout or a bulkhead (b.plain): the common case,
+// kept short. A closed epoch has no lazy transition due and admits every
+// call unless it ramps (one atomic load tells, when Config.RampDuration is
+// set; while ramping, the ramp's credit takes one atomic add), so
+// admission is only the start time and the Admitted count. On a
+// hot breaker (see coarseClock) whose decisions never depend on a call's
+// duration (b.coarseOK), a successful call takes its start and end from
+// the coarse clock; any other outcome reads the precise clock at its end,
+// so that a trip's time is exact.
+func (b *Breaker) executeClosed(ctx context.Context, ep *epoch, fn func(context.Context) error) (Outcome, bool, error) {
+	c := Call{b: b, ep: ep, stripe: stripeHint()}
+	ramping := ep.ramp != nil && ep.ramp.active.Load() // nil unless Config.RampDuration is set
+	hot := false
+	if b.coarseOK && !ramping { // a ramp's decision reads the precise clock
+		if t := coarse.now.Load(); t != 0 {
+			c.start, hot = t-b.coarseOff, true
+		}
+	}
+	if !hot {
+		c.start = b.now()
+	}
+	if ramping && !ep.ramp.admit(c.start) {
+		b.ctr.add(c.stripe, cRejRamp)
+		return 0, true, ErrRamp
+	}
+	if n := b.ctr.s[c.stripe%numStripes].n[cAdmitted].Add(1); n%hotCalls == 0 && b.coarseOK {
+		b.checkHot(c.stripe, c.start)
+	}
+	ended := false
+	defer func() {
+		if !ended { // fn or Classify panicked
+			b.finish(&c, Panic, b.now())
+		}
+	}()
+	err := fn(ctx)
+	o := b.outcome(ctx, err)
+	ended = true
+	var end int64
+	if hot && o == Success {
+		if t := coarse.now.Load(); t != 0 {
+			end = t - b.coarseOff
+		} else {
+			end = b.now()
+		}
+	} else {
+		end = b.now()
+	}
+	b.finish(&c, o, end)
 	return o, false, err
 }
 

@@ -59,7 +59,9 @@ func (b *Breaker) applyLocked(c *Command, now int64) *epoch {
 		}
 	default:
 		if ep.state == Closed {
+			since := ep.since
 			ep = b.newEpochLocked(Closed)
+			ep.since = since // no transition: still closed since then
 			b.ep.Store(ep)
 		} else {
 			ep = b.transitionLocked(ep, Closed, now, Cause{Kind: CauseCommand, Command: c}, 0, nil)

@@ -93,6 +93,25 @@ type Config struct {
 	// with ErrTimeout as its cause and the call's late result is thrown
 	// away. 0 = no timeout.
 	CallTimeout time.Duration
+	// RampDuration, when > 0, ramps the breaker's recovery: after it
+	// closes from half-open (enough probes succeeded), it admits a share
+	// of the calls that rises linearly from 0 to all of them over
+	// RampDuration (at t after closing, t/RampDuration of them, spread
+	// evenly: each call adds the share at its time to a credit, and the
+	// call that carries the credit past a whole number is admitted), and rejects
+	// the rest with ErrRamp (reason "ramp", counted in
+	// Totals.RejectedRamp, served by the fallback), so that a dependency
+	// that has just come back is not hit at once by the whole load that
+	// had been kept from it (Hystrix issue 1647; Envoy's slow start does
+	// this for new endpoints). The admitted calls are recorded in the
+	// closed window as always: if their failure rate or slow-call rate
+	// reaches its threshold (with MinimumCalls), the breaker opens again
+	// and the ramp is abandoned. A closing by an operator (release, reset,
+	// a forced state's expiry) does not ramp, and any transition ends a
+	// ramp. 0 (the default) = no ramp: the breaker admits every call as
+	// soon as it closes, and pays nothing for the setting. A 20 s ramp
+	// raises the admitted share by 5 % a second.
+	RampDuration time.Duration
 	// MaxConcurrent is the bulkhead: how many calls may be in flight at
 	// once, in any state; more are rejected with ErrBulkheadFull. 0 = no
 	// bulkhead.
@@ -166,6 +185,7 @@ func (c Config) withDefaults() (Config, error) {
 	}{
 		{"SlowCallDuration", c.SlowCallDuration}, {"OpenDuration", c.OpenDuration},
 		{"OpenBackoff.Max", c.OpenBackoff.Max}, {"CallTimeout", c.CallTimeout},
+		{"RampDuration", c.RampDuration},
 	} {
 		if d.v < 0 {
 			return c, invalidf("%s must not be negative (got %v)", d.name, d.v)

@@ -18,6 +18,7 @@ const (
 	cRejHalfOpen
 	cRejForced
 	cRejBulkhead
+	cRejRamp
 	cFallbackOK
 	cFallbackFailed
 	cMisuse
@@ -34,7 +35,8 @@ type stripe struct {
 	n          [numCounters]atomic.Uint64
 	latency    [numLatencyBuckets]atomic.Uint64
 	latencySum atomic.Int64
-	_          [(64 - (numCounters+numLatencyBuckets+1)*8%64) % 64]byte
+	hotAt      atomic.Int64 // breaker time of the stripe's last hot check (see checkHot)
+	_          [(64 - (numCounters+numLatencyBuckets+2)*8%64) % 64]byte
 }
 
 type counters struct {
@@ -80,6 +82,7 @@ func (c *counters) totals() Totals {
 		Panics: c.sum(cPanics), Slow: c.sum(cSlow), Ignored: c.sum(cIgnored),
 		RejectedOpen: c.sum(cRejOpen), RejectedHalfOpenFull: c.sum(cRejHalfOpen),
 		RejectedForcedOpen: c.sum(cRejForced), RejectedBulkhead: c.sum(cRejBulkhead),
+		RejectedRamp:      c.sum(cRejRamp),
 		FallbackSuccesses: c.sum(cFallbackOK), FallbackFailures: c.sum(cFallbackFailed),
 		Misuse: c.sum(cMisuse),
 	}

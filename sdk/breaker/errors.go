@@ -6,7 +6,7 @@ import (
 )
 
 // ErrRejected is matched (errors.Is) by every rejection: ErrOpen,
-// ErrHalfOpenFull, ErrForcedOpen and ErrBulkheadFull.
+// ErrHalfOpenFull, ErrForcedOpen, ErrBulkheadFull and ErrRamp.
 var ErrRejected = errors.New("breaker: call rejected")
 
 // rejection is the type of the rejection sentinels: each is itself and also
@@ -29,6 +29,10 @@ var (
 	ErrForcedOpen error = &rejection{"breaker: forced open"}
 	// ErrBulkheadFull rejects a call when MaxConcurrent calls are in flight.
 	ErrBulkheadFull error = &rejection{"breaker: bulkhead full"}
+	// ErrRamp rejects a call that the ramp after a recovery does not admit
+	// yet (see Config.RampDuration): the breaker is closed, but admits
+	// only a rising share of the calls.
+	ErrRamp error = &rejection{"breaker: ramping up after recovery"}
 )
 
 // ErrTimeout is the error of a call that ran into the breaker's own

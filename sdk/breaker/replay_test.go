@@ -49,6 +49,7 @@ type scenarioConfig struct {
 	HalfOpenSuccessThreshold *int   `json:"half_open_success_threshold"`
 	CallTimeoutMs            *int64 `json:"call_timeout_ms"`
 	MaxConcurrent            *int   `json:"max_concurrent"`
+	RampDurationMs           *int64 `json:"ramp_duration_ms"`
 }
 
 type step struct {
@@ -229,6 +230,7 @@ func buildConfig(raw json.RawMessage) (breaker.Config, int64, error) {
 	setInt(&cfg.HalfOpenSuccessThreshold, c.HalfOpenSuccessThreshold)
 	setMs(&cfg.CallTimeout, c.CallTimeoutMs)
 	setInt(&cfg.MaxConcurrent, c.MaxConcurrent)
+	setMs(&cfg.RampDuration, c.RampDurationMs)
 	if b := c.OpenBackoff; b != nil {
 		cfg.OpenBackoff = breaker.Backoff{Multiplier: b.Multiplier, Max: ms(b.MaxMs)}
 	}
@@ -526,7 +528,7 @@ func checkExpect(expect *string, admitted bool, err error) string {
 			return ""
 		}
 	case strings.HasPrefix(want, "rejected:"):
-		if !slices.Contains([]string{"open", "half_open_full", "forced_open", "bulkhead"}, strings.TrimPrefix(want, "rejected:")) {
+		if !slices.Contains([]string{"open", "half_open_full", "forced_open", "bulkhead", "ramp"}, strings.TrimPrefix(want, "rejected:")) {
 			return fmt.Sprintf("unknown rejection reason in %q", want)
 		}
 		if got == want {
@@ -548,6 +550,8 @@ func reason(err error) string {
 		return "forced_open"
 	case errors.Is(err, breaker.ErrBulkheadFull):
 		return "bulkhead"
+	case errors.Is(err, breaker.ErrRamp):
+		return "ramp"
 	}
 	return fmt.Sprintf("not a rejection (%v)", err)
 }

@@ -25,7 +25,8 @@ func TestScenarios(t *testing.T) {
 // TestExtraScenarios replays the project's own scenarios, written in the
 // same format, for rules the shared files do not reach: scenarios-extra
 // (bulkhead and probe slots, repeated force commands, slow probes with
-// backoff, timeouts and the bulkhead) and adversarial (written from
+// backoff, timeouts and the bulkhead, the ramp after a recovery: its
+// edges, in ramp-*.json) and adversarial (written from
 // FORMAT.md alone as an independent oracle; see its README).
 func TestExtraScenarios(t *testing.T) {
 	for _, dir := range []string{"testdata/scenarios-extra", "testdata/adversarial"} {

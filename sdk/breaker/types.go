@@ -104,6 +104,10 @@ type Cause struct {
 	// ExpiresAt is, for a transition into a forced state, when the forced
 	// state runs out (zero: never).
 	ExpiresAt time.Time
+	// RampShare is, for a failure_rate or slow_call_rate trip during a
+	// ramp (Config.RampDuration), the share of calls (0..1) the ramp was
+	// admitting then: the ramp was abandoned. 0 otherwise.
+	RampShare float64
 }
 
 // Transition is one state change of a breaker, as delivered to observers.
@@ -158,6 +162,7 @@ type Totals struct {
 	RejectedHalfOpenFull uint64
 	RejectedForcedOpen   uint64
 	RejectedBulkhead     uint64
+	RejectedRamp         uint64 // calls the ramp after a recovery did not admit yet (Config.RampDuration)
 
 	FallbackSuccesses uint64 // fallbacks that returned no error
 	FallbackFailures  uint64 // fallbacks that returned an error
@@ -170,7 +175,7 @@ type Totals struct {
 
 // Rejected is the sum of every rejection reason.
 func (t Totals) Rejected() uint64 {
-	return t.RejectedOpen + t.RejectedHalfOpenFull + t.RejectedForcedOpen + t.RejectedBulkhead
+	return t.RejectedOpen + t.RejectedHalfOpenFull + t.RejectedForcedOpen + t.RejectedBulkhead + t.RejectedRamp
 }
 
 // WindowStats is the sliding window as the breaker judges it at one moment.
@@ -211,10 +216,19 @@ type Snapshot struct {
 	State      State
 	Generation uint64
 	At         time.Time
-	Totals     Totals
+	// Since is when the breaker entered State: the time of the transition
+	// into it (for a lazily seen open > half_open, the moment it became
+	// due), or when the breaker was made if it has always been closed. A
+	// release or reset of a closed breaker makes no transition and leaves
+	// it.
+	Since  time.Time
+	Totals Totals
 	// Latency holds len(LatencyBounds)+1 cumulative bucket counts: bucket
 	// i counts ended calls that took <= LatencyBounds[i] and more than the
-	// bound before it; the last bucket counts the rest.
+	// bound before it; the last bucket counts the rest. While some
+	// breaker of the process is hot, successful closed calls may be
+	// measured with a 1 ms coarse clock (see the package documentation,
+	// The clock).
 	Latency    []uint64
 	LatencySum time.Duration // sum of the latencies counted in Latency
 	InFlight   int64         // calls admitted and not yet ended
@@ -224,7 +238,13 @@ type Snapshot struct {
 	FailureRateThreshold, SlowCallRateThreshold float64 // percent; SlowCallRateThreshold is 0 when slow detection is off
 	MinimumCalls                                int
 	ForcedUntil                                 time.Time // when a forced state runs out; zero = not forced or no expiry
-	Forced                                      *Command  // the command holding a forced state, nil otherwise
+	// RampUntil is, while the breaker ramps up after a recovery
+	// (Config.RampDuration), when the ramp ends; zero otherwise.
+	// RampShare is the share of calls (0..1) it admits now; 1 when not
+	// ramping.
+	RampUntil time.Time
+	RampShare float64
+	Forced    *Command // the command holding a forced state, nil otherwise
 	// ClockStepsBack counts the steps back of Config.Clock since the
 	// breaker was made (a clock without a monotonic reading set back, by
 	// NTP or by hand, or read before the breaker was made): the readings

@@ -194,6 +194,11 @@ type BreakerConfig struct {
 	HalfOpenSuccessThreshold int     `json:"half_open_success_threshold"`
 	CallTimeoutMillis        int64   `json:"call_timeout_ms,omitempty"`
 	MaxConcurrent            int     `json:"max_concurrent,omitempty"` // 0 = no bulkhead
+	// RampMillis is the ramp after a recovery (sdk/breaker
+	// Config.RampDuration): after closing from half-open, the share of
+	// calls admitted rises from 0 to all over this many ms. 0 (and
+	// absent, as from older agents) = no ramp.
+	RampMillis int64 `json:"ramp_ms,omitempty"`
 	// Library names the breaker library when the breaker is not an
 	// sdk/breaker one but fed to the agent by an adapter (for example
 	// "sony/gobreaker v2", "failsafe-go" or "afex/hystrix-go"); empty for sdk/breaker. The
@@ -337,11 +342,16 @@ type Counts struct {
 	// bug: a second Done of one call), each ignored by the breaker.
 	// Optional: omitted when 0, and by agents that do not count it.
 	Misuse int64 `json:"misuse,omitempty"`
+	// RejectedRamp counts calls rejected by a breaker ramping up after a
+	// recovery (sdk/breaker Config.RampDuration: closed, admitting a rising
+	// share of the calls; the fallback serves the rest). Optional: omitted
+	// when 0, and by agents whose breakers do not ramp. Part of Rejected.
+	RejectedRamp int64 `json:"rejected_ramp,omitempty"`
 }
 
 // Rejected is the sum of every rejection reason.
 func (c Counts) Rejected() int64 {
-	return c.RejectedOpen + c.RejectedHalfOpen + c.RejectedForced + c.RejectedBulkhead
+	return c.RejectedOpen + c.RejectedHalfOpen + c.RejectedForced + c.RejectedBulkhead + c.RejectedRamp
 }
 
 // Add adds o to c field by field. A sum that would overflow int64 stays
@@ -362,6 +372,7 @@ func (c *Counts) Add(o Counts) {
 	c.FallbackSuccess = SatAdd(c.FallbackSuccess, o.FallbackSuccess)
 	c.FallbackFailure = SatAdd(c.FallbackFailure, o.FallbackFailure)
 	c.Misuse = SatAdd(c.Misuse, o.Misuse)
+	c.RejectedRamp = SatAdd(c.RejectedRamp, o.RejectedRamp)
 }
 
 // SatAdd returns a+b, saturated at math.MaxInt64 and math.MinInt64
@@ -387,7 +398,7 @@ func (c Counts) validate() error {
 		{"slow", c.Slow}, {"ignored", c.Ignored}, {"rejected_open", c.RejectedOpen},
 		{"rejected_half_open_full", c.RejectedHalfOpen}, {"rejected_forced_open", c.RejectedForced},
 		{"rejected_bulkhead", c.RejectedBulkhead}, {"fallback_successes", c.FallbackSuccess},
-		{"fallback_failures", c.FallbackFailure}, {"misuse", c.Misuse},
+		{"fallback_failures", c.FallbackFailure}, {"misuse", c.Misuse}, {"rejected_ramp", c.RejectedRamp},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("counts.%s is negative (%d)", f.n, f.v)
@@ -873,6 +884,7 @@ func (b *BreakerConfig) validate(p string) error {
 		{"open_duration_ms", b.OpenDurationMillis}, {"open_backoff_max_ms", b.OpenBackoffMaxMillis},
 		{"half_open_max_calls", int64(b.HalfOpenMaxCalls)}, {"half_open_success_threshold", int64(b.HalfOpenSuccessThreshold)},
 		{"call_timeout_ms", b.CallTimeoutMillis}, {"max_concurrent", int64(b.MaxConcurrent)},
+		{"ramp_ms", b.RampMillis},
 	} {
 		if f.v < 0 {
 			return invalid("%s.%s is negative (%d)", p, f.n, f.v)

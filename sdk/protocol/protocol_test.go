@@ -184,6 +184,8 @@ func TestBatchValidate(t *testing.T) {
 		{"refuses a negative count", func(b *protocol.Batch) { b.Windows[0].Counts.Slow = -1 }, "counts.slow"},
 		{"accepts a misuse count", func(b *protocol.Batch) { b.Windows[0].Counts.Misuse = 2 }, ""},
 		{"refuses a negative misuse count", func(b *protocol.Batch) { b.Windows[0].Counts.Misuse = -1 }, "counts.misuse"},
+		{"accepts ramp rejections", func(b *protocol.Batch) { b.Windows[0].Counts.RejectedRamp = 2 }, ""},
+		{"refuses negative ramp rejections", func(b *protocol.Batch) { b.Windows[0].Counts.RejectedRamp = -1 }, "counts.rejected_ramp"},
 		{"refuses a histogram of the wrong length", func(b *protocol.Batch) { b.Windows[0].Latency = []int64{1} }, "buckets"},
 		{"refuses a negative bucket", func(b *protocol.Batch) { b.Windows[0].Latency[3] = -1 }, "latency[3]"},
 		{"refuses a rate above 100", func(b *protocol.Batch) { b.Windows[0].Headroom.FailureRate = 100.5 }, "headroom.failure_rate"},
@@ -302,13 +304,13 @@ func FuzzDecodeValidate(f *testing.F) {
 
 func TestCountsAddAndRejected(t *testing.T) {
 	a := protocol.Counts{Admitted: 1, RejectedOpen: 2, RejectedHalfOpen: 3}
-	a.Add(protocol.Counts{Admitted: 4, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7, Misuse: 8})
-	want := protocol.Counts{Admitted: 5, RejectedOpen: 2, RejectedHalfOpen: 3, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7, Misuse: 8}
+	a.Add(protocol.Counts{Admitted: 4, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7, Misuse: 8, RejectedRamp: 9})
+	want := protocol.Counts{Admitted: 5, RejectedOpen: 2, RejectedHalfOpen: 3, RejectedForced: 5, RejectedBulkhead: 6, FallbackFailure: 7, Misuse: 8, RejectedRamp: 9}
 	if a != want {
 		t.Fatalf("Add = %+v, want %+v", a, want)
 	}
-	if got := a.Rejected(); got != 16 {
-		t.Fatalf("Rejected = %d, want 16", got)
+	if got := a.Rejected(); got != 25 {
+		t.Fatalf("Rejected = %d, want 25 (ramp rejections included)", got)
 	}
 }
 
