@@ -202,3 +202,29 @@ func EstimatedSpans(seconds []Second) []Episode {
 	}
 	return out
 }
+
+// LiveFrom returns the settings of d's first live (not stale) instance
+// that reported some, else of its first instance with any; it passes err
+// on (a Collector's Dependency(k) call goes straight in). Errors: err,
+// cbdash.ErrNotFound when no instance reported settings.
+func LiveFrom(d cbdash.Dependency, err error) (protocol.BreakerConfig, error) {
+	if err != nil {
+		return protocol.BreakerConfig{}, err
+	}
+	var found *protocol.BreakerConfig
+	for _, ib := range d.PerInstance {
+		if ib.Config == nil || (ib.Config.WindowKind == "" && ib.Config.Library == "") {
+			continue
+		}
+		if !ib.Stale {
+			return *ib.Config, nil
+		}
+		if found == nil {
+			found = ib.Config
+		}
+	}
+	if found == nil {
+		return protocol.BreakerConfig{}, fmt.Errorf("%w: no instance of %s reported its settings", cbdash.ErrNotFound, d.DependencyKey)
+	}
+	return *found, nil
+}
