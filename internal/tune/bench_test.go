@@ -69,7 +69,7 @@ func runBench(b *testing.B, pts []cbdash.Point, sets []tune.Labeled) {
 		}
 		n++
 	}
-	b.ReportMetric((cpuTime() - start).Seconds()/float64(n), "cpu-s/op")
+	b.ReportMetric((cpuTime()-start).Seconds()/float64(n), "cpu-s/op")
 }
 
 func cpuTime() time.Duration {

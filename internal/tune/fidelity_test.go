@@ -133,7 +133,9 @@ func recorded(t *testing.T, s *stacktest.Stack, br *breaker.Breaker, from, to ti
 // liveReplay replays [from, to) of the stack's store with the settings the
 // breaker reported in its hello, through a tune.Service.
 func liveReplay(t *testing.T, s *stacktest.Stack, from, to time.Time) tune.Run {
-	liveOf := func(k cbdash.DependencyKey) (protocol.BreakerConfig, error) { return tune.LiveFrom(s.Collector.Dependency(k)) }
+	liveOf := func(k cbdash.DependencyKey) (protocol.BreakerConfig, error) {
+		return tune.LiveFrom(s.Collector.Dependency(k))
+	}
 	rep, err := tune.NewService(s.Store, liveOf, 1, time.Minute).Replay(context.Background(), tune.Request{DependencyKey: apiDB, From: from, To: to})
 	if err != nil {
 		t.Fatal(err)
