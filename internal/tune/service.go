@@ -61,6 +61,7 @@ type Request struct {
 	cbdash.DependencyKey
 	From, To   time.Time
 	Candidates []string
+	progress   func(done, total int) // Sweep's
 }
 
 // Report is a replay's answer: one Run per settings, live first.
@@ -113,7 +114,7 @@ func (s *Service) Replay(ctx context.Context, r Request) (Report, error) {
 	defer func() { <-s.slots }()
 	ctx, cancel := context.WithTimeout(ctx, s.budget)
 	defer cancel()
-	return s.run(ctx, rep, sets)
+	return s.run(ctx, rep, sets, r.progress)
 }
 
 // acquire takes a replay slot, waiting while ctx lasts.
@@ -144,7 +145,7 @@ func candidates(live protocol.BreakerConfig, specs []string) ([]Labeled, error) 
 	return out, nil
 }
 
-func (s *Service) run(ctx context.Context, rep Report, sets []Labeled) (Report, error) {
+func (s *Service) run(ctx context.Context, rep Report, sets []Labeled, progress func(done, total int)) (Report, error) {
 	points, err := s.hist.History(ctx, cbdash.HistoryQuery{DependencyKey: rep.DependencyKey, From: rep.From, To: rep.To, Resolution: cbdash.ResolutionSecond})
 	if err != nil {
 		return rep, err
@@ -152,13 +153,19 @@ func (s *Service) run(ctx context.Context, rep Report, sets []Labeled) (Report, 
 	if len(points) == 0 {
 		return rep, fmt.Errorf("%w: no per-second history of %s in the range (seconds are kept for a limited time)", ErrRange, rep.DependencyKey)
 	}
-	rep.Runs, err = RunAll(ctx, points, sets, &rep)
+	rep.Runs, err = runAll(ctx, points, sets, &rep, progress)
 	return rep, err
 }
 
-// RunAll replays points under each settings and fills rep's figures of
-// the traffic itself; see Replay for the errors.
+// RunAll replays points (per-second, as History returns them) under each
+// settings, in order, and fills rep's figures of the traffic itself;
+// settings that cannot run (ErrNotReplayable) give a Run with Err set.
+// Errors: Replay's.
 func RunAll(ctx context.Context, points []cbdash.Point, sets []Labeled, rep *Report) ([]Run, error) {
+	return runAll(ctx, points, sets, rep, nil)
+}
+
+func runAll(ctx context.Context, points []cbdash.Point, sets []Labeled, rep *Report, progress func(done, total int)) ([]Run, error) {
 	seconds := Typical(points)
 	eps := Episodes(seconds)
 	rep.Seconds, rep.Instances, rep.NormalRate = len(seconds), meanReports(points), NormalRate(seconds)
@@ -175,6 +182,9 @@ func RunAll(ctx context.Context, points []cbdash.Point, sets []Labeled, rep *Rep
 			return nil, err
 		}
 		runs = append(runs, run)
+		if progress != nil {
+			progress(len(runs), len(sets))
+		}
 	}
 	return runs, nil
 }
