@@ -32,6 +32,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
+	"github.com/cbdash/cbdash/internal/tune"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
@@ -286,6 +287,7 @@ type Server struct {
 	slots   *liveSlots // open /live sockets against cfg.Live
 	streams *liveSlots // open /api/v1/events streams against cfg.Events
 	reads   *liveSlots // GET and HEAD requests being answered against cfg.Reads
+	tuner   *tune.Service // replays (tune.go)
 
 	done      chan struct{} // closed by Close: live sockets end
 	closeOnce sync.Once
@@ -341,6 +343,7 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.sparks = newSparkCache(cfg.History, cfg.Clock.Now)
+	s.tuner = newTuner(cfg.Collector)
 	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cbdash_reads_in_flight",
 		Help: "GET and HEAD requests (pages, API reads) being answered, as --max-reads counts them.",
