@@ -32,8 +32,8 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
-	"github.com/cbdash/cbdash/internal/tune"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/tune"
 )
 
 // Collector is what the dashboard needs from the live state: a snapshot
@@ -284,9 +284,9 @@ type Server struct {
 	dummy   func() []byte // the stand-in hash for unknown names (dummyHash)
 	metrics *metrics
 	sparks  *sparkCache
-	slots   *liveSlots // open /live sockets against cfg.Live
-	streams *liveSlots // open /api/v1/events streams against cfg.Events
-	reads   *liveSlots // GET and HEAD requests being answered against cfg.Reads
+	slots   *liveSlots    // open /live sockets against cfg.Live
+	streams *liveSlots    // open /api/v1/events streams against cfg.Events
+	reads   *liveSlots    // GET and HEAD requests being answered against cfg.Reads
 	tuner   *tune.Service // replays (tune.go)
 
 	done      chan struct{} // closed by Close: live sockets end
