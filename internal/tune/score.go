@@ -9,7 +9,8 @@ import (
 
 // Episode is a stretch of the recorded traffic in which the dependency
 // was failing: its failure rate over the last Smooth seconds at least
-// Margin points above its normal failure rate (the median of the same),
+// Margin points above its normal failure rate (the lower quartile of the
+// same: a range mostly spent in an outage still has its quiet part),
 // for at least EpisodeMin seconds, gaps of under EpisodeGap merged; it
 // starts where the per-second rate first rose above that bar
 // (riseStart). A trip inside one (or up to EpisodeGap after it) is a true trip; a trip
@@ -46,25 +47,26 @@ func rolling(seconds []Second) []float64 {
 	return out
 }
 
-// NormalRate is the median of the dependency's failure rate (percent,
-// over Smooth seconds) over the range; 0 with no calls.
+// NormalRate is the lower quartile of the dependency's failure rate
+// (percent, over Smooth seconds) over the range; 0 with no calls.
 func NormalRate(seconds []Second) float64 {
-	return median(rolling(seconds))
+	return quartile(rolling(seconds))
 }
 
-func median(rates []float64) float64 {
+// quartile is the lower quartile of the rates that are not negative.
+func quartile(rates []float64) float64 {
 	r := slices.DeleteFunc(slices.Clone(rates), func(v float64) bool { return v < 0 })
 	if len(r) == 0 {
 		return 0
 	}
 	slices.Sort(r)
-	return r[len(r)/2]
+	return r[len(r)/4]
 }
 
 // Episodes finds the failing episodes of seconds (see Episode).
 func Episodes(seconds []Second) []Episode {
 	rates := rolling(seconds)
-	bar := median(rates) + Margin
+	bar := quartile(rates) + Margin
 	var eps []Episode
 	var cur Episode
 	n := 0

@@ -73,7 +73,8 @@ type Report struct {
 	// the mean instance count they were divided by.
 	Seconds   int     `json:"seconds"`
 	Instances float64 `json:"instances"`
-	// NormalRate is the median per-second failure rate (percent).
+	// NormalRate is the dependency's normal failure rate (percent; see
+	// NormalRate).
 	NormalRate float64   `json:"normal_failure_rate"`
 	Episodes   []Episode `json:"episodes"`
 	// Estimated are the spans whose calls the live breakers rejected,
