@@ -3,7 +3,12 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -11,6 +16,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/tune"
 	"github.com/cbdash/cbdash/sdk/protocol"
+	"github.com/cbdash/cbdash/web/templates"
 )
 
 // Replays (issue 31) run beside the dashboard, never on the ingest path:
@@ -72,4 +78,111 @@ func tuneError(err error) error {
 		return errorf(cbdash.ErrUnavailable, "%v", err)
 	}
 	return err
+}
+
+// tunePanel is the dependency page's Tune panel: the form, filled with
+// the page's range (at most the last 24 h of it) or what was submitted,
+// and, when submitted (?tune=1), the replay's table, or why it failed.
+func (s *Server) tunePanel(c echo.Context, k cbdash.DependencyKey, from, to time.Time) *templates.TunePanel {
+	q := c.QueryParams()
+	from = maxTime(from, to.Add(-tune.MaxRange))
+	p := &templates.TunePanel{Action: "/dependency", From: orDefault(q.Get("tune_from"), from), To: orDefault(q.Get("tune_to"), to),
+		Candidate: q.Get("candidate"), Keys: tune.CandidateKeys}
+	if p.Candidate == "" {
+		p.Candidate = "failure-rate=40"
+	}
+	for name, vs := range q {
+		if name != "tune" && name != "tune_from" && name != "tune_to" && name != "candidate" && len(vs) > 0 {
+			p.Hidden = append(p.Hidden, templates.Option{Text: name, Value: vs[0]})
+		}
+	}
+	slices.SortFunc(p.Hidden, func(a, b templates.Option) int { return strings.Compare(a.Text, b.Text) })
+	if q.Get("tune") != "" {
+		s.runPanel(c, k, p)
+	}
+	return p
+}
+
+func orDefault(v string, t time.Time) string {
+	if v != "" {
+		return v
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// runPanel runs the replay p's form asks for and fills p's table or
+// error.
+func (s *Server) runPanel(c echo.Context, k cbdash.DependencyKey, p *templates.TunePanel) {
+	from, to, err := timeRange(url.Values{"from": {p.From}, "to": {p.To}}.Get, s.now(), time.Hour)
+	if err != nil {
+		p.Error = userMessage(err)
+		return
+	}
+	r := tune.Request{DependencyKey: k, From: from, To: to}
+	if strings.TrimSpace(p.Candidate) != "" {
+		r.Candidates = []string{strings.TrimSpace(p.Candidate)}
+	}
+	rep, err := s.tuner.Replay(c.Request().Context(), r)
+	if err != nil {
+		p.Error = userMessage(tuneError(err))
+		return
+	}
+	p.Table = tuneTable(rep)
+}
+
+// tuneTable turns a report into the panel's table and lanes.
+func tuneTable(rep tune.Report) *templates.TuneTable {
+	t := &templates.TuneTable{Notes: rep.Notes,
+		Summary: fmt.Sprintf("%d s replayed as one of %.1f instances, normal failure rate %.1f%%, %d failing episodes, %d estimated spans",
+			rep.Seconds, rep.Instances, rep.NormalRate, len(rep.Episodes), len(rep.Estimated))}
+	for _, sp := range rep.Estimated {
+		t.Estimated = append(t.Estimated, laneSeg(rep, "estimated", sp.From, sp.To))
+	}
+	for _, r := range rep.Runs {
+		t.Rows = append(t.Rows, tuneRow(rep, r))
+	}
+	return t
+}
+
+func tuneRow(rep tune.Report, r tune.Run) templates.TuneRow {
+	row := templates.TuneRow{Label: r.Label, Settings: tune.Describe(r.Settings), Err: r.Err,
+		Trips: strconv.Itoa(r.Trips), Open: (time.Duration(r.OpenSeconds) * time.Second).String(),
+		Rejected: strconv.FormatInt(r.Rejected, 10), IntoFailing: strconv.FormatInt(r.IntoFailing, 10),
+		Detect: "-", Flaps: strconv.Itoa(r.Flaps), FalseTrips: strconv.Itoa(r.FalseTrips)}
+	if r.DetectSeconds >= 0 {
+		row.Detect = fmt.Sprintf("%.1fs", r.DetectSeconds)
+	}
+	var since time.Time
+	state := ""
+	for _, tr := range r.Transitions {
+		if tr.From == protocol.StateClosed && tr.To == protocol.StateOpen && row.FirstTrip == "" {
+			row.FirstTrip = tr.At.UTC().Format(time.RFC3339Nano)
+		}
+		if state != "" {
+			row.Lane = append(row.Lane, laneSeg(rep, state, since, tr.At))
+		}
+		since, state = tr.At, tr.To
+		if state == protocol.StateClosed {
+			state = ""
+		}
+	}
+	if state != "" {
+		row.Lane = append(row.Lane, laneSeg(rep, state, since, rep.To))
+	}
+	return row
+}
+
+// laneSeg places [from, to) on the report's range.
+func laneSeg(rep tune.Report, state string, from, to time.Time) templates.LaneSeg {
+	span := rep.To.Sub(rep.From).Seconds()
+	at := func(d time.Duration) string { return strconv.FormatFloat(1000*d.Seconds()/span, 'f', 2, 64) }
+	return templates.LaneSeg{State: state, X: at(from.Sub(rep.From)), W: at(max(to.Sub(from), 0)),
+		Title: fmt.Sprintf("%s %s to %s", state, from.UTC().Format("15:04:05"), to.UTC().Format("15:04:05"))}
 }
