@@ -36,6 +36,32 @@ func newTuner(col Collector) *tune.Service {
 
 func (s *Server) mountTuneAPI(read routes) {
 	read.GET("/api/v1/breakers/:service/:breaker/replay", s.apiReplay)
+	read.GET("/api/v1/breakers/:service/:breaker/review", s.apiReview)
+	read.GET("/api/v1/review", s.apiReviewAll)
+}
+
+// apiReview serves GET /api/v1/breakers/{service}/{breaker}/review: a
+// tune.BreakerReview of the last 24 h; 404 for an unknown dependency.
+func (s *Server) apiReview(c echo.Context) error {
+	k, err := depKey(c)
+	if err != nil {
+		return err
+	}
+	r, err := s.review.Review(c.Request().Context(), k)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, r)
+}
+
+// apiReviewAll serves GET /api/v1/review: every live dependency's
+// review, worst first.
+func (s *Server) apiReviewAll(c echo.Context) error {
+	rs, err := s.review.ReviewAll(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, rs)
 }
 
 // apiReplay serves GET /api/v1/breakers/{service}/{breaker}/replay

@@ -71,3 +71,19 @@ func TestReplayAPI(t *testing.T) {
 	checkedGet(t, h.url, token, "/api/v1/breakers/checkout/payments/replay?from=2020-01-01T00:00:00Z&to=2020-01-03T00:00:00Z", 400)
 	checkedGet(t, h.url, token, "/api/v1/breakers/checkout/nope/replay", 404)
 }
+
+func TestReviewAPI(t *testing.T) {
+	h, token, _ := apiFixture(t, "review")
+	var r tune.BreakerReview
+	if err := json.Unmarshal(checkedGet(t, h.url, token, "/api/v1/breakers/checkout/payments/review", 200), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Answers) != 7 || r.Service != "checkout" {
+		t.Errorf("review %+v", r)
+	}
+	var all []tune.BreakerReview
+	if err := json.Unmarshal(checkedGet(t, h.url, token, "/api/v1/review", 200), &all); err != nil || len(all) != 2 {
+		t.Errorf("reviews %v %d", err, len(all))
+	}
+	checkedGet(t, h.url, token, "/api/v1/breakers/checkout/nope/review", 404)
+}
