@@ -102,3 +102,24 @@ func TestTuneCommandPrintsTheTable(t *testing.T) {
 		t.Errorf("a sweep: %d %s %s", code, out, stderr)
 	}
 }
+
+func TestReviewCommandAnswersEveryQuestion(t *testing.T) {
+	t.Parallel()
+	_, env := climbStack(t)
+	code, out, stderr := cli(t, env, "review", "checkout/payments")
+	if code != 0 {
+		t.Fatalf("review: %d %s", code, stderr)
+	}
+	t.Logf("cbdash review:\n%s", out)
+	// The climbing stack has no timeout, no ignored outcome and no
+	// fallback: those say no, and what to change.
+	for _, want := range []string{"checkout/payments (50% of 100 calls, min 20, open 10s)", "no      Does it trip on slow calls?",
+		"yes     Does it judge a rate over a window", "yes     Is it visible", "change: set a call timeout"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if code, out, _ := cli(t, env, "review"); code != 0 || strings.Count(out, "Does it trip on slow calls?") != 1 {
+		t.Errorf("review of all: %d\n%s", code, out)
+	}
+}

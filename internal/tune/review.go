@@ -39,8 +39,9 @@ type BreakerReview struct {
 	Settings protocol.BreakerConfig `json:"settings"`
 	Answers  []Answer               `json:"answers"`
 	// NormalFailureRate and NoisyFailureRate are the median and the 95th
-	// percentile of the per-minute failure rate (percent) over the minutes
-	// with at least MinimumCalls recorded calls; Threshold the settings'.
+	// percentile of the per-minute failure rate (percent) over the
+	// everyday minutes (every instance closed, nothing rejected) with at
+	// least MinimumCalls recorded calls; Threshold the settings'.
 	NormalFailureRate float64 `json:"normal_failure_rate"`
 	NoisyFailureRate  float64 `json:"noisy_failure_rate"`
 	Threshold         float64 `json:"threshold"`
@@ -244,11 +245,15 @@ func aboveNoise(r BreakerReview) Answer {
 func suggested(r BreakerReview) float64 { return min(100, r.NoisyFailureRate*1.5+5) }
 
 // minuteRates returns the median and the 95th percentile of the
-// per-minute failure rate (percent) over the minutes with at least
-// minCalls recorded calls; 0, 0 with none.
+// per-minute failure rate (percent) over the everyday minutes (every
+// instance closed, nothing rejected) with at least minCalls recorded
+// calls; 0, 0 with none.
 func minuteRates(pts []cbdash.Point, minCalls int) (median, p95 float64) {
 	var rates []float64
 	for _, p := range pts {
+		if p.Open > 0 || p.Counts.Rejected() > 0 {
+			continue // an incident's minute, not an everyday one
+		}
 		if n := p.Counts.Successes + p.Counts.Failures; n >= int64(minCalls) {
 			rates = append(rates, 100*float64(p.Counts.Failures)/float64(n))
 		}

@@ -118,7 +118,7 @@ func (s *Server) tunePanel(c echo.Context, k cbdash.DependencyKey, from, to time
 		p.Candidate = "failure-rate=40"
 	}
 	for name, vs := range q {
-		if name != "tune" && name != "tune_from" && name != "tune_to" && name != "candidate" && len(vs) > 0 {
+		if !slices.Contains([]string{"tune", "tune_from", "tune_to", "candidate", "review"}, name) && len(vs) > 0 {
 			p.Hidden = append(p.Hidden, templates.Option{Text: name, Value: vs[0]})
 		}
 	}
@@ -126,7 +126,32 @@ func (s *Server) tunePanel(c echo.Context, k cbdash.DependencyKey, from, to time
 	if q.Get("tune") != "" {
 		s.runPanel(c, k, p)
 	}
+	s.reviewPanel(c, k, p)
 	return p
+}
+
+// reviewPanel fills p's review when the page asks for it (?review=1),
+// else the link that asks.
+func (s *Server) reviewPanel(c echo.Context, k cbdash.DependencyKey, p *templates.TunePanel) {
+	q := c.QueryParams()
+	if q.Get("review") == "" {
+		ask := url.Values{}
+		for name, vs := range q {
+			ask[name] = vs
+		}
+		ask.Set("review", "1")
+		p.ReviewHref = "/dependency?" + ask.Encode() + "#review"
+		return
+	}
+	r, err := s.review.Review(c.Request().Context(), k)
+	if err != nil {
+		p.ReviewError = userMessage(err)
+		return
+	}
+	p.Review = []templates.ReviewLine{}
+	for _, a := range r.Answers {
+		p.Review = append(p.Review, templates.ReviewLine{Key: a.Key, Question: a.Question, Verdict: a.Verdict, Evidence: a.Evidence, Change: a.Change, Link: a.Link})
+	}
 }
 
 func orDefault(v string, t time.Time) string {

@@ -89,4 +89,14 @@ func TestBrowserTunePanelShowsAnEarlierTripForALowerThreshold(t *testing.T) {
 		t.Errorf("lanes %v: want an open stretch on both", lanes)
 	}
 	screenshot(t, ctx, "dependency-tune.png")
+
+	run(t, ctx, stepTimeout, "ask for the review",
+		chromedp.Click(css(`[data-testid=review-link]`)),
+		chromedp.WaitVisible(css(`[data-testid=review]`)),
+	)
+	verdicts := get(t, ctx, "verdicts", chromedp.Evaluate[map[string]string](
+		`Object.fromEntries([...document.querySelectorAll("[data-testid=review-answer]")].map(a => [a.dataset.key, a.dataset.verdict]))`))
+	if len(verdicts) != 7 || verdicts["slow_calls"] != "no" || verdicts["rate_window"] != "yes" || verdicts["visible"] != "yes" {
+		t.Errorf("review verdicts %v: want 7, slow calls no (no timeout), rate window and visible yes", verdicts)
+	}
 }

@@ -11,6 +11,16 @@ type TunePanel struct {
 	Keys      string   // the candidate keys, for the hint
 	Error     string   // why the replay failed ("" if it ran or was not asked)
 	Table     *TuneTable
+	// ReviewHref asks for the review; Review is it, once asked (nil
+	// before), ReviewError why it failed.
+	ReviewHref  string
+	Review      []ReviewLine
+	ReviewError string
+}
+
+// ReviewLine is one answer of a breaker's review.
+type ReviewLine struct {
+	Key, Question, Verdict, Evidence, Change, Link string
 }
 
 // TuneTable is a replay's outcome.
