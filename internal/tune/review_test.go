@@ -2,6 +2,7 @@ package tune_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,37 @@ func TestReviewerReadsHistoryAndTransitions(t *testing.T) {
 	}
 	if _, err := tune.NewReviewer(h, l, l, func() time.Time { return t0 }).Review(context.Background(), cbdash.DependencyKey{Service: "x", Breaker: "y"}); err == nil {
 		t.Error("an unknown dependency was reviewed")
+	}
+}
+
+// byResolution answers minute points for minute queries, seconds else.
+type byResolution struct{ minutes, seconds []cbdash.Point }
+
+func (b byResolution) History(_ context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error) {
+	if q.Resolution == cbdash.ResolutionMinute {
+		return b.minutes, nil
+	}
+	return b.seconds, nil
+}
+
+func TestReviewBacksANoOnTheThresholdWithTheReplay(t *testing.T) {
+	low := good
+	low.FailureRateThreshold, low.WindowSize, low.MinimumCalls = 5, 20, 5
+	d := cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: "shop", Breaker: "payments"}, PerInstance: []*cbdash.InstanceBreaker{member(low, nil)}}
+	l := liveDeps{d}
+	h := byResolution{minutes: minutes(600, 6, 0, 0, 0), seconds: noisy(0.06)}
+	settings := func(cbdash.DependencyKey) (protocol.BreakerConfig, error) { return low, nil }
+	rv := tune.NewReviewer(h, l, l, func() time.Time { return t0 }).WithReplays(tune.NewService(h, settings, 1, time.Minute))
+	r, err := rv.Review(context.Background(), d.DependencyKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range r.Answers {
+		if a.Key == "threshold_above_noise" && (a.Verdict != tune.No || !strings.Contains(a.Change, "replayed over the last hour: the live settings trip ") || !strings.Contains(a.Change, "without a false trip, failure-rate=")) {
+			t.Errorf("%+v", a)
+		}
+		if a.Key == "threshold_above_noise" {
+			t.Log(a.Change)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package tune
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -30,6 +32,15 @@ type Reviewer struct {
 	trans Transitions
 	live  Live
 	now   func() time.Time
+	tuner *Service // nil: no replay figures
+}
+
+// WithReplays makes rv back a "no" with the replay's figures for the
+// proposed change where it can (the threshold, over the last hour of
+// per-second history), run through s.
+func (rv *Reviewer) WithReplays(s *Service) *Reviewer {
+	rv.tuner = s
+	return rv
 }
 
 // NewReviewer returns a Reviewer reading hist (minute points), trans and
@@ -79,5 +90,49 @@ func (rv *Reviewer) review(ctx context.Context, d cbdash.Dependency) (BreakerRev
 	if err != nil {
 		return BreakerReview{}, err
 	}
-	return Review(in), nil
+	r := Review(in)
+	rv.replayThreshold(ctx, &r, now)
+	return r, nil
+}
+
+// replayThreshold backs a "no" on the threshold with replays over the
+// last hour of per-second history: thresholds from the suggested one up
+// (thresholdSteps), the lowest without false trips (else the one with
+// the fewest) proposed with its figures and the live settings'. Without
+// per-second history (or on any failure) the answer stays as it was.
+func (rv *Reviewer) replayThreshold(ctx context.Context, r *BreakerReview, now time.Time) {
+	i := slices.IndexFunc(r.Answers, func(a Answer) bool { return a.Key == "threshold_above_noise" })
+	if rv.tuner == nil || i < 0 || r.Answers[i].Verdict != No {
+		return
+	}
+	rep, err := rv.tuner.Replay(ctx, Request{DependencyKey: r.DependencyKey, From: now.Add(-time.Hour), To: now, Candidates: thresholdSteps(*r)})
+	if err != nil || len(rep.Runs) < 2 || rep.Runs[0].Err != "" {
+		return
+	}
+	best := rep.Runs[1]
+	for _, c := range rep.Runs[1:] {
+		if c.FalseTrips < best.FalseTrips {
+			best = c
+		}
+	}
+	live := rep.Runs[0]
+	what := "the threshold tried with the fewest false trips"
+	if best.FalseTrips == 0 {
+		what = "the lowest threshold tried without a false trip"
+	}
+	r.Answers[i].Change += fmt.Sprintf(" (replayed over the last hour: the live settings trip %d times, %d of them false; %s, %s, trips %d times)",
+		live.Trips, live.FalseTrips, what, best.Label, best.Trips)
+}
+
+// thresholdSteps are candidate thresholds above r's, lowest first: the
+// suggested one, then half as much again, up to 50, 75 and 90 percent.
+func thresholdSteps(r BreakerReview) []string {
+	var out []string
+	for _, v := range []float64{suggested(r), suggested(r) * 1.5, 50, 75, 90} {
+		spec := fmt.Sprintf("failure-rate=%.0f", min(v, 100))
+		if v > r.Threshold && !slices.Contains(out, spec) {
+			out = append(out, spec)
+		}
+	}
+	return out
 }

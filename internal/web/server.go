@@ -345,7 +345,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.sparks = newSparkCache(cfg.History, cfg.Clock.Now)
 	s.tuner = newTuner(cfg.Collector)
-	s.review = tune.NewReviewer(cfg.Collector, cfg.History, cfg.Collector, cfg.Clock.Now)
+	s.review = tune.NewReviewer(cfg.Collector, cfg.History, cfg.Collector, cfg.Clock.Now).WithReplays(s.tuner)
 	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cbdash_reads_in_flight",
 		Help: "GET and HEAD requests (pages, API reads) being answered, as --max-reads counts them.",
