@@ -150,7 +150,7 @@ func TestReviewBacksANoOnTheThresholdWithTheReplay(t *testing.T) {
 	low.FailureRateThreshold, low.WindowSize, low.MinimumCalls = 5, 20, 5
 	d := cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: "shop", Breaker: "payments"}, PerInstance: []*cbdash.InstanceBreaker{member(low, nil)}}
 	l := liveDeps{d}
-	h := byResolution{minutes: minutes(600, 6, 0, 0, 0), seconds: noisy(0.06)}
+	h := byResolution{minutes: minutes(600, 6, 0, 0, 0), seconds: noisy(0.06)[:900]}
 	settings := func(cbdash.DependencyKey) (protocol.BreakerConfig, error) { return low, nil }
 	rv := tune.NewReviewer(h, l, l, func() time.Time { return t0 }).WithReplays(tune.NewService(h, settings, 1, time.Minute))
 	r, err := rv.Review(context.Background(), d.DependencyKey)
