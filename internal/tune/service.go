@@ -87,7 +87,7 @@ type Report struct {
 
 // Approximation notes, stated with every report.
 const (
-	NoteOrder     = "replayed from per-second totals: the order of calls within a second is lost, so a count window's trip may come up to a second early or late (measured: within 1 s in the fidelity tests)"
+	NoteOrder     = "replayed from per-second totals: the order of calls within a second is lost, so a trip may move within its second (measured on a recorded instance: 25 ms with failures spread through each second, 275 ms with each second's failures first)"
 	NoteEstimated = "while the live breakers were open their rejected calls were never seen: those calls are filled with the half-open probes' failure rate (else the last seen) and the spans marked estimated"
 	NoteSlow      = "slow calls are those slower than the live slow-call duration; each is replayed as taking the candidate's slow-call duration"
 )

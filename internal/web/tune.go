@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -186,6 +187,40 @@ func (s *Server) runPanel(c echo.Context, k cbdash.DependencyKey, p *templates.T
 		return
 	}
 	p.Table = tuneTable(rep)
+	p.Table.Recorded = s.recordedLane(c, k, rep)
+}
+
+// recordedLane is the stretches of rep's range when any instance of k
+// was out of closed, from the stored transitions (none if they cannot be
+// read: the lane is then empty).
+func (s *Server) recordedLane(c echo.Context, k cbdash.DependencyKey, rep tune.Report) []templates.LaneSeg {
+	trs, err := s.history.Transitions(c.Request().Context(), cbdash.TransitionQuery{Service: k.Service, Breaker: k.Breaker, From: rep.From, To: rep.To, Limit: 10000})
+	if err != nil {
+		return nil
+	}
+	slices.SortFunc(trs, func(a, b cbdash.TransitionRecord) int { return cmp.Compare(a.At, b.At) })
+	out := []templates.LaneSeg{}
+	notClosed := map[string]bool{}
+	var since time.Time
+	for _, t := range trs {
+		was := len(notClosed) > 0
+		if t.To == protocol.StateClosed {
+			delete(notClosed, t.Instance)
+		} else {
+			notClosed[t.Instance] = true
+		}
+		at := time.UnixMilli(t.At)
+		switch now := len(notClosed) > 0; {
+		case now && !was:
+			since = at
+		case !now && was:
+			out = append(out, laneSeg(rep, "open", since, at))
+		}
+	}
+	if len(notClosed) > 0 {
+		out = append(out, laneSeg(rep, "open", since, rep.To))
+	}
+	return out
 }
 
 // tuneTable turns a report into the panel's table and lanes.

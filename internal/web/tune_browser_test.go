@@ -38,6 +38,10 @@ func ingestClimbing(t *testing.T, h *harness, instance string) {
 				SlowCallRateThreshold: 100, MinimumCalls: 20, OpenDurationMillis: 10000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1}}},
 		Batch: protocol.Batch{Type: protocol.TypeBatch, Seq: 1, SentAt: now.UnixMilli(), Windows: ws},
 	}
+	if instance == "checkout-1" { // its breaker tripped 30 s ago and is still open
+		req.Batch.Transitions = []protocol.Transition{{Breaker: "payments", From: protocol.StateClosed, To: protocol.StateOpen,
+			At: now.Add(-30 * time.Second).UnixMilli(), Generation: 2, Cause: protocol.Cause{Kind: protocol.CauseFailureRate}, OpenMillis: 60_000}}
+	}
 	body, _ := json.Marshal(req)
 	hr, _ := http.NewRequest(http.MethodPost, h.url+"/api/v1/ingest", bytes.NewReader(body))
 	hr.Header.Set("Authorization", "Bearer "+h.stack.AgentToken)
@@ -84,9 +88,14 @@ func TestBrowserTunePanelShowsAnEarlierTripForALowerThreshold(t *testing.T) {
 		t.Errorf("first trips %v: want the candidate's (failure-rate=20) before the live settings'", trips)
 	}
 	lanes := get(t, ctx, "lanes", chromedp.Evaluate[[]string](
-		`[...document.querySelectorAll("svg.tune-lane")].map(l => l.dataset.label + ":" + (l.querySelector("rect[data-state=open]") ? Number(l.querySelector("rect[data-state=open]").getAttribute("x")).toFixed(0) : "none"))`))
+		`[...document.querySelectorAll("svg.tune-lane.replayed")].map(l => l.dataset.label + ":" + (l.querySelector("rect[data-state=open]") ? Number(l.querySelector("rect[data-state=open]").getAttribute("x")).toFixed(0) : "none"))`))
 	if len(lanes) != 2 || strings.HasSuffix(lanes[0], "none") || strings.HasSuffix(lanes[1], "none") {
 		t.Errorf("lanes %v: want an open stretch on both", lanes)
+	}
+	recorded := get(t, ctx, "recorded lane", chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("svg.tune-lane.recorded rect")].map(r => r.dataset.state + ":" + Number(r.getAttribute("x")).toFixed(0))`))
+	if len(recorded) != 1 || !strings.HasPrefix(recorded[0], "open:") {
+		t.Errorf("recorded lane %v: want checkout-1's open stretch", recorded)
 	}
 	screenshot(t, ctx, "dependency-tune.png")
 

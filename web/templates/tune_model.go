@@ -31,6 +31,8 @@ type TuneTable struct {
 	// Estimated are the spans whose calls were filled, drawn under every
 	// lane.
 	Estimated []LaneSeg
+	// Recorded is the recorded lane: when any instance was out of closed.
+	Recorded []LaneSeg
 }
 
 // TuneRow is one run: its figures as shown, and its state lane.
