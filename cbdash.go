@@ -203,6 +203,10 @@ type Point struct {
 	LatencySumMs float64         `json:"latency_sum_ms"`
 	InFlight     int64           `json:"in_flight"`      // max over the bucket
 	Open         int             `json:"open_instances"` // instances that reported a non-closed state in the bucket
+	// Reports is how many window reports the bucket merges: for a second,
+	// the instances that reported it (one report per instance and second
+	// normally); for a minute or an hour, instance-seconds.
+	Reports int64 `json:"reports"`
 }
 
 // Gap is time of a dependency's history without the data of one

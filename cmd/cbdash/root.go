@@ -101,6 +101,8 @@ A flag on the command line wins.`,
 		newCommandCmd("reset", "Reset a breaker to closed with an empty window (refused while a hold covers it)", actionReset),
 		newHoldsCmd(),
 		newAlertsCmd(),
+		newTuneCmd(),   // tune.go
+		newReviewCmd(), // review.go
 		newTokenCmd(),
 		newUserCmd(),
 		newLoadgenCmd(clk),

@@ -166,10 +166,11 @@ func readSpan(ctx context.Context, tx *readTx, src, dst level, dep, from, to int
 			p.LatencySumMs = finite(p.LatencySumMs + cur.latSum)
 			p.InFlight = max(p.InFlight, cur.inFlight)
 			p.Open = max(p.Open, int(cur.open))
+			p.Reports += cur.reports
 			return
 		}
 		points = append(points, cbdash.Point{At: at, Width: time.Duration(width) * time.Millisecond,
-			Counts: cur.counts, Latency: cur.lat, LatencySumMs: cur.latSum, InFlight: cur.inFlight, Open: int(cur.open)})
+			Counts: cur.counts, Latency: cur.lat, LatencySumMs: cur.latSum, InFlight: cur.inFlight, Open: int(cur.open), Reports: cur.reports})
 	}
 	for rows.Next() {
 		var r row

@@ -51,6 +51,7 @@ func (s *Server) mountAPI(open, read, op routes) {
 	s.mountHoldsAPI(read, op)    // api_holds.go
 	s.mountIncidentsAPI(read, op)
 	s.mountAlertsAPI(read, op)
+	s.mountTuneAPI(read) // tune.go
 }
 
 func (s *Server) healthz(c echo.Context) error {

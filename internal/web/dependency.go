@@ -289,6 +289,7 @@ func (s *Server) dependency(c echo.Context) error {
 	if v.Heatmap, err = s.heatmap(ctx, d, sp, hpage, hbase); err != nil {
 		return err
 	}
+	v.Tune = s.tunePanel(c, k, sp.from, sp.to) // tune.go
 	return render(c, http.StatusOK, templates.DependencyPage(v))
 }
 

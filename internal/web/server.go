@@ -33,6 +33,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/store"
+	"github.com/cbdash/cbdash/internal/tune"
 )
 
 // Collector is what the dashboard needs from the live state: a snapshot
@@ -283,9 +284,11 @@ type Server struct {
 	dummy   func() []byte // the stand-in hash for unknown names (dummyHash)
 	metrics *metrics
 	sparks  *sparkCache
-	slots   *liveSlots // open /live sockets against cfg.Live
-	streams *liveSlots // open /api/v1/events streams against cfg.Events
-	reads   *liveSlots // GET and HEAD requests being answered against cfg.Reads
+	slots   *liveSlots     // open /live sockets against cfg.Live
+	streams *liveSlots     // open /api/v1/events streams against cfg.Events
+	reads   *liveSlots     // GET and HEAD requests being answered against cfg.Reads
+	tuner   *tune.Service  // replays (tune.go)
+	review  *tune.Reviewer // reviews (tune.go)
 
 	done      chan struct{} // closed by Close: live sockets end
 	closeOnce sync.Once
@@ -341,6 +344,8 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.sparks = newSparkCache(cfg.History, cfg.Clock.Now)
+	s.tuner = newTuner(cfg.Collector)
+	s.review = tune.NewReviewer(cfg.Collector, cfg.History, cfg.Collector, cfg.Clock.Now).WithReplays(s.tuner)
 	if err := cfg.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cbdash_reads_in_flight",
 		Help: "GET and HEAD requests (pages, API reads) being answered, as --max-reads counts them.",

@@ -364,6 +364,7 @@ type Dependency struct {
 	// no per-instance history.
 	Heatmap   *Heatmap
 	AuditHref string
+	Tune      *TunePanel // the Tune panel (tune.templ)
 }
 
 // Link is a navigation link, possibly the current one.
