@@ -30,6 +30,7 @@ type Store interface {
 	DeleteAlertRule(ctx context.Context, id int64) error
 	AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error)
 	StateStore
+	SilenceStore
 }
 
 // Config wires a Service. Source and Store are required; the rest has
@@ -60,6 +61,11 @@ type Config struct {
 	// noticed it lost its lock may still be delivering them, and those it
 	// acknowledges meanwhile are not sent again.
 	PendingGrace time.Duration
+	// ExternalURL is the dashboard's address as a receiver's reader
+	// reaches it ("https://cbdash.example.com"; the serve flag
+	// --external-url, after Alertmanager's): every payload links to the
+	// subject's page there (Link). "" = no link.
+	ExternalURL string
 }
 
 // DefaultPendingGrace is Config.PendingGrace's default: more than a lost
@@ -115,9 +121,11 @@ type Service struct {
 	qmu    sync.Mutex                  // guards queues and fired
 	queues map[int64]chan Notification // by rule ID, each drained by its own goroutine
 	fired  map[alertKey]time.Time      // the start of each firing this Run queued, until its resolve
+	muted  map[alertKey]time.Time      // the start of each firing a silence held back, until sent or resolved
 
-	mu     sync.Mutex // guards engine
+	mu     sync.Mutex // guards engine and acks
 	engine *Engine
+	acks   map[alertKey]ack
 
 	marked time.Time // when the mark was last stored; Run's goroutine only
 	// catchUp is when Run replays the stored trips once more (CatchUp
@@ -164,7 +172,9 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), fired: make(map[alertKey]time.Time), engine: NewEngine()}, nil
+	d.external, tester.external = cfg.ExternalURL, cfg.ExternalURL
+	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), fired: make(map[alertKey]time.Time),
+		muted: make(map[alertKey]time.Time), engine: NewEngine(), acks: make(map[alertKey]ack)}, nil
 }
 
 // Reload reads the rules from the store into the engine. The API calls it
@@ -229,6 +239,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.qmu.Lock()
 		clear(s.queues)
 		clear(s.fired)
+		clear(s.muted)
 		s.qmu.Unlock()
 	}()
 	defer wg.Wait()
@@ -298,6 +309,7 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 				}
 			}
 			s.evaluate(ctx, wg)
+			s.unmute(ctx, func(n Notification) { s.enqueue(ctx, wg, n) })
 			if now := s.cfg.Clock.Now(); now.Sub(s.marked) >= markEvery {
 				s.mark(ctx, now)
 			}
@@ -436,6 +448,23 @@ func (s *Service) queueOf(ctx context.Context, wg *sync.WaitGroup, id int64) cha
 	return q
 }
 
+// held reports whether a silence (or the silence of its firing) holds
+// n back; then it is logged and acknowledged, not sent.
+func (s *Service) held(ctx context.Context, n Notification) bool {
+	if s.mutedResolve(n) {
+		s.logMuted(ctx, n, "its firing was silenced and never sent")
+		s.ack(ctx, n)
+		return true
+	}
+	sl, ok := s.silencedBy(ctx, n.Subject)
+	if !ok {
+		return false
+	}
+	s.mute(ctx, n, sl)
+	s.ack(ctx, n)
+	return true
+}
+
 // deliverLoop delivers one rule's notifications in order (a resolve never
 // overtakes its alert) until ctx ends, recording each completed delivery.
 func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
@@ -444,6 +473,9 @@ func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
 		case <-ctx.Done():
 			return
 		case n := <-queue:
+			if s.held(ctx, n) {
+				continue
+			}
 			entry, err := s.deliver.Deliver(ctx, n)
 			if entry.OK && ctx.Err() != nil {
 				// Delivered as the Run stopped: acknowledged all the
