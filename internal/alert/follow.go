@@ -64,8 +64,11 @@ func (e *Engine) breakerNow(r cbdash.AlertRule, subject string, st *alertState) 
 	switch {
 	case r.Kind == cbdash.AlertHeadroom && !st.opened:
 		h := d.Headroom
-		return fmt.Sprintf("%s never opened and is back out of the margin (failure rate %.1f%% of %.0f%%, slow-call rate %.1f%% of %.0f%%); %s",
-			subject, h.FailureRate, h.FailureRateThreshold, h.SlowCallRate, h.SlowCallRateThreshold, states)
+		rates := fmt.Sprintf("failure rate %.1f%% of %.0f%%", h.FailureRate, h.FailureRateThreshold)
+		if h.SlowCallRateThreshold > 0 {
+			rates += fmt.Sprintf(", slow-call rate %.1f%% of %.0f%%", h.SlowCallRate, h.SlowCallRateThreshold)
+		}
+		return fmt.Sprintf("%s never opened and is back out of the margin (%s); %s", subject, rates, states)
 	case r.Kind == cbdash.AlertHalfOpenLong:
 		return fmt.Sprintf("%s is no longer half-open too long; %s", subject, states)
 	}
