@@ -45,6 +45,9 @@ type DeliveryConfig struct {
 	// between attempts; nil = clock.System().
 	Clock  clock.Clock
 	Logger *slog.Logger // nil = discard
+	// ExternalURL is the dashboard's address payloads link to (Link);
+	// "" = no link. Service sets it from Config.ExternalURL.
+	ExternalURL string
 }
 
 func (c DeliveryConfig) validate() error {
@@ -84,9 +87,6 @@ func (c *DeliveryConfig) defaults() {
 type Deliverer struct {
 	cfg DeliveryConfig
 	log Log
-	// external is the dashboard's address payloads link to
-	// (Config.ExternalURL; "" = no link).
-	external string
 }
 
 // NewDeliverer returns a Deliverer writing to log (nil = no log), or an
@@ -111,7 +111,7 @@ var errPermanent = errors.New("permanent failure")
 // error.
 func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDelivery, error) {
 	entry := cbdash.AlertDelivery{RuleID: n.Rule.ID, Subject: n.Subject, Event: n.Event, URL: n.Rule.WebhookURL}
-	body, err := Body(n, d.external)
+	body, err := Body(n, d.cfg.ExternalURL)
 	if err != nil {
 		return entry, fmt.Errorf("alert: render body: %w", err)
 	}

@@ -162,6 +162,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Delivery.Clock == nil {
 		cfg.Delivery.Clock = cfg.Clock
 	}
+	if cfg.Delivery.ExternalURL == "" {
+		cfg.Delivery.ExternalURL = cfg.ExternalURL
+	}
 	d, err := NewDeliverer(cfg.Delivery, cfg.Store)
 	if err != nil {
 		return nil, err
@@ -172,7 +175,6 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.external, tester.external = cfg.ExternalURL, cfg.ExternalURL
 	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), fired: make(map[alertKey]time.Time),
 		muted: make(map[alertKey]time.Time), engine: NewEngine(), acks: make(map[alertKey]ack)}, nil
 }
