@@ -313,6 +313,7 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 			s.evaluate(ctx, wg)
 			s.unmute(ctx, func(n Notification) { s.enqueue(ctx, wg, n) })
 			if now := s.cfg.Clock.Now(); now.Sub(s.marked) >= markEvery {
+				s.refreshAcks(ctx)
 				s.mark(ctx, now)
 			}
 		}

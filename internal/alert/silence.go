@@ -74,6 +74,25 @@ func (s *Service) Ack(ctx context.Context, ruleID int64, subject, actor string) 
 	return nil
 }
 
+// refreshAcks reads the acknowledgements from the store: one made
+// through another collector's API shows here within markEvery.
+func (s *Service) refreshAcks(ctx context.Context) {
+	kept, err := s.cfg.Store.FiringAlerts(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("alert: read acknowledgements", "err", err)
+		}
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range kept {
+		if !a.AckedAt.IsZero() {
+			s.acks[alertKey{a.RuleID, a.Subject}] = ack{since: a.Since, by: a.AckedBy, at: a.AckedAt}
+		}
+	}
+}
+
 // withAcks fills the acknowledgement of each alert of as that has one
 // for its episode. Callers hold s.mu.
 func (s *Service) withAcks(as []cbdash.FiringAlert) []cbdash.FiringAlert {

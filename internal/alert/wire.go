@@ -20,6 +20,8 @@ type RuleJSON struct {
 	Hold       string    `json:"hold,omitempty"`
 	WebhookURL string    `json:"webhook_url"`
 	Format     string    `json:"format,omitempty"`
+	FlapCount  int       `json:"flap_count,omitempty"`  // opens (0 = 5) ...
+	FlapWindow string    `json:"flap_window,omitempty"` // ... within this duration (0 = 10m) is flapping
 	Disabled   bool      `json:"disabled,omitempty"`
 	CreatedAt  time.Time `json:"created_at,omitzero"`
 	Firing     []string  `json:"firing,omitempty"` // subjects firing now (responses only)
@@ -29,7 +31,11 @@ type RuleJSON struct {
 // (the caller is an admin), its webhook URL is masked (ShowURL).
 func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 	j := RuleJSON{ID: r.ID, Name: r.Name, Service: r.Service, Breaker: r.Breaker, Kind: r.Kind, Margin: r.Margin,
-		WebhookURL: ShowURL(r.WebhookURL, reveal), Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing}
+		WebhookURL: ShowURL(r.WebhookURL, reveal), Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing,
+		FlapCount: r.FlapCount}
+	if r.FlapWindow > 0 {
+		j.FlapWindow = r.FlapWindow.String()
+	}
 	if r.For > 0 {
 		j.For = r.For.String()
 	}
@@ -44,9 +50,12 @@ func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 // and UpdateRule.
 func (j RuleJSON) Rule() (cbdash.AlertRule, error) {
 	r := cbdash.AlertRule{ID: j.ID, Name: j.Name, Service: j.Service, Breaker: j.Breaker, Kind: j.Kind, Margin: j.Margin,
-		WebhookURL: j.WebhookURL, Format: j.Format, Disabled: j.Disabled}
+		WebhookURL: j.WebhookURL, Format: j.Format, Disabled: j.Disabled, FlapCount: j.FlapCount}
 	var err error
 	if r.For, err = parseDuration("for", j.For); err != nil {
+		return r, err
+	}
+	if r.FlapWindow, err = parseDuration("flap_window", j.FlapWindow); err != nil {
 		return r, err
 	}
 	r.Hold, err = parseDuration("hold", j.Hold)
@@ -87,6 +96,13 @@ type FiringJSON struct {
 	// second ("3m12s").
 	For    string `json:"for"`
 	Detail string `json:"detail"`
+	// AckedBy and AckedAt (RFC 3339) say who acknowledged it and when;
+	// absent when nobody did.
+	AckedBy string `json:"acked_by,omitempty"`
+	AckedAt string `json:"acked_at,omitempty"`
+	// Silenced is the ID of the silence holding its notifications back
+	// now (absent: none).
+	Silenced int64 `json:"silenced,omitempty"`
 }
 
 // FiringOut is the alerts firing now (as Service.Alerts gives them,
@@ -102,7 +118,25 @@ func FiringOut(rules []cbdash.AlertRule, alerts []cbdash.FiringAlert, now time.T
 		r := byID[f.RuleID]
 		out = append(out, FiringJSON{RuleID: f.RuleID, Rule: r.Name, Kind: r.Kind, Subject: f.Subject,
 			Since: f.Since.UTC().Format("2006-01-02T15:04:05.000Z07:00"), SinceMs: f.Since.UnixMilli(),
-			For: now.Sub(f.Since).Truncate(time.Second).String(), Detail: f.Detail})
+			For: now.Sub(f.Since).Truncate(time.Second).String(), Detail: f.Detail, AckedBy: f.AckedBy})
+		if !f.AckedAt.IsZero() {
+			out[len(out)-1].AckedAt = f.AckedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		}
 	}
 	return out
+}
+
+// MarkSilenced sets, on each alert of out, the silence of sls active at
+// now that matches its subject (labels are not known here: a silence
+// matching on labels shows on the alerts it holds back in the delivery
+// log, not here).
+func MarkSilenced(out []FiringJSON, sls []cbdash.Silence, now time.Time) {
+	for i := range out {
+		for _, sl := range sls {
+			if len(sl.Matchers.Labels) == 0 && sl.Active(now) && sl.Matchers.Match(out[i].Subject, nil) {
+				out[i].Silenced = sl.ID
+				break
+			}
+		}
+	}
 }

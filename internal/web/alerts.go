@@ -34,6 +34,11 @@ type Alerts interface {
 	Alerts() []cbdash.FiringAlert
 	// Firing returns the subjects firing now per rule id.
 	Firing() map[int64][]string
+	// Silences, CreateSilence, ExpireSilence and Ack: see alert.Service.
+	Silences(ctx context.Context, all bool) ([]cbdash.Silence, error)
+	CreateSilence(ctx context.Context, sl cbdash.Silence, actor string) (cbdash.Silence, error)
+	ExpireSilence(ctx context.Context, id int64, actor string) error
+	Ack(ctx context.Context, ruleID int64, subject, actor string) error
 }
 
 // mountAlerts registers the alerts page (read) and the rule editor's
