@@ -201,6 +201,7 @@ func (s *Server) apiCreateSilence(c echo.Context) error {
 	if sl, err = as.CreateSilence(c.Request().Context(), sl, actorOf(c)); err != nil {
 		return err
 	}
+	s.quiet.forget()
 	return c.JSON(http.StatusCreated, sl)
 }
 
@@ -217,6 +218,7 @@ func (s *Server) apiExpireSilence(c echo.Context) error {
 	if err := as.ExpireSilence(c.Request().Context(), id, actorOf(c)); err != nil {
 		return err
 	}
+	s.quiet.forget()
 	return c.NoContent(http.StatusNoContent)
 }
 

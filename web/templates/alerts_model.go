@@ -5,6 +5,7 @@ package templates
 type Alerts struct {
 	Page
 	Firing     []FiringRow
+	Silences   []SilenceRow
 	Rules      []AlertRuleRow
 	Deliveries []DeliveryRow
 	// Form is the editor: a new rule, or the rule being edited.
@@ -22,6 +23,21 @@ type FiringRow struct {
 	For                 string // how long it has been firing ("3m")
 	SinceMs             int64
 	Detail              string
+	// Notified says whether its notifications go out: "yes", "silenced
+	// by silence 3 until 15:00:00", "acknowledged by otto at 14:02:11".
+	Notified string
+	Quiet    bool // silenced or acknowledged
+	// AckURL, for an operator and an alert not acknowledged yet, is where
+	// its acknowledge button posts (with RuleID, Subject and CSRF).
+	AckURL string
+	RuleID string
+	CSRF   string
+}
+
+// SilenceRow is one silence active now or later.
+type SilenceRow struct {
+	ID, Matches, Ends, By, Reason string
+	ExpireURL                     string // operators only
 }
 
 // AlertRuleRow is one rule in the rules table.
@@ -65,4 +81,7 @@ type DeliveryRow struct {
 type AlertsCount struct {
 	Firing int
 	Rules  int
+	// Silences is how many silences are active now (each holds back the
+	// notifications of the alerts it matches).
+	Silences int
 }
