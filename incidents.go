@@ -88,12 +88,20 @@ const (
 	FormatPagerDuty = "pagerduty"
 )
 
+// Groupings of an alert rule's notifications (AlertRule.GroupBy).
+const (
+	GroupBreaker = "breaker"
+	GroupService = "service"
+)
+
 // AlertRule says which condition to watch, where, and which webhook to
 // tell.
 type AlertRule struct {
 	ID   int64  `json:"id"`
 	Name string `json:"name"`
-	// Service is required; Breaker "" means every breaker of the service.
+	// Service is required: one service, or "*" for every service (one
+	// dependency down across many services, grouped with GroupBy);
+	// Breaker "" means every breaker of the service(s).
 	Service string `json:"service"`
 	Breaker string `json:"breaker,omitempty"`
 	Kind    string `json:"kind"` // one of the Alert* kinds
@@ -112,10 +120,21 @@ type AlertRule struct {
 	// resolve says so.
 	FlapCount  int           `json:"flap_count,omitempty"`
 	FlapWindow time.Duration `json:"flap_window,omitempty"`
-	WebhookURL string        `json:"webhook_url"`
-	Format     string        `json:"format"` // FormatJSON (default), FormatSlack or FormatPagerDuty
-	Disabled   bool          `json:"disabled,omitempty"`
-	CreatedAt  time.Time     `json:"created_at"`
+	// GroupBy batches the rule's notifications into one per group, after
+	// Alertmanager's group_by: GroupBreaker (one per breaker name, across
+	// services: "payments down on 20 services"), GroupService (one per
+	// service), "" (one per subject, no batching). A group's first
+	// firing waits GroupWait (0 = 10s) for others to join; firings that
+	// join a group that notified wait GroupInterval (0 = 1m) after its
+	// last message; one resolve is sent when every alert of the group has
+	// resolved.
+	GroupBy       string        `json:"group_by,omitempty"`
+	GroupWait     time.Duration `json:"group_wait,omitempty"`
+	GroupInterval time.Duration `json:"group_interval,omitempty"`
+	WebhookURL    string        `json:"webhook_url"`
+	Format        string        `json:"format"` // FormatJSON (default), FormatSlack or FormatPagerDuty
+	Disabled      bool          `json:"disabled,omitempty"`
+	CreatedAt     time.Time     `json:"created_at"`
 }
 
 // Alert delivery events.

@@ -33,6 +33,9 @@ type Notification struct {
 	// ("checkout/payments is closed again on 3 of 3 instances, after 3m
 	// out of closed"); on a flapping notification, the flapping summary.
 	Now string
+	// Members, on a grouped rule's message (Subject "*/payments"), are
+	// the subjects it stands for, sorted.
+	Members []string
 	// lastTrue, on a resolve, is when the alert's condition was last seen
 	// true (a trip's time or an evaluation's): the end of the episode the
 	// store keeps (Store.ResolveFiringAlert), so that a trip the leader
@@ -345,7 +348,7 @@ func hold(r cbdash.AlertRule) time.Duration {
 
 // matches reports whether the rule watches dependency k.
 func matches(r cbdash.AlertRule, k cbdash.DependencyKey) bool {
-	return r.Service == k.Service && (r.Breaker == "" || r.Breaker == k.Breaker)
+	return (r.Service == "*" || r.Service == k.Service) && (r.Breaker == "" || r.Breaker == k.Breaker)
 }
 
 // conditions returns the subjects for which the rule's condition holds at

@@ -3,6 +3,7 @@ package alert_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -36,6 +37,7 @@ type fleet struct {
 	seq     map[string]uint64
 	state   map[string]string  // each instance's breaker state
 	rate    map[string]float64 // each instance's failure rate, percent
+	service map[string]string  // each instance's service (default inventory)
 	started int64
 }
 
@@ -62,7 +64,7 @@ func newFleet(t *testing.T) *fleet {
 	})
 	<-col.Ready()
 	return &fleet{t: t, clk: clk, st: st, col: col, seq: map[string]uint64{}, state: map[string]string{}, rate: map[string]float64{},
-		started: clk.Now().UnixMilli()}
+		service: map[string]string{}, started: clk.Now().UnixMilli()}
 }
 
 // start runs the alert Service, delivering to rcv.
@@ -72,7 +74,11 @@ func (f *fleet) start(rcv *receiver) {
 }
 
 func (f *fleet) hello(inst string) *protocol.Hello {
-	return &protocol.Hello{Type: "hello", Protocol: protocol.Version, Service: inventoryDB.Service, Instance: inst, SDKVersion: "test",
+	svc := f.service[inst]
+	if svc == "" {
+		svc = inventoryDB.Service
+	}
+	return &protocol.Hello{Type: "hello", Protocol: protocol.Version, Service: svc, Instance: inst, SDKVersion: "test",
 		StartedAt: f.started, Breakers: []protocol.BreakerConfig{{Name: inventoryDB.Breaker, WindowKind: "count", WindowSize: 20,
 			FailureRateThreshold: 50, MinimumCalls: 10, OpenDurationMillis: time.Hour.Milliseconds(), HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1}}}
 }
@@ -293,4 +299,64 @@ func TestSilenceHoldsBackAndEndsOnTime(t *testing.T) {
 			t.Errorf("receiver got %q, want the alert and its resolve", got)
 		}
 	})
+}
+
+// TestOneDependencyDownAcrossServicesIsOneMessage: a rule watching breaker
+// db of every service, grouped by breaker, sends one message when db
+// opens on 20 services within its group wait, listing all 20, and one
+// when it has closed again everywhere; a 21st service opening later is
+// one more message, after the group interval.
+func TestOneDependencyDownAcrossServicesIsOneMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t)
+		rcv := newBubbleReceiver(t)
+		if _, err := f.st.CreateAlertRule(context.Background(), cbdash.AlertRule{Name: "db down", Service: "*", Breaker: "db",
+			Kind: cbdash.AlertOpen, Hold: 30 * time.Second, GroupBy: cbdash.GroupBreaker, WebhookURL: rcv.URL}); err != nil {
+			t.Fatal(err)
+		}
+		f.start(rcv)
+		var insts []string
+		for i := range 21 {
+			inst := fmt.Sprintf("svc-%02d-1", i)
+			f.service[inst] = fmt.Sprintf("svc-%02d", i)
+			insts = append(insts, inst)
+		}
+		f.run(5*time.Second, insts...)
+		for _, inst := range insts[:20] {
+			f.report(inst, protocol.StateOpen)
+			bubbletest.Advance(200 * time.Millisecond) // 20 trips over 4 s, within the 10 s group wait
+		}
+		f.run(15*time.Second, insts...)
+		msgs := messages(t, rcv)
+		if len(msgs) != 1 || msgs[0].Subject != "*/db" || len(msgs[0].Subjects) != 20 || msgs[0].Event != cbdash.AlertFiring ||
+			!strings.HasPrefix(msgs[0].Text, "[FIRING] db down: 20 alerts: svc-00/db is open on 1 of 1 instances") {
+			t.Fatalf("receiver got %+v, want one firing message for 20 services", msgs)
+		}
+		f.report(insts[20], protocol.StateOpen)
+		f.run(75*time.Second, insts...) // the group interval (1m) after the first message
+		if msgs = messages(t, rcv); len(msgs) != 2 || len(msgs[1].Subjects) != 1 || msgs[1].Subjects[0] != "svc-20/db" {
+			t.Fatalf("receiver got %+v, want a second message for the 21st service", msgs)
+		}
+		for _, inst := range insts {
+			f.report(inst, protocol.StateHalfOpen, protocol.StateClosed)
+		}
+		f.run(45*time.Second, insts...)
+		if msgs = messages(t, rcv); len(msgs) != 3 || msgs[2].Event != cbdash.AlertResolved || len(msgs[2].Subjects) != 21 {
+			t.Errorf("receiver got %+v, want one resolve for all 21", msgs)
+		}
+	})
+}
+
+// messages decodes the receiver's generic JSON bodies.
+func messages(t *testing.T, rcv *receiver) []alert.Message {
+	t.Helper()
+	var out []alert.Message
+	for _, b := range rcv.received() {
+		var m alert.Message
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
 }

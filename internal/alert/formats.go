@@ -30,6 +30,9 @@ type Message struct {
 	// URL is the subject's page on the dashboard (the serve flag
 	// --external-url; absent without it).
 	URL string `json:"url,omitempty"`
+	// Subjects, on a grouped rule's message (subject "*/payments" or
+	// "checkout/*"), are the alerts it stands for.
+	Subjects []string `json:"subjects,omitempty"`
 }
 
 // slackMessage is a Slack incoming-webhook body (format "slack"): text
@@ -99,7 +102,7 @@ func Body(n Notification, external string) ([]byte, error) {
 		return json.Marshal(pagerDutyBody(n, link, external))
 	}
 	m := Message{Event: n.Event, RuleID: n.Rule.ID, Rule: n.Rule.Name, Kind: n.Rule.Kind, Subject: n.Subject,
-		Service: n.Rule.Service, Text: textOf(n), At: n.At.UTC(), Since: n.Since.UTC(), Now: n.Now, URL: link}
+		Service: n.Rule.Service, Text: textOf(n), At: n.At.UTC(), Since: n.Since.UTC(), Now: n.Now, URL: link, Subjects: n.Members}
 	if svc, br, ok := strings.Cut(n.Subject, "/"); ok {
 		m.Service, m.Breaker = svc, br
 	}

@@ -470,31 +470,70 @@ func (s *Service) held(ctx context.Context, n Notification) bool {
 
 // deliverLoop delivers one rule's notifications in order (a resolve never
 // overtakes its alert) until ctx ends, recording each completed delivery.
+// A grouped rule's firings and resolves wait in a grouper and go out in
+// one message per group (see cbdash.AlertRule.GroupBy).
 func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
+	g := newGrouper()
+	t := clock.NewTimer(s.cfg.Clock, time.Hour)
+	defer t.Stop()
 	for {
+		s.armGroups(g, t)
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.C:
+			for _, b := range g.flush(s.cfg.Clock.Now()) {
+				if !s.deliverOne(ctx, b.n, b.members...) {
+					return
+				}
+			}
 		case n := <-queue:
 			if s.held(ctx, n) {
 				continue
 			}
-			entry, err := s.deliver.Deliver(ctx, n)
-			if entry.OK && ctx.Err() != nil {
-				// Delivered as the Run stopped: acknowledged all the
-				// same, or the next leader would send it again.
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				s.ack(actx, n)
-				cancel()
+			if grouped(n) {
+				g.add(n, s.cfg.Clock.Now())
+				continue
+			}
+			if !s.deliverOne(ctx, n, n) {
 				return
 			}
-			if ctx.Err() != nil {
-				return // not acknowledged: the next Run sends it again
-			}
-			if err != nil {
-				s.cfg.Logger.Error("alert: delivery", "err", err)
-			}
-			s.ack(ctx, n)
 		}
 	}
+}
+
+// armGroups arms t for the grouper's next message, or stops it.
+func (s *Service) armGroups(g *grouper, t *clock.Timer) {
+	if due, ok := g.next(); ok {
+		t.Reset(max(due.Sub(s.cfg.Clock.Now()), 0))
+		return
+	}
+	t.Stop()
+}
+
+// deliverOne delivers n and acknowledges the notifications it carries
+// (n itself, or a group's members); false when ctx ended (then the
+// loop ends: what was not acknowledged is sent again by the next Run).
+func (s *Service) deliverOne(ctx context.Context, n Notification, acks ...Notification) bool {
+	entry, err := s.deliver.Deliver(ctx, n)
+	if entry.OK && ctx.Err() != nil {
+		// Delivered as the Run stopped: acknowledged all the same, or
+		// the next leader would send it again.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		for _, a := range acks {
+			s.ack(actx, a)
+		}
+		cancel()
+		return false
+	}
+	if ctx.Err() != nil {
+		return false // not acknowledged: the next Run sends it again
+	}
+	if err != nil {
+		s.cfg.Logger.Error("alert: delivery", "err", err)
+	}
+	for _, a := range acks {
+		s.ack(ctx, a)
+	}
+	return true
 }

@@ -208,13 +208,14 @@ func (s *Service) firingNow(k alertKey, since time.Time) (Notification, bool) {
 
 // Link is the page of subject on the dashboard at external (the serve
 // flag --external-url): the dependency page of "service/breaker", the
-// alerts page of "service@instance"; "" when external is "".
+// alerts page of "service@instance" and of a group ("*/payments",
+// "checkout/*"); "" when external is "".
 func Link(external, subject string) string {
 	if external == "" {
 		return ""
 	}
 	base := strings.TrimRight(external, "/")
-	if svc, br, ok := strings.Cut(subject, "/"); ok {
+	if svc, br, ok := strings.Cut(subject, "/"); ok && svc != "*" && br != "*" {
 		return base + "/dependency?" + url.Values{"service": {svc}, "breaker": {br}}.Encode()
 	}
 	return base + "/alerts"

@@ -10,21 +10,28 @@ import (
 // RuleJSON is an alert rule on the wire (the JSON API and the CLI):
 // durations are Go duration strings ("30s", "2m").
 type RuleJSON struct {
-	ID         int64     `json:"id"`
-	Name       string    `json:"name"`
-	Service    string    `json:"service"`
-	Breaker    string    `json:"breaker,omitempty"`
-	Kind       string    `json:"kind"`
-	For        string    `json:"for,omitempty"`
-	Margin     float64   `json:"margin,omitempty"`
-	Hold       string    `json:"hold,omitempty"`
-	WebhookURL string    `json:"webhook_url"`
-	Format     string    `json:"format,omitempty"`
-	FlapCount  int       `json:"flap_count,omitempty"`  // opens (0 = 5) ...
-	FlapWindow string    `json:"flap_window,omitempty"` // ... within this duration (0 = 10m) is flapping
-	Disabled   bool      `json:"disabled,omitempty"`
-	CreatedAt  time.Time `json:"created_at,omitzero"`
-	Firing     []string  `json:"firing,omitempty"` // subjects firing now (responses only)
+	ID         int64   `json:"id"`
+	Name       string  `json:"name"`
+	Service    string  `json:"service"`
+	Breaker    string  `json:"breaker,omitempty"`
+	Kind       string  `json:"kind"`
+	For        string  `json:"for,omitempty"`
+	Margin     float64 `json:"margin,omitempty"`
+	Hold       string  `json:"hold,omitempty"`
+	WebhookURL string  `json:"webhook_url"`
+	Format     string  `json:"format,omitempty"`
+	// FlapCount opens (0 = 5) within FlapWindow (a duration, "" = 10m)
+	// is flapping; GroupBy ("breaker", "service" or "") batches the
+	// rule's notifications, GroupWait and GroupInterval are durations
+	// ("" = 10s, 1m). See cbdash.AlertRule.
+	FlapCount     int       `json:"flap_count,omitempty"`
+	FlapWindow    string    `json:"flap_window,omitempty"`
+	GroupBy       string    `json:"group_by,omitempty"`
+	GroupWait     string    `json:"group_wait,omitempty"`
+	GroupInterval string    `json:"group_interval,omitempty"`
+	Disabled      bool      `json:"disabled,omitempty"`
+	CreatedAt     time.Time `json:"created_at,omitzero"`
+	Firing        []string  `json:"firing,omitempty"` // subjects firing now (responses only)
 }
 
 // RuleOut is r on the wire with the subjects firing now; unless reveal
@@ -32,10 +39,8 @@ type RuleJSON struct {
 func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 	j := RuleJSON{ID: r.ID, Name: r.Name, Service: r.Service, Breaker: r.Breaker, Kind: r.Kind, Margin: r.Margin,
 		WebhookURL: ShowURL(r.WebhookURL, reveal), Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing,
-		FlapCount: r.FlapCount}
-	if r.FlapWindow > 0 {
-		j.FlapWindow = r.FlapWindow.String()
-	}
+		FlapCount: r.FlapCount, GroupBy: r.GroupBy}
+	j.FlapWindow, j.GroupWait, j.GroupInterval = durationText(r.FlapWindow), durationText(r.GroupWait), durationText(r.GroupInterval)
 	if r.For > 0 {
 		j.For = r.For.String()
 	}
@@ -50,16 +55,26 @@ func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 // and UpdateRule.
 func (j RuleJSON) Rule() (cbdash.AlertRule, error) {
 	r := cbdash.AlertRule{ID: j.ID, Name: j.Name, Service: j.Service, Breaker: j.Breaker, Kind: j.Kind, Margin: j.Margin,
-		WebhookURL: j.WebhookURL, Format: j.Format, Disabled: j.Disabled, FlapCount: j.FlapCount}
-	var err error
-	if r.For, err = parseDuration("for", j.For); err != nil {
-		return r, err
+		WebhookURL: j.WebhookURL, Format: j.Format, Disabled: j.Disabled, FlapCount: j.FlapCount, GroupBy: j.GroupBy}
+	for _, d := range []struct {
+		name, v string
+		to      *time.Duration
+	}{{"for", j.For, &r.For}, {"hold", j.Hold, &r.Hold}, {"flap_window", j.FlapWindow, &r.FlapWindow},
+		{"group_wait", j.GroupWait, &r.GroupWait}, {"group_interval", j.GroupInterval, &r.GroupInterval}} {
+		var err error
+		if *d.to, err = parseDuration(d.name, d.v); err != nil {
+			return r, err
+		}
 	}
-	if r.FlapWindow, err = parseDuration("flap_window", j.FlapWindow); err != nil {
-		return r, err
+	return r, nil
+}
+
+// durationText is d as a Go duration string, "" for 0.
+func durationText(d time.Duration) string {
+	if d <= 0 {
+		return ""
 	}
-	r.Hold, err = parseDuration("hold", j.Hold)
-	return r, err
+	return d.String()
 }
 
 func parseDuration(name, v string) (time.Duration, error) {
