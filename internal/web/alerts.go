@@ -230,9 +230,21 @@ func ruleRow(r cbdash.AlertRule, firing int, admin bool) templates.AlertRuleRow 
 		}
 		params = append(params, "margin "+strconv.FormatFloat(m, 'f', -1, 64)+" points")
 	}
+	if r.GroupBy != "" {
+		params = append(params, "grouped by "+r.GroupBy+" (wait "+durationOr(r.GroupWait, alert.DefaultGroupWait)+
+			", interval "+durationOr(r.GroupInterval, alert.DefaultGroupInterval)+")")
+	}
 	row.Params = strings.Join(append(params, "hold "+durationOr(r.Hold, 2*time.Minute)), ", ")
 	row.Webhook = alert.ShowURL(r.WebhookURL, admin)
 	return row
+}
+
+// durationField is d in a form field: "" for 0.
+func durationField(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
 }
 
 func durationOr(d, def time.Duration) string {
@@ -281,6 +293,11 @@ func ruleForm(r cbdash.AlertRule, editing, hideWebhook bool) templates.AlertForm
 	if r.Margin > 0 {
 		f.Margin = strconv.FormatFloat(r.Margin, 'f', -1, 64)
 	}
+	if r.FlapCount > 0 {
+		f.FlapCount = strconv.Itoa(r.FlapCount)
+	}
+	f.GroupBy = r.GroupBy
+	f.FlapWindow, f.GroupWait, f.GroupInterval = durationField(r.FlapWindow), durationField(r.GroupWait), durationField(r.GroupInterval)
 	if f.WebhookHidden {
 		f.Webhook = ""
 	}
@@ -299,16 +316,21 @@ func ruleForm(r cbdash.AlertRule, editing, hideWebhook bool) templates.AlertForm
 func formRule(c echo.Context) (cbdash.AlertRule, error) {
 	r := cbdash.AlertRule{Name: strings.TrimSpace(c.FormValue("name")), Service: strings.TrimSpace(c.FormValue("service")),
 		Breaker: strings.TrimSpace(c.FormValue("breaker")), Kind: c.FormValue("kind"), WebhookURL: strings.TrimSpace(c.FormValue("webhook_url")),
-		Format: c.FormValue("format"), Disabled: c.FormValue("disabled") == "true"}
+		Format: c.FormValue("format"), Disabled: c.FormValue("disabled") == "true", GroupBy: c.FormValue("group_by")}
 	var err error
 	for _, d := range []struct {
 		name string
 		to   *time.Duration
-	}{{"for", &r.For}, {"hold", &r.Hold}} {
+	}{{"for", &r.For}, {"hold", &r.Hold}, {"flap_window", &r.FlapWindow}, {"group_wait", &r.GroupWait}, {"group_interval", &r.GroupInterval}} {
 		if v := strings.TrimSpace(c.FormValue(d.name)); v != "" {
 			if *d.to, err = time.ParseDuration(v); err != nil || *d.to < 0 {
 				return r, errorf(cbdash.ErrInvalid, "%s must be a duration like 30s or 2m (got %q)", d.name, v)
 			}
+		}
+	}
+	if v := strings.TrimSpace(c.FormValue("flap_count")); v != "" {
+		if r.FlapCount, err = strconv.Atoi(v); err != nil || r.FlapCount < 0 {
+			return r, errorf(cbdash.ErrInvalid, "flap_count must be a whole number of opens (got %q)", v)
 		}
 	}
 	if v := strings.TrimSpace(c.FormValue("margin")); v != "" {

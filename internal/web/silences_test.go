@@ -74,3 +74,35 @@ func TestAlertsPageSilencesAndAcknowledges(t *testing.T) {
 		t.Errorf("the stored silence = %+v (%v), want created and ended by otto", sl, err)
 	}
 }
+
+// TestAlertsPageKeepsFlapAndGroupSettings: the rule editor shows and
+// saves a rule's flap and group settings, so editing a rule on the page
+// does not drop what the API or the CLI set.
+func TestAlertsPageKeepsFlapAndGroupSettings(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
+	rcv := newHook(t)
+	otto := h.login("otto")
+	form := url.Values{"name": {"db down"}, "service": {"*"}, "breaker": {"db"}, "kind": {"open"}, "webhook_url": {rcv.URL},
+		"format": {"json"}, "flap_count": {"3"}, "flap_window": {"5m"}, "group_by": {"breaker"}, "group_wait": {"20s"}}
+	if res := otto.postForm("/alerts/rules", form); res.status != http.StatusSeeOther {
+		t.Fatalf("create: %d %s", res.status, res.body)
+	}
+	edit := otto.get("/alerts?edit=1").body
+	for _, want := range []string{`name="flap_count" value="3"`, `name="flap_window" value="5m0s"`, `value="breaker" selected`, `name="group_wait" value="20s"`} {
+		if !strings.Contains(edit, want) {
+			t.Errorf("the editor lacks %s", want)
+		}
+	}
+	if !strings.Contains(otto.get("/alerts").body, "grouped by breaker (wait 20s, interval 1m0s)") {
+		t.Error("the rules table does not say the rule is grouped")
+	}
+	form.Set("name", "db down everywhere")
+	if res := otto.postForm("/alerts/rules/1", form); res.status != http.StatusSeeOther {
+		t.Fatalf("update: %d %s", res.status, res.body)
+	}
+	r, err := h.st.AlertRule(context.Background(), 1)
+	if err != nil || r.FlapCount != 3 || r.GroupBy != "breaker" || r.GroupWait.String() != "20s" || r.Name != "db down everywhere" {
+		t.Errorf("after the edit: %+v (%v), want the flap and group settings kept", r, err)
+	}
+}

@@ -63,7 +63,9 @@ type AlertForm struct {
 	Editing                                                          bool   // an existing rule (else a new one)
 	ID                                                               string
 	Name, Service, Breaker, Kind, For, Margin, Hold, Webhook, Format string
-	Disabled                                                         bool
+	// Flap and group settings (empty: the defaults).
+	FlapCount, FlapWindow, GroupBy, GroupWait, GroupInterval string
+	Disabled                                                 bool
 	// WebhookHidden: the viewer may not read the rule's webhook URL; an
 	// empty field keeps it.
 	WebhookHidden bool
