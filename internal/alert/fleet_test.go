@@ -67,10 +67,13 @@ func newFleet(t *testing.T) *fleet {
 		service: map[string]string{}, started: clk.Now().UnixMilli()}
 }
 
-// start runs the alert Service, delivering to rcv.
-func (f *fleet) start(rcv *receiver) {
-	f.svc = startService(f.t, alert.Config{Source: f.col, Store: f.st, Clock: f.clk, Interval: time.Second,
-		ExternalURL: "https://cbdash.example", Delivery: rcv.delivery(alert.DeliveryConfig{})}).svc
+// start runs an alert Service, delivering to rcv (stopped by the
+// returned running's stop, or at the test's end).
+func (f *fleet) start(rcv *receiver) *running {
+	r := startService(f.t, alert.Config{Source: f.col, Store: f.st, Clock: f.clk, Interval: time.Second,
+		ExternalURL: "https://cbdash.example", Delivery: rcv.delivery(alert.DeliveryConfig{})})
+	f.svc = r.svc
+	return r
 }
 
 func (f *fleet) hello(inst string) *protocol.Hello {
@@ -359,4 +362,46 @@ func messages(t *testing.T, rcv *receiver) []alert.Message {
 		out = append(out, m)
 	}
 	return out
+}
+
+// TestFlappingMessageOnceAcrossATakeover: a breaker flaps, the leader
+// sends the alert and the flapping message and stops; the next leader
+// (a handover: same store, replaying the trips after the mark) sends
+// neither again while the breaker keeps flapping, and sends the one
+// resolve when it settles.
+func TestFlappingMessageOnceAcrossATakeover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t)
+		rcv := newBubbleReceiver(t)
+		if _, err := f.st.CreateAlertRule(context.Background(), cbdash.AlertRule{Name: "inventory open", Service: "inventory", Breaker: "db",
+			Kind: cbdash.AlertOpen, WebhookURL: rcv.URL}); err != nil {
+			t.Fatal(err)
+		}
+		first := f.start(rcv)
+		const inst = "inventory-1"
+		cycle := func() {
+			f.report(inst, protocol.StateOpen)
+			f.run(10*time.Second, inst)
+			f.report(inst, protocol.StateHalfOpen, protocol.StateClosed)
+			f.run(10*time.Second, inst)
+		}
+		for range 7 {
+			cycle()
+		}
+		if got := texts(t, rcv); len(got) != 2 || !strings.HasPrefix(got[1], "[FLAPPING]") {
+			t.Fatalf("the first leader sent %q, want the alert and the flapping message", got)
+		}
+		first.stop()
+		f.start(rcv)
+		for range 5 {
+			cycle()
+		}
+		if got := texts(t, rcv); len(got) != 2 {
+			t.Fatalf("after the takeover the webhook got %q, want nothing more while it flaps", got)
+		}
+		f.run(3*time.Minute, inst)
+		if got := texts(t, rcv); len(got) != 3 || !strings.HasPrefix(got[2], "[RESOLVED] inventory open: settled after flapping") {
+			t.Errorf("the webhook got %q, want one settle message last", got)
+		}
+	})
 }
