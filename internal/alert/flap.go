@@ -53,6 +53,9 @@ func (e *Engine) flap(r cbdash.AlertRule, ak alertKey, st *alertState, at time.T
 	slices.SortFunc(opens, time.Time.Compare)
 	from := at.Add(-flapWindow(r))
 	opens = slices.DeleteFunc(opens, func(t time.Time) bool { return t.Before(from) })
+	if keep := flapCount(r) + 1; len(opens) > keep { // enough to tell flapping: bounded memory
+		opens = slices.Delete(opens, 0, len(opens)-keep)
+	}
 	e.recent[ak] = opens
 	if !st.flapSince.IsZero() {
 		st.cycles++

@@ -75,7 +75,8 @@ func (s *Service) Ack(ctx context.Context, ruleID int64, subject, actor string) 
 }
 
 // refreshAcks reads the acknowledgements from the store: one made
-// through another collector's API shows here within markEvery.
+// through another collector's API shows here within markEvery, and
+// those of alerts gone from the store are forgotten (bounded memory).
 func (s *Service) refreshAcks(ctx context.Context) {
 	kept, err := s.cfg.Store.FiringAlerts(ctx)
 	if err != nil {
@@ -84,13 +85,15 @@ func (s *Service) refreshAcks(ctx context.Context) {
 		}
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	acks := make(map[alertKey]ack)
 	for _, a := range kept {
 		if !a.AckedAt.IsZero() {
-			s.acks[alertKey{a.RuleID, a.Subject}] = ack{since: a.Since, by: a.AckedBy, at: a.AckedAt}
+			acks[alertKey{a.RuleID, a.Subject}] = ack{since: a.Since, by: a.AckedBy, at: a.AckedAt}
 		}
 	}
+	s.mu.Lock()
+	s.acks = acks // those of resolved alerts are gone with their rows
+	s.mu.Unlock()
 }
 
 // withAcks fills the acknowledgement of each alert of as that has one
