@@ -56,7 +56,8 @@ type alertState struct {
 	detail   string
 	// opened: the breaker went out of closed during a headroom alert
 	// (the alert follows it until it closes again).
-	opened bool
+	opened   bool
+	openedAt time.Time // when it was first seen out of closed
 	// flapSince is the first open of the flapping told (zero: not
 	// flapping); cycles counts the opens since.
 	flapSince time.Time
@@ -238,6 +239,9 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 			continue
 		}
 		delete(e.alerts, k)
+		if !st.flapSince.IsZero() {
+			delete(e.recent, k) // settled: the next open starts counting afresh
+		}
 		if st.firing {
 			out = append(out, Notification{Rule: r, Subject: k.subject, Event: cbdash.AlertResolved, At: now, Since: st.since,
 				Detail: "resolved: " + st.detail, Now: e.resolvedNow(r, k.subject, st), lastTrue: st.lastTrue})
@@ -369,7 +373,7 @@ func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string
 				out[k.String()] = detail
 			}
 		case cbdash.AlertHeadroom:
-			if detail, ok := e.headroomFollows(r, d); ok {
+			if detail, ok := e.headroomFollows(r, d, now); ok {
 				out[k.String()] = detail
 			}
 		case cbdash.AlertStale:

@@ -16,11 +16,16 @@ import (
 // (its detail says it opened) until the breaker is closed again and the
 // rates are out of the margin for the rule's hold: never a resolve for
 // the thing that just got worse (issue 33).
-func (e *Engine) headroomFollows(r cbdash.AlertRule, d cbdash.Dependency) (string, bool) {
+func (e *Engine) headroomFollows(r cbdash.AlertRule, d cbdash.Dependency, now time.Time) (string, bool) {
 	st := e.alerts[alertKey{r.ID, d.DependencyKey.String()}]
 	if st != nil && st.firing {
-		if _, opened := e.opened[d.DependencyKey]; opened || outOfClosed(d) > 0 {
-			st.opened = true
+		if at, opened := e.opened[d.DependencyKey]; opened || outOfClosed(d) > 0 {
+			if !st.opened {
+				st.opened, st.openedAt = true, now
+				if opened {
+					st.openedAt = at
+				}
+			}
 			detail, _ := openCondition(d, e.opened[d.DependencyKey])
 			return detail + " (it was heading for open)", true
 		}
@@ -60,7 +65,11 @@ func (e *Engine) breakerNow(r cbdash.AlertRule, subject string, st *alertState) 
 	if forced := d.ByState[protocol.StateForcedOpen] + d.ByState[protocol.StateForcedClosed]; forced > 0 {
 		states += fmt.Sprintf(", forced on %d", forced)
 	}
-	episode := st.lastTrue.Sub(st.since).Truncate(time.Second)
+	from := st.since
+	if r.Kind == cbdash.AlertHeadroom && st.opened {
+		from = st.openedAt // out of closed since, not heading for open since
+	}
+	episode := st.lastTrue.Sub(from).Truncate(time.Second)
 	switch {
 	case r.Kind == cbdash.AlertHeadroom && !st.opened:
 		h := d.Headroom
