@@ -111,7 +111,7 @@ func Body(n Notification, external string) ([]byte, error) {
 
 func slackBody(n Notification, link string) slackMessage {
 	text := textOf(n)
-	m := slackMessage{Text: text, Blocks: []slackBlock{{Type: "section", Text: &slackText{Type: "mrkdwn", Text: clip(slackEscape(text), 3000)}}}}
+	m := slackMessage{Text: slackEscape(text), Blocks: []slackBlock{{Type: "section", Text: &slackText{Type: "mrkdwn", Text: clip(slackEscape(text), 3000)}}}}
 	if link != "" {
 		m.Blocks = append(m.Blocks, slackBlock{Type: "context", Elements: []slackText{{Type: "mrkdwn",
 			Text: "<" + link + "|Open " + slackEscape(n.Subject) + " on cbdash>"}}})
