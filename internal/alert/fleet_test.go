@@ -405,3 +405,38 @@ func TestFlappingMessageOnceAcrossATakeover(t *testing.T) {
 		}
 	})
 }
+
+// TestSilencedAlertResolvedMeanwhileSendsNothing: an alert that fires and
+// resolves within a silence sends nothing, neither during the silence
+// nor when it ends; the delivery log says why for both.
+func TestSilencedAlertResolvedMeanwhileSendsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleet(t)
+		rcv := newBubbleReceiver(t)
+		ctx := context.Background()
+		rule, err := f.st.CreateAlertRule(ctx, cbdash.AlertRule{Name: "inventory open", Service: "inventory", Kind: cbdash.AlertOpen,
+			Hold: 30 * time.Second, WebhookURL: rcv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.start(rcv)
+		const inst = "inventory-1"
+		f.run(5*time.Second, inst)
+		if _, err := f.svc.CreateSilence(ctx, cbdash.Silence{Matchers: cbdash.SilenceMatchers{Service: "inventory"}, Reason: "deploy",
+			EndsAt: f.clk.Now().Add(2 * time.Minute)}, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		f.report(inst, protocol.StateOpen)
+		f.run(10*time.Second, inst)
+		f.report(inst, protocol.StateHalfOpen, protocol.StateClosed)
+		f.run(3*time.Minute, inst)
+		if got := texts(t, rcv); len(got) != 0 {
+			t.Fatalf("receiver got %q, want nothing: the alert fired and resolved within the silence", got)
+		}
+		log, err := f.svc.Deliveries(ctx, cbdash.DeliveryQuery{RuleID: rule.ID})
+		if err != nil || len(log) != 2 || log[0].Event != cbdash.AlertResolved || !strings.Contains(log[0].Error, "its firing was silenced") ||
+			!strings.Contains(log[1].Error, "silenced by silence 1") {
+			t.Errorf("delivery log = %+v (%v), want the firing and the resolve held back, saying why", log, err)
+		}
+	})
+}
