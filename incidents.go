@@ -1,6 +1,7 @@
 package cbdash
 
 import (
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -79,7 +80,18 @@ const (
 // Webhook body formats of an alert rule.
 const (
 	FormatJSON  = "json"  // generic JSON body (internal/alert.Message)
-	FormatSlack = "slack" // Slack-compatible {"text": "..."}
+	FormatSlack = "slack" // Slack incoming webhook: {"text": "...", "blocks": [...]}
+	// FormatPagerDuty is a PagerDuty Events API v2 event (trigger or
+	// resolve, dedup_key the rule and subject); the rule's webhook URL is
+	// the events endpoint with the routing key in its query
+	// (?routing_key=...), see internal/alert.Body.
+	FormatPagerDuty = "pagerduty"
+)
+
+// Groupings of an alert rule's notifications (AlertRule.GroupBy).
+const (
+	GroupBreaker = "breaker"
+	GroupService = "service"
 )
 
 // AlertRule says which condition to watch, where, and which webhook to
@@ -87,7 +99,9 @@ const (
 type AlertRule struct {
 	ID   int64  `json:"id"`
 	Name string `json:"name"`
-	// Service is required; Breaker "" means every breaker of the service.
+	// Service is required: one service, or "*" for every service (one
+	// dependency down across many services, grouped with GroupBy);
+	// Breaker "" means every breaker of the service(s).
 	Service string `json:"service"`
 	Breaker string `json:"breaker,omitempty"`
 	Kind    string `json:"kind"` // one of the Alert* kinds
@@ -98,11 +112,29 @@ type AlertRule struct {
 	Margin float64 `json:"margin,omitempty"`
 	// Hold is how long the condition must stay false before a firing alert
 	// resolves: flapping within Hold sends nothing more (0 = 2m).
-	Hold       time.Duration `json:"hold,omitempty"`
-	WebhookURL string        `json:"webhook_url"`
-	Format     string        `json:"format"` // FormatJSON (default) or FormatSlack
-	Disabled   bool          `json:"disabled,omitempty"`
-	CreatedAt  time.Time     `json:"created_at"`
+	Hold time.Duration `json:"hold,omitempty"`
+	// FlapCount and FlapWindow, for open rules: a breaker that opens
+	// more than FlapCount times (0 = 5) within FlapWindow (0 = 10m) is
+	// flapping: one AlertFlapping notification, then nothing until it
+	// settles (no open for FlapWindow/FlapCount, at least Hold) and one
+	// resolve says so.
+	FlapCount  int           `json:"flap_count,omitempty"`
+	FlapWindow time.Duration `json:"flap_window,omitempty"`
+	// GroupBy batches the rule's notifications into one per group, after
+	// Alertmanager's group_by: GroupBreaker (one per breaker name, across
+	// services: "payments down on 20 services"), GroupService (one per
+	// service), "" (one per subject, no batching). A group's first
+	// firing waits GroupWait (0 = 10s) for others to join; firings that
+	// join a group that notified wait GroupInterval (0 = 1m) after its
+	// last message; one resolve is sent when every alert of the group has
+	// resolved.
+	GroupBy       string        `json:"group_by,omitempty"`
+	GroupWait     time.Duration `json:"group_wait,omitempty"`
+	GroupInterval time.Duration `json:"group_interval,omitempty"`
+	WebhookURL    string        `json:"webhook_url"`
+	Format        string        `json:"format"` // FormatJSON (default), FormatSlack or FormatPagerDuty
+	Disabled      bool          `json:"disabled,omitempty"`
+	CreatedAt     time.Time     `json:"created_at"`
 }
 
 // Alert delivery events.
@@ -112,6 +144,9 @@ const (
 	// AlertTest is the event of a test notification an operator sends
 	// from the rule editor: nothing is firing.
 	AlertTest = "test"
+	// AlertFlapping is sent once when a firing open alert's breaker
+	// flaps (AlertRule.FlapCount); its resolve follows when it settles.
+	AlertFlapping = "flapping"
 )
 
 // FiringAlert is the state of one alert (one rule and one subject) that
@@ -129,6 +164,14 @@ type FiringAlert struct {
 	// Pending is the event (AlertFiring or AlertResolved) whose webhook
 	// call has not completed yet; "" when none is pending.
 	Pending string `json:"pending,omitempty"`
+	// FlappingSince is when the first open of the flapping it was told
+	// about happened (zero: not flapping).
+	FlappingSince time.Time `json:"flapping_since,omitzero"`
+	// AckedBy and AckedAt say who acknowledged it and when (zero: not
+	// acknowledged). An acknowledged alert sends no flapping message;
+	// its resolve is still sent.
+	AckedBy string    `json:"acked_by,omitempty"`
+	AckedAt time.Time `json:"acked_at,omitzero"`
 }
 
 // AlertDelivery is one entry of the delivery log: one message to one
@@ -163,4 +206,66 @@ type ConfigChange struct {
 	At       time.Time              `json:"at"`
 	Previous protocol.BreakerConfig `json:"previous"`
 	Config   protocol.BreakerConfig `json:"config"`
+}
+
+// SilenceMatchers says which alerts a silence quiets: those whose
+// subject's service is Service and breaker is Breaker and whose
+// dependency carries every label of Labels; an empty field matches any.
+// A stale alert's subject ("service@instance") has no breaker: a silence
+// naming a breaker does not match it.
+type SilenceMatchers struct {
+	Service string            `json:"service,omitempty"`
+	Breaker string            `json:"breaker,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// Empty reports whether m matches every alert (refused when a silence is
+// created).
+func (m SilenceMatchers) Empty() bool {
+	return m.Service == "" && m.Breaker == "" && len(m.Labels) == 0
+}
+
+// Match reports whether m matches an alert of subject ("service/breaker"
+// or "service@instance") whose dependency has labels.
+func (m SilenceMatchers) Match(subject string, labels map[string]string) bool {
+	svc, br := subject, ""
+	if s, b, ok := strings.Cut(subject, "/"); ok {
+		svc, br = s, b
+	} else if s, _, ok := strings.Cut(subject, "@"); ok {
+		svc = s
+	}
+	if (m.Service != "" && m.Service != svc) || (m.Breaker != "" && m.Breaker != br) {
+		return false
+	}
+	for k, v := range m.Labels {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Silence quiets the notifications of the alerts its matchers match
+// from StartsAt until EndsAt (or until it is expired early). Alerts keep
+// firing, on the page and in the API; only their webhooks are not
+// called. Silences are kept after they end: who created each, why, and
+// who expired it is the audit trail.
+type Silence struct {
+	ID        int64           `json:"id"`
+	Matchers  SilenceMatchers `json:"matchers"`
+	Reason    string          `json:"reason"`
+	CreatedBy string          `json:"created_by"`
+	CreatedAt time.Time       `json:"created_at"`
+	StartsAt  time.Time       `json:"starts_at"`
+	EndsAt    time.Time       `json:"ends_at"`
+	ExpiredBy string          `json:"expired_by,omitempty"`
+	ExpiredAt time.Time       `json:"expired_at,omitzero"`
+}
+
+// Active reports whether s quiets notifications at at.
+func (s Silence) Active(at time.Time) bool {
+	if !s.ExpiredAt.IsZero() && !at.Before(s.ExpiredAt) {
+		return false
+	}
+	return !at.Before(s.StartsAt) && at.Before(s.EndsAt)
 }

@@ -55,7 +55,7 @@ a server with --anonymous).`,
 	}
 	o.bind(cmd.Flags())
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the server's JSON")
-	cmd.AddCommand(newAlertsCreateCmd(), newAlertsDeleteCmd())
+	cmd.AddCommand(newAlertsCreateCmd(), newAlertsDeleteCmd(), newAlertsSilenceCmd(), newAlertsSilencesCmd(), newAlertsUnsilenceCmd(), newAlertsAckCmd())
 	return cmd
 }
 
@@ -94,11 +94,16 @@ threshold), stale (an instance stopped reporting).`,
 	o.bind(cmd.Flags())
 	fs := cmd.Flags()
 	fs.StringVar(&r.Name, "name", "", "the rule's name, shown in notifications")
-	fs.StringVar(&r.Service, "service", "", "the service whose breakers the rule watches (required)")
+	fs.StringVar(&r.Service, "service", "", "the service whose breakers the rule watches, or '*' for every service (required)")
 	fs.StringVar(&r.Breaker, "breaker", "", "one breaker of the service (empty = every breaker)")
 	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom or stale (required)")
 	fs.StringVar(&r.WebhookURL, "webhook", "", "the URL notifications are posted to (required)")
-	fs.StringVar(&r.Format, "format", "json", "body format: json or slack")
+	fs.StringVar(&r.Format, "format", "json", "body format: json, slack (an incoming webhook) or pagerduty (Events API v2; the routing key as ?routing_key= in --webhook)")
+	fs.IntVar(&r.FlapCount, "flap-count", 0, "open: more opens than this within --flap-window is flapping: one message, then one when it settles (default 5)")
+	fs.StringVar(&r.FlapWindow, "flap-window", "", "open: the window of --flap-count (default 10m)")
+	fs.StringVar(&r.GroupBy, "group-by", "", "one message per group: breaker (one dependency across services, with --service '*') or service (default: one per alert)")
+	fs.StringVar(&r.GroupWait, "group-wait", "", "grouped: how long a new group's first message waits for others (default 10s)")
+	fs.StringVar(&r.GroupInterval, "group-interval", "", "grouped: how long after a group's message the next firings of the group wait (default 1m)")
 	fs.StringVar(&r.For, "for", "", "half_open_long: how long half-open may last (default 30s)")
 	fs.Float64Var(&r.Margin, "margin", 0, "headroom: the distance to the threshold in percentage points (default 10)")
 	fs.StringVar(&r.Hold, "hold", "", "how long the condition must stay false before the alert resolves (default 2m)")
@@ -169,14 +174,27 @@ func printAlerts(w io.Writer, rules []alert.RuleJSON, firing []alert.FiringJSON)
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FIRING\tRULE\tSUBJECT\tSINCE (UTC)\tFOR\tDETAIL")
+	fmt.Fprintln(tw, "FIRING\tRULE\tSUBJECT\tSINCE (UTC)\tFOR\tNOTIFIED\tDETAIL")
 	for i, f := range firing {
 		since := time.UnixMilli(f.SinceMs).UTC()
-		fmt.Fprintf(tw, "%d\t%d %s\t%s\t%s\t%s\t%s\n", i+1, f.RuleID, clean(f.Rule), clean(f.Subject), since.Format(time.DateTime),
-			f.For, clean(f.Detail))
+		fmt.Fprintf(tw, "%d\t%d %s\t%s\t%s\t%s\t%s\t%s\n", i+1, f.RuleID, clean(f.Rule), clean(f.Subject), since.Format(time.DateTime),
+			f.For, clean(notified(f)), clean(f.Detail))
 	}
 	if len(firing) == 0 {
-		fmt.Fprintln(tw, "(no alert firing)\t\t\t\t\t")
+		fmt.Fprintln(tw, "(no alert firing)\t\t\t\t\t\t")
 	}
 	return tw.Flush()
+}
+
+// notified says whether f's notifications go out: "yes", "silenced
+// (silence N)", "acked by NAME".
+func notified(f alert.FiringJSON) string {
+	out := "yes"
+	if f.Silenced != 0 {
+		out = fmt.Sprintf("silenced (silence %d)", f.Silenced)
+	}
+	if f.AckedBy != "" {
+		out += ", acked by " + f.AckedBy
+	}
+	return out
 }

@@ -93,6 +93,7 @@ func TestAlertsCommandCreatesListsAndDeletesRules(t *testing.T) {
 			t.Errorf("`cbdash alerts` lacks %q:\n%s", want, out)
 		}
 	}
+	silenceAndAck(t, env)
 	if code, _, stderr := cli(t, env, "alerts", "delete", "x"); code != 2 || !strings.Contains(stderr, "bad rule id") {
 		t.Errorf("delete x: %d %s", code, stderr)
 	}
@@ -101,5 +102,38 @@ func TestAlertsCommandCreatesListsAndDeletesRules(t *testing.T) {
 	}
 	if code, out, _ := cli(t, env, "alerts"); code != 0 || !strings.Contains(out, "(no alert rule)") || !strings.Contains(out, "(no alert firing)") {
 		t.Errorf("after delete:\n%s", out)
+	}
+}
+
+// silenceAndAck silences and acknowledges rule 1's alert on
+// checkout/payments with the CLI, as otto: the listing says so, the
+// silence is listed with its creator and, once expired, with who
+// expired it.
+func silenceAndAck(t *testing.T, env map[string]string) {
+	t.Helper()
+	if code, _, stderr := cli(t, env, "alerts", "silence", "--service", "checkout", "--for", "1h"); code != 2 || !strings.Contains(stderr, "--reason") {
+		t.Errorf("silence without --reason: %d %s", code, stderr)
+	}
+	code, out, stderr := cli(t, env, "alerts", "silence", "--service", "checkout", "--breaker", "payments", "--for", "1h", "--reason", "payments drill")
+	if code != 0 || !strings.Contains(out, "created silence 1 of service=checkout breaker=payments until") {
+		t.Fatalf("silence: %d %q %s", code, out, stderr)
+	}
+	if code, out, stderr := cli(t, env, "alerts", "ack", "1", "checkout/payments"); code != 0 || !strings.Contains(out, "acknowledged rule 1 on checkout/payments") {
+		t.Fatalf("ack: %d %q %s", code, out, stderr)
+	}
+	if code, _, stderr := cli(t, env, "alerts", "ack", "1", "checkout/nothing"); code != 1 || !strings.Contains(stderr, "not firing") {
+		t.Errorf("ack of an alert not firing: %d %s", code, stderr)
+	}
+	if code, out, _ := cli(t, env, "alerts"); code != 0 || !strings.Contains(out, "silenced (silence 1), acked by otto") {
+		t.Errorf("`cbdash alerts` after silence and ack:\n%s", out)
+	}
+	if code, out, _ := cli(t, env, "alerts", "silences"); code != 0 || !strings.Contains(out, "service=checkout breaker=payments") || !strings.Contains(out, "otto") {
+		t.Errorf("`cbdash alerts silences`:\n%s", out)
+	}
+	if code, out, stderr := cli(t, env, "alerts", "unsilence", "1"); code != 0 || !strings.Contains(out, "expired silence 1") {
+		t.Fatalf("unsilence: %d %q %s", code, out, stderr)
+	}
+	if code, out, _ := cli(t, env, "alerts", "silences", "--all"); code != 0 || !strings.Contains(out, "payments drill") || !strings.Contains(out, "by otto") {
+		t.Errorf("`cbdash alerts silences --all` after unsilence:\n%s", out)
 	}
 }

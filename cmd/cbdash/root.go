@@ -30,7 +30,7 @@ func fromEnv(name string) bool {
 		"trusted-proxy", "secure-cookies", "otlp-endpoint", "otlp-interval", "otlp-header",
 		"max-instances-per-token", "max-breakers-per-token", "max-dependencies", "max-connections-per-token",
 		"max-instances-per-service", "max-breakers-per-service", "max-dependencies-per-service", "max-dependencies-per-token",
-		"max-live-per-session", "max-live-per-address", "max-live", "allow-private-webhooks", "ack-delay",
+		"max-live-per-session", "max-live-per-address", "max-live", "allow-private-webhooks", "external-url", "ack-delay",
 		"max-event-streams-per-session", "max-event-streams-per-address", "max-event-streams", "max-reads-per-address", "max-reads",
 		"read-header-timeout", "read-timeout", "write-timeout", "idle-timeout", "max-connections-per-address", "max-connections",
 		"server", "token", "timeout", "agent-token", "password":

@@ -94,7 +94,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		return nil, err
 	}
 	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk,
-		Delivery: alert.DeliveryConfig{AllowPrivate: o.AllowPrivateWebhooks}})
+		ExternalURL: o.ExternalURL, Delivery: alert.DeliveryConfig{AllowPrivate: o.AllowPrivateWebhooks}})
 	if err != nil {
 		return nil, err
 	}

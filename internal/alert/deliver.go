@@ -3,13 +3,11 @@ package alert
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -20,51 +18,6 @@ import (
 
 // ErrInvalidConfig is wrapped by every error of Config validation.
 var ErrInvalidConfig = errors.New("invalid alert config")
-
-// Message is the generic JSON body of a webhook call (format "json").
-type Message struct {
-	Event   string    `json:"event"` // "firing" or "resolved"
-	RuleID  int64     `json:"rule_id"`
-	Rule    string    `json:"rule"` // the rule's name
-	Kind    string    `json:"kind"` // the rule's kind
-	Subject string    `json:"subject"`
-	Service string    `json:"service"`
-	Breaker string    `json:"breaker,omitempty"`
-	Text    string    `json:"text"` // one line for humans
-	At      time.Time `json:"at"`
-	Since   time.Time `json:"since"` // when the alert started firing
-}
-
-// slackMessage is the Slack-compatible body (format "slack").
-type slackMessage struct {
-	Text string `json:"text"`
-}
-
-// Body renders the webhook body of n in its rule's format.
-func Body(n Notification) ([]byte, error) {
-	text := textOf(n)
-	if n.Rule.Format == cbdash.FormatSlack {
-		return json.Marshal(slackMessage{Text: text})
-	}
-	m := Message{Event: n.Event, RuleID: n.Rule.ID, Rule: n.Rule.Name, Kind: n.Rule.Kind, Subject: n.Subject,
-		Service: n.Rule.Service, Text: text, At: n.At.UTC(), Since: n.Since.UTC()}
-	if svc, br, ok := strings.Cut(n.Subject, "/"); ok {
-		m.Service, m.Breaker = svc, br
-	}
-	return json.Marshal(m)
-}
-
-func textOf(n Notification) string {
-	name := n.Rule.Name
-	if name == "" {
-		name = n.Rule.Kind
-	}
-	if n.Event == cbdash.AlertResolved {
-		return fmt.Sprintf("[RESOLVED] %s: %s (fired %s, lasted %s)", name, n.Subject,
-			n.Since.UTC().Format(time.RFC3339), n.At.Sub(n.Since).Truncate(time.Second))
-	}
-	return fmt.Sprintf("[FIRING] %s: %s", name, n.Detail)
-}
 
 // Log stores delivery log entries. *store.Store implements it.
 type Log interface {
@@ -92,6 +45,9 @@ type DeliveryConfig struct {
 	// between attempts; nil = clock.System().
 	Clock  clock.Clock
 	Logger *slog.Logger // nil = discard
+	// ExternalURL is the dashboard's address payloads link to (Link);
+	// "" = no link. Service sets it from Config.ExternalURL.
+	ExternalURL string
 }
 
 func (c DeliveryConfig) validate() error {
@@ -155,7 +111,7 @@ var errPermanent = errors.New("permanent failure")
 // error.
 func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDelivery, error) {
 	entry := cbdash.AlertDelivery{RuleID: n.Rule.ID, Subject: n.Subject, Event: n.Event, URL: n.Rule.WebhookURL}
-	body, err := Body(n)
+	body, err := Body(n, d.cfg.ExternalURL)
 	if err != nil {
 		return entry, fmt.Errorf("alert: render body: %w", err)
 	}
@@ -167,7 +123,7 @@ func (d *Deliverer) Deliver(ctx context.Context, n Notification) (cbdash.AlertDe
 		// even when ctx ends meanwhile: a webhook that received the call
 		// gets it acknowledged, and is not called again by the next
 		// leader (issue 28). No attempt starts after ctx ended.
-		status, err := d.post(context.WithoutCancel(ctx), n.Rule.WebhookURL, body)
+		status, err := d.post(context.WithoutCancel(ctx), postURL(n.Rule), body)
 		entry.Status = status
 		if err == nil {
 			entry.OK, entry.Error = true, ""

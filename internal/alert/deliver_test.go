@@ -242,8 +242,8 @@ func TestDeliver(t *testing.T) {
 				}
 				if tt.format == cbdash.FormatSlack {
 					want := "[FIRING] r: checkout/payments is open on 1 of 2 instances"
-					if len(body) != 1 || body["text"] != want {
-						t.Errorf("slack body = %v, want only text %q", body, want)
+					if body["text"] != want || len(body["blocks"].([]any)) != 1 {
+						t.Errorf("slack body = %v, want text %q and one section block", body, want)
 					}
 				} else if body["event"] != "firing" || body["subject"] != "checkout/payments" || body["rule_id"] != 9.0 {
 					t.Errorf("json body = %v", body)

@@ -7,10 +7,17 @@
 // The Engine is pure logic with an injected clock: one alert per rule and
 // subject fires when its condition becomes true and resolves once the
 // condition has stayed false for the rule's hold period, so a flapping
-// breaker sends one alert and one resolve, not dozens. The Deliverer posts
-// a generic JSON body or a Slack-compatible {"text": ...} body, retries
-// with exponential backoff and records every delivery. A Service runs both
-// against the collector; API mounts the rules CRUD and the delivery log.
+// breaker sends one alert and one resolve, not dozens; a breaker opening
+// more than FlapCount times in FlapWindow sends one flapping message and
+// one resolve when it settles (flap.go). A headroom alert follows its
+// breaker: it keeps firing while the breaker is open (follow.go), and
+// every resolve says what the subject is now. The Deliverer posts a
+// generic JSON body, a Slack incoming-webhook body or a PagerDuty Events
+// v2 event (formats.go), linking to the dashboard (Config.ExternalURL),
+// retries with exponential backoff and records every delivery. A Service
+// runs both against the collector, holds back what a silence matches
+// (silence.go) and batches a grouped rule's messages (group.go, after
+// Alertmanager's group_by, group_wait and group_interval).
 //
 // A Service sends a notification only once the store has recorded it: one
 // firing per rule, subject and episode, one resolve per episode. On taking

@@ -29,6 +29,13 @@ type Notification struct {
 	Since time.Time
 	// Detail says what was seen, in one line ("open on 2 of 6 instances").
 	Detail string
+	// Now, on a resolve, says what the subject is now, in one line
+	// ("checkout/payments is closed again on 3 of 3 instances, after 3m
+	// out of closed"); on a flapping notification, the flapping summary.
+	Now string
+	// Members, on a grouped rule's message (Subject "*/payments"), are
+	// the subjects it stands for, sorted.
+	Members []string
 	// lastTrue, on a resolve, is when the alert's condition was last seen
 	// true (a trip's time or an evaluation's): the end of the episode the
 	// store keeps (Store.ResolveFiringAlert), so that a trip the leader
@@ -47,6 +54,14 @@ type alertState struct {
 	since    time.Time
 	lastTrue time.Time
 	detail   string
+	// opened: the breaker went out of closed during a headroom alert
+	// (the alert follows it until it closes again).
+	opened   bool
+	openedAt time.Time // when it was first seen out of closed
+	// flapSince is the first open of the flapping told (zero: not
+	// flapping); cycles counts the opens since.
+	flapSince time.Time
+	cycles    int
 }
 
 // Engine evaluates alert rules against live dependency states and
@@ -59,6 +74,9 @@ type Engine struct {
 	deps   map[cbdash.DependencyKey]cbdash.Dependency
 	opened map[cbdash.DependencyKey]time.Time // transitions to open since the last evaluation
 	alerts map[alertKey]*alertState
+	// recent holds the opens of each open rule's subject within its
+	// flap window, oldest first, beyond the alert's episodes.
+	recent map[alertKey][]time.Time
 }
 
 // NewEngine returns an Engine with no rules.
@@ -67,6 +85,7 @@ func NewEngine() *Engine {
 		deps:   make(map[cbdash.DependencyKey]cbdash.Dependency),
 		opened: make(map[cbdash.DependencyKey]time.Time),
 		alerts: make(map[alertKey]*alertState),
+		recent: make(map[alertKey][]time.Time),
 	}
 }
 
@@ -85,6 +104,11 @@ func (e *Engine) SetRules(rules []cbdash.AlertRule) {
 	for k := range e.alerts {
 		if !keep[k.rule] {
 			delete(e.alerts, k)
+		}
+	}
+	for k := range e.recent {
+		if !keep[k.rule] {
+			delete(e.recent, k)
 		}
 	}
 }
@@ -124,21 +148,30 @@ func (e *Engine) Trip(tr cbdash.TransitionRecord) []Notification {
 		if r.Kind != cbdash.AlertOpen || !matches(r, k) {
 			continue
 		}
-		ak := alertKey{r.ID, k.String()}
-		if st := e.alerts[ak]; st != nil {
-			if at.After(st.lastTrue) {
-				st.lastTrue = at
-			}
-			if st.firing {
-				continue
-			}
-		}
+		out = append(out, e.trip(r, k, at)...)
+	}
+	return out
+}
+
+// trip is Trip for one open rule r watching k.
+func (e *Engine) trip(r cbdash.AlertRule, k cbdash.DependencyKey, at time.Time) []Notification {
+	ak := alertKey{r.ID, k.String()}
+	var out []Notification
+	st := e.alerts[ak]
+	if st != nil && at.After(st.lastTrue) {
+		st.lastTrue = at
+	}
+	if st == nil || !st.firing {
 		detail := k.String() + " opened"
 		if d, ok := e.deps[k]; ok {
 			detail, _ = openCondition(d, at)
 		}
-		e.alerts[ak] = &alertState{firing: true, since: at, lastTrue: at, detail: detail}
+		st = &alertState{firing: true, since: at, lastTrue: at, detail: detail}
+		e.alerts[ak] = st
 		out = append(out, Notification{Rule: r, Subject: ak.subject, Event: cbdash.AlertFiring, At: at, Since: at, Detail: detail})
+	}
+	if n, ok := e.flap(r, ak, st, at); ok {
+		out = append(out, n)
 	}
 	return out
 }
@@ -198,15 +231,23 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 			continue
 		}
 		r := rules[k.rule]
-		if now.Sub(st.lastTrue) < hold(r) {
+		wait := hold(r)
+		if !st.flapSince.IsZero() {
+			wait = settleAfter(r)
+		}
+		if now.Sub(st.lastTrue) < wait {
 			continue
 		}
 		delete(e.alerts, k)
+		if !st.flapSince.IsZero() {
+			delete(e.recent, k) // settled: the next open starts counting afresh
+		}
 		if st.firing {
 			out = append(out, Notification{Rule: r, Subject: k.subject, Event: cbdash.AlertResolved, At: now, Since: st.since,
-				Detail: "resolved: " + st.detail, lastTrue: st.lastTrue})
+				Detail: "resolved: " + st.detail, Now: e.resolvedNow(r, k.subject, st), lastTrue: st.lastTrue})
 		}
 	}
+	e.pruneRecent(rules, now)
 	clear(e.opened)
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -251,7 +292,8 @@ func (e *Engine) Restore(alerts []cbdash.FiringAlert, now time.Time) {
 		if !a.Firing || !active[a.RuleID] {
 			continue
 		}
-		e.alerts[alertKey{a.RuleID, a.Subject}] = &alertState{firing: true, since: a.Since, lastTrue: now, detail: a.Detail}
+		e.alerts[alertKey{a.RuleID, a.Subject}] = &alertState{firing: true, since: a.Since, lastTrue: now, detail: a.Detail,
+			flapSince: a.FlappingSince}
 	}
 }
 
@@ -310,7 +352,7 @@ func hold(r cbdash.AlertRule) time.Duration {
 
 // matches reports whether the rule watches dependency k.
 func matches(r cbdash.AlertRule, k cbdash.DependencyKey) bool {
-	return r.Service == k.Service && (r.Breaker == "" || r.Breaker == k.Breaker)
+	return (r.Service == "*" || r.Service == k.Service) && (r.Breaker == "" || r.Breaker == k.Breaker)
 }
 
 // conditions returns the subjects for which the rule's condition holds at
@@ -331,7 +373,7 @@ func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string
 				out[k.String()] = detail
 			}
 		case cbdash.AlertHeadroom:
-			if detail, ok := headroomCondition(d, r); ok {
+			if detail, ok := e.headroomFollows(r, d, now); ok {
 				out[k.String()] = detail
 			}
 		case cbdash.AlertStale:

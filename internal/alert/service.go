@@ -30,6 +30,7 @@ type Store interface {
 	DeleteAlertRule(ctx context.Context, id int64) error
 	AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error)
 	StateStore
+	SilenceStore
 }
 
 // Config wires a Service. Source and Store are required; the rest has
@@ -60,6 +61,11 @@ type Config struct {
 	// noticed it lost its lock may still be delivering them, and those it
 	// acknowledges meanwhile are not sent again.
 	PendingGrace time.Duration
+	// ExternalURL is the dashboard's address as a receiver's reader
+	// reaches it ("https://cbdash.example.com"; the serve flag
+	// --external-url, after Alertmanager's): every payload links to the
+	// subject's page there (Link). "" = no link.
+	ExternalURL string
 }
 
 // DefaultPendingGrace is Config.PendingGrace's default: more than a lost
@@ -115,9 +121,11 @@ type Service struct {
 	qmu    sync.Mutex                  // guards queues and fired
 	queues map[int64]chan Notification // by rule ID, each drained by its own goroutine
 	fired  map[alertKey]time.Time      // the start of each firing this Run queued, until its resolve
+	muted  map[alertKey]time.Time      // the start of each firing a silence held back, until sent or resolved
 
-	mu     sync.Mutex // guards engine
+	mu     sync.Mutex // guards engine and acks
 	engine *Engine
+	acks   map[alertKey]ack
 
 	marked time.Time // when the mark was last stored; Run's goroutine only
 	// catchUp is when Run replays the stored trips once more (CatchUp
@@ -154,6 +162,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Delivery.Clock == nil {
 		cfg.Delivery.Clock = cfg.Clock
 	}
+	if cfg.Delivery.ExternalURL == "" {
+		cfg.Delivery.ExternalURL = cfg.ExternalURL
+	}
 	d, err := NewDeliverer(cfg.Delivery, cfg.Store)
 	if err != nil {
 		return nil, err
@@ -164,7 +175,8 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), fired: make(map[alertKey]time.Time), engine: NewEngine()}, nil
+	return &Service{cfg: cfg, deliver: d, tester: tester, queues: make(map[int64]chan Notification), fired: make(map[alertKey]time.Time),
+		muted: make(map[alertKey]time.Time), engine: NewEngine(), acks: make(map[alertKey]ack)}, nil
 }
 
 // Reload reads the rules from the store into the engine. The API calls it
@@ -229,6 +241,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.qmu.Lock()
 		clear(s.queues)
 		clear(s.fired)
+		clear(s.muted)
 		s.qmu.Unlock()
 	}()
 	defer wg.Wait()
@@ -298,7 +311,9 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 				}
 			}
 			s.evaluate(ctx, wg)
+			s.unmute(ctx, func(n Notification) { s.enqueue(ctx, wg, n) })
 			if now := s.cfg.Clock.Now(); now.Sub(s.marked) >= markEvery {
+				s.refreshAcks(ctx)
 				s.mark(ctx, now)
 			}
 		}
@@ -436,30 +451,89 @@ func (s *Service) queueOf(ctx context.Context, wg *sync.WaitGroup, id int64) cha
 	return q
 }
 
+// held reports whether a silence (or the silence of its firing) holds
+// n back; then it is logged and acknowledged, not sent.
+func (s *Service) held(ctx context.Context, n Notification) bool {
+	if s.mutedResolve(n) {
+		s.logMuted(ctx, n, "its firing was silenced and never sent")
+		s.ack(ctx, n)
+		return true
+	}
+	sl, ok := s.silencedBy(ctx, n.Subject)
+	if !ok {
+		return false
+	}
+	s.mute(ctx, n, sl)
+	s.ack(ctx, n)
+	return true
+}
+
 // deliverLoop delivers one rule's notifications in order (a resolve never
 // overtakes its alert) until ctx ends, recording each completed delivery.
+// A grouped rule's firings and resolves wait in a grouper and go out in
+// one message per group (see cbdash.AlertRule.GroupBy).
 func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
+	g := newGrouper()
+	t := clock.NewTimer(s.cfg.Clock, time.Hour)
+	defer t.Stop()
 	for {
+		s.armGroups(g, t)
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.C:
+			for _, b := range g.flush(s.cfg.Clock.Now()) {
+				if !s.deliverOne(ctx, b.n, b.members...) {
+					return
+				}
+			}
 		case n := <-queue:
-			entry, err := s.deliver.Deliver(ctx, n)
-			if entry.OK && ctx.Err() != nil {
-				// Delivered as the Run stopped: acknowledged all the
-				// same, or the next leader would send it again.
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				s.ack(actx, n)
-				cancel()
+			if s.held(ctx, n) {
+				continue
+			}
+			if grouped(n) {
+				g.add(n, s.cfg.Clock.Now())
+				continue
+			}
+			if !s.deliverOne(ctx, n, n) {
 				return
 			}
-			if ctx.Err() != nil {
-				return // not acknowledged: the next Run sends it again
-			}
-			if err != nil {
-				s.cfg.Logger.Error("alert: delivery", "err", err)
-			}
-			s.ack(ctx, n)
 		}
 	}
+}
+
+// armGroups arms t for the grouper's next message, or stops it.
+func (s *Service) armGroups(g *grouper, t *clock.Timer) {
+	if due, ok := g.next(); ok {
+		t.Reset(max(due.Sub(s.cfg.Clock.Now()), 0))
+		return
+	}
+	t.Stop()
+}
+
+// deliverOne delivers n and acknowledges the notifications it carries
+// (n itself, or a group's members); false when ctx ended (then the
+// loop ends: what was not acknowledged is sent again by the next Run).
+func (s *Service) deliverOne(ctx context.Context, n Notification, acks ...Notification) bool {
+	entry, err := s.deliver.Deliver(ctx, n)
+	if entry.OK && ctx.Err() != nil {
+		// Delivered as the Run stopped: acknowledged all the same, or
+		// the next leader would send it again.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		for _, a := range acks {
+			s.ack(actx, a)
+		}
+		cancel()
+		return false
+	}
+	if ctx.Err() != nil {
+		return false // not acknowledged: the next Run sends it again
+	}
+	if err != nil {
+		s.cfg.Logger.Error("alert: delivery", "err", err)
+	}
+	for _, a := range acks {
+		s.ack(ctx, a)
+	}
+	return true
 }

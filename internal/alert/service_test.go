@@ -89,16 +89,17 @@ func testServiceRulesAndDeliveries(t *testing.T) {
 		f.ch <- depEvent(sec, dep(payments, state, "b:closed"))
 	}
 	synctest.Wait()
-	if n := len(rcv.received()); n != 1 {
-		t.Fatalf("the receiver got %d messages while the breaker flapped, want the alert", n)
+	if n := len(rcv.received()); n != 2 {
+		t.Fatalf("the receiver got %d messages while the breaker flapped, want the alert and one flapping message", n)
 	}
-	// A minute's hold after the last open second (118), at a tick.
-	sleepTo(clk, at(120+61))
+	// Flapping settles after FlapWindow/FlapCount (10m/5 = 2m, more
+	// than the rule's hold) after the breaker was last seen open, at a tick.
+	sleepTo(clk, at(120+121))
 	bubbletest.Settle()
 	// The receiver has the resolve before the service has its answer:
 	// stop the service only once the delivery is logged (stopping it
 	// earlier cancels the request, logged as "context canceled").
-	if log, err := svc.Deliveries(rctx, cbdash.DeliveryQuery{RuleID: created.ID}); err != nil || len(log) != 2 || log[0].Event != cbdash.AlertResolved || !log[0].OK {
+	if log, err := svc.Deliveries(rctx, cbdash.DeliveryQuery{RuleID: created.ID}); err != nil || len(log) != 3 || log[0].Event != cbdash.AlertResolved || !log[0].OK {
 		t.Fatalf("delivery log after the hold = %+v (%v), want the resolve delivered and logged", log, err)
 	}
 	cancel()
@@ -107,10 +108,12 @@ func testServiceRulesAndDeliveries(t *testing.T) {
 	}
 
 	bodies := rcv.received()
-	if len(bodies) != 2 {
-		t.Fatalf("receiver got %d messages, want one alert and one resolve:\n%s", len(bodies), bodies)
+	if len(bodies) != 3 {
+		t.Fatalf("receiver got %d messages, want one alert, one flapping and one resolve:\n%s", len(bodies), bodies)
 	}
-	for i, prefix := range []string{"[FIRING] payments open: checkout/payments is open", "[RESOLVED] payments open: checkout/payments"} {
+	for i, prefix := range []string{"[FIRING] payments open: checkout/payments is open",
+		"[FLAPPING] payments open: checkout/payments is flapping: opened 6 times in 20s since",
+		"[RESOLVED] payments open: settled after flapping (opened 30 times since"} {
 		var m struct{ Text string }
 		if err := json.Unmarshal(bodies[i], &m); err != nil || !strings.HasPrefix(m.Text, prefix) {
 			t.Errorf("message %d = %s, want text starting %q", i, bodies[i], prefix)
@@ -120,7 +123,8 @@ func testServiceRulesAndDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatalf("deliveries: %v", err)
 	}
-	if len(log) != 2 || log[0].Event != cbdash.AlertResolved || log[1].Event != cbdash.AlertFiring || !log[0].OK || log[1].Status != 200 {
+	if len(log) != 3 || log[0].Event != cbdash.AlertResolved || log[1].Event != cbdash.AlertFlapping || log[2].Event != cbdash.AlertFiring ||
+		!log[0].OK || log[2].Status != 200 {
 		t.Errorf("delivery log = %+v", log)
 	}
 

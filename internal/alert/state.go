@@ -46,8 +46,12 @@ func (s *Service) restore(ctx context.Context) ([]Notification, error) {
 	}
 	s.mu.Lock()
 	s.engine.Restore(kept, s.cfg.Clock.Now())
+	clear(s.acks)
 	var pending []Notification
 	for _, a := range kept {
+		if !a.AckedAt.IsZero() {
+			s.acks[alertKey{a.RuleID, a.Subject}] = ack{since: a.Since, by: a.AckedBy, at: a.AckedAt}
+		}
 		r, ok := s.engine.Rule(a.RuleID)
 		if !ok || a.Pending == "" {
 			continue
@@ -89,6 +93,9 @@ func (s *Service) forgetInactive(ctx context.Context, rules []cbdash.AlertRule) 
 // Run has not queued is preceded by that firing: a resolve never comes
 // without its alert. It is returned in before.
 func (s *Service) persist(ctx context.Context, n Notification) (send bool, before *Notification) {
+	if n.Event == cbdash.AlertFlapping {
+		return s.persistFlapping(ctx, n), nil
+	}
 	a := cbdash.FiringAlert{RuleID: n.Rule.ID, Subject: n.Subject, Firing: n.Event == cbdash.AlertFiring,
 		Since: n.Since, Detail: n.Detail, Pending: n.Event}
 	var claimed bool
@@ -132,6 +139,28 @@ func (s *Service) persist(ctx context.Context, n Notification) (send bool, befor
 	return claimed, before
 }
 
+// persistFlapping records that n, a flapping message, is to be sent;
+// false when another leader (or this one before) sent it for this
+// episode already, or the alert is acknowledged. A store that fails does
+// not stop the delivery.
+func (s *Service) persistFlapping(ctx context.Context, n Notification) bool {
+	s.mu.Lock()
+	st := s.engine.alerts[alertKey{n.Rule.ID, n.Subject}]
+	var since time.Time
+	if st != nil {
+		since = st.flapSince
+	}
+	s.mu.Unlock()
+	claimed, err := s.cfg.Store.ClaimFlapping(ctx, n.Rule.ID, n.Subject, since)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("alert: keep flapping state", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
+		}
+		return true
+	}
+	return claimed
+}
+
 // queuedFiring reports whether this Run queued the firing of n's alert
 // with n's start, and forgets it when n is its resolve.
 func (s *Service) queuedFiring(n Notification) bool {
@@ -147,6 +176,9 @@ func (s *Service) queuedFiring(n Notification) bool {
 
 // ack records that n's webhook call completed (delivered or given up).
 func (s *Service) ack(ctx context.Context, n Notification) {
+	if n.Event != cbdash.AlertFiring && n.Event != cbdash.AlertResolved {
+		return // a flapping message has no pending state
+	}
 	if err := s.cfg.Store.AckFiringAlert(ctx, n.Rule.ID, n.Subject, n.Event); err != nil && ctx.Err() == nil {
 		s.cfg.Logger.Error("alert: acknowledge delivery", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
 	}
@@ -156,7 +188,7 @@ func (s *Service) ack(ctx context.Context, n Notification) {
 func (s *Service) Alerts() []cbdash.FiringAlert {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.engine.Alerts()
+	return s.withAcks(s.engine.Alerts())
 }
 
 // Rules returns every rule, oldest first.

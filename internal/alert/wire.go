@@ -10,26 +10,37 @@ import (
 // RuleJSON is an alert rule on the wire (the JSON API and the CLI):
 // durations are Go duration strings ("30s", "2m").
 type RuleJSON struct {
-	ID         int64     `json:"id"`
-	Name       string    `json:"name"`
-	Service    string    `json:"service"`
-	Breaker    string    `json:"breaker,omitempty"`
-	Kind       string    `json:"kind"`
-	For        string    `json:"for,omitempty"`
-	Margin     float64   `json:"margin,omitempty"`
-	Hold       string    `json:"hold,omitempty"`
-	WebhookURL string    `json:"webhook_url"`
-	Format     string    `json:"format,omitempty"`
-	Disabled   bool      `json:"disabled,omitempty"`
-	CreatedAt  time.Time `json:"created_at,omitzero"`
-	Firing     []string  `json:"firing,omitempty"` // subjects firing now (responses only)
+	ID         int64   `json:"id"`
+	Name       string  `json:"name"`
+	Service    string  `json:"service"`
+	Breaker    string  `json:"breaker,omitempty"`
+	Kind       string  `json:"kind"`
+	For        string  `json:"for,omitempty"`
+	Margin     float64 `json:"margin,omitempty"`
+	Hold       string  `json:"hold,omitempty"`
+	WebhookURL string  `json:"webhook_url"`
+	Format     string  `json:"format,omitempty"`
+	// FlapCount opens (0 = 5) within FlapWindow (a duration, "" = 10m)
+	// is flapping; GroupBy ("breaker", "service" or "") batches the
+	// rule's notifications, GroupWait and GroupInterval are durations
+	// ("" = 10s, 1m). See cbdash.AlertRule.
+	FlapCount     int       `json:"flap_count,omitempty"`
+	FlapWindow    string    `json:"flap_window,omitempty"`
+	GroupBy       string    `json:"group_by,omitempty"`
+	GroupWait     string    `json:"group_wait,omitempty"`
+	GroupInterval string    `json:"group_interval,omitempty"`
+	Disabled      bool      `json:"disabled,omitempty"`
+	CreatedAt     time.Time `json:"created_at,omitzero"`
+	Firing        []string  `json:"firing,omitempty"` // subjects firing now (responses only)
 }
 
 // RuleOut is r on the wire with the subjects firing now; unless reveal
 // (the caller is an admin), its webhook URL is masked (ShowURL).
 func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 	j := RuleJSON{ID: r.ID, Name: r.Name, Service: r.Service, Breaker: r.Breaker, Kind: r.Kind, Margin: r.Margin,
-		WebhookURL: ShowURL(r.WebhookURL, reveal), Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing}
+		WebhookURL: ShowURL(r.WebhookURL, reveal), Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing,
+		FlapCount: r.FlapCount, GroupBy: r.GroupBy}
+	j.FlapWindow, j.GroupWait, j.GroupInterval = durationText(r.FlapWindow), durationText(r.GroupWait), durationText(r.GroupInterval)
 	if r.For > 0 {
 		j.For = r.For.String()
 	}
@@ -44,13 +55,26 @@ func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 // and UpdateRule.
 func (j RuleJSON) Rule() (cbdash.AlertRule, error) {
 	r := cbdash.AlertRule{ID: j.ID, Name: j.Name, Service: j.Service, Breaker: j.Breaker, Kind: j.Kind, Margin: j.Margin,
-		WebhookURL: j.WebhookURL, Format: j.Format, Disabled: j.Disabled}
-	var err error
-	if r.For, err = parseDuration("for", j.For); err != nil {
-		return r, err
+		WebhookURL: j.WebhookURL, Format: j.Format, Disabled: j.Disabled, FlapCount: j.FlapCount, GroupBy: j.GroupBy}
+	for _, d := range []struct {
+		name, v string
+		to      *time.Duration
+	}{{"for", j.For, &r.For}, {"hold", j.Hold, &r.Hold}, {"flap_window", j.FlapWindow, &r.FlapWindow},
+		{"group_wait", j.GroupWait, &r.GroupWait}, {"group_interval", j.GroupInterval, &r.GroupInterval}} {
+		var err error
+		if *d.to, err = parseDuration(d.name, d.v); err != nil {
+			return r, err
+		}
 	}
-	r.Hold, err = parseDuration("hold", j.Hold)
-	return r, err
+	return r, nil
+}
+
+// durationText is d as a Go duration string, "" for 0.
+func durationText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
 }
 
 func parseDuration(name, v string) (time.Duration, error) {
@@ -87,6 +111,13 @@ type FiringJSON struct {
 	// second ("3m12s").
 	For    string `json:"for"`
 	Detail string `json:"detail"`
+	// AckedBy and AckedAt (RFC 3339) say who acknowledged it and when;
+	// absent when nobody did.
+	AckedBy string `json:"acked_by,omitempty"`
+	AckedAt string `json:"acked_at,omitempty"`
+	// Silenced is the ID of the silence holding its notifications back
+	// now (absent: none).
+	Silenced int64 `json:"silenced,omitempty"`
 }
 
 // FiringOut is the alerts firing now (as Service.Alerts gives them,
@@ -102,7 +133,25 @@ func FiringOut(rules []cbdash.AlertRule, alerts []cbdash.FiringAlert, now time.T
 		r := byID[f.RuleID]
 		out = append(out, FiringJSON{RuleID: f.RuleID, Rule: r.Name, Kind: r.Kind, Subject: f.Subject,
 			Since: f.Since.UTC().Format("2006-01-02T15:04:05.000Z07:00"), SinceMs: f.Since.UnixMilli(),
-			For: now.Sub(f.Since).Truncate(time.Second).String(), Detail: f.Detail})
+			For: now.Sub(f.Since).Truncate(time.Second).String(), Detail: f.Detail, AckedBy: f.AckedBy})
+		if !f.AckedAt.IsZero() {
+			out[len(out)-1].AckedAt = f.AckedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		}
 	}
 	return out
+}
+
+// MarkSilenced sets, on each alert of out, the silence of sls active at
+// now that matches its subject (labels are not known here: a silence
+// matching on labels shows on the alerts it holds back in the delivery
+// log, not here).
+func MarkSilenced(out []FiringJSON, sls []cbdash.Silence, now time.Time) {
+	for i := range out {
+		for _, sl := range sls {
+			if len(sl.Matchers.Labels) == 0 && sl.Active(now) && sl.Matchers.Match(out[i].Subject, nil) {
+				out[i].Silenced = sl.ID
+				break
+			}
+		}
+	}
 }

@@ -67,7 +67,8 @@ func (s *Store) DeleteFiringAlerts(ctx context.Context, ruleID int64) error {
 // FiringAlerts returns the state of every alert that fired and is not yet
 // resolved and delivered, by rule and subject.
 func (s *Store) FiringAlerts(ctx context.Context) ([]cbdash.FiringAlert, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT rule_id, subject, firing, since_ms, detail, pending FROM alert_firing ORDER BY rule_id, subject`)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT rule_id, subject, firing, since_ms, detail, pending, flapping_ms, acked_by, acked_ms
+		FROM alert_firing ORDER BY rule_id, subject`)
 	if err != nil {
 		return nil, fmt.Errorf("store: firing alerts: %w", err)
 	}
@@ -75,11 +76,12 @@ func (s *Store) FiringAlerts(ctx context.Context) ([]cbdash.FiringAlert, error) 
 	var out []cbdash.FiringAlert
 	for rows.Next() {
 		var a cbdash.FiringAlert
-		var since int64
-		if err := rows.Scan(&a.RuleID, &a.Subject, &a.Firing, &since, &a.Detail, &a.Pending); err != nil {
+		var since, flapping, acked int64
+		if err := rows.Scan(&a.RuleID, &a.Subject, &a.Firing, &since, &a.Detail, &a.Pending, &flapping, &a.AckedBy, &acked); err != nil {
 			return nil, fmt.Errorf("store: firing alerts: %w", err)
 		}
 		a.Since = time.UnixMilli(since).UTC()
+		a.FlappingSince, a.AckedAt = fromMs(flapping), fromMs(acked)
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {

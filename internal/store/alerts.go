@@ -34,11 +34,18 @@ func validateAlertRule(r cbdash.AlertRule) error {
 		// Not the URL itself: any part of it may be a secret (internal/alert.MaskURL).
 		return bad("webhook_url is not an http(s) URL with a host")
 	}
-	if r.Format != "" && r.Format != cbdash.FormatJSON && r.Format != cbdash.FormatSlack {
-		return bad("format %q is not json or slack", r.Format)
+	switch r.Format {
+	case "", cbdash.FormatJSON, cbdash.FormatSlack, cbdash.FormatPagerDuty:
+	default:
+		return bad("format %q is not json, slack or pagerduty", r.Format)
 	}
-	if r.For < 0 || r.Hold < 0 || r.Margin < 0 || r.Margin > 100 {
-		return bad("for, hold and margin must not be negative (margin at most 100)")
+	if r.For < 0 || r.Hold < 0 || r.Margin < 0 || r.Margin > 100 || r.FlapCount < 0 || r.FlapWindow < 0 || r.GroupWait < 0 || r.GroupInterval < 0 {
+		return bad("for, hold, margin, flap_count, flap_window, group_wait and group_interval must not be negative (margin at most 100)")
+	}
+	switch r.GroupBy {
+	case "", cbdash.GroupBreaker, cbdash.GroupService:
+	default:
+		return bad("group_by %q is not breaker, service or empty", r.GroupBy)
 	}
 	return nil
 }
@@ -48,7 +55,8 @@ func ruleArgs(r cbdash.AlertRule) []any {
 	if format == "" {
 		format = cbdash.FormatJSON
 	}
-	return []any{r.Name, r.Service, r.Breaker, r.Kind, r.For.Milliseconds(), r.Margin, r.Hold.Milliseconds(), r.WebhookURL, format, r.Disabled}
+	return []any{r.Name, r.Service, r.Breaker, r.Kind, r.For.Milliseconds(), r.Margin, r.Hold.Milliseconds(), r.WebhookURL, format, r.Disabled,
+		r.FlapCount, r.FlapWindow.Milliseconds(), r.GroupBy, r.GroupWait.Milliseconds(), r.GroupInterval.Milliseconds()}
 }
 
 // CreateAlertRule validates and stores a rule (its ID is ignored) and
@@ -66,8 +74,9 @@ func (s *Store) CreateAlertRule(ctx context.Context, r cbdash.AlertRule) (cbdash
 	}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		var err error
-		r.ID, err = x.insertID(`INSERT INTO alert_rules (name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, append(ruleArgs(r), r.CreatedAt.UnixMilli())...)
+		r.ID, err = x.insertID(`INSERT INTO alert_rules (name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled,
+			flap_count, flap_window_ms, group_by, group_wait_ms, group_interval_ms, created_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`, append(ruleArgs(r), r.CreatedAt.UnixMilli())...)
 		return err
 	}})
 	if err != nil {
@@ -84,7 +93,8 @@ func (s *Store) UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error {
 	}
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		res, err := x.exec(`UPDATE alert_rules SET name = $1, service = $2, breaker = $3, kind = $4, for_ms = $5, margin = $6, hold_ms = $7,
-			webhook_url = $8, format = $9, disabled = $10 WHERE id = $11`, append(ruleArgs(r), r.ID)...)
+			webhook_url = $8, format = $9, disabled = $10, flap_count = $11, flap_window_ms = $12,
+			group_by = $13, group_wait_ms = $14, group_interval_ms = $15 WHERE id = $16`, append(ruleArgs(r), r.ID)...)
 		if err != nil {
 			return err
 		}
@@ -131,16 +141,21 @@ func mustAffect(res sql.Result, what string, id int64) error {
 	return nil
 }
 
-const ruleColumns = `id, name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms`
+const ruleColumns = `id, name, service, breaker, kind, for_ms, margin, hold_ms, webhook_url, format, disabled, created_ms, flap_count, flap_window_ms,
+	group_by, group_wait_ms, group_interval_ms`
 
 func scanRule(sc interface{ Scan(...any) error }) (cbdash.AlertRule, error) {
 	var r cbdash.AlertRule
-	var forMs, holdMs, created int64
-	if err := sc.Scan(&r.ID, &r.Name, &r.Service, &r.Breaker, &r.Kind, &forMs, &r.Margin, &holdMs, &r.WebhookURL, &r.Format, &r.Disabled, &created); err != nil {
+	var forMs, holdMs, created, flapMs, waitMs, intervalMs int64
+	if err := sc.Scan(&r.ID, &r.Name, &r.Service, &r.Breaker, &r.Kind, &forMs, &r.Margin, &holdMs, &r.WebhookURL, &r.Format, &r.Disabled, &created,
+		&r.FlapCount, &flapMs, &r.GroupBy, &waitMs, &intervalMs); err != nil {
 		return r, err
 	}
 	r.For = time.Duration(forMs) * time.Millisecond
 	r.Hold = time.Duration(holdMs) * time.Millisecond
+	r.FlapWindow = time.Duration(flapMs) * time.Millisecond
+	r.GroupWait = time.Duration(waitMs) * time.Millisecond
+	r.GroupInterval = time.Duration(intervalMs) * time.Millisecond
 	r.CreatedAt = time.UnixMilli(created).UTC()
 	return r, nil
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -34,6 +37,11 @@ type Alerts interface {
 	Alerts() []cbdash.FiringAlert
 	// Firing returns the subjects firing now per rule id.
 	Firing() map[int64][]string
+	// Silences, CreateSilence, ExpireSilence and Ack: see alert.Service.
+	Silences(ctx context.Context, all bool) ([]cbdash.Silence, error)
+	CreateSilence(ctx context.Context, sl cbdash.Silence, actor string) (cbdash.Silence, error)
+	ExpireSilence(ctx context.Context, id int64, actor string) error
+	Ack(ctx context.Context, ruleID int64, subject, actor string) error
 }
 
 // mountAlerts registers the alerts page (read) and the rule editor's
@@ -44,6 +52,9 @@ func (s *Server) mountAlerts(read, op routes) {
 	op.POST("/alerts/rules/:id", s.updateAlertRule)
 	op.POST("/alerts/rules/:id/delete", s.deleteAlertRule)
 	op.POST("/alerts/rules/:id/test", s.testAlertRule)
+	op.POST("/alerts/silences", s.createSilence)
+	op.POST("/alerts/silences/:id/expire", s.expireSilence)
+	op.POST("/alerts/acks", s.ackAlert)
 }
 
 func (s *Server) alerts() (Alerts, error) {
@@ -101,13 +112,17 @@ func (s *Server) alertsModel(c echo.Context, form *templates.AlertForm) (templat
 		byID[r.ID] = r
 	}
 	now := s.now()
+	sls, err := a.Silences(ctx, false)
+	if err != nil {
+		return v, err
+	}
 	firing := map[int64]int{}
 	for _, f := range a.Alerts() {
 		firing[f.RuleID]++
-		r := byID[f.RuleID]
-		v.Firing = append(v.Firing, templates.FiringRow{Rule: ruleName(r), Kind: r.Kind, Subject: f.Subject,
-			RuleHref: "/alerts?edit=" + strconv.FormatInt(r.ID, 10), Since: stamp(f.Since), For: roughDuration(now.Sub(f.Since)),
-			SinceMs: f.Since.UnixMilli(), Detail: f.Detail})
+		v.Firing = append(v.Firing, firingRow(f, byID[f.RuleID], sls, now, v.Page))
+	}
+	for _, sl := range sls {
+		v.Silences = append(v.Silences, silenceRow(sl, v.CanOp))
 	}
 	for _, r := range rules {
 		v.Rules = append(v.Rules, ruleRow(r, firing[r.ID], v.IsAdmin))
@@ -125,6 +140,57 @@ func (s *Server) alertsModel(c echo.Context, form *templates.AlertForm) (templat
 		v.Form = ruleForm(cbdash.AlertRule{Kind: cbdash.AlertOpen, Format: cbdash.FormatJSON}, false, false)
 	}
 	return v, nil
+}
+
+// firingRow is f on the page: whether it notifies (a silence active at
+// now matching its subject, an acknowledgement), and for an operator the
+// acknowledge button.
+func firingRow(f cbdash.FiringAlert, r cbdash.AlertRule, sls []cbdash.Silence, now time.Time, p templates.Page) templates.FiringRow {
+	row := templates.FiringRow{Rule: ruleName(r), Kind: r.Kind, Subject: f.Subject,
+		RuleHref: "/alerts?edit=" + strconv.FormatInt(r.ID, 10), Since: stamp(f.Since), For: roughDuration(now.Sub(f.Since)),
+		SinceMs: f.Since.UnixMilli(), Detail: f.Detail, Notified: "yes", RuleID: strconv.FormatInt(f.RuleID, 10), CSRF: p.CSRF}
+	for _, sl := range sls {
+		if len(sl.Matchers.Labels) == 0 && sl.Active(now) && sl.Matchers.Match(f.Subject, nil) {
+			row.Notified, row.Quiet = fmt.Sprintf("silenced by silence %d until %s", sl.ID, stamp(sl.EndsAt)), true
+			break
+		}
+	}
+	if f.AckedBy != "" {
+		ack := fmt.Sprintf("acknowledged by %s at %s", f.AckedBy, stamp(f.AckedAt))
+		if row.Quiet {
+			row.Notified += "; " + ack
+		} else {
+			row.Notified, row.Quiet = ack, true
+		}
+	} else if p.CanOp {
+		row.AckURL = "/alerts/acks"
+	}
+	return row
+}
+
+func silenceRow(sl cbdash.Silence, canOp bool) templates.SilenceRow {
+	row := templates.SilenceRow{ID: strconv.FormatInt(sl.ID, 10), Matches: silenceMatches(sl.Matchers), Ends: stamp(sl.EndsAt),
+		By: sl.CreatedBy, Reason: sl.Reason}
+	if canOp {
+		row.ExpireURL = "/alerts/silences/" + row.ID + "/expire"
+	}
+	return row
+}
+
+// silenceMatches is m in one line ("service=checkout breaker=payments
+// team=pay"), labels sorted.
+func silenceMatches(m cbdash.SilenceMatchers) string {
+	var parts []string
+	if m.Service != "" {
+		parts = append(parts, "service="+m.Service)
+	}
+	if m.Breaker != "" {
+		parts = append(parts, "breaker="+m.Breaker)
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
+		parts = append(parts, k+"="+m.Labels[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 func ruleName(r cbdash.AlertRule) string {
@@ -164,9 +230,21 @@ func ruleRow(r cbdash.AlertRule, firing int, admin bool) templates.AlertRuleRow 
 		}
 		params = append(params, "margin "+strconv.FormatFloat(m, 'f', -1, 64)+" points")
 	}
+	if r.GroupBy != "" {
+		params = append(params, "grouped by "+r.GroupBy+" (wait "+durationOr(r.GroupWait, alert.DefaultGroupWait)+
+			", interval "+durationOr(r.GroupInterval, alert.DefaultGroupInterval)+")")
+	}
 	row.Params = strings.Join(append(params, "hold "+durationOr(r.Hold, 2*time.Minute)), ", ")
 	row.Webhook = alert.ShowURL(r.WebhookURL, admin)
 	return row
+}
+
+// durationField is d in a form field: "" for 0.
+func durationField(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
 }
 
 func durationOr(d, def time.Duration) string {
@@ -181,6 +259,8 @@ func deliveryRow(d cbdash.AlertDelivery, r cbdash.AlertRule) templates.DeliveryR
 	switch {
 	case d.OK:
 		row.Outcome = fmt.Sprintf("delivered (HTTP %d, %s)", d.Status, plural(d.Attempts, "attempt", "attempts"))
+	case d.Attempts == 0:
+		row.Outcome = "not sent: " + d.Error // held back by a silence
 	case d.Status != 0:
 		row.Outcome = fmt.Sprintf("failed: HTTP %d after %s", d.Status, plural(d.Attempts, "attempt", "attempts"))
 	default:
@@ -213,13 +293,19 @@ func ruleForm(r cbdash.AlertRule, editing, hideWebhook bool) templates.AlertForm
 	if r.Margin > 0 {
 		f.Margin = strconv.FormatFloat(r.Margin, 'f', -1, 64)
 	}
+	if r.FlapCount > 0 {
+		f.FlapCount = strconv.Itoa(r.FlapCount)
+	}
+	f.GroupBy = r.GroupBy
+	f.FlapWindow, f.GroupWait, f.GroupInterval = durationField(r.FlapWindow), durationField(r.GroupWait), durationField(r.GroupInterval)
 	if f.WebhookHidden {
 		f.Webhook = ""
 	}
 	for _, k := range alertKinds {
 		f.Kinds = append(f.Kinds, templates.Option{Value: k[0], Text: k[1], Selected: k[0] == r.Kind})
 	}
-	for _, k := range [][2]string{{cbdash.FormatJSON, "json (generic)"}, {cbdash.FormatSlack, "slack ({\"text\": ...})"}} {
+	for _, k := range [][2]string{{cbdash.FormatJSON, "json (generic)"}, {cbdash.FormatSlack, "slack (incoming webhook)"},
+		{cbdash.FormatPagerDuty, "pagerduty (Events API v2; ?routing_key= in the URL)"}} {
 		f.Formats = append(f.Formats, templates.Option{Value: k[0], Text: k[1], Selected: k[0] == r.Format || (r.Format == "" && k[0] == cbdash.FormatJSON)})
 	}
 	return f
@@ -230,16 +316,21 @@ func ruleForm(r cbdash.AlertRule, editing, hideWebhook bool) templates.AlertForm
 func formRule(c echo.Context) (cbdash.AlertRule, error) {
 	r := cbdash.AlertRule{Name: strings.TrimSpace(c.FormValue("name")), Service: strings.TrimSpace(c.FormValue("service")),
 		Breaker: strings.TrimSpace(c.FormValue("breaker")), Kind: c.FormValue("kind"), WebhookURL: strings.TrimSpace(c.FormValue("webhook_url")),
-		Format: c.FormValue("format"), Disabled: c.FormValue("disabled") == "true"}
+		Format: c.FormValue("format"), Disabled: c.FormValue("disabled") == "true", GroupBy: c.FormValue("group_by")}
 	var err error
 	for _, d := range []struct {
 		name string
 		to   *time.Duration
-	}{{"for", &r.For}, {"hold", &r.Hold}} {
+	}{{"for", &r.For}, {"hold", &r.Hold}, {"flap_window", &r.FlapWindow}, {"group_wait", &r.GroupWait}, {"group_interval", &r.GroupInterval}} {
 		if v := strings.TrimSpace(c.FormValue(d.name)); v != "" {
 			if *d.to, err = time.ParseDuration(v); err != nil || *d.to < 0 {
 				return r, errorf(cbdash.ErrInvalid, "%s must be a duration like 30s or 2m (got %q)", d.name, v)
 			}
+		}
+	}
+	if v := strings.TrimSpace(c.FormValue("flap_count")); v != "" {
+		if r.FlapCount, err = strconv.Atoi(v); err != nil || r.FlapCount < 0 {
+			return r, errorf(cbdash.ErrInvalid, "flap_count must be a whole number of opens (got %q)", v)
 		}
 	}
 	if v := strings.TrimSpace(c.FormValue("margin")); v != "" {
@@ -352,5 +443,121 @@ func (s *Server) alertsCount() *templates.AlertsCount {
 	if s.cfg.Alerts == nil {
 		return nil
 	}
-	return &templates.AlertsCount{Firing: len(s.cfg.Alerts.Alerts())}
+	return &templates.AlertsCount{Firing: len(s.cfg.Alerts.Alerts()), Silences: s.quiet.active(s.cfg.Alerts, s.now())}
+}
+
+// silenceCount caches how many silences are active, read from the store
+// at most every silenceCountTTL: the overview's live counter asks at
+// every flush. The zero value is ready to use.
+type silenceCount struct {
+	mu     sync.Mutex
+	at     time.Time // when n was read; zero = never
+	n      int
+	ending time.Time // the earliest end of a silence counted
+}
+
+const silenceCountTTL = 5 * time.Second
+
+// active returns the count at now, reading it again (outside the lock)
+// when older than the TTL or when a counted silence has ended.
+func (c *silenceCount) active(a Alerts, now time.Time) int {
+	c.mu.Lock()
+	fresh := !c.at.IsZero() && now.Sub(c.at) < silenceCountTTL && (c.ending.IsZero() || now.Before(c.ending))
+	n := c.n
+	c.mu.Unlock()
+	if fresh {
+		return n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sls, err := a.Silences(ctx, false)
+	if err != nil {
+		return n
+	}
+	n = 0
+	var ending time.Time
+	for _, sl := range sls {
+		if sl.Active(now) {
+			n++
+			if ending.IsZero() || sl.EndsAt.Before(ending) {
+				ending = sl.EndsAt
+			}
+		}
+	}
+	c.mu.Lock()
+	c.at, c.n, c.ending = now, n, ending
+	c.mu.Unlock()
+	return n
+}
+
+// forget makes the next count read the store (a silence was created or
+// expired here).
+func (c *silenceCount) forget() {
+	c.mu.Lock()
+	c.at = time.Time{}
+	c.mu.Unlock()
+}
+
+// createSilence creates a silence from the page's form as the caller.
+func (s *Server) createSilence(c echo.Context) error {
+	a, err := s.alerts()
+	if err != nil {
+		return err
+	}
+	req := alert.SilenceRequest{Matchers: cbdash.SilenceMatchers{Service: strings.TrimSpace(c.FormValue("service")),
+		Breaker: strings.TrimSpace(c.FormValue("breaker"))}, Reason: strings.TrimSpace(c.FormValue("reason")), For: strings.TrimSpace(c.FormValue("for"))}
+	for _, kv := range strings.Fields(c.FormValue("labels")) {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return errorf(cbdash.ErrInvalid, "labels: %q is not key=value", kv)
+		}
+		if req.Matchers.Labels == nil {
+			req.Matchers.Labels = map[string]string{}
+		}
+		req.Matchers.Labels[k] = val
+	}
+	sl, err := req.Silence(s.now())
+	if err == nil {
+		sl, err = a.CreateSilence(c.Request().Context(), sl, actorOf(c))
+	}
+	if err != nil {
+		return err
+	}
+	s.quiet.forget()
+	return redirect(c, "/alerts?notice="+url.QueryEscape(fmt.Sprintf("Silence %d of %s until %s UTC created.", sl.ID, silenceMatches(sl.Matchers), stamp(sl.EndsAt))))
+}
+
+// expireSilence ends silence :id now as the caller.
+func (s *Server) expireSilence(c echo.Context) error {
+	a, err := s.alerts()
+	if err != nil {
+		return err
+	}
+	id, err := idParam(c, "silence")
+	if err != nil {
+		return err
+	}
+	if err := a.ExpireSilence(c.Request().Context(), id, actorOf(c)); err != nil {
+		return err
+	}
+	s.quiet.forget()
+	return redirect(c, "/alerts?notice="+url.QueryEscape(fmt.Sprintf("Silence %d ended.", id)))
+}
+
+// ackAlert acknowledges a firing alert (form fields rule_id, subject) as
+// the caller.
+func (s *Server) ackAlert(c echo.Context) error {
+	a, err := s.alerts()
+	if err != nil {
+		return err
+	}
+	id, err := ruleID(c.FormValue("rule_id"))
+	if err != nil {
+		return err
+	}
+	subject := c.FormValue("subject")
+	if err := a.Ack(c.Request().Context(), id, subject, actorOf(c)); err != nil {
+		return err
+	}
+	return redirect(c, "/alerts?notice="+url.QueryEscape(fmt.Sprintf("Acknowledged %s (rule %d).", subject, id)))
 }

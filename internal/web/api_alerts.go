@@ -22,6 +22,10 @@ func (s *Server) mountAlertsAPI(read, op routes) {
 	op.DELETE("/api/v1/alerts/rules/:id", s.apiDeleteAlertRule)
 	read.GET("/api/v1/alerts/deliveries", s.apiAlertDeliveries)
 	read.GET("/api/v1/alerts/firing", s.apiAlertsFiring)
+	read.GET("/api/v1/alerts/silences", s.apiSilences)
+	op.POST("/api/v1/alerts/silences", s.apiCreateSilence)
+	op.DELETE("/api/v1/alerts/silences/:id", s.apiExpireSilence)
+	op.POST("/api/v1/alerts/acks", s.apiAck)
 }
 
 // alertsAndID is the alert service and the :id of a rule's route.
@@ -153,5 +157,87 @@ func (s *Server) apiAlertsFiring(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, alert.FiringOut(rules, as.Alerts(), s.now()))
+	sls, err := as.Silences(c.Request().Context(), false)
+	if err != nil {
+		return err
+	}
+	out := alert.FiringOut(rules, as.Alerts(), s.now())
+	alert.MarkSilenced(out, sls, s.now())
+	return c.JSON(http.StatusOK, out)
+}
+
+// apiSilences answers the silences active now or later, newest first;
+// ?all=true every one, ended and expired ones too (the audit trail).
+func (s *Server) apiSilences(c echo.Context) error {
+	as, err := s.alerts()
+	if err != nil {
+		return err
+	}
+	sls, err := as.Silences(c.Request().Context(), c.QueryParam("all") == "true")
+	if err != nil {
+		return err
+	}
+	if sls == nil {
+		sls = []cbdash.Silence{}
+	}
+	return c.JSON(http.StatusOK, sls)
+}
+
+// apiCreateSilence creates a silence (alert.SilenceRequest) as the
+// caller: 201 with the silence stored.
+func (s *Server) apiCreateSilence(c echo.Context) error {
+	as, err := s.alerts()
+	if err != nil {
+		return err
+	}
+	var req alert.SilenceRequest
+	if err := decodeBody(c, "silence body", &req); err != nil {
+		return err
+	}
+	sl, err := req.Silence(s.now())
+	if err != nil {
+		return err
+	}
+	if sl, err = as.CreateSilence(c.Request().Context(), sl, actorOf(c)); err != nil {
+		return err
+	}
+	s.quiet.forget()
+	return c.JSON(http.StatusCreated, sl)
+}
+
+// apiExpireSilence ends silence :id now, as the caller: 204.
+func (s *Server) apiExpireSilence(c echo.Context) error {
+	as, err := s.alerts()
+	if err != nil {
+		return err
+	}
+	id, err := idParam(c, "silence")
+	if err != nil {
+		return err
+	}
+	if err := as.ExpireSilence(c.Request().Context(), id, actorOf(c)); err != nil {
+		return err
+	}
+	s.quiet.forget()
+	return c.NoContent(http.StatusNoContent)
+}
+
+// apiAck acknowledges a firing alert (alert.AckRequest) as the caller:
+// 204; 404 when it is not firing.
+func (s *Server) apiAck(c echo.Context) error {
+	as, err := s.alerts()
+	if err != nil {
+		return err
+	}
+	var req alert.AckRequest
+	if err := decodeBody(c, "ack body", &req); err != nil {
+		return err
+	}
+	if req.RuleID == 0 || req.Subject == "" {
+		return errorf(cbdash.ErrInvalid, "rule_id and subject are required")
+	}
+	if err := as.Ack(c.Request().Context(), req.RuleID, req.Subject, actorOf(c)); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
 }

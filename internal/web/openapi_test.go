@@ -271,6 +271,22 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	do(apiCall{"DELETE", ruleURL, "", 204})
 	do(apiCall{"GET", ruleURL, "", 404})
 
+	var sl cbdash.Silence
+	silence := `{"matchers":{"service":"checkout","breaker":"payments"},"reason":"openapi drill","for":"1h"}`
+	if err := json.Unmarshal(do(apiCall{"POST", "/api/v1/alerts/silences", silence, 201}), &sl); err != nil {
+		t.Fatal(err)
+	}
+	if sl.CreatedBy != "otto" || sl.Reason != "openapi drill" {
+		t.Errorf("silence %+v, want created by the token's user otto with its reason", sl)
+	}
+	do(apiCall{"GET", "/api/v1/alerts/silences", "", 200})
+	do(apiCall{"POST", "/api/v1/alerts/silences", `{"matchers":{},"reason":"everything","for":"1h"}`, 400})
+	do(apiCall{"DELETE", fmt.Sprintf("/api/v1/alerts/silences/%d", sl.ID), "", 204})
+	do(apiCall{"DELETE", "/api/v1/alerts/silences/999", "", 404})
+	do(apiCall{"GET", "/api/v1/alerts/silences?all=true", "", 200})
+	do(apiCall{"POST", "/api/v1/alerts/acks", `{"rule_id":999,"subject":"checkout/payments"}`, 404})
+	do(apiCall{"POST", "/api/v1/alerts/acks", `{"subject":"checkout/payments"}`, 400})
+
 	hold := `{"selector":{"service":"*","breaker":"payments"},"action":"force_open","ttl":"10m","reason":"openapi drill","actor":"mallory"}`
 	do(apiCall{"POST", "/api/v1/holds/plan", hold, 200})
 	do(apiCall{"POST", "/api/v1/holds/plan", `{"selector":{"service":"*"},"action":"force_open","ttl":"10m","reason":"x"}`, 400})
@@ -325,7 +341,7 @@ func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
 	actions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed, protocol.ActionRelease, protocol.ActionReset}
 	holdActions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed}
 	kinds := []string{cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale}
-	formats := []string{cbdash.FormatJSON, cbdash.FormatSlack}
+	formats := []string{cbdash.FormatJSON, cbdash.FormatSlack, cbdash.FormatPagerDuty}
 	causes := []string{protocol.CauseFailureRate, protocol.CauseSlowCallRate, protocol.CauseOpenElapsed, protocol.CauseProbeFailed,
 		protocol.CauseProbesSucceeded, protocol.CauseCommand, protocol.CauseExpired, protocol.CauseLibraryRule, protocol.CauseAgentCommand,
 		protocol.CauseSampled, "unknown", ""} // unknown: sdk/agent's kind for a cause it was not told; "": an incident's unknown first cause

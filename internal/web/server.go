@@ -292,6 +292,8 @@ type Server struct {
 
 	done      chan struct{} // closed by Close: live sockets end
 	closeOnce sync.Once
+
+	quiet silenceCount // the overview's count of active silences
 }
 
 // New checks cfg and returns a Server.

@@ -5,6 +5,7 @@ package templates
 type Alerts struct {
 	Page
 	Firing     []FiringRow
+	Silences   []SilenceRow
 	Rules      []AlertRuleRow
 	Deliveries []DeliveryRow
 	// Form is the editor: a new rule, or the rule being edited.
@@ -22,6 +23,21 @@ type FiringRow struct {
 	For                 string // how long it has been firing ("3m")
 	SinceMs             int64
 	Detail              string
+	// Notified says whether its notifications go out: "yes", "silenced
+	// by silence 3 until 15:00:00", "acknowledged by otto at 14:02:11".
+	Notified string
+	Quiet    bool // silenced or acknowledged
+	// AckURL, for an operator and an alert not acknowledged yet, is where
+	// its acknowledge button posts (with RuleID, Subject and CSRF).
+	AckURL string
+	RuleID string
+	CSRF   string
+}
+
+// SilenceRow is one silence active now or later.
+type SilenceRow struct {
+	ID, Matches, Ends, By, Reason string
+	ExpireURL                     string // operators only
 }
 
 // AlertRuleRow is one rule in the rules table.
@@ -47,7 +63,9 @@ type AlertForm struct {
 	Editing                                                          bool   // an existing rule (else a new one)
 	ID                                                               string
 	Name, Service, Breaker, Kind, For, Margin, Hold, Webhook, Format string
-	Disabled                                                         bool
+	// Flap and group settings (empty: the defaults).
+	FlapCount, FlapWindow, GroupBy, GroupWait, GroupInterval string
+	Disabled                                                 bool
 	// WebhookHidden: the viewer may not read the rule's webhook URL; an
 	// empty field keeps it.
 	WebhookHidden bool
@@ -65,4 +83,7 @@ type DeliveryRow struct {
 type AlertsCount struct {
 	Firing int
 	Rules  int
+	// Silences is how many silences are active now (each holds back the
+	// notifications of the alerts it matches).
+	Silences int
 }
