@@ -305,6 +305,9 @@ const (
 	EventDependency = "dependency" // a dependency's live state changed
 	EventTransition = "transition"
 	EventCommand    = "command" // a command was issued or a target answered
+	// EventDrillStopped: a stop condition released a hold (Event.Hold,
+	// with its Breach).
+	EventDrillStopped = "drill_stopped"
 )
 
 // Event is a live change, fanned out to dashboard subscribers.
@@ -314,6 +317,7 @@ type Event struct {
 	Dependency *Dependency       `json:"dependency,omitempty"`
 	Transition *TransitionRecord `json:"transition,omitempty"`
 	Command    *Command          `json:"command,omitempty"`
+	Hold       *HoldRecord       `json:"hold,omitempty"` // EventDrillStopped
 }
 
 // User is a dashboard account. Its password hash and session or API

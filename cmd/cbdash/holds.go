@@ -35,6 +35,34 @@ type holdOptions struct {
 	Share     float64
 	DryRun    bool
 	Wait      time.Duration
+	StopIf    []string
+	DropStops []string
+	DropWhy   string
+	Steps     string
+}
+
+// drill reads the drill flags (--stop-if, --drop-stop-if, --drop-reason,
+// --steps) into req.
+func (o *holdOptions) drill(req *cbdash.HoldRequest) error {
+	for _, s := range o.StopIf {
+		c, err := cbdash.ParseStopCondition(s)
+		if err != nil {
+			return usageError{fmt.Errorf("--stop-if: %w", err)}
+		}
+		req.StopIf = append(req.StopIf, c)
+	}
+	if len(o.DropStops) > 0 && strings.TrimSpace(o.DropWhy) == "" {
+		return usageError{fmt.Errorf("--drop-reason is required with --drop-stop-if: it goes into the audit log")}
+	}
+	req.DropStops, req.DropReason = o.DropStops, o.DropWhy
+	if o.Steps != "" {
+		steps, err := cbdash.ParseSteps(o.Steps)
+		if err != nil {
+			return usageError{fmt.Errorf("--steps: %w", err)}
+		}
+		req.Steps = steps
+	}
+	return nil
 }
 
 // newHoldCmd makes trip (force open) and hold-closed (force closed): a
@@ -66,6 +94,9 @@ func newHoldCmd(use, action string) *cobra.Command {
 				return err
 			}
 			req := cbdash.HoldRequest{Selector: sel, Action: action, TTL: o.For, Reason: o.Reason}
+			if err := o.drill(&req); err != nil {
+				return err
+			}
 			if o.DryRun {
 				return planHold(cmd.Context(), c, req, cmd.OutOrStdout())
 			}
@@ -86,6 +117,10 @@ func newHoldCmd(use, action string) *cobra.Command {
 	cmd.Flags().Float64Var(&o.Share, "share", 0, "only this percent of the instances, chosen by a stable hash of the instance id (0 or 100 = all)")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the blast radius (services, instances, calls per second) and change nothing")
 	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "how long to wait for the instances to answer (0 = do not wait)")
+	cmd.Flags().StringArrayVar(&o.StopIf, "stop-if", nil, "release the hold everywhere at once when this is breached, besides the server's default stop conditions: 'fallback-failure-rate>20%', 'error-rate>30% for 10s', 'p99>500ms' (repeatable)")
+	cmd.Flags().StringArrayVar(&o.DropStops, "drop-stop-if", nil, "do without this default stop condition of the server, as it lists it ('*' = all; repeatable; needs --drop-reason)")
+	cmd.Flags().StringVar(&o.DropWhy, "drop-reason", "", "why the default stop conditions are dropped, for the audit log")
+	cmd.Flags().StringVar(&o.Steps, "steps", "", "step the share of instances covered, each step only if no stop condition was breached: 5%:1m,25%:2m,100%:5m")
 	return cmd
 }
 
@@ -153,6 +188,9 @@ func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait 
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(h.Stops) > 0 {
+		fmt.Fprintf(w, "stops by itself if: %s\n", clean(stopList(h.Stops)))
 	}
 	fmt.Fprintf(w, "follow it: cbdash holds; end it: cbdash release %s --reason ...\n", clean(h.ID))
 	if failed > 0 {
@@ -321,4 +359,13 @@ func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
 		fmt.Fprintln(tw, "(no hold in force)\t\t\t\t\t\t")
 	}
 	return tw.Flush()
+}
+
+// stopList writes stop conditions as the CLI takes them, comma-separated.
+func stopList(stops []cbdash.StopCondition) string {
+	names := make([]string, len(stops))
+	for i, c := range stops {
+		names[i] = c.String()
+	}
+	return strings.Join(names, ", ")
 }

@@ -22,7 +22,8 @@ type holdManager struct{ *holds.Manager }
 
 func newHoldManager(c *Collector) holdManager {
 	return holdManager{holds.New(holds.Config{Instances: holdFleet{c.live}, Store: c.store, Events: hubEvents{c.hub},
-		Cluster: holdCluster{c}, Now: c.now, Log: c.log, MaxHold: c.cfg.MaxHold, CommandDelivery: c.cfg.CommandDelivery})}
+		Cluster: holdCluster{c}, Now: c.now, Log: c.log, MaxHold: c.cfg.MaxHold, CommandDelivery: c.cfg.CommandDelivery,
+		DefaultStops: c.cfg.DefaultStops})}
 }
 
 func holdKey(k instKey) holds.Key { return holds.Key{Service: k.service, Instance: k.instance} }
@@ -82,6 +83,10 @@ func (e hubEvents) Publish(ev cbdash.Event) { e.h.publish(ev) }
 type holdCluster struct{ c *Collector }
 
 func (hc holdCluster) HoldChanged(ctx context.Context, id string) { hc.c.fleet.holdChanged(ctx, id) }
+
+// DefaultStops is the stop conditions every hold gets unless it drops
+// them (Config.DefaultStops).
+func (c *Collector) DefaultStops() []cbdash.StopCondition { return c.cfg.DefaultStops }
 
 // MaxHold is the longest hold the collector accepts (Config.MaxHold).
 func (c *Collector) MaxHold() time.Duration { return c.cfg.MaxHold }

@@ -68,6 +68,8 @@ type Conn interface {
 type Store interface {
 	CreateHold(ctx context.Context, h cbdash.HoldRecord) error
 	ReleaseHold(ctx context.Context, id string, at time.Time, by, reason string) (cbdash.HoldRecord, error)
+	// StopHold releases hold id at b.At for b.Reason(), recording b.
+	StopHold(ctx context.Context, id, by string, b cbdash.HoldBreach) (cbdash.HoldRecord, error)
 	Hold(ctx context.Context, id string) (cbdash.HoldRecord, error)
 	Holds(ctx context.Context, q cbdash.HoldQuery) ([]cbdash.HoldRecord, error)
 	AddHoldCoverage(ctx context.Context, holdID string, c cbdash.HoldCoverage) error
@@ -109,6 +111,9 @@ type Config struct {
 	MaxHold time.Duration
 	// CommandDelivery is how long a release command may be delivered.
 	CommandDelivery time.Duration
+	// DefaultStops is the stop conditions every hold gets unless it drops
+	// them (cbdash serve --stop-if); nil = none.
+	DefaultStops []cbdash.StopCondition
 }
 
 // Manager owns the live holds and what was applied where. Create it with
@@ -136,6 +141,8 @@ type Manager struct {
 	cover   map[coverKey][]coverSpan       // guarded by statsMu
 	stats   map[statKey]*cbdash.HoldCounts // guarded by statsMu
 	dirty   map[string]bool                // hold ids with unsaved stats; guarded by statsMu
+	recent  map[statKey]*recentCounts      // the last seconds' counts, for stop conditions; guarded by statsMu
+	since   map[string]map[int]time.Time   // by hold, then stop condition: above since; guarded by statsMu
 }
 
 // appliedHold is the hold last sent to one breaker of one agent process.
@@ -155,7 +162,8 @@ func New(cfg Config) *Manager {
 	return &Manager{cfg: cfg, log: log, now: cfg.Now, turns: turns{m: make(map[Key]*turn)}, changing: make(chan struct{}, 1),
 		holds: make(map[string]cbdash.HoldRecord), applied: make(map[Key]map[string]appliedHold),
 		cmds: make(map[string]bool), reach: make(map[string]map[Key]bool),
-		cover: make(map[coverKey][]coverSpan), stats: make(map[statKey]*cbdash.HoldCounts), dirty: make(map[string]bool)}
+		cover: make(map[coverKey][]coverSpan), stats: make(map[statKey]*cbdash.HoldCounts), dirty: make(map[string]bool),
+		recent: make(map[statKey]*recentCounts), since: make(map[string]map[int]time.Time)}
 }
 
 // MaxHold is the longest hold accepted (Config.MaxHold).
@@ -179,8 +187,12 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	if err := m.refuseUnsupported(req.Selector); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
+	stops, err := cbdash.EffectiveStops(m.cfg.DefaultStops, req.DropStops, req.StopIf)
+	if err != nil {
+		return cbdash.HoldRecord{}, err
+	}
 	now := m.now().UTC()
-	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL)}
+	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL), Stops: stops}
 	if err := m.cfg.Store.CreateHold(ctx, h); err != nil {
 		return cbdash.HoldRecord{}, fmt.Errorf("record hold: %w", err)
 	}
@@ -239,10 +251,23 @@ func (m *Manager) Release(ctx context.Context, id, actor, reason string) (cbdash
 	if err := cbdash.CheckText("reason", reason, false); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
+	return m.release(ctx, id, actor, reason, nil)
+}
+
+// release is Release once reason is checked; breach, when set, is the
+// stop condition that ends the hold (recorded with it, at its At).
+func (m *Manager) release(ctx context.Context, id, actor, reason string, breach *cbdash.HoldBreach) (cbdash.HoldRecord, error) {
 	done := m.change()
 	defer done()
 	now := m.now().UTC()
-	h, err := m.cfg.Store.ReleaseHold(ctx, id, now, actor, reason)
+	var h cbdash.HoldRecord
+	var err error
+	if breach != nil {
+		now = breach.At
+		h, err = m.cfg.Store.StopHold(ctx, id, actor, *breach)
+	} else {
+		h, err = m.cfg.Store.ReleaseHold(ctx, id, now, actor, reason)
+	}
 	if err != nil {
 		return cbdash.HoldRecord{}, err
 	}

@@ -26,7 +26,7 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 		return cbdash.HoldReport{}, err
 	}
 	now := m.now().UTC()
-	r := cbdash.HoldReport{Hold: h, Start: h.CreatedAt, End: h.End(), Ongoing: h.LiveAt(now),
+	r := cbdash.HoldReport{Hold: h, Start: h.CreatedAt, End: h.End(), Ongoing: h.LiveAt(now), Result: cbdash.DrillResult(h, now),
 		Instances: []cbdash.HoldInstanceReport{}, Dependencies: []cbdash.HoldDependencyReport{}}
 	counts := m.Counts(id)
 	if counts == nil {
@@ -120,6 +120,9 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	fmt.Fprintf(&b, "# Drill report: %s %s\n\n", actionWords(h.Action), mdText(h.Selector.String()))
 	fmt.Fprintf(&b, "- Hold: `%s`\n- Who: %s\n- Why: %s\n- Start: %s\n", h.ID, mdText(h.Actor), mdText(h.Reason), stampUTC(r.Start))
 	switch {
+	case h.Breach != nil:
+		fmt.Fprintf(&b, "- End: %s, STOPPED: %s\n", stampUTC(r.End), mdText(h.ReleaseReason))
+		fmt.Fprintf(&b, "- First instances above it: %s\n", mdText(strings.Join(h.Breach.Instances, ", ")))
 	case r.Ongoing:
 		fmt.Fprintf(&b, "- End: ongoing, expires %s\n", stampUTC(h.Until))
 	case !h.ReleasedAt.IsZero() && h.ReleasedAt.Before(h.Until):
@@ -133,7 +136,8 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 			late++
 		}
 	}
-	fmt.Fprintf(&b, "- Instances covered: %d (%d joined later)\n\n", len(r.Instances), late)
+	fmt.Fprintf(&b, "- Instances covered: %d (%d joined later)\n", len(r.Instances), late)
+	fmt.Fprintf(&b, "- Result: %s\n%s\n", strings.ToUpper(r.Result), stopsLine(h.Stops))
 	b.WriteString("## During the hold\n\n| Instance | Breaker | Covered | Answer | Calls | Rejected | Fallbacks served | Fallbacks failed | Error rate | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(inst, br, covered, answer string, p cbdash.HoldPeriod) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %d | %d | %.1f%% | %s | %s |\n", inst, br, covered, answer,
@@ -178,3 +182,15 @@ func clockUTC(t time.Time) string { return t.UTC().Format("15:04:05") }
 var mdReplacer = strings.NewReplacer("\\", "\\\\", "[", "\\[", "]", "\\]", "<", "&lt;", ">", "&gt;", "\r", " ", "|", "\\|", "*", "\\*", "_", "\\_", "`", "\\`", "\n", " ")
 
 func mdText(s string) string { return mdReplacer.Replace(s) }
+
+// stopsLine is the report's line of stop conditions ("" without any).
+func stopsLine(stops []cbdash.StopCondition) string {
+	if len(stops) == 0 {
+		return ""
+	}
+	names := make([]string, len(stops))
+	for i, c := range stops {
+		names[i] = "`" + c.String() + "`"
+	}
+	return "- Stop conditions: " + strings.Join(names, ", ") + "\n"
+}
