@@ -404,6 +404,13 @@ type HoldPlan struct {
 	// "service/instance: reason" (HoldsUnsupported), sorted: the hold is
 	// not sent to them. They are not in Instances.
 	Unsupported []string `json:"unsupported,omitempty"`
+	// Stops is the stop conditions the hold would have (the server's
+	// defaults less those dropped, then its own).
+	Stops []StopCondition `json:"stops"`
+	// Refused says why pre-flight would refuse the hold as a drill, one
+	// reason each (a stop condition breached on the target now, an open
+	// incident on it, another drill covering it); empty: it would start.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // HoldsUnsupported reports whether a breaker of configuration c cannot be

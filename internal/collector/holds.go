@@ -60,7 +60,7 @@ func (f holdFleet) HoldInstance(k holds.Key) (holds.Instance, bool) {
 }
 
 func holdInstanceOf(info *live.InstanceInfo) holds.Instance {
-	hi := holds.Instance{Ref: info.Ref, StartedAt: info.StartedAt, Breakers: info.Breakers, Rates: info.Rates,
+	hi := holds.Instance{Ref: info.Ref, StartedAt: info.StartedAt, Breakers: info.Breakers, Rates: info.Rates, Last: info.Last,
 		Unsupported: info.Unsupported, Stale: info.Stale, Pull: info.Pull}
 	if info.Conn != nil {
 		hi.Conn = holdConn{info.Conn}
@@ -117,9 +117,10 @@ func (c *Collector) Hold(ctx context.Context, id string) (cbdash.HoldRecord, err
 }
 
 // PlanHold returns the blast radius of req without acting: see
-// holds.Manager.Plan. Errors: cbdash.ErrInvalid as CreateHold.
-func (c *Collector) PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
-	return c.holds.Plan(req)
+// holds.Manager.Plan. Errors: cbdash.ErrInvalid as CreateHold, or the
+// store's.
+func (c *Collector) PlanHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
+	return c.holds.Plan(ctx, req)
 }
 
 // holdsCovering returns the live holds whose selector covers k, newest

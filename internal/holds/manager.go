@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // Key names one instance: a service and an instance id.
@@ -28,6 +29,9 @@ type Instance struct {
 	// Unsupported says why a breaker cannot be held (its hello set
 	// holds_unsupported); such a breaker is never sent a hold.
 	Unsupported map[string]string
+	// Last is the counts of each breaker's last window report; absent
+	// when none (pre-flight reads it: a stop condition breached now).
+	Last map[string]protocol.Counts
 	// Conn is the agent process's connection; nil when it has none.
 	Conn  Conn
 	Stale bool // silent for the stale timeout
@@ -83,6 +87,8 @@ type Store interface {
 	SetCommandTarget(ctx context.Context, commandID string, t cbdash.CommandTarget) error
 	Command(ctx context.Context, id string) (cbdash.Command, error)
 	History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error)
+	// Incidents lists incidents (pre-flight reads the open ones).
+	Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash.Incident, error)
 }
 
 // Events publishes a change (a command recorded or targeted) to live
@@ -176,10 +182,14 @@ func (m *Manager) MaxHold() time.Duration { return m.cfg.MaxHold }
 // returns the hold with its coverage so far (answers arrive later: see
 // Hold); every reachable instance it covers is covered when it returns.
 //
+// A drill (a force open with stop conditions) is refused while
+// pre-flight finds a reason (see Preflight).
+//
 // Errors: cbdash.ErrInvalid naming the bad field (a ttl over
 // Config.MaxHold names the limit; a selector whose live breakers all
-// cannot be held gives their reason), or the store's error (then nothing
-// was sent).
+// cannot be held gives their reason; a dropped stop condition that is not
+// a default), cbdash.ErrConflict with pre-flight's reasons, or the
+// store's error (then nothing was sent).
 func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
 	if err := req.Validate(m.cfg.MaxHold); err != nil {
 		return cbdash.HoldRecord{}, err
@@ -189,6 +199,9 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	}
 	stops, err := cbdash.EffectiveStops(m.cfg.DefaultStops, req.DropStops, req.StopIf)
 	if err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	if err := m.refusePreflight(ctx, req); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
 	now := m.now().UTC()

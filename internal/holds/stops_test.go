@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -198,5 +199,76 @@ func checkStopped(t *testing.T, m *Manager, id string, stop cbdash.StopCondition
 	md := string(ReportMarkdown(r))
 	if !strings.Contains(md, "STOPPED") || !strings.Contains(md, mdText(h.ReleaseReason)) {
 		t.Errorf("report does not say STOPPED with the breach:\n%s", md)
+	}
+}
+
+// Pre-flight refuses a drill (a force open with stop conditions) while an
+// incident is open on its dependency, while another drill covers it, and
+// while one of its stop conditions is breached on the target now; the dry
+// run says which. A hold without stop conditions is no drill and starts.
+func TestPreflightRefusesADrillWithTheReason(t *testing.T) {
+	ctx := context.Background()
+	s := newDrillSim(t, 2, cbdash.StopCondition{Metric: cbdash.StopFallbackFailureRate, Above: 20})
+	st := s.m.cfg.Store.(interface {
+		CreateIncident(context.Context, cbdash.Incident) (int64, error)
+	})
+	id, err := st.CreateIncident(ctx, cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "pricing", Breaker: "db"},
+		Start: s.now(), Open: true, Instances: []string{"i0"}, Opens: 1, FirstInstance: "i0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, s.m, holdOf("pricing"), fmt.Sprintf("incident %d is open on pricing/db since ", id))
+	wantRefused(t, s.m, holdOf("*"), fmt.Sprintf("incident %d is open on pricing/db since ", id))
+
+	// Without stop conditions (the defaults dropped, with a reason) it is
+	// an operator's force open, not a drill: it starts.
+	own := holdOf("pricing")
+	own.DropStops, own.DropReason = []string{"*"}, "protect the database during the incident"
+	h, err := s.m.Create(ctx, own)
+	if err != nil {
+		t.Fatalf("a hold without stop conditions during an incident: %v", err)
+	}
+	if len(h.Stops) != 0 || h.DropReason != own.DropReason {
+		t.Errorf("hold %+v: want no stops and the drop reason kept", h)
+	}
+}
+
+func TestPreflightRefusesADrillWhileAnotherCoversItOrAStopIsBreachedNow(t *testing.T) {
+	ctx := context.Background()
+	s := newDrillSim(t, 2, cbdash.StopCondition{Metric: cbdash.StopFallbackFailureRate, Above: 20})
+	first, err := s.m.Create(ctx, holdOf("pricing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, s.m, holdOf("*"), "drill "+first.ID+" (pricing/db) covers it until ")
+	if _, err := s.m.Release(ctx, first.ID, "ops", "done"); err != nil {
+		t.Fatal(err)
+	}
+	// The breaker is open on its own and its fallbacks fail for 30 % of
+	// the rejected calls: over the default's 20 %.
+	f := s.m.cfg.Instances.(*fleet)
+	f.mu.Lock()
+	for k, in := range f.insts {
+		in.Last = map[string]protocol.Counts{"db": {RejectedOpen: 100, FallbackSuccess: 70, FallbackFailure: 30}}
+		f.insts[k] = in
+	}
+	f.mu.Unlock()
+	wantRefused(t, s.m, holdOf("pricing"), "stop condition fallback-failure-rate>20% is already breached on the target: 30 % now")
+}
+
+// wantRefused checks that Create refuses req with a conflict naming want,
+// and that the dry run says it.
+func wantRefused(t *testing.T, m *Manager, req cbdash.HoldRequest, want string) {
+	t.Helper()
+	p, err := m.Plan(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(p.Refused, func(r string) bool { return strings.HasPrefix(r, want) }) {
+		t.Errorf("plan refused %q, want %q", p.Refused, want)
+	}
+	_, err = m.Create(context.Background(), req)
+	if !errors.Is(err, cbdash.ErrConflict) || !strings.Contains(err.Error(), "drill refused by pre-flight: ") || !strings.Contains(err.Error(), want) {
+		t.Errorf("create: %v, want a conflict: %q", err, want)
 	}
 }

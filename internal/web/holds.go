@@ -34,7 +34,7 @@ type HoldService interface {
 	HoldReport(ctx context.Context, id string) (cbdash.HoldReport, error)
 	// PlanHold is the dry run: what req would cover now. Errors wrap
 	// cbdash.ErrInvalid and name the field or the limit.
-	PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error)
+	PlanHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldPlan, error)
 	// Hold returns one hold with its coverage; cbdash.ErrNotFound for an
 	// unknown id.
 	Hold(ctx context.Context, id string) (cbdash.HoldRecord, error)
@@ -321,7 +321,7 @@ func (s *Server) holdConfirm(c echo.Context) error {
 	v.Title = incident.ActionText(req.Action) + " " + req.Selector.String()
 	if err == nil {
 		var plan cbdash.HoldPlan
-		if plan, err = hs.PlanHold(req); err == nil {
+		if plan, err = hs.PlanHold(c.Request().Context(), req); err == nil {
 			v.Blast = blastLines(req, plan)
 			return render(c, http.StatusOK, templates.HoldConfirmPage(v))
 		}
