@@ -154,7 +154,16 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 	if len(p.Superseded) > 0 {
 		fmt.Fprintf(w, "it would take precedence (most recent wins) over hold(s) %s where both match\n", clean(strings.Join(p.Superseded, ", ")))
 	}
+	if len(p.Stops) > 0 {
+		fmt.Fprintf(w, "it would stop by itself if: %s\n", clean(stopList(p.Stops)))
+	}
 	fmt.Fprintln(w, "nothing was changed")
+	if len(p.Refused) > 0 {
+		for _, r := range p.Refused {
+			fmt.Fprintf(w, "  refused: %s\n", clean(r))
+		}
+		return fmt.Errorf("pre-flight would refuse this drill: %s", clean(strings.Join(p.Refused, "; ")))
+	}
 	return nil
 }
 
@@ -162,6 +171,13 @@ func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait 
 	var h cbdash.HoldRecord
 	if err := c.do(ctx, "POST", "/api/v1/holds", req, &h); err != nil {
 		return err
+	}
+	if len(h.Stops) < len(req.StopIf) || len(h.Steps) < len(req.Steps) {
+		// A server older than stop conditions (API 1.2.0) ignored them:
+		// a drill that cannot stop itself is ended at once.
+		_ = c.do(ctx, "POST", "/api/v1/holds/"+url.PathEscape(h.ID)+"/release",
+			map[string]string{"reason": "the server ignored the drill's stop conditions or steps"}, &h)
+		return fmt.Errorf("the server does not support stop conditions or steps (API 1.2.0): hold %s was released at once", clean(h.ID))
 	}
 	deadline := time.Now().Add(wait)
 	for holdPending(h) && time.Now().Before(deadline) {

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/stacktest"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// `cbdash trip --stop-if` on a dependency with an open incident: the dry
+// run lists the refusal and exits non-zero, the trip itself is refused
+// with the reason, and nothing is held.
+func TestCLITripWithStopConditionsIsRefusedDuringAnIncident(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.Virtual()
+	st := stacktest.Start(t, stacktest.Options{Clock: clk})
+	ingest(t, st, "checkout-1", protocol.Window{State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 20, Successes: 20}})
+	eventually.True(t, "checkout/payments live", func() bool {
+		_, err := st.Collector.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+		return err == nil
+	})
+	ctx := t.Context()
+	id, err := st.Store.CreateIncident(ctx, cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
+		Start: clk.Now(), Open: true, Instances: []string{"checkout-1"}, Opens: 1, FirstInstance: "checkout-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := st.Store.CreateUser(ctx, "ada", cbdash.RoleOperator, []byte("hash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := st.Store.CreateUserToken(ctx, u.ID, "cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CBDASH_SERVER": st.URL(), "CBDASH_TOKEN": token}
+	want := "incident " + strconv.FormatInt(id, 10) + " is open on checkout/payments since "
+	args := []string{"trip", "checkout/payments", "--for", "1m", "--reason", "drill", "--stop-if", "fallback-failure-rate>20%",
+		"--stop-if", "error-rate>30% for 10s"}
+	code, out, stderr := cliOn(t, clk, env, append(args, "--dry-run")...)
+	if code == 0 || !strings.Contains(out, "refused: "+want) || !strings.Contains(stderr, "pre-flight would refuse this drill") ||
+		!strings.Contains(out, "it would stop by itself if: fallback-failure-rate>20%, error-rate>30% for 10s") {
+		t.Errorf("dry run: exit %d, out %q, err %q; want the refusal: %s", code, out, stderr, want)
+	}
+	code, out, stderr = cliOn(t, clk, env, args...)
+	if code == 0 || !strings.Contains(stderr, "drill refused by pre-flight: "+want) {
+		t.Errorf("trip: exit %d, out %q, err %q; want the refusal: %s", code, out, stderr, want)
+	}
+	if hs, _ := st.Store.Holds(ctx, cbdash.HoldQuery{}); len(hs) != 0 {
+		t.Errorf("a refused drill created %v", hs)
+	}
+}
