@@ -275,9 +275,23 @@ type HoldRecord struct {
 	// Breach is set when a stop condition released the hold (its
 	// ReleaseReason is then Breach.Reason()).
 	Breach *HoldBreach `json:"breach,omitempty"`
+	// Step is, for a stepped hold, the step (from 1) the collector has
+	// let it reach: a step begins once its time has come and no stop
+	// condition was breached. 0 (as stored) is the first step.
+	Step int `json:"step,omitempty"`
 	// Coverage lists every instance breaker the hold was applied to, with
 	// the breaker's answer; filled by the store's Hold and Holds.
 	Coverage []HoldCoverage `json:"coverage"`
+}
+
+// Covering is the selector the hold covers with now: Selector, with the
+// share of its step (Step; the first when 0) for a stepped hold.
+func (h HoldRecord) Covering() Selector {
+	sel := h.Selector
+	if len(h.Steps) > 0 {
+		sel.Share = h.Steps[min(max(h.Step, 1), len(h.Steps))-1].Share
+	}
+	return sel
 }
 
 // LiveAt reports whether the hold is in force at t: created, not
@@ -305,12 +319,13 @@ func (h HoldRecord) Superseded(other HoldRecord) bool {
 }
 
 // Governing returns the hold that decides the state of breaker on inst at
-// t among holds: of those live at t whose selector matches, the most
-// recently created (HoldRecord.Superseded). ok is false when none does:
+// t among holds: of those live at t whose selector matches (Covering: a
+// stepped hold's at its step), the most recently created
+// (HoldRecord.Superseded). ok is false when none does:
 // the breaker runs on its own.
 func Governing(holds []HoldRecord, inst InstanceRef, breaker string, t time.Time) (h HoldRecord, ok bool) {
 	for _, c := range holds {
-		if !c.LiveAt(t) || !c.Selector.Matches(inst, breaker) {
+		if !c.LiveAt(t) || !c.Covering().Matches(inst, breaker) {
 			continue
 		}
 		if !ok || h.Superseded(c) {
@@ -498,6 +513,23 @@ type HoldReport struct {
 	// instances, covered or not) before the hold (a span as long as the
 	// hold, at most an hour, ending at Start) and during it.
 	Dependencies []HoldDependencyReport `json:"dependencies"`
+	// Steps has one row per step of a stepped drill; absent otherwise.
+	Steps []HoldStepReport `json:"steps,omitempty"`
+}
+
+// HoldStepReport is one step of a stepped drill in its report.
+type HoldStepReport struct {
+	Step  int     `json:"step"`  // from 1
+	Share float64 `json:"share"` // percent of the instances
+	// Start is when the step was due (the hold's start plus the steps
+	// before); Reached is false for a step the drill never began (it
+	// ended before, or a stop condition ended it at an earlier step).
+	Start   time.Time `json:"start"`
+	Reached bool      `json:"reached"`
+	// Instances counts the instance breakers first covered during the
+	// step; During sums what they counted while held.
+	Instances int        `json:"instances"`
+	During    HoldPeriod `json:"during"`
 }
 
 // Drill results (HoldReport.Result).

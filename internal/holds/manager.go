@@ -206,6 +206,9 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	}
 	now := m.now().UTC()
 	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL), Stops: stops}
+	if len(req.Steps) > 0 {
+		h.Step = 1
+	}
 	if err := m.cfg.Store.CreateHold(ctx, h); err != nil {
 		return cbdash.HoldRecord{}, fmt.Errorf("record hold: %w", err)
 	}
@@ -216,7 +219,7 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	m.gen++
 	var keys []Key
 	for _, inst := range m.cfg.Instances.HoldInstances() {
-		if inst.Reachable() && coversAny(h.Selector, inst) { // an offline one gets it at its hello
+		if inst.Reachable() && coversAny(h.Covering(), inst) { // an offline one gets it at its hello
 			keys = append(keys, inst.key())
 		}
 	}
@@ -227,7 +230,7 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	m.mu.Unlock()
 	m.reconcileAll(ctx, keys, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
-		return inst, ok && inst.Reachable() && coversAny(h.Selector, inst)
+		return inst, ok && inst.Reachable() && coversAny(h.Covering(), inst)
 	})
 	m.mu.Lock()
 	delete(m.reach, h.ID)

@@ -23,7 +23,7 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 		return cbdash.HoldPlan{}, err
 	}
 	now := m.now()
-	p := cbdash.HoldPlan{Selector: req.Selector, Action: req.Action, Services: []string{}, Instances: []string{}, Refused: refused}
+	p := cbdash.HoldPlan{Selector: cbdash.HoldRecord{HoldRequest: req}.Covering(), Action: req.Action, Services: []string{}, Instances: []string{}, Refused: refused}
 	p.Stops, _ = cbdash.EffectiveStops(m.cfg.DefaultStops, req.DropStops, req.StopIf) // Preflight read them
 	services := map[string]bool{}
 	superseded := map[string]bool{}
@@ -34,7 +34,7 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 		if inst.Stale { // connected, on HTTP ingest, or away for less than the stale timeout
 			continue
 		}
-		eligible, matched := planInstance(&p, req.Selector, inst, others, superseded, now)
+		eligible, matched := planInstance(&p, p.Selector, inst, others, superseded, now) // a stepped hold's first step
 		if eligible {
 			p.Eligible++
 		}

@@ -60,6 +60,7 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 		deps[cbdash.DependencyKey{Service: cv.Service, Breaker: cv.Breaker}] = true
 	}
 	r.Total = cbdash.NewHoldPeriod(total.Counts, total.Latency)
+	r.Steps = stepReports(h, r.Instances, byKey)
 	end := r.End
 	if now.Before(end) {
 		end = now
@@ -158,6 +159,7 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 		row(mdText(in.Service+"/"+in.Instance), mdText(in.Breaker), covered, mdText(answer), in.During)
 	}
 	row("**total**", "", "", "", r.Total)
+	stepsMarkdown(&b, r.Steps)
 	b.WriteString("\n## Callers before and during\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
 	for _, d := range r.Dependencies {
 		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.1f%% | %s | %s |\n", mdText(d.String()), d.Before.Calls, d.During.Calls,
@@ -182,6 +184,49 @@ func clockUTC(t time.Time) string { return t.UTC().Format("15:04:05") }
 var mdReplacer = strings.NewReplacer("\\", "\\\\", "[", "\\[", "]", "\\]", "<", "&lt;", ">", "&gt;", "\r", " ", "|", "\\|", "*", "\\*", "_", "\\_", "`", "\\`", "\n", " ")
 
 func mdText(s string) string { return mdReplacer.Replace(s) }
+
+// stepReports is the steps of stepped hold h (nil without steps): each
+// instance breaker of rows counts for the step it was first covered in.
+func stepReports(h cbdash.HoldRecord, rows []cbdash.HoldInstanceReport, counts map[[3]string]cbdash.HoldCounts) []cbdash.HoldStepReport {
+	if len(h.Steps) == 0 {
+		return nil
+	}
+	out := make([]cbdash.HoldStepReport, len(h.Steps))
+	sums := make([]cbdash.HoldCounts, len(h.Steps))
+	start := h.CreatedAt
+	for i, st := range h.Steps {
+		out[i] = cbdash.HoldStepReport{Step: i + 1, Share: st.Share, Start: start,
+			Reached: i == 0 || (start.Before(h.End()) && (h.Breach == nil || h.Breach.Step > i))}
+		start = start.Add(st.For)
+	}
+	for _, row := range rows {
+		i, _ := cbdash.StepAt(h.Steps, row.CoveredAt.Sub(h.CreatedAt))
+		hc := counts[[3]string{row.Service, row.Instance, row.Breaker}]
+		out[i-1].Instances++
+		sums[i-1].Counts.Add(hc.Counts)
+		sums[i-1].AddWindow(protocol.Window{Latency: hc.Latency})
+	}
+	for i := range out {
+		out[i].During = cbdash.NewHoldPeriod(sums[i].Counts, sums[i].Latency)
+	}
+	return out
+}
+
+// stepsMarkdown writes the steps of a stepped drill's report as a table.
+func stepsMarkdown(b *bytes.Buffer, steps []cbdash.HoldStepReport) {
+	if len(steps) == 0 {
+		return
+	}
+	b.WriteString("\n## Steps\n\n| Step | Share | Due | Reached | Instances added | Calls | Rejected | Fallbacks failed | Error rate |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, st := range steps {
+		reached := "no"
+		if st.Reached {
+			reached = "yes"
+		}
+		fmt.Fprintf(b, "| %d | %g%% | %s | %s | %d | %d | %d | %d | %.1f%% |\n", st.Step, st.Share, clockUTC(st.Start), reached,
+			st.Instances, st.During.Calls, st.During.Counts.Rejected(), st.During.Counts.FallbackFailure, st.During.ErrorRate)
+	}
+}
 
 // stopsLine is the report's line of stop conditions ("" without any).
 func stopsLine(stops []cbdash.StopCondition) string {

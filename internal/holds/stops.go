@@ -89,11 +89,54 @@ func stopValue(c cbdash.StopCondition, hc cbdash.HoldCounts, minCalls int64) (v 
 // shows it).
 func (m *Manager) CheckStops(ctx context.Context) {
 	now := m.now().UTC()
+	stopped := map[string]bool{}
 	for _, h := range m.watched(now) {
 		if b, ok := m.breached(h, now); ok {
 			m.stop(ctx, h, b)
+			stopped[h.ID] = true
 		}
 	}
+	m.advanceSteps(ctx, now, stopped)
+}
+
+// advanceSteps lets each live stepped hold not in stopped reach the step
+// its time has come to (cbdash.StepAt), once its stop conditions were
+// checked, and applies it to every reachable instance: the next step's
+// instances are covered only then.
+func (m *Manager) advanceSteps(ctx context.Context, now time.Time, stopped map[string]bool) {
+	if len(m.stepsDue(now, stopped, false)) == 0 { // most of the time: no change to take
+		return
+	}
+	done := m.change()
+	defer done()
+	if len(m.stepsDue(now, stopped, true)) > 0 {
+		m.reconcileReachable(ctx)
+	}
+}
+
+// stepsDue returns the live stepped holds not in stopped whose next step
+// is due at now; with advance, it lets them reach it.
+func (m *Manager) stepsDue(now time.Time, stopped map[string]bool, advance bool) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, h := range m.holds {
+		if len(h.Steps) == 0 || stopped[id] || !h.LiveAt(now) {
+			continue
+		}
+		due, _ := cbdash.StepAt(h.Steps, now.Sub(h.CreatedAt))
+		if due <= max(h.Step, 1) {
+			continue
+		}
+		ids = append(ids, id)
+		if advance {
+			h.Step = due
+			m.holds[id] = h
+			m.gen++
+			m.log.Info("drill step", "hold", id, "step", due, "share", h.Covering().Share)
+		}
+	}
+	return ids
 }
 
 // watched returns the live holds with stop conditions.
@@ -133,7 +176,9 @@ func (m *Manager) breached(h cbdash.HoldRecord, now time.Time) (cbdash.HoldBreac
 		}
 		if now.Sub(since) >= c.For {
 			b := cbdash.HoldBreach{Condition: c, Value: v, At: now, Instances: worst(c, per)}
-			b.Step, _ = cbdash.StepAt(h.Steps, now.Sub(h.CreatedAt))
+			if len(h.Steps) > 0 {
+				b.Step = max(h.Step, 1)
+			}
 			return b, true
 		}
 	}

@@ -272,3 +272,73 @@ func wantRefused(t *testing.T, m *Manager, req cbdash.HoldRequest, want string) 
 		t.Errorf("create: %v, want a conflict: %q", err, want)
 	}
 }
+
+// A stepped drill covers its first step's share, then, its stop
+// conditions checked, the next step's: one whose first step breaches
+// stops there (its breach names step 1) and never sends the hold to an
+// instance outside the first step's share; one that does not breach
+// reaches every instance when its second step is due. The report has
+// each step's figures.
+func TestASteppedDrillStopsAtTheStepThatBreachesAndNeverCoversTheNext(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		share float64 // of fallbacks failing
+	}{{"breaching", 0.5}, {"healthy", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newDrillSim(t, 20)
+			for k := range s.conns {
+				s.phase[k] = time.Duration(len(k.Instance)*37%200) * 5 * time.Millisecond
+			}
+			req := holdOf("pricing")
+			req.StopIf = []cbdash.StopCondition{{Metric: cbdash.StopFallbackFailureRate, Above: 5}}
+			req.Steps = []cbdash.HoldStep{{Share: 25, For: 5 * time.Second}, {Share: 100, For: time.Minute}}
+			h, err := s.m.Create(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := s.holdSent(h.ID)
+			if len(first) == 0 || len(first) == len(s.conns) {
+				t.Fatalf("first step covered %v of %d instances", first, len(s.conns))
+			}
+			for _, in := range first {
+				if !cbdash.InShare(in, 25) {
+					t.Fatalf("first step covered %s, outside its 25 %%", in)
+				}
+			}
+			_, stopped := s.run(ctx, h.ID, s.now().Add(8*time.Second), 0, failShare{from: s.now(), share: c.share})
+			r, err := s.m.Report(ctx, h.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Steps) != 2 || r.Steps[0].Instances != len(first) {
+				t.Fatalf("report steps %+v, want 2 with %d instances first", r.Steps, len(first))
+			}
+			if c.share > 0 {
+				if !stopped || r.Hold.Breach == nil || r.Hold.Breach.Step != 1 || r.Steps[1].Reached {
+					t.Fatalf("stopped %v, breach %+v, steps %+v: want stopped at step 1, step 2 never reached", stopped, r.Hold.Breach, r.Steps)
+				}
+				if got := s.holdSent(h.ID); len(got) != len(first) {
+					t.Fatalf("the hold was sent to %v after its first step %v breached", got, first)
+				}
+				return
+			}
+			if stopped || !r.Steps[1].Reached || len(s.holdSent(h.ID)) != len(s.conns) {
+				t.Fatalf("healthy: stopped %v, steps %+v, sent to %v: want every instance at step 2", stopped, r.Steps, s.holdSent(h.ID))
+			}
+		})
+	}
+}
+
+// holdSent lists the instances sent hold id's command, sorted.
+func (s *drillSim) holdSent(id string) []string {
+	var out []string
+	for k, c := range s.conns {
+		got, _ := c.delivered()
+		if slices.ContainsFunc(got, func(cmd cbdash.Command) bool { return cmd.ID == CommandID(id, "pricing") }) {
+			out = append(out, k.Instance)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
