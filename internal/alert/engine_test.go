@@ -62,7 +62,7 @@ func TestEngine(t *testing.T) {
 		// stopped: a stop condition ended a drill on */payments that
 		// covered checkout's
 		stopped bool
-		want []string
+		want    []string
 	}
 	ptr := func(d cbdash.Dependency) *cbdash.Dependency { return &d }
 	tests := []struct {
