@@ -244,6 +244,6 @@ func (m *Manager) stop(ctx context.Context, h cbdash.HoldRecord, b cbdash.HoldBr
 		}
 		return
 	}
-	m.log.Warn("drill stopped", "hold", h.ID, "selector", h.Selector.String(), "reason", b.Reason(), "instances", b.Instances)
+	m.log.Info("drill stopped", "hold", h.ID, "selector", h.Selector.String(), "reason", b.Reason(), "instances", b.Instances)
 	m.cfg.Events.Publish(cbdash.Event{Kind: cbdash.EventDrillStopped, At: b.At, Hold: &stopped})
 }
