@@ -342,3 +342,52 @@ func (s *drillSim) holdSent(id string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// "error-rate>30% for 3s" stops a drill only once the callers' error rate
+// has stayed above 30 % for 3 s, not at its first breach.
+func TestAStopConditionWithForWaitsForItsDuration(t *testing.T) {
+	ctx := context.Background()
+	s := newDrillSim(t, 3)
+	for i, k := range []Key{{"pricing", "i0"}, {"pricing", "i1"}, {"pricing", "i2"}} {
+		s.phase[k] = time.Duration(i) * 300 * time.Millisecond
+	}
+	stop, err := cbdash.ParseStopCondition("error-rate>30% for 3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := holdOf("pricing")
+	req.StopIf = []cbdash.StopCondition{stop}
+	h, err := s.m.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := failShare{from: s.now().Add(2 * time.Second), share: 0.5}
+	at, stopped := s.run(ctx, h.ID, fail.from.Add(10*time.Second), 0, fail)
+	if took := at.Sub(fail.from); !stopped || took < 3*time.Second || took > 5*time.Second {
+		t.Fatalf("stopped %v, %v after the errors began; want between 3 s and 5 s", stopped, took)
+	}
+	r, err := s.m.Report(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := r.Hold.Breach; b == nil || b.Condition != stop || !strings.Contains(r.Hold.ReleaseReason, "error rate ") ||
+		!strings.Contains(r.Hold.ReleaseReason, "> 30 % for 3s at ") {
+		t.Fatalf("breach %+v, reason %q", b, r.Hold.ReleaseReason)
+	}
+}
+
+// p99 is read from the latency histogram of the admitted calls, and not
+// below StopMinCalls of them.
+func TestStopValueP99(t *testing.T) {
+	c := cbdash.StopCondition{Metric: cbdash.StopP99, Above: 100}
+	lat := make([]int64, protocol.NumLatencyBuckets)
+	lat[len(lat)-2] = 20 // every call in a slow bucket
+	hc := cbdash.HoldCounts{Counts: protocol.Counts{Admitted: 20, Successes: 20}, Latency: lat}
+	if v, ok := stopValue(c, hc, cbdash.StopMinCalls); !ok || v <= 100 {
+		t.Errorf("p99 of slow calls = %v, %v", v, ok)
+	}
+	hc.Counts.Admitted = 5
+	if _, ok := stopValue(c, hc, cbdash.StopMinCalls); ok {
+		t.Error("p99 computed over 5 calls")
+	}
+}
