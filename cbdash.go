@@ -171,6 +171,10 @@ type Dependency struct {
 	// not closed: how long the dependency has been in trouble. Zero when
 	// every live instance is closed (or forced closed).
 	OpenSince time.Time `json:"open_since,omitzero"`
+	// Fallback is when the dependency's fallbacks last served calls its
+	// open or forced-open breakers rejected, and how well; nil when they
+	// have not since the collector started (live state only).
+	Fallback *FallbackRun `json:"fallback,omitempty"`
 	// PerInstance has one line per instance, stale ones included (in
 	// instance order in the collector's views), never a nil element.
 	// The lines are shared and read-only: the collector gives the same

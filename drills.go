@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // Stop condition metrics: what a drill's stop condition watches, computed
@@ -248,4 +250,41 @@ func StepAt(steps []HoldStep, d time.Duration) (step int, share float64) {
 		d -= st.For
 	}
 	return step, share
+}
+
+// FallbackRun is the last run of a dependency's fallbacks under an open or
+// forced-open breaker: the fallbacks counted in window reports that also
+// rejected calls (any instance), summed over reports that ended no more
+// than FallbackRunGap apart, up to the last one.
+type FallbackRun struct {
+	LastServed time.Time `json:"last_served"` // end of the last such report (agent clock)
+	Served     int64     `json:"served"`      // fallbacks that succeeded
+	Failed     int64     `json:"failed"`      // fallbacks that failed
+	// SuccessShare is Served of Served+Failed, in percent.
+	SuccessShare float64 `json:"success_share"`
+}
+
+// FallbackRunGap is the longest pause within one run of fallbacks.
+const FallbackRunGap = time.Minute
+
+// NextFallbackRun is run after window report w: w counts when it rejected
+// calls and counted fallbacks; a report more than FallbackRunGap after the
+// run's last starts a new run. A report older than the run's last adds to
+// it without moving LastServed.
+func NextFallbackRun(run FallbackRun, w protocol.Window) FallbackRun {
+	c := w.Counts
+	if c.Rejected() == 0 || c.FallbackSuccess+c.FallbackFailure == 0 {
+		return run
+	}
+	end := time.UnixMilli(w.Start + w.Millis).UTC()
+	if end.Sub(run.LastServed) > FallbackRunGap {
+		run = FallbackRun{}
+	}
+	if end.After(run.LastServed) {
+		run.LastServed = end
+	}
+	run.Served = protocol.SatAdd(run.Served, c.FallbackSuccess)
+	run.Failed = protocol.SatAdd(run.Failed, c.FallbackFailure)
+	run.SuccessShare = 100 * float64(run.Served) / float64(run.Served+run.Failed)
+	return run
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // Stop conditions read as the CLI writes them and write back the same;
@@ -68,5 +70,30 @@ func TestSteps(t *testing.T) {
 		if _, err := ParseSteps(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// A run of fallbacks is counted from window reports that rejected calls
+// and ran fallbacks; a report more than FallbackRunGap after the last
+// starts a new run; reports without rejections change nothing.
+func TestNextFallbackRun(t *testing.T) {
+	at := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	w := func(sec int, served, failed int64) protocol.Window {
+		return protocol.Window{Start: at.Add(time.Duration(sec) * time.Second).UnixMilli(), Millis: 1000,
+			Counts: protocol.Counts{RejectedForced: served + failed, FallbackSuccess: served, FallbackFailure: failed}}
+	}
+	var run FallbackRun
+	run = NextFallbackRun(run, protocol.Window{Counts: protocol.Counts{Admitted: 5, FallbackSuccess: 5}}) // no rejection
+	if !run.LastServed.IsZero() {
+		t.Fatalf("a report without rejections started a run: %+v", run)
+	}
+	run = NextFallbackRun(run, w(0, 8, 2))
+	run = NextFallbackRun(run, w(30, 2, 8))
+	if run.Served != 10 || run.Failed != 10 || run.SuccessShare != 50 || !run.LastServed.Equal(at.Add(31*time.Second)) {
+		t.Fatalf("run %+v", run)
+	}
+	run = NextFallbackRun(run, w(200, 3, 1))
+	if run.Served != 3 || run.Failed != 1 || run.SuccessShare != 75 {
+		t.Fatalf("a new run after the gap: %+v", run)
 	}
 }

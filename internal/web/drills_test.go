@@ -7,9 +7,12 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/web"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // A drill on a dependency with an open incident is refused with the
@@ -70,4 +73,31 @@ func TestPreflightRefusesADrillDuringAnIncidentByTheAPIAndThePage(t *testing.T) 
 	if hs, _ := h.st.Holds(t.Context(), cbdash.HoldQuery{}); len(hs) != 0 {
 		t.Fatalf("a refused drill created %v", hs)
 	}
+}
+
+// A dependency's fallback freshness: before any fallback served a
+// rejected call, the tile and the dependency page say it never ran and
+// the overview counts it; once forced-open reports count fallbacks, the
+// API's dependency has its run (when, served, failed) and the page says
+// how long ago and how well.
+func TestFallbackFreshnessOnTheAPIThePageAndTheOverview(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, web.Config{}, dep("api", "db", 1, 0))
+	vera := h.login("vera")
+	page := "/dependency?" + url.Values{"service": {"api"}, "breaker": {"db"}}.Encode()
+	mustContain(t, "the dependency page before", vera.get(page).body, "fallback never ran (since the collector started)")
+	mustContain(t, "the overview before", vera.get("/").body, `data-testid="fleet-fallback-never"`, "fallbacks never ran")
+
+	now := h.clock.Now()
+	h.ingest("api", "api-1", protocol.Batch{Windows: []protocol.Window{{Breaker: "db", Start: now.Add(-time.Second).UnixMilli(),
+		Millis: 1000, State: protocol.StateForcedOpen, Counts: protocol.Counts{RejectedForced: 20, FallbackSuccess: 15, FallbackFailure: 5}}}})
+	var d cbdash.Dependency
+	eventually.True(t, "the fallback run in the API", func() bool {
+		res := vera.get("/api/v1/breakers/api/db")
+		return res.status == http.StatusOK && json.Unmarshal([]byte(res.body), &d) == nil && d.Fallback != nil
+	})
+	if d.Fallback.Served != 15 || d.Fallback.Failed != 5 || d.Fallback.SuccessShare != 75 || !d.Fallback.LastServed.Equal(now.Truncate(time.Millisecond)) {
+		t.Errorf("fallback %+v", d.Fallback)
+	}
+	mustContain(t, "the dependency page after", vera.get(page).body, "fallback last ran", ": 75 % served (15 of 20)")
 }
