@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
@@ -53,5 +54,29 @@ func TestCLITripWithStopConditionsIsRefusedDuringAnIncident(t *testing.T) {
 	}
 	if hs, _ := st.Store.Holds(ctx, cbdash.HoldQuery{}); len(hs) != 0 {
 		t.Errorf("a refused drill created %v", hs)
+	}
+
+	// `cbdash drills` lists the drills with their result: one a stop
+	// condition ended says STOPPED with the breach; a plain hold is no
+	// drill.
+	ada := cbdash.Actor{Name: "ada", Role: cbdash.RoleOperator, Kind: cbdash.ActorUser}
+	stop := cbdash.StopCondition{Metric: cbdash.StopFallbackFailureRate, Above: 20}
+	drill, err := st.Collector.CreateHold(ctx, ada, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "checkout", Breaker: "ledger"},
+		Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "drill", StopIf: []cbdash.StopCondition{stop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Store.StopHold(ctx, drill.ID, cbdash.StopActor, cbdash.HoldBreach{Condition: stop, Value: 86, At: clk.Now(),
+		Instances: []string{"checkout/checkout-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Collector.CreateHold(ctx, ada, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "checkout", Breaker: "audit"},
+		Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "not a drill"}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = cliOn(t, clk, env, "drills")
+	if code != 0 || !strings.Contains(out, drill.ID) || !strings.Contains(out, "STOPPED: stop condition: fallback failure rate 86 % > 20 % at ") ||
+		!strings.Contains(out, "[checkout/checkout-1]") || strings.Contains(out, "checkout/audit") {
+		t.Errorf("drills: exit %d, out %q, err %q", code, out, stderr)
 	}
 }
