@@ -29,7 +29,8 @@ const (
 )
 
 // StopWindow is the span of window reports a stop condition is computed
-// over (those that arrived in the last StopWindow), and StopMinCalls the
+// over (those that arrived in the last StopWindow, counted by the quarter
+// second of their arrival: 1 to 1.25 s), and StopMinCalls the
 // calls (rejected calls for StopFallbackFailureRate) below which a rate
 // is not computed: a drill is not stopped by one failed fallback.
 const (

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,5 +82,30 @@ func TestCLITripWithStopConditionsIsRefusedDuringAnIncident(t *testing.T) {
 	if code != 0 || !strings.Contains(out, drill.ID) || !strings.Contains(out, "STOPPED: stop condition: fallback failure rate 86 % > 20 % at ") ||
 		!strings.Contains(out, "[checkout/checkout-1]") || strings.Contains(out, "checkout/audit") {
 		t.Errorf("drills: exit %d, out %q, err %q", code, out, stderr)
+	}
+}
+
+// A server older than stop conditions ignores --stop-if: the trip it made
+// is released at once, and the command fails saying so.
+func TestCLITripWithStopConditionsOnAServerThatIgnoresThemReleasesTheHold(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		// API 1.1.0's answer: no stops.
+		_, _ = w.Write([]byte(`{"id":"h00000000000000001","selector":{"service":"checkout","breaker":"pricing"},"action":"force_open","ttl":60000000000,"reason":"drill","actor":"ada","coverage":[]}`))
+	}))
+	defer srv.Close()
+	code, _, stderr := cli(t, map[string]string{"CBDASH_SERVER": srv.URL, "CBDASH_TOKEN": "t"},
+		"trip", "checkout/pricing", "--for", "1m", "--reason", "drill", "--stop-if", "fallback-failure-rate>20%")
+	mu.Lock()
+	defer mu.Unlock()
+	if code == 0 || !strings.Contains(stderr, "does not support stop conditions") ||
+		!slices.Contains(calls, "POST /api/v1/holds/h00000000000000001/release") {
+		t.Errorf("exit %d, err %q, calls %q: want the hold released and a failure", code, stderr, calls)
 	}
 }

@@ -172,7 +172,7 @@ func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait 
 	if err := c.do(ctx, "POST", "/api/v1/holds", req, &h); err != nil {
 		return err
 	}
-	if len(h.Stops) < len(req.StopIf) || len(h.Steps) < len(req.Steps) {
+	if (len(req.StopIf) > 0 && len(h.Stops) == 0) || (len(req.Steps) > 0 && len(h.Steps) == 0) {
 		// A server older than stop conditions (API 1.2.0) ignored them:
 		// a drill that cannot stop itself is ended at once.
 		_ = c.do(ctx, "POST", "/api/v1/holds/"+url.PathEscape(h.ID)+"/release",
