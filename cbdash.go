@@ -171,6 +171,10 @@ type Dependency struct {
 	// not closed: how long the dependency has been in trouble. Zero when
 	// every live instance is closed (or forced closed).
 	OpenSince time.Time `json:"open_since,omitzero"`
+	// Fallback is when the dependency's fallbacks last served calls its
+	// open or forced-open breakers rejected, and how well; nil when they
+	// have not since the collector started (live state only).
+	Fallback *FallbackRun `json:"fallback,omitempty"`
 	// PerInstance has one line per instance, stale ones included (in
 	// instance order in the collector's views), never a nil element.
 	// The lines are shared and read-only: the collector gives the same
@@ -309,6 +313,9 @@ const (
 	EventDependency = "dependency" // a dependency's live state changed
 	EventTransition = "transition"
 	EventCommand    = "command" // a command was issued or a target answered
+	// EventDrillStopped: a stop condition released a hold (Event.Hold,
+	// with its Breach).
+	EventDrillStopped = "drill_stopped"
 )
 
 // Event is a live change, fanned out to dashboard subscribers.
@@ -318,6 +325,7 @@ type Event struct {
 	Dependency *Dependency       `json:"dependency,omitempty"`
 	Transition *TransitionRecord `json:"transition,omitempty"`
 	Command    *Command          `json:"command,omitempty"`
+	Hold       *HoldRecord       `json:"hold,omitempty"` // EventDrillStopped
 }
 
 // User is a dashboard account. Its password hash and session or API

@@ -180,6 +180,17 @@ type HoldRequest struct {
 	TTL    time.Duration `json:"ttl"`
 	Reason string        `json:"reason"`
 	Actor  string        `json:"actor"`
+	// StopIf adds stop conditions to the server's defaults (cbdash serve
+	// --stop-if): any one breached releases the hold everywhere at once.
+	StopIf []StopCondition `json:"stop_if,omitempty"`
+	// DropStops names server default stop conditions this hold does
+	// without, each as the server lists it ("*" = all of them); DropReason
+	// is then required (it is kept with the hold, the audit log).
+	DropStops  []string `json:"drop_stop_if,omitempty"`
+	DropReason string   `json:"drop_reason,omitempty"`
+	// Steps, when set, steps the share of instances covered (see
+	// HoldStep); Selector.Share must then be 0.
+	Steps []HoldStep `json:"steps,omitempty"`
 }
 
 // Validate checks the request against maxHold (0 = DefaultMaxHold); errors
@@ -208,7 +219,35 @@ func (r HoldRequest) Validate(maxHold time.Duration) error {
 	case len(r.Actor) > protocol.MaxNameLen:
 		return bad("actor is longer than %d bytes", protocol.MaxNameLen)
 	}
+	if err := r.validateStops(); err != nil {
+		return err
+	}
 	return CheckText("reason", r.Reason, false)
+}
+
+// validateStops checks StopIf, DropStops and DropReason.
+func (r HoldRequest) validateStops() error {
+	if len(r.StopIf) > 10 || len(r.DropStops) > 10 {
+		return fmt.Errorf("%w: at most 10 stop conditions and 10 dropped ones", ErrInvalid)
+	}
+	for _, c := range r.StopIf {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("stop_if %q: %w", c.String(), err)
+		}
+	}
+	if err := ValidateSteps(r.Steps); err != nil {
+		return err
+	}
+	if len(r.Steps) > 0 && r.Selector.partial() {
+		return fmt.Errorf("%w: a stepped drill sets its share by its steps: selector share must be 0", ErrInvalid)
+	}
+	if len(r.DropStops) > 0 && strings.TrimSpace(r.DropReason) == "" {
+		return fmt.Errorf("%w: drop_reason is required to drop default stop conditions: it goes into the audit log", ErrInvalid)
+	}
+	if len(r.DropReason) > 1000 {
+		return fmt.Errorf("%w: drop_reason is longer than 1000 bytes", ErrInvalid)
+	}
+	return CheckText("drop_reason", r.DropReason, false)
 }
 
 func truncate(s string, n int) string {
@@ -230,9 +269,29 @@ type HoldRecord struct {
 	ReleasedAt    time.Time `json:"released_at,omitzero"`
 	ReleasedBy    string    `json:"released_by,omitempty"`
 	ReleaseReason string    `json:"release_reason,omitempty"`
+	// Stops is the stop conditions in force, fixed at creation: the
+	// server's defaults less DropStops, then StopIf (EffectiveStops).
+	Stops []StopCondition `json:"stops"`
+	// Breach is set when a stop condition released the hold (its
+	// ReleaseReason is then Breach.Reason()).
+	Breach *HoldBreach `json:"breach,omitempty"`
+	// Step is, for a stepped hold, the step (from 1) the collector has
+	// let it reach: a step begins once its time has come and no stop
+	// condition was breached. 0 (as stored) is the first step.
+	Step int `json:"step,omitempty"`
 	// Coverage lists every instance breaker the hold was applied to, with
 	// the breaker's answer; filled by the store's Hold and Holds.
 	Coverage []HoldCoverage `json:"coverage"`
+}
+
+// Covering is the selector the hold covers with now: Selector, with the
+// share of its step (Step; the first when 0) for a stepped hold.
+func (h HoldRecord) Covering() Selector {
+	sel := h.Selector
+	if len(h.Steps) > 0 {
+		sel.Share = h.Steps[min(max(h.Step, 1), len(h.Steps))-1].Share
+	}
+	return sel
 }
 
 // LiveAt reports whether the hold is in force at t: created, not
@@ -260,12 +319,13 @@ func (h HoldRecord) Superseded(other HoldRecord) bool {
 }
 
 // Governing returns the hold that decides the state of breaker on inst at
-// t among holds: of those live at t whose selector matches, the most
-// recently created (HoldRecord.Superseded). ok is false when none does:
+// t among holds: of those live at t whose selector matches (Covering: a
+// stepped hold's at its step), the most recently created
+// (HoldRecord.Superseded). ok is false when none does:
 // the breaker runs on its own.
 func Governing(holds []HoldRecord, inst InstanceRef, breaker string, t time.Time) (h HoldRecord, ok bool) {
 	for _, c := range holds {
-		if !c.LiveAt(t) || !c.Selector.Matches(inst, breaker) {
+		if !c.LiveAt(t) || !c.Covering().Matches(inst, breaker) {
 			continue
 		}
 		if !ok || h.Superseded(c) {
@@ -359,6 +419,13 @@ type HoldPlan struct {
 	// "service/instance: reason" (HoldsUnsupported), sorted: the hold is
 	// not sent to them. They are not in Instances.
 	Unsupported []string `json:"unsupported,omitempty"`
+	// Stops is the stop conditions the hold would have (the server's
+	// defaults less those dropped, then its own).
+	Stops []StopCondition `json:"stops"`
+	// Refused says why pre-flight would refuse the hold as a drill, one
+	// reason each (a stop condition breached on the target now, an open
+	// incident on it, another drill covering it); empty: it would start.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // HoldsUnsupported reports whether a breaker of configuration c cannot be
@@ -436,6 +503,8 @@ type HoldReport struct {
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
 	Ongoing bool      `json:"ongoing"`
+	// Result is one of the Drill* results: how the drill ended.
+	Result string `json:"result"`
 	// Instances has one row per covered instance breaker, sorted.
 	Instances []HoldInstanceReport `json:"instances"`
 	// Total sums Instances.
@@ -444,6 +513,44 @@ type HoldReport struct {
 	// instances, covered or not) before the hold (a span as long as the
 	// hold, at most an hour, ending at Start) and during it.
 	Dependencies []HoldDependencyReport `json:"dependencies"`
+	// Steps has one row per step of a stepped drill; absent otherwise.
+	Steps []HoldStepReport `json:"steps,omitempty"`
+}
+
+// HoldStepReport is one step of a stepped drill in its report.
+type HoldStepReport struct {
+	Step  int     `json:"step"`  // from 1
+	Share float64 `json:"share"` // percent of the instances
+	// Start is when the step was due (the hold's start plus the steps
+	// before); Reached is false for a step the drill never began (it
+	// ended before, or a stop condition ended it at an earlier step).
+	Start   time.Time `json:"start"`
+	Reached bool      `json:"reached"`
+	// Instances counts the instance breakers first covered during the
+	// step; During sums what they counted while held.
+	Instances int        `json:"instances"`
+	During    HoldPeriod `json:"during"`
+}
+
+// Drill results (HoldReport.Result).
+const (
+	DrillOngoing  = "ongoing"
+	DrillStopped  = "stopped"  // a stop condition released it (HoldRecord.Breach)
+	DrillReleased = "released" // an operator released it before its end
+	DrillPassed   = "passed"   // it held to its end with no stop condition breached
+)
+
+// DrillResult is hold h's result at now (one of the Drill* results).
+func DrillResult(h HoldRecord, now time.Time) string {
+	switch {
+	case h.Breach != nil:
+		return DrillStopped
+	case h.LiveAt(now):
+		return DrillOngoing
+	case !h.ReleasedAt.IsZero() && h.ReleasedAt.Before(h.Until):
+		return DrillReleased
+	}
+	return DrillPassed
 }
 
 // HoldInstanceReport is one covered instance breaker in a drill report.

@@ -75,6 +75,10 @@ const (
 	AlertHeadroom = "headroom"
 	// AlertStale fires when an instance of the service stops reporting.
 	AlertStale = "stale"
+	// AlertDrillStopped fires when a stop condition ended a drill (a
+	// hold) covering the dependency; it resolves once the rule's hold has
+	// passed after the stop.
+	AlertDrillStopped = "drill_stopped"
 )
 
 // Webhook body formats of an alert rule.

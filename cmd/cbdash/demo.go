@@ -121,6 +121,7 @@ func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr
 		}
 		return nil // interrupted while starting
 	}
+	fleetStart := clk.Now() // the scripts' start: the drills are timed from it
 	mu.Lock()
 	if !stopped {
 		fleet, err = demo.StartFleet(demo.FleetConfig{
@@ -139,7 +140,7 @@ func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr
 	drilled := make(chan struct{})
 	go func() {
 		defer close(drilled)
-		runDrills(runCtx, srv.col, clk, log)
+		runDrills(runCtx, srv.col, clk, log, fleetStart)
 	}()
 	err = <-done
 	cancel()
@@ -147,34 +148,70 @@ func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr
 	return err
 }
 
-// The demo's scripted operator drill: demoDrillAfter after start, then
-// every demoDrillEvery, checkout's pricing breakers are forced open for
-// demoDrillFor, as an operator drilling the fallback would, so that the
-// holds list, the audit log and a drill report have something true to
-// show.
+// The demo's scripted operator drills, as an operator drilling the
+// fallbacks would, so that the holds list, the audit log and the drill
+// reports have something true to show: demoDrillAfter after start (while
+// the pricing and inventory scripts are still healthy: no incident open,
+// the caches warm), then every demoDrillEvery (a whole number of loops of
+// those scripts, 90 s and 100 s, so that each drill falls at the same
+// point every time), checkout's pricing and inventory breakers are forced
+// open for demoDrillFor with the stop condition demoDrillStop. The
+// pricing fallbacks serve a cached price for 10 s, then fail: that drill
+// is STOPPED by its stop condition about 11 s in. The inventory fallbacks
+// assume stock and serve: that drill runs its time and passes. A drill
+// pre-flight refuses (say an incident still open on the dependency) is
+// tried again every demoDrillRetry, for at most a minute.
 const (
-	demoDrillAfter = 45 * time.Second
-	demoDrillEvery = 10 * time.Minute
-	demoDrillFor   = 30 * time.Second
+	demoDrillAfter = 3 * time.Second
+	demoDrillEvery = 15 * time.Minute
+	demoDrillFor   = 25 * time.Second
+	demoDrillRetry = 5 * time.Second
+	demoDrillStop  = "fallback-failure-rate>20%"
 )
 
-// runDrills holds checkout/pricing open on the demo's schedule until ctx
-// is done.
-func runDrills(ctx context.Context, col *collector.Collector, clk clock.Clock, log *slog.Logger) {
-	wait := demoDrillAfter
+// demoDrills are the demo's drills: the breaker of checkout each holds
+// open, and why.
+var demoDrills = []struct{ breaker, reason string }{
+	{"pricing", "scripted drill: do checkout's pricing fallbacks serve? (a cached price for 10 s only)"},
+	{"inventory", "scripted drill: do checkout's inventory fallbacks serve? (they assume stock)"},
+}
+
+// runDrills runs the demo's drills on the demo's schedule, counted from
+// the scripts' start, until ctx is done.
+func runDrills(ctx context.Context, col *collector.Collector, clk clock.Clock, log *slog.Logger, start time.Time) {
+	wait := max(0, demoDrillAfter-clk.Now().Sub(start))
 	for clock.Sleep(clk, wait, ctx.Done()) {
 		wait = demoDrillEvery
-		h, err := col.CreateHold(ctx, cbdash.Actor{Name: "demo", Kind: cbdash.ActorSystem}, cbdash.HoldRequest{
-			Selector: cbdash.Selector{Service: "checkout", Breaker: "pricing"}, Action: protocol.ActionForceOpen,
-			TTL: demoDrillFor, Reason: "scripted drill: do checkout's pricing fallbacks serve?",
-		})
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("demo drill", "err", err)
-			}
-			continue
+		for _, d := range demoDrills {
+			runDrill(ctx, col, clk, log, d.breaker, d.reason)
 		}
-		log.Info("demo drill: checkout/pricing forced open", "for", demoDrillFor, "report", "/holds/"+h.ID)
+	}
+}
+
+// runDrill holds checkout's breaker open for demoDrillFor with the stop
+// condition demoDrillStop, trying again while pre-flight refuses it.
+func runDrill(ctx context.Context, col *collector.Collector, clk clock.Clock, log *slog.Logger, breaker, reason string) {
+	stop, _ := cbdash.ParseStopCondition(demoDrillStop)
+	for try := 0; try < int(time.Minute/demoDrillRetry); try++ {
+		h, err := col.CreateHold(ctx, cbdash.Actor{Name: "demo", Kind: cbdash.ActorSystem}, cbdash.HoldRequest{
+			Selector: cbdash.Selector{Service: "checkout", Breaker: breaker}, Action: protocol.ActionForceOpen,
+			TTL: demoDrillFor, Reason: reason, StopIf: []cbdash.StopCondition{stop},
+		})
+		if err == nil {
+			log.Info("demo drill: checkout/"+breaker+" forced open", "for", demoDrillFor, "stop_if", demoDrillStop, "report", "/holds/"+h.ID)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, cbdash.ErrConflict) {
+			log.Warn("demo drill", "breaker", breaker, "err", err)
+			return
+		}
+		log.Info("demo drill refused by pre-flight, trying again", "breaker", breaker, "in", demoDrillRetry, "err", err)
+		if !clock.Sleep(clk, demoDrillRetry, ctx.Done()) {
+			return
+		}
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
 	"github.com/cbdash/cbdash/internal/store"
-	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // runningDemo is a whole demo (store, collector, dashboard, fleet with its
@@ -74,6 +73,9 @@ func startDemo(t *testing.T, db string) runningDemo {
 		// The demo's log holds no error, and no warning but the admin's
 		// first password.
 		for _, line := range strings.Split(logs.String(), "\n") {
+			if t.Failed() && strings.Contains(line, "drill") {
+				t.Logf("demo log: %s", line)
+			}
 			if strings.Contains(line, "level=ERROR") || (strings.Contains(line, "level=WARN") && !strings.Contains(line, "created the first account")) {
 				t.Errorf("demo log: %s", line)
 			}
@@ -170,21 +172,32 @@ func TestDemoBreakersOpenAndCloseWithinAMinute(t *testing.T) {
 			t.Fatalf("after 60s no transition caused by %v", missing)
 		}
 	})
-	t.Run("the scripted drill holds checkout/pricing open and has a report", func(t *testing.T) {
-		var holds []cbdash.HoldRecord
-		// Real time: the drill starts demoDrillAfter after the demo.
-		eventually.Within(t, demoDrillAfter+20*time.Second-time.Since(start), "the demo's drill", func() bool {
+	t.Run("within a minute one scripted drill is STOPPED by its fallbacks' failures (pricing), one passes (inventory)", func(t *testing.T) {
+		results := map[string]cbdash.HoldReport{}
+		// Real time: the drills start demoDrillAfter after the demo and
+		// last at most demoDrillFor.
+		eventually.Within(t, demoDrillAfter+demoDrillFor+20*time.Second-time.Since(start), "the demo's drills", func() bool {
+			var holds []cbdash.HoldRecord
 			getJSON(t, d.url+"/api/v1/holds", &holds)
-			return len(holds) > 0
+			for _, h := range holds {
+				if h.Actor != "demo" {
+					continue
+				}
+				var r cbdash.HoldReport
+				getJSON(t, d.url+"/api/v1/holds/"+h.ID+"/report", &r)
+				results[h.Selector.String()] = r
+			}
+			return len(results) == 2 && results["checkout/pricing"].Result != cbdash.DrillOngoing &&
+				results["checkout/inventory"].Result != cbdash.DrillOngoing
 		})
-		h := holds[0]
-		if h.Actor != "demo" || h.Selector.String() != "checkout/pricing" || h.Action != protocol.ActionForceOpen || h.TTL != demoDrillFor {
-			t.Errorf("drill hold = %+v", h)
+		t.Logf("demo drills after %v: pricing %s (%s), inventory %s", time.Since(start).Round(time.Second),
+			results["checkout/pricing"].Result, results["checkout/pricing"].Hold.ReleaseReason, results["checkout/inventory"].Result)
+		if p := results["checkout/pricing"]; p.Result != cbdash.DrillStopped || p.Hold.Breach == nil ||
+			p.Hold.Breach.Condition.String() != demoDrillStop || p.Hold.TTL != demoDrillFor {
+			t.Errorf("pricing drill: result %q, breach %+v: want STOPPED by %s", p.Result, p.Hold.Breach, demoDrillStop)
 		}
-		var rep map[string]any
-		getJSON(t, d.url+"/api/v1/holds/"+h.ID+"/report", &rep)
-		if len(rep) == 0 {
-			t.Error("the drill has no report")
+		if r := results["checkout/inventory"]; r.Result != cbdash.DrillPassed {
+			t.Errorf("inventory drill: result %q (%s), want passed", r.Result, r.Hold.ReleaseReason)
 		}
 	})
 	t.Run("status lists the fleet", func(t *testing.T) {

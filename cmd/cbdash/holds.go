@@ -35,6 +35,34 @@ type holdOptions struct {
 	Share     float64
 	DryRun    bool
 	Wait      time.Duration
+	StopIf    []string
+	DropStops []string
+	DropWhy   string
+	Steps     string
+}
+
+// drill reads the drill flags (--stop-if, --drop-stop-if, --drop-reason,
+// --steps) into req.
+func (o *holdOptions) drill(req *cbdash.HoldRequest) error {
+	for _, s := range o.StopIf {
+		c, err := cbdash.ParseStopCondition(s)
+		if err != nil {
+			return usageError{fmt.Errorf("--stop-if: %w", err)}
+		}
+		req.StopIf = append(req.StopIf, c)
+	}
+	if len(o.DropStops) > 0 && strings.TrimSpace(o.DropWhy) == "" {
+		return usageError{fmt.Errorf("--drop-reason is required with --drop-stop-if: it goes into the audit log")}
+	}
+	req.DropStops, req.DropReason = o.DropStops, o.DropWhy
+	if o.Steps != "" {
+		steps, err := cbdash.ParseSteps(o.Steps)
+		if err != nil {
+			return usageError{fmt.Errorf("--steps: %w", err)}
+		}
+		req.Steps = steps
+	}
+	return nil
 }
 
 // newHoldCmd makes trip (force open) and hold-closed (force closed): a
@@ -66,6 +94,9 @@ func newHoldCmd(use, action string) *cobra.Command {
 				return err
 			}
 			req := cbdash.HoldRequest{Selector: sel, Action: action, TTL: o.For, Reason: o.Reason}
+			if err := o.drill(&req); err != nil {
+				return err
+			}
 			if o.DryRun {
 				return planHold(cmd.Context(), c, req, cmd.OutOrStdout())
 			}
@@ -86,6 +117,10 @@ func newHoldCmd(use, action string) *cobra.Command {
 	cmd.Flags().Float64Var(&o.Share, "share", 0, "only this percent of the instances, chosen by a stable hash of the instance id (0 or 100 = all)")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the blast radius (services, instances, calls per second) and change nothing")
 	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "how long to wait for the instances to answer (0 = do not wait)")
+	cmd.Flags().StringArrayVar(&o.StopIf, "stop-if", nil, "release the hold everywhere at once when this is breached, besides the server's default stop conditions: 'fallback-failure-rate>20%', 'error-rate>30% for 10s', 'p99>500ms' (repeatable)")
+	cmd.Flags().StringArrayVar(&o.DropStops, "drop-stop-if", nil, "do without this default stop condition of the server, as it lists it ('*' = all; repeatable; needs --drop-reason)")
+	cmd.Flags().StringVar(&o.DropWhy, "drop-reason", "", "why the default stop conditions are dropped, for the audit log")
+	cmd.Flags().StringVar(&o.Steps, "steps", "", "step the share of instances covered, each step only if no stop condition was breached: 5%:1m,25%:2m,100%:5m")
 	return cmd
 }
 
@@ -119,7 +154,16 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 	if len(p.Superseded) > 0 {
 		fmt.Fprintf(w, "it would take precedence (most recent wins) over hold(s) %s where both match\n", clean(strings.Join(p.Superseded, ", ")))
 	}
+	if len(p.Stops) > 0 {
+		fmt.Fprintf(w, "it would stop by itself if: %s\n", clean(stopList(p.Stops)))
+	}
 	fmt.Fprintln(w, "nothing was changed")
+	if len(p.Refused) > 0 {
+		for _, r := range p.Refused {
+			fmt.Fprintf(w, "  refused: %s\n", clean(r))
+		}
+		return fmt.Errorf("pre-flight would refuse this drill: %s", clean(strings.Join(p.Refused, "; ")))
+	}
 	return nil
 }
 
@@ -127,6 +171,13 @@ func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait 
 	var h cbdash.HoldRecord
 	if err := c.do(ctx, "POST", "/api/v1/holds", req, &h); err != nil {
 		return err
+	}
+	if (len(req.StopIf) > 0 && len(h.Stops) == 0) || (len(req.Steps) > 0 && len(h.Steps) == 0) {
+		// A server older than stop conditions (API 1.2.0) ignored them:
+		// a drill that cannot stop itself is ended at once.
+		_ = c.do(ctx, "POST", "/api/v1/holds/"+url.PathEscape(h.ID)+"/release",
+			map[string]string{"reason": "the server ignored the drill's stop conditions or steps"}, &h)
+		return fmt.Errorf("the server does not support stop conditions or steps (API 1.2.0): hold %s was released at once", clean(h.ID))
 	}
 	deadline := time.Now().Add(wait)
 	for holdPending(h) && time.Now().Before(deadline) {
@@ -153,6 +204,9 @@ func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait 
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(h.Stops) > 0 {
+		fmt.Fprintf(w, "stops by itself if: %s\n", clean(stopList(h.Stops)))
 	}
 	fmt.Fprintf(w, "follow it: cbdash holds; end it: cbdash release %s --reason ...\n", clean(h.ID))
 	if failed > 0 {
@@ -321,4 +375,13 @@ func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
 		fmt.Fprintln(tw, "(no hold in force)\t\t\t\t\t\t")
 	}
 	return tw.Flush()
+}
+
+// stopList writes stop conditions as the CLI takes them, comma-separated.
+func stopList(stops []cbdash.StopCondition) string {
+	names := make([]string, len(stops))
+	for i, c := range stops {
+		names[i] = c.String()
+	}
+	return strings.Join(names, ", ")
 }

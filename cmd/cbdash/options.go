@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/source"
 	"github.com/cbdash/cbdash/internal/store"
@@ -38,6 +39,7 @@ type serveOptions struct {
 	IncidentShare   float64       // --incident-share: percent of live instances not closed at once to open an incident
 	IncidentForced  bool          // --incident-include-forced: a force open (a drill) starts an incident too
 	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
+	StopIf          []string      // --stop-if: the default stop conditions of every hold
 	AckDelay        time.Duration // --ack-delay: how long an agent's ack may be held to go with the next (collector.Config.AckDelay)
 	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
 	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
@@ -103,6 +105,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.Float64Var(&o.IncidentShare, "incident-share", 0, "percent (0..100) of a dependency's live instances that must be open, half-open or forced open at once for an incident to open (0 = one instance is enough)")
 	fs.BoolVar(&o.IncidentForced, "incident-include-forced", false, "let a force open (a drill) start an incident; by default forced states only extend an incident a trip opened")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
+	fs.StringArrayVar(&o.StopIf, "stop-if", nil, "a stop condition every drill (hold) gets unless its operator drops it with a reason, e.g. 'fallback-failure-rate>20%', 'error-rate>30% for 10s', 'p99>500ms' (repeatable; default: none)")
 	fs.DurationVar(&o.AckDelay, "ack-delay", 0, "how long an acknowledgement to an agent may wait to be written with the next ones as one (acks are cumulative), e.g. 2s; 0 = each at once")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
 	fs.IntVar(&o.Limits.MaxInstancesPerToken, "max-instances-per-token", 10000, "the most instances one agent token may have known to the collector at once")
@@ -185,6 +188,11 @@ func (o *serveOptions) validate() error {
 	}
 	if err := o.validateQuotas(); err != nil {
 		return err
+	}
+	for _, c := range o.StopIf {
+		if _, err := cbdash.ParseStopCondition(c); err != nil {
+			return usageError{fmt.Errorf("--stop-if: %w", err)}
+		}
 	}
 	if o.MaxHold < 0 {
 		return usageError{fmt.Errorf("--max-hold must not be negative (got %v): every hold ends by itself", o.MaxHold)}
@@ -315,4 +323,15 @@ func (h floorHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h floorHandler) WithGroup(name string) slog.Handler {
 	return floorHandler{h.Handler.WithGroup(name), h.floor}
+}
+
+// defaultStops is --stop-if read (validate has refused a bad one).
+func (o *serveOptions) defaultStops() []cbdash.StopCondition {
+	var out []cbdash.StopCondition
+	for _, s := range o.StopIf {
+		if c, err := cbdash.ParseStopCondition(s); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }

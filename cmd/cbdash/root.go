@@ -100,6 +100,7 @@ A flag on the command line wins.`,
 		newCommandCmd("release", "End a hold (force open / force closed), by hold id or on a SERVICE/BREAKER: the breakers return to their automatic state", actionRelease),
 		newCommandCmd("reset", "Reset a breaker to closed with an empty window (refused while a hold covers it)", actionReset),
 		newHoldsCmd(),
+		newDrillsCmd(),
 		newAlertsCmd(),
 		newTuneCmd(),   // tune.go
 		newReviewCmd(), // review.go

@@ -77,15 +77,25 @@ type Engine struct {
 	// recent holds the opens of each open rule's subject within its
 	// flap window, oldest first, beyond the alert's episodes.
 	recent map[alertKey][]time.Time
+	// stopped is the last drill a stop condition ended, by dependency it
+	// covered (cbdash.EventDrillStopped).
+	stopped map[cbdash.DependencyKey]stoppedDrill
+}
+
+// stoppedDrill is a drill a stop condition ended: when, and its reason.
+type stoppedDrill struct {
+	at     time.Time
+	detail string
 }
 
 // NewEngine returns an Engine with no rules.
 func NewEngine() *Engine {
 	return &Engine{
-		deps:   make(map[cbdash.DependencyKey]cbdash.Dependency),
-		opened: make(map[cbdash.DependencyKey]time.Time),
-		alerts: make(map[alertKey]*alertState),
-		recent: make(map[alertKey][]time.Time),
+		deps:    make(map[cbdash.DependencyKey]cbdash.Dependency),
+		opened:  make(map[cbdash.DependencyKey]time.Time),
+		alerts:  make(map[alertKey]*alertState),
+		recent:  make(map[alertKey][]time.Time),
+		stopped: make(map[cbdash.DependencyKey]stoppedDrill),
 	}
 }
 
@@ -125,7 +135,40 @@ func (e *Engine) Observe(ev cbdash.Event) {
 		if _, ok := e.opened[k]; !ok {
 			e.opened[k] = ev.At
 		}
+	case ev.Kind == cbdash.EventDrillStopped && ev.Hold != nil:
+		e.drillStopped(*ev.Hold, ev.At)
 	}
+}
+
+// drillStopped remembers, for each dependency hold h covered, that a stop
+// condition ended it at at.
+func (e *Engine) drillStopped(h cbdash.HoldRecord, at time.Time) {
+	detail := fmt.Sprintf("drill %s (%s) stopped: %s", h.ID, h.Selector.String(), h.ReleaseReason)
+	keys := map[cbdash.DependencyKey]bool{}
+	if h.Selector.Service != cbdash.AnyService {
+		keys[cbdash.DependencyKey{Service: h.Selector.Service, Breaker: h.Selector.Breaker}] = true
+	}
+	for _, c := range h.Coverage {
+		keys[cbdash.DependencyKey{Service: c.Service, Breaker: c.Breaker}] = true
+	}
+	for k, s := range e.stopped { // bounded: a stop older than an hour fires nothing more
+		if at.Sub(s.at) > time.Hour {
+			delete(e.stopped, k)
+		}
+	}
+	for k := range keys {
+		e.stopped[k] = stoppedDrill{at: at, detail: detail}
+	}
+}
+
+// drillStoppedCondition holds for the minute after a drill covering k was
+// stopped: long enough for an evaluation to see it.
+func (e *Engine) drillStoppedCondition(k cbdash.DependencyKey, now time.Time) (string, bool) {
+	s, ok := e.stopped[k]
+	if !ok || now.Sub(s.at) >= time.Minute {
+		return "", false
+	}
+	return s.detail, true
 }
 
 // Trip feeds one transition to open (live, or replayed from the store
@@ -381,6 +424,13 @@ func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string
 				if ib.Stale {
 					out[k.Service+"@"+ib.Instance] = fmt.Sprintf("instance %s of %s stopped reporting (last seen %s)", ib.Instance, k.Service, ib.LastSeen.UTC().Format(time.RFC3339))
 				}
+			}
+		}
+	}
+	if r.Kind == cbdash.AlertDrillStopped {
+		for k := range e.stopped {
+			if detail, ok := e.drillStoppedCondition(k, now); ok && matches(r, k) {
+				out[k.String()] = detail
 			}
 		}
 	}

@@ -59,7 +59,10 @@ func TestEngine(t *testing.T) {
 		sec  int
 		dep  *cbdash.Dependency
 		open bool // a transition to open on instance a
-		want []string
+		// stopped: a stop condition ended a drill on */payments that
+		// covered checkout's
+		stopped bool
+		want    []string
 	}
 	ptr := func(d cbdash.Dependency) *cbdash.Dependency { return &d }
 	tests := []struct {
@@ -151,6 +154,18 @@ func TestEngine(t *testing.T) {
 				{sec: 5, dep: ptr(dep(payments, "a:closed", "b:closed")), want: []string{"resolved 8 checkout@b"}},
 			},
 		},
+		{
+			name: "a drill a stop condition ended fires once for each dependency it covered, and resolves after the hold",
+			rule: cbdash.AlertRule{ID: 9, Service: "checkout", Kind: cbdash.AlertDrillStopped, Hold: 10 * time.Second},
+			steps: []step{
+				{sec: 0, dep: ptr(dep(payments, "a:forced_open"))},
+				{sec: 1, stopped: true, want: []string{"firing 9 checkout/payments"}},
+				{sec: 30},
+				{sec: 60},
+				{sec: 61}, // a minute after the stop: no longer true
+				{sec: 70, want: []string{"resolved 9 checkout/payments"}}, // the hold after it was last true
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,6 +174,12 @@ func TestEngine(t *testing.T) {
 			for _, s := range tt.steps {
 				if s.dep != nil {
 					e.Observe(depEvent(s.sec, *s.dep))
+				}
+				if s.stopped {
+					e.Observe(cbdash.Event{Kind: cbdash.EventDrillStopped, At: at(s.sec), Hold: &cbdash.HoldRecord{ID: "h1",
+						HoldRequest:   cbdash.HoldRequest{Selector: cbdash.Selector{Service: "*", Breaker: "payments"}},
+						ReleaseReason: "stop condition: fallback failure rate 86 % > 20 % at 15:02:57",
+						Coverage:      []cbdash.HoldCoverage{{Service: "checkout", Instance: "a", Breaker: "payments"}}}})
 				}
 				if s.open {
 					e.Observe(cbdash.Event{Kind: cbdash.EventTransition, At: at(s.sec), Transition: &cbdash.TransitionRecord{

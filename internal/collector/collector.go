@@ -84,6 +84,9 @@ type Config struct {
 	// from the API, the CLI and the dashboard alike; 0 =
 	// cbdash.DefaultMaxHold (24 h).
 	MaxHold time.Duration
+	// DefaultStops is the stop conditions every hold gets unless it drops
+	// them, with a reason (cbdash serve --stop-if); nil = none.
+	DefaultStops []cbdash.StopCondition
 	// Limits bound the instances and breakers of one agent token and the
 	// dependencies of the collector (see Limits; zero values = defaults).
 	Limits Limits
@@ -270,6 +273,8 @@ func (c *Collector) loop(ctx context.Context) {
 	defer stopPublish()
 	sweep, stopSweep := c.clk.NewTicker(time.Second)
 	defer stopSweep()
+	stops, stopStops := c.clk.NewTicker(250 * time.Millisecond) // drills' stop conditions
+	defer stopStops()
 	compact, stopCompact := c.clk.NewTicker(c.cfg.CompactEvery)
 	defer stopCompact()
 	urgent := clock.NewTimer(c.clk, time.Hour)
@@ -288,6 +293,8 @@ func (c *Collector) loop(ctx context.Context) {
 			}
 		case <-publish:
 			c.live.Flush()
+		case <-stops:
+			c.holds.CheckStops(ctx)
 		case <-sweep:
 			c.live.Sweep()
 			c.expireCommands(ctx)

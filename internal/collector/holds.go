@@ -22,7 +22,8 @@ type holdManager struct{ *holds.Manager }
 
 func newHoldManager(c *Collector) holdManager {
 	return holdManager{holds.New(holds.Config{Instances: holdFleet{c.live}, Store: c.store, Events: hubEvents{c.hub},
-		Cluster: holdCluster{c}, Now: c.now, Log: c.log, MaxHold: c.cfg.MaxHold, CommandDelivery: c.cfg.CommandDelivery})}
+		Cluster: holdCluster{c}, Now: c.now, Log: c.log, MaxHold: c.cfg.MaxHold, CommandDelivery: c.cfg.CommandDelivery,
+		DefaultStops: c.cfg.DefaultStops})}
 }
 
 func holdKey(k instKey) holds.Key { return holds.Key{Service: k.service, Instance: k.instance} }
@@ -59,7 +60,7 @@ func (f holdFleet) HoldInstance(k holds.Key) (holds.Instance, bool) {
 }
 
 func holdInstanceOf(info *live.InstanceInfo) holds.Instance {
-	hi := holds.Instance{Ref: info.Ref, StartedAt: info.StartedAt, Breakers: info.Breakers, Rates: info.Rates,
+	hi := holds.Instance{Ref: info.Ref, StartedAt: info.StartedAt, Breakers: info.Breakers, Rates: info.Rates, Last: info.Last,
 		Unsupported: info.Unsupported, Stale: info.Stale, Pull: info.Pull}
 	if info.Conn != nil {
 		hi.Conn = holdConn{info.Conn}
@@ -82,6 +83,10 @@ func (e hubEvents) Publish(ev cbdash.Event) { e.h.publish(ev) }
 type holdCluster struct{ c *Collector }
 
 func (hc holdCluster) HoldChanged(ctx context.Context, id string) { hc.c.fleet.holdChanged(ctx, id) }
+
+// DefaultStops is the stop conditions every hold gets unless it drops
+// them (Config.DefaultStops).
+func (c *Collector) DefaultStops() []cbdash.StopCondition { return c.cfg.DefaultStops }
 
 // MaxHold is the longest hold the collector accepts (Config.MaxHold).
 func (c *Collector) MaxHold() time.Duration { return c.cfg.MaxHold }
@@ -112,9 +117,10 @@ func (c *Collector) Hold(ctx context.Context, id string) (cbdash.HoldRecord, err
 }
 
 // PlanHold returns the blast radius of req without acting: see
-// holds.Manager.Plan. Errors: cbdash.ErrInvalid as CreateHold.
-func (c *Collector) PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
-	return c.holds.Plan(req)
+// holds.Manager.Plan. Errors: cbdash.ErrInvalid as CreateHold, or the
+// store's.
+func (c *Collector) PlanHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
+	return c.holds.Plan(ctx, req)
 }
 
 // holdsCovering returns the live holds whose selector covers k, newest

@@ -302,7 +302,7 @@ func TestFleetSelectorsCoverWhatTheySayAndShareKeepsItsSideAcrossRestarts(t *tes
 	req := func(sel cbdash.Selector, action string) cbdash.HoldRequest {
 		return cbdash.HoldRequest{Selector: sel, Action: action, TTL: 10 * time.Minute, Reason: "inventory is down", Actor: "ann"}
 	}
-	plan, err := h.col.PlanHold(req(cbdash.Selector{Service: "*", Breaker: "inventory"}, protocol.ActionForceOpen))
+	plan, err := h.col.PlanHold(context.Background(), req(cbdash.Selector{Service: "*", Breaker: "inventory"}, protocol.ActionForceOpen))
 	if err != nil {
 		t.Fatal(err)
 	}

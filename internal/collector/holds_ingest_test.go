@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -148,7 +149,7 @@ func TestBreakersThatCannotBeHeldAreRefusedUpFrontWithTheReason(t *testing.T) {
 		FailureRateThreshold: 50, MinimumCalls: 5, OpenDurationMillis: 1000, HalfOpenMaxCalls: 1, HalfOpenSuccessThreshold: 1})
 	ok.ingest()
 	req.Selector.Service = cbdash.AnyService
-	plan, err := h.col.PlanHold(req)
+	plan, err := h.col.PlanHold(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,8 @@ func (m *Manager) Adopt(ctx context.Context, hs []cbdash.HoldRecord) {
 		}
 		if old, ok := m.holds[h.ID]; ok && old.ReleasedAt.Equal(h.ReleasedAt) {
 			continue
+		} else if ok {
+			h.Step = max(h.Step, old.Step) // the step this collector let it reach
 		}
 		m.holds[h.ID] = h
 		if !h.ReleasedAt.IsZero() {
@@ -72,6 +74,11 @@ func (m *Manager) Adopt(ctx context.Context, hs []cbdash.HoldRecord) {
 	if !changed {
 		return
 	}
+	m.reconcileReachable(ctx)
+}
+
+// reconcileReachable applies the holds to every reachable instance.
+func (m *Manager) reconcileReachable(ctx context.Context) {
 	var keys []Key
 	for _, inst := range m.cfg.Instances.HoldInstances() {
 		if inst.Reachable() {

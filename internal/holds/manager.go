@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // Key names one instance: a service and an instance id.
@@ -28,6 +29,9 @@ type Instance struct {
 	// Unsupported says why a breaker cannot be held (its hello set
 	// holds_unsupported); such a breaker is never sent a hold.
 	Unsupported map[string]string
+	// Last is the counts of each breaker's last window report; absent
+	// when none (pre-flight reads it: a stop condition breached now).
+	Last map[string]protocol.Counts
 	// Conn is the agent process's connection; nil when it has none.
 	Conn  Conn
 	Stale bool // silent for the stale timeout
@@ -68,6 +72,8 @@ type Conn interface {
 type Store interface {
 	CreateHold(ctx context.Context, h cbdash.HoldRecord) error
 	ReleaseHold(ctx context.Context, id string, at time.Time, by, reason string) (cbdash.HoldRecord, error)
+	// StopHold releases hold id at b.At for b.Reason(), recording b.
+	StopHold(ctx context.Context, id, by string, b cbdash.HoldBreach) (cbdash.HoldRecord, error)
 	Hold(ctx context.Context, id string) (cbdash.HoldRecord, error)
 	Holds(ctx context.Context, q cbdash.HoldQuery) ([]cbdash.HoldRecord, error)
 	AddHoldCoverage(ctx context.Context, holdID string, c cbdash.HoldCoverage) error
@@ -81,6 +87,8 @@ type Store interface {
 	SetCommandTarget(ctx context.Context, commandID string, t cbdash.CommandTarget) error
 	Command(ctx context.Context, id string) (cbdash.Command, error)
 	History(ctx context.Context, q cbdash.HistoryQuery) ([]cbdash.Point, error)
+	// Incidents lists incidents (pre-flight reads the open ones).
+	Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash.Incident, error)
 }
 
 // Events publishes a change (a command recorded or targeted) to live
@@ -109,6 +117,9 @@ type Config struct {
 	MaxHold time.Duration
 	// CommandDelivery is how long a release command may be delivered.
 	CommandDelivery time.Duration
+	// DefaultStops is the stop conditions every hold gets unless it drops
+	// them (cbdash serve --stop-if); nil = none.
+	DefaultStops []cbdash.StopCondition
 }
 
 // Manager owns the live holds and what was applied where. Create it with
@@ -136,6 +147,8 @@ type Manager struct {
 	cover   map[coverKey][]coverSpan       // guarded by statsMu
 	stats   map[statKey]*cbdash.HoldCounts // guarded by statsMu
 	dirty   map[string]bool                // hold ids with unsaved stats; guarded by statsMu
+	recent  map[statKey]*recentCounts      // the last seconds' counts, for stop conditions; guarded by statsMu
+	since   map[string]map[int]time.Time   // by hold, then stop condition: above since; guarded by statsMu
 }
 
 // appliedHold is the hold last sent to one breaker of one agent process.
@@ -155,7 +168,8 @@ func New(cfg Config) *Manager {
 	return &Manager{cfg: cfg, log: log, now: cfg.Now, turns: turns{m: make(map[Key]*turn)}, changing: make(chan struct{}, 1),
 		holds: make(map[string]cbdash.HoldRecord), applied: make(map[Key]map[string]appliedHold),
 		cmds: make(map[string]bool), reach: make(map[string]map[Key]bool),
-		cover: make(map[coverKey][]coverSpan), stats: make(map[statKey]*cbdash.HoldCounts), dirty: make(map[string]bool)}
+		cover: make(map[coverKey][]coverSpan), stats: make(map[statKey]*cbdash.HoldCounts), dirty: make(map[string]bool),
+		recent: make(map[statKey]*recentCounts), since: make(map[string]map[int]time.Time)}
 }
 
 // MaxHold is the longest hold accepted (Config.MaxHold).
@@ -168,10 +182,14 @@ func (m *Manager) MaxHold() time.Duration { return m.cfg.MaxHold }
 // returns the hold with its coverage so far (answers arrive later: see
 // Hold); every reachable instance it covers is covered when it returns.
 //
+// A drill (a force open with stop conditions) is refused while
+// pre-flight finds a reason (see Preflight).
+//
 // Errors: cbdash.ErrInvalid naming the bad field (a ttl over
 // Config.MaxHold names the limit; a selector whose live breakers all
-// cannot be held gives their reason), or the store's error (then nothing
-// was sent).
+// cannot be held gives their reason; a dropped stop condition that is not
+// a default), cbdash.ErrConflict with pre-flight's reasons, or the
+// store's error (then nothing was sent).
 func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
 	if err := req.Validate(m.cfg.MaxHold); err != nil {
 		return cbdash.HoldRecord{}, err
@@ -179,8 +197,18 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	if err := m.refuseUnsupported(req.Selector); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
+	stops, err := cbdash.EffectiveStops(m.cfg.DefaultStops, req.DropStops, req.StopIf)
+	if err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	if err := m.refusePreflight(ctx, req); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
 	now := m.now().UTC()
-	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL)}
+	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL), Stops: stops}
+	if len(req.Steps) > 0 {
+		h.Step = 1
+	}
 	if err := m.cfg.Store.CreateHold(ctx, h); err != nil {
 		return cbdash.HoldRecord{}, fmt.Errorf("record hold: %w", err)
 	}
@@ -191,7 +219,7 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	m.gen++
 	var keys []Key
 	for _, inst := range m.cfg.Instances.HoldInstances() {
-		if inst.Reachable() && coversAny(h.Selector, inst) { // an offline one gets it at its hello
+		if inst.Reachable() && coversAny(h.Covering(), inst) { // an offline one gets it at its hello
 			keys = append(keys, inst.key())
 		}
 	}
@@ -202,7 +230,7 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	m.mu.Unlock()
 	m.reconcileAll(ctx, keys, func(k Key) (Instance, bool) {
 		inst, ok := m.cfg.Instances.HoldInstance(k)
-		return inst, ok && inst.Reachable() && coversAny(h.Selector, inst)
+		return inst, ok && inst.Reachable() && coversAny(h.Covering(), inst)
 	})
 	m.mu.Lock()
 	delete(m.reach, h.ID)
@@ -239,10 +267,23 @@ func (m *Manager) Release(ctx context.Context, id, actor, reason string) (cbdash
 	if err := cbdash.CheckText("reason", reason, false); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
+	return m.release(ctx, id, actor, reason, nil)
+}
+
+// release is Release once reason is checked; breach, when set, is the
+// stop condition that ends the hold (recorded with it, at its At).
+func (m *Manager) release(ctx context.Context, id, actor, reason string, breach *cbdash.HoldBreach) (cbdash.HoldRecord, error) {
 	done := m.change()
 	defer done()
 	now := m.now().UTC()
-	h, err := m.cfg.Store.ReleaseHold(ctx, id, now, actor, reason)
+	var h cbdash.HoldRecord
+	var err error
+	if breach != nil {
+		now = breach.At
+		h, err = m.cfg.Store.StopHold(ctx, id, actor, *breach)
+	} else {
+		h, err = m.cfg.Store.ReleaseHold(ctx, id, now, actor, reason)
+	}
 	if err != nil {
 		return cbdash.HoldRecord{}, err
 	}

@@ -1,6 +1,7 @@
 package holds
 
 import (
+	"context"
 	"sort"
 	"time"
 
@@ -9,15 +10,21 @@ import (
 
 // Plan returns the blast radius of req without acting: the services and
 // live (non-stale) instances ("service/instance") it would cover now,
-// their calls per second, the breakers it cannot hold with why, and the
-// live holds it would supersede, each sorted. Errors: cbdash.ErrInvalid
-// as Create.
-func (m *Manager) Plan(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
+// their calls per second, the breakers it cannot hold with why, the
+// live holds it would supersede, each sorted, the stop conditions it would
+// have, and why pre-flight would refuse it as a drill (Refused; none: it
+// would start). Errors: cbdash.ErrInvalid as Create, or the store's.
+func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
 	if err := req.Validate(m.cfg.MaxHold); err != nil {
 		return cbdash.HoldPlan{}, err
 	}
+	refused, err := m.Preflight(ctx, req)
+	if err != nil {
+		return cbdash.HoldPlan{}, err
+	}
 	now := m.now()
-	p := cbdash.HoldPlan{Selector: req.Selector, Action: req.Action, Services: []string{}, Instances: []string{}}
+	p := cbdash.HoldPlan{Selector: cbdash.HoldRecord{HoldRequest: req}.Covering(), Action: req.Action, Services: []string{}, Instances: []string{}, Refused: refused}
+	p.Stops, _ = cbdash.EffectiveStops(m.cfg.DefaultStops, req.DropStops, req.StopIf) // Preflight read them
 	services := map[string]bool{}
 	superseded := map[string]bool{}
 	m.mu.Lock()
@@ -27,7 +34,7 @@ func (m *Manager) Plan(req cbdash.HoldRequest) (cbdash.HoldPlan, error) {
 		if inst.Stale { // connected, on HTTP ingest, or away for less than the stale timeout
 			continue
 		}
-		eligible, matched := planInstance(&p, req.Selector, inst, others, superseded, now)
+		eligible, matched := planInstance(&p, p.Selector, inst, others, superseded, now) // a stepped hold's first step
 		if eligible {
 			p.Eligible++
 		}

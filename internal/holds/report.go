@@ -26,7 +26,7 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 		return cbdash.HoldReport{}, err
 	}
 	now := m.now().UTC()
-	r := cbdash.HoldReport{Hold: h, Start: h.CreatedAt, End: h.End(), Ongoing: h.LiveAt(now),
+	r := cbdash.HoldReport{Hold: h, Start: h.CreatedAt, End: h.End(), Ongoing: h.LiveAt(now), Result: cbdash.DrillResult(h, now),
 		Instances: []cbdash.HoldInstanceReport{}, Dependencies: []cbdash.HoldDependencyReport{}}
 	counts := m.Counts(id)
 	if counts == nil {
@@ -60,6 +60,7 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 		deps[cbdash.DependencyKey{Service: cv.Service, Breaker: cv.Breaker}] = true
 	}
 	r.Total = cbdash.NewHoldPeriod(total.Counts, total.Latency)
+	r.Steps = stepReports(h, r.Instances, byKey)
 	end := r.End
 	if now.Before(end) {
 		end = now
@@ -120,6 +121,9 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	fmt.Fprintf(&b, "# Drill report: %s %s\n\n", actionWords(h.Action), mdText(h.Selector.String()))
 	fmt.Fprintf(&b, "- Hold: `%s`\n- Who: %s\n- Why: %s\n- Start: %s\n", h.ID, mdText(h.Actor), mdText(h.Reason), stampUTC(r.Start))
 	switch {
+	case h.Breach != nil:
+		fmt.Fprintf(&b, "- End: %s, STOPPED: %s\n", stampUTC(r.End), mdText(h.ReleaseReason))
+		fmt.Fprintf(&b, "- First instances above it: %s\n", mdText(strings.Join(h.Breach.Instances, ", ")))
 	case r.Ongoing:
 		fmt.Fprintf(&b, "- End: ongoing, expires %s\n", stampUTC(h.Until))
 	case !h.ReleasedAt.IsZero() && h.ReleasedAt.Before(h.Until):
@@ -133,7 +137,8 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 			late++
 		}
 	}
-	fmt.Fprintf(&b, "- Instances covered: %d (%d joined later)\n\n", len(r.Instances), late)
+	fmt.Fprintf(&b, "- Instances covered: %d (%d joined later)\n", len(r.Instances), late)
+	fmt.Fprintf(&b, "- Result: %s\n%s\n", strings.ToUpper(r.Result), stopsLine(h.Stops))
 	b.WriteString("## During the hold\n\n| Instance | Breaker | Covered | Answer | Calls | Rejected | Fallbacks served | Fallbacks failed | Error rate | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(inst, br, covered, answer string, p cbdash.HoldPeriod) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %d | %d | %.1f%% | %s | %s |\n", inst, br, covered, answer,
@@ -154,6 +159,7 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 		row(mdText(in.Service+"/"+in.Instance), mdText(in.Breaker), covered, mdText(answer), in.During)
 	}
 	row("**total**", "", "", "", r.Total)
+	stepsMarkdown(&b, r.Steps)
 	b.WriteString("\n## Callers before and during\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
 	for _, d := range r.Dependencies {
 		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.1f%% | %s | %s |\n", mdText(d.String()), d.Before.Calls, d.During.Calls,
@@ -178,3 +184,58 @@ func clockUTC(t time.Time) string { return t.UTC().Format("15:04:05") }
 var mdReplacer = strings.NewReplacer("\\", "\\\\", "[", "\\[", "]", "\\]", "<", "&lt;", ">", "&gt;", "\r", " ", "|", "\\|", "*", "\\*", "_", "\\_", "`", "\\`", "\n", " ")
 
 func mdText(s string) string { return mdReplacer.Replace(s) }
+
+// stepReports is the steps of stepped hold h (nil without steps): each
+// instance breaker of rows counts for the step it was first covered in.
+func stepReports(h cbdash.HoldRecord, rows []cbdash.HoldInstanceReport, counts map[[3]string]cbdash.HoldCounts) []cbdash.HoldStepReport {
+	if len(h.Steps) == 0 {
+		return nil
+	}
+	out := make([]cbdash.HoldStepReport, len(h.Steps))
+	sums := make([]cbdash.HoldCounts, len(h.Steps))
+	start := h.CreatedAt
+	for i, st := range h.Steps {
+		out[i] = cbdash.HoldStepReport{Step: i + 1, Share: st.Share, Start: start,
+			Reached: i == 0 || (start.Before(h.End()) && (h.Breach == nil || h.Breach.Step > i))}
+		start = start.Add(st.For)
+	}
+	for _, row := range rows {
+		i, _ := cbdash.StepAt(h.Steps, row.CoveredAt.Sub(h.CreatedAt))
+		hc := counts[[3]string{row.Service, row.Instance, row.Breaker}]
+		out[i-1].Instances++
+		sums[i-1].Counts.Add(hc.Counts)
+		sums[i-1].AddWindow(protocol.Window{Latency: hc.Latency})
+	}
+	for i := range out {
+		out[i].During = cbdash.NewHoldPeriod(sums[i].Counts, sums[i].Latency)
+	}
+	return out
+}
+
+// stepsMarkdown writes the steps of a stepped drill's report as a table.
+func stepsMarkdown(b *bytes.Buffer, steps []cbdash.HoldStepReport) {
+	if len(steps) == 0 {
+		return
+	}
+	b.WriteString("\n## Steps\n\n| Step | Share | Due | Reached | Instances added | Calls | Rejected | Fallbacks failed | Error rate |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, st := range steps {
+		reached := "no"
+		if st.Reached {
+			reached = "yes"
+		}
+		fmt.Fprintf(b, "| %d | %g%% | %s | %s | %d | %d | %d | %d | %.1f%% |\n", st.Step, st.Share, clockUTC(st.Start), reached,
+			st.Instances, st.During.Calls, st.During.Counts.Rejected(), st.During.Counts.FallbackFailure, st.During.ErrorRate)
+	}
+}
+
+// stopsLine is the report's line of stop conditions ("" without any).
+func stopsLine(stops []cbdash.StopCondition) string {
+	if len(stops) == 0 {
+		return ""
+	}
+	names := make([]string, len(stops))
+	for i, c := range stops {
+		names[i] = "`" + c.String() + "`"
+	}
+	return "- Stop conditions: " + strings.Join(names, ", ") + "\n"
+}

@@ -93,6 +93,16 @@ func (m *Manager) pruneSpans(now time.Time) {
 			delete(m.stats, sk)
 		}
 	}
+	for sk := range m.recent {
+		if !referenced[sk.holdID] {
+			delete(m.recent, sk)
+		}
+	}
+	for id := range m.since {
+		if !referenced[id] {
+			delete(m.since, id)
+		}
+	}
 }
 
 // Observe counts the window reports ws of instance k for the holds
@@ -107,6 +117,7 @@ func (m *Manager) Observe(k Key, ws []protocol.Window) {
 	if len(m.cover) == 0 {
 		return
 	}
+	sec := slotOf(m.now())
 	for i := range ws {
 		w := &ws[i]
 		for _, sp := range m.cover[coverKey{k, w.Breaker}] {
@@ -121,6 +132,12 @@ func (m *Manager) Observe(k Key, ws []protocol.Window) {
 			}
 			st.AddWindow(*w)
 			m.dirty[sp.holdID] = true
+			r := m.recent[sk]
+			if r == nil {
+				r = &recentCounts{}
+				m.recent[sk] = r
+			}
+			r.add(sec, *w)
 		}
 	}
 }

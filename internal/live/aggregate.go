@@ -118,6 +118,10 @@ func (l *State) compute(d *dep, now time.Time) *cbdash.Dependency {
 	v.P50Millis, v.P99Millis = float64(v.P50)/float64(time.Millisecond), float64(v.P99)/float64(time.Millisecond)
 	v.Closeness = cbdash.ClosenessOf(v.Headroom)
 	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
+	if !d.fallback.LastServed.IsZero() {
+		fb := d.fallback
+		v.Fallback = &fb
+	}
 	return v
 }
 

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // InstanceInfo is what live state knows of one instance, as the holds
@@ -13,6 +14,8 @@ type InstanceInfo struct {
 	StartedAt int64
 	Breakers  []string           // sorted
 	Rates     map[string]float64 // calls per second of each breaker's last report (none before one; nil when none has one)
+	// Last is the counts of each breaker's last report (as Rates).
+	Last map[string]protocol.Counts
 	// Unsupported says why a breaker cannot be held (its hello set
 	// holds_unsupported, cbdash.HoldsUnsupported).
 	Unsupported map[string]string
@@ -69,7 +72,9 @@ func infoOf(inst *instance) InstanceInfo {
 		if ib.last.Millis > 0 {
 			if hi.Rates == nil {
 				hi.Rates = make(map[string]float64, len(inst.breakers))
+				hi.Last = make(map[string]protocol.Counts, len(inst.breakers))
 			}
+			hi.Last[name] = ib.last.Counts
 			hi.Rates[name] = float64(ib.last.Counts.Admitted+ib.last.Counts.Rejected()) / (float64(ib.last.Millis) / 1000)
 		}
 	}

@@ -121,9 +121,10 @@ type ibreaker struct {
 // dep is one dependency (service + breaker name) across instances.
 type dep struct {
 	key        cbdash.DependencyKey
-	members    []*ibreaker // one per instance, in no order (ibreaker.member)
-	sorted     []*ibreaker // members by instance name; nil when members changed
-	shape      *shape      // nil when a member's hello changed
+	fallback   cbdash.FallbackRun // the last run of its fallbacks (cbdash.NextFallbackRun)
+	members    []*ibreaker        // one per instance, in no order (ibreaker.member)
+	sorted     []*ibreaker        // members by instance name; nil when members changed
+	shape      *shape             // nil when a member's hello changed
 	recent     recent
 	opensToday int
 	lastChange time.Time
@@ -658,6 +659,7 @@ func (l *State) windowsLocked(inst *instance, r Update, urgent map[*dep]bool) {
 			ib.held = holdFromWindow(w, ib.held)
 		}
 		ib.last = w // the batch's own window: immutable from here (see ibreaker)
+		ib.dep.fallback = cbdash.NextFallbackRun(ib.dep.fallback, *w)
 		ib.dep.refreshApplied(ib)
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil

@@ -22,7 +22,7 @@ func validateAlertRule(r cbdash.AlertRule) error {
 		return fmt.Errorf("store: alert rule: %s: %w", fmt.Sprintf(format, a...), cbdash.ErrInvalid)
 	}
 	switch r.Kind {
-	case cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale:
+	case cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped:
 	default:
 		return bad("kind %q is not one of open, half_open_long, headroom, stale", r.Kind)
 	}

@@ -37,6 +37,10 @@ func (s *Store) CreateHold(ctx context.Context, h cbdash.HoldRecord) error {
 	if err != nil {
 		return fmt.Errorf("%w: selector: %v", cbdash.ErrInvalid, err)
 	}
+	drill, err := marshalDrill(h)
+	if err != nil {
+		return err
+	}
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
 		q, err := x.queryRow("SELECT count(*) FROM holds WHERE id = $1", h.ID)
 		if err != nil {
@@ -49,9 +53,9 @@ func (s *Store) CreateHold(ctx context.Context, h cbdash.HoldRecord) error {
 		if n > 0 {
 			return fmt.Errorf("%w: hold %q exists", cbdash.ErrConflict, h.ID)
 		}
-		if _, err := x.exec(`INSERT INTO holds (id, selector, service, breaker, action, ttl_ms, reason, actor, created_at, until)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, h.ID, string(sel), h.Selector.Service, h.Selector.Breaker, h.Action,
-			h.TTL.Milliseconds(), h.Reason, h.Actor, ms(h.CreatedAt), ms(h.Until)); err != nil {
+		if _, err := x.exec(`INSERT INTO holds (id, selector, service, breaker, action, ttl_ms, reason, actor, created_at, until, drill)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, h.ID, string(sel), h.Selector.Service, h.Selector.Breaker, h.Action,
+			h.TTL.Milliseconds(), h.Reason, h.Actor, ms(h.CreatedAt), ms(h.Until), drill); err != nil {
 			return fmt.Errorf("store: create hold: %w", err)
 		}
 		return nil
@@ -63,6 +67,21 @@ func (s *Store) CreateHold(ctx context.Context, h cbdash.HoldRecord) error {
 // id; cbdash.ErrConflict when the hold was already released or had
 // expired at at; ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) ReleaseHold(ctx context.Context, id string, at time.Time, by, reason string) (cbdash.HoldRecord, error) {
+	return s.releaseHold(ctx, id, at, by, reason, "")
+}
+
+// StopHold is ReleaseHold for a hold a stop condition ended: b is recorded
+// with it (HoldRecord.Breach) and its reason is b.Reason(). Errors as
+// ReleaseHold's.
+func (s *Store) StopHold(ctx context.Context, id string, by string, b cbdash.HoldBreach) (cbdash.HoldRecord, error) {
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return cbdash.HoldRecord{}, fmt.Errorf("%w: breach: %v", cbdash.ErrInvalid, err)
+	}
+	return s.releaseHold(ctx, id, b.At, by, b.Reason(), string(raw))
+}
+
+func (s *Store) releaseHold(ctx context.Context, id string, at time.Time, by, reason, breach string) (cbdash.HoldRecord, error) {
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
 		q, err := x.queryRow("SELECT until, released_at FROM holds WHERE id = $1", id)
 		if err != nil {
@@ -79,8 +98,8 @@ func (s *Store) ReleaseHold(ctx context.Context, id string, at time.Time, by, re
 		case until <= ms(at):
 			return fmt.Errorf("%w: hold %q expired at %s", cbdash.ErrConflict, id, fromMs(until).Format(time.RFC3339))
 		}
-		if _, err := x.exec("UPDATE holds SET released_at = $1, released_by = $2, release_reason = $3 WHERE id = $4",
-			ms(at), by, reason, id); err != nil {
+		if _, err := x.exec("UPDATE holds SET released_at = $1, released_by = $2, release_reason = $3, breach = $4 WHERE id = $5",
+			ms(at), by, reason, breach, id); err != nil {
 			return fmt.Errorf("store: release hold: %w", err)
 		}
 		return nil
@@ -125,18 +144,65 @@ func (s *Store) AddHoldCoverage(ctx context.Context, holdID string, c cbdash.Hol
 // stays).
 var insertCoverage = upsertCoverage(placeholders(1, 8, ""))
 
-const holdColumns = `id, selector, action, ttl_ms, reason, actor, created_at, until, released_at, released_by, release_reason`
+const holdColumns = `id, selector, action, ttl_ms, reason, actor, created_at, until, released_at, released_by, release_reason, drill, breach`
+
+// holdDrill is a hold's drill settings as the drill column keeps them.
+type holdDrill struct {
+	StopIf     []cbdash.StopCondition `json:"stop_if,omitempty"`
+	DropStops  []string               `json:"drop_stop_if,omitempty"`
+	DropReason string                 `json:"drop_reason,omitempty"`
+	Stops      []cbdash.StopCondition `json:"stops,omitempty"`
+	Steps      []cbdash.HoldStep      `json:"steps,omitempty"`
+}
+
+// marshalDrill is h's drill column: "" for a hold without drill settings.
+func marshalDrill(h cbdash.HoldRecord) (string, error) {
+	d := holdDrill{StopIf: h.StopIf, DropStops: h.DropStops, DropReason: h.DropReason, Stops: h.Stops, Steps: h.Steps}
+	if len(d.StopIf)+len(d.DropStops)+len(d.Stops)+len(d.Steps) == 0 && d.DropReason == "" {
+		return "", nil
+	}
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return "", fmt.Errorf("%w: drill: %v", cbdash.ErrInvalid, err)
+	}
+	return string(raw), nil
+}
+
+// unmarshalDrill sets h's drill settings and breach from their columns.
+func unmarshalDrill(h *cbdash.HoldRecord, drill, breach string) error {
+	h.Stops = []cbdash.StopCondition{}
+	if drill != "" {
+		var d holdDrill
+		if err := json.Unmarshal([]byte(drill), &d); err != nil {
+			return fmt.Errorf("drill of hold %q: %w", h.ID, err)
+		}
+		h.StopIf, h.DropStops, h.DropReason, h.Steps = d.StopIf, d.DropStops, d.DropReason, d.Steps
+		if d.Stops != nil {
+			h.Stops = d.Stops
+		}
+	}
+	if breach != "" {
+		h.Breach = new(cbdash.HoldBreach)
+		if err := json.Unmarshal([]byte(breach), h.Breach); err != nil {
+			return fmt.Errorf("breach of hold %q: %w", h.ID, err)
+		}
+	}
+	return nil
+}
 
 func scanHold(sc interface{ Scan(...any) error }) (cbdash.HoldRecord, error) {
 	var h cbdash.HoldRecord
-	var sel string
+	var sel, drill, breach string
 	var ttl, created, until, released int64
 	if err := sc.Scan(&h.ID, &sel, &h.Action, &ttl, &h.Reason, &h.Actor, &created, &until, &released,
-		&h.ReleasedBy, &h.ReleaseReason); err != nil {
+		&h.ReleasedBy, &h.ReleaseReason, &drill, &breach); err != nil {
 		return h, err
 	}
 	if err := json.Unmarshal([]byte(sel), &h.Selector); err != nil {
 		return h, fmt.Errorf("selector of hold %q: %w", h.ID, err)
+	}
+	if err := unmarshalDrill(&h, drill, breach); err != nil {
+		return h, err
 	}
 	h.TTL = time.Duration(ttl) * time.Millisecond
 	h.CreatedAt, h.Until, h.ReleasedAt = fromMs(created), fromMs(until), fromMs(released)

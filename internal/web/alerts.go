@@ -274,6 +274,7 @@ var alertKinds = [][2]string{
 	{cbdash.AlertHalfOpenLong, "half_open_long: half-open longer than For"},
 	{cbdash.AlertHeadroom, "headroom: a rate within Margin of its threshold"},
 	{cbdash.AlertStale, "stale: an instance stopped reporting"},
+	{cbdash.AlertDrillStopped, "drill stopped: a stop condition ended a drill"},
 }
 
 // ruleForm fills the editor with r; hideWebhook leaves its URL out.

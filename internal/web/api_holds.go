@@ -142,7 +142,7 @@ func (s *Server) apiPlanHold(c echo.Context) error {
 		return err
 	}
 	req.Actor = actorFrom(c).Name
-	p, err := hs.PlanHold(req)
+	p, err := hs.PlanHold(c.Request().Context(), req)
 	if err != nil {
 		return err
 	}

@@ -298,20 +298,21 @@ func (s *Server) dependency(c echo.Context) error {
 func depHeader(d cbdash.Dependency, causes map[string]protocol.Cause, now time.Time) templates.DepHeader {
 	failure, slow := rates(d, causes)
 	return templates.DepHeader{
-		State:      stateView(d.State),
-		Instances:  wording.Instances(d),
-		Stale:      staleText(d),
-		OpenSince:  sinceView(d.State, d.OpenSince, now),
-		Held:       holdView(d.Held, now),
-		Admitted:   wording.PerSecond(d.AdmittedRate),
-		Rejected:   wording.PerSecond(d.RejectedRate),
-		Fallbacks:  fallbacksText(d.Recent),
-		Failure:    failure,
-		Slow:       slow,
-		P50:        wording.Latency(d.P50),
-		P99:        wording.Latency(d.P99),
-		OpensToday: d.OpensToday,
-		Labels:     labelList(d.Labels),
+		State:        stateView(d.State),
+		Instances:    wording.Instances(d),
+		Stale:        staleText(d),
+		OpenSince:    sinceView(d.State, d.OpenSince, now),
+		Held:         holdView(d.Held, now),
+		Admitted:     wording.PerSecond(d.AdmittedRate),
+		Rejected:     wording.PerSecond(d.RejectedRate),
+		Fallbacks:    fallbacksText(d.Recent),
+		Failure:      failure,
+		Slow:         slow,
+		P50:          wording.Latency(d.P50),
+		P99:          wording.Latency(d.P99),
+		OpensToday:   d.OpensToday,
+		Labels:       labelList(d.Labels),
+		FallbackLast: fallbackLastText(d.Fallback, now),
 	}
 }
 

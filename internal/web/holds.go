@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ type HoldService interface {
 	HoldReport(ctx context.Context, id string) (cbdash.HoldReport, error)
 	// PlanHold is the dry run: what req would cover now. Errors wrap
 	// cbdash.ErrInvalid and name the field or the limit.
-	PlanHold(req cbdash.HoldRequest) (cbdash.HoldPlan, error)
+	PlanHold(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldPlan, error)
 	// Hold returns one hold with its coverage; cbdash.ErrNotFound for an
 	// unknown id.
 	Hold(ctx context.Context, id string) (cbdash.HoldRecord, error)
@@ -43,6 +44,9 @@ type HoldService interface {
 	ReleaseHold(ctx context.Context, actor cbdash.Actor, id, reason string) (cbdash.HoldRecord, error)
 	// MaxHold is the longest hold accepted.
 	MaxHold() time.Duration
+	// DefaultStops is the stop conditions every hold gets unless it
+	// drops them.
+	DefaultStops() []cbdash.StopCondition
 }
 
 // mountHolds registers the hold pages: read for the list and the drill
@@ -223,7 +227,8 @@ func (s *Server) depHolds(ctx context.Context, d cbdash.Dependency, p templates.
 	why, partly := unsupportedText(d)
 	v.Unsupported, v.Partly = why, partly
 	if p.CanOp {
-		v.Form = &templates.HoldForm{CSRF: p.CSRF, Service: d.Service, Breaker: d.Breaker, DefaultTTL: 15, MaxHold: hs.MaxHold().String()}
+		v.Form = &templates.HoldForm{CSRF: p.CSRF, Service: d.Service, Breaker: d.Breaker, DefaultTTL: 15, MaxHold: hs.MaxHold().String(),
+			DefaultStops: stopsText(hs.DefaultStops())}
 	}
 	return v, nil
 }
@@ -279,7 +284,36 @@ func holdForm(c echo.Context, actor string) (cbdash.HoldRequest, error) {
 		return r, errorf(cbdash.ErrInvalid, "ttl: an expiry of at least 1 minute is required: a hold always ends by itself")
 	}
 	r.TTL = time.Duration(ttl) * time.Minute
-	return r, nil
+	return r, drillForm(c, &r)
+}
+
+// drillForm reads the form's drill fields (stop_if, drop_stop_if,
+// drop_reason, steps) into r; errors wrap cbdash.ErrInvalid.
+func drillForm(c echo.Context, r *cbdash.HoldRequest) error {
+	for _, s := range splitList(c.FormValue("stop_if")) {
+		sc, err := cbdash.ParseStopCondition(s)
+		if err != nil {
+			return err
+		}
+		r.StopIf = append(r.StopIf, sc)
+	}
+	r.DropStops, r.DropReason = splitList(c.FormValue("drop_stop_if")), strings.TrimSpace(c.FormValue("drop_reason"))
+	if steps := strings.TrimSpace(c.FormValue("steps")); steps != "" {
+		var err error
+		if r.Steps, err = cbdash.ParseSteps(steps); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopsText writes stop conditions as the CLI takes them, comma-separated.
+func stopsText(stops []cbdash.StopCondition) string {
+	names := make([]string, len(stops))
+	for i, c := range stops {
+		names[i] = c.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // splitList splits a comma-separated list, dropping empty items.
@@ -296,7 +330,8 @@ func splitList(s string) []string {
 // holdFields are the form's fields to post again from the confirmation.
 func holdFields(c echo.Context) []templates.Field {
 	var out []templates.Field
-	for _, n := range []string{"from", "service", "breaker", "action", "labels", "instances", "share", "ttl", "reason"} {
+	for _, n := range []string{"from", "service", "breaker", "action", "labels", "instances", "share", "ttl", "reason",
+		"stop_if", "drop_stop_if", "drop_reason", "steps"} {
 		out = append(out, templates.Field{Name: n, Value: c.FormValue(n)})
 	}
 	return out
@@ -321,7 +356,11 @@ func (s *Server) holdConfirm(c echo.Context) error {
 	v.Title = incident.ActionText(req.Action) + " " + req.Selector.String()
 	if err == nil {
 		var plan cbdash.HoldPlan
-		if plan, err = hs.PlanHold(req); err == nil {
+		if plan, err = hs.PlanHold(c.Request().Context(), req); err == nil && len(plan.Refused) > 0 {
+			v.Error = "Pre-flight refuses this drill: " + strings.Join(plan.Refused, "; ") + "."
+			return render(c, http.StatusConflict, templates.HoldConfirmPage(v))
+		}
+		if err == nil {
 			v.Blast = blastLines(req, plan)
 			return render(c, http.StatusOK, templates.HoldConfirmPage(v))
 		}
@@ -357,6 +396,12 @@ func blastLines(r cbdash.HoldRequest, p cbdash.HoldPlan) []string {
 	}
 	if len(p.Unsupported) > 0 {
 		lines = append(lines, "Not held (holds not supported): "+strings.Join(p.Unsupported, "; ")+".")
+	}
+	if len(p.Stops) > 0 {
+		lines = append(lines, "It stops by itself, everywhere at once, if: "+stopsText(p.Stops)+".")
+	}
+	if len(r.Steps) > 0 {
+		lines = append(lines, "Steps: "+stepsText(r.Steps)+", each only if no stop condition was breached.")
 	}
 	return lines
 }
@@ -473,7 +518,32 @@ func reportSummary(r cbdash.HoldReport, now time.Time) []templates.SummaryItem {
 		{Label: "joined later", Value: joined, TestID: "sum-late"},
 		{Label: "calls rejected", Value: strconv.FormatInt(c.Rejected(), 10), TestID: "sum-rejected"},
 		{Label: "fallbacks served", Value: fmt.Sprintf("%d (%d failed)", c.FallbackSuccess, c.FallbackFailure), TestID: "sum-fallbacks"},
+		{Label: "result", Value: drillResultText(r), TestID: "sum-result"},
+		{Label: "stop conditions", Value: cmp.Or(stopsText(h.Stops), "none"), TestID: "sum-stops"},
 	}
+}
+
+// drillResultText is a drill's result in words: "STOPPED: stop condition:
+// ... (first above it: a, b)", "passed", "released", "ongoing".
+func drillResultText(r cbdash.HoldReport) string {
+	b := r.Hold.Breach
+	if b == nil {
+		return r.Result
+	}
+	s := "STOPPED: " + b.Reason()
+	if len(b.Instances) > 0 {
+		s += " (first above it: " + strings.Join(b.Instances, ", ") + ")"
+	}
+	return s
+}
+
+// stepsText writes steps as the CLI takes them: "5%:1m0s,25%:2m0s".
+func stepsText(steps []cbdash.HoldStep) string {
+	parts := make([]string, len(steps))
+	for i, st := range steps {
+		parts[i] = strconv.FormatFloat(st.Share, 'f', -1, 64) + "%:" + st.For.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 func earlier(a, b time.Time) time.Time {

@@ -340,7 +340,7 @@ func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
 	states := []string{protocol.StateClosed, protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed}
 	actions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed, protocol.ActionRelease, protocol.ActionReset}
 	holdActions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed}
-	kinds := []string{cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale}
+	kinds := []string{cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped}
 	formats := []string{cbdash.FormatJSON, cbdash.FormatSlack, cbdash.FormatPagerDuty}
 	causes := []string{protocol.CauseFailureRate, protocol.CauseSlowCallRate, protocol.CauseOpenElapsed, protocol.CauseProbeFailed,
 		protocol.CauseProbesSucceeded, protocol.CauseCommand, protocol.CauseExpired, protocol.CauseLibraryRule, protocol.CauseAgentCommand,
@@ -364,6 +364,7 @@ func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
 		{"HoldRecord", "action", holdActions},
 		{"HoldRequest", "action", holdActions},
 		{"HoldPlan", "action", holdActions},
+		{"HoldReport", "result", []string{cbdash.DrillOngoing, cbdash.DrillStopped, cbdash.DrillReleased, cbdash.DrillPassed}},
 		{"Hold", "action", holdActions},
 		{"Command", "action", actions},
 		{"CommandRequest", "action", actions},

@@ -183,26 +183,39 @@ func labelList(m map[string]string) []string {
 func tile(d cbdash.Dependency, spark templates.Spark, causes map[string]protocol.Cause, now time.Time) templates.Tile {
 	failure, slow := rates(d, causes)
 	return templates.Tile{
-		ID:         tileID(d.DependencyKey),
-		Service:    d.Service,
-		Breaker:    d.Breaker,
-		Href:       depHref(d.DependencyKey),
-		State:      stateView(d.State),
-		Instances:  wording.Instances(d),
-		Stale:      staleText(d),
-		OpenSince:  sinceView(d.State, d.OpenSince, now),
-		Admitted:   wording.PerSecond(d.AdmittedRate),
-		Rejected:   wording.PerSecond(d.RejectedRate),
-		Fallbacks:  fallbacksText(d.Recent),
-		Failure:    failure,
-		Slow:       slow,
-		SlowLeads:  strings.HasSuffix(slow.Label, "tripped at"),
-		P99:        wording.Latency(d.P99),
-		Spark:      spark,
-		OpensToday: d.OpensToday,
-		Held:       holdView(d.Held, now),
-		Labels:     labelList(d.Labels),
+		ID:           tileID(d.DependencyKey),
+		Service:      d.Service,
+		Breaker:      d.Breaker,
+		Href:         depHref(d.DependencyKey),
+		State:        stateView(d.State),
+		Instances:    wording.Instances(d),
+		Stale:        staleText(d),
+		OpenSince:    sinceView(d.State, d.OpenSince, now),
+		Admitted:     wording.PerSecond(d.AdmittedRate),
+		Rejected:     wording.PerSecond(d.RejectedRate),
+		Fallbacks:    fallbacksText(d.Recent),
+		Failure:      failure,
+		Slow:         slow,
+		SlowLeads:    strings.HasSuffix(slow.Label, "tripped at"),
+		P99:          wording.Latency(d.P99),
+		Spark:        spark,
+		OpensToday:   d.OpensToday,
+		Held:         holdView(d.Held, now),
+		Labels:       labelList(d.Labels),
+		FallbackLast: fallbackLastText(d.Fallback, now),
 	}
+}
+
+// fallbackLastText says when fallbacks last served calls an open or
+// forced-open breaker rejected, and how well: "fallback last ran 12m ago:
+// 86 % served (5178 of 5974)", or "fallback never ran (since the
+// collector started)" for nil.
+func fallbackLastText(fb *cbdash.FallbackRun, now time.Time) string {
+	if fb == nil {
+		return "fallback never ran (since the collector started)"
+	}
+	return fmt.Sprintf("fallback last ran %s ago: %.0f %% served (%d of %d)", wording.Span(max(0, now.Sub(fb.LastServed))),
+		fb.SuccessShare, fb.Served, fb.Served+fb.Failed)
 }
 
 // fallbacksText is "120 served, 3 failed" for the fallbacks of c; ""
@@ -265,6 +278,9 @@ func fleetCount(n int, deps iter.Seq[*cbdash.Dependency]) templates.Fleet {
 			if ib.Stale {
 				stale[inst{ib.Service, ib.Instance}] = true
 			}
+		}
+		if d.Fallback == nil {
+			f.FallbackNever++
 		}
 		switch d.State {
 		case protocol.StateOpen:

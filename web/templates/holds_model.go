@@ -54,6 +54,9 @@ type HoldForm struct {
 	Breaker    string
 	DefaultTTL int    // minutes
 	MaxHold    string // "24h0m0s", said beside the expiry
+	// DefaultStops is the server's default stop conditions, as the CLI
+	// writes them, comma-separated ("" = none).
+	DefaultStops string
 }
 
 // HoldConfirm is the confirmation step of a fleet-wide hold: the request

@@ -102,6 +102,9 @@ type Tile struct {
 	OpensToday int
 	Held       *Hold
 	Labels     []string // "key=value"
+	// FallbackLast says when the fallbacks last served rejected calls and
+	// how well ("12m ago: 86 % served"), or that they never did.
+	FallbackLast string
 }
 
 // Fleet are the counters on top of the overview.
@@ -111,6 +114,9 @@ type Fleet struct {
 	HalfOpen     int
 	Forced       int
 	StaleInst    int
+	// FallbackNever counts the dependencies whose fallbacks have not
+	// served a rejected call since the collector started.
+	FallbackNever int
 }
 
 // Option is a choice in a select.
@@ -322,6 +328,8 @@ type DepHeader struct {
 	P50, P99   string
 	OpensToday int
 	Labels     []string
+	// FallbackLast is as Tile's.
+	FallbackLast string
 }
 
 // OperatorForm is the operator panel of a dependency page.
