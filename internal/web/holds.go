@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -412,10 +413,7 @@ func (s *Server) holdPage(c echo.Context) error {
 		ExportMD: base + ".md", ExportJSON: base,
 	}
 	for _, in := range r.Instances {
-		answer := in.Status
-		if in.State != "" {
-			answer += ", now " + stateText(in.State)
-		}
+		answer := collector.HoldAnswerText(in, r.Ongoing)
 		if in.Error != "" {
 			answer += ": " + in.Error
 		}
