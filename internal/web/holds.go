@@ -56,6 +56,27 @@ func (s *Server) mountHolds(read, op routes) {
 	op.POST("/holds/:id/release", s.holdRelease)
 }
 
+// maxHold is the longest hold (and force) accepted: the hold service's
+// MaxHold, cbdash.DefaultMaxHold without one.
+func (s *Server) maxHold() time.Duration {
+	if s.cfg.Holds == nil || s.cfg.Holds.MaxHold() <= 0 {
+		return cbdash.DefaultMaxHold
+	}
+	return s.cfg.Holds.MaxHold()
+}
+
+// holdText is a hold's longest duration in words: "24h", "90m", "1h30m".
+func holdText(d time.Duration) string {
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 func (s *Server) holdService() (HoldService, error) {
 	if s.cfg.Holds == nil {
 		return nil, errorf(cbdash.ErrNotFound, "holds are not kept by this server")
@@ -86,7 +107,7 @@ func (s *Server) holdsPage(c echo.Context) error {
 		return render(c, http.StatusOK, templates.HoldList(rows, fragment))
 	}
 	return render(c, http.StatusOK, templates.HoldsPage(templates.Holds{
-		Page: s.page(c, "Holds", "holds"), Rows: rows, Fragment: fragment, MaxHold: hs.MaxHold().String(),
+		Page: s.page(c, "Holds", "holds"), Rows: rows, Fragment: fragment, MaxHold: holdText(hs.MaxHold()),
 	}))
 }
 
@@ -224,7 +245,8 @@ func (s *Server) depHolds(ctx context.Context, d cbdash.Dependency, p templates.
 	why, partly := unsupportedText(d)
 	v.Unsupported, v.Partly = why, partly
 	if p.CanOp {
-		v.Form = &templates.HoldForm{CSRF: p.CSRF, Service: d.Service, Breaker: d.Breaker, DefaultTTL: 15, MaxHold: hs.MaxHold().String()}
+		v.Form = &templates.HoldForm{CSRF: p.CSRF, Service: d.Service, Breaker: d.Breaker, DefaultTTL: 15, MaxHold: holdText(s.maxHold()),
+			MaxTTL: int(s.maxHold() / time.Minute)}
 	}
 	return v, nil
 }

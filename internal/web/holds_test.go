@@ -138,7 +138,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 	otto := s.login("otto")
 	depPage := "/dependency?" + url.Values{"service": {"checkout"}, "breaker": {"payments"}}.Encode()
 	page := otto.get(depPage)
-	mustContain(t, "the dependency page", page.body, `data-testid="hold-form"`, `value="*"`, "*/payments", `href="/holds"`, "at most 24h0m0s")
+	mustContain(t, "the dependency page", page.body, `data-testid="hold-form"`, `value="*"`, "*/payments", `href="/holds"`, "at most 1440: 24h, --max-hold", `max="1440"`)
 
 	form := url.Values{"from": {"checkout"}, "service": {"*"}, "breaker": {"payments"}, "action": {protocol.ActionForceOpen},
 		"labels": {"region=eu"}, "ttl": {"1500"}, "reason": {"drill the payments fallback"}}

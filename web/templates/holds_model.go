@@ -53,7 +53,8 @@ type HoldForm struct {
 	Service    string
 	Breaker    string
 	DefaultTTL int    // minutes
-	MaxHold    string // "24h0m0s", said beside the expiry
+	MaxHold    string // "24h", said beside the expiry
+	MaxTTL     int    // the longest expiry offered, in minutes (--max-hold)
 }
 
 // HoldConfirm is the confirmation step of a fleet-wide hold: the request
