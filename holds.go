@@ -1,6 +1,7 @@
 package cbdash
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -233,6 +234,16 @@ type HoldRecord struct {
 	// Coverage lists every instance breaker the hold was applied to, with
 	// the breaker's answer; filled by the store's Hold and Holds.
 	Coverage []HoldCoverage `json:"coverage"`
+}
+
+// MarshalJSON adds "ttl_ms" (TTL in milliseconds; "ttl" is nanoseconds,
+// deprecated since API 1.2.0) to the hold's fields.
+func (h HoldRecord) MarshalJSON() ([]byte, error) {
+	type plain HoldRecord // without this method
+	return json.Marshal(struct {
+		plain
+		TTLMillis int64 `json:"ttl_ms"`
+	}{plain(h), h.TTL.Milliseconds()})
 }
 
 // LiveAt reports whether the hold is in force at t: created, not
