@@ -41,10 +41,10 @@ type Summary struct {
 	Duration        time.Duration `json:"duration"`           // until End, or until now while open; nanoseconds in JSON (deprecated since API 1.2.0)
 	// TimeToFirstOpenMillis and DurationMillis are the same in
 	// milliseconds, the API's unit for durations (API 1.2.0).
-	TimeToFirstOpenMillis int64 `json:"time_to_first_open_ms"`
-	DurationMillis        int64 `json:"duration_ms"`
-	Instances       []string      `json:"instances"`
-	Opens           int           `json:"opens"`
+	TimeToFirstOpenMillis int64    `json:"time_to_first_open_ms"`
+	DurationMillis        int64    `json:"duration_ms"`
+	Instances             []string `json:"instances"`
+	Opens                 int      `json:"opens"`
 	// Over [Start, End]: calls rejected for any reason, fallbacks served
 	// (successful + failed) and fallbacks that failed.
 	CallsRejected   int64          `json:"calls_rejected"`
