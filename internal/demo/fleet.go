@@ -44,14 +44,14 @@ func DefaultDependencies() []DependencySpec {
 	s := time.Second
 	climbing := ClimbingScript()
 	return []DependencySpec{
-		{Name: "payments", Offset: 4 * s},                 // error burst after 2 s, then outage and recovery
+		{Name: "payments", Offset: 4 * s}, // error burst after 2 s, then outage and recovery
 		// Failures climb for 40 s, trip about 25 s in, recover. Its answers
 		// are fast, but a busy machine makes calls slow: its breakers trip
 		// on the failure rate alone, on the script's schedule.
 		{Name: "inventory", Offset: 0, Script: &climbing, NoSlowCalls: true},
-		{Name: "pricing", Offset: 0},                      // the script from its start
-		{Name: "recommendations", Offset: 20 * s},         // slow recovery first, creeping latency at 24 s
-		{Name: "search", Offset: 10 * s},                  // outage after 2 s
+		{Name: "pricing", Offset: 0},              // the script from its start
+		{Name: "recommendations", Offset: 20 * s}, // slow recovery first, creeping latency at 24 s
+		{Name: "search", Offset: 10 * s},          // outage after 2 s
 	}
 }
 

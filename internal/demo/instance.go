@@ -24,8 +24,8 @@ import (
 type Instance struct {
 	Service, ID string
 
-	log       *slog.Logger
-	clk       clock.Clock
+	log   *slog.Logger
+	clk   clock.Clock
 	agent *agent.Agent
 	// transports keep one breaker per dependency: the fleet's breaker
 	// configuration in transports[false], the one without slow-call
@@ -34,8 +34,8 @@ type Instance struct {
 	transports map[bool]*breaker.Transport
 	byDep      map[string]*breaker.Transport
 	base       *http.Transport
-	client    *http.Client
-	deps      []target
+	client     *http.Client
+	deps       []target
 
 	mu    sync.Mutex
 	cache map[string]cached // last good answer per dependency
