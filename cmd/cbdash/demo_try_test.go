@@ -39,7 +39,9 @@ func TestDemoPrintsTheAdminLoginAndAnAlertReachesItsReceiver(t *testing.T) {
 		t.Errorf("the banner has no alert receiver:\n%s", banner)
 	}
 	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, Timeout: 10 * time.Second,
+	// Generous: bcrypt at its default cost under the race detector on a
+	// busy machine takes seconds.
+	c := &http.Client{Jar: jar, Timeout: 2 * time.Minute,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	res, err := c.Get(d.url + "/login")
 	if err != nil {
