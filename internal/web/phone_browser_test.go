@@ -33,6 +33,7 @@ func TestBrowserPhoneShowsWhatMatters(t *testing.T) {
 	ctx := browser(t)
 	s := startStack(t, 3)
 	bg := context.Background()
+	trip(t, s.breakers["checkout-2"]) // before the hold below forces it open
 	k := cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}
 	if _, err := s.st.CreateIncident(bg, cbdash.Incident{DependencyKey: k, Start: s.clock.Now().Add(-time.Minute), Open: true,
 		Instances: []string{"checkout-1", "checkout-2", "checkout-3"}, Opens: 6, FirstInstance: "checkout-1",
@@ -43,7 +44,6 @@ func TestBrowserPhoneShowsWhatMatters(t *testing.T) {
 		Action: protocol.ActionForceOpen, TTL: 10 * time.Minute, Reason: "drill the payments fallback on a phone"}); err != nil {
 		t.Fatal(err)
 	}
-	trip(t, s.breakers["checkout-2"])
 	login(t, ctx, s.url, "otto", s.password)
 	run(t, ctx, stepTimeout, "a phone", narrow(390))
 
