@@ -199,6 +199,9 @@ const (
 )
 
 // Point is one bucket of a dependency's history, summed over instances.
+//
+// In JSON, "width" is Width in nanoseconds (deprecated since API 1.2.0)
+// and "width_ms" the same in milliseconds, the API's unit for durations.
 type Point struct {
 	At           time.Time       `json:"at"`    // start of the bucket
 	Width        time.Duration   `json:"width"` // bucket width
@@ -250,6 +253,26 @@ func (r TransitionRecord) MarshalJSON() ([]byte, error) {
 		plain
 		AtTime time.Time `json:"at_time"`
 	}{plain(r), time.UnixMilli(r.At).UTC()})
+}
+
+// MarshalJSON adds "width_ms" (Width in milliseconds) to the point's
+// fields.
+func (p Point) MarshalJSON() ([]byte, error) {
+	type plain Point // without this method
+	return json.Marshal(struct {
+		plain
+		WidthMillis int64 `json:"width_ms"`
+	}{plain(p), p.Width.Milliseconds()})
+}
+
+// MarshalJSON adds "ttl_ms" (TTL in milliseconds; "ttl" is nanoseconds,
+// deprecated since API 1.2.0) to the command's fields.
+func (c Command) MarshalJSON() ([]byte, error) {
+	type plain Command // without this method
+	return json.Marshal(struct {
+		plain
+		TTLMillis int64 `json:"ttl_ms"`
+	}{plain(c), c.TTL.Milliseconds()})
 }
 
 // TransitionQuery selects transitions, newest first. Empty fields match all.

@@ -1,6 +1,7 @@
 package cbdash
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -292,6 +293,16 @@ func (h HoldRecord) Covering() Selector {
 		sel.Share = h.Steps[min(max(h.Step, 1), len(h.Steps))-1].Share
 	}
 	return sel
+}
+
+// MarshalJSON adds "ttl_ms" (TTL in milliseconds; "ttl" is nanoseconds,
+// deprecated since API 1.2.0) to the hold's fields.
+func (h HoldRecord) MarshalJSON() ([]byte, error) {
+	type plain HoldRecord // without this method
+	return json.Marshal(struct {
+		plain
+		TTLMillis int64 `json:"ttl_ms"`
+	}{plain(h), h.TTL.Milliseconds()})
 }
 
 // LiveAt reports whether the hold is in force at t: created, not

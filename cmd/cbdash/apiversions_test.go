@@ -131,6 +131,9 @@ func TestCLIUsesAPI110AndFallsBackOnAnOlderServer(t *testing.T) {
 			if code != 0 || !strings.Contains(out, c.out) {
 				t.Errorf("cbdash %s on %s: exit %d, out %q, err %q; want %q", strings.Join(c.args, " "), srv.name, code, out, stderr, c.out)
 			}
+			if c.args[0] == "holds" && !strings.HasSuffix(out, "\n") {
+				t.Errorf("cbdash %s on %s ends without a newline: %q", strings.Join(c.args, " "), srv.name, out[max(0, len(out)-40):])
+			}
 			reqs, deprecated := srv.log.take()
 			switch {
 			case len(deprecated) > 0:
@@ -142,6 +145,10 @@ func TestCLIUsesAPI110AndFallsBackOnAnOlderServer(t *testing.T) {
 			}
 		}
 	}
+	if code, out, stderr := cliOn(t, clk, map[string]string{"CBDASH_SERVER": current.URL, "CBDASH_TOKEN": token}, "holds", "report", hold.ID, "--json"); code != 0 || !strings.HasSuffix(out, "}\n") {
+		t.Errorf("cbdash holds report --json: exit %d (%q), want JSON ending with a newline: %q", code, stderr, out[max(0, len(out)-40):])
+	}
+	newLog.take()
 	// A hold this server does not have is a 404 of its own, not a
 	// missing route: asked once, not again in the older form.
 	code, _, stderr := cliOn(t, clk, map[string]string{"CBDASH_SERVER": current.URL, "CBDASH_TOKEN": token}, "holds", "report", "no-such-hold")

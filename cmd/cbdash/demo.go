@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
@@ -50,7 +51,11 @@ business errors that trip nothing, creeping latency. Breakers open and close
 within the first minute.
 
 Anonymous read-only viewing is on; log in as operator/operator to trip,
-release and reset breakers.`,
+release and reset breakers, or as admin (its password is printed at the
+top of the output, at every start) to manage accounts and tokens. On
+loopback the demo runs an alert receiver of its own, lets alert webhooks
+reach loopback (--allow-private-webhooks) and keeps an alert rule pointed
+at the receiver, which prints every notification it gets.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
@@ -80,17 +85,35 @@ release and reset breakers.`,
 // first, so that its agents can flush to the collector. ready, if not
 // nil, is told the server's URL and the demo's credentials once
 // everything runs.
+//
+// On loopback (without --public) the demo also runs a built-in alert
+// receiver, lets alert webhooks reach loopback (--allow-private-webhooks)
+// and keeps an alert rule pointed at the receiver, which prints what it
+// gets to stdout.
 func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr io.Writer, ready func(url string, d demoSetup)) error {
 	log := o.logger(stderr)
 	o.quietIncidents = true
+	out := &lockedWriter{w: stdout}
+	var rcv *demoReceiver
+	if !o.Public {
+		var err error
+		if rcv, err = startDemoReceiver(out); err != nil {
+			return err
+		}
+		defer rcv.close(context.WithoutCancel(ctx))
+		o.AllowPrivateWebhooks = true
+	}
 	srv, err := openServer(ctx, o.serveOptions, log, clk)
 	if err != nil {
 		return err
 	}
-	setup, err := setupDemo(ctx, srv.store, demoTokensFile(o.DB))
+	setup, err := setupDemo(ctx, srv.store, demoTokensFile(o.DB), srv.adminPassword)
 	if err != nil {
 		_ = srv.closeStore()
 		return err
+	}
+	if rcv != nil {
+		setup.receiver = rcv.url
 	}
 
 	var (
@@ -133,7 +156,10 @@ func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr
 		cancel()
 		return errors.Join(err, <-done)
 	}
-	printBanner(stdout, srv.URL(), setup, o.Anonymous)
+	if rcv != nil {
+		pointDemoRule(runCtx, srv.alerts, rcv.url, log)
+	}
+	printBanner(out, srv.URL(), setup, o.Anonymous)
 	if ready != nil {
 		ready(srv.URL(), setup)
 	}
@@ -243,6 +269,24 @@ type demoSetup struct {
 	agentToken string // for the fleet's agents
 	apiToken   string // the operator's, for the CLI
 	password   string // the operator's
+	// admin is the admin account's password: generated at its first
+	// start and kept with the tokens; "" when unknown (set by hand since,
+	// or given by --admin-password).
+	admin    string
+	receiver string // the built-in alert receiver's URL; "" with --public
+}
+
+// lockedWriter serializes writes to w: the banner and the alert
+// receiver's lines share the demo's stdout.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // setupDemo makes the operator account (unless it exists from an earlier
@@ -250,8 +294,10 @@ type demoSetup struct {
 // token for the operator's CLI. The tokens are kept in the file tokens
 // (mode 0600, beside the demo's database) and reused by the next start
 // while the store still accepts them, so restarts do not pile up tokens
-// that can report for any service.
-func setupDemo(ctx context.Context, st *store.Store, tokens string) (demoSetup, error) {
+// that can report for any service. admin is the admin account's password
+// when this start created it: it is kept in the same file, and a later
+// start shows it again while it is still the admin's.
+func setupDemo(ctx context.Context, st *store.Store, tokens, admin string) (demoSetup, error) {
 	var d demoSetup
 	d.password = demoOperator
 	hash, err := web.HashPassword(d.password)
@@ -269,8 +315,14 @@ func setupDemo(ctx context.Context, st *store.Store, tokens string) (demoSetup, 
 	var saved struct {
 		Agent string `json:"agent"`
 		API   string `json:"api"`
+		Admin string `json:"admin,omitempty"`
 	}
+	d.admin = admin
 	if data, err := os.ReadFile(tokens); err == nil && json.Unmarshal(data, &saved) == nil {
+		if _, hash, err := st.UserByName(ctx, web.AdminName); admin == "" && saved.Admin != "" && err == nil &&
+			bcrypt.CompareHashAndPassword(hash, []byte(saved.Admin)) == nil {
+			d.admin = saved.Admin
+		}
 		if svc, err := st.CheckAgentToken(ctx, saved.Agent); err == nil && svc == "" {
 			d.agentToken = saved.Agent
 		}
@@ -288,7 +340,7 @@ func setupDemo(ctx context.Context, st *store.Store, tokens string) (demoSetup, 
 			return d, fmt.Errorf("demo: API token: %w", err)
 		}
 	}
-	saved.Agent, saved.API = d.agentToken, d.apiToken
+	saved.Agent, saved.API, saved.Admin = d.agentToken, d.apiToken, d.admin
 	data, _ := json.Marshal(saved)
 	if err := writeSecret(tokens, data); err != nil {
 		return d, fmt.Errorf("demo: keep the tokens for the next start: %w", err)
@@ -339,15 +391,26 @@ func printBanner(w io.Writer, url string, d demoSetup, anonymous bool) {
 	if anonymous {
 		view = "anyone can view it read-only"
 	}
+	admin := d.admin
+	if admin == "" {
+		admin = "(as set before; ./bin/cbdash user passwd admin sets a new one)"
+	}
+	receiver := ""
+	if d.receiver != "" {
+		receiver = fmt.Sprintf(`  alert receiver:  %s  (rule %q on /alerts;
+                   what it gets is printed here, "demo alert receiver got: ...")
+`, d.receiver, demoRuleName)
+	}
 	fmt.Fprintf(w, `
 cbdash demo: %s  (%s)
   operator login:  %s / %s   (trip, release and reset breakers)
-  JSON API:        curl %s/api/v1/dependencies
+  admin login:     %s / %s   (also accounts and tokens, on /admin)
+%s  JSON API:        curl %s/api/v1/dependencies
   command line:    CBDASH_SERVER=%s CBDASH_TOKEN=%s \
                    ./bin/cbdash trip checkout/payments --for 1m --reason "trying it"
   Breakers open and close within the first minute. Ctrl-C stops the demo.
 
-`, url, view, demoOperator, d.password, url, url, d.apiToken)
+`, url, view, demoOperator, d.password, web.AdminName, admin, receiver, url, url, d.apiToken)
 }
 
 // demoTokensFile is where the demo keeps its tokens between runs: beside

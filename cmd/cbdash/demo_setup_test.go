@@ -16,11 +16,11 @@ func TestDemoReusesItsTokensAcrossStarts(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, clocktest.Virtual())
 	file := filepath.Join(t.TempDir(), "cbdash-demo.db.tokens")
-	first, err := setupDemo(ctx, st, file)
+	first, err := setupDemo(ctx, st, file, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := setupDemo(ctx, st, file)
+	second, err := setupDemo(ctx, st, file, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestDemoReusesItsTokensAcrossStarts(t *testing.T) {
 	if n, err := st.RevokeUserTokens(ctx, "test", demoOperator); err != nil || n != 1 {
 		t.Fatalf("revoke: %d, %v", n, err)
 	}
-	third, err := setupDemo(ctx, st, file)
+	third, err := setupDemo(ctx, st, file, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestDemoTokensFileIsPrivateAndIgnored(t *testing.T) {
 	if err := os.Chmod(file, 0o644); err != nil { // whatever the umask
 		t.Fatal(err)
 	}
-	if _, err := setupDemo(ctx, st, file); err != nil {
+	if _, err := setupDemo(ctx, st, file, ""); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(file); err != nil {

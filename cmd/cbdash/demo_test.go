@@ -29,6 +29,7 @@ type runningDemo struct {
 	url   string
 	setup demoSetup
 	db    string
+	out   *logBuffer // the demo's stdout: its banner, its receiver's lines
 }
 
 // startDemo runs the demo on a running clock from the test epoch until
@@ -45,10 +46,10 @@ func startDemo(t *testing.T, db string) runningDemo {
 	}
 	ready := make(chan started, 1)
 	done := make(chan error, 1)
-	var logs logBuffer
+	var logs, out logBuffer
 	clk := clocktest.NewRunning()
 	go func() {
-		done <- runDemo(ctx, o, clk, io.Discard, &logs, func(url string, d demoSetup) { ready <- started{url, d} })
+		done <- runDemo(ctx, o, clk, &out, &logs, func(url string, d demoSetup) { ready <- started{url, d} })
 	}()
 	var s started
 	select {
@@ -81,7 +82,7 @@ func startDemo(t *testing.T, db string) runningDemo {
 			}
 		}
 	})
-	return runningDemo{clk: clk, url: s.url, setup: s.d, db: db}
+	return runningDemo{clk: clk, url: s.url, setup: s.d, db: db, out: &out}
 }
 
 func getJSON(t *testing.T, url string, out any) {

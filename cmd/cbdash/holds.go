@@ -332,11 +332,14 @@ func newHoldsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			text := cleanText(string(out))
 			if asJSON {
-				_, err = io.WriteString(cmd.OutOrStdout(), cleanJSON(string(out)))
-			} else {
-				_, err = io.WriteString(cmd.OutOrStdout(), cleanText(string(out)))
+				text = cleanJSON(string(out))
 			}
+			if !strings.HasSuffix(text, "\n") { // the shell's prompt on a line of its own
+				text += "\n"
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), text)
 			return err
 		},
 	}

@@ -82,7 +82,9 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 	// many instances, open since, admitted and rejected calls per second
 	// over the last minute, and the rates of cbdash.RatesOf (the tripped-at
 	// rate of an open breaker).
-	fmt.Fprintln(tw, "BREAKER\tSTATE\tOPEN SINCE\tADMITTED/S\tREJECTED/S\tFAILURE RATE\tSLOW-CALL RATE\tP99\tOPENS TODAY\tHELD")
+	// A dependency's rates and p99 are over the last minute; an
+	// instance's rates over its last report (a second or so).
+	fmt.Fprintln(tw, "BREAKER\tSTATE\tOPEN SINCE\tADMITTED/S (1 MIN)\tREJECTED/S (1 MIN)\tFAILURE RATE\tSLOW-CALL RATE\tP99 (1 MIN)\tOPENS TODAY\tHELD")
 	for _, d := range deps {
 		held := "-"
 		if d.Held != nil {
@@ -115,7 +117,14 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 			}
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if perInstance {
+		_, err := fmt.Fprintln(w, "(instance rows: rates over each instance's last report; dependency rows: over the last minute)")
+		return err
+	}
+	return nil
 }
 
 // dependencyWithMembers reads one dependency with every member, page by

@@ -45,6 +45,9 @@ type server struct {
 	otlp      *otelexport.Exporter // nil without --otlp-endpoint
 	bus       cluster.Bus          // Local for SQLite; the collectors' bus on PostgreSQL
 	clk       clock.Clock
+	// adminPassword is the first account's generated password when this
+	// start created it (and no --admin-password was given), else "".
+	adminPassword string
 }
 
 // openServer opens the store, builds the collector and the dashboard, and
@@ -162,6 +165,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	case created:
 		log.Warn("created the first account; it is not shown again (cbdash user passwd admin sets a new one)",
 			"user", web.AdminName, "password", pw)
+		s.adminPassword = pw
 	}
 	return s, nil
 }

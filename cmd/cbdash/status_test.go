@@ -118,13 +118,13 @@ func TestStatusAPIAndTileAgree(t *testing.T) {
 	for _, want := range []string{
 		d.Shown.Failure.Label + " " + d.Shown.Failure.Text, // the tile: "failure rate, tripped at 55% of 50%"
 		d.Shown.Slow.Label + " " + d.Shown.Slow.Text,
-		"rejected " + wording.PerSecond(d.RejectedRate), "admitted " + wording.PerSecond(d.AdmittedRate),
+		"rejected (1 min) " + wording.PerSecond(d.RejectedRate), "admitted (1 min) " + wording.PerSecond(d.AdmittedRate),
 	} {
 		if !strings.Contains(tile, want) {
 			t.Errorf("the tile lacks the API's %q", want)
 		}
 	}
-	for _, want := range []string{"FAILURE RATE", "SLOW-CALL RATE", "ADMITTED/S", "REJECTED/S", "OPEN SINCE",
+	for _, want := range []string{"FAILURE RATE", "SLOW-CALL RATE", "ADMITTED/S (1 MIN)", "REJECTED/S (1 MIN)", "P99 (1 MIN)", "OPEN SINCE",
 		"tripped at 55% of 50%", "at trip 5% of 80%", wording.PerSecond(d.AdmittedRate), wording.PerSecond(d.RejectedRate),
 		time.UnixMilli(trip.At).UTC().Format(time.TimeOnly) + " UTC (2s)"} {
 		if !strings.Contains(out, want) {

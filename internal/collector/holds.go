@@ -151,3 +151,9 @@ func HoldReportMarkdown(r cbdash.HoldReport) []byte { return holds.ReportMarkdow
 func (c *Collector) refuseUnsupportedTargets(k cbdash.DependencyKey, instances []string) error {
 	return c.holds.RefuseUnsupportedTargets(k, instances)
 }
+
+// HoldAnswerText is a covered breaker's answer to a hold in words
+// (holds.AnswerText).
+func HoldAnswerText(in cbdash.HoldInstanceReport, ongoing bool) string {
+	return holds.AnswerText(in, ongoing)
+}

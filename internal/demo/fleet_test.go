@@ -217,3 +217,55 @@ func TestDefaultFleetShape(t *testing.T) {
 		t.Errorf("%d instances, want 7 (checkout x3, search x2, catalog x2)", n)
 	}
 }
+
+// TestNoSlowCallsTripsOnTheScriptsFailureRateHoweverSlowTheCalls: a
+// dependency whose answers take longer than the breakers' slow-call
+// duration (as on a busy machine, where a fast answer is read late)
+// while its failures climb: with NoSlowCalls (the demo's inventory) its
+// breaker trips on the failure rate, once the script's error rate has
+// climbed near the threshold; without, the slow calls trip it at once.
+func TestNoSlowCallsTripsOnTheScriptsFailureRateHoweverSlowTheCalls(t *testing.T) {
+	t.Parallel()
+	script := Script{Phases: []Phase{
+		{Name: "failures climbing", Duration: 4 * time.Second,
+			Fault:  Fault{Latency: 300 * time.Millisecond, ErrorStatus: 500},
+			RampTo: &Fault{Latency: 300 * time.Millisecond, ErrorRate: 0.8, ErrorStatus: 500}},
+		{Name: "failing", Duration: time.Minute, Fault: Fault{Latency: 300 * time.Millisecond, ErrorRate: 0.8, ErrorStatus: 500}},
+	}}
+	bc := testBreakerConfig()
+	bc.SlowCallDuration, bc.SlowCallRateThreshold, bc.OpenDuration = 250*time.Millisecond, 50, time.Minute
+	for _, noSlow := range []bool{true, false} {
+		start := time.Now() // real time: the script runs on it
+		f := startFleet(t, FleetConfig{
+			CollectorURL: nowhere, Script: script,
+			Dependencies: []DependencySpec{{Name: "inventory", NoSlowCalls: noSlow}},
+			Services:     []ServiceSpec{{Name: "catalog", Instances: 1, Dependencies: []string{"inventory"}}},
+			Rate:         50, Breaker: bc,
+		})
+		b := f.Instances()[0].Breakers()[0]
+		var rec recorder
+		stop := rec.watch(b)
+		if !eventually.Wait(30*time.Second, func() bool { return len(rec.all()) > 0 }) {
+			t.Fatalf("NoSlowCalls %v: inventory never tripped", noSlow)
+		}
+		stop()
+		first := rec.all()[0]
+		after := time.Since(start)
+		switch {
+		case noSlow && first.Cause.Kind != breaker.CauseFailureRate:
+			t.Errorf("with NoSlowCalls the first transition is %+v, want a failure-rate trip", first)
+		case noSlow && after < 1500*time.Millisecond:
+			// The error rate reaches 50% 2.5 s in; a 10-call window
+			// can run a little ahead of it, not a second and more.
+			t.Errorf("with NoSlowCalls inventory tripped %v in, before its failures climbed", after)
+		case !noSlow && first.Cause.Kind != breaker.CauseSlowCallRate:
+			t.Errorf("without NoSlowCalls the first transition is %+v, want a slow-call trip (the test's premise)", first)
+		}
+		t.Logf("NoSlowCalls %v: %s trip %v in", noSlow, first.Cause.Kind, after.Round(10*time.Millisecond))
+	}
+	for _, d := range DefaultDependencies() {
+		if d.Name == "inventory" && !d.NoSlowCalls {
+			t.Error("the demo's inventory can trip on slow calls: its story would depend on the machine's load")
+		}
+	}
+}

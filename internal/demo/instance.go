@@ -24,13 +24,18 @@ import (
 type Instance struct {
 	Service, ID string
 
-	log       *slog.Logger
-	clk       clock.Clock
-	agent     *agent.Agent
-	transport *breaker.Transport
-	base      *http.Transport
-	client    *http.Client
-	deps      []target
+	log   *slog.Logger
+	clk   clock.Clock
+	agent *agent.Agent
+	// transports keep one breaker per dependency: the fleet's breaker
+	// configuration in transports[false], the one without slow-call
+	// detection (DependencySpec.NoSlowCalls) in transports[true]; byDep
+	// says which a dependency's breaker is in.
+	transports map[bool]*breaker.Transport
+	byDep      map[string]*breaker.Transport
+	base       *http.Transport
+	client     *http.Client
+	deps       []target
 
 	mu    sync.Mutex
 	cache map[string]cached // last good answer per dependency
@@ -56,7 +61,7 @@ func labels(svc ServiceSpec, n int) map[string]string {
 }
 
 // newInstance makes instance n (from 1) of svc; its agent is started.
-func newInstance(svc ServiceSpec, n int, urls map[string]string, cfg FleetConfig) (*Instance, error) {
+func newInstance(svc ServiceSpec, n int, urls map[string]string, noSlow map[string]bool, cfg FleetConfig) (*Instance, error) {
 	id := fmt.Sprintf("%s-%d", svc.Name, n)
 	inst := &Instance{Service: svc.Name, ID: id, log: cfg.Logger.With("component", "demo", "service", svc.Name, "instance", id), clk: cfg.Clock, cache: map[string]cached{}}
 	a, err := agent.New(agent.Config{
@@ -89,18 +94,30 @@ func newInstance(svc ServiceSpec, n int, urls map[string]string, cfg FleetConfig
 		MaxIdleConnsPerHost: 32,
 		IdleConnTimeout:     30 * time.Second,
 	}
-	inst.transport = breaker.NewTransport(inst.base, breaker.TransportConfig{
-		Config:     bc,
-		BreakerFor: func(r *http.Request) string { return byHost[r.URL.Host] },
-		OnNew: func(b *breaker.Breaker) {
-			if err := a.Register(b); err != nil && regErr == nil {
-				regErr = err
-			}
-		},
-	})
-	inst.client = &http.Client{Transport: inst.transport}
+	inst.transports, inst.byDep = map[bool]*breaker.Transport{}, map[string]*breaker.Transport{}
+	for _, off := range []bool{false, true} {
+		c := bc
+		if off {
+			c.SlowCallDuration = 0
+		}
+		inst.transports[off] = breaker.NewTransport(inst.base, breaker.TransportConfig{
+			Config:     c,
+			BreakerFor: func(r *http.Request) string { return byHost[r.URL.Host] },
+			OnNew: func(b *breaker.Breaker) {
+				if err := a.Register(b); err != nil && regErr == nil {
+					regErr = err
+				}
+			},
+		})
+	}
 	for _, d := range inst.deps {
-		if _, err := inst.transport.Breaker(d.name); err != nil {
+		inst.byDep[d.name] = inst.transports[noSlow[d.name]]
+	}
+	inst.client = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return inst.byDep[byHost[r.URL.Host]].RoundTrip(r)
+	})}
+	for _, d := range inst.deps {
+		if _, err := inst.byDep[d.name].Breaker(d.name); err != nil {
 			return nil, fmt.Errorf("demo: breaker %s of %s: %w", d.name, id, err)
 		}
 	}
@@ -114,7 +131,14 @@ func newInstance(svc ServiceSpec, n int, urls map[string]string, cfg FleetConfig
 }
 
 // Breakers are the instance's breakers, one per dependency.
-func (i *Instance) Breakers() []*breaker.Breaker { return i.transport.Breakers() }
+func (i *Instance) Breakers() []*breaker.Breaker {
+	return append(i.transports[false].Breakers(), i.transports[true].Breakers()...)
+}
+
+// roundTripFunc is a function as an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // InstanceStats count an instance's traffic.
 type InstanceStats struct {
@@ -203,7 +227,7 @@ func (i *Instance) call(ctx context.Context, d target) {
 	}
 	i.degraded.Add(1)
 	i.log.Debug("dependency call failed; serving the fallback", "dependency", d.name, "err", err)
-	b, berr := i.transport.Breaker(d.name)
+	b, berr := i.byDep[d.name].Breaker(d.name)
 	if berr != nil {
 		return
 	}

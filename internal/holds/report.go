@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -142,17 +143,14 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	b.WriteString("## During the hold\n\n| Instance | Breaker | Covered | Answer | Calls | Rejected | Fallbacks served | Fallbacks failed | Error rate | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(inst, br, covered, answer string, p cbdash.HoldPeriod) {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %d | %d | %.1f%% | %s | %s |\n", inst, br, covered, answer,
-			p.Calls, p.Counts.Rejected(), p.Counts.FallbackSuccess, p.Counts.FallbackFailure, p.ErrorRate, p.P50, p.P99)
+			p.Calls, p.Counts.Rejected(), p.Counts.FallbackSuccess, p.Counts.FallbackFailure, p.ErrorRate, wording.Latency(p.P50), wording.Latency(p.P99))
 	}
 	for _, in := range r.Instances {
 		covered := clockUTC(in.CoveredAt)
 		if in.JoinedLate {
 			covered += " (joined later)"
 		}
-		answer := in.Status
-		if in.State != "" {
-			answer += ", " + in.State
-		}
+		answer := AnswerText(in, r.Ongoing)
 		if in.Error != "" {
 			answer += ": " + in.Error
 		}
@@ -163,9 +161,28 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	b.WriteString("\n## Callers before and during\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
 	for _, d := range r.Dependencies {
 		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.1f%% | %s | %s |\n", mdText(d.String()), d.Before.Calls, d.During.Calls,
-			d.Before.ErrorRate, d.During.ErrorRate, d.Before.P99, d.During.P99)
+			d.Before.ErrorRate, d.During.ErrorRate, wording.Latency(d.Before.P99), wording.Latency(d.During.P99))
 	}
 	return b.Bytes()
+}
+
+// AnswerText is a covered breaker's answer to a hold in words, without
+// its error: "applied, now forced open" while the hold is ongoing,
+// "applied, forced open until the hold ended" after (the state is the one
+// the breaker answered with when the hold reached it, not its state now).
+func AnswerText(in cbdash.HoldInstanceReport, ongoing bool) string {
+	answer := in.Status
+	if in.State == "" {
+		return answer
+	}
+	st := strings.ReplaceAll(in.State, "_", " ")
+	if in.State == protocol.StateHalfOpen {
+		st = "half-open"
+	}
+	if ongoing {
+		return answer + ", now " + st
+	}
+	return answer + ", " + st + " until the hold ended"
 }
 
 func actionWords(a string) string {

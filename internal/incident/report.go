@@ -37,10 +37,14 @@ type Summary struct {
 	// failed or slow calls that led to the first trip (zero when the
 	// history holds none); TimeToFirstOpen is Start minus it.
 	DegradedSince   time.Time     `json:"degraded_since,omitzero"`
-	TimeToFirstOpen time.Duration `json:"time_to_first_open"`
-	Duration        time.Duration `json:"duration"` // until End, or until now while open
-	Instances       []string      `json:"instances"`
-	Opens           int           `json:"opens"`
+	TimeToFirstOpen time.Duration `json:"time_to_first_open"` // nanoseconds in JSON (deprecated since API 1.2.0)
+	Duration        time.Duration `json:"duration"`           // until End, or until now while open; nanoseconds in JSON (deprecated since API 1.2.0)
+	// TimeToFirstOpenMillis and DurationMillis are the same in
+	// milliseconds, the API's unit for durations (API 1.2.0).
+	TimeToFirstOpenMillis int64    `json:"time_to_first_open_ms"`
+	DurationMillis        int64    `json:"duration_ms"`
+	Instances             []string `json:"instances"`
+	Opens                 int      `json:"opens"`
 	// Over [Start, End]: calls rejected for any reason, fallbacks served
 	// (successful + failed) and fallbacks that failed.
 	CallsRejected   int64          `json:"calls_rejected"`
@@ -269,6 +273,7 @@ func summarize(inc cbdash.Incident, end time.Time, points, before []cbdash.Point
 	if !s.DegradedSince.IsZero() {
 		s.TimeToFirstOpen = inc.Start.Sub(s.DegradedSince)
 	}
+	s.TimeToFirstOpenMillis, s.DurationMillis = s.TimeToFirstOpen.Milliseconds(), s.Duration.Milliseconds()
 	return s
 }
 

@@ -34,8 +34,14 @@ type stack struct {
 
 func startStack(t *testing.T, instances int) *stack {
 	t.Helper()
+	return startStackWith(t, web.Config{LiveInterval: 100 * time.Millisecond}, instances)
+}
+
+// startStackWith is startStack with the dashboard's configuration cfg.
+func startStackWith(t *testing.T, cfg web.Config, instances int) *stack {
+	t.Helper()
 	ctx := context.Background()
-	h := start(t, web.Config{LiveInterval: 100 * time.Millisecond}, clocktest.NewRunning())
+	h := start(t, cfg, clocktest.NewRunning())
 	s := &stack{harness: h, url: h.url, breakers: map[string]*breaker.Breaker{}, password: "operator-password"}
 	h.addUser("otto", cbdash.RoleOperator, s.password)
 	var agents []*agent.Agent

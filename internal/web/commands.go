@@ -31,7 +31,10 @@ type commandForm struct {
 
 // parseCommandForm validates the form; errors wrap cbdash.ErrInvalid and
 // name the field.
-func parseCommandForm(c echo.Context) (commandForm, error) {
+//
+// maxHold is the longest force accepted (a force is a hold: --max-hold):
+// a longer expiry is refused here, before the confirmation page.
+func parseCommandForm(c echo.Context, maxHold time.Duration) (commandForm, error) {
 	k, err := keyOf(c)
 	if err != nil {
 		return commandForm{}, err
@@ -67,9 +70,10 @@ func parseCommandForm(c echo.Context) (commandForm, error) {
 		return f, errorf(cbdash.ErrInvalid, "scope must be all, instance or share")
 	}
 	if f.forcing() {
+		most := int(maxHold / time.Minute)
 		ttl, err := strconv.Atoi(c.FormValue("ttl"))
-		if err != nil || ttl < 1 || ttl > 7*24*60 {
-			return f, errorf(cbdash.ErrInvalid, "ttl: an expiry of 1 to 10080 minutes is required to force a breaker")
+		if err != nil || ttl < 1 || ttl > most {
+			return f, errorf(cbdash.ErrInvalid, "ttl: an expiry of 1 to %d minutes (%s, the server's --max-hold) is required to force a breaker", most, holdText(maxHold))
 		}
 		f.ttlMin = ttl
 	}
@@ -137,7 +141,7 @@ func blast(f commandForm, d cbdash.Dependency) string {
 
 // confirm shows the blast radius of a command before issuing it.
 func (s *Server) confirm(c echo.Context) error {
-	f, err := parseCommandForm(c)
+	f, err := parseCommandForm(c, s.maxHold())
 	if err != nil {
 		return err
 	}
@@ -161,7 +165,7 @@ func (s *Server) confirm(c echo.Context) error {
 // command issues a confirmed command as the logged-in user and shows the
 // dependency page, where the result per instance arrives live.
 func (s *Server) command(c echo.Context) error {
-	f, err := parseCommandForm(c)
+	f, err := parseCommandForm(c, s.maxHold())
 	if err != nil {
 		return err
 	}

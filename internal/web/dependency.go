@@ -274,6 +274,7 @@ func (s *Server) dependency(c echo.Context) error {
 	}
 	if p.CanOp {
 		v.Operator = operatorForm(p.CSRF, d)
+		v.Operator.MaxTTL, v.Operator.MaxHold = int(s.maxHold()/time.Minute), holdText(s.maxHold())
 		v.Operator.View = viewFields(sp)
 	}
 	if v.Holds, err = s.depHolds(ctx, d, p); err != nil {
@@ -574,7 +575,8 @@ func openFor(t protocol.Transition) string {
 }
 
 func operatorForm(csrf string, d cbdash.Dependency) *templates.OperatorForm {
-	f := &templates.OperatorForm{CSRF: csrf, Service: d.Service, Breaker: d.Breaker, Live: liveCount(d), DefaultTTL: 15}
+	f := &templates.OperatorForm{CSRF: csrf, Service: d.Service, Breaker: d.Breaker, Live: liveCount(d), DefaultTTL: 15,
+		MaxTTL: int(cbdash.DefaultMaxHold / time.Minute), MaxHold: holdText(cbdash.DefaultMaxHold)}
 	f.Unsupported, _ = unsupportedText(d)
 	for _, in := range d.PerInstance {
 		text := in.Instance + " (" + stateView(in.State).Text + ")"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -52,7 +53,7 @@ func HTTPErrorHandler(err error, c echo.Context) {
 	case wantsJSON(c.Request()):
 		werr = c.JSON(status, map[string]string{"error": msg})
 	default:
-		werr = render(c, status, templates.ErrorPage(status, http.StatusText(status), msg))
+		werr = render(c, status, templates.ErrorPage(status, http.StatusText(status), msg, backOf(c.Request())))
 	}
 	if werr != nil {
 		if log, _ := c.Get(loggerKey).(*slog.Logger); log != nil {
@@ -126,4 +127,19 @@ func wantsJSON(r *http.Request) bool {
 	}
 	accept := r.Header.Get(echo.HeaderAccept)
 	return strings.Contains(accept, echo.MIMEApplicationJSON) && !strings.Contains(accept, echo.MIMETextHTML)
+}
+
+// backOf is the page a refused form was posted from: the path and query
+// of the request's Referer when it is of this server (same host), else
+// "" (a GET's error page has no form to go back to).
+func backOf(r *http.Request) string {
+	if r.Method != http.MethodPost {
+		return ""
+	}
+	u, err := url.Parse(r.Referer())
+	if err != nil || u.Host != r.Host || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
+		return ""
+	}
+	u.Scheme, u.Host, u.User, u.Fragment = "", "", nil, ""
+	return u.String()
 }

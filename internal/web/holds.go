@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/collector"
 	"github.com/cbdash/cbdash/internal/incident"
 	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -59,6 +60,27 @@ func (s *Server) mountHolds(read, op routes) {
 	op.POST("/holds/:id/release", s.holdRelease)
 }
 
+// maxHold is the longest hold (and force) accepted: the hold service's
+// MaxHold, cbdash.DefaultMaxHold without one.
+func (s *Server) maxHold() time.Duration {
+	if s.cfg.Holds == nil || s.cfg.Holds.MaxHold() <= 0 {
+		return cbdash.DefaultMaxHold
+	}
+	return s.cfg.Holds.MaxHold()
+}
+
+// holdText is a hold's longest duration in words: "24h", "90m", "1h30m".
+func holdText(d time.Duration) string {
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 func (s *Server) holdService() (HoldService, error) {
 	if s.cfg.Holds == nil {
 		return nil, errorf(cbdash.ErrNotFound, "holds are not kept by this server")
@@ -89,7 +111,7 @@ func (s *Server) holdsPage(c echo.Context) error {
 		return render(c, http.StatusOK, templates.HoldList(rows, fragment))
 	}
 	return render(c, http.StatusOK, templates.HoldsPage(templates.Holds{
-		Page: s.page(c, "Holds", "holds"), Rows: rows, Fragment: fragment, MaxHold: hs.MaxHold().String(),
+		Page: s.page(c, "Holds", "holds"), Rows: rows, Fragment: fragment, MaxHold: holdText(hs.MaxHold()),
 	}))
 }
 
@@ -227,8 +249,8 @@ func (s *Server) depHolds(ctx context.Context, d cbdash.Dependency, p templates.
 	why, partly := unsupportedText(d)
 	v.Unsupported, v.Partly = why, partly
 	if p.CanOp {
-		v.Form = &templates.HoldForm{CSRF: p.CSRF, Service: d.Service, Breaker: d.Breaker, DefaultTTL: 15, MaxHold: hs.MaxHold().String(),
-			DefaultStops: stopsText(hs.DefaultStops())}
+		v.Form = &templates.HoldForm{CSRF: p.CSRF, Service: d.Service, Breaker: d.Breaker, DefaultTTL: 15, MaxHold: holdText(s.maxHold()),
+			MaxTTL: int(s.maxHold() / time.Minute), DefaultStops: stopsText(hs.DefaultStops())}
 	}
 	return v, nil
 }
@@ -457,10 +479,7 @@ func (s *Server) holdPage(c echo.Context) error {
 		ExportMD: base + ".md", ExportJSON: base,
 	}
 	for _, in := range r.Instances {
-		answer := in.Status
-		if in.State != "" {
-			answer += ", now " + stateText(in.State)
-		}
+		answer := collector.HoldAnswerText(in, r.Ongoing)
 		if in.Error != "" {
 			answer += ": " + in.Error
 		}

@@ -129,3 +129,47 @@ func TestBrowserFleetWideHoldFromTheDependencyPageReachesTheTileAndTheDrillRepor
 	run(t, ctx, stepTimeout, "the holds list", chromedp.Navigate(s.url+"/holds"), chromedp.WaitVisible(css(`[data-testid=hold-row]`)))
 	screenshot(t, ctx, "holds.png")
 }
+
+// TestBrowserForceOffersOnlyTheMaxHoldAndARefusalHasAWayBack: both forms
+// that create holds on the dependency page offer expiries within the
+// server's --max-hold (24 h here) and say why there are two; a longer
+// expiry (the input's limit taken away, as an old page or a hand-made
+// form would post) is refused before the confirmation, on a page that
+// says why and leads back to the form.
+func TestBrowserForceOffersOnlyTheMaxHoldAndARefusalHasAWayBack(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	s := startStack(t, 1)
+	login(t, ctx, s.url, "otto", s.password)
+	dep := s.url + "/dependency?service=checkout&breaker=payments"
+	run(t, ctx, stepTimeout, "dependency page", chromedp.Navigate(dep), chromedp.WaitVisible(css(`form[data-testid=operator-form]`)))
+	for _, sel := range []string{`[data-testid=ttl]`, `[data-testid=hold-ttl]`} {
+		if m := get(t, ctx, "max of "+sel, chromedp.Evaluate[string](`document.querySelector("`+sel+`").max`)); m != "1440" {
+			t.Errorf("%s offers up to %q minutes, want 1440 (24h, --max-hold)", sel, m)
+		}
+	}
+	for _, sel := range []string{`[data-testid=operator-why]`, `[data-testid=hold-form-why]`} {
+		if !get(t, ctx, "explained "+sel, chromedp.Evaluate[bool](`!!document.querySelector("`+sel+`")?.textContent.includes("hold")`)) {
+			t.Errorf("%s does not say that it creates a hold", sel)
+		}
+	}
+	run(t, ctx, stepTimeout, "a week's force",
+		chromedp.Click(css(`input[name=action][value=force_open]`)),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("[data-testid=ttl]").removeAttribute("max")`),
+		chromedp.SetValue(css(`[data-testid=ttl]`), "10080"),
+		chromedp.SendKeys(css(`[data-testid=reason]`), "a long drill"),
+		chromedp.Click(css(`[data-testid=review]`)),
+		chromedp.WaitVisible(css(`[data-testid=error-message]`)),
+	)
+	if msg := get(t, ctx, "message", chromedp.Text(css(`[data-testid=error-message]`))); !strings.Contains(msg, "1440 minutes") || !strings.Contains(msg, "--max-hold") {
+		t.Errorf("the refusal says %q, want the limit and --max-hold", msg)
+	}
+	if n := get(t, ctx, "confirm page", chromedp.Evaluate[int](`document.querySelectorAll("[data-testid=confirm]").length`)); n != 0 {
+		t.Error("a force over --max-hold got a confirmation page")
+	}
+	run(t, ctx, stepTimeout, "back to the form",
+		chromedp.Click(css(`[data-testid=error-back]`)),
+		chromedp.WaitVisible(css(`form[data-testid=operator-form]`)),
+	)
+	screenshot(t, ctx, "dependency-operator.png")
+}

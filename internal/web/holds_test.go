@@ -138,7 +138,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 	otto := s.login("otto")
 	depPage := "/dependency?" + url.Values{"service": {"checkout"}, "breaker": {"payments"}}.Encode()
 	page := otto.get(depPage)
-	mustContain(t, "the dependency page", page.body, `data-testid="hold-form"`, `value="*"`, "*/payments", `href="/holds"`, "at most 24h0m0s")
+	mustContain(t, "the dependency page", page.body, `data-testid="hold-form"`, `value="*"`, "*/payments", `href="/holds"`, "at most 1440: 24h, --max-hold", `max="1440"`)
 
 	form := url.Values{"from": {"checkout"}, "service": {"*"}, "breaker": {"payments"}, "action": {protocol.ActionForceOpen},
 		"labels": {"region=eu"}, "ttl": {"1500"}, "reason": {"drill the payments fallback"}}
@@ -185,7 +185,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 	if report.status != http.StatusOK {
 		t.Fatalf("report: %d %s", report.status, report.body)
 	}
-	mustContain(t, "the drill report", report.body,
+	mustContain(t, "the drill report", report.body, "applied, now forced open",
 		"Drill report: force open */payments region=eu", `data-testid="sum-who">otto`, "drill the payments fallback",
 		"4 instances: catalog/catalog-1, checkout/checkout-1, checkout/checkout-2, checkout/checkout-3",
 		`data-testid="sum-late">checkout/checkout-3`, `data-testid="sum-rejected">40`, `data-testid="sum-fallbacks">28 (12 failed)`,
@@ -232,7 +232,10 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 		t.Fatalf("release: %d %s", res.status, res.body)
 	}
 	report = otto.get("/holds/" + id)
-	mustContain(t, "the released report", report.body, "released by otto: drill over")
+	mustContain(t, "the released report", report.body, "released by otto: drill over", "applied, forced open until the hold ended")
+	if strings.Contains(report.body, "now forced open") {
+		t.Error("the report of a released hold says its breakers are now forced open")
+	}
 	if strings.Contains(report.body, `data-testid="release-form"`) {
 		t.Error("a released hold offers to be released")
 	}

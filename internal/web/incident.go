@@ -175,12 +175,20 @@ func (s *Server) incidentModel(ctx context.Context, is IncidentStore, id int64, 
 			return templates.Incident{}, false, err
 		}
 	}
+	// Before cbdash heard of the fleet (and before this dependency's first
+	// record) nothing is known: the lanes leave that time blank, as the
+	// timeline page does, rather than paint it closed.
+	first, err := s.history.FirstSeen(ctx)
+	if err != nil {
+		return templates.Incident{}, false, err
+	}
+	known := knownFrom(rep, first)
 	base := "/api/v1/incidents/" + strconv.FormatInt(id, 10)
 	v := templates.Incident{
 		Page: p, ID: "#" + strconv.FormatInt(id, 10), Service: inc.Service, Breaker: inc.Breaker,
 		DepHref: depHref(inc.DependencyKey), State: incidentState(inc.Open),
 		Summary:  summaryItems(rep.Summary),
-		Lanes:    incidentLanes(rep),
+		Lanes:    incidentLanes(rep, known),
 		Charts:   dependencyCharts(rep.Points, rep.From, rep.To, d),
 		Timeline: timelineRows(rep),
 		CanNote:  p.CanOp, NoteAction: incidentHref(id) + "/notes",
@@ -246,7 +254,32 @@ const (
 	laneStep = 30.0 // instance name above a 16-unit bar
 )
 
-func incidentLanes(rep incident.Report) templates.IncidentLanes {
+// knownFrom is when the report's record starts: the earlier of the
+// fleet's first record (first, zero when none) and the dependency's first
+// point, transition or command in the report; zero when the record covers
+// the report's whole span.
+func knownFrom(rep incident.Report, first time.Time) time.Time {
+	known := first
+	earlier := func(t time.Time) {
+		if !t.IsZero() && (known.IsZero() || t.Before(known)) {
+			known = t
+		}
+	}
+	for _, p := range rep.Points {
+		earlier(p.At)
+	}
+	for _, e := range rep.Timeline {
+		earlier(e.At)
+	}
+	if known.IsZero() || !known.After(rep.From) {
+		return time.Time{}
+	}
+	return known
+}
+
+// incidentLanes draws the report's lanes; known, when not zero, is when
+// the record starts: spans before it are cut away, that time left blank.
+func incidentLanes(rep incident.Report, known time.Time) templates.IncidentLanes {
 	span := rep.To.Sub(rep.From)
 	x := func(t time.Time) float64 {
 		if span <= 0 {
@@ -258,9 +291,18 @@ func incidentLanes(rep incident.Report) templates.IncidentLanes {
 	l := templates.IncidentLanes{W: chartW, Left: chartLeft, Right: chartRight, Top: laneTop, Step: laneStep}
 	l.H = max(chartH, laneTop+float64(len(rep.Lanes))*laneStep+20)
 	l.Axis = timeTicks(rep.From, rep.To, x)
+	if !known.IsZero() {
+		l.NoDataUntil = timeOfDay(known) + " UTC"
+	}
 	for _, lane := range rep.Lanes {
 		il := templates.IncidentLane{Instance: lane.Instance}
 		for _, sp := range lane.Spans {
+			if !known.IsZero() {
+				if !sp.To.After(known) {
+					continue
+				}
+				sp.From = later(sp.From, known)
+			}
 			st := stateView(sp.State)
 			il.Spans = append(il.Spans, templates.Segment{X: x(sp.From), W: max(0.5, x(sp.To)-x(sp.From)), Class: st.Class,
 				Title: fmt.Sprintf("%s: %s from %s to %s (%s)", lane.Instance, st.Text, timeOfDay(sp.From), timeOfDay(sp.To), exactDuration(sp.To.Sub(sp.From)))})
@@ -341,4 +383,11 @@ func exactDuration(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

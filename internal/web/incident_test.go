@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,6 +163,26 @@ func TestIncidentPages(t *testing.T) {
 			t.Error("a viewer is offered the note form")
 		}
 	})
+	t.Run("time before the first record is blank, not closed", func(t *testing.T) {
+		// The report starts two minutes before the incident (base+60s),
+		// a minute before the first window (base): no lane paints it.
+		res := vera.get(path)
+		if !strings.Contains(res.body, `data-testid="lanes-no-data-until"`) || !strings.Contains(res.body, "No record before "+base.Format("15:04:05")+" UTC") {
+			t.Errorf("the lanes do not say where the record starts")
+		}
+		// The lanes' x axis runs from 46 to 550 over the report's 220 s
+		// (base-60s to base+160s: the end at base+100s and a minute's
+		// tail); base is 60/220 of the way.
+		xs := spanXs(t, res.body)
+		if len(xs) == 0 {
+			t.Fatal("no lane span")
+		}
+		for _, x := range xs {
+			if x < 46+504*60/220.0-0.5 {
+				t.Errorf("a lane span starts at x=%.1f, before the first record", x)
+			}
+		}
+	})
 	t.Run("operators add notes; viewers and forged forms cannot", func(t *testing.T) {
 		if res := vera.postForm(path+"/notes", url.Values{"text": {"from a viewer"}}); res.status != http.StatusForbidden {
 			t.Errorf("viewer note: %d, want 403", res.status)
@@ -187,4 +208,18 @@ func TestIncidentPages(t *testing.T) {
 			}
 		}
 	})
+}
+
+// spanXs is the x of every lane span of an incident page.
+func spanXs(t *testing.T, body string) []float64 {
+	t.Helper()
+	var xs []float64
+	for _, m := range regexp.MustCompile(`data-testid="lane-span" data-state="[^"]*" x="([0-9.]+)"`).FindAllStringSubmatch(body, -1) {
+		x, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs = append(xs, x)
+	}
+	return xs
 }

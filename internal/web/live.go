@@ -241,7 +241,9 @@ func (s *Server) pump(ctx context.Context, conn *websocket.Conn, lv liveFeed) er
 }
 
 // pumpIndexed sends iv's page once the server's fleet index is ready,
-// then what changed at every tick the writer is idle.
+// then what changed at every tick the writer is idle, and at once when a
+// dependency's state changes (a transition does not wait for the tick;
+// while the writer is busy it is sent with the next flush, as any change).
 func (s *Server) pumpIndexed(ctx context.Context, w *liveWriter, iv indexedView, tick <-chan time.Time) error {
 	ix := s.fleetIndex()
 	select {
@@ -260,6 +262,8 @@ func (s *Server) pumpIndexed(ctx context.Context, w *liveWriter, iv indexedView,
 		return err
 	}
 	w.put(msg)
+	moved := ix.stateMoved()
+	var held <-chan struct{} // w.idle while a state change waits for the writer
 	for {
 		select {
 		case <-ctx.Done():
@@ -272,8 +276,34 @@ func (s *Server) pumpIndexed(ctx context.Context, w *liveWriter, iv indexedView,
 			if err := s.flushTo(ctx, w, iv); err != nil {
 				return err
 			}
+		case <-moved:
+			moved = ix.stateMoved()
+			if !w.take() {
+				s.slots.coalesced.Add(1)
+				held = w.idle // sent as soon as the writer is done
+				continue
+			}
+			if err := s.flushTaken(ctx, w, iv); err != nil {
+				return err
+			}
+		case <-held: // the writer is ours
+			held = nil
+			if err := s.flushTaken(ctx, w, iv); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// flushTaken flushes lv into w, taken.
+func (s *Server) flushTaken(ctx context.Context, w *liveWriter, lv liveView) error {
+	msg, err := lv.flush(ctx)
+	if err != nil {
+		w.release()
+		return err
+	}
+	w.put(msg)
+	return nil
 }
 
 // flushTo flushes lv into w when w is idle; while w is still writing it
@@ -283,13 +313,7 @@ func (s *Server) flushTo(ctx context.Context, w *liveWriter, lv liveView) error 
 		s.slots.coalesced.Add(1)
 		return nil
 	}
-	msg, err := lv.flush(ctx)
-	if err != nil {
-		w.release()
-		return err
-	}
-	w.put(msg)
-	return nil
+	return s.flushTaken(ctx, w, lv)
 }
 
 // idleWriter waits until w has written its message and takes it.

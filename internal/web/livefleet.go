@@ -26,6 +26,10 @@ type fleetIndex struct {
 	// rank, its service's or labels.
 	ver, gen uint64
 	ready    chan struct{} // closed once the first snapshot is in
+	// moved is closed (and replaced) when a dependency's state changes:
+	// the overviews flush at once rather than at their next tick, so a
+	// transition reaches the tiles without waiting up to LiveInterval.
+	moved chan struct{}
 
 	fleetMu  sync.Mutex
 	fleet    templates.Fleet // the counters as of fleetVer
@@ -33,7 +37,7 @@ type fleetIndex struct {
 }
 
 func newFleetIndex() *fleetIndex {
-	return &fleetIndex{deps: map[cbdash.DependencyKey]*cbdash.Dependency{}, ready: make(chan struct{})}
+	return &fleetIndex{deps: map[cbdash.DependencyKey]*cbdash.Dependency{}, ready: make(chan struct{}), moved: make(chan struct{})}
 }
 
 // fleetIndex returns the server's index, started by the first live
@@ -110,6 +114,18 @@ func (ix *fleetIndex) apply(ev cbdash.Event) {
 	if old == nil || stateRank(old.State) != stateRank(d.State) || !maps.Equal(old.Labels, d.Labels) {
 		ix.gen++
 	}
+	if old == nil || old.State != d.State || !maps.Equal(old.ByState, d.ByState) {
+		close(ix.moved)
+		ix.moved = make(chan struct{})
+	}
+}
+
+// stateMoved is closed at the next change of a dependency's state (or of
+// how many instances are in each).
+func (ix *fleetIndex) stateMoved() <-chan struct{} {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.moved
 }
 
 // versions returns ver and gen.

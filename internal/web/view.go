@@ -321,7 +321,9 @@ func parseFilter(q url.Values) filter {
 		Q: strings.TrimSpace(q.Get("q")), Sort: q.Get("sort"), Group: q.Get("group") == "service",
 		Page: max(page, 1),
 	}
-	if f.Sort != "name" && f.Sort != "rate" {
+	switch f.Sort {
+	case "name", "rate", "errors", "latency":
+	default:
 		f.Sort = "worst"
 	}
 	return f
@@ -370,7 +372,10 @@ func (f filter) match(d cbdash.Dependency) bool {
 }
 
 // sortDeps sorts in place: worst first (state, then headroom, then
-// name), by name, or by request rate.
+// name: the API's and the CLI's order too, see internal/live), by name,
+// by request rate, by error rate (the failure rate of the last minute,
+// highest first) or by latency (p99 of the last minute, highest first),
+// the last two as Hystrix's dashboard sorts.
 func sortDeps(deps []cbdash.Dependency, how string) {
 	sort.SliceStable(deps, func(i, j int) bool { return depLess(&deps[i], &deps[j], how) })
 }
@@ -382,6 +387,14 @@ func depLess(a, b *cbdash.Dependency, how string) bool {
 	case "rate":
 		if a.RequestRate != b.RequestRate {
 			return a.RequestRate > b.RequestRate
+		}
+	case "errors":
+		if a.FailureRate != b.FailureRate {
+			return a.FailureRate > b.FailureRate
+		}
+	case "latency":
+		if a.P99 != b.P99 {
+			return a.P99 > b.P99
 		}
 	default:
 		if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
@@ -574,7 +587,7 @@ func overviewModel(p templates.Page, pg overviewPage, fl templates.Fleet, f filt
 		sv := stateView(s)
 		v.Filter.States = append(v.Filter.States, templates.Option{Value: sv.Class, Text: sv.Text, Selected: sv.Class == f.State})
 	}
-	for _, o := range [][2]string{{"worst", "worst first"}, {"name", "name"}, {"rate", "request rate"}} {
+	for _, o := range [][2]string{{"worst", "worst first"}, {"name", "name"}, {"rate", "request rate"}, {"errors", "error rate"}, {"latency", "latency (p99)"}} {
 		v.Filter.Sorts = append(v.Filter.Sorts, templates.Option{Value: o[0], Text: o[1], Selected: o[0] == f.Sort})
 	}
 	v.Groups = groupsOf(pg, f, sparks, tr, now)

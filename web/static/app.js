@@ -55,7 +55,10 @@
   setInterval(tick, 1000);
 
   // Re-sort the overview's tiles to the order the live socket sent
-  // (#tile-order), each within its group, easing the move (FLIP).
+  // (#tile-order), each within its group. A tile that moved takes its new
+  // place at once and is marked there (a short outline and fade-in): it
+  // never slides across the others, so at no moment does one tile cover
+  // another and a click lands on the tile drawn under the pointer.
   var lastOrder = null;
   function applyOrder() {
     var el = document.getElementById("tile-order");
@@ -81,10 +84,10 @@
       sorted.forEach(function (t) {
         var a = before[t.id], b = t.getBoundingClientRect();
         if (!a || (a.left === b.left && a.top === b.top) || !t.animate) { return; }
-        // The Web Animations API, not a style attribute: the CSP
-        // forbids inline style.
-        t.animate([{ transform: "translate(" + (a.left - b.left) + "px," + (a.top - b.top) + "px)" }, { transform: "none" }],
-          { duration: 350, easing: "ease" });
+        // The Web Animations API, not a style attribute: the CSP forbids
+        // inline style. Opacity and outline only: the tile's box stays put.
+        t.animate([{ opacity: 0.35, outlineColor: "var(--c1)" }, { opacity: 1, outlineColor: "transparent" }],
+          { duration: 600, easing: "ease-out" });
       });
     });
   }

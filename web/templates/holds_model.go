@@ -53,7 +53,8 @@ type HoldForm struct {
 	Service    string
 	Breaker    string
 	DefaultTTL int    // minutes
-	MaxHold    string // "24h0m0s", said beside the expiry
+	MaxHold    string // "24h", said beside the expiry
+	MaxTTL     int    // the longest expiry offered, in minutes (--max-hold)
 	// DefaultStops is the server's default stop conditions, as the CLI
 	// writes them, comma-separated ("" = none).
 	DefaultStops string

@@ -56,6 +56,9 @@ type IncidentLanes struct {
 	Lanes       []IncidentLane
 	Markers     []Marker
 	Axis        []Tick
+	// NoDataUntil, when set, is when the record starts ("07:58:02 UTC"):
+	// the lanes are blank before it.
+	NoDataUntil string
 }
 
 // SummaryItem is one line of the incident summary.

@@ -340,6 +340,10 @@ type OperatorForm struct {
 	Instances  []Option
 	Live       int
 	DefaultTTL int // minutes
+	// MaxTTL is the longest expiry offered, in minutes: the server's
+	// --max-hold (a force is a hold); MaxHold says it in words ("24h").
+	MaxTTL  int
+	MaxHold string
 	// View are the page's range parameters (Text = name): hidden fields
 	// that bring the page back on its range after the command.
 	View []Option
