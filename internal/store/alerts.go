@@ -18,34 +18,41 @@ import (
 // validateAlertRule checks what the store relies on; it returns an error
 // wrapping cbdash.ErrInvalid naming the bad field.
 func validateAlertRule(r cbdash.AlertRule) error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("store: alert rule: %s: %w", fmt.Sprintf(format, a...), cbdash.ErrInvalid)
-	}
-	switch r.Kind {
-	case cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped:
-	default:
-		return bad("kind %q is not one of open, half_open_long, headroom, stale", r.Kind)
+	if err := validateRuleNames(r); err != nil {
+		return fmt.Errorf("store: alert rule: %s: %w", err, cbdash.ErrInvalid)
 	}
 	if strings.TrimSpace(r.Service) == "" {
-		return bad("service is required")
+		return fmt.Errorf("store: alert rule: service is required: %w", cbdash.ErrInvalid)
 	}
 	u, err := url.Parse(r.WebhookURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// Not the URL itself: any part of it may be a secret (internal/alert.MaskURL).
-		return bad("webhook_url is not an http(s) URL with a host")
+		return fmt.Errorf("store: alert rule: webhook_url is not an http(s) URL with a host: %w", cbdash.ErrInvalid)
+	}
+	if r.For < 0 || r.Hold < 0 || r.Margin < 0 || r.Margin > 100 || r.FlapCount < 0 || r.FlapWindow < 0 || r.GroupWait < 0 || r.GroupInterval < 0 {
+		return fmt.Errorf("store: alert rule: for, hold, margin, flap_count, flap_window, group_wait and group_interval must not be negative (margin at most 100): %w",
+			cbdash.ErrInvalid)
+	}
+	return nil
+}
+
+// validateRuleNames checks the rule's kind, format and group_by against
+// the names the engine knows.
+func validateRuleNames(r cbdash.AlertRule) error {
+	switch r.Kind {
+	case cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped:
+	default:
+		return fmt.Errorf("kind %q is not one of open, half_open_long, headroom, stale, drill_stopped", r.Kind)
 	}
 	switch r.Format {
 	case "", cbdash.FormatJSON, cbdash.FormatSlack, cbdash.FormatPagerDuty:
 	default:
-		return bad("format %q is not json, slack or pagerduty", r.Format)
-	}
-	if r.For < 0 || r.Hold < 0 || r.Margin < 0 || r.Margin > 100 || r.FlapCount < 0 || r.FlapWindow < 0 || r.GroupWait < 0 || r.GroupInterval < 0 {
-		return bad("for, hold, margin, flap_count, flap_window, group_wait and group_interval must not be negative (margin at most 100)")
+		return fmt.Errorf("format %q is not json, slack or pagerduty", r.Format)
 	}
 	switch r.GroupBy {
 	case "", cbdash.GroupBreaker, cbdash.GroupService:
 	default:
-		return bad("group_by %q is not breaker, service or empty", r.GroupBy)
+		return fmt.Errorf("group_by %q is not breaker, service or empty", r.GroupBy)
 	}
 	return nil
 }
