@@ -29,6 +29,12 @@ func (m *Manager) carryOut(ctx context.Context, plans []*plan, now time.Time, w 
 		return
 	}
 	if err := m.cfg.Store.ApplyHold(ctx, ds); err != nil {
+		if ctx.Err() != nil {
+			// Stopping: the holds are stored, and sent again to each
+			// instance at its next hello to a collector.
+			m.log.Info("hold deliveries not recorded: the server is stopping", "deliveries", len(ds), "err", err)
+			return
+		}
 		m.log.Warn("record hold deliveries in one write; recording them one by one", "deliveries", len(ds), "err", err)
 		for _, p := range plans {
 			m.carryOutEach(ctx, p, now)
@@ -155,13 +161,13 @@ func (m *Manager) releaseCommand(inst Instance, b string, h cbdash.HoldRecord) c
 func (m *Manager) send(ctx context.Context, inst Instance, b string, h cbdash.HoldRecord, cmdID string, now time.Time, late bool) bool {
 	cmd := holdCommand(inst, b, h, cmdID)
 	if err := m.target(ctx, cmd, inst.Ref.Instance); err != nil {
-		m.log.Error("record hold target", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
+		m.storeFailed(ctx, "record hold target", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
 		return false
 	}
 	cov := cbdash.HoldCoverage{Service: inst.Ref.Service, Instance: inst.Ref.Instance, Breaker: b, StartedAt: inst.StartedAt,
 		CommandID: cmdID, CoveredAt: now, JoinedLate: late}
 	if err := m.cfg.Store.AddHoldCoverage(ctx, h.ID, cov); err != nil {
-		m.log.Error("record hold coverage", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
+		m.storeFailed(ctx, "record hold coverage", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
 	}
 	m.deliver(inst, step{kind: sendHold, breaker: b, hold: h}, cbdash.HoldDelivery{Command: cmd}, now)
 	return true
@@ -171,7 +177,7 @@ func (m *Manager) send(ctx context.Context, inst Instance, b string, h cbdash.Ho
 func (m *Manager) sendRelease(ctx context.Context, inst Instance, b string, h cbdash.HoldRecord, now time.Time) bool {
 	cmd := m.releaseCommand(inst, b, h)
 	if err := m.target(ctx, cmd, inst.Ref.Instance); err != nil {
-		m.log.Error("record hold release target", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
+		m.storeFailed(ctx, "record hold release target", "hold", h.ID, "instance", inst.Ref.Instance, "err", err)
 		return false
 	}
 	m.deliver(inst, step{kind: sendRelease, breaker: b, hold: h}, cbdash.HoldDelivery{Command: cmd}, now)
@@ -207,4 +213,15 @@ func (m *Manager) target(ctx context.Context, cmd cbdash.Command, instance strin
 		m.cfg.Events.Publish(cbdash.Event{Kind: cbdash.EventCommand, At: m.now(), Command: &stored})
 	}
 	return nil
+}
+
+// storeFailed logs a store write of a hold's that failed: an error, or
+// only a note when ctx is done (the server stopping cancels its writes;
+// the holds are stored and sent again at each instance's next hello).
+func (m *Manager) storeFailed(ctx context.Context, msg string, args ...any) {
+	if ctx.Err() != nil {
+		m.log.Info(msg+": not recorded, the server is stopping", args...)
+		return
+	}
+	m.log.Error(msg, args...)
 }
