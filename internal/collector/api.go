@@ -78,7 +78,9 @@ func (c *Collector) Readiness(ctx context.Context) (status string, cause error) 
 		return "store unavailable", err
 	}
 	if err := c.store.Writable(ctx); err != nil {
-		c.log.Warn("readiness: the store cannot commit", "err", err)
+		if ctx.Err() == nil { // not the asker gone or the server stopping
+			c.log.Warn("readiness: the store cannot commit", "err", err)
+		}
 		return "store cannot commit", err
 	}
 	return "ready", nil

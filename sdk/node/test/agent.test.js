@@ -15,7 +15,7 @@ const { fakeCollector, closedPort } = require('./helpers/fake');
 
 const quiet = { warn () {}, error () {}, debug () {} };
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
-async function until (what, cond, ms = 10000) {
+async function until (what, cond, ms = 30000) {
   const t0 = Date.now();
   while (!cond()) {
     if (Date.now() - t0 > ms) throw new Error(`${what}: not within ${ms} ms`);
