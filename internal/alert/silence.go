@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -207,6 +208,15 @@ func (s *Service) firingNow(k alertKey, since time.Time) (Notification, bool) {
 		return Notification{}, false
 	}
 	return Notification{Rule: r, Subject: k.subject, Event: cbdash.AlertFiring, At: s.cfg.Clock.Now(), Since: since, Detail: st.detail}, true
+}
+
+// IncidentLink is the page of incident id on the dashboard at external;
+// "" when external is "" or id is 0.
+func IncidentLink(external string, id int64) string {
+	if external == "" || id == 0 {
+		return ""
+	}
+	return strings.TrimRight(external, "/") + "/incidents/" + strconv.FormatInt(id, 10)
 }
 
 // Link is the page of subject on the dashboard at external (the serve
