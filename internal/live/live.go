@@ -989,26 +989,8 @@ func (l *State) subscribeViews(kinds map[string]bool, buffer int) ([]*cbdash.Dep
 }
 
 // sortDependencies sorts worst first, the one order of the API, the CLI
-// and the overview's default: state (open, half-open, forced open, forced
-// closed, closed), then closeness to opening (Closeness.Score, higher
-// first), then service and breaker name.
-func sortDependencies(ds []cbdash.Dependency) {
-	sort.Slice(ds, func(i, j int) bool {
-		a, b := &ds[i], &ds[j]
-		if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
-			return ra < rb
-		}
-		// As the overview's "worst first": the closer to opening first
-		// (among closed breakers, the one nearest its threshold).
-		if a.Closeness.Score != b.Closeness.Score {
-			return a.Closeness.Score > b.Closeness.Score
-		}
-		if a.Service != b.Service {
-			return a.Service < b.Service
-		}
-		return a.Breaker < b.Breaker
-	})
-}
+// and the overview's default (cbdash.OrderWorst).
+func sortDependencies(ds []cbdash.Dependency) { cbdash.SortDependencies(ds, cbdash.OrderWorst) }
 
 // cloneDependency copies a view for a caller that may change it: its own
 // ByState and PerInstance slice, sharing the lines (immutable, see
