@@ -366,12 +366,24 @@ func (s *Service) resend(ctx context.Context, wg *sync.WaitGroup, pending []Noti
 		return
 	}
 	for _, n := range pending {
-		if slices.ContainsFunc(kept, func(a cbdash.FiringAlert) bool {
-			return a.RuleID == n.Rule.ID && a.Subject == n.Subject && a.Pending == n.Event && a.Since.Equal(n.Since)
-		}) {
+		if slices.ContainsFunc(kept, func(a cbdash.FiringAlert) bool { return stillPending(a, n) }) {
 			s.enqueue(ctx, wg, n)
 		}
 	}
+}
+
+// stillPending reports whether kept state a still has n to send: its
+// pending event with the same start, or, for a flapping message, the
+// flapping message of the alert still firing with that start (and not
+// acknowledged meanwhile: an acknowledged alert sends none).
+func stillPending(a cbdash.FiringAlert, n Notification) bool {
+	if a.RuleID != n.Rule.ID || a.Subject != n.Subject || !a.Since.Equal(n.Since) {
+		return false
+	}
+	if n.Event == cbdash.AlertFlapping {
+		return a.Firing && a.FlappingPending && a.AckedAt.IsZero()
+	}
+	return a.Pending == n.Event
 }
 
 // replay feeds the engine the stored trips received after the mark (see

@@ -15,7 +15,7 @@ import (
 // implements it.
 type SilenceStore interface {
 	// ClaimFlapping: see store.Store.ClaimFlapping.
-	ClaimFlapping(ctx context.Context, ruleID int64, subject string, since time.Time) (bool, error)
+	ClaimFlapping(ctx context.Context, ruleID int64, subject string, since time.Time, summary string) (bool, error)
 	AckAlert(ctx context.Context, ruleID int64, subject, by string, at time.Time) error
 	CreateSilence(ctx context.Context, sl cbdash.Silence) (cbdash.Silence, error)
 	ExpireSilence(ctx context.Context, id int64, by string, at time.Time) error
