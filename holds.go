@@ -296,13 +296,15 @@ func (h HoldRecord) Covering() Selector {
 }
 
 // MarshalJSON adds "ttl_ms" (TTL in milliseconds; "ttl" is nanoseconds,
-// deprecated since API 1.2.0) to the hold's fields.
+// deprecated since API 1.2.0) and "end" (End: the hold's one end, its
+// release or its expiry) to the hold's fields.
 func (h HoldRecord) MarshalJSON() ([]byte, error) {
 	type plain HoldRecord // without this method
 	return json.Marshal(struct {
 		plain
-		TTLMillis int64 `json:"ttl_ms"`
-	}{plain(h), h.TTL.Milliseconds()})
+		TTLMillis int64     `json:"ttl_ms"`
+		End       time.Time `json:"end"`
+	}{plain(h), h.TTL.Milliseconds(), h.End()})
 }
 
 // LiveAt reports whether the hold is in force at t: created, not

@@ -176,6 +176,12 @@ type FiringAlert struct {
 	// its resolve is still sent.
 	AckedBy string    `json:"acked_by,omitempty"`
 	AckedAt time.Time `json:"acked_at,omitzero"`
+	// FlappingPending is true while its flapping message, claimed, has
+	// not been delivered (nor given up); FlappingNow is that message's
+	// summary. Kept for the alert service (the next leader sends it
+	// again); not part of the API.
+	FlappingPending bool   `json:"-"`
+	FlappingNow     string `json:"-"`
 }
 
 // AlertDelivery is one entry of the delivery log: one message to one

@@ -27,6 +27,7 @@ const (
 type statusOptions struct {
 	clientOptions
 	JSON bool
+	Sort string
 }
 
 func newStatusCmd(clk clock.Clock) *cobra.Command {
@@ -44,15 +45,24 @@ func newStatusCmd(clk clock.Clock) *cobra.Command {
 			if len(args) == 1 {
 				filter = args[0]
 			}
-			return status(cmd.Context(), c, filter, o.JSON, clk.Now(), cmd.OutOrStdout())
+			order, err := cbdash.ParseOrder(o.Sort)
+			if err != nil {
+				return usageError{fmt.Errorf("--sort: %w", err)}
+			}
+			return status(cmd.Context(), c, filter, order, o.JSON, clk.Now(), cmd.OutOrStdout())
 		},
 	}
 	o.bind(cmd.Flags())
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the server's JSON")
+	cmd.Flags().StringVar(&o.Sort, "sort", cbdash.OrderWorst, "the order, as the overview sorts: "+strings.Join(cbdash.Orders, ", ")+
+		" (error_rate and p99 over the last minute, highest first)")
 	return cmd
 }
 
-func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now time.Time, w io.Writer) error {
+// status prints the breakers of the fleet (of filter: a service, or one
+// dependency with its instances) in order (cbdash.Orders), as JSON when
+// asJSON.
+func status(ctx context.Context, c *apiClient, filter, order string, asJSON bool, now time.Time, w io.Writer) error {
 	var deps []cbdash.Dependency
 	if filter != "" && strings.Contains(filter, "/") {
 		service, breaker, err := parseTarget(filter)
@@ -67,8 +77,15 @@ func status(ctx context.Context, c *apiClient, filter string, asJSON bool, now t
 	} else {
 		// The summaries (a server of API 1.0.0 answers them on the list).
 		q := "?service=" + url.QueryEscape(filter)
+		if order != cbdash.OrderWorst {
+			q += "&sort=" + url.QueryEscape(order)
+		}
 		if err := c.doOr(ctx, "GET", "/api/v1/dependencies"+q, "/api/v1/breakers"+q, nil, &deps); err != nil {
 			return err
+		}
+		if order != cbdash.OrderWorst {
+			// The same order here: a server older than API 1.2.0 ignores ?sort=.
+			cbdash.SortDependencies(deps, order)
 		}
 	}
 	if asJSON {

@@ -125,7 +125,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.IntVar(&o.Reads.PerAddress, "max-reads-per-address", 32, "the most GET and HEAD requests (pages, API reads) being answered at once to one client address; more are answered 503 (a client that does not read its answers holds them in memory)")
 	fs.IntVar(&o.Reads.Total, "max-reads", 256, "the most GET and HEAD requests being answered at once by the server")
 	o.Conn.bind(fs)
-	fs.StringVar(&o.ExternalURL, "external-url", "", "the dashboard's address as people reach it (https://cbdash.example.com): alert notifications link to the dependency's page there (default: no link)")
+	fs.StringVar(&o.ExternalURL, "external-url", "", "the dashboard's address as people reach it (https://cbdash.example.com): alert notifications link to the dependency's page there, an open alert's also to its incident's (default: no link)")
 	fs.BoolVar(&o.AllowPrivateWebhooks, "allow-private-webhooks", false, "let alert webhooks call loopback, private, link-local and multicast addresses (default: refused, as a guard against server-side request forgery)")
 	fs.StringArrayVar(&o.Hystrix, "hystrix", nil, "a Hystrix stream to read, as URL,service=NAME[,instance=NAME][,header=Name: value] (repeatable): hystrix-go, Spring/resilience4j, opossum-hystrix, Turbine")
 	fs.StringArrayVar(&o.Prometheus, "prometheus", nil, "a Prometheus endpoint to scrape for resilience4j or opossum-prometheus breakers, as URL,service=NAME[,instance=NAME][,interval=5s][,header=Name: value] (repeatable)")

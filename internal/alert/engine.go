@@ -36,6 +36,11 @@ type Notification struct {
 	// Members, on a grouped rule's message (Subject "*/payments"), are
 	// the subjects it stands for, sorted.
 	Members []string
+	// Incident, on an open rule's message about one dependency, is the
+	// incident of that open once one exists (0 = none yet, or none):
+	// payloads then link to its page beside the dependency's
+	// (IncidentLink). The Service fills it at delivery.
+	Incident int64
 	// lastTrue, on a resolve, is when the alert's condition was last seen
 	// true (a trip's time or an evaluation's): the end of the episode the
 	// store keeps (Store.ResolveFiringAlert), so that a trip the leader

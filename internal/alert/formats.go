@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -30,6 +31,10 @@ type Message struct {
 	// URL is the subject's page on the dashboard (the serve flag
 	// --external-url; absent without it).
 	URL string `json:"url,omitempty"`
+	// IncidentURL, for an open alert with a link, is the page of the
+	// incident of that open once one exists (absent before, and without
+	// --external-url).
+	IncidentURL string `json:"incident_url,omitempty"`
 	// Subjects, on a grouped rule's message (subject "*/payments" or
 	// "checkout/*"), are the alerts it stands for.
 	Subjects []string `json:"subjects,omitempty"`
@@ -92,29 +97,35 @@ type pdLink struct {
 
 // Body renders the webhook body of n in its rule's format (FormatJSON,
 // FormatSlack or FormatPagerDuty), linking to the subject's page at
-// external ("" = no link).
+// external ("" = no link), and to its incident's (n.Incident) when it
+// has one.
 func Body(n Notification, external string) ([]byte, error) {
 	link := Link(external, n.Subject)
 	switch n.Rule.Format {
 	case cbdash.FormatSlack:
-		return json.Marshal(slackBody(n, link))
+		return json.Marshal(slackBody(n, link, IncidentLink(external, n.Incident)))
 	case cbdash.FormatPagerDuty:
 		return json.Marshal(pagerDutyBody(n, link, external))
 	}
 	m := Message{Event: n.Event, RuleID: n.Rule.ID, Rule: n.Rule.Name, Kind: n.Rule.Kind, Subject: n.Subject,
-		Service: n.Rule.Service, Text: textOf(n), At: n.At.UTC(), Since: n.Since.UTC(), Now: n.Now, URL: link, Subjects: n.Members}
+		Service: n.Rule.Service, Text: textOf(n), At: n.At.UTC(), Since: n.Since.UTC(), Now: n.Now, URL: link,
+		IncidentURL: IncidentLink(external, n.Incident), Subjects: n.Members}
 	if svc, br, ok := strings.Cut(n.Subject, "/"); ok {
 		m.Service, m.Breaker = svc, br
 	}
 	return json.Marshal(m)
 }
 
-func slackBody(n Notification, link string) slackMessage {
+func slackBody(n Notification, link, incident string) slackMessage {
 	text := textOf(n)
 	m := slackMessage{Text: slackEscape(text), Blocks: []slackBlock{{Type: "section", Text: &slackText{Type: "mrkdwn", Text: clip(slackEscape(text), 3000)}}}}
 	if link != "" {
-		m.Blocks = append(m.Blocks, slackBlock{Type: "context", Elements: []slackText{{Type: "mrkdwn",
-			Text: "<" + link + "|Open " + slackEscape(n.Subject) + " on cbdash>"}}})
+		ctx := slackBlock{Type: "context", Elements: []slackText{{Type: "mrkdwn",
+			Text: "<" + link + "|Open " + slackEscape(n.Subject) + " on cbdash>"}}}
+		if incident != "" {
+			ctx.Elements = append(ctx.Elements, slackText{Type: "mrkdwn", Text: "<" + incident + "|Incident #" + strconv.FormatInt(n.Incident, 10) + ">"})
+		}
+		m.Blocks = append(m.Blocks, ctx)
 	}
 	return m
 }
@@ -144,6 +155,9 @@ func pagerDutyBody(n Notification, link, external string) pdEvent {
 		CustomDetails: map[string]any{"rule": n.Rule.Name, "event": n.Event, "since": n.Since.UTC().Format(time.RFC3339), "detail": n.Detail, "now": n.Now}}
 	if link != "" {
 		e.Links = []pdLink{{Href: link, Text: "Open " + n.Subject + " on cbdash"}}
+	}
+	if inc := IncidentLink(external, n.Incident); inc != "" {
+		e.Links = append(e.Links, pdLink{Href: inc, Text: "Incident #" + strconv.FormatInt(n.Incident, 10) + " on cbdash"})
 	}
 	return e
 }

@@ -184,7 +184,8 @@ func checkGeneric(_ *http.Request, b map[string]any) error {
 // TestPayloadFormatsMatchTheirReceivers delivers a firing, a flapping
 // message and a resolve in each format to a receiver on loopback that
 // checks the documented shape; each carries the link to the dependency
-// page at the external URL.
+// page at the external URL, and the flapping message, whose incident is
+// known, the link to the incident page.
 func TestPayloadFormatsMatchTheirReceivers(t *testing.T) {
 	const key = "0123456789abcdef0123456789abcdef"
 	const link = "https://cbdash.example/dependency?breaker=payments&service=checkout"
@@ -212,7 +213,7 @@ func TestPayloadFormatsMatchTheirReceivers(t *testing.T) {
 			rule := cbdash.AlertRule{ID: 4, Name: "payments open", Service: "checkout", Kind: cbdash.AlertOpen, WebhookURL: base + tt.path, Format: tt.format}
 			for _, n := range []alert.Notification{
 				{Rule: rule, Subject: "checkout/payments", Event: cbdash.AlertFiring, At: at(0), Since: at(0), Detail: "checkout/payments is open on 2 of 3 instances"},
-				{Rule: rule, Subject: "checkout/payments", Event: cbdash.AlertFlapping, At: at(90), Since: at(0), Now: "checkout/payments is flapping: opened 6 times"},
+				{Rule: rule, Subject: "checkout/payments", Event: cbdash.AlertFlapping, At: at(90), Since: at(0), Now: "checkout/payments is flapping: opened 6 times", Incident: 12},
 				{Rule: rule, Subject: "checkout/payments", Event: cbdash.AlertResolved, At: at(300), Since: at(0), Now: "checkout/payments is closed again after 3m"},
 			} {
 				entry, err := d.Deliver(context.Background(), n)
@@ -224,6 +225,11 @@ func TestPayloadFormatsMatchTheirReceivers(t *testing.T) {
 				if !tt.linked(b) {
 					t.Errorf("body %d = %v, want the link %s", i, b, link)
 				}
+			}
+			// The flapping message knows its incident: it links to it too.
+			const incident = "https://cbdash.example/incidents/12"
+			if !strings.Contains(fmt.Sprint(rcv.bodies[1]), incident) || strings.Contains(fmt.Sprint(rcv.bodies[0]), "/incidents/") {
+				t.Errorf("the firing %v and the flapping message %v: want the incident link %s in the second only", rcv.bodies[0], rcv.bodies[1], incident)
 			}
 			if tt.format == cbdash.FormatPagerDuty {
 				if rcv.bodies[0]["dedup_key"] != rcv.bodies[2]["dedup_key"] || rcv.bodies[2]["event_action"] != "resolve" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,9 @@ type Store interface {
 	UpdateAlertRule(ctx context.Context, r cbdash.AlertRule) error
 	DeleteAlertRule(ctx context.Context, id int64) error
 	AlertDeliveries(ctx context.Context, q cbdash.DeliveryQuery) ([]cbdash.AlertDelivery, error)
+	// Incidents lists incidents, newest first: an open alert's
+	// payload links to the incident of its open (Notification.Incident).
+	Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash.Incident, error)
 	StateStore
 	SilenceStore
 }
@@ -362,12 +366,24 @@ func (s *Service) resend(ctx context.Context, wg *sync.WaitGroup, pending []Noti
 		return
 	}
 	for _, n := range pending {
-		if slices.ContainsFunc(kept, func(a cbdash.FiringAlert) bool {
-			return a.RuleID == n.Rule.ID && a.Subject == n.Subject && a.Pending == n.Event && a.Since.Equal(n.Since)
-		}) {
+		if slices.ContainsFunc(kept, func(a cbdash.FiringAlert) bool { return stillPending(a, n) }) {
 			s.enqueue(ctx, wg, n)
 		}
 	}
+}
+
+// stillPending reports whether kept state a still has n to send: its
+// pending event with the same start, or, for a flapping message, the
+// flapping message of the alert still firing with that start (and not
+// acknowledged meanwhile: an acknowledged alert sends none).
+func stillPending(a cbdash.FiringAlert, n Notification) bool {
+	if a.RuleID != n.Rule.ID || a.Subject != n.Subject || !a.Since.Equal(n.Since) {
+		return false
+	}
+	if n.Event == cbdash.AlertFlapping {
+		return a.Firing && a.FlappingPending && a.AckedAt.IsZero()
+	}
+	return a.Pending == n.Event
 }
 
 // replay feeds the engine the stored trips received after the mark (see
@@ -515,6 +531,7 @@ func (s *Service) armGroups(g *grouper, t *clock.Timer) {
 // (n itself, or a group's members); false when ctx ended (then the
 // loop ends: what was not acknowledged is sent again by the next Run).
 func (s *Service) deliverOne(ctx context.Context, n Notification, acks ...Notification) bool {
+	n.Incident = s.incidentOf(ctx, n)
 	entry, err := s.deliver.Deliver(ctx, n)
 	if entry.OK && ctx.Err() != nil {
 		// Delivered as the Run stopped: acknowledged all the same, or
@@ -536,4 +553,24 @@ func (s *Service) deliverOne(ctx context.Context, n Notification, acks ...Notifi
 		s.ack(ctx, a)
 	}
 	return true
+}
+
+// incidentOf returns the incident of the open n is about, once one
+// exists: for an open rule's message about one dependency, with an
+// external URL to link to, the newest incident of that dependency that
+// overlaps the alert (from its start to n). 0 otherwise, and when the
+// store fails (the message goes without the link).
+func (s *Service) incidentOf(ctx context.Context, n Notification) int64 {
+	svc, br, ok := strings.Cut(n.Subject, "/")
+	if s.cfg.ExternalURL == "" || n.Rule.Kind != cbdash.AlertOpen || !ok || svc == "*" || br == "*" {
+		return 0
+	}
+	incs, err := s.cfg.Store.Incidents(ctx, cbdash.IncidentQuery{Service: svc, Breaker: br, From: n.Since, To: n.At.Add(time.Millisecond), Limit: 1})
+	if err != nil || len(incs) == 0 {
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("alert: find the incident to link to", "subject", n.Subject, "err", err)
+		}
+		return 0
+	}
+	return incs[0].ID
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // implements it.
 type SilenceStore interface {
 	// ClaimFlapping: see store.Store.ClaimFlapping.
-	ClaimFlapping(ctx context.Context, ruleID int64, subject string, since time.Time) (bool, error)
+	ClaimFlapping(ctx context.Context, ruleID int64, subject string, since time.Time, summary string) (bool, error)
 	AckAlert(ctx context.Context, ruleID int64, subject, by string, at time.Time) error
 	CreateSilence(ctx context.Context, sl cbdash.Silence) (cbdash.Silence, error)
 	ExpireSilence(ctx context.Context, id int64, by string, at time.Time) error
@@ -207,6 +208,15 @@ func (s *Service) firingNow(k alertKey, since time.Time) (Notification, bool) {
 		return Notification{}, false
 	}
 	return Notification{Rule: r, Subject: k.subject, Event: cbdash.AlertFiring, At: s.cfg.Clock.Now(), Since: since, Detail: st.detail}, true
+}
+
+// IncidentLink is the page of incident id on the dashboard at external;
+// "" when external is "" or id is 0.
+func IncidentLink(external string, id int64) string {
+	if external == "" || id == 0 {
+		return ""
+	}
+	return strings.TrimRight(external, "/") + "/incidents/" + strconv.FormatInt(id, 10)
 }
 
 // Link is the page of subject on the dashboard at external (the serve

@@ -28,7 +28,8 @@ type StateStore interface {
 	TransitionsReceivedSince(ctx context.Context, since time.Time, limit int) ([]cbdash.TransitionRecord, error)
 	// AckFiringAlert records that the webhook call of event completed
 	// (a firing: the pending event is cleared; a resolve: the state is
-	// removed), unless the alert's pending event is another one by now.
+	// removed; a flapping message: it is no longer pending), unless the
+	// alert's pending event is another one by now.
 	AckFiringAlert(ctx context.Context, ruleID int64, subject, event string) error
 	// DeleteFiringAlerts forgets every alert of a rule.
 	DeleteFiringAlerts(ctx context.Context, ruleID int64) error
@@ -38,7 +39,9 @@ type StateStore interface {
 
 // restore gives the engine the alerts that were firing and returns the
 // notifications whose webhook call had not completed when the last Run
-// ended, to be queued again. Kept states of rules that are gone or disabled are forgotten.
+// ended, to be queued again: a firing or a resolve, and the flapping
+// message of an alert still firing. Kept states of rules that are gone or
+// disabled are forgotten.
 func (s *Service) restore(ctx context.Context) ([]Notification, error) {
 	kept, err := s.cfg.Store.FiringAlerts(ctx)
 	if err != nil {
@@ -53,14 +56,20 @@ func (s *Service) restore(ctx context.Context) ([]Notification, error) {
 			s.acks[alertKey{a.RuleID, a.Subject}] = ack{since: a.Since, by: a.AckedBy, at: a.AckedAt}
 		}
 		r, ok := s.engine.Rule(a.RuleID)
-		if !ok || a.Pending == "" {
+		if !ok {
 			continue
 		}
-		n := Notification{Rule: r, Subject: a.Subject, Event: a.Pending, At: s.cfg.Clock.Now(), Since: a.Since, Detail: a.Detail}
-		if n.Event == cbdash.AlertResolved {
-			n.Detail = "resolved: " + a.Detail
+		if a.Pending != "" {
+			n := Notification{Rule: r, Subject: a.Subject, Event: a.Pending, At: s.cfg.Clock.Now(), Since: a.Since, Detail: a.Detail}
+			if n.Event == cbdash.AlertResolved {
+				n.Detail = "resolved: " + a.Detail
+			}
+			pending = append(pending, n)
 		}
-		pending = append(pending, n)
+		if a.Firing && a.FlappingPending && a.AckedAt.IsZero() { // after its firing, as it was queued
+			pending = append(pending, Notification{Rule: r, Subject: a.Subject, Event: cbdash.AlertFlapping, At: s.cfg.Clock.Now(),
+				Since: a.Since, Detail: a.Detail, Now: a.FlappingNow})
+		}
 	}
 	s.mu.Unlock()
 	return pending, nil
@@ -151,7 +160,7 @@ func (s *Service) persistFlapping(ctx context.Context, n Notification) bool {
 		since = st.flapSince
 	}
 	s.mu.Unlock()
-	claimed, err := s.cfg.Store.ClaimFlapping(ctx, n.Rule.ID, n.Subject, since)
+	claimed, err := s.cfg.Store.ClaimFlapping(ctx, n.Rule.ID, n.Subject, since, n.Now)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.cfg.Logger.Error("alert: keep flapping state", "rule", n.Rule.ID, "subject", n.Subject, "err", err)
@@ -176,8 +185,8 @@ func (s *Service) queuedFiring(n Notification) bool {
 
 // ack records that n's webhook call completed (delivered or given up).
 func (s *Service) ack(ctx context.Context, n Notification) {
-	if n.Event != cbdash.AlertFiring && n.Event != cbdash.AlertResolved {
-		return // a flapping message has no pending state
+	if n.Event != cbdash.AlertFiring && n.Event != cbdash.AlertResolved && n.Event != cbdash.AlertFlapping {
+		return // a test notification has no pending state
 	}
 	if err := s.cfg.Store.AckFiringAlert(ctx, n.Rule.ID, n.Subject, n.Event); err != nil && ctx.Err() == nil {
 		s.cfg.Logger.Error("alert: acknowledge delivery", "rule", n.Rule.ID, "subject", n.Subject, "err", err)

@@ -205,7 +205,9 @@ func New(cfg Config) (*Collector, error) {
 		metrics: m, cmds: newPendingCommands(),
 	}
 	c.live = liveState{live.New(live.Config{Now: cfg.Clock.Now, StaleAfter: cfg.StaleAfter, GoneAfter: cfg.GoneAfter,
-		SubscriberBuffer: cfg.SubscriberBuffer, Metrics: m})}
+		SubscriberBuffer: cfg.SubscriberBuffer, Metrics: m,
+		// c.holds is set below, before any batch can arrive.
+		HoldUntil: func(id string) (time.Time, bool) { return c.holds.Until(id) }})}
 	c.hub = publisher{c.live.State}
 	if err := cfg.Registerer.Register(newLiveGauges(c.live.State)); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)

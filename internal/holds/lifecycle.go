@@ -19,7 +19,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 	ended := false
 	for id, h := range m.holds {
 		if !now.Before(h.Until) {
-			delete(m.holds, id)
+			m.forgetLocked(id)
 			ended = true
 		}
 	}
@@ -61,7 +61,7 @@ func (m *Manager) Adopt(ctx context.Context, hs []cbdash.HoldRecord) {
 		} else if ok {
 			h.Step = max(h.Step, old.Step) // the step this collector let it reach
 		}
-		m.holds[h.ID] = h
+		m.keepLocked(h)
 		if !h.ReleasedAt.IsZero() {
 			m.endSpans(h.ID, h.ReleasedAt)
 		}
@@ -116,7 +116,7 @@ func (m *Manager) Restore(ctx context.Context) error {
 	for _, h := range live {
 		cov := h.Coverage
 		h.Coverage = nil
-		m.holds[h.ID] = h
+		m.keepLocked(h)
 		for _, cv := range cov {
 			m.restoreCoverageLocked(h, cv)
 		}

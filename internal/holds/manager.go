@@ -149,6 +149,10 @@ type Manager struct {
 	dirty   map[string]bool                // hold ids with unsaved stats; guarded by statsMu
 	recent  map[statKey]*recentCounts      // the last seconds' counts, for stop conditions; guarded by statsMu
 	since   map[string]map[int]time.Time   // by hold, then stop condition: above since; guarded by statsMu
+	// untils is the expiry (as stored, to the millisecond) of each hold
+	// in holds, by id: Until reads it without mu, so that live state
+	// may ask while it holds its own lock.
+	untils sync.Map
 }
 
 // appliedHold is the hold last sent to one breaker of one agent process.
@@ -170,6 +174,30 @@ func New(cfg Config) *Manager {
 		cmds: make(map[string]bool), reach: make(map[string]map[Key]bool),
 		cover: make(map[coverKey][]coverSpan), stats: make(map[statKey]*cbdash.HoldCounts), dirty: make(map[string]bool),
 		recent: make(map[statKey]*recentCounts), since: make(map[string]map[int]time.Time)}
+}
+
+// Until returns the expiry of hold id, as stored, when the Manager keeps
+// it (a hold not yet expired, released or not); ok is false otherwise.
+// It takes no lock the Manager holds while it calls out (it may be called
+// from Instances' methods or with live state's lock held).
+func (m *Manager) Until(id string) (until time.Time, ok bool) {
+	v, ok := m.untils.Load(id)
+	if !ok {
+		return time.Time{}, false
+	}
+	return v.(time.Time), true
+}
+
+// keepLocked keeps h among the holds (mu held), with its expiry for Until.
+func (m *Manager) keepLocked(h cbdash.HoldRecord) {
+	m.holds[h.ID] = h
+	m.untils.Store(h.ID, time.UnixMilli(h.Until.UnixMilli()).UTC())
+}
+
+// forgetLocked forgets expired hold id (mu held).
+func (m *Manager) forgetLocked(id string) {
+	delete(m.holds, id)
+	m.untils.Delete(id)
 }
 
 // MaxHold is the longest hold accepted (Config.MaxHold).
@@ -215,7 +243,7 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	done := m.change()
 	defer done()
 	m.mu.Lock()
-	m.holds[h.ID] = h
+	m.keepLocked(h)
 	m.gen++
 	var keys []Key
 	for _, inst := range m.cfg.Instances.HoldInstances() {
@@ -289,7 +317,7 @@ func (m *Manager) release(ctx context.Context, id, actor, reason string, breach 
 	}
 	h.Coverage = nil
 	m.mu.Lock()
-	m.holds[id] = h
+	m.keepLocked(h)
 	m.gen++
 	var keys []Key
 	for k, bs := range m.applied {

@@ -169,6 +169,7 @@ type State struct {
 	transitions chan Update
 	scratch     map[*dep]bool // applyLocked's dependencies to publish, reused
 	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
+	holdUntil   func(holdID string) (time.Time, bool)
 }
 
 // Update is a validated batch of instance Key, received at At, from an
@@ -311,6 +312,15 @@ type Config struct {
 	SubscriberBuffer int
 	// Metrics receives the counts (nil: none).
 	Metrics Metrics
+	// HoldUntil, when set, returns the expiry of a stored hold
+	// (cbdash.HoldRecord.Until) by its id; ok false when it is not
+	// known. A breaker held by a stored hold is then shown held until
+	// that time, the hold's one end, rather than until the expiry its
+	// agent computed on its own clock from the command's TTL (up to
+	// SkewTolerance later, and the delivery's delay). It is called with
+	// the State's lock held: it must not call back into the State nor
+	// wait for anything that does.
+	HoldUntil func(holdID string) (until time.Time, ok bool)
 }
 
 // New returns live state with no instance.
@@ -319,7 +329,9 @@ func New(cfg Config) *State {
 	if cfg.Metrics != nil {
 		h.onDrop, h.onCount = cfg.Metrics.SubscriberDropped, cfg.Metrics.Subscribers
 	}
-	return newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, cfg.Metrics)
+	l := newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, cfg.Metrics)
+	l.holdUntil = cfg.HoldUntil
+	return l
 }
 
 func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, m Metrics) *State {
@@ -616,7 +628,7 @@ func (l *State) transitionLocked(inst *instance, t *protocol.Transition, at time
 	ts := time.UnixMilli(t.At).UTC()
 	if t.At >= ib.stateAt {
 		ib.state, ib.stateAt = t.To, t.At
-		ib.held = holdFrom(t, ib.held)
+		ib.held = holdFrom(t, ib.held, l.holdUntil)
 		ib.trackEpisode(t.From, t.To, ts)
 	}
 	if ts.After(ib.lastTransition) {
@@ -724,8 +736,9 @@ func (l *State) FlushUrgent() time.Duration {
 }
 
 // holdFrom keeps the hold of a forced state from the transition's command
-// cause, and clears it when the breaker leaves forced states.
-func holdFrom(t *protocol.Transition, prev *cbdash.Hold) *cbdash.Hold {
+// cause, and clears it when the breaker leaves forced states. A stored
+// hold's expiry comes from until (when set and it knows the hold).
+func holdFrom(t *protocol.Transition, prev *cbdash.Hold, until func(string) (time.Time, bool)) *cbdash.Hold {
 	if !forced(t.To) {
 		return nil
 	}
@@ -738,6 +751,11 @@ func holdFrom(t *protocol.Transition, prev *cbdash.Hold) *cbdash.Hold {
 	}
 	if t.Cause.ExpiresAt > 0 {
 		h.Until = time.UnixMilli(t.Cause.ExpiresAt).UTC()
+	}
+	if h.HoldID != "" && until != nil {
+		if u, ok := until(h.HoldID); ok {
+			h.Until = u
+		}
 	}
 	if prev != nil && h.CommandID == "" && prev.Action == h.Action {
 		return prev
@@ -971,26 +989,8 @@ func (l *State) subscribeViews(kinds map[string]bool, buffer int) ([]*cbdash.Dep
 }
 
 // sortDependencies sorts worst first, the one order of the API, the CLI
-// and the overview's default: state (open, half-open, forced open, forced
-// closed, closed), then closeness to opening (Closeness.Score, higher
-// first), then service and breaker name.
-func sortDependencies(ds []cbdash.Dependency) {
-	sort.Slice(ds, func(i, j int) bool {
-		a, b := &ds[i], &ds[j]
-		if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
-			return ra < rb
-		}
-		// As the overview's "worst first": the closer to opening first
-		// (among closed breakers, the one nearest its threshold).
-		if a.Closeness.Score != b.Closeness.Score {
-			return a.Closeness.Score > b.Closeness.Score
-		}
-		if a.Service != b.Service {
-			return a.Service < b.Service
-		}
-		return a.Breaker < b.Breaker
-	})
-}
+// and the overview's default (cbdash.OrderWorst).
+func sortDependencies(ds []cbdash.Dependency) { cbdash.SortDependencies(ds, cbdash.OrderWorst) }
 
 // cloneDependency copies a view for a caller that may change it: its own
 // ByState and PerInstance slice, sharing the lines (immutable, see

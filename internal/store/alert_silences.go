@@ -16,14 +16,17 @@ import (
 // (internal/alert, issue 33). Times are Unix ms.
 
 // ClaimFlapping records that the flapping message of the alert of rule
-// and subject, flapping since since, is to be sent: claimed is true once
-// per firing episode (the first leader to claim it), false when it was
-// claimed already, the alert is not firing or it is acknowledged.
-func (s *Store) ClaimFlapping(ctx context.Context, ruleID int64, subject string, since time.Time) (bool, error) {
+// and subject, flapping since since, is to be sent, with its summary
+// (what the message says now): claimed is true once per firing episode
+// (the first leader to claim it), false when it was claimed already, the
+// alert is not firing or it is acknowledged. A claimed message is
+// pending (FiringAlert.FlappingPending) until AckFiringAlert of
+// cbdash.AlertFlapping.
+func (s *Store) ClaimFlapping(ctx context.Context, ruleID int64, subject string, since time.Time, summary string) (bool, error) {
 	var claimed bool
 	err := s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec(`UPDATE alert_firing SET flapping_ms = $1 WHERE rule_id = $2 AND subject = $3
-			AND firing = 1 AND flapping_ms = 0 AND acked_ms = 0`, max(since.UnixMilli(), 1), ruleID, subject)
+		res, err := x.exec(`UPDATE alert_firing SET flapping_ms = $1, flapping_pending = 1, flapping_now = $2 WHERE rule_id = $3 AND subject = $4
+			AND firing = 1 AND flapping_ms = 0 AND acked_ms = 0`, max(since.UnixMilli(), 1), summary, ruleID, subject)
 		if err != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func TestSilencesAreKeptWithWhoMadeAndEndedThem(t *testing.T) {
 
 // TestFlappingIsClaimedOnceAndAcknowledgementsKept: the flapping message
 // of a firing alert is claimed once per episode, not for an acknowledged
-// alert; an acknowledgement is kept (the first one wins) and a new
+// alert, and is pending until its delivery is acknowledged; an acknowledgement is kept (the first one wins) and a new
 // episode starts without either.
 func TestFlappingIsClaimedOnceAndAcknowledgementsKept(t *testing.T) {
 	t.Parallel()
@@ -83,9 +83,19 @@ func TestFlappingIsClaimedOnceAndAcknowledgementsKept(t *testing.T) {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	for i, want := range []bool{true, false} {
-		if ok, err := s.ClaimFlapping(ctx, r.ID, a.Subject, since); err != nil || ok != want {
+		if ok, err := s.ClaimFlapping(ctx, r.ID, a.Subject, since, "checkout/payments is flapping"); err != nil || ok != want {
 			t.Errorf("flapping claim %d = %v (%v), want %v", i, ok, err, want)
 		}
+	}
+	// Claimed, the flapping message is pending until its call completes.
+	if kept, err := s.FiringAlerts(ctx); err != nil || len(kept) != 1 || !kept[0].FlappingPending || kept[0].FlappingNow != "checkout/payments is flapping" {
+		t.Fatalf("kept after the claim = %+v (%v), want the flapping message pending with its summary", kept, err)
+	}
+	if err := s.AckFiringAlert(ctx, r.ID, a.Subject, cbdash.AlertFlapping); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := s.FiringAlerts(ctx); err != nil || len(kept) != 1 || kept[0].FlappingPending || !kept[0].FlappingSince.Equal(since) {
+		t.Fatalf("kept after the delivery = %+v (%v), want the flapping message no longer pending, still flapping", kept, err)
 	}
 	if err := s.AckAlert(ctx, r.ID, a.Subject, "otto", since.Add(time.Minute)); err != nil {
 		t.Fatal(err)
@@ -111,7 +121,7 @@ func TestFlappingIsClaimedOnceAndAcknowledgementsKept(t *testing.T) {
 	if kept, _ := s.FiringAlerts(ctx); len(kept) != 1 || kept[0].AckedBy != "" || !kept[0].FlappingSince.IsZero() {
 		t.Errorf("the next episode = %+v, want it unacknowledged and not flapping", kept)
 	}
-	if ok, _ := s.ClaimFlapping(ctx, r.ID, a.Subject, next.Since); !ok {
+	if ok, _ := s.ClaimFlapping(ctx, r.ID, a.Subject, next.Since, "again"); !ok {
 		t.Error("the next episode's flapping was not claimed")
 	}
 }

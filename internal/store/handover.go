@@ -134,7 +134,8 @@ func (s *Store) ClaimFiringAlert(ctx context.Context, a cbdash.FiringAlert) (cbd
 		// delivered) gives way; a firing one is the alert already.
 		res, err := x.exec(`INSERT INTO alert_firing (rule_id, subject, firing, since_ms, detail, pending) VALUES ($1, $2, 1, $3, $4, $5)
 			ON CONFLICT (rule_id, subject) DO UPDATE SET firing = 1, since_ms = excluded.since_ms,
-			detail = excluded.detail, pending = excluded.pending, flapping_ms = 0, acked_by = '', acked_ms = 0
+			detail = excluded.detail, pending = excluded.pending, flapping_ms = 0, flapping_pending = 0, flapping_now = '',
+			acked_by = '', acked_ms = 0
 			WHERE alert_firing.firing = 0`,
 			a.RuleID, a.Subject, since, a.Detail, a.Pending)
 		if err != nil {

@@ -47,23 +47,35 @@ type dependencySummary struct {
 	PerInstance []*cbdash.InstanceBreaker `json:"per_instance,omitempty"`
 }
 
-// dependencies answers the live dependencies, worst first, of one service
-// when ?service= names one.
-func (s *Server) dependencies(c echo.Context) []cbdash.Dependency {
-	deps := s.col.Dependencies()
+// dependencies answers the live dependencies, of one service when
+// ?service= names one, in the order ?sort= names (cbdash.Orders, as the
+// overview sorts; worst first without it). An unknown order is an error
+// wrapping cbdash.ErrInvalid.
+func (s *Server) dependencies(c echo.Context) ([]cbdash.Dependency, error) {
+	order, err := cbdash.ParseOrder(c.QueryParam("sort"))
+	if err != nil {
+		return nil, err
+	}
+	deps := s.col.Dependencies() // worst first
 	if svc := c.QueryParam("service"); svc != "" {
 		deps = slices.DeleteFunc(deps, func(d cbdash.Dependency) bool { return d.Service != svc })
 	}
-	return deps
+	if order != cbdash.OrderWorst {
+		cbdash.SortDependencies(deps, order)
+	}
+	return deps, nil
 }
 
-// apiDependencies lists dependency summaries, worst first, optionally of
-// one service (?service=): a dependency without its members (about 1 KB
+// apiDependencies lists dependency summaries, worst first (or as ?sort=
+// asks), optionally of one service (?service=): a dependency without its members (about 1 KB
 // each, 21 KB at 1,000 instances x 20 breakers). One shape, whatever the
 // query (API 1.1.0; the summaries GET /api/v1/breakers answered from
 // issue 15 until then).
 func (s *Server) apiDependencies(c echo.Context) error {
-	deps := s.dependencies(c)
+	deps, err := s.dependencies(c)
+	if err != nil {
+		return err
+	}
 	out := make([]dependencySummary, len(deps))
 	for i, d := range deps {
 		d.PerInstance = nil
@@ -72,8 +84,8 @@ func (s *Server) apiDependencies(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// apiBreakers lists dependencies, worst first, optionally of one service
-// (?service=), each with every member in per_instance: what /api/v1
+// apiBreakers lists dependencies, worst first (or as ?sort= asks),
+// optionally of one service (?service=), each with every member in per_instance: what /api/v1
 // answered before issue 15 made it summaries (as API 1.0.0 documented
 // it), restored in API 1.1.0 so that those clients read what they were
 // written for. Large:
@@ -87,7 +99,10 @@ func (s *Server) apiBreakers(c echo.Context) error {
 	default:
 		return errorf(cbdash.ErrInvalid, "members must be all or none")
 	}
-	deps := s.dependencies(c)
+	deps, err := s.dependencies(c)
+	if err != nil {
+		return err
+	}
 	for i := range deps {
 		deps[i] = wording.Worded(deps[i])
 		if deps[i].PerInstance == nil {

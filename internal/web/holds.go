@@ -130,13 +130,14 @@ func holdStatus(h cbdash.HoldRecord, now time.Time) templates.State {
 	return templates.State{Class: "none", Text: "expired"}
 }
 
-// holdExpiry is a hold's planned end to the second, with what remains or
+// holdExpiry is a hold's one end to the second (HoldRecord.End: its
+// release when released, its expiry otherwise), with what remains or
 // how it ended.
 func holdExpiry(h cbdash.HoldRecord, now time.Time) string {
-	s := stamp(h.Until)
+	s := stamp(h.End())
 	switch {
 	case !h.ReleasedAt.IsZero() && h.ReleasedAt.Before(h.Until):
-		return s + " (released " + stamp(h.ReleasedAt) + " by " + h.ReleasedBy + ")"
+		return s + " (released by " + h.ReleasedBy + ")"
 	case now.Before(h.Until):
 		return s + " (in " + exactDuration(h.Until.Sub(now).Truncate(time.Second)) + ")"
 	}

@@ -212,6 +212,15 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 		`data-testid="instance-hold"`, "hold "+id)
 	overview := otto.get("/")
 	mustContain(t, "the overview", overview.body, "held open", `data-testid="held-report"`, `href="/holds/`+id+`"`)
+	// One end everywhere: the tile's "held until" is the hold's expiry to
+	// the millisecond, not the one each agent worked out from the TTL.
+	created, err := s.col.Hold(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := `data-until="` + created.Until.UTC().Format("2006-01-02T15:04:05.000Z07:00") + `"`
+	mustContain(t, "the holds list", list.body, until)
+	mustContain(t, "the overview", overview.body, until)
 
 	// A second, narrower hold wins where it matches: the most recent.
 	newer, err := s.col.CreateHold(context.Background(), cbdash.Actor{Name: "otto"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "checkout", Breaker: "payments", Instances: []string{"checkout-2"}},
@@ -233,6 +242,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 	}
 	report = otto.get("/holds/" + id)
 	mustContain(t, "the released report", report.body, "released by otto: drill over", "applied, forced open until the hold ended")
+	assertOneEnd(t, s, otto, id)
 	if strings.Contains(report.body, "now forced open") {
 		t.Error("the report of a released hold says its breakers are now forced open")
 	}
@@ -279,5 +289,37 @@ func TestABreakerThatCannotBeHeldSaysWhyInsteadOfOfferingHolds(t *testing.T) {
 	res = otto.postForm("/holds", url.Values{"service": {"*"}, "breaker": {"search"}, "action": {protocol.ActionForceOpen}, "ttl": {"5"}, "reason": {"try"}})
 	if res.status != http.StatusBadRequest || !strings.Contains(res.body, "catalog/catalog-1: "+why) {
 		t.Errorf("a fleet-wide hold of a gobreaker breaker: %d %s", res.status, res.body)
+	}
+}
+
+// assertOneEnd checks that released hold id shows one end, its release,
+// in the holds list, its drill report and the API's hold record, and
+// not its planned expiry beside it.
+func assertOneEnd(t *testing.T, s *holdStack, c *client, id string) {
+	t.Helper()
+	h, err := s.col.Hold(context.Background(), id)
+	if err != nil || h.ReleasedAt.IsZero() {
+		t.Fatalf("hold %s: %+v, %v: want it released", id, h, err)
+	}
+	end, expiry := h.ReleasedAt.UTC().Format("2006-01-02 15:04:05"), h.Until.UTC().Format("2006-01-02 15:04:05")
+	list := c.get("/holds").body
+	row := list[strings.Index(list, `data-hold="`+id+`"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	mustContain(t, "the released hold's row", row, end+" (released by otto)")
+	mustContain(t, "the released hold's report", c.get("/holds/"+id).body, `data-testid="sum-end">`+end+", released by otto")
+	var rec struct {
+		End        time.Time `json:"end"`
+		ReleasedAt time.Time `json:"released_at"`
+		Until      time.Time `json:"until"`
+	}
+	res := c.get("/api/v1/holds/" + id)
+	if err := json.Unmarshal([]byte(res.body), &rec); err != nil || res.status != http.StatusOK {
+		t.Fatalf("GET /api/v1/holds/%s: %d %s", id, res.status, res.body)
+	}
+	if !rec.End.Equal(rec.ReleasedAt) || rec.End.Equal(rec.Until) {
+		t.Errorf("the API's hold: end %v, released_at %v, until %v: want end = released_at", rec.End, rec.ReleasedAt, rec.Until)
+	}
+	if strings.Contains(row, expiry) {
+		t.Errorf("the released hold's row %q still shows its planned expiry %s", row, expiry)
 	}
 }

@@ -371,43 +371,35 @@ func (f filter) match(d cbdash.Dependency) bool {
 	return true
 }
 
-// sortDeps sorts in place: worst first (state, then headroom, then
-// name: the API's and the CLI's order too, see internal/live), by name,
-// by request rate, by error rate (the failure rate of the last minute,
-// highest first) or by latency (p99 of the last minute, highest first),
-// the last two as Hystrix's dashboard sorts.
+// sortDeps sorts in place as the overview's sort how asks (pageOrder):
+// worst first (state, then headroom, then name: the API's and the CLI's
+// order too), by name, by request rate, by error rate (the failure rate
+// of the last minute, highest first) or by latency (p99 of the last
+// minute, highest first), the last two as Hystrix's dashboard sorts.
 func sortDeps(deps []cbdash.Dependency, how string) {
-	sort.SliceStable(deps, func(i, j int) bool { return depLess(&deps[i], &deps[j], how) })
+	cbdash.SortDependencies(deps, pageOrder(how))
+}
+
+// pageOrder is the order (cbdash.Orders) of the overview's sort how, as
+// its query names it (?sort=rate, errors, latency, name; worst or
+// anything else: worst first).
+func pageOrder(how string) string {
+	switch how {
+	case "name":
+		return cbdash.OrderName
+	case "rate":
+		return cbdash.OrderRequestRate
+	case "errors":
+		return cbdash.OrderErrorRate
+	case "latency":
+		return cbdash.OrderP99
+	}
+	return cbdash.OrderWorst
 }
 
 // depLess is sortDeps' order.
 func depLess(a, b *cbdash.Dependency, how string) bool {
-	switch how {
-	case "name":
-	case "rate":
-		if a.RequestRate != b.RequestRate {
-			return a.RequestRate > b.RequestRate
-		}
-	case "errors":
-		if a.FailureRate != b.FailureRate {
-			return a.FailureRate > b.FailureRate
-		}
-	case "latency":
-		if a.P99 != b.P99 {
-			return a.P99 > b.P99
-		}
-	default:
-		if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
-			return ra < rb
-		}
-		if ha, hb := cbdash.ClosenessOf(a.Headroom).Score, cbdash.ClosenessOf(b.Headroom).Score; ha != hb {
-			return ha > hb
-		}
-	}
-	if a.Service != b.Service {
-		return a.Service < b.Service
-	}
-	return a.Breaker < b.Breaker
+	return cbdash.DependencyCompare(a, b, pageOrder(how)) < 0
 }
 
 // tilesPerPage is how many tiles the overview shows at once (as many
@@ -448,7 +440,7 @@ func pageOf(all []*cbdash.Dependency, f filter) overviewPage {
 			continue
 		}
 		matched++
-		r := ranked{d: d, rank: stateRank(d.State), score: cbdash.ClosenessOf(d.Headroom).Score}
+		r := ranked{d: d, worst: cbdash.WorstKeyOf(d)}
 		if f.Group {
 			rs = append(rs, r)
 			continue
@@ -485,21 +477,17 @@ func pageOf(all []*cbdash.Dependency, f filter) overviewPage {
 
 // ranked is a dependency with what sorting it takes, worked out once.
 type ranked struct {
-	d           *cbdash.Dependency
-	rank, group int
-	score       float64
+	d     *cbdash.Dependency
+	worst cbdash.WorstKey
+	group int
 }
 
 // rankedLess is depLess on ranked dependencies.
 func rankedLess(a, b *ranked, how string) bool {
-	if how == "worst" || how == "" {
-		if a.rank != b.rank {
-			return a.rank < b.rank
+	if pageOrder(how) == cbdash.OrderWorst {
+		if c := cbdash.CompareWorst(a.worst, b.worst); c != 0 {
+			return c < 0
 		}
-		if a.score != b.score {
-			return a.score > b.score
-		}
-		return depLess(a.d, b.d, "name")
 	}
 	return depLess(a.d, b.d, how)
 }

@@ -11,8 +11,8 @@ import templruntime "github.com/a-h/templ/runtime"
 
 import "strconv"
 
-// HoldsPage lists holds, live and past, newest first, with their expiry
-// to the second and their coverage; the list refreshes itself.
+// HoldsPage lists holds, live and past, newest first, with their one end
+// (release or expiry) to the second and their coverage; the list refreshes itself.
 func HoldsPage(v Holds) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
@@ -145,7 +145,7 @@ func holdTable(rows []HoldRow, governs bool) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "<table class=\"cards compact\" data-testid=\"holds\"><thead><tr><th>hold</th><th>status</th><th>action</th><th>selector</th><th>who</th><th>start (UTC)</th><th>expiry (UTC)</th><th>coverage</th>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "<table class=\"cards compact\" data-testid=\"holds\"><thead><tr><th>hold</th><th>status</th><th>action</th><th>selector</th><th>who</th><th>start (UTC)</th><th>end (UTC)</th><th>coverage</th>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -304,7 +304,7 @@ func holdTable(rows []HoldRow, governs bool) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "</td><td class=\"nowrap wide\" data-label=\"expiry (UTC)\" data-testid=\"hold-expiry\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "</td><td class=\"nowrap wide\" data-label=\"end (UTC)\" data-testid=\"hold-expiry\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
