@@ -457,7 +457,11 @@ func HoldsUnsupported(c protocol.BreakerConfig) (reason string, unsupported bool
 	}
 	what := "this breaker"
 	if c.Library != "" {
-		what = "a " + c.Library + " breaker"
+		article := "a "
+		if strings.ContainsRune("aeiouAEIOU", rune(c.Library[0])) {
+			article = "an " // "an opossum 10.0.0 breaker"
+		}
+		what = article + c.Library + " breaker"
 	}
 	return what + " cannot be held open or closed", true
 }

@@ -74,6 +74,12 @@ export interface RegisterBreakerOptions {
   /** How long the breaker stays open, ms, for the dashboard. */
   openMs?: number;
   library?: string;
+  /**
+   * Tells a rejection by the breaker (counted as rejected, not as a
+   * failure) from a failure of the call, for `call`. Without it, a call
+   * that fails while the breaker was open as it began is a rejection.
+   */
+  isRejection?: (err: unknown) => boolean;
 }
 
 export interface Counts {

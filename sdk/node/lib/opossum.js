@@ -19,10 +19,36 @@
 
 const { Source } = require('./source');
 
-let opossumVersion = '';
-try {
-  opossumVersion = require('opossum/package.json').version;
-} catch { /* opossum is the service's: its version is then unknown */ }
+const path = require('path');
+const fs = require('fs');
+
+// opossumVersion is the version of the opossum that made breaker: the
+// package.json above the module (in require.cache) whose export is the
+// breaker's class, so that an agent installed as a link, with an opossum
+// of its own for its tests, reports the service's opossum; else the one
+// the service's main module resolves; else the one this package
+// resolves; '' when none is found.
+function opossumVersion (breaker) {
+  try {
+    const ctor = breaker && breaker.constructor;
+    for (const m of Object.values(require.cache)) {
+      if (!m || !m.filename || (m.exports !== ctor && m.exports?.default !== ctor)) continue;
+      for (let dir = path.dirname(m.filename); dir !== path.dirname(dir); dir = path.dirname(dir)) {
+        const f = path.join(dir, 'package.json');
+        if (!fs.existsSync(f)) continue;
+        const pkg = JSON.parse(fs.readFileSync(f, 'utf8'));
+        if (pkg.name === 'opossum' && pkg.version) return pkg.version;
+      }
+    }
+  } catch { /* fall back to resolving it */ }
+  for (const from of [require.main?.path, process.cwd(), __dirname]) {
+    if (!from) continue;
+    try {
+      return require(require.resolve('opossum/package.json', { paths: [from] })).version || '';
+    } catch { /* next */ }
+  }
+  return '';
+}
 
 const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
@@ -59,6 +85,16 @@ class OpossumSource extends Source {
     this.judging = false;
     this.listeners = [];
     this.origAction = null;
+  }
+
+  // libraryName is "opossum <version>" of the opossum that made the
+  // breaker (looked up once), or "opossum".
+  libraryName () {
+    if (this.library === undefined) {
+      const v = opossumVersion(this.b);
+      this.library = v ? `opossum ${v}` : 'opossum';
+    }
+    return this.library;
   }
 
   holdsUnsupported () {
@@ -233,7 +269,7 @@ class OpossumSource extends Source {
       half_open_success_threshold: 1,
       call_timeout_ms: ms(o.timeout),
       max_concurrent: capacity,
-      library: this.opts.library || (opossumVersion ? `opossum ${opossumVersion}` : 'opossum'),
+      library: this.opts.library || this.libraryName(),
       settings
     };
     if (this.holdsUnsupported()) c.holds_unsupported = true;

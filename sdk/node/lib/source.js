@@ -67,8 +67,14 @@ const STATES = new Map([
 // wireState maps a state as a hand-written breaker may name it
 // ('CLOSED', 'half-open', 'HalfOpen'...) to the protocol's.
 function wireState (s) {
+  return knownState(s) || 'closed';
+}
+
+// knownState is wireState's answer, or undefined for a name it does not
+// know.
+function knownState (s) {
   const k = String(s).replace(/([a-z])([A-Z])/g, '$1_$2').toLowerCase();
-  return STATES.get(k) || 'closed';
+  return STATES.get(k);
 }
 
 // StatefulSource reports a hand-written breaker: one that has a `state`
@@ -81,14 +87,30 @@ class StatefulSource extends Source {
     this.unsubscribe = null;
     this.inFlight = 0;
     this.lastState = wireState(breaker.state);
+    this.warned = new Set(); // what was said once to the log
+  }
+
+  // warnOnce logs msg the first time key is seen.
+  warnOnce (key, msg) {
+    if (this.warned.has(key) || !this.sink) return;
+    this.warned.add(key);
+    this.sink.log.warn(`breaker ${this.name}: ${msg}`);
+  }
+
+  // stateName maps s as wireState does, saying once in the log when it is
+  // a name cbdash does not know (then read as closed).
+  stateName (s) {
+    const k = knownState(s);
+    if (!k) this.warnOnce(`state ${s}`, `unknown state ${JSON.stringify(String(s))} read as closed (known: closed, open, half-open, forced_open, forced_closed, in any case)`);
+    return k || 'closed';
   }
 
   _attach (sink) {
     super._attach(sink);
     const on = (from, to) => {
       try {
-        const f = wireState(to === undefined ? this.lastState : from);
-        const t = wireState(to === undefined ? from : to);
+        const f = this.stateName(to === undefined ? this.lastState : from);
+        const t = this.stateName(to === undefined ? from : to);
         this.lastState = t;
         const cause = { kind: t === 'open' && f === 'half_open' ? 'probe_failed' : t === 'open' ? 'library_rule' : t === 'half_open' ? 'open_elapsed' : f === 'half_open' ? 'probes_succeeded' : 'library_rule' };
         if (cause.kind === 'probe_failed') cause.probe_outcome = 'error';
@@ -105,6 +127,8 @@ class StatefulSource extends Source {
       const l = (from, to) => on(from, to);
       b.on('transition', l);
       this.unsubscribe = () => b.off('transition', l);
+    } else {
+      this.warnOnce('no transitions', 'has neither onTransition(fn) nor on(\'transition\', fn): its state is reported, its transitions are not');
     }
   }
 
@@ -114,25 +138,48 @@ class StatefulSource extends Source {
   }
 
   // call runs fn (sync or async) as one counted call: the breaker decides
-  // nothing here, it only measures. It returns what fn returns.
+  // nothing here, it only measures. It returns what fn returns. A call
+  // that fails is a rejection, not a failure, when opts.isRejection(err)
+  // says so, or, without isRejection, when the breaker was open as the
+  // call began (a breaker that is open refuses calls without making
+  // them).
   call (fn) {
     const start = Date.now();
-    this.counts.admitted++;
+    let wasOpen = false;
+    try { wasOpen = wireState(this.breaker.state) === 'open'; } catch { /* the breaker's own getter */ }
     this.inFlight++;
-    const done = (o) => { this.inFlight--; this.ended(o, Date.now() - start, false); };
+    const done = (err, failed) => {
+      this.inFlight--;
+      if (failed && this.isRejection(err, wasOpen)) {
+        this.rejected('open');
+        return;
+      }
+      this.ended(failed ? 'error' : 'success', Date.now() - start, true);
+    };
     let r;
     try {
       r = fn();
     } catch (e) {
-      done('error');
+      done(e, true);
       throw e;
     }
     if (r && typeof r.then === 'function') {
-      r.then(() => done('success'), () => done('error'));
+      r.then(() => done(undefined, false), e => done(e, true));
     } else {
-      done('success');
+      done(undefined, false);
     }
     return r;
+  }
+
+  isRejection (err, wasOpen) {
+    const f = this.opts.isRejection;
+    if (typeof f !== 'function') return wasOpen;
+    try {
+      return Boolean(f(err));
+    } catch (e) {
+      this.warnOnce('isRejection threw', `isRejection threw (${e && e.message}): the call counted as a failure`);
+      return false;
+    }
   }
 
   describe () {

@@ -279,3 +279,26 @@ test('an awaited close() resolves (false, after its timeout) even when nothing e
   const out = execFileSync(process.execPath, ['-e', script], { cwd: __dirname, encoding: 'utf8', timeout: 20000 });
   assert.equal(out.trim(), 'closed false');
 });
+
+test("the library reported is the service's opossum, not the one beside the agent", t => {
+  // A service's own opossum (here 9.9.9, in a directory of its own), as
+  // when the agent is installed as a link with its dev copy of opossum 10.
+  const fs = require('fs');
+  const os = require('os');
+  const path = require('path');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cbdash-opossum-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const pkg = path.join(dir, 'node_modules', 'opossum');
+  fs.mkdirSync(path.join(pkg, 'lib'), { recursive: true });
+  fs.writeFileSync(path.join(pkg, 'package.json'), JSON.stringify({ name: 'opossum', version: '9.9.9', main: 'lib/index.js' }));
+  fs.writeFileSync(path.join(pkg, 'lib', 'index.js'),
+    `module.exports = class CircuitBreaker extends require(${JSON.stringify(require.resolve('opossum'))}) {};`);
+  const Theirs = require(pkg);
+  const a = new Agent({ url: 'ws://127.0.0.1:9/api/v1/agent', service: 'node-svc', instance: 'i-1', logger: quiet });
+  const b = new Theirs(async () => 'ok', { name: 'theirs' });
+  t.after(() => b.shutdown());
+  assert.equal(a.register(b).describe().library, 'opossum 9.9.9');
+  const ours = new CircuitBreaker(async () => 'ok', { name: 'ours' });
+  t.after(() => ours.shutdown());
+  assert.equal(a.register(ours).describe().library, 'opossum 10.0.0');
+});

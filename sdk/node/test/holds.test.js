@@ -137,3 +137,32 @@ test('a hand-written breaker with state and onTransition is reported: its transi
   a.unregister('payments');
   assert.equal(listeners.length, 0);
 });
+
+test("a hand-written breaker's refusals while open are rejections, not failures; isRejection decides when given; odd shapes are said once", async () => {
+  const warned = [];
+  const log = { warn (m) { warned.push(m); }, error () {}, debug () {} };
+  const a = new Agent({ url: 'ws://127.0.0.1:9/api/v1/agent', service: 'node-svc', instance: 'i-1', logger: log });
+  const mine = { name: 'payments', state: 'OPEN', onTransition () {} };
+  const src = a.registerBreaker(mine);
+  // open: the breaker refuses without calling (as the README's exec does)
+  await assert.rejects(src.call(async () => { throw new Error('circuit open'); }));
+  mine.state = 'CLOSED';
+  await assert.rejects(src.call(async () => { throw new Error('boom'); }));
+  let c = src.snapshot().counts;
+  assert.equal(c.rejected_open, 1);
+  assert.equal(c.admitted, 1);
+  assert.equal(c.errors, 1);
+  // isRejection tells them apart whatever the state
+  const other = { name: 'pricing', state: 'closed', on () {} };
+  const src2 = a.registerBreaker(other, { isRejection: e => e.message === 'circuit open' });
+  assert.throws(() => src2.call(() => { throw new Error('circuit open'); }));
+  c = src2.snapshot().counts;
+  assert.equal(c.rejected_open, 1);
+  assert.equal(c.admitted, 0);
+  // no way to hear transitions, an unknown state name: said once each
+  const bare = { name: 'bare', state: 'TRIPPED' };
+  a.registerBreaker(bare);
+  a.registerBreaker({ name: 'bare2', state: 'closed', onTransition (fn) { this.fn = fn; } }).breaker.fn('closed', 'TRIPPED');
+  assert.ok(warned.some(m => /bare: has neither onTransition/.test(m)), warned.join('\n'));
+  assert.ok(warned.some(m => /bare2: unknown state "TRIPPED"/.test(m)), warned.join('\n'));
+});
