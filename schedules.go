@@ -104,10 +104,10 @@ func (r ScheduleRule) Validate() error {
 // Next returns the rule's first due time strictly after t; ok is false
 // when there is none (a one-off time at or before t).
 func (r ScheduleRule) Next(t time.Time) (due time.Time, ok bool) {
-	if r.Once() {
-		return r.At, r.At.After(t)
+	if r.Once() && r.At.After(t) {
+		return r.At, true
 	}
-	if len(r.Days) == 0 {
+	if r.Once() || len(r.Days) == 0 {
 		return time.Time{}, false
 	}
 	t = t.UTC()
