@@ -85,3 +85,59 @@ func TestCLIDrillScheduleRunsAtItsTimeAndIsListedAndUnscheduled(t *testing.T) {
 		t.Errorf("schedules --deleted: exit %d, out %q", code, out)
 	}
 }
+
+// The server is down at two due times: on restart the drill whose window
+// is not over yet starts for what is left of it (it ends when it would
+// have), and the one whose window ended while down is recorded as
+// skipped, missed while the server was down.
+func TestScheduledDrillsAcrossAServerRestart(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.Virtual()
+	first := stacktest.Start(t, stacktest.Options{Clock: clk})
+	ctx := t.Context()
+	ada := cbdash.Actor{Name: "ada", Role: cbdash.RoleOperator, Kind: cbdash.ActorUser}
+	now := clk.Now().UTC().Truncate(time.Minute)
+	late, missed := now.Add(30*time.Minute), now.Add(20*time.Minute)
+	schedule := func(rule string, ttl time.Duration) cbdash.DrillSchedule {
+		t.Helper()
+		r, err := cbdash.ParseScheduleRule(rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := first.Collector.CreateSchedule(ctx, ada, cbdash.ScheduleRequest{Rule: r, HoldRequest: cbdash.HoldRequest{
+			Selector: cbdash.Selector{Service: "checkout", Breaker: "payments"}, Action: protocol.ActionForceOpen, TTL: ttl,
+			Reason: "drill", StopIf: []cbdash.StopCondition{{Metric: cbdash.StopFallbackFailureRate, Above: 20}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	daily := schedule("every day "+late.Format("15:04"), 10*time.Minute)
+	once := schedule("at "+missed.Format(time.RFC3339), 5*time.Minute)
+	first.Stop()
+	clk.Advance(late.Add(2 * time.Minute).Sub(clk.Now())) // down at both due times
+	again := stacktest.Start(t, stacktest.Options{Clock: clk, Path: first.Path})
+	clk.Advance(time.Second)
+	var runs []cbdash.ScheduleRun
+	eventually.True(t, "both due times handled after the restart", func() bool {
+		d, err1 := again.Collector.Schedule(ctx, daily.ID)
+		o, err2 := again.Collector.Schedule(ctx, once.ID)
+		if err1 != nil || err2 != nil || len(d.Runs) == 0 || len(o.Runs) == 0 || d.Runs[0].Result == cbdash.RunClaimed {
+			clk.Advance(time.Second)
+			return false
+		}
+		runs = []cbdash.ScheduleRun{d.Runs[0], o.Runs[0]}
+		return true
+	})
+	if r := runs[1]; r.Result != cbdash.RunSkipped || r.Reason != "missed while the server was down" || !r.Due.Equal(missed) {
+		t.Errorf("the one-off run %+v, want skipped as missed", r)
+	}
+	r := runs[0]
+	if r.Result != cbdash.RunStarted || !r.Due.Equal(late) {
+		t.Fatalf("the daily run %+v, want started late", r)
+	}
+	h, err := again.Collector.Hold(ctx, r.HoldID)
+	if err != nil || !h.Until.Equal(late.Add(10*time.Minute)) || h.Actor != "schedule "+daily.ID {
+		t.Fatalf("the late drill %+v (%v), want it by the schedule, ending at %v", h, err, late.Add(10*time.Minute))
+	}
+}
