@@ -66,6 +66,9 @@ func TestCLIDrillScheduleRunsAtItsTimeAndIsListedAndUnscheduled(t *testing.T) {
 	if hold.Actor != "schedule "+id || !hold.Until.Equal(due.Add(5*time.Minute)) || len(hold.Stops) != 1 {
 		t.Errorf("the scheduled drill's hold %+v", hold)
 	}
+	if code, out, _ = cliOn(t, clk, env, "drills"); code != 0 || !strings.Contains(out, hold.ID) || !strings.Contains(out, "started as hold "+hold.ID) {
+		t.Errorf("drills lists the drill and its schedule: exit %d, out %q", code, out)
+	}
 	code, out, _ = cliOn(t, clk, env, "drill", "schedules")
 	if code != 0 || !strings.Contains(out, "started as hold "+hold.ID) || !strings.Contains(out, due.AddDate(0, 0, 1).Format("Mon 2006-01-02 15:04 UTC")) {
 		t.Errorf("schedules after the run: exit %d, out %q", code, out)
