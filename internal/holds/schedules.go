@@ -182,7 +182,7 @@ func (s *Scheduler) runDue(ctx context.Context, d cbdash.DrillSchedule, due, now
 		return err
 	}
 	req := d.HoldRequest
-	req.Actor, req.TTL = ScheduleActor(d.ID), end.Sub(now)
+	req.Actor, req.TTL = ScheduleActor(d.ID), end.Sub(now) // create makes it end at end exactly
 	req.Reason = fmt.Sprintf("%s (schedule %s, %s)", d.Reason, d.ID, d.Rule)
 	if len(req.Reason) > 1000 {
 		req.Reason = d.Reason
@@ -193,7 +193,7 @@ func (s *Scheduler) runDue(ctx context.Context, d cbdash.DrillSchedule, due, now
 	}
 	var h cbdash.HoldRecord
 	if err == nil {
-		h, err = s.m.Create(ctx, req)
+		h, err = s.m.create(ctx, req, end)
 	}
 	if err != nil {
 		run.Result, run.Reason = cbdash.RunSkipped, err.Error()
