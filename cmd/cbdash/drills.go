@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"text/tabwriter"
 	"time"
 
@@ -18,7 +20,7 @@ func newDrillsCmd() *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "drills",
-		Short: "List the drills (force opens with stop conditions), ongoing and past, with their result: STOPPED (and why), passed, released",
+		Short: "List the drills (force opens with stop conditions), ongoing and past, with their result: STOPPED (and why), passed, released; then the scheduled ones",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.client(false)
@@ -29,7 +31,22 @@ func newDrillsCmd() *cobra.Command {
 			if err := c.do(cmd.Context(), "GET", fmt.Sprintf("/api/v1/holds?limit=%d", limit), nil, &hs); err != nil {
 				return err
 			}
-			return printDrills(cmd.OutOrStdout(), hs, time.Now())
+			if err := printDrills(cmd.OutOrStdout(), hs, time.Now()); err != nil {
+				return err
+			}
+			// The scheduled ones; a server older than schedules (404) has none.
+			var ds []cbdash.DrillSchedule
+			var ae *apiError
+			if err := c.do(cmd.Context(), "GET", "/api/v1/schedules", nil, &ds); errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			if len(ds) == 0 {
+				return nil
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return printSchedules(cmd.OutOrStdout(), ds)
 		},
 	}
 	o.bind(cmd.Flags())

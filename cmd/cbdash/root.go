@@ -101,6 +101,7 @@ A flag on the command line wins.`,
 		newCommandCmd("reset", "Reset a breaker to closed with an empty window (refused while a hold covers it)", actionReset),
 		newHoldsCmd(),
 		newDrillsCmd(),
+		newDrillCmd(), // schedules.go
 		newAlertsCmd(),
 		newTuneCmd(),   // tune.go
 		newReviewCmd(), // review.go

@@ -12,6 +12,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/cluster"
+	"github.com/cbdash/cbdash/internal/holds"
 	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/internal/store"
@@ -175,7 +176,9 @@ type Collector struct {
 	cmds    *pendingCommands
 	ing     *ingest.Pipeline // the agents' transports and the ingest pipeline
 	holds   holdManager
-	fleet   *fleet
+	// schedules runs drill schedules through holds.
+	schedules *holds.Scheduler
+	fleet     *fleet
 
 	mu      sync.Mutex
 	stopped bool // Run has returned (or is returning)
@@ -213,6 +216,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
 	c.holds = newHoldManager(c)
+	c.schedules = holds.NewScheduler(cfg.Store, c.holds.Manager)
 	c.fleet = newFleet(c, cfg.Cluster)
 	if err := c.fleet.register(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
@@ -301,6 +305,7 @@ func (c *Collector) loop(ctx context.Context) {
 			c.live.Sweep()
 			c.expireCommands(ctx)
 			c.holds.sweep(ctx)
+			c.schedules.Tick(ctx)
 			c.ing.CloseRevokedSessions(ctx)
 		case <-compact:
 			if !c.fleet.leadsCompaction() {

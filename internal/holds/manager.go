@@ -219,6 +219,13 @@ func (m *Manager) MaxHold() time.Duration { return m.cfg.MaxHold }
 // a default), cbdash.ErrConflict with pre-flight's reasons, or the
 // store's error (then nothing was sent).
 func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
+	return m.create(ctx, req, time.Time{})
+}
+
+// create is Create; a non-zero until is the hold's end, whatever the
+// time it is created at (req.TTL is then until less that time: a
+// scheduled drill that starts late ends when it would have).
+func (m *Manager) create(ctx context.Context, req cbdash.HoldRequest, until time.Time) (cbdash.HoldRecord, error) {
 	if err := req.Validate(m.cfg.MaxHold); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
@@ -233,6 +240,9 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 		return cbdash.HoldRecord{}, err
 	}
 	now := m.now().UTC()
+	if req.TTL, err = ttlUntil(req.TTL, now, until); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
 	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL), Stops: stops}
 	if len(req.Steps) > 0 {
 		h.Step = 1
@@ -266,6 +276,18 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	done()
 	m.cfg.Cluster.HoldChanged(ctx, h.ID)
 	return m.cfg.Store.Hold(ctx, h.ID)
+}
+
+// ttlUntil is ttl, or with until set the time from now to until.
+// Errors: cbdash.ErrConflict when until has come.
+func ttlUntil(ttl time.Duration, now, until time.Time) (time.Duration, error) {
+	switch {
+	case until.IsZero():
+		return ttl, nil
+	case !now.Before(until):
+		return 0, fmt.Errorf("%w: its end %s has come", cbdash.ErrConflict, until.UTC().Format(time.RFC3339))
+	}
+	return until.Sub(now), nil
 }
 
 func coversAny(sel cbdash.Selector, inst Instance) bool {

@@ -47,8 +47,9 @@ func (s *Server) mountAPI(open, read, op routes) {
 	open.GET("/api/v1/openapi.json", s.openAPI)
 
 	read.GET("/api/v1/events", s.events)
-	s.mountBreakersAPI(read, op) // api_breakers.go
-	s.mountHoldsAPI(read, op)    // api_holds.go
+	s.mountBreakersAPI(read, op)  // api_breakers.go
+	s.mountHoldsAPI(read, op)     // api_holds.go
+	s.mountSchedulesAPI(read, op) // api_schedules.go
 	s.mountIncidentsAPI(read, op)
 	s.mountAlertsAPI(read, op)
 	s.mountTuneAPI(read) // tune.go

@@ -110,9 +110,56 @@ func (s *Server) holdsPage(c echo.Context) error {
 	if c.QueryParam("fragment") != "" {
 		return render(c, http.StatusOK, templates.HoldList(rows, fragment))
 	}
+	schedules, err := s.scheduleRows(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, templates.HoldsPage(templates.Holds{
-		Page: s.page(c, "Holds", "holds"), Rows: rows, Fragment: fragment, MaxHold: holdText(hs.MaxHold()),
+		Page: s.page(c, "Holds", "holds"), Rows: rows, Fragment: fragment, MaxHold: holdText(hs.MaxHold()), Schedules: schedules,
 	}))
+}
+
+// scheduleRows is the drill schedules for the holds page; nil when the
+// hold service keeps none.
+func (s *Server) scheduleRows(ctx context.Context) ([]templates.ScheduleRow, error) {
+	ss, ok := s.cfg.Holds.(ScheduleService)
+	if !ok {
+		return nil, nil
+	}
+	ds, err := ss.Schedules(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]templates.ScheduleRow, 0, len(ds))
+	for _, d := range ds {
+		r := templates.ScheduleRow{ID: d.ID, Selector: d.Selector.String(), Rule: d.Rule.String(), For: holdText(d.TTL),
+			Stops: stopText(d.StopIf), NextRun: "none", LastRun: "never", Actor: d.Actor, Reason: d.Reason}
+		if !d.NextRun.IsZero() {
+			r.NextRun = d.NextRun.UTC().Format("Mon 2006-01-02 15:04")
+		}
+		if len(d.Runs) > 0 {
+			run := d.Runs[0]
+			r.LastRun = run.Due.UTC().Format("2006-01-02 15:04") + " " + run.Result
+			switch run.Result {
+			case cbdash.RunStarted:
+				r.LastRun += " as hold " + run.HoldID
+				r.LastHref = holdHref(run.HoldID)
+			case cbdash.RunSkipped:
+				r.LastRun += ": " + run.Reason
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// stopText is stop conditions as the CLI writes them, comma-separated.
+func stopText(cs []cbdash.StopCondition) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = c.String()
+	}
+	return strings.Join(parts, ", ")
 }
 
 // holdStatus is a hold's status at now: live, released or expired.

@@ -8,8 +8,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
+	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
 // addAgent starts one more real agent on s with a payments breaker.
@@ -172,4 +174,46 @@ func TestBrowserForceOffersOnlyTheMaxHoldAndARefusalHasAWayBack(t *testing.T) {
 		chromedp.WaitVisible(css(`form[data-testid=operator-form]`)),
 	)
 	screenshot(t, ctx, "dependency-operator.png")
+}
+
+// TestBrowserHoldsPageListsScheduledDrillsWithTheirNextRun: the holds
+// page has a table of drill schedules, each with its rule and next run,
+// whose target, next run and last run are in full view at 1440 and at
+// 390 px, and the page does not scroll sideways.
+func TestBrowserHoldsPageListsScheduledDrillsWithTheirNextRun(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	s := startStack(t, 2)
+	bg := context.Background()
+	rule, err := cbdash.ParseScheduleRule("every tue,thu 10:00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := cbdash.StopCondition{Metric: cbdash.StopFallbackFailureRate, Above: 20}
+	d, err := s.col.CreateSchedule(bg, cbdash.Actor{Name: "otto"}, cbdash.ScheduleRequest{Rule: rule, HoldRequest: cbdash.HoldRequest{
+		Selector: cbdash.Selector{Service: "*", Breaker: "payments", Labels: map[string]string{"zone": "a"}}, Action: protocol.ActionForceOpen,
+		TTL: 10 * time.Minute, Reason: "the weekly payments fallback drill", StopIf: []cbdash.StopCondition{stop}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login(t, ctx, s.url, "otto", s.password)
+	for _, width := range []int64{1440, 390} {
+		run(t, ctx, stepTimeout, "holds page", narrow(width), chromedp.Navigate(s.url+"/holds"),
+			chromedp.WaitVisible(css(`[data-testid=schedule-row]`)))
+		next := get(t, ctx, "next run", chromedp.Text(css(`[data-schedule="`+d.ID+`"] [data-testid=schedule-next]`)))
+		if want := d.NextRun.UTC().Format("Mon 2006-01-02 15:04"); !strings.Contains(next, want) {
+			t.Errorf("at %d px the next run reads %q, want %q", width, next, want)
+		}
+		if off := get(t, ctx, "schedule cells", chromedp.Evaluate[string](offScreen(`[data-testid=schedule-target], [data-testid=schedule-next], [data-testid=schedule-last]`))); off != "" {
+			t.Errorf("at %d px a schedule's target, next or last run is cut: %s", width, off)
+		}
+		if o := get(t, ctx, "overflow", chromedp.Evaluate[string](overflow)); o != "" {
+			t.Errorf("the holds page at %d px scrolls sideways: %s", width, o)
+		}
+		if width == 390 {
+			screenshot(t, ctx, "holds-schedules-390.png")
+		} else {
+			screenshot(t, ctx, "holds-schedules.png")
+		}
+	}
 }

@@ -309,6 +309,25 @@ func TestOpenAPIResponsesMatchTheDocument(t *testing.T) {
 	if rel.ReleasedBy != "otto" {
 		t.Errorf("released by %q, want otto", rel.ReleasedBy)
 	}
+
+	var sc cbdash.DrillSchedule
+	schedule := `{"selector":{"service":"*","breaker":"payments"},"action":"force_open","ttl":"10m","reason":"weekly drill",` +
+		`"stop_if":["fallback-failure-rate>20%"],"steps":[{"share":50,"for":60000000000},{"share":100,"for":540000000000}],"rule":"every tue 10:00"}`
+	if err := json.Unmarshal(do(apiCall{"POST", "/api/v1/schedules", schedule, 201}), &sc); err != nil {
+		t.Fatal(err)
+	}
+	if sc.Actor != "otto" || sc.NextRun.IsZero() {
+		t.Errorf("schedule %+v, want otto's with a next run", sc)
+	}
+	do(apiCall{"POST", "/api/v1/schedules", strings.Replace(schedule, "every tue", "every someday", 1), 400})
+	do(apiCall{"POST", "/api/v1/schedules", strings.Replace(schedule, "force_open", "force_closed", 1), 400})
+	do(apiCall{"GET", "/api/v1/schedules", "", 200})
+	do(apiCall{"GET", "/api/v1/schedules/" + sc.ID, "", 200})
+	do(apiCall{"GET", "/api/v1/schedules/nope", "", 404})
+	do(apiCall{"DELETE", "/api/v1/schedules/" + sc.ID, "", 400})
+	do(apiCall{"DELETE", "/api/v1/schedules/" + sc.ID + "?reason=season+over", "", 200})
+	do(apiCall{"DELETE", "/api/v1/schedules/" + sc.ID + "?reason=again", "", 409})
+	do(apiCall{"GET", "/api/v1/schedules?deleted=true", "", 200})
 }
 
 func TestOpenAPIOperationsHaveUniqueIDs(t *testing.T) {

@@ -29,6 +29,23 @@ type Holds struct {
 	Rows     []HoldRow
 	Fragment string // URL the list refreshes itself from
 	MaxHold  string // "24h0m0s"
+	// Schedules is the drill schedules not deleted, newest first; nil
+	// when the server keeps none.
+	Schedules []ScheduleRow
+}
+
+// ScheduleRow is one drill schedule on the holds page.
+type ScheduleRow struct {
+	ID       string
+	Selector string // what each run forces open
+	Rule     string // "every tue 10:00" (UTC)
+	For      string // each run's duration: "10m"
+	Stops    string // "fallback-failure-rate>20%", "" for none
+	NextRun  string // to the minute, UTC; "none"
+	LastRun  string // "2026-12-08 10:00 started as hold h…", "… skipped: pre-flight: …", "never"
+	LastHref string // the last run's drill report; "" when none
+	Actor    string
+	Reason   string
 }
 
 // DepHolds is the holds block of a dependency page: the live holds that
