@@ -204,6 +204,34 @@ func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	if err := m.refusePreflight(ctx, req); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
+	return m.create(ctx, req, stops)
+}
+
+// Advise stores and applies a quorum advisory (see package quorum): a
+// hold of actor cbdash.QuorumActor, applied as Create applies a hold,
+// but without stop conditions (the server's defaults included) and
+// without pre-flight, which are a drill's: an advisory is no drill, and
+// an open incident on its dependency is its very occasion. It is
+// released like any hold (Release), by an operator too.
+//
+// Errors: cbdash.ErrInvalid as Create's (and for another actor), or the
+// store's error (then nothing was sent).
+func (m *Manager) Advise(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
+	if req.Actor != cbdash.QuorumActor || req.Action != protocol.ActionForceOpen || len(req.StopIf)+len(req.Steps) > 0 {
+		return cbdash.HoldRecord{}, fmt.Errorf("%w: an advisory is a force_open of actor %q, without stop conditions or steps", cbdash.ErrInvalid, cbdash.QuorumActor)
+	}
+	if err := req.Validate(m.cfg.MaxHold); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	if err := m.refuseUnsupported(req.Selector); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	return m.create(ctx, req, []cbdash.StopCondition{})
+}
+
+// create stores hold req with stop conditions stops and applies it to
+// every reachable instance it covers.
+func (m *Manager) create(ctx context.Context, req cbdash.HoldRequest, stops []cbdash.StopCondition) (cbdash.HoldRecord, error) {
 	now := m.now().UTC()
 	h := cbdash.HoldRecord{ID: m.newHoldID(now), HoldRequest: req, CreatedAt: now, Until: now.Add(req.TTL), Stops: stops}
 	if len(req.Steps) > 0 {
