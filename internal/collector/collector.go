@@ -14,6 +14,7 @@ import (
 	"github.com/cbdash/cbdash/internal/cluster"
 	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/cbdash/cbdash/internal/live"
+	"github.com/cbdash/cbdash/internal/quorum"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,6 +91,12 @@ type Config struct {
 	// Limits bound the instances and breakers of one agent token and the
 	// dependencies of the collector (see Limits; zero values = defaults).
 	Limits Limits
+	// Quorum is the quorum rules (cbdash serve --quorum-rule, given only
+	// with --quorum): the dependencies whose instances are advised to open
+	// when enough of their peers opened on their own (package quorum),
+	// checked four times a second by the collector that leads. nil = off,
+	// the default.
+	Quorum []cbdash.QuorumRule
 	// Cluster connects the collectors sharing the Store (fleet.go): live
 	// updates, holds and routed commands between them, and the leadership
 	// of compaction. nil = cluster.NewLocal() (one collector). The
@@ -175,6 +182,7 @@ type Collector struct {
 	cmds    *pendingCommands
 	ing     *ingest.Pipeline // the agents' transports and the ingest pipeline
 	holds   holdManager
+	quorum  *quorum.Advisor // nil when Config.Quorum is empty
 	fleet   *fleet
 
 	mu      sync.Mutex
@@ -211,6 +219,9 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
 	c.holds = newHoldManager(c)
+	if len(cfg.Quorum) > 0 {
+		c.quorum = quorum.New(quorum.Config{Rules: cfg.Quorum, Holds: c.holds, Live: c.live, Now: c.now, Log: c.log, MaxHold: cfg.MaxHold})
+	}
 	c.fleet = newFleet(c, cfg.Cluster)
 	if err := c.fleet.register(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
@@ -295,6 +306,9 @@ func (c *Collector) loop(ctx context.Context) {
 			c.live.Flush()
 		case <-stops:
 			c.holds.CheckStops(ctx)
+			if c.quorum != nil && c.fleet.leadsCompaction() { // one collector advises: the one that leads
+				c.quorum.Check(ctx)
+			}
 		case <-sweep:
 			c.live.Sweep()
 			c.expireCommands(ctx)
