@@ -43,11 +43,11 @@ type serveOptions struct {
 	// Quorum (--quorum) turns quorum-advised trips on, server-wide, for the
 	// dependencies QuorumRules (--quorum-rule) name; off, the rules are
 	// kept and nothing is advised (the kill switch).
-	Quorum      bool
-	QuorumRules []string
-	AckDelay        time.Duration // --ack-delay: how long an agent's ack may be held to go with the next (collector.Config.AckDelay)
-	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
-	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
+	Quorum         bool
+	QuorumRules    []string
+	AckDelay       time.Duration // --ack-delay: how long an agent's ack may be held to go with the next (collector.Config.AckDelay)
+	TrustedProxies []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
+	SecureCookies  bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
 	// AllowPrivateWebhooks lets alert webhooks reach loopback, private and
 	// link-local addresses (--allow-private-webhooks).
 	AllowPrivateWebhooks bool
