@@ -305,10 +305,7 @@ func (c *Collector) loop(ctx context.Context) {
 		case <-publish:
 			c.live.Flush()
 		case <-stops:
-			c.holds.CheckStops(ctx)
-			if c.quorum != nil && c.fleet.leadsCompaction() { // one collector advises: the one that leads
-				c.quorum.Check(ctx)
-			}
+			c.checkHolds(ctx)
 		case <-sweep:
 			c.live.Sweep()
 			c.expireCommands(ctx)
@@ -322,6 +319,15 @@ func (c *Collector) loop(ctx context.Context) {
 				c.log.Error("compact", "err", err)
 			}
 		}
+	}
+}
+
+// checkHolds checks the drills' stop conditions and, on the collector
+// that leads (one advises for the cluster), the quorum rules.
+func (c *Collector) checkHolds(ctx context.Context) {
+	c.holds.CheckStops(ctx)
+	if c.quorum != nil && c.fleet.leadsCompaction() {
+		c.quorum.Check(ctx)
 	}
 }
 
