@@ -227,11 +227,20 @@ func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, st *advised, h
 	a.log.Info("quorum advisory ended", "dependency", d.DependencyKey.String(), "hold", h.ID, "reason", reason)
 }
 
-// adoptMembers is the open instances of d that h does not name.
+// adoptMembers is the instances of d that h does not name and that are
+// open or half-open, or closed by a transition after h was created: the
+// quorum h was sent for, as far as live state tells (an instance that
+// was closed then was named, unless an operator held it or it came
+// later).
 func adoptMembers(d cbdash.Dependency, h cbdash.HoldRecord) []string {
 	var out []string
 	for _, ib := range d.PerInstance {
-		if (ib.State == protocol.StateOpen || ib.State == protocol.StateHalfOpen) && !slices.Contains(h.Selector.Instances, ib.Instance) {
+		if slices.Contains(h.Selector.Instances, ib.Instance) {
+			continue
+		}
+		switch {
+		case ib.State == protocol.StateOpen, ib.State == protocol.StateHalfOpen,
+			ib.State == protocol.StateClosed && ib.LastTransition.After(h.CreatedAt):
 			out = append(out, ib.Instance)
 		}
 	}
