@@ -76,7 +76,7 @@ func ParseQuorumRule(s string) (QuorumRule, error) {
 			return bad(err.Error())
 		}
 	}
-	return r, r.validate()
+	return r, r.Validate()
 }
 
 // set reads one "key=value" of a rule.
@@ -99,9 +99,11 @@ func (r *QuorumRule) set(kv string) error {
 	return nil
 }
 
-// validate checks the rule's figures; errors wrap ErrInvalid.
-func (r QuorumRule) validate() error {
+// Validate checks the rule; errors wrap ErrInvalid and name the field.
+func (r QuorumRule) Validate() error {
 	switch {
+	case strings.TrimSpace(r.Service) == "" || strings.TrimSpace(r.Breaker) == "":
+		return fmt.Errorf("%w: quorum rule %q: service and breaker are required (either may be *)", ErrInvalid, r.Target())
 	case math.IsNaN(r.Percent) || r.Percent < 0 || r.Percent > 100:
 		return fmt.Errorf("%w: quorum rule %s: q must be within 0..100 (percent)", ErrInvalid, r.Target())
 	case r.Min < 0:

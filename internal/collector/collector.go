@@ -160,8 +160,20 @@ func (c *Config) validate() error {
 		return bad("MaxHold", "is negative")
 	case c.Limits.Validate() != nil:
 		return c.Limits.Validate()
+	case c.validateQuorum() != nil:
+		return c.validateQuorum()
 	case c.Gatherer == nil:
 		return bad("Gatherer", "is required when Registerer is not a Gatherer")
+	}
+	return nil
+}
+
+// validateQuorum checks Config.Quorum's rules.
+func (c *Config) validateQuorum() error {
+	for _, r := range c.Quorum {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("collector: Config.Quorum: %w", err)
+		}
 	}
 	return nil
 }

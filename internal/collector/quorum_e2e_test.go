@@ -12,6 +12,7 @@ import (
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/agent"
 	"github.com/cbdash/cbdash/sdk/breaker"
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -278,5 +279,13 @@ func TestQuorumAdvisoriesAreOffByDefault(t *testing.T) {
 	}
 	if s := f.members[3].state("payments"); s != breaker.Closed {
 		t.Errorf("i3 is %v, want closed", s)
+	}
+}
+
+// A rule given in code is checked as the flag's are.
+func TestABadQuorumRuleIsRefusedAtNew(t *testing.T) {
+	_, err := New(Config{Store: storetest.Open(t, clocktest.Virtual()), Quorum: []cbdash.QuorumRule{{Service: "checkout", Breaker: "*", Percent: 150}}})
+	if !errors.Is(err, cbdash.ErrInvalid) || !strings.Contains(err.Error(), "Config.Quorum") {
+		t.Errorf("err %v, want ErrInvalid naming Config.Quorum", err)
 	}
 }
