@@ -10,7 +10,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOCYCLO ?= github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 # The packages whose functions must read as steps (cyclomatic complexity at
 # most 15; their length is internal/layout's test).
-SHAPED = internal/store internal/holds internal/live internal/ingest internal/collector internal/tune
+SHAPED = internal/store internal/holds internal/live internal/ingest internal/collector internal/tune internal/quorum
 ADDR ?= 127.0.0.1:8080
 DB ?= ./cbdash.db
 DEMO_DB ?= ./cbdash-demo.db

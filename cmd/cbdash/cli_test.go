@@ -62,6 +62,8 @@ func TestCLIErrorsNameTheCulprit(t *testing.T) {
 		{"bad max hold", nil, []string{"serve", "--max-hold=-1s"}, 2, []string{"--max-hold"}},
 		{"ack delay too long", nil, []string{"serve", "--ack-delay=1m"}, 2, []string{"--ack-delay", "10s"}},
 		{"negative ack delay", map[string]string{"CBDASH_ACK_DELAY": "-1s"}, []string{"serve"}, 2, []string{"--ack-delay"}},
+		{"bad quorum rule", nil, []string{"serve", "--quorum", "--quorum-rule", "checkout/*:q=150%"}, 2, []string{"--quorum-rule", "q must be within"}},
+		{"quorum without a rule", map[string]string{"CBDASH_QUORUM": "true"}, []string{"serve"}, 2, []string{"--quorum needs a --quorum-rule"}},
 		// The README's table gives these flags environment variables.
 		{"negative max dependencies", map[string]string{"CBDASH_MAX_DEPENDENCIES": "-1"}, []string{"serve"}, 2, []string{"--max-dependencies"}},
 		{"negative max live", map[string]string{"CBDASH_MAX_LIVE": "-1"}, []string{"serve"}, 2, []string{"--max-live"}},

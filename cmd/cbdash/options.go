@@ -40,9 +40,14 @@ type serveOptions struct {
 	IncidentForced  bool          // --incident-include-forced: a force open (a drill) starts an incident too
 	MaxHold         time.Duration // --max-hold: the longest hold accepted (0 = 24 h)
 	StopIf          []string      // --stop-if: the default stop conditions of every hold
-	AckDelay        time.Duration // --ack-delay: how long an agent's ack may be held to go with the next (collector.Config.AckDelay)
-	TrustedProxies  []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
-	SecureCookies   bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
+	// Quorum (--quorum) turns quorum-advised trips on, server-wide, for the
+	// dependencies QuorumRules (--quorum-rule) name; off, the rules are
+	// kept and nothing is advised (the kill switch).
+	Quorum         bool
+	QuorumRules    []string
+	AckDelay       time.Duration // --ack-delay: how long an agent's ack may be held to go with the next (collector.Config.AckDelay)
+	TrustedProxies []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
+	SecureCookies  bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
 	// AllowPrivateWebhooks lets alert webhooks reach loopback, private and
 	// link-local addresses (--allow-private-webhooks).
 	AllowPrivateWebhooks bool
@@ -106,6 +111,8 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.BoolVar(&o.IncidentForced, "incident-include-forced", false, "let a force open (a drill) start an incident; by default forced states only extend an incident a trip opened")
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
 	fs.StringArrayVar(&o.StopIf, "stop-if", nil, "a stop condition every drill (hold) gets unless its operator drops it with a reason, e.g. 'fallback-failure-rate>20%', 'error-rate>30% for 10s', 'p99>500ms' (repeatable; default: none)")
+	fs.BoolVar(&o.Quorum, "quorum", false, "send quorum-advised trips for the dependencies --quorum-rule names (false: none, whatever the rules; the server-wide kill switch)")
+	fs.StringArrayVar(&o.QuorumRules, "quorum-rule", nil, "with --quorum, the dependencies whose instances are advised to open when a quorum of them opened on their own: 'SERVICE/BREAKER:q=50%,m=3,box=30s' (either may be *; the first matching rule decides; 'SERVICE/BREAKER:off' keeps one out) (repeatable; default: none)")
 	fs.DurationVar(&o.AckDelay, "ack-delay", 0, "how long an acknowledgement to an agent may wait to be written with the next ones as one (acks are cumulative), e.g. 2s; 0 = each at once")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")
 	fs.IntVar(&o.Limits.MaxInstancesPerToken, "max-instances-per-token", 10000, "the most instances one agent token may have known to the collector at once")
@@ -193,6 +200,9 @@ func (o *serveOptions) validate() error {
 		if _, err := cbdash.ParseStopCondition(c); err != nil {
 			return usageError{fmt.Errorf("--stop-if: %w", err)}
 		}
+	}
+	if err := o.validateQuorum(); err != nil {
+		return err
 	}
 	if o.MaxHold < 0 {
 		return usageError{fmt.Errorf("--max-hold must not be negative (got %v): every hold ends by itself", o.MaxHold)}
@@ -323,6 +333,34 @@ func (h floorHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h floorHandler) WithGroup(name string) slog.Handler {
 	return floorHandler{h.Handler.WithGroup(name), h.floor}
+}
+
+// validateQuorum checks --quorum-rule, and that --quorum has one.
+func (o *serveOptions) validateQuorum() error {
+	for _, r := range o.QuorumRules {
+		if _, err := cbdash.ParseQuorumRule(r); err != nil {
+			return usageError{fmt.Errorf("--quorum-rule: %w", err)}
+		}
+	}
+	if o.Quorum && len(o.QuorumRules) == 0 {
+		return usageError{fmt.Errorf("--quorum needs a --quorum-rule: quorum-advised trips are on only for the dependencies a rule names")}
+	}
+	return nil
+}
+
+// quorumRules is --quorum-rule read when --quorum is on, nil otherwise
+// (validate has refused a bad rule).
+func (o *serveOptions) quorumRules() []cbdash.QuorumRule {
+	if !o.Quorum {
+		return nil
+	}
+	var out []cbdash.QuorumRule
+	for _, s := range o.QuorumRules {
+		if r, err := cbdash.ParseQuorumRule(s); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // defaultStops is --stop-if read (validate has refused a bad one).

@@ -96,3 +96,19 @@ func TestServeOverTLSThenShutsDownCleanly(t *testing.T) {
 		t.Errorf("%s-wal still there after shutdown (%v)", o.DB, err)
 	}
 }
+
+// --quorum is the server-wide kill switch: without it the rules are read
+// and checked but none reaches the collector.
+func TestQuorumRulesReachTheCollectorOnlyWithQuorumOn(t *testing.T) {
+	o := serveOptions{QuorumRules: []string{"checkout/*:q=50%,m=3,box=30s", "checkout/legacy:off"}}
+	if err := o.validateQuorum(); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.quorumRules(); got != nil {
+		t.Errorf("quorum off: rules %v, want none", got)
+	}
+	o.Quorum = true
+	if got := o.quorumRules(); len(got) != 2 || got[0].String() != "checkout/*:q=50%,m=3,box=30s" || !got[1].Off {
+		t.Errorf("quorum on: rules %v, want both", got)
+	}
+}

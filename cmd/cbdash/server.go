@@ -81,10 +81,13 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, AckDelay: o.AckDelay, Clock: clk,
-		Limits: o.Limits, Cluster: s.bus, DefaultStops: o.defaultStops(),
+		Limits: o.Limits, Cluster: s.bus, DefaultStops: o.defaultStops(), Quorum: o.quorumRules(),
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(o.QuorumRules) > 0 {
+		log.Info("quorum-advised trips", "on", o.Quorum, "rules", o.QuorumRules) // off: the kill switch is down
 	}
 	incidentLog := log.With("component", "incident")
 	if o.quietIncidents {

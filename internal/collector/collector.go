@@ -15,6 +15,7 @@ import (
 	"github.com/cbdash/cbdash/internal/holds"
 	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/cbdash/cbdash/internal/live"
+	"github.com/cbdash/cbdash/internal/quorum"
 	"github.com/cbdash/cbdash/internal/store"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +92,12 @@ type Config struct {
 	// Limits bound the instances and breakers of one agent token and the
 	// dependencies of the collector (see Limits; zero values = defaults).
 	Limits Limits
+	// Quorum is the quorum rules (cbdash serve --quorum-rule, given only
+	// with --quorum): the dependencies whose instances are advised to open
+	// when enough of their peers opened on their own (package quorum),
+	// checked four times a second by the collector that leads. nil = off,
+	// the default.
+	Quorum []cbdash.QuorumRule
 	// Cluster connects the collectors sharing the Store (fleet.go): live
 	// updates, holds and routed commands between them, and the leadership
 	// of compaction. nil = cluster.NewLocal() (one collector). The
@@ -154,8 +161,20 @@ func (c *Config) validate() error {
 		return bad("MaxHold", "is negative")
 	case c.Limits.Validate() != nil:
 		return c.Limits.Validate()
+	case c.validateQuorum() != nil:
+		return c.validateQuorum()
 	case c.Gatherer == nil:
 		return bad("Gatherer", "is required when Registerer is not a Gatherer")
+	}
+	return nil
+}
+
+// validateQuorum checks Config.Quorum's rules.
+func (c *Config) validateQuorum() error {
+	for _, r := range c.Quorum {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("collector: Config.Quorum: %w", err)
+		}
 	}
 	return nil
 }
@@ -178,6 +197,7 @@ type Collector struct {
 	holds   holdManager
 	// schedules runs drill schedules through holds.
 	schedules *holds.Scheduler
+	quorum    *quorum.Advisor // nil when Config.Quorum is empty
 	fleet     *fleet
 
 	mu      sync.Mutex
@@ -217,6 +237,9 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c.holds = newHoldManager(c)
 	c.schedules = holds.NewScheduler(cfg.Store, c.holds.Manager)
+	if len(cfg.Quorum) > 0 {
+		c.quorum = quorum.New(quorum.Config{Rules: cfg.Quorum, Holds: c.holds, Live: c.live, Now: c.now, Log: c.log, MaxHold: cfg.MaxHold})
+	}
 	c.fleet = newFleet(c, cfg.Cluster)
 	if err := c.fleet.register(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
@@ -300,7 +323,7 @@ func (c *Collector) loop(ctx context.Context) {
 		case <-publish:
 			c.live.Flush()
 		case <-stops:
-			c.holds.CheckStops(ctx)
+			c.checkHolds(ctx)
 		case <-sweep:
 			c.live.Sweep()
 			c.expireCommands(ctx)
@@ -315,6 +338,15 @@ func (c *Collector) loop(ctx context.Context) {
 				c.log.Error("compact", "err", err)
 			}
 		}
+	}
+}
+
+// checkHolds checks the drills' stop conditions and, on the collector
+// that leads (one advises for the cluster), the quorum rules.
+func (c *Collector) checkHolds(ctx context.Context) {
+	c.holds.CheckStops(ctx)
+	if c.quorum != nil && c.fleet.leadsCompaction() {
+		c.quorum.Check(ctx)
 	}
 }
 

@@ -219,13 +219,13 @@ func (m *Manager) MaxHold() time.Duration { return m.cfg.MaxHold }
 // a default), cbdash.ErrConflict with pre-flight's reasons, or the
 // store's error (then nothing was sent).
 func (m *Manager) Create(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
-	return m.create(ctx, req, time.Time{})
+	return m.createUntil(ctx, req, time.Time{})
 }
 
-// create is Create; a non-zero until is the hold's end, whatever the
+// createUntil is Create; a non-zero until is the hold's end, whatever the
 // time it is created at (req.TTL is then until less that time: a
 // scheduled drill that starts late ends when it would have).
-func (m *Manager) create(ctx context.Context, req cbdash.HoldRequest, until time.Time) (cbdash.HoldRecord, error) {
+func (m *Manager) createUntil(ctx context.Context, req cbdash.HoldRequest, until time.Time) (cbdash.HoldRecord, error) {
 	if err := req.Validate(m.cfg.MaxHold); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
@@ -239,7 +239,37 @@ func (m *Manager) create(ctx context.Context, req cbdash.HoldRequest, until time
 	if err := m.refusePreflight(ctx, req); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
+	return m.create(ctx, req, stops, until)
+}
+
+// Advise stores and applies a quorum advisory (see package quorum): a
+// hold of actor cbdash.QuorumActor, applied as Create applies a hold,
+// but without stop conditions (the server's defaults included) and
+// without pre-flight, which are a drill's: an advisory is no drill, and
+// an open incident on its dependency is its very occasion. It is
+// released like any hold (Release), by an operator too.
+//
+// Errors: cbdash.ErrInvalid as Create's (and for another actor), or the
+// store's error (then nothing was sent).
+func (m *Manager) Advise(ctx context.Context, req cbdash.HoldRequest) (cbdash.HoldRecord, error) {
+	if req.Actor != cbdash.QuorumActor || req.Action != protocol.ActionForceOpen || len(req.StopIf)+len(req.Steps) > 0 {
+		return cbdash.HoldRecord{}, fmt.Errorf("%w: an advisory is a force_open of actor %q, without stop conditions or steps", cbdash.ErrInvalid, cbdash.QuorumActor)
+	}
+	if err := req.Validate(m.cfg.MaxHold); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	if err := m.refuseUnsupported(req.Selector); err != nil {
+		return cbdash.HoldRecord{}, err
+	}
+	return m.create(ctx, req, []cbdash.StopCondition{}, time.Time{})
+}
+
+// create stores hold req with stop conditions stops and applies it to
+// every reachable instance it covers; a non-zero until is its end (see
+// createUntil).
+func (m *Manager) create(ctx context.Context, req cbdash.HoldRequest, stops []cbdash.StopCondition, until time.Time) (cbdash.HoldRecord, error) {
 	now := m.now().UTC()
+	var err error
 	if req.TTL, err = ttlUntil(req.TTL, now, until); err != nil {
 		return cbdash.HoldRecord{}, err
 	}

@@ -193,7 +193,7 @@ func (s *Scheduler) runDue(ctx context.Context, d cbdash.DrillSchedule, due, now
 	}
 	var h cbdash.HoldRecord
 	if err == nil {
-		h, err = s.m.create(ctx, req, end)
+		h, err = s.m.createUntil(ctx, req, end)
 	}
 	if err != nil {
 		run.Result, run.Reason = cbdash.RunSkipped, err.Error()

@@ -391,12 +391,28 @@ func CauseText(c protocol.Cause) string {
 		return s
 	case protocol.CauseAgentCommand:
 		return AgentCommandText(c)
+	case protocol.CauseQuorum:
+		return QuorumText(c)
 	case protocol.CauseExpired:
 		return "the forced state expired"
 	case "":
 		return "unknown"
 	}
 	return c.Kind
+}
+
+// QuorumText says, in one line, what a quorum advisory did
+// (protocol.CauseQuorum): "quorum advisory open: <the rule and the
+// figures>", or "quorum advisory ended: <why>" for its release.
+func QuorumText(c protocol.Cause) string {
+	s := "quorum advisory open"
+	if c.Action == protocol.ActionRelease || c.Action == protocol.ActionReset {
+		s = "quorum advisory ended"
+	}
+	if c.Reason != "" {
+		s += ": " + c.Reason
+	}
+	return s
 }
 
 // AgentCommandText says, in one line, that a command was reported by the

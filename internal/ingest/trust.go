@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -49,15 +50,17 @@ func (m *metrics) distrusted(reason string) {
 }
 
 // vetCauses returns the batch to apply and store for instance k: b
-// itself, or, when a transition's cause claims an operator command
-// (kind command) the collector did not send to k, a copy in which those
-// causes are of kind protocol.CauseAgentCommand (what the agent said is
-// kept, and shown as the agent's word). A store error leaves the claims
-// unverified too: a claim is believed only when it is proven.
+// itself, or a copy whose causes the collector corrected. A cause that
+// claims an operator command (kind command, or quorum) the collector did
+// not send to k becomes of kind protocol.CauseAgentCommand (what the agent
+// said is kept, and shown as the agent's word). A command it did send as
+// a quorum advisory (actor cbdash.QuorumActor: agents report it as any
+// command) becomes of kind protocol.CauseQuorum. A store error leaves the
+// claims unverified too: a claim is believed only when it is proven.
 func (c *Pipeline) vetCauses(ctx context.Context, k live.Key, b *protocol.Batch) *protocol.Batch {
 	var ids []string
 	for _, t := range b.Transitions {
-		if t.Cause.Kind == protocol.CauseCommand {
+		if claimsCommand(t.Cause) {
 			ids = append(ids, t.Cause.CommandID)
 		}
 	}
@@ -70,7 +73,8 @@ func (c *Pipeline) vetCauses(ctx context.Context, k live.Key, b *protocol.Batch)
 	}
 	var out *protocol.Batch
 	for i, t := range b.Transitions {
-		if t.Cause.Kind != protocol.CauseCommand || sent[t.Cause.CommandID] {
+		kind := vettedKind(t.Cause, sent)
+		if kind == t.Cause.Kind {
 			continue
 		}
 		if out == nil {
@@ -78,13 +82,35 @@ func (c *Pipeline) vetCauses(ctx context.Context, k live.Key, b *protocol.Batch)
 			o.Transitions = slices.Clone(b.Transitions)
 			out = &o
 		}
-		out.Transitions[i].Cause.Kind = protocol.CauseAgentCommand
-		c.metrics.distrusted(distrustUnknownCommand)
-		c.log.Info("a transition's command is not one the collector sent; stored as agent-reported",
-			"service", k.Service, "instance", k.Instance, "breaker", t.Breaker, "command_id", t.Cause.CommandID, "actor", t.Cause.Actor)
+		out.Transitions[i].Cause.Kind = kind
+		if kind == protocol.CauseAgentCommand {
+			c.metrics.distrusted(distrustUnknownCommand)
+			c.log.Info("a transition's command is not one the collector sent; stored as agent-reported",
+				"service", k.Service, "instance", k.Instance, "breaker", t.Breaker, "command_id", t.Cause.CommandID, "actor", t.Cause.Actor)
+		}
 	}
 	if out == nil {
 		return b
 	}
 	return out
+}
+
+// claimsCommand reports whether cause c says a command of the collector's
+// made the transition.
+func claimsCommand(c protocol.Cause) bool {
+	return c.Kind == protocol.CauseCommand || c.Kind == protocol.CauseQuorum
+}
+
+// vettedKind is the kind cause c is stored with, given the commands sent
+// to its instance.
+func vettedKind(c protocol.Cause, sent map[string]bool) string {
+	switch {
+	case !claimsCommand(c):
+		return c.Kind
+	case !sent[c.CommandID]:
+		return protocol.CauseAgentCommand
+	case c.Actor == cbdash.QuorumActor:
+		return protocol.CauseQuorum
+	}
+	return protocol.CauseCommand
 }

@@ -559,6 +559,8 @@ func causeText(t protocol.Transition) string {
 		return s
 	case protocol.CauseAgentCommand:
 		return incident.AgentCommandText(c)
+	case protocol.CauseQuorum:
+		return incident.QuorumText(c)
 	case protocol.CauseExpired:
 		return "forced state expired"
 	case protocol.CauseSampled:

@@ -363,7 +363,7 @@ func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
 	formats := []string{cbdash.FormatJSON, cbdash.FormatSlack, cbdash.FormatPagerDuty}
 	causes := []string{protocol.CauseFailureRate, protocol.CauseSlowCallRate, protocol.CauseOpenElapsed, protocol.CauseProbeFailed,
 		protocol.CauseProbesSucceeded, protocol.CauseCommand, protocol.CauseExpired, protocol.CauseLibraryRule, protocol.CauseAgentCommand,
-		protocol.CauseSampled, "unknown", ""} // unknown: sdk/agent's kind for a cause it was not told; "": an incident's unknown first cause
+		protocol.CauseSampled, protocol.CauseQuorum, "unknown", ""} // unknown: sdk/agent's kind for a cause it was not told; "": an incident's unknown first cause
 	for _, c := range []struct {
 		schema, prop string
 		want         []string

@@ -245,7 +245,10 @@ func TestSecurityACommandCauseIsBelievedOnlyForACommandTheCollectorSent(t *testi
 	a := h.dialAgent(h.stack.AgentToken, hello("checkout", "checkout-2", []string{"payments"}))
 	if got := a.send(protocol.Batch{Transitions: []protocol.Transition{{Breaker: "payments",
 		From: protocol.StateClosed, To: protocol.StateForcedClosed, At: at(-200 * time.Millisecond),
-		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: cmd.ID, Action: protocol.ActionForceClosed, Actor: "ada"}}}}, h.clock.Now()); got != "ack" {
+		Cause: protocol.Cause{Kind: protocol.CauseCommand, CommandID: cmd.ID, Action: protocol.ActionForceClosed, Actor: "ada"}}, {Breaker: "payments",
+		// and claims a quorum advisory cbdash never sent.
+		From: protocol.StateForcedClosed, To: protocol.StateForcedOpen, At: at(-100 * time.Millisecond),
+		Cause: protocol.Cause{Kind: protocol.CauseQuorum, CommandID: "feedfacefeedfacefeedface", Action: protocol.ActionForceOpen, Actor: cbdash.QuorumActor}}}}, h.clock.Now()); got != "ack" {
 		t.Fatalf("batch = %s", got)
 	}
 
@@ -262,6 +265,7 @@ func TestSecurityACommandCauseIsBelievedOnlyForACommandTheCollectorSent(t *testi
 			"checkout-1 " + protocol.StateForcedOpen:   protocol.CauseAgentCommand,
 			"checkout-1 " + protocol.StateClosed:       protocol.CauseCommand,
 			"checkout-2 " + protocol.StateForcedClosed: protocol.CauseAgentCommand,
+			"checkout-2 " + protocol.StateForcedOpen:   protocol.CauseAgentCommand,
 		} {
 			if got[k] != want {
 				t.Errorf("the cause of %s is %q, want %q (all: %v)", k, got[k], want, got)

@@ -140,6 +140,13 @@ const (
 	// when and why it happened are not known (At is the read; Reason
 	// says what was read).
 	CauseSampled = "sampled"
+	// CauseQuorum is a transition a quorum advisory made: a force_open
+	// the collector sent on its own to the instances of a dependency that
+	// had not tripped when enough others had (its Reason has the rule and
+	// the figures), or that advisory's release at the quorum's first
+	// close. Agents report it as command, as any command; the collector
+	// stores it as quorum once it has checked that it sent that command.
+	CauseQuorum = "quorum"
 )
 
 // LatencyBoundsMillis are the upper bounds (inclusive, milliseconds) of the
