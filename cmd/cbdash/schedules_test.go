@@ -55,13 +55,19 @@ func TestCLIDrillScheduleRunsAtItsTimeAndIsListedAndUnscheduled(t *testing.T) {
 
 	clk.Advance(due.Sub(clk.Now()) + time.Second)
 	var hold cbdash.HoldRecord
+	// Started: its run recorded as started (the hold is stored a moment
+	// before the run says so).
 	eventually.True(t, "the scheduled drill started", func() bool {
+		ds, err := st.Collector.Schedules(ctx, false)
+		if err != nil || len(ds) != 1 || len(ds[0].Runs) == 0 || ds[0].Runs[0].Result != cbdash.RunStarted {
+			return false
+		}
 		hs, err := st.Store.Holds(ctx, cbdash.HoldQuery{})
 		if err != nil || len(hs) == 0 {
 			return false
 		}
 		hold = hs[0]
-		return true
+		return hold.ID == ds[0].Runs[0].HoldID
 	})
 	if hold.Actor != "schedule "+id || !hold.Until.Equal(due.Add(5*time.Minute)) || len(hold.Stops) != 1 {
 		t.Errorf("the scheduled drill's hold %+v", hold)

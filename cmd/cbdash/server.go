@@ -119,7 +119,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		// Every service of the dashboard, one typed field each (a nil one
 		// would turn its feature off).
 		Collector: s.col, History: s.store, Sessions: s.store, Accounts: s.store,
-		Holds: s.col, Incidents: s.store, InstanceHistory: s.store, FleetHistory: s.store,
+		Holds: s.col, Schedules: s.col, Incidents: s.store, InstanceHistory: s.store, FleetHistory: s.store,
 		AgentSessions: s.col, Alerts: s.alerts,
 		Logger:    log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,

@@ -115,7 +115,7 @@ func Start(tb testing.TB, o Options) *Stack {
 	// Every service of the dashboard, as cmd/cbdash wires them.
 	wcfg := web.Config{
 		Collector: s.Collector, History: s.Store, Sessions: s.Store, Accounts: s.Store,
-		Holds: s.Collector, Incidents: s.Store, InstanceHistory: s.Store, FleetHistory: s.Store,
+		Holds: s.Collector, Schedules: s.Collector, Incidents: s.Store, InstanceHistory: s.Store, FleetHistory: s.Store,
 		AgentSessions: s.Collector, Clock: o.Clock,
 	}
 	if s.Alerts != nil {

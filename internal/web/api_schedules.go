@@ -38,8 +38,8 @@ func (s *Server) mountSchedulesAPI(read, op routes) {
 }
 
 func (s *Server) scheduleService() (ScheduleService, error) {
-	if ss, ok := s.cfg.Holds.(ScheduleService); ok {
-		return ss, nil
+	if s.cfg.Schedules != nil {
+		return s.cfg.Schedules, nil
 	}
 	return nil, errorf(cbdash.ErrNotFound, "drill schedules are not kept by this server")
 }

@@ -122,8 +122,8 @@ func (s *Server) holdsPage(c echo.Context) error {
 // scheduleRows is the drill schedules for the holds page; nil when the
 // hold service keeps none.
 func (s *Server) scheduleRows(ctx context.Context) ([]templates.ScheduleRow, error) {
-	ss, ok := s.cfg.Holds.(ScheduleService)
-	if !ok {
+	ss := s.cfg.Schedules
+	if ss == nil {
 		return nil, nil
 	}
 	ds, err := ss.Schedules(ctx, false)

@@ -141,6 +141,10 @@ type Config struct {
 	// Holds is the hold service behind the hold pages and the holds API;
 	// nil = those answer 404 "holds are not kept by this server".
 	Holds HoldService
+	// Schedules keeps the drill schedules behind /api/v1/schedules and
+	// the holds page's table; nil = the API answers 404 "drill schedules
+	// are not kept by this server" and the page shows none.
+	Schedules ScheduleService
 	// Incidents is the incident store behind the incident pages, their
 	// live views and the incidents API; nil = those answer 404
 	// "incidents are not recorded by this server".
