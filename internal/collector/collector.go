@@ -231,7 +231,9 @@ func New(cfg Config) (*Collector, error) {
 		SubscriberBuffer: cfg.SubscriberBuffer, Metrics: m,
 		// c.holds is set below, before any batch can arrive.
 		HoldUntil: func(id string) (time.Time, bool) { return c.holds.Until(id) },
-		HoldFor:   func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool) { return c.holds.HoldFor(inst, breaker, action) }})}
+		HoldFor: func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool) {
+			return c.holds.HoldFor(inst, breaker, action)
+		}})}
 	c.hub = publisher{c.live.State}
 	if err := cfg.Registerer.Register(newLiveGauges(c.live.State)); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
