@@ -34,9 +34,9 @@ type Breaker struct {
 	base      time.Time
 	slowNs    int64
 	timeoutNs int64
-	plain     bool  // no CallTimeout and no bulkhead: execute's closed fast path applies
-	coarseOK  bool  // plain, system clock, count window, no slow-call detection: a hot call may read the coarse clock
-	coarseOff int64 // b.base - procBase, ns: the coarse clock's reading minus this is breaker time
+	plain     bool       // no CallTimeout and no bulkhead: execute's closed fast path applies
+	coarseOK  bool       // plain, system clock, count window, no slow-call detection: a hot call may read the coarse clock
+	coarseOff int64      // b.base - procBase, ns: the coarse clock's reading minus this is breaker time
 	shadows   []*Breaker // Config.Shadows, each a breaker that never rejects (see shadow.go); nil: none
 	shadow    string     // for a shadow: its name (Transition.Shadow); "" for a live breaker
 

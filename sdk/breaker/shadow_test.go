@@ -116,7 +116,7 @@ func TestShadowHalfOpenProbes(t *testing.T) {
 	if n := len(f.shadows()); n != 1 {
 		t.Fatalf("%d shadow transitions while open: %+v", n, f.shadows())
 	}
-	f.clk.Advance(5 * time.Second)           // its 10 s have passed
+	f.clk.Advance(5 * time.Second)          // its 10 s have passed
 	f.calls(t, 1, time.Millisecond, errDep) // a failed probe
 	f.clk.Advance(10 * time.Second)
 	f.calls(t, 1, time.Millisecond, nil) // a successful probe
