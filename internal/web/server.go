@@ -160,6 +160,11 @@ type Config struct {
 	// revokes it; nil = the store revokes it and the collector's sweep
 	// closes them later.
 	AgentSessions AgentSessions
+	// ShadowHistory is the stored would-be transitions of the breakers'
+	// shadow configurations, drawn as the dependency page's shadow lanes
+	// and transitions and counted in the replay's shadow rows; nil = the
+	// page shows the shadows' settings but none of their transitions.
+	ShadowHistory ShadowHistory
 	// Logger receives request errors and live-socket trouble; nil
 	// discards.
 	Logger *slog.Logger
@@ -243,6 +248,7 @@ func (c Config) features() []feature {
 		{"heatmap", "InstanceHistory", c.InstanceHistory != nil},
 		{"fleet line", "FleetHistory", c.FleetHistory != nil},
 		{"closing a revoked agent token's connections", "AgentSessions", c.AgentSessions != nil},
+		{"shadow transitions", "ShadowHistory", c.ShadowHistory != nil},
 	}
 }
 
@@ -280,6 +286,7 @@ func (c Config) validate() error {
 type Server struct {
 	col     Collector
 	history History
+	shadows ShadowHistory // nil: no shadow transitions
 	log     *slog.Logger
 	now     func() time.Time
 	cfg     Config
@@ -337,6 +344,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		col:     cfg.Collector,
 		history: cfg.History,
+		shadows: cfg.ShadowHistory,
 		log:     cfg.Logger,
 		now:     cfg.Clock.Now,
 		cfg:     cfg,
