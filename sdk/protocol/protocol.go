@@ -247,18 +247,18 @@ type BreakerConfig struct {
 // atomically and acknowledges it; a batch whose Seq is at or below the last
 // one stored is a duplicate and is acknowledged without being stored again.
 type Batch struct {
-	Type           string          `json:"type"` // "batch"
-	Seq            uint64          `json:"seq"`
-	SentAt         int64           `json:"sent_at"` // Unix ms
-	Transitions    []Transition    `json:"transitions,omitempty"`
+	Type        string       `json:"type"` // "batch"
+	Seq         uint64       `json:"seq"`
+	SentAt      int64        `json:"sent_at"` // Unix ms
+	Transitions []Transition `json:"transitions,omitempty"`
 	// ShadowTransitions are the would-be transitions of the breakers'
 	// shadow configurations (BreakerConfig.Shadows), each with Shadow
 	// set: never enforced, never part of a breaker's state. They have an
 	// array of their own so that a collector that predates them ignores
 	// them (an unknown field) rather than taking them for live ones.
-	ShadowTransitions []Transition `json:"shadow_transitions,omitempty"`
-	Windows           []Window     `json:"windows,omitempty"`
-	CommandResults []CommandResult `json:"command_results,omitempty"`
+	ShadowTransitions []Transition    `json:"shadow_transitions,omitempty"`
+	Windows           []Window        `json:"windows,omitempty"`
+	CommandResults    []CommandResult `json:"command_results,omitempty"`
 	// Dropped counts what the agent had to throw away since the last batch
 	// because its buffer was full (window reports merged or dropped).
 	Dropped *Dropped `json:"dropped,omitempty"`
