@@ -124,8 +124,8 @@ type AgentSessions interface {
 // Config configures a Server. Its services are wired at compile time,
 // one typed field each: Collector, History, Sessions and Accounts are
 // required (New fails without them); the optional services (Holds,
-// Incidents, Alerts, InstanceHistory, FleetHistory, AgentSessions) turn
-// a feature off when nil, which New logs once, and that feature's pages
+// Schedules, Incidents, Alerts, InstanceHistory, FleetHistory,
+// AgentSessions, ShadowHistory) turn a feature off when nil, which New logs once, and that feature's pages
 // and API answer 404 with the reason (see each field). cmd/cbdash wires
 // every one. Every other field has a working zero value.
 type Config struct {
@@ -243,6 +243,7 @@ type feature struct {
 func (c Config) features() []feature {
 	return []feature{
 		{"holds", "Holds", c.Holds != nil},
+		{"drill schedules", "Schedules", c.Schedules != nil},
 		{"incidents", "Incidents", c.Incidents != nil},
 		{"alerts", "Alerts", c.Alerts != nil},
 		{"heatmap", "InstanceHistory", c.InstanceHistory != nil},
