@@ -227,6 +227,7 @@ func shadowsWithDefaults(in []Shadow) ([]Shadow, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w (in %s %q)", err, p, s.Name)
 		}
+		c.Classify = nil // the live breaker's classifies; nil keeps Config() valid for New
 		out[i] = Shadow{Name: s.Name, Config: c}
 	}
 	return out, nil

@@ -262,6 +262,9 @@ func TestShadowValidation(t *testing.T) {
 	if len(got) != 2 || got[0].Config.FailureRateThreshold != 50 || got[1].Config.FailureRateThreshold != 20 || got[1].Config.MinimumCalls != 10 {
 		t.Fatalf("shadows with defaults: %+v", got)
 	}
+	if _, err := breaker.New("again", b.Config()); err != nil { // a breaker's Config makes another
+		t.Fatalf("New with a breaker's own Config: %v", err)
+	}
 }
 
 // Shadows cost no allocation on the call path.
