@@ -127,7 +127,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		// would turn its feature off).
 		Collector: s.col, History: s.store, Sessions: s.store, Accounts: s.store,
 		Holds: s.col, Schedules: s.col, Incidents: s.store, InstanceHistory: s.store, FleetHistory: s.store,
-		AgentSessions: s.col, Alerts: s.alerts,
+		AgentSessions: s.col, Alerts: s.alerts, ShadowHistory: s.store,
 		Logger:    log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
 		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Events: o.Events, Reads: o.Reads,
