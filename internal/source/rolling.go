@@ -473,7 +473,10 @@ func (r *rollingCounts) addSpan(b *bucketEstimates, n float64, from, to, first, 
 	}
 	span := float64(to-from) / 1e9
 	split, da, db := to, n/span, n/span
-	if ra >= 0 && rb >= 0 && ra != rb {
+	// At rates far above the span's events (a guide of a fraction of an
+	// event), the switch falls within a nanosecond's rounding of from or
+	// to, and that rounding times the rate is added: uniformly then.
+	if ra >= 0 && rb >= 0 && ra != rb && max(ra, rb)*span <= 1e3*max(math.Abs(n), 1) {
 		if x := (n - rb*span) / (ra - rb); x >= 0 && x <= span {
 			split, da, db = from+int64(x*1e9), ra, rb
 		}
@@ -507,7 +510,7 @@ func (r *rollingCounts) refine(i int, after float64) {
 		return
 	}
 	before := s.before
-	if g := r.guide; i != rollRequests && g.ok && g.from == s.from && g.to == s.to && g.first == s.first && g.last == s.last && g.n > 0 {
+	if g := r.guide; i != rollRequests && g.ok && g.from == s.from && g.to == s.to && g.first == s.first && g.last == s.last && g.n >= 1 {
 		before, after = g.before*s.n/g.n, g.after*s.n/g.n
 	}
 	if i == rollRequests {
