@@ -313,6 +313,9 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 		if !h.cluster {
 			n[i] = r.late(b, n[i], keep, dt)
 		}
+		if l.keepsOldest && !h.cluster && n[i] < 0 {
+			n[i] = r.tooMany(b, n[i], keep, k)
+		}
 		r.attribute(b, n[i], keep, k, at)
 		b.drop(keep)
 		if vals[i] == 0 {
@@ -725,4 +728,30 @@ func (b *bucketEstimates) regular() (m float64, ok bool) {
 		}
 	}
 	return math.Round(m), m >= 0.5 && near >= len(s)-1
+}
+
+// tooMany takes a read of hystrix-go's counts that explains n fewer than
+// none new (n < 0): the window's estimates sum to more than its count.
+// The bucket that left it held more than its estimate, and the one after
+// it (keep, the oldest still in the window, which shared a read's
+// interval with it) less: its estimate gives back what it can, and those
+// events are new at this read. What remains was reported too many: it is
+// taken from the newest estimates (none below 0) and paid back from the
+// reads that follow. It returns the read's new events: 0 or more.
+func (r *rollingCounts) tooMany(b *bucketEstimates, n float64, keep, k int64) float64 {
+	if x := min(-n, max(b.get(keep), 0)); x > 0 {
+		b.add(keep, -x, false)
+		b.held[keep-b.base] = min(b.held[keep-b.base], b.est[keep-b.base])
+		n += x
+	}
+	for j := k; j >= keep && n < 0; j-- {
+		if x := min(-n, max(b.get(j), 0)); x > 0 {
+			b.add(j, -x, false)
+			b.held[j-b.base] = min(b.held[j-b.base], b.est[j-b.base])
+			b.owed -= x
+			n += x
+		}
+	}
+	b.owed += n
+	return 0
 }
