@@ -154,11 +154,11 @@ func TestHystrixGoStreamCannotTellSteadyHistoriesApart(t *testing.T) {
 	// cbdash, reading the same records, counts the same for both: A's.
 	var gotA, gotB int64
 	synctest.Test(t, func(t *testing.T) {
-		ws, _, _, _ := runCounts(t, "history-a-read", phase, a)
+		ws, _, _, _, _ := runCounts(t, "history-a-read", phase, a)
 		gotA = sumCounts(ws).Errors
 	})
 	synctest.Test(t, func(t *testing.T) {
-		ws, _, _, _ := runCounts(t, "history-b-read", phase, b)
+		ws, _, _, _, _ := runCounts(t, "history-b-read", phase, b)
 		gotB = sumCounts(ws).Errors
 	})
 	t.Logf("cbdash counted %d failures of A, %d of B", gotA, gotB)
