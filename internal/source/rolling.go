@@ -300,6 +300,12 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 		if kept[i] {
 			n[i] -= extra[i]
 			keep = lo - 1
+			if n[i] < 0 && !h.cluster {
+				// Fewer than none new with hystrix-go's oldest bucket
+				// still summed: it was not (oldestKept judged wrong).
+				n[i] += extra[i]
+				keep = lo
+			}
 		}
 		if !l.perRecord {
 			r.refine(i, max(n[i], 0)/dt.Seconds())
