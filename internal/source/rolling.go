@@ -93,7 +93,11 @@ type rollingHints struct {
 // them in the window once, when they are far more than the recent rate)
 // or as fewer than came (a read that explains less than the estimates
 // left in the window reports 0 and pays the excess back from the reads
-// that follow). A read whose window is empty empties the estimates.
+// that follow: hystrix-go's first from the bucket that shared the
+// leaving one's interval, tooMany). A count whose reads see the same
+// calls each second is taken as steady (steady): which second steady
+// calls came in is told by their count, not by time. A read whose window
+// is empty empties the estimates.
 //
 // A count the writer cleared (hystrix-go when its circuit closes) loses
 // the events between the previous read and the clearing: clearedRead
