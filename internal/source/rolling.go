@@ -93,7 +93,11 @@ type rollingHints struct {
 // them in the window once, when they are far more than the recent rate)
 // or as fewer than came (a read that explains less than the estimates
 // left in the window reports 0 and pays the excess back from the reads
-// that follow). A read whose window is empty empties the estimates.
+// that follow: hystrix-go's first from the bucket that shared the
+// leaving one's interval, tooMany). A count whose reads see the same
+// calls each second is taken as steady (steady): which second steady
+// calls came in is told by their count, not by time. A read whose window
+// is empty empties the estimates.
 //
 // A count the writer cleared (hystrix-go when its circuit closes) loses
 // the events between the previous read and the clearing: clearedRead
@@ -300,12 +304,27 @@ func (r *rollingCounts) read(at time.Time, l rollingLayout, vals [nRolled]int64,
 		if kept[i] {
 			n[i] -= extra[i]
 			keep = lo - 1
+			if n[i] < 0 && !h.cluster {
+				// Fewer than none new with hystrix-go's oldest bucket
+				// still summed: it was not (oldestKept judged wrong).
+				n[i] += extra[i]
+				keep = lo
+			}
 		}
 		if !l.perRecord {
 			r.refine(i, max(n[i], 0)/dt.Seconds())
 		}
+		if l.keepsOldest && r.steady(b, vals[i], keep, k, at) {
+			r.lastNew[i] = n[i]
+			out[i] = b.report(n[i])
+			b.observe(n[i], dt)
+			continue
+		}
 		if !h.cluster {
 			n[i] = r.late(b, n[i], keep, dt)
+		}
+		if l.keepsOldest && !h.cluster && n[i] < 0 {
+			n[i] = r.tooMany(b, n[i], keep, k)
 		}
 		r.attribute(b, n[i], keep, k, at)
 		b.drop(keep)
@@ -467,7 +486,10 @@ func (r *rollingCounts) addSpan(b *bucketEstimates, n float64, from, to, first, 
 	}
 	span := float64(to-from) / 1e9
 	split, da, db := to, n/span, n/span
-	if ra >= 0 && rb >= 0 && ra != rb {
+	// At rates far above the span's events (a guide of a fraction of an
+	// event), the switch falls within a nanosecond's rounding of from or
+	// to, and that rounding times the rate is added: uniformly then.
+	if ra >= 0 && rb >= 0 && ra != rb && max(ra, rb)*span <= 1e3*max(math.Abs(n), 1) {
 		if x := (n - rb*span) / (ra - rb); x >= 0 && x <= span {
 			split, da, db = from+int64(x*1e9), ra, rb
 		}
@@ -501,7 +523,7 @@ func (r *rollingCounts) refine(i int, after float64) {
 		return
 	}
 	before := s.before
-	if g := r.guide; i != rollRequests && g.ok && g.from == s.from && g.to == s.to && g.first == s.first && g.last == s.last && g.n > 0 {
+	if g := r.guide; i != rollRequests && g.ok && g.from == s.from && g.to == s.to && g.first == s.first && g.last == s.last && g.n >= 1 {
 		before, after = g.before*s.n/g.n, g.after*s.n/g.n
 	}
 	if i == rollRequests {
@@ -662,4 +684,84 @@ func (r *rollingCounts) clearedRead(at time.Time, k int64, dt time.Duration, val
 	}
 	r.cur, r.last, r.lastDur = k, at, dt
 	return out
+}
+
+// steady takes a read of a count whose last reads each saw the same
+// number of new events, m (to within rounding), as steady traffic does:
+// its window is taken as holding m events in each whole second (from
+// keep, the oldest bucket the read sums, to k-1) and the rest, v less
+// those, in the read's own second k, when that rest is between 0 and m.
+// The read's new events are the same (the window's estimates still sum
+// to v); what changes is which second they are in, and so what leaves
+// the window later. Uniform attribution by time (attribute) is right on
+// average for calls at random times, but steady calls keep their place
+// in the second: with 2 calls a second at .463 and .963 s and reads at
+// .95 s, it puts 0.1 of each read's 2 calls in the second before (1 is),
+// and the estimate is short by 0.9 each time that second leaves, ever
+// after. It reports whether it took the read so (after a read that
+// crossed into the next bucket, k = r.cur+1, only).
+func (r *rollingCounts) steady(b *bucketEstimates, v int64, keep, k int64, at time.Time) bool {
+	m, ok := b.regular()
+	if !ok || k != r.cur+1 || r.layout.bucket != time.Second {
+		return false
+	}
+	rest := float64(v) - float64(k-keep)*m
+	frac := float64(at.UnixNano()-k*int64(time.Second)) / 1e9
+	if rest < -1e-6 || rest > m+1e-6 || math.Abs(rest-frac*m) > 1+0.05*m {
+		return false
+	}
+	b.drop(keep)
+	for j := keep; j < k; j++ {
+		b.add(j, m-b.get(j), false)
+	}
+	b.add(k, max(rest, 0)-b.get(k), false)
+	clear(b.held)
+	b.last = spanned{}
+	return true
+}
+
+// regular reports whether most of the count's last reads (4 of 5) saw
+// the same number of new events, m (their median, at least one), to
+// within half an event: a count at random times varies by about its
+// square root.
+func (b *bucketEstimates) regular() (m float64, ok bool) {
+	if b.next < len(b.recent) {
+		return 0, false
+	}
+	s := b.recent
+	slices.Sort(s[:])
+	m = s[len(s)/2]
+	near := 0
+	for _, v := range s {
+		if math.Abs(v-m) <= 0.5 {
+			near++
+		}
+	}
+	return math.Round(m), m >= 0.5 && near >= len(s)-1
+}
+
+// tooMany takes a read of hystrix-go's counts that explains n fewer than
+// none new (n < 0): the window's estimates sum to more than its count.
+// The bucket that left it held more than its estimate, and the one after
+// it (keep, the oldest still in the window, which shared a read's
+// interval with it) less: its estimate gives back what it can, and those
+// events are new at this read. What remains was reported too many: it is
+// taken from the newest estimates (none below 0) and paid back from the
+// reads that follow. It returns the read's new events: 0 or more.
+func (r *rollingCounts) tooMany(b *bucketEstimates, n float64, keep, k int64) float64 {
+	if x := min(-n, max(b.get(keep), 0)); x > 0 {
+		b.add(keep, -x, false)
+		b.held[keep-b.base] = min(b.held[keep-b.base], b.est[keep-b.base])
+		n += x
+	}
+	for j := k; j >= keep && n < 0; j-- {
+		if x := min(-n, max(b.get(j), 0)); x > 0 {
+			b.add(j, -x, false)
+			b.held[j-b.base] = min(b.held[j-b.base], b.est[j-b.base])
+			b.owed -= x
+			n += x
+		}
+	}
+	b.owed += n
+	return 0
 }

@@ -126,19 +126,22 @@ func runHystrixGo(t *testing.T, kind string, phase time.Duration, seed uint64) (
 }
 
 // Against hystrix-go's rolling counts (ported), 5 minutes of calls read
-// once a second at 8 phases across the second, 3 runs each, one call in
+// once a second at 8 phases across the second, 6 runs each, one call in
 // ten failing with a fallback. What each kind of traffic gets (measured,
 // and stated in the README): steady calls (20 a second) within 2% of the
-// calls made, every count, 0.6% on average, and never shown at more than
-// twice their rate in one read; random calls (Poisson, 20 a second)
-// within 7%, 2% on average; short bursts (up to 80 calls in 0.24 s) within
-// 5%, 1.5% on average; long bursts (up to 150 calls over 0.75 s, across
-// reads) within 11%, 3% on average. The worst are the failures and
-// fallbacks, a tenth of the calls. What remains is which second of a
-// read's interval its calls came in, for calls read within a bucket, and
-// whether hystrix-go still summed its oldest bucket (rollingCounts).
+// calls made, every count (0.9% at most, 0.4% on average), and never
+// shown at more than twice their rate in one read; random calls (Poisson,
+// 20 a second) within 7% (6.4% at most, 2.7% on average); short bursts
+// (up to 80 calls in 0.24 s) within 5% (4.9%, 0.9%); long bursts (up to
+// 150 calls over 0.75 s, across reads) within 5% (4.4%, 0.9%). The worst
+// are the failures and fallbacks, a tenth of the calls. What remains is
+// which second of a read's interval its calls came in, for calls read
+// within a bucket, and whether hystrix-go still summed its oldest bucket
+// (no record says: rollingCounts.oldestKept judges it; given the true
+// answer, the same estimates measured within 2% for random calls and 3.2%
+// for long bursts).
 func TestRollingCountsOfHystrixGoAddUp(t *testing.T) {
-	limits := map[string]struct{ run, mean float64 }{"steady": {0.02, 0.01}, "random": {0.07, 0.025}, "bursty": {0.05, 0.02}, "long bursts": {0.11, 0.035}}
+	limits := map[string]struct{ run, mean float64 }{"steady": {0.02, 0.01}, "random": {0.07, 0.03}, "bursty": {0.05, 0.015}, "long bursts": {0.05, 0.015}}
 	counts := []struct {
 		name string
 		i    int
@@ -148,7 +151,7 @@ func TestRollingCountsOfHystrixGoAddUp(t *testing.T) {
 		runs := 0
 		for _, phase := range []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
 			300 * time.Millisecond, 500 * time.Millisecond, 700 * time.Millisecond, 990 * time.Millisecond} {
-			for seed := uint64(1); seed <= 3; seed++ {
+			for seed := uint64(1); seed <= 6; seed++ {
 				got, truth, most := runHystrixGo(t, kind, phase, seed)
 				for _, c := range counts {
 					off := float64(got[c.i]-truth[c.i]) / float64(truth[c.i])

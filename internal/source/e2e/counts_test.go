@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"testing"
@@ -56,7 +55,8 @@ var errDown = errors.New("dependency down")
 // phase into a second of hystrix-go's clock, cbdash's source reads; it
 // returns the windows the source sent and hystrix-go's own totals. Run in
 // a synctest bubble.
-func runCounts(t *testing.T, command string, phase time.Duration, calls []call) ([]protocol.Window, protocol.Counts, map[int64]int64, time.Time) {
+// The calls no record showed (libraryTotals.unseen) are returned apart.
+func runCounts(t *testing.T, command string, phase time.Duration, calls []call) (ws []protocol.Window, lib, unseen protocol.Counts, bySecond map[int64]int64, begin time.Time) {
 	t.Helper()
 	countTotals()
 	hystrix.ConfigureCommand(command, hystrix.CommandConfig{Timeout: 1000, MaxConcurrentRequests: 100,
@@ -99,13 +99,14 @@ func runCounts(t *testing.T, command string, phase time.Duration, calls []call) 
 		t.Errorf("source: %v", err)
 	}
 	sh.Stop()
-	lib, bySecond := totalsOf(command).get()
+	lib, bySecond = totalsOf(command).get()
+	unseen = totalsOf(command).unseen(start.Add(phase + time.Second)) // the stream's first tick
 	endCircuits(t, command)
 	synctest.Wait()
 	if s := src.Status()[0]; s.Refused != 0 || s.Dropped != 0 {
 		t.Errorf("source status %+v, want nothing refused or dropped", s)
 	}
-	return sink.of(command), lib, bySecond, start.Add(2 * time.Second)
+	return sink.of(command), lib, unseen, bySecond, start.Add(2 * time.Second)
 }
 
 func sumCounts(ws []protocol.Window) (c protocol.Counts) {
@@ -115,27 +116,31 @@ func sumCounts(ws []protocol.Window) (c protocol.Counts) {
 	return c
 }
 
-// checkTotals checks the successes of got within 2% of hystrix-go's own,
-// and its other counts within 5% (see TestHystrixGoCountsAddUp).
-func checkTotals(t *testing.T, what string, got, lib protocol.Counts) {
+// checkTotals checks each count of got within tol of hystrix-go's own
+// (lib), or as far below as the calls no record showed (unseen: see
+// libraryTotals.unseen), which cbdash can estimate at best.
+func checkTotals(t *testing.T, what string, got, lib, unseen protocol.Counts, tol float64) {
 	t.Helper()
 	for _, f := range []struct {
-		name     string
-		got, lib int64
-	}{{"successes", got.Successes, lib.Successes}, {"failures", got.Errors, lib.Errors}, {"timeouts", got.Timeouts, lib.Timeouts},
-		{"short-circuited", got.RejectedOpen, lib.RejectedOpen}, {"rejected", got.RejectedBulkhead, lib.RejectedBulkhead},
-		{"fallback successes", got.FallbackSuccess, lib.FallbackSuccess}, {"fallback failures", got.FallbackFailure, lib.FallbackFailure}} {
+		name             string
+		got, lib, unseen int64
+	}{{"successes", got.Successes, lib.Successes, unseen.Successes}, {"failures", got.Errors, lib.Errors, unseen.Errors},
+		{"timeouts", got.Timeouts, lib.Timeouts, unseen.Timeouts}, {"short-circuited", got.RejectedOpen, lib.RejectedOpen, unseen.RejectedOpen},
+		{"rejected", got.RejectedBulkhead, lib.RejectedBulkhead, unseen.RejectedBulkhead},
+		{"fallback successes", got.FallbackSuccess, lib.FallbackSuccess, unseen.FallbackSuccess},
+		{"fallback failures", got.FallbackFailure, lib.FallbackFailure, unseen.FallbackFailure}} {
 		off := 0.0
 		if f.lib > 0 {
 			off = float64(f.got-f.lib) / float64(f.lib)
 		}
-		t.Logf("%s: %s %d, hystrix-go's own %d (%+.2f%%)", what, f.name, f.got, f.lib, 100*off)
-		tol := 0.05
-		if f.name == "successes" {
-			tol = 0.02
+		unseenSaid := ""
+		if f.unseen > 0 {
+			unseenSaid = fmt.Sprintf(", %d of them in no record", f.unseen)
 		}
-		if math.Abs(float64(f.got-f.lib)) > max(tol*float64(f.lib), 1) {
-			t.Errorf("%s: %s %d, hystrix-go counted %d (%+.2f%%), want within %.0f%%", what, f.name, f.got, f.lib, 100*off, 100*tol)
+		t.Logf("%s: %s %d, hystrix-go's own %d%s (%+.2f%%)", what, f.name, f.got, f.lib, unseenSaid, 100*off)
+		slack := max(tol*float64(f.lib), 1)
+		if d := float64(f.got - f.lib); d > slack || d < -slack-float64(f.unseen) {
+			t.Errorf("%s: %s %d, hystrix-go counted %d%s (%+.2f%%), want within %.0f%%", what, f.name, f.got, f.lib, unseenSaid, 100*off, 100*tol)
 		}
 	}
 }
@@ -143,26 +148,30 @@ func checkTotals(t *testing.T, what string, got, lib protocol.Counts) {
 // Five minutes of a real hystrix-go command's calls, read from its own
 // StreamHandler by cbdash's source: steady calls (20 a second, one in ten
 // failing, a 20 s outage that opens and closes the circuit) and bursts
-// (20-150 calls over up to 0.75 s, every 5 s on average), each read at
-// four phases of the stream's tick against hystrix-go's one-second
-// buckets. Against hystrix-go's own counts (a metric collector it feeds
-// every call's result): the successes add up to within 2% (measured:
-// 1.2% at most), the failures, short-circuited calls and fallbacks (a
-// tenth of the calls, or the outage's) within 5% (measured: 4.1% at
-// most); no read shows steady successes at more than twice their rate
-// (measured: 23 a second at most, of 18).
+// (20-150 calls over up to 0.75 s, every 5 s on average; 3 seeds), each
+// read at six phases of the stream's tick against hystrix-go's
+// one-second buckets. Against hystrix-go's own counts (a metric collector
+// it feeds every call's result), less the calls no record showed (those
+// between a record and hystrix-go clearing its counts as its circuit
+// closes): steady calls within 2%, every count (measured: 0.5% at most),
+// and no read shows steady successes at more than twice their rate
+// (measured: 23 a second at most, of 18); bursts within 3% (measured:
+// successes 2.6%, failures and fallbacks 1.7% at most). Counts of 2 a
+// second cannot be told within 2% for every history of steady calls
+// (TestHystrixGoStreamCannotTellSteadyHistoriesApart): cbdash takes
+// steady calls as steady.
 func TestHystrixGoCountsAddUp(t *testing.T) {
 	const run = 5 * time.Minute
-	for _, phase := range []time.Duration{40 * time.Millisecond, 370 * time.Millisecond, 720 * time.Millisecond, 950 * time.Millisecond} {
+	for _, phase := range []time.Duration{40 * time.Millisecond, 150 * time.Millisecond, 370 * time.Millisecond, 560 * time.Millisecond, 720 * time.Millisecond, 950 * time.Millisecond} {
 		t.Run(fmt.Sprintf("steady, stream %v into the second", phase), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				command := fmt.Sprintf("steady-%v", phase)
 				outage := 120 * time.Second
-				ws, lib, bySecond, begin := runCounts(t, command, phase, steadyCalls(run, outage))
+				ws, lib, unseen, bySecond, begin := runCounts(t, command, phase, steadyCalls(run, outage))
 				if lib.RejectedOpen == 0 {
 					t.Fatalf("the outage did not open the circuit: %+v", lib)
 				}
-				checkTotals(t, "steady calls", sumCounts(ws), lib)
+				checkTotals(t, "steady calls", sumCounts(ws), lib, unseen, 0.02)
 				// Away from the outage (the circuit's own counts are
 				// cleared when it closes), each read shows the successes
 				// of its second.
@@ -187,11 +196,13 @@ func TestHystrixGoCountsAddUp(t *testing.T) {
 				t.Logf("steady calls: at most %.1f successes a second shown (18 a second made, in %d whole seconds)", most, secs)
 			})
 		})
-		t.Run(fmt.Sprintf("bursty, stream %v into the second", phase), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				ws, lib, _, _ := runCounts(t, fmt.Sprintf("bursty-%v", phase), phase, burstyCalls(run, uint64(phase)))
-				checkTotals(t, "bursty calls", sumCounts(ws), lib)
+		for seed := uint64(phase); seed < uint64(phase)+3; seed++ {
+			t.Run(fmt.Sprintf("bursty, stream %v into the second, seed %d", phase, seed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					ws, lib, unseen, _, _ := runCounts(t, fmt.Sprintf("bursty-%v-%d", phase, seed), phase, burstyCalls(run, seed))
+					checkTotals(t, "bursty calls", sumCounts(ws), lib, unseen, 0.03)
+				})
 			})
-		})
+		}
 	}
 }

@@ -119,20 +119,25 @@ type libraryTotals struct {
 	counts protocol.Counts
 	// successes by second (Unix) of hystrix-go's clock
 	bySecond map[int64]int64
+	// every call's counts, when hystrix-go counted it, and when it
+	// cleared its counts (Reset: its circuit closed)
+	calls  []timedCounts
+	resets []time.Time
+}
+
+type timedCounts struct {
+	at time.Time
+	c  protocol.Counts
 }
 
 func (l *libraryTotals) Update(r metricCollector.MetricResult) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := func(v float64) int64 { return int64(v) }
-	c := &l.counts
-	c.Successes += n(r.Successes)
-	c.Errors += n(r.Failures)
-	c.Timeouts += n(r.Timeouts)
-	c.RejectedOpen += n(r.ShortCircuits)
-	c.RejectedBulkhead += n(r.Rejects)
-	c.FallbackSuccess += n(r.FallbackSuccesses)
-	c.FallbackFailure += n(r.FallbackFailures)
+	c := protocol.Counts{Successes: n(r.Successes), Errors: n(r.Failures), Timeouts: n(r.Timeouts), RejectedOpen: n(r.ShortCircuits),
+		RejectedBulkhead: n(r.Rejects), FallbackSuccess: n(r.FallbackSuccesses), FallbackFailure: n(r.FallbackFailures)}
+	l.counts.Add(c)
+	l.calls = append(l.calls, timedCounts{time.Now(), c})
 	if r.Successes > 0 {
 		l.bySecond[time.Now().Unix()] += n(r.Successes)
 	}
@@ -140,7 +145,32 @@ func (l *libraryTotals) Update(r metricCollector.MetricResult) {
 
 // Reset is called when the circuit closes (and clears its counts): the
 // totals go on.
-func (l *libraryTotals) Reset() {}
+func (l *libraryTotals) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.resets = append(l.resets, time.Now())
+}
+
+// unseen is the counts of the calls no record of a stream that ticks at
+// first, first+1s... showed: those between a tick and a clearing of the
+// counts before the next tick (hystrix-go's stream reads the counts as
+// they are at each tick, and the clearing empties its window).
+func (l *libraryTotals) unseen(first time.Time) (u protocol.Counts) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.resets {
+		if r.Before(first) {
+			continue
+		}
+		tick := first.Add(r.Sub(first).Truncate(time.Second)) // the last at or before r
+		for _, c := range l.calls {
+			if c.at.After(tick) && c.at.Before(r) {
+				u.Add(c.c)
+			}
+		}
+	}
+	return u
+}
 
 func (l *libraryTotals) get() (protocol.Counts, map[int64]int64) {
 	l.mu.Lock()
