@@ -121,7 +121,8 @@ func silenceAndAck(t *testing.T, env map[string]string) {
 	if code, out, stderr := cli(t, env, "alerts", "ack", "1", "checkout/payments"); code != 0 || !strings.Contains(out, "acknowledged rule 1 on checkout/payments") {
 		t.Fatalf("ack: %d %q %s", code, out, stderr)
 	}
-	if code, _, stderr := cli(t, env, "alerts", "ack", "1", "checkout/nothing"); code != 1 || !strings.Contains(stderr, "not firing") {
+	if code, _, stderr := cli(t, env, "alerts", "ack", "1", "checkout/nothing"); code != 1 ||
+		!strings.Contains(stderr, "no alert of rule 1 is firing on checkout/nothing (HTTP 404)") || strings.Contains(stderr, "not found") {
 		t.Errorf("ack of an alert not firing: %d %s", code, stderr)
 	}
 	if code, out, _ := cli(t, env, "alerts"); code != 0 || !strings.Contains(out, "silenced (silence 1), acked by otto") {

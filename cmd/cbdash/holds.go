@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,6 +35,8 @@ type holdOptions struct {
 	Instances []string
 	Share     float64
 	DryRun    bool
+	// AllowEmpty creates a hold that matches no live instance now.
+	AllowEmpty bool
 	Wait      time.Duration
 	StopIf    []string
 	DropStops []string
@@ -89,7 +92,7 @@ func newHoldCmd(use, action string) *cobra.Command {
 			if strings.TrimSpace(o.Reason) == "" {
 				return usageError{fmt.Errorf("--reason is required to %s: it goes into the audit log", words)}
 			}
-			c, err := o.client(!o.DryRun)
+			c, err := o.client(true) // a dry run is a POST of the operator role too
 			if err != nil {
 				return err
 			}
@@ -99,6 +102,9 @@ func newHoldCmd(use, action string) *cobra.Command {
 			}
 			if o.DryRun {
 				return planHold(cmd.Context(), c, req, cmd.OutOrStdout())
+			}
+			if err := guardEmpty(cmd.Context(), c, req, o.AllowEmpty, cmd.ErrOrStderr()); err != nil {
+				return err
 			}
 			return createHold(cmd.Context(), c, req, o.Wait, cmd.OutOrStdout())
 		},
@@ -115,6 +121,7 @@ func newHoldCmd(use, action string) *cobra.Command {
 	cmd.Flags().StringToStringVar(&o.Labels, "label", nil, "only instances with this label, KEY=VALUE (repeatable: all must match)")
 	cmd.Flags().StringArrayVar(&o.Instances, "instance", nil, "only this instance (repeatable)")
 	cmd.Flags().Float64Var(&o.Share, "share", 0, "only this percent of the instances, chosen by a stable hash of the instance id (0 or 100 = all)")
+	cmd.Flags().BoolVar(&o.AllowEmpty, "allow-empty", false, "hold even if no live instance matches now (a hold ahead of a deploy): without it such a hold is refused, since a mistyped name would hold nothing")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the blast radius (services, instances, calls per second) and change nothing")
 	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "how long to wait for the instances to answer (0 = do not wait)")
 	cmd.Flags().StringArrayVar(&o.StopIf, "stop-if", nil, "release the hold everywhere at once when this is breached, besides the server's default stop conditions: 'fallback-failure-rate>20%', 'error-rate>30% for 10s', 'p99>500ms' (repeatable)")
@@ -157,6 +164,9 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 	if len(p.Stops) > 0 {
 		fmt.Fprintf(w, "it would stop by itself if: %s\n", clean(stopList(p.Stops)))
 	}
+	if len(p.Instances) == 0 {
+		fmt.Fprintf(w, "%s; the hold would need --allow-empty\n", clean(whyEmpty(ctx, c, req.Selector)))
+	}
 	fmt.Fprintln(w, "nothing was changed")
 	if len(p.Refused) > 0 {
 		for _, r := range p.Refused {
@@ -165,6 +175,70 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 		return fmt.Errorf("pre-flight would refuse this drill: %s", clean(strings.Join(p.Refused, "; ")))
 	}
 	return nil
+}
+
+// guardEmpty refuses, before anything is held, a hold that matches no
+// live instance now (a mistyped SERVICE/BREAKER, label or instance
+// would otherwise hold nothing, silently), naming the breakers the
+// service has; with allowEmpty (a hold ahead of a deploy) it only warns
+// on w and says how to end the hold. When the plan cannot be read (a
+// server without it), it lets the hold through: creating it says why
+// it fails, if it does.
+func guardEmpty(ctx context.Context, c *apiClient, req cbdash.HoldRequest, allowEmpty bool, w io.Writer) error {
+	var p cbdash.HoldPlan
+	if err := c.doOr(ctx, "POST", "/api/v1/holds/plan", "/api/v1/holds?dry_run=1", req, &p); err != nil || len(p.Instances) > 0 || len(p.Unsupported) > 0 {
+		return nil
+	}
+	why := clean(whyEmpty(ctx, c, req.Selector))
+	if !allowEmpty {
+		return fmt.Errorf("%s; nothing was held. To hold it anyway for the instances that start later (ahead of a deploy), add --allow-empty", why)
+	}
+	fmt.Fprintf(w, "warning: %s; the hold covers the instances that start later. End it with: cbdash release %s --reason ... (or by its hold id)\n",
+		why, clean(req.Selector.String()))
+	return nil
+}
+
+// whyEmpty says why selector sel matches no live instance: an unknown
+// service (with the live ones), a breaker the service does not have
+// (with the ones it has), or narrowings (--label, --instance, --share)
+// that leave none.
+func whyEmpty(ctx context.Context, c *apiClient, sel cbdash.Selector) string {
+	target := sel.Service + "/" + sel.Breaker
+	var deps []cbdash.Dependency
+	if c.doOr(ctx, "GET", "/api/v1/dependencies", "/api/v1/breakers", nil, &deps) != nil {
+		return target + " matches no live instance now"
+	}
+	var services, breakers []string
+	found := false
+	for _, d := range deps {
+		if !slices.Contains(services, d.Service) {
+			services = append(services, d.Service)
+		}
+		if d.Service == sel.Service {
+			breakers = append(breakers, d.Breaker)
+		}
+		if (sel.Service == cbdash.AnyService || d.Service == sel.Service) && d.Breaker == sel.Breaker {
+			found = true
+		}
+	}
+	slices.Sort(services)
+	slices.Sort(breakers)
+	switch {
+	case found:
+		return target + " is live, but --label, --instance or --share select none of its instances now"
+	case sel.Service == cbdash.AnyService:
+		return "no live service has a breaker " + sel.Breaker
+	case len(breakers) == 0:
+		return fmt.Sprintf("service %s is unknown: no live instance reports it (live services: %s)", sel.Service, listOrNone(services))
+	}
+	return fmt.Sprintf("%s matches no live instance now: service %s has the breakers %s", target, sel.Service, strings.Join(breakers, ", "))
+}
+
+func listOrNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
 }
 
 func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait time.Duration, w io.Writer) error {
