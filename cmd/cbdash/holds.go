@@ -37,11 +37,11 @@ type holdOptions struct {
 	DryRun    bool
 	// AllowEmpty creates a hold that matches no live instance now.
 	AllowEmpty bool
-	Wait      time.Duration
-	StopIf    []string
-	DropStops []string
-	DropWhy   string
-	Steps     string
+	Wait       time.Duration
+	StopIf     []string
+	DropStops  []string
+	DropWhy    string
+	Steps      string
 }
 
 // drill reads the drill flags (--stop-if, --drop-stop-if, --drop-reason,
