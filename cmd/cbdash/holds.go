@@ -182,11 +182,11 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 // would otherwise hold nothing, silently), naming the breakers the
 // service has; with allowEmpty (a hold ahead of a deploy) it only warns
 // on w and says how to end the hold. When the plan cannot be read (a
-// server without it), it lets the hold through: creating it says why
-// it fails, if it does.
+// server without it, or an answer without the plan's instances list),
+// it lets the hold through: creating it says why it fails, if it does.
 func guardEmpty(ctx context.Context, c *apiClient, req cbdash.HoldRequest, allowEmpty bool, w io.Writer) error {
 	var p cbdash.HoldPlan
-	if err := c.doOr(ctx, "POST", "/api/v1/holds/plan", "/api/v1/holds?dry_run=1", req, &p); err != nil || len(p.Instances) > 0 || len(p.Unsupported) > 0 {
+	if err := c.doOr(ctx, "POST", "/api/v1/holds/plan", "/api/v1/holds?dry_run=1", req, &p); err != nil || p.Instances == nil || len(p.Instances) > 0 || len(p.Unsupported) > 0 {
 		return nil
 	}
 	why := clean(whyEmpty(ctx, c, req.Selector))
