@@ -81,7 +81,7 @@ func TestCLITripWithStopConditionsIsRefusedDuringAnIncident(t *testing.T) {
 	}
 	code, out, stderr = cliOn(t, clk, env, "drills")
 	if code != 0 || !strings.Contains(out, drill.ID) || !strings.Contains(out, "STOPPED: stop condition: fallback failure rate 86 % > 20 % at ") ||
-		!strings.Contains(out, "[checkout/checkout-1]") || strings.Contains(out, "checkout/audit") {
+		!strings.Contains(out, "(first above it: checkout/checkout-1)") || strings.Contains(out, "checkout/audit") {
 		t.Errorf("drills: exit %d, out %q, err %q", code, out, stderr)
 	}
 }

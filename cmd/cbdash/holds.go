@@ -386,10 +386,10 @@ func newHoldsCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&o.All, "all", false, "also the holds that ended (the newest 100)")
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the server's JSON")
 	var ro clientOptions
-	var asJSON bool
+	var asJSON, asMarkdown bool
 	report := &cobra.Command{
 		Use:   "report HOLD-ID",
-		Short: "Print the drill report of a hold as Markdown (--json: as JSON)",
+		Short: "Print the drill report of a hold (--markdown: the Markdown as is, for a file or a wiki; --json: as JSON)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := ro.client(false)
@@ -406,9 +406,12 @@ func newHoldsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			text := cleanText(string(out))
-			if asJSON {
+			text := cleanText(markdownForTerminal(string(out)))
+			switch {
+			case asJSON:
 				text = cleanJSON(string(out))
+			case asMarkdown:
+				text = cleanText(string(out))
 			}
 			if !strings.HasSuffix(text, "\n") { // the shell's prompt on a line of its own
 				text += "\n"
@@ -419,6 +422,7 @@ func newHoldsCmd() *cobra.Command {
 	}
 	ro.bind(report.Flags())
 	report.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	report.Flags().BoolVar(&asMarkdown, "markdown", false, "print the report's Markdown with its escapes (\\*, &gt;): what a Markdown viewer reads")
 	cmd.AddCommand(report)
 	return cmd
 }

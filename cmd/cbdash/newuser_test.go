@@ -1,8 +1,12 @@
 package main
 
 import (
+	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/alert"
@@ -146,5 +150,64 @@ func TestCLISilenceMistakes(t *testing.T) {
 	code, _, stderr = cliOn(t, st.Clock, env, "alerts", "silence", "--service", "checkout", "--for", "1h", "--reason", "x")
 	if code != 0 || strings.Contains(stderr, "warning") {
 		t.Errorf("silence on a live service: exit %d, err %q", code, stderr)
+	}
+}
+
+// `cbdash holds report` prints the report without the Markdown's escapes
+// (`\*`, `&gt;`); --markdown prints them, for a file.
+func TestCLIHoldsReportReadsInATerminal(t *testing.T) {
+	t.Parallel()
+	st, env := newUserStack(t, false)
+	ada := cbdash.Actor{Name: "ada", Role: cbdash.RoleOperator, Kind: cbdash.ActorUser}
+	h, err := st.Collector.CreateHold(t.Context(), ada, cbdash.HoldRequest{Selector: cbdash.Selector{Service: cbdash.AnyService, Breaker: "payments"},
+		Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "failure rate > 20 %"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cliOn(t, st.Clock, env, "holds", "report", h.ID)
+	if code != 0 || !strings.Contains(out, "force open */payments") || !strings.Contains(out, "failure rate > 20 %") ||
+		strings.Contains(out, `\*`) || strings.Contains(out, "&gt;") {
+		t.Errorf("holds report: exit %d, err %q, out:\n%s", code, stderr, out)
+	}
+	code, out, _ = cliOn(t, st.Clock, env, "holds", "report", h.ID, "--markdown")
+	if code != 0 || !strings.Contains(out, `force open \*/payments`) || !strings.Contains(out, "failure rate &gt; 20 %") {
+		t.Errorf("holds report --markdown: exit %d, out:\n%s", code, out)
+	}
+}
+
+// `cbdash incidents` lists the incidents; `incidents show ID` prints one
+// (--export md and json as the API exports them).
+func TestCLIIncidents(t *testing.T) {
+	t.Parallel()
+	st, env := newUserStack(t, false)
+	clk := st.Clock
+	id, err := st.Store.CreateIncident(t.Context(), cbdash.Incident{DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
+		Start: clk.Now().Add(-time.Minute), Open: true, Instances: []string{"checkout-1"}, Opens: 1, FirstInstance: "checkout-1",
+		FirstCause: protocol.Cause{Kind: "failure_rate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := strconv.FormatInt(id, 10)
+	code, out, stderr := cliOn(t, clk, env, "incidents", "--open")
+	if code != 0 || !strings.Contains(out, "INCIDENT") || !regexp.MustCompile(ids+`\s+checkout/payments\s+.*open\s+1m0s\s+1\s+1\s+checkout-1: failure_rate`).MatchString(out) {
+		t.Errorf("incidents --open: exit %d, err %q, out:\n%s", code, stderr, out)
+	}
+	if code, out, _ := cliOn(t, clk, env, "incidents", "search/search"); code != 0 || !strings.Contains(out, "(no incident)") {
+		t.Errorf("incidents search/search: exit %d, out:\n%s", code, out)
+	}
+	code, out, stderr = cliOn(t, clk, env, "incidents", "show", ids)
+	if code != 0 || !strings.Contains(out, "checkout/payments") || !strings.Contains(out, "Incident "+ids) {
+		t.Errorf("incidents show: exit %d, err %q, out:\n%s", code, stderr, out)
+	}
+	code, out, _ = cliOn(t, clk, env, "incidents", "show", ids, "--export", "json")
+	var rep map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Errorf("incidents show --export json: exit %d, out:\n%s", code, out)
+	}
+	if code, _, stderr := cliOn(t, clk, env, "incidents", "show", ids, "--export", "pdf"); code != 2 || !strings.Contains(stderr, "md or json") {
+		t.Errorf("--export pdf: exit %d, err %q", code, stderr)
+	}
+	if code, _, stderr := cliOn(t, clk, env, "incidents", "show", "999"); code != 1 || !strings.Contains(stderr, "999") {
+		t.Errorf("show 999: exit %d, err %q", code, stderr)
 	}
 }

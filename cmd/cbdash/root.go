@@ -103,6 +103,7 @@ A flag on the command line wins.`,
 		newDrillsCmd(),
 		newDrillCmd(), // schedules.go
 		newAlertsCmd(),
+		newIncidentsCmd(clk),
 		newTuneCmd(),   // tune.go
 		newReviewCmd(), // review.go
 		newTokenCmd(),
