@@ -151,8 +151,39 @@ func scopeOf(r alert.RuleJSON) string {
 	return r.Service + "/" + r.Breaker
 }
 
-// printAlerts writes the rules table, then the alerts firing.
+// printAlerts writes the rules table, then the alerts firing, each
+// under a title; an empty table is a sentence, not a header over nothing.
 func printAlerts(w io.Writer, rules []alert.RuleJSON, firing []alert.FiringJSON) error {
+	if err := printRules(w, rules); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(firing) == 0 {
+		_, err := fmt.Fprintln(w, "no alert firing")
+		return err
+	}
+	fmt.Fprintln(w, "Alerts firing now:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tNAME\tSUBJECT\tSINCE (UTC)\tFOR\tNOTIFIED\tDETAIL")
+	for _, f := range firing {
+		since := time.UnixMilli(f.SinceMs).UTC()
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.RuleID, clean(f.Rule), clean(f.Subject), since.Format(time.DateTime),
+			f.For, clean(notified(f)), clean(f.Detail))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "acknowledge one: cbdash alerts ack RULE SUBJECT; silence: cbdash alerts silence --service ... --for 1h --reason ...")
+	return err
+}
+
+// printRules writes the rules table, or a sentence when there is none.
+func printRules(w io.Writer, rules []alert.RuleJSON) error {
+	if len(rules) == 0 {
+		_, err := fmt.Fprintln(w, "no alert rule (cbdash alerts create)")
+		return err
+	}
+	fmt.Fprintln(w, "Alert rules:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tNAME\tKIND\tWATCHES\tHOLD\tFORMAT\tSTATUS\tFIRING")
 	for _, r := range rules {
@@ -165,23 +196,6 @@ func printAlerts(w io.Writer, rules []alert.RuleJSON, firing []alert.FiringJSON)
 			hold = "2m (default)"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, clean(nameOr(r)), clean(r.Kind), clean(scopeOf(r)), clean(hold), clean(r.Format), status, len(r.Firing))
-	}
-	if len(rules) == 0 {
-		fmt.Fprintln(tw, "(no alert rule)\t\t\t\t\t\t\t")
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FIRING\tRULE\tSUBJECT\tSINCE (UTC)\tFOR\tNOTIFIED\tDETAIL")
-	for i, f := range firing {
-		since := time.UnixMilli(f.SinceMs).UTC()
-		fmt.Fprintf(tw, "%d\t%d %s\t%s\t%s\t%s\t%s\t%s\n", i+1, f.RuleID, clean(f.Rule), clean(f.Subject), since.Format(time.DateTime),
-			f.For, clean(notified(f)), clean(f.Detail))
-	}
-	if len(firing) == 0 {
-		fmt.Fprintln(tw, "(no alert firing)\t\t\t\t\t\t")
 	}
 	return tw.Flush()
 }

@@ -428,6 +428,10 @@ func newHoldsCmd() *cobra.Command {
 }
 
 func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
+	if len(hs) == 0 { // a sentence, not a header over nothing
+		_, err := fmt.Fprintln(w, "no hold in force (cbdash holds --all: also the holds that ended)")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOLD\tACTION\tSELECTOR\tBY\tWHY\tUNTIL\tCOVERAGE")
 	for _, h := range hs {
@@ -451,9 +455,6 @@ func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(h.ID), actionWords(h.Action), clean(h.Selector.String()), clean(h.Actor), clean(h.Reason), until, cov)
-	}
-	if len(hs) == 0 {
-		fmt.Fprintln(tw, "(no hold in force)\t\t\t\t\t\t")
 	}
 	return tw.Flush()
 }

@@ -130,6 +130,10 @@ func newIncidentShowCmd() *cobra.Command {
 
 // printIncidents writes one line per incident, times in UTC.
 func printIncidents(w io.Writer, list []cbdash.Incident, now time.Time) error {
+	if len(list) == 0 { // a sentence, not a header over nothing
+		_, err := fmt.Fprintln(w, "no incident")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INCIDENT\tDEPENDENCY\tSTART (UTC)\tEND (UTC)\tDURATION\tINSTANCES\tOPENS\tFIRST TRIP")
 	for _, in := range list {
@@ -143,9 +147,6 @@ func printIncidents(w io.Writer, list []cbdash.Incident, now time.Time) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", in.ID, clean(in.DependencyKey.String()), in.Start.UTC().Format(time.DateTime),
 			clean(end), in.Duration(now).Round(time.Second), len(in.Instances), in.Opens, clean(first))
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(tw, "(no incident)\t\t\t\t\t\t\t")
 	}
 	return tw.Flush()
 }

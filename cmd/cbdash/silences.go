@@ -136,6 +136,10 @@ func matchersText(m cbdash.SilenceMatchers) string {
 
 // printSilences writes one line per silence, times in UTC.
 func printSilences(w io.Writer, sls []cbdash.Silence) error {
+	if len(sls) == 0 { // a sentence, not a header over nothing
+		_, err := fmt.Fprintln(w, "no silence")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SILENCE\tMATCHES\tENDS (UTC)\tBY\tREASON\tEXPIRED")
 	for _, sl := range sls {
@@ -145,9 +149,6 @@ func printSilences(w io.Writer, sls []cbdash.Silence) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", sl.ID, clean(matchersText(sl.Matchers)), sl.EndsAt.UTC().Format(time.DateTime),
 			clean(sl.CreatedBy), clean(sl.Reason), clean(expired))
-	}
-	if len(sls) == 0 {
-		fmt.Fprintln(tw, "(no silence)\t\t\t\t\t")
 	}
 	return tw.Flush()
 }
