@@ -68,14 +68,15 @@ func newAlertsCreateCmd() *cobra.Command {
 		Long: `Create an alert rule. --service, --kind and --webhook are required.
 Kinds: open (the breaker is open or half-open), half_open_long (half-open
 longer than --for), headroom (a rate within --margin points of its
-threshold), stale (an instance stopped reporting).`,
+threshold), stale (an instance stopped reporting), drill_stopped (a stop
+condition ended a drill).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case strings.TrimSpace(r.Service) == "":
 				return usageError{fmt.Errorf("--service is required")}
 			case r.Kind == "":
-				return usageError{fmt.Errorf("--kind is required (open, half_open_long, headroom or stale)")}
+				return usageError{fmt.Errorf("--kind is required (open, half_open_long, headroom, stale or drill_stopped)")}
 			case r.WebhookURL == "":
 				return usageError{fmt.Errorf("--webhook is required (the URL notifications are posted to)")}
 			}
@@ -96,7 +97,7 @@ threshold), stale (an instance stopped reporting).`,
 	fs.StringVar(&r.Name, "name", "", "the rule's name, shown in notifications")
 	fs.StringVar(&r.Service, "service", "", "the service whose breakers the rule watches, or '*' for every service (required)")
 	fs.StringVar(&r.Breaker, "breaker", "", "one breaker of the service (empty = every breaker)")
-	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom or stale (required)")
+	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom, stale or drill_stopped (required)")
 	fs.StringVar(&r.WebhookURL, "webhook", "", "the URL notifications are posted to (required)")
 	fs.StringVar(&r.Format, "format", "json", "body format: json, slack (an incoming webhook) or pagerduty (Events API v2; the routing key as ?routing_key= in --webhook)")
 	fs.IntVar(&r.FlapCount, "flap-count", 0, "open: more opens than this within --flap-window is flapping: one message, then one when it settles (default 5)")
