@@ -231,6 +231,9 @@ func whyEmpty(ctx context.Context, c *apiClient, sel cbdash.Selector) string {
 	case len(breakers) == 0:
 		return fmt.Sprintf("service %s is unknown: no live instance reports it (live services: %s)", sel.Service, listOrNone(services))
 	}
+	if len(breakers) == 1 {
+		return fmt.Sprintf("%s matches no live instance now: service %s has one breaker, %s", target, sel.Service, breakers[0])
+	}
 	return fmt.Sprintf("%s matches no live instance now: service %s has the breakers %s", target, sel.Service, strings.Join(breakers, ", "))
 }
 

@@ -60,7 +60,7 @@ func TestCLIHoldOnATargetNoInstanceHas(t *testing.T) {
 	st, env := newUserStack(t, false)
 	clk := st.Clock
 	code, out, stderr := cliOn(t, clk, env, "trip", "checkout/paymnets", "--for", "1m", "--reason", "typo test")
-	if code != 1 || !strings.Contains(stderr, "checkout/paymnets matches no live instance now: service checkout has the breakers payments") ||
+	if code != 1 || !strings.Contains(stderr, "checkout/paymnets matches no live instance now: service checkout has one breaker, payments") ||
 		!strings.Contains(stderr, "--allow-empty") || strings.Contains(out, "hold ") {
 		t.Errorf("trip on a typo: exit %d, out %q, err %q; want a refusal naming payments and --allow-empty", code, out, stderr)
 	}
@@ -72,7 +72,7 @@ func TestCLIHoldOnATargetNoInstanceHas(t *testing.T) {
 		t.Fatalf("refused holds were created: %v", hs)
 	}
 	code, out, _ = cliOn(t, clk, env, "trip", "checkout/paymnets", "--for", "1m", "--reason", "typo test", "--dry-run")
-	if code != 0 || !strings.Contains(out, "service checkout has the breakers payments; the hold would need --allow-empty") {
+	if code != 0 || !strings.Contains(out, "service checkout has one breaker, payments; the hold would need --allow-empty") {
 		t.Errorf("dry run on a typo: exit %d, out %q", code, out)
 	}
 
