@@ -68,14 +68,15 @@ func newAlertsCreateCmd() *cobra.Command {
 		Long: `Create an alert rule. --service, --kind and --webhook are required.
 Kinds: open (the breaker is open or half-open), half_open_long (half-open
 longer than --for), headroom (a rate within --margin points of its
-threshold), stale (an instance stopped reporting).`,
+threshold), stale (an instance stopped reporting), drill_stopped (a stop
+condition ended a drill).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case strings.TrimSpace(r.Service) == "":
 				return usageError{fmt.Errorf("--service is required")}
 			case r.Kind == "":
-				return usageError{fmt.Errorf("--kind is required (open, half_open_long, headroom or stale)")}
+				return usageError{fmt.Errorf("--kind is required (open, half_open_long, headroom, stale or drill_stopped)")}
 			case r.WebhookURL == "":
 				return usageError{fmt.Errorf("--webhook is required (the URL notifications are posted to)")}
 			}
@@ -96,7 +97,7 @@ threshold), stale (an instance stopped reporting).`,
 	fs.StringVar(&r.Name, "name", "", "the rule's name, shown in notifications")
 	fs.StringVar(&r.Service, "service", "", "the service whose breakers the rule watches, or '*' for every service (required)")
 	fs.StringVar(&r.Breaker, "breaker", "", "one breaker of the service (empty = every breaker)")
-	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom or stale (required)")
+	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom, stale or drill_stopped (required)")
 	fs.StringVar(&r.WebhookURL, "webhook", "", "the URL notifications are posted to (required)")
 	fs.StringVar(&r.Format, "format", "json", "body format: json, slack (an incoming webhook) or pagerduty (Events API v2; the routing key as ?routing_key= in --webhook)")
 	fs.IntVar(&r.FlapCount, "flap-count", 0, "open: more opens than this within --flap-window is flapping: one message, then one when it settles (default 5)")
@@ -151,8 +152,39 @@ func scopeOf(r alert.RuleJSON) string {
 	return r.Service + "/" + r.Breaker
 }
 
-// printAlerts writes the rules table, then the alerts firing.
+// printAlerts writes the rules table, then the alerts firing, each
+// under a title; an empty table is a sentence, not a header over nothing.
 func printAlerts(w io.Writer, rules []alert.RuleJSON, firing []alert.FiringJSON) error {
+	if err := printRules(w, rules); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(firing) == 0 {
+		_, err := fmt.Fprintln(w, "no alert firing")
+		return err
+	}
+	fmt.Fprintln(w, "Alerts firing now:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tNAME\tSUBJECT\tSINCE (UTC)\tFOR\tNOTIFIED\tDETAIL")
+	for _, f := range firing {
+		since := time.UnixMilli(f.SinceMs).UTC()
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.RuleID, clean(f.Rule), clean(f.Subject), since.Format(time.DateTime),
+			f.For, clean(notified(f)), clean(f.Detail))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "acknowledge one: cbdash alerts ack RULE SUBJECT; silence: cbdash alerts silence --service ... --for 1h --reason ...")
+	return err
+}
+
+// printRules writes the rules table, or a sentence when there is none.
+func printRules(w io.Writer, rules []alert.RuleJSON) error {
+	if len(rules) == 0 {
+		_, err := fmt.Fprintln(w, "no alert rule (cbdash alerts create)")
+		return err
+	}
+	fmt.Fprintln(w, "Alert rules:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tNAME\tKIND\tWATCHES\tHOLD\tFORMAT\tSTATUS\tFIRING")
 	for _, r := range rules {
@@ -165,23 +197,6 @@ func printAlerts(w io.Writer, rules []alert.RuleJSON, firing []alert.FiringJSON)
 			hold = "2m (default)"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, clean(nameOr(r)), clean(r.Kind), clean(scopeOf(r)), clean(hold), clean(r.Format), status, len(r.Firing))
-	}
-	if len(rules) == 0 {
-		fmt.Fprintln(tw, "(no alert rule)\t\t\t\t\t\t\t")
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FIRING\tRULE\tSUBJECT\tSINCE (UTC)\tFOR\tNOTIFIED\tDETAIL")
-	for i, f := range firing {
-		since := time.UnixMilli(f.SinceMs).UTC()
-		fmt.Fprintf(tw, "%d\t%d %s\t%s\t%s\t%s\t%s\t%s\n", i+1, f.RuleID, clean(f.Rule), clean(f.Subject), since.Format(time.DateTime),
-			f.For, clean(notified(f)), clean(f.Detail))
-	}
-	if len(firing) == 0 {
-		fmt.Fprintln(tw, "(no alert firing)\t\t\t\t\t\t")
 	}
 	return tw.Flush()
 }

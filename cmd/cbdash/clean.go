@@ -68,3 +68,13 @@ func escapeUnsafe(s, keep string, esc func(*strings.Builder, rune)) string {
 	}
 	return b.String()
 }
+
+// mdUnescaper undoes the escapes of the server's Markdown reports
+// (internal/holds and internal/incident escape \ [ ] < > | * _ and `):
+// in a terminal they are noise ("48.6 % &gt; 20 %", "force open
+// \*/inventory"). Apply clean after it, never before.
+var mdUnescaper = strings.NewReplacer(`\\`, `\`, `\[`, "[", `\]`, "]", "&lt;", "<", "&gt;", ">", `\|`, "|", `\*`, "*", `\_`, "_", "\\`", "`")
+
+// markdownForTerminal is a Markdown report as a terminal shows it best:
+// the text without its escapes.
+func markdownForTerminal(md string) string { return mdUnescaper.Replace(md) }

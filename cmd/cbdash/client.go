@@ -45,7 +45,7 @@ func (o clientOptions) client(needToken bool) (*apiClient, error) {
 		return nil, usageError{fmt.Errorf("--server %q is not an http(s) URL (flag --server or CBDASH_SERVER)", o.Server)}
 	}
 	if needToken && o.Token == "" {
-		return nil, usageError{errors.New("no API token: give one with --token or CBDASH_TOKEN (an operator's API token: cbdash token create --user NAME on the server, or the admin page of the dashboard)")}
+		return nil, usageError{errNoToken}
 	}
 	return &apiClient{
 		base:  strings.TrimRight(u.String(), "/"),
@@ -54,13 +54,24 @@ func (o clientOptions) client(needToken bool) (*apiClient, error) {
 	}, nil
 }
 
-// apiError is an error answer of the server.
+// errNoToken is the error of a command that needs a token and has none,
+// or was refused by the server without one.
+var errNoToken = errors.New("no API token: set CBDASH_TOKEN or pass --token (an operator's API token: cbdash token create --user NAME on the server, or the admin page of the dashboard)")
+
+// apiError is an error answer of the server. NoToken: the request
+// carried no token.
 type apiError struct {
 	Status  int
 	Message string
+	NoToken bool
 }
 
 func (e *apiError) Error() string {
+	if e.NoToken && (e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden) {
+		// The server's own words (a CSRF token, a role) would mislead:
+		// the request had no API token at all.
+		return errNoToken.Error()
+	}
 	switch e.Status {
 	case http.StatusUnauthorized:
 		return fmt.Sprintf("the server refused the token (%s): give a valid API token with --token or CBDASH_TOKEN", e.Message)
@@ -114,7 +125,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, in, out any) er
 				e.Error = http.StatusText(resp.StatusCode)
 			}
 		}
-		return &apiError{Status: resp.StatusCode, Message: clean(e.Error)}
+		return &apiError{Status: resp.StatusCode, Message: clean(e.Error), NoToken: c.token == ""}
 	}
 	if out == nil {
 		return nil

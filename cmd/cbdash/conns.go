@@ -34,6 +34,9 @@ type connOptions struct {
 	IdleTimeout       time.Duration // --idle-timeout: a keep-alive connection between two requests
 	PerAddress        int           // --max-connections-per-address: open connections of one client address (IPv6: one /64)
 	Total             int           // --max-connections: open connections of the server
+	// totalFlag is --max-connections (nil when not bound): whether the
+	// operator set it (flag or environment), which listen's log says.
+	totalFlag *pflag.Flag
 }
 
 // connDefaults are the defaults of connOptions.
@@ -58,6 +61,7 @@ func (c *connOptions) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", d.IdleTimeout, "how long a keep-alive connection may wait for its next request")
 	fs.IntVar(&c.PerAddress, "max-connections-per-address", d.PerAddress, "the most connections one client address (IPv6: one /64) may hold open, of every kind (agents, dashboards, API); one more is closed at once. A --trusted-proxy counts only in --max-connections")
 	fs.IntVar(&c.Total, "max-connections", d.Total, "the most connections the server holds open; one more is closed at once (lowered to the open-file limit less 256 when that is lower)")
+	c.totalFlag = fs.Lookup("max-connections")
 }
 
 // withDefaults is c with every zero field at its default.
@@ -113,27 +117,41 @@ func (c connOptions) httpServer(h http.Handler, log *slog.Logger) *http.Server {
 // listen wraps ln in c's connection caps (proxies, the trusted proxies,
 // are capped only in total), registering their metrics on reg. The total
 // is lowered to the process's open-file limit less fdReserve when that
-// is lower (past it accept fails for everyone): logged as information for
-// the default, which is above many machines' limit, as a warning for a
-// total the operator chose.
+// is lower (past it accept fails for everyone): see fitTotal.
 func (c connOptions) listen(ln net.Listener, proxies []netip.Prefix, reg prometheus.Registerer, log *slog.Logger, clk clock.Clock) (*connlimit.Listener, error) {
 	c = c.withDefaults()
-	total := c.Total
-	if limit := openFileLimit(); limit > 0 {
-		fit := limit - fdReserve
-		if limit <= 2*fdReserve {
-			fit = max(limit/2, 1)
-		}
-		if uint64(total) > fit {
-			level := slog.LevelWarn
-			if total == connDefaults.Total {
-				level = slog.LevelInfo
-			}
-			log.Log(context.Background(), level, "--max-connections is above what the open-file limit allows; lowered (raise the limit, e.g. LimitNOFILE in a systemd unit, to keep it)",
-				"max_connections", total, "open_file_limit", limit, "lowered_to", fit)
-			total = int(fit)
-		}
+	userSet := c.totalFlag != nil && c.totalFlag.Changed
+	total, level, lowered := fitTotal(c.Total, userSet, openFileLimit())
+	if lowered {
+		log.Log(context.Background(), level, "--max-connections is above what the open-file limit allows; lowered (raise the limit, e.g. LimitNOFILE in a systemd unit, to keep it)",
+			"max_connections", c.Total, "open_file_limit", openFileLimit(), "lowered_to", total)
 	}
 	return connlimit.Wrap(ln, connlimit.Config{PerAddress: c.PerAddress, Total: total, Exempt: proxies,
 		Registerer: reg, Logger: log, Clock: clk})
+}
+
+// fitTotal is the connection total the server can keep under the
+// open-file limit limit (0: unknown, total as is): total, or the limit
+// less fdReserve (half the limit when that is small) when that is lower;
+// lowered says it was. The lowering is logged at level: a warning when
+// the operator set --max-connections (userSet: the flag or its
+// variable), debug for the default, which is above many machines' limit
+// (nothing the operator asked for is lost; at info it was a line of
+// noise at every start).
+func fitTotal(total int, userSet bool, limit uint64) (fit int, level slog.Level, lowered bool) {
+	if limit == 0 {
+		return total, 0, false
+	}
+	f := limit - fdReserve
+	if limit <= 2*fdReserve {
+		f = max(limit/2, 1)
+	}
+	if uint64(total) <= f {
+		return total, 0, false
+	}
+	level = slog.LevelDebug
+	if userSet {
+		level = slog.LevelWarn
+	}
+	return int(f), level, true
 }

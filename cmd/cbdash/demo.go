@@ -93,6 +93,7 @@ at the receiver, which prints every notification it gets.`,
 func runDemo(ctx context.Context, o demoOptions, clk clock.Clock, stdout, stderr io.Writer, ready func(url string, d demoSetup)) error {
 	log := o.logger(stderr)
 	o.quietIncidents = true
+	o.bannerShowsAdmin = true
 	out := &lockedWriter{w: stdout}
 	var rcv *demoReceiver
 	if !o.Public {
@@ -305,9 +306,11 @@ func setupDemo(ctx context.Context, st *store.Store, tokens, admin string) (demo
 		return d, err
 	}
 	u, err := st.CreateUser(ctx, demoOperator, cbdash.RoleOperator, hash)
-	if errors.Is(err, cbdash.ErrConflict) {
-		u, _, err = st.UserByName(ctx, demoOperator)
-		d.password = "(as set before)"
+	if errors.Is(err, cbdash.ErrConflict) { // an earlier start made it: its password, unless changed since
+		var kept []byte
+		if u, kept, err = st.UserByName(ctx, demoOperator); err == nil && bcrypt.CompareHashAndPassword(kept, []byte(demoOperator)) != nil {
+			d.password = "(as set before)"
+		}
 	}
 	if err != nil {
 		return d, fmt.Errorf("demo: operator account: %w", err)

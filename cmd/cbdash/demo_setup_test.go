@@ -9,6 +9,7 @@ import (
 
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/storetest"
+	"github.com/cbdash/cbdash/internal/web"
 )
 
 func TestDemoReusesItsTokensAcrossStarts(t *testing.T) {
@@ -26,6 +27,21 @@ func TestDemoReusesItsTokensAcrossStarts(t *testing.T) {
 	}
 	if first.agentToken != second.agentToken || first.apiToken != second.apiToken {
 		t.Errorf("a second start minted new tokens: %+v then %+v", first, second)
+	}
+	// The operator's password is printed at every start while it is the
+	// demo's; once changed, the banner says so.
+	if first.password != demoOperator || second.password != demoOperator {
+		t.Errorf("operator password in the banner: %q then %q, want %q both times", first.password, second.password, demoOperator)
+	}
+	hash, err := web.HashPassword("changed-by-hand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetPassword(ctx, demoOperator, hash); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := setupDemo(ctx, st, file, ""); err != nil || changed.password != "(as set before)" {
+		t.Errorf("after a password change: %q, %v; want (as set before)", changed.password, err)
 	}
 	if toks, err := st.AgentTokens(ctx); err != nil || len(toks) != 1 {
 		t.Errorf("agent tokens after two starts: %d (%v), want 1", len(toks), err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -70,7 +71,7 @@ func printDrills(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
 		case h.Breach != nil:
 			result = "STOPPED: " + h.ReleaseReason
 			if len(h.Breach.Instances) > 0 {
-				result += fmt.Sprintf(" (first above it: %v)", h.Breach.Instances)
+				result += " (first above it: " + strings.Join(h.Breach.Instances, ", ") + ")"
 			}
 		case result == cbdash.DrillReleased:
 			result += " by " + h.ReleasedBy + ": " + h.ReleaseReason

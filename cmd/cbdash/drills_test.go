@@ -53,7 +53,8 @@ func TestCLITripWithStopConditionsIsRefusedDuringAnIncident(t *testing.T) {
 		t.Errorf("dry run: exit %d, out %q, err %q; want the refusal: %s", code, out, stderr, want)
 	}
 	code, out, stderr = cliOn(t, clk, env, args...)
-	if code == 0 || !strings.Contains(stderr, "drill refused by pre-flight: "+want) {
+	if code == 0 || !strings.Contains(stderr, "drill refused by pre-flight: "+want) ||
+		!strings.Contains(stderr, "wait for it to end (the Incidents page, or cbdash incidents); or, to hold it anyway (a hold, not a drill), force it open without stop conditions (no --stop-if)") {
 		t.Errorf("trip: exit %d, out %q, err %q; want the refusal: %s", code, out, stderr, want)
 	}
 	if hs, _ := st.Store.Holds(ctx, cbdash.HoldQuery{}); len(hs) != 0 {
@@ -80,7 +81,7 @@ func TestCLITripWithStopConditionsIsRefusedDuringAnIncident(t *testing.T) {
 	}
 	code, out, stderr = cliOn(t, clk, env, "drills")
 	if code != 0 || !strings.Contains(out, drill.ID) || !strings.Contains(out, "STOPPED: stop condition: fallback failure rate 86 % > 20 % at ") ||
-		!strings.Contains(out, "[checkout/checkout-1]") || strings.Contains(out, "checkout/audit") {
+		!strings.Contains(out, "(first above it: checkout/checkout-1)") || strings.Contains(out, "checkout/audit") {
 		t.Errorf("drills: exit %d, out %q, err %q", code, out, stderr)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,11 +35,13 @@ type holdOptions struct {
 	Instances []string
 	Share     float64
 	DryRun    bool
-	Wait      time.Duration
-	StopIf    []string
-	DropStops []string
-	DropWhy   string
-	Steps     string
+	// AllowEmpty creates a hold that matches no live instance now.
+	AllowEmpty bool
+	Wait       time.Duration
+	StopIf     []string
+	DropStops  []string
+	DropWhy    string
+	Steps      string
 }
 
 // drill reads the drill flags (--stop-if, --drop-stop-if, --drop-reason,
@@ -89,7 +92,7 @@ func newHoldCmd(use, action string) *cobra.Command {
 			if strings.TrimSpace(o.Reason) == "" {
 				return usageError{fmt.Errorf("--reason is required to %s: it goes into the audit log", words)}
 			}
-			c, err := o.client(!o.DryRun)
+			c, err := o.client(true) // a dry run is a POST of the operator role too
 			if err != nil {
 				return err
 			}
@@ -99,6 +102,9 @@ func newHoldCmd(use, action string) *cobra.Command {
 			}
 			if o.DryRun {
 				return planHold(cmd.Context(), c, req, cmd.OutOrStdout())
+			}
+			if err := guardEmpty(cmd.Context(), c, req, o.AllowEmpty, cmd.ErrOrStderr()); err != nil {
+				return err
 			}
 			return createHold(cmd.Context(), c, req, o.Wait, cmd.OutOrStdout())
 		},
@@ -115,6 +121,7 @@ func newHoldCmd(use, action string) *cobra.Command {
 	cmd.Flags().StringToStringVar(&o.Labels, "label", nil, "only instances with this label, KEY=VALUE (repeatable: all must match)")
 	cmd.Flags().StringArrayVar(&o.Instances, "instance", nil, "only this instance (repeatable)")
 	cmd.Flags().Float64Var(&o.Share, "share", 0, "only this percent of the instances, chosen by a stable hash of the instance id (0 or 100 = all)")
+	cmd.Flags().BoolVar(&o.AllowEmpty, "allow-empty", false, "hold even if no live instance matches now (a hold ahead of a deploy): without it such a hold is refused, since a mistyped name would hold nothing")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the blast radius (services, instances, calls per second) and change nothing")
 	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "how long to wait for the instances to answer (0 = do not wait)")
 	cmd.Flags().StringArrayVar(&o.StopIf, "stop-if", nil, "release the hold everywhere at once when this is breached, besides the server's default stop conditions: 'fallback-failure-rate>20%', 'error-rate>30% for 10s', 'p99>500ms' (repeatable)")
@@ -157,6 +164,9 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 	if len(p.Stops) > 0 {
 		fmt.Fprintf(w, "it would stop by itself if: %s\n", clean(stopList(p.Stops)))
 	}
+	if len(p.Instances) == 0 {
+		fmt.Fprintf(w, "%s; the hold would need --allow-empty\n", clean(whyEmpty(ctx, c, req.Selector)))
+	}
 	fmt.Fprintln(w, "nothing was changed")
 	if len(p.Refused) > 0 {
 		for _, r := range p.Refused {
@@ -165,6 +175,73 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 		return fmt.Errorf("pre-flight would refuse this drill: %s", clean(strings.Join(p.Refused, "; ")))
 	}
 	return nil
+}
+
+// guardEmpty refuses, before anything is held, a hold that matches no
+// live instance now (a mistyped SERVICE/BREAKER, label or instance
+// would otherwise hold nothing, silently), naming the breakers the
+// service has; with allowEmpty (a hold ahead of a deploy) it only warns
+// on w and says how to end the hold. When the plan cannot be read (a
+// server without it, or an answer without the plan's instances list),
+// it lets the hold through: creating it says why it fails, if it does.
+func guardEmpty(ctx context.Context, c *apiClient, req cbdash.HoldRequest, allowEmpty bool, w io.Writer) error {
+	var p cbdash.HoldPlan
+	if err := c.doOr(ctx, "POST", "/api/v1/holds/plan", "/api/v1/holds?dry_run=1", req, &p); err != nil || p.Instances == nil || len(p.Instances) > 0 || len(p.Unsupported) > 0 {
+		return nil
+	}
+	why := clean(whyEmpty(ctx, c, req.Selector))
+	if !allowEmpty {
+		return fmt.Errorf("%s; nothing was held. To hold it anyway for the instances that start later (ahead of a deploy), add --allow-empty", why)
+	}
+	fmt.Fprintf(w, "warning: %s; the hold covers the instances that start later. End it with: cbdash release %s --reason ... (or by its hold id)\n",
+		why, clean(req.Selector.String()))
+	return nil
+}
+
+// whyEmpty says why selector sel matches no live instance: an unknown
+// service (with the live ones), a breaker the service does not have
+// (with the ones it has), or narrowings (--label, --instance, --share)
+// that leave none.
+func whyEmpty(ctx context.Context, c *apiClient, sel cbdash.Selector) string {
+	target := sel.Service + "/" + sel.Breaker
+	var deps []cbdash.Dependency
+	if c.doOr(ctx, "GET", "/api/v1/dependencies", "/api/v1/breakers", nil, &deps) != nil {
+		return target + " matches no live instance now"
+	}
+	var services, breakers []string
+	found := false
+	for _, d := range deps {
+		if !slices.Contains(services, d.Service) {
+			services = append(services, d.Service)
+		}
+		if d.Service == sel.Service {
+			breakers = append(breakers, d.Breaker)
+		}
+		if (sel.Service == cbdash.AnyService || d.Service == sel.Service) && d.Breaker == sel.Breaker {
+			found = true
+		}
+	}
+	slices.Sort(services)
+	slices.Sort(breakers)
+	switch {
+	case found:
+		return target + " is live, but --label, --instance or --share select none of its instances now"
+	case sel.Service == cbdash.AnyService:
+		return "no live service has a breaker " + sel.Breaker
+	case len(breakers) == 0:
+		return fmt.Sprintf("service %s is unknown: no live instance reports it (live services: %s)", sel.Service, listOrNone(services))
+	}
+	if len(breakers) == 1 {
+		return fmt.Sprintf("%s matches no live instance now: service %s has one breaker, %s", target, sel.Service, breakers[0])
+	}
+	return fmt.Sprintf("%s matches no live instance now: service %s has the breakers %s", target, sel.Service, strings.Join(breakers, ", "))
+}
+
+func listOrNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
 }
 
 func createHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, wait time.Duration, w io.Writer) error {
@@ -312,10 +389,10 @@ func newHoldsCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&o.All, "all", false, "also the holds that ended (the newest 100)")
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the server's JSON")
 	var ro clientOptions
-	var asJSON bool
+	var asJSON, asMarkdown bool
 	report := &cobra.Command{
 		Use:   "report HOLD-ID",
-		Short: "Print the drill report of a hold as Markdown (--json: as JSON)",
+		Short: "Print the drill report of a hold (--markdown: the Markdown as is, for a file or a wiki; --json: as JSON)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := ro.client(false)
@@ -332,9 +409,12 @@ func newHoldsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			text := cleanText(string(out))
-			if asJSON {
+			text := cleanText(markdownForTerminal(string(out)))
+			switch {
+			case asJSON:
 				text = cleanJSON(string(out))
+			case asMarkdown:
+				text = cleanText(string(out))
 			}
 			if !strings.HasSuffix(text, "\n") { // the shell's prompt on a line of its own
 				text += "\n"
@@ -345,11 +425,16 @@ func newHoldsCmd() *cobra.Command {
 	}
 	ro.bind(report.Flags())
 	report.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	report.Flags().BoolVar(&asMarkdown, "markdown", false, "print the report's Markdown with its escapes (\\*, &gt;): what a Markdown viewer reads")
 	cmd.AddCommand(report)
 	return cmd
 }
 
 func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
+	if len(hs) == 0 { // a sentence, not a header over nothing
+		_, err := fmt.Fprintln(w, "no hold in force (cbdash holds --all: also the holds that ended)")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOLD\tACTION\tSELECTOR\tBY\tWHY\tUNTIL\tCOVERAGE")
 	for _, h := range hs {
@@ -373,9 +458,6 @@ func printHolds(w io.Writer, hs []cbdash.HoldRecord, now time.Time) error {
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(h.ID), actionWords(h.Action), clean(h.Selector.String()), clean(h.Actor), clean(h.Reason), until, cov)
-	}
-	if len(hs) == 0 {
-		fmt.Fprintln(tw, "(no hold in force)\t\t\t\t\t\t")
 	}
 	return tw.Flush()
 }

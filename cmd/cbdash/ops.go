@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,7 +34,7 @@ type statusOptions struct {
 func newStatusCmd(clk clock.Clock) *cobra.Command {
 	var o statusOptions
 	cmd := &cobra.Command{
-		Use:   "status [SERVICE[/BREAKER]]",
+		Use:   "status [SERVICE[/BREAKER]|*/BREAKER]",
 		Short: "Show the breakers of the fleet, worst first",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,6 +65,10 @@ func newStatusCmd(clk clock.Clock) *cobra.Command {
 // asJSON.
 func status(ctx context.Context, c *apiClient, filter, order string, asJSON bool, now time.Time, w io.Writer) error {
 	var deps []cbdash.Dependency
+	filter, breaker, err := statusFilter(filter)
+	if err != nil {
+		return err
+	}
 	if filter != "" && strings.Contains(filter, "/") {
 		service, breaker, err := parseTarget(filter)
 		if err != nil {
@@ -86,6 +91,12 @@ func status(ctx context.Context, c *apiClient, filter, order string, asJSON bool
 		if order != cbdash.OrderWorst {
 			// The same order here: a server older than API 1.2.0 ignores ?sort=.
 			cbdash.SortDependencies(deps, order)
+		}
+		if breaker != "" {
+			deps = slices.DeleteFunc(deps, func(d cbdash.Dependency) bool { return d.Breaker != breaker })
+			if len(deps) == 0 {
+				return fmt.Errorf("no live service has a breaker %s (cbdash status lists them all)", clean(breaker))
+			}
 		}
 	}
 	if asJSON {
@@ -142,6 +153,22 @@ func status(ctx context.Context, c *apiClient, filter, order string, asJSON bool
 		return err
 	}
 	return nil
+}
+
+// statusFilter reads status's argument: SERVICE, SERVICE/BREAKER,
+// */BREAKER (that breaker of every service: breaker is set, filter
+// empty) or SERVICE/* (the service). Other wildcards are a usage error.
+func statusFilter(arg string) (filter, breaker string, err error) {
+	service, br, isDep := strings.Cut(arg, "/")
+	switch {
+	case isDep && service == cbdash.AnyService && br != "" && !strings.ContainsAny(br, "*?["):
+		return "", br, nil
+	case isDep && br == "*" && service != "" && !strings.ContainsAny(service, "*?["):
+		return service, "", nil
+	case strings.ContainsAny(arg, "*?["):
+		return "", "", usageError{fmt.Errorf("status %q: the only wildcards status takes are */BREAKER (that breaker in every service) and SERVICE/* (every breaker of the service)", arg)}
+	}
+	return arg, "", nil
 }
 
 // dependencyWithMembers reads one dependency with every member, page by

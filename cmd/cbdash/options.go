@@ -87,6 +87,9 @@ type serveOptions struct {
 	// errors: the demo's looping faults update incidents many times a
 	// minute, which would drown its log.
 	quietIncidents bool
+	// bannerShowsAdmin: the caller (the demo) prints a generated admin
+	// password itself, so the log does not repeat it.
+	bannerShowsAdmin bool
 }
 
 // bind declares the flags on fs; db, anonymous and quiet are the defaults

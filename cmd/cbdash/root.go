@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -20,23 +21,47 @@ import (
 // CBDASH_TLS_CERT. A flag given on the command line wins.
 const envPrefix = "CBDASH_"
 
-// fromEnv reports whether flag name may be set from the environment: the
+// envFlags are the flags that may be set from the environment: the
 // settings of a deployment and the credentials, not the arguments of one
-// command (a stray CBDASH_REASON must not fill in --reason).
-func fromEnv(name string) bool {
-	switch name {
-	case "addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
-		"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced", "quorum",
-		"trusted-proxy", "secure-cookies", "otlp-endpoint", "otlp-interval", "otlp-header",
-		"max-instances-per-token", "max-breakers-per-token", "max-dependencies", "max-connections-per-token",
-		"max-instances-per-service", "max-breakers-per-service", "max-dependencies-per-service", "max-dependencies-per-token",
-		"max-live-per-session", "max-live-per-address", "max-live", "allow-private-webhooks", "external-url", "ack-delay",
-		"max-event-streams-per-session", "max-event-streams-per-address", "max-event-streams", "max-reads-per-address", "max-reads",
-		"read-header-timeout", "read-timeout", "write-timeout", "idle-timeout", "max-connections-per-address", "max-connections",
-		"server", "token", "timeout", "agent-token", "password":
-		return true
+// command (a stray CBDASH_REASON must not fill in --reason). The README's
+// Configuration table lists them; `cbdash --help` lists them all.
+var envFlags = []string{
+	"addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
+	"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced", "quorum",
+	"trusted-proxy", "secure-cookies", "otlp-endpoint", "otlp-interval", "otlp-header",
+	"max-instances-per-token", "max-breakers-per-token", "max-dependencies", "max-connections-per-token",
+	"max-instances-per-service", "max-breakers-per-service", "max-dependencies-per-service", "max-dependencies-per-token",
+	"max-live-per-session", "max-live-per-address", "max-live", "allow-private-webhooks", "external-url", "ack-delay",
+	"max-event-streams-per-session", "max-event-streams-per-address", "max-event-streams", "max-reads-per-address", "max-reads",
+	"read-header-timeout", "read-timeout", "write-timeout", "idle-timeout", "max-connections-per-address", "max-connections",
+	"server", "token", "timeout", "agent-token", "password",
+}
+
+// fromEnv reports whether flag name may be set from the environment
+// (envFlags).
+func fromEnv(name string) bool { return slices.Contains(envFlags, name) }
+
+// envFlagsText is envFlags as "--addr, --db, ...", wrapped at width
+// columns (no name is broken).
+func envFlagsText(width int) string {
+	var b strings.Builder
+	line := 0
+	for i, f := range envFlags {
+		word := "--" + f
+		if i < len(envFlags)-1 {
+			word += ","
+		}
+		if line > 0 && line+1+len(word) > width {
+			b.WriteString("\n")
+			line = 0
+		} else if line > 0 {
+			b.WriteString(" ")
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
 	}
-	return false
+	return b.String()
 }
 
 // envName is the environment variable that sets flag name.
@@ -71,17 +96,16 @@ func (e usageError) Unwrap() error { return e.error }
 func newRootCmd(clk clock.Clock, getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cbdash",
-		Short: "A live dashboard for the circuit breakers of a fleet of Go services",
-		Long: `cbdash collects what the circuit breakers of your Go services do (through
-the sdk/agent package), shows it live, keeps its history in one SQLite file,
-and lets operators trip, release and reset breakers.
+		Short: "A live dashboard for the circuit breakers of a fleet of services",
+		Long: `cbdash collects what the circuit breakers of your services do (through
+the sdk/agent package, the Node agent, or Hystrix and Prometheus sources),
+shows it live, keeps its history in a SQLite file or a PostgreSQL database
+(--db), and lets operators trip, hold, release and reset breakers.
 
-The settings of a deployment and the credentials (--addr, --db, --retention-*,
---tls-cert, --tls-key, --anonymous, --admin-password, --metrics-token,
---log-level, --log-format, --server, --token, --timeout, --agent-token,
---password) can also be set with an environment variable: CBDASH_ and the
-flag's name in capitals, dashes as underscores (--tls-cert: CBDASH_TLS_CERT).
-A flag on the command line wins.`,
+These flags can also be set with an environment variable, CBDASH_ and the
+flag's name in capitals, dashes as underscores (--tls-cert: CBDASH_TLS_CERT);
+a flag on the command line wins:
+` + envFlagsText(78) + `.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -103,6 +127,7 @@ A flag on the command line wins.`,
 		newDrillsCmd(),
 		newDrillCmd(), // schedules.go
 		newAlertsCmd(),
+		newIncidentsCmd(clk),
 		newTuneCmd(),   // tune.go
 		newReviewCmd(), // review.go
 		newTokenCmd(),

@@ -172,6 +172,9 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	switch {
 	case created && o.AdminPassword != "": // the operator knows it: never write it to a log
 		log.Info("created the first account with the password of --admin-password", "user", web.AdminName)
+	case created && o.bannerShowsAdmin: // the demo's banner shows it: no second copy, in a log
+		log.Info("created the first account with a generated password, shown in the banner", "user", web.AdminName)
+		s.adminPassword = pw
 	case created:
 		log.Warn("created the first account; it is not shown again (cbdash user passwd admin sets a new one)",
 			"user", web.AdminName, "password", pw)

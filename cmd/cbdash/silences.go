@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,6 +39,9 @@ You are recorded as its creator.`,
 			if strings.TrimSpace(req.Reason) == "" {
 				return usageError{fmt.Errorf("--reason is required (say why, for whoever is paged next)")}
 			}
+			if req.For == "" && req.EndsAt == "" {
+				return usageError{fmt.Errorf("give the silence's end: --for 2h or --until 2030-01-01T15:00:00Z (RFC 3339)")}
+			}
 			m, err := labelMap(labels)
 			if err != nil {
 				return err
@@ -51,9 +55,12 @@ You are recorded as its creator.`,
 			if err := c.do(cmd.Context(), "POST", "/api/v1/alerts/silences", req, &sl); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "created silence %d of %s until %s UTC\n", sl.ID, clean(matchersText(sl.Matchers)),
-				sl.EndsAt.UTC().Format(time.DateTime))
-			return err
+			if _, err = fmt.Fprintf(cmd.OutOrStdout(), "created silence %d of %s until %s UTC\n", sl.ID, clean(matchersText(sl.Matchers)),
+				sl.EndsAt.UTC().Format(time.DateTime)); err != nil {
+				return err
+			}
+			warnUnmatched(cmd.Context(), c, sl, cmd.ErrOrStderr())
+			return nil
 		},
 	}
 	o.bind(cmd.Flags())
@@ -129,6 +136,10 @@ func matchersText(m cbdash.SilenceMatchers) string {
 
 // printSilences writes one line per silence, times in UTC.
 func printSilences(w io.Writer, sls []cbdash.Silence) error {
+	if len(sls) == 0 { // a sentence, not a header over nothing
+		_, err := fmt.Fprintln(w, "no silence")
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SILENCE\tMATCHES\tENDS (UTC)\tBY\tREASON\tEXPIRED")
 	for _, sl := range sls {
@@ -138,9 +149,6 @@ func printSilences(w io.Writer, sls []cbdash.Silence) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", sl.ID, clean(matchersText(sl.Matchers)), sl.EndsAt.UTC().Format(time.DateTime),
 			clean(sl.CreatedBy), clean(sl.Reason), clean(expired))
-	}
-	if len(sls) == 0 {
-		fmt.Fprintln(tw, "(no silence)\t\t\t\t\t")
 	}
 	return tw.Flush()
 }
@@ -197,4 +205,22 @@ func newAlertsAckCmd() *cobra.Command {
 	}
 	o.bind(cmd.Flags())
 	return cmd
+}
+
+// warnUnmatched writes a warning to w when silence sl matches no live
+// breaker now (a mistyped service, breaker or label): it still holds
+// back the alerts of breakers that match later. Nothing is written when
+// the live breakers cannot be read.
+func warnUnmatched(ctx context.Context, c *apiClient, sl cbdash.Silence, w io.Writer) {
+	var deps []cbdash.Dependency
+	if c.doOr(ctx, "GET", "/api/v1/dependencies", "/api/v1/breakers", nil, &deps) != nil {
+		return
+	}
+	for _, d := range deps {
+		if sl.Matchers.Match(d.DependencyKey.String(), d.Labels) {
+			return
+		}
+	}
+	fmt.Fprintf(w, "warning: silence %d (%s) matches no live breaker now (`cbdash status --json` lists them with their labels); "+
+		"it still holds back alerts that match before it ends; end it: cbdash alerts unsilence %d\n", sl.ID, clean(matchersText(sl.Matchers)), sl.ID)
 }

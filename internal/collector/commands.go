@@ -28,7 +28,9 @@ import (
 // CreateHold) for the breaker, scoped to req.Instance or req.Share, and
 // returns the command it was sent as to req.Service. Release and reset
 // stay commands: a release of a dependency that live holds cover releases
-// those holds (the release command of the newest is returned), unless one
+// those holds (the release command of the newest is returned), also when
+// no live instance has that breaker (a hold ahead of a deploy, or on a
+// mistyped name), unless one
 // of them spans every service or the release is scoped to part of the
 // instances (then cbdash.ErrConflict names the holds to release by id); a
 // reset of a held dependency is refused with cbdash.ErrConflict, since the
@@ -46,6 +48,13 @@ func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 		return cbdash.Command{}, err
 	}
 	k := cbdash.DependencyKey{Service: req.Service, Breaker: req.Breaker}
+	if req.Action == protocol.ActionRelease {
+		// Before the live lookup: a hold whose selector names a breaker
+		// no instance has (yet, or a typo) is released by that name too.
+		if cmd, ok, err := c.releaseHolds(ctx, req); ok || err != nil {
+			return cmd, err
+		}
+	}
 	targets, err := c.live.Targets(k, req.Instance, req.Share)
 	if err != nil {
 		return cbdash.Command{}, err
@@ -53,10 +62,6 @@ func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 	switch req.Action {
 	case protocol.ActionForceOpen, protocol.ActionForceClosed:
 		return c.issueHold(ctx, req)
-	case protocol.ActionRelease:
-		if cmd, ok, err := c.releaseHolds(ctx, req); ok || err != nil {
-			return cmd, err
-		}
 	case protocol.ActionReset:
 		if hs := c.holdsCovering(k); len(hs) > 0 {
 			return cbdash.Command{}, fmt.Errorf("%w: %s is held by %s; release the hold first, or it is applied again at the next hello",

@@ -75,7 +75,8 @@ func (m *Manager) otherDrills(sel cbdash.Selector, now time.Time) []string {
 	var out []string
 	for _, h := range others {
 		if h.LiveAt(now) && isDrill(h.HoldRequest, h.Stops) && overlap(h.Selector, sel) {
-			out = append(out, fmt.Sprintf("drill %s (%s) covers it until %s", h.ID, h.Selector.String(), h.Until.UTC().Format("15:04:05 UTC")))
+			out = append(out, fmt.Sprintf("drill %s (%s) covers it until %s: wait for it to end, or release it first (cbdash release %s)",
+				h.ID, h.Selector.String(), h.Until.UTC().Format("15:04:05 UTC"), h.ID))
 		}
 	}
 	return out
@@ -95,10 +96,23 @@ func (m *Manager) openIncidents(ctx context.Context, sel cbdash.Selector) ([]str
 	var out []string
 	for _, in := range incs {
 		if in.Open && sel.CoversDependency(in.DependencyKey) {
-			out = append(out, fmt.Sprintf("incident %d is open on %s since %s", in.ID, in.DependencyKey, in.Start.UTC().Format("15:04:05 UTC")))
+			out = append(out, fmt.Sprintf("incident %d is open on %s since %s: %s", in.ID, in.DependencyKey, in.Start.UTC().Format("15:04:05 UTC"),
+				m.insteadOfADrill("wait for it to end (the Incidents page, or cbdash incidents)")))
 		}
 	}
 	return out, nil
+}
+
+// insteadOfADrill is the advice of a refusal: wait (what to wait for),
+// or, when a hold and not a drill is meant, hold without stop
+// conditions (the server's defaults dropped with a reason, when it has
+// some). One text for the API, the CLI and the holds page.
+func (m *Manager) insteadOfADrill(wait string) string {
+	without := "without stop conditions (no --stop-if)"
+	if len(m.cfg.DefaultStops) > 0 {
+		without = "without stop conditions (no --stop-if, and the server's defaults dropped: --drop-stop-if '*' --drop-reason ...)"
+	}
+	return wait + "; or, to hold it anyway (a hold, not a drill), force it open " + without
 }
 
 // breachedNow is a reason for each stop condition already above its value
@@ -118,7 +132,8 @@ func (m *Manager) breachedNow(sel cbdash.Selector, stops []cbdash.StopCondition)
 	var out []string
 	for _, c := range stops {
 		if v, ok := stopValue(c, sum, cbdash.StopMinCalls); ok && v > c.Above {
-			out = append(out, fmt.Sprintf("stop condition %s is already breached on the target: %s now", c.String(), c.Figure(v)))
+			out = append(out, fmt.Sprintf("stop condition %s is already breached on the target: %s now: %s", c.String(), c.Figure(v),
+				m.insteadOfADrill("wait until it is below its value")))
 		}
 	}
 	return out

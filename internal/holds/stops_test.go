@@ -219,6 +219,11 @@ func TestPreflightRefusesADrillWithTheReason(t *testing.T) {
 	}
 	wantRefused(t, s.m, holdOf("pricing"), fmt.Sprintf("incident %d is open on pricing/db since ", id))
 	wantRefused(t, s.m, holdOf("*"), fmt.Sprintf("incident %d is open on pricing/db since ", id))
+	// The refusal says what to do: wait, or hold without stop conditions
+	// (this server has default ones: drop them).
+	wantRefused(t, s.m, holdOf("pricing"), fmt.Sprintf("incident %d is open on pricing/db since ", id),
+		"wait for it to end (the Incidents page, or cbdash incidents); or, to hold it anyway (a hold, not a drill), force it open without stop conditions",
+		"--drop-stop-if '*' --drop-reason")
 
 	// Without stop conditions (the defaults dropped, with a reason) it is
 	// an operator's force open, not a drill: it starts.
@@ -240,7 +245,7 @@ func TestPreflightRefusesADrillWhileAnotherCoversItOrAStopIsBreachedNow(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRefused(t, s.m, holdOf("*"), "drill "+first.ID+" (pricing/db) covers it until ")
+	wantRefused(t, s.m, holdOf("*"), "drill "+first.ID+" (pricing/db) covers it until ", "or release it first (cbdash release "+first.ID+")")
 	if _, err := s.m.Release(ctx, first.ID, "ops", "done"); err != nil {
 		t.Fatal(err)
 	}
@@ -257,15 +262,17 @@ func TestPreflightRefusesADrillWhileAnotherCoversItOrAStopIsBreachedNow(t *testi
 }
 
 // wantRefused checks that Create refuses req with a conflict naming want,
-// and that the dry run says it.
-func wantRefused(t *testing.T, m *Manager, req cbdash.HoldRequest, want string) {
+// and that the dry run says it, with advice (each in the same reason).
+func wantRefused(t *testing.T, m *Manager, req cbdash.HoldRequest, want string, advice ...string) {
 	t.Helper()
 	p, err := m.Plan(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(p.Refused, func(r string) bool { return strings.HasPrefix(r, want) }) {
-		t.Errorf("plan refused %q, want %q", p.Refused, want)
+	if !slices.ContainsFunc(p.Refused, func(r string) bool {
+		return strings.HasPrefix(r, want) && !slices.ContainsFunc(advice, func(a string) bool { return !strings.Contains(r, a) })
+	}) {
+		t.Errorf("plan refused %q, want %q with %q", p.Refused, want, advice)
 	}
 	_, err = m.Create(context.Background(), req)
 	if !errors.Is(err, cbdash.ErrConflict) || !strings.Contains(err.Error(), "drill refused by pre-flight: ") || !strings.Contains(err.Error(), want) {

@@ -63,7 +63,7 @@ func (s *Store) AckAlert(ctx context.Context, ruleID int64, subject, by string, 
 			return err
 		}
 		if n == 0 {
-			return fmt.Errorf("alert of rule %d on %s is not firing: %w", ruleID, subject, cbdash.ErrNotFound)
+			return fmt.Errorf("no alert of rule %d is firing on %s: %w", ruleID, subject, cbdash.ErrNotFound)
 		}
 		return nil
 	}})

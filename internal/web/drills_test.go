@@ -56,7 +56,7 @@ func TestPreflightRefusesADrillDuringAnIncidentByTheAPIAndThePage(t *testing.T) 
 	if len(plan.Stops) != 2 || plan.Stops[1].String() != "error-rate>30% for 10s" {
 		t.Errorf("plan stops %v", plan.Stops)
 	}
-	if code, body = call("POST", "/api/v1/holds", drill); code != http.StatusConflict || !strings.Contains(body, want) {
+	if code, body = call("POST", "/api/v1/holds", drill); code != http.StatusConflict || !strings.Contains(body, want) || !strings.Contains(body, "a hold, not a drill") {
 		t.Fatalf("create: %d %s, want 409: %s", code, body, want)
 	}
 
@@ -66,7 +66,8 @@ func TestPreflightRefusesADrillDuringAnIncidentByTheAPIAndThePage(t *testing.T) 
 	if res.status != http.StatusConflict {
 		t.Errorf("the page's dry run: %d, want 409", res.status)
 	}
-	mustContain(t, "the refusal on the page", res.body, `data-testid="hold-error"`, "Pre-flight refuses this drill: "+want)
+	mustContain(t, "the refusal on the page", res.body, `data-testid="hold-error"`, "Pre-flight refuses this drill: "+want,
+		"wait for it to end (the Incidents page, or cbdash incidents); or, to hold it anyway (a hold, not a drill), force it open without stop conditions")
 	if strings.Contains(res.body, "hold-confirm-button") {
 		t.Error("a refused drill can still be confirmed")
 	}

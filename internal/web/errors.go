@@ -99,7 +99,9 @@ var internalPrefixes = []string{"store: ", "collector: ", "web: "}
 
 // userMessage is err's message as a user should read it: without a
 // leading package prefix, and a not-found error reads "incident 7 not
-// found" rather than "incident 7: not found" or "not found: incident 7".
+// found" rather than "incident 7: not found" or "not found: incident 7";
+// one whose last part already says what is missing ("no alert of rule 3
+// is firing on checkout/payments: not found") loses the suffix instead.
 func userMessage(err error) string {
 	msg := err.Error()
 	for _, p := range internalPrefixes {
@@ -113,6 +115,9 @@ func userMessage(err error) string {
 	}
 	nf := cbdash.ErrNotFound.Error()
 	if rest, ok := strings.CutSuffix(msg, ": "+nf); ok {
+		if last := rest[strings.LastIndex(rest, ": ")+1:]; strings.HasPrefix(strings.TrimSpace(last), "no ") {
+			return rest
+		}
 		return rest + " " + nf
 	}
 	if rest, ok := strings.CutPrefix(msg, nf+": "); ok {
