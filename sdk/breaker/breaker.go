@@ -52,8 +52,8 @@ type Breaker struct {
 	lastNow, clockOff, stepsBack atomic.Int64
 	stepMu                       sync.Mutex // serializes the moves of clockOff
 
-	mu         sync.Mutex // guards the fields below and every epoch transition
-	gen        uint64
+	mu  sync.Mutex // guards the fields below and every epoch transition
+	gen uint64
 	// deferUntil: probes deferred (ActionDeferProbes) until then (ns
 	// since base); 0 = not deferred. Written under mu, read by snapshots
 	// (which may run under mu) without it.

@@ -252,7 +252,7 @@ type Snapshot struct {
 	// ProbesDeferredUntil is, while an ActionDeferProbes command defers
 	// the breaker's probes, when the deferral runs out; zero otherwise.
 	ProbesDeferredUntil time.Time
-	Forced    *Command // the command holding a forced state, nil otherwise
+	Forced              *Command // the command holding a forced state, nil otherwise
 	// ClockStepsBack counts the steps back of Config.Clock since the
 	// breaker was made (a clock without a monotonic reading set back, by
 	// NTP or by hand, or read before the breaker was made): the readings
