@@ -57,14 +57,17 @@ type Live interface {
 }
 
 // Config is what an Advisor is built from. Rules, Holds, Live and Now are
-// required; Log nil = slog.Default(); MaxHold 0 = cbdash.DefaultMaxHold.
+// required; Log nil = slog.Default(); MaxHold 0 = cbdash.DefaultMaxHold;
+// Commands nil = no probe rotation (whatever the rules' Probes say: the
+// server-wide kill switch of the rotation).
 type Config struct {
-	Rules   []cbdash.QuorumRule
-	Holds   Holds
-	Live    Live
-	Now     func() time.Time
-	Log     *slog.Logger
-	MaxHold time.Duration
+	Rules    []cbdash.QuorumRule
+	Holds    Holds
+	Live     Live
+	Commands Commands
+	Now      func() time.Time
+	Log      *slog.Logger
+	MaxHold  time.Duration
 }
 
 // Advisor evaluates the quorum rules and sends and ends advisories. Its
@@ -75,6 +78,8 @@ type Advisor struct {
 	mu  sync.Mutex // one Check at a time; guards deps
 	// deps is what the Advisor remembers of each dependency it advised.
 	deps map[cbdash.DependencyKey]*advised
+	// rot is each dependency's probe rotation while it runs (probes.go).
+	rot map[cbdash.DependencyKey]*rotation
 }
 
 // advised is one dependency's advisory, as the Advisor sent it.
@@ -93,7 +98,7 @@ func New(cfg Config) *Advisor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Advisor{cfg: cfg, log: log, deps: make(map[cbdash.DependencyKey]*advised)}
+	return &Advisor{cfg: cfg, log: log, deps: make(map[cbdash.DependencyKey]*advised), rot: make(map[cbdash.DependencyKey]*rotation)}
 }
 
 // Check evaluates every dependency a rule turns on, sends an advisory
@@ -110,6 +115,9 @@ func (a *Advisor) Check(ctx context.Context) {
 			continue
 		}
 		a.check(ctx, d, r, now)
+		if r.Probes > 0 && a.cfg.Commands != nil {
+			a.rotate(ctx, d, r, now)
+		}
 	}
 }
 
