@@ -116,23 +116,7 @@ func (a *Advisor) turns(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 			hold = append(hold, ib.Instance) // opened since the start
 		}
 	}
-	for inst, since := range rt.probers {
-		ib := lineOf(d, inst)
-		switch {
-		case ib == nil || ib.Stale:
-			delete(rt.probers, inst)
-		case ib.State == protocol.StateOpen && ib.LastTransition.After(since):
-			hold = append(hold, inst) // its probe failed
-			rt.last = later(rt.last, ib.LastTransition)
-			rt.done = append(rt.done, inst)
-			delete(rt.probers, inst)
-		case now.Sub(since) >= 2*rt.interval && ib.State == protocol.StateOpen:
-			hold = append(hold, inst) // no probe (no call) in two intervals: its turn passes
-			rt.last = later(rt.last, now.Add(-rt.interval))
-			rt.done = append(rt.done, inst)
-			delete(rt.probers, inst)
-		}
-	}
+	hold = append(hold, rt.probed(d, now)...)
 	if len(hold) > 0 {
 		slices.Sort(hold)
 		a.hold(ctx, d.DependencyKey, rt, hold, now, fmt.Sprintf("probe rotation (%s): probed or opened; waits for the next probers' verdict", r.String()))
@@ -141,6 +125,34 @@ func (a *Advisor) turns(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 		a.letProbe(ctx, d, r, rt, now)
 	}
 	a.renew(ctx, d.DependencyKey, r, rt, now)
+}
+
+// probed returns the probers that have had their turn, and forgets them
+// as probers: those whose probe failed (open again since they were let
+// probe) and those that let their turn pass (no probe, no call, in two
+// intervals). Probers gone stale are forgotten.
+func (rt *rotation) probed(d cbdash.Dependency, now time.Time) []string {
+	var out []string
+	for inst, since := range rt.probers {
+		ib := lineOf(d, inst)
+		switch {
+		case ib == nil || ib.Stale:
+			delete(rt.probers, inst)
+			continue
+		case ib.State != protocol.StateOpen:
+			continue
+		case ib.LastTransition.After(since):
+			rt.last = later(rt.last, ib.LastTransition)
+		case now.Sub(since) >= 2*rt.interval:
+			rt.last = later(rt.last, now.Add(-rt.interval))
+		default:
+			continue
+		}
+		out = append(out, inst)
+		rt.done = append(rt.done, inst)
+		delete(rt.probers, inst)
+	}
+	return out
 }
 
 // letProbe lets the next K instances in turn probe.
