@@ -57,12 +57,14 @@ const (
 
 // rotation is one dependency's probe rotation.
 type rotation struct {
-	start    time.Time
 	interval time.Duration        // the open duration: one probe round per interval
-	held     map[string]time.Time // deferred instances, until when
-	probers  map[string]time.Time // instances let probe, since when
+	held     map[string]time.Time // deferred instances, until when (the collector's clock)
+	probers  map[string]prober    // instances let probe
 	done     []string             // instances that had their turn since the order was last gone through
-	last     time.Time            // the last probe seen to fail (or turn let pass)
+	last     time.Time            // when the last probe was seen to fail (or a turn let pass)
+	// quiet is set after the verdict closed: no rotation until the
+	// quorum has dissolved.
+	quiet bool
 }
 
 // rotate runs the probe rotation of dependency d under rule r.
@@ -70,15 +72,20 @@ func (a *Advisor) rotate(ctx context.Context, d cbdash.Dependency, r cbdash.Quor
 	k := d.DependencyKey
 	q := cbdash.QuorumOf(d.PerInstance)
 	rt := a.rot[k]
-	if rt == nil {
-		if q.Met(r) && len(q.Open) > r.Probes {
+	if rt == nil || rt.quiet {
+		switch {
+		case !q.Met(r):
+			delete(a.rot, k) // dissolved: a later quorum starts a new rotation
+		case rt == nil && len(q.Open) > r.Probes:
 			a.rot[k] = a.startRotation(ctx, d, r, q, now)
 		}
 		return
 	}
 	if who := verdictClosed(d, rt); who != "" {
 		a.endRotation(ctx, d, rt, "the probes' verdict is closed: "+who+" closed again", spread(d, r, rt))
-		delete(a.rot, k)
+		// No new rotation until the quorum has dissolved: the instances
+		// let probe are recovering, not to be deferred again.
+		a.rot[k] = &rotation{quiet: true}
 		return
 	}
 	if !q.Met(r) {
@@ -92,11 +99,11 @@ func (a *Advisor) rotate(ctx context.Context, d cbdash.Dependency, r cbdash.Quor
 // startRotation starts dependency d's rotation: the first K instances
 // open on their own probe, the others are deferred.
 func (a *Advisor) startRotation(ctx context.Context, d cbdash.Dependency, r cbdash.QuorumRule, q cbdash.Quorum, now time.Time) *rotation {
-	rt := &rotation{start: now, interval: cmpDur(q.OpenFor, cbdash.DefaultQuorumBox), held: map[string]time.Time{},
-		probers: map[string]time.Time{}, last: now}
+	rt := &rotation{interval: cmpDur(q.OpenFor, cbdash.DefaultQuorumBox), held: map[string]time.Time{},
+		probers: map[string]prober{}, last: now}
 	open := slices.Sorted(slices.Values(q.Open))
 	for _, inst := range open[:r.Probes] {
-		rt.probers[inst] = lineOf(d, inst).LastTransition // they probe on their own timer
+		rt.probers[inst] = prober{since: now, seen: lineOf(d, inst).LastTransition} // they probe on their own timer
 	}
 	why := fmt.Sprintf("probe rotation: %d of %d instances open on their own (%s); %d probe per %v open interval (now %s), the others wait for their verdict",
 		q.Tripped(), q.Eligible, r.String(), r.Probes, rt.interval, strings.Join(open[:r.Probes], ", "))
@@ -133,7 +140,7 @@ func (a *Advisor) turns(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 // intervals). Probers gone stale are forgotten.
 func (rt *rotation) probed(d cbdash.Dependency, now time.Time) []string {
 	var out []string
-	for inst, since := range rt.probers {
+	for inst, p := range rt.probers {
 		ib := lineOf(d, inst)
 		switch {
 		case ib == nil || ib.Stale:
@@ -141,10 +148,10 @@ func (rt *rotation) probed(d cbdash.Dependency, now time.Time) []string {
 			continue
 		case ib.State != protocol.StateOpen:
 			continue
-		case ib.LastTransition.After(since):
-			rt.last = later(rt.last, ib.LastTransition)
-		case now.Sub(since) >= 2*rt.interval:
-			rt.last = later(rt.last, now.Add(-rt.interval))
+		case !ib.LastTransition.Equal(p.seen): // a transition since: its probe failed
+			rt.last = now
+		case now.Sub(p.since) >= 2*rt.interval:
+			rt.last = now.Add(-rt.interval)
 		default:
 			continue
 		}
@@ -184,7 +191,7 @@ func (a *Advisor) letProbe(ctx context.Context, d cbdash.Dependency, r cbdash.Qu
 	}
 	for _, inst := range next {
 		delete(rt.held, inst)
-		rt.probers[inst] = now
+		rt.probers[inst] = prober{since: now, seen: lineOf(d, inst).LastTransition}
 	}
 	a.log.Info("probe rotation: turn", "dependency", d.DependencyKey.String(), "probers", next, "reason", why)
 }
@@ -236,14 +243,15 @@ func (a *Advisor) endRotation(ctx context.Context, d cbdash.Dependency, rt *rota
 	a.log.Info("probe rotation ended", "dependency", d.DependencyKey.String(), "released", held, "spread", spread, "reason", why)
 }
 
-// verdictClosed returns an instance of the rotation closed since its
-// start ("" when none is): the probes' verdict.
+// verdictClosed returns an instance of the rotation closed again ("" when
+// none is): the probes' verdict. Every instance of the rotation was open
+// when it joined, so one closed now has closed since. (Transition times
+// are the agents' clocks: the rotation compares none with its own.)
 func verdictClosed(d cbdash.Dependency, rt *rotation) string {
 	for _, ib := range d.PerInstance {
 		_, held := rt.held[ib.Instance]
 		_, probing := rt.probers[ib.Instance]
-		if (held || probing || slices.Contains(rt.done, ib.Instance)) && !ib.Stale &&
-			ib.State == protocol.StateClosed && ib.LastTransition.After(rt.start) {
+		if (held || probing || slices.Contains(rt.done, ib.Instance)) && !ib.Stale && ib.State == protocol.StateClosed {
 			return ib.Instance
 		}
 	}
@@ -288,9 +296,9 @@ func cmpDur(a, b time.Duration) time.Duration {
 	return b
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
+// prober is an instance let probe: when (the collector's clock), and the
+// last transition its line showed then (a new one means it probed).
+type prober struct {
+	since time.Time
+	seen  time.Time
 }

@@ -98,6 +98,11 @@ func TestProbeRotationOneProberPerIntervalThenStaggeredRelease(t *testing.T) {
 	if !strings.Contains(got[0].reason, "verdict is closed: i1 closed again") {
 		t.Errorf("reason %q", got[0].reason)
 	}
+	w.clk.Advance(time.Second)
+	w.a.Check(ctx) // five still open: a quorum, but the verdict was closed
+	if got := cmds.take(); len(got) != 0 {
+		t.Fatalf("after the verdict, the quorum still met: %+v, want no new rotation", got)
+	}
 }
 
 func TestProbeRotationNeverOnAMinorityAndOffWithoutProbes(t *testing.T) {
