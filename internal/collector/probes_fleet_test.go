@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -44,15 +45,16 @@ const (
 
 // fleetRun is what one run measured.
 type fleetRun struct {
-	outageCalls  int64       // calls admitted (sent to the dependency) during the 60 s outage
-	failedCalls  int64       // calls that failed, outage and recovery
-	probes       []time.Time // probes during the outage (half_open > open or closed), fleet-wide
-	maxProbes    int         // most probes in any open interval (5 s) of the outage
-	deferrals    int         // defer_probes commands the collector recorded
-	advisories   int         // quorum holds
-	retrips      int         // closed > open after the first closing, fleet-wide
-	ownAfterStop []int       // per instance: own probes after the collector stopped (stop runs)
-	rejAfterStop []int64     // per instance: rejections after the collector stopped
+	outageCalls  int64           // calls admitted (sent to the dependency) during the 60 s outage
+	failedCalls  int64           // calls that failed, outage and recovery
+	probes       []time.Time     // probes during the outage (half_open > open or closed), fleet-wide
+	maxProbes    int             // most probes in any open interval (5 s) of the outage
+	deferrals    int             // defer_probes commands the collector recorded
+	staggered    []time.Duration // the offsets of the releases at the verdicts closed, sorted
+	advisories   int             // quorum holds
+	retrips      int             // closed > open after the first closing, fleet-wide
+	ownAfterStop []int           // per instance: own probes after the collector stopped (stop runs)
+	rejAfterStop []int64         // per instance: rejections after the collector stopped
 	firstOwn     []time.Duration
 	endStates    []breaker.State
 }
@@ -318,14 +320,22 @@ func (run *fleetRun) measure(t *testing.T, s *stackInBubble, fleet []*probeMembe
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ended []cbdash.Command
 	for _, c := range cmds {
 		switch {
 		case c.Action == protocol.ActionDeferProbes:
 			run.deferrals++
+			if strings.HasPrefix(c.Reason, "probe rotation ended: the probes' verdict is closed") {
+				ended = append(ended, c)
+			}
 		case c.Actor == cbdash.QuorumActor && c.Action == protocol.ActionForceOpen:
 			run.advisories++
 		}
 	}
+	for _, c := range ended {
+		run.staggered = append(run.staggered, c.TTL)
+	}
+	slices.Sort(run.staggered)
 }
 
 func quorumRulesOf(t *testing.T, rules ...string) []cbdash.QuorumRule {
@@ -372,6 +382,10 @@ func TestFleetProbeRotation(t *testing.T) {
 	}
 	if rotated.maxProbes > 1 {
 		t.Errorf("coordinated: %d probes in one open interval, want at most K = 1 (probes at %v)", rotated.maxProbes, rotated.probes)
+	}
+	t.Logf("at the verdicts closed, the waiting instances were let probe at offsets %v, spread over the open duration (the breakers have no ramp)", rotated.staggered)
+	if n := len(rotated.staggered); n < 2 || rotated.staggered[n-1] == 0 || rotated.staggered[n-1] >= fleetOpen {
+		t.Errorf("releases at the verdicts: offsets %v, want them spread within %v, not all at once", rotated.staggered, fleetOpen)
 	}
 	if independent.maxProbes < fleetSize/2 {
 		t.Errorf("independent: at most %d probes per open interval; the baseline should see one per instance", independent.maxProbes)

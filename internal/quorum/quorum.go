@@ -141,14 +141,18 @@ func (a *Advisor) check(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 	if !q.Met(r) {
 		st.quiet = false
 	}
-	if len(live) > 0 {
-		a.watch(ctx, d, st, live[0])
+	if len(live) > 0 && a.watch(ctx, d, st, live) {
 		return
 	}
 	if !q.Met(r) || st.quiet {
 		return
 	}
-	targets := a.targets(d, q, covering, now)
+	// The closed instances no live advisory names: all of them when none
+	// is live; while one is, those it missed (back from an advisory that
+	// ran out before their expiry was seen, or new), advised on top.
+	targets := slices.DeleteFunc(a.targets(d, q, covering, now), func(inst string) bool {
+		return slices.ContainsFunc(live, func(h cbdash.HoldRecord) bool { return slices.Contains(h.Selector.Instances, inst) })
+	})
 	if len(targets) == 0 {
 		return
 	}
@@ -212,27 +216,31 @@ func (a *Advisor) advise(ctx context.Context, k cbdash.DependencyKey, r cbdash.Q
 		"eligible", q.Eligible, "instances", targets, "until", h.Until, "reason", h.Reason)
 }
 
-// watch follows live advisory h of dependency d: it releases h at the
-// quorum's first close. An advisory this Advisor did not send (another
-// collector led when it was) is adopted: its members are the instances
-// it does not name that are open.
-func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, st *advised, h cbdash.HoldRecord) {
-	if st.holdID != h.ID {
+// watch follows the live advisories of dependency d (newest first): it
+// releases them at the quorum's first close, and reports whether it
+// did. An advisory this Advisor did not send (another collector led when
+// it was) is adopted: its members are the instances it does not name
+// that are open.
+func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, st *advised, live []cbdash.HoldRecord) bool {
+	if h := live[0]; !slices.ContainsFunc(live, func(h cbdash.HoldRecord) bool { return h.ID == st.holdID }) {
 		*st = advised{holdID: h.ID, until: h.Until, members: adoptMembers(d, h)}
 	}
 	first := firstClosed(d, st.members)
 	if first == "" {
-		return
+		return false
 	}
 	reason := "quorum's first close: " + d.Service + "/" + first + " closed again"
-	if _, err := a.cfg.Holds.Release(ctx, h.ID, cbdash.QuorumActor, reason); err != nil {
-		if ctx.Err() == nil {
-			a.log.Error("end quorum advisory", "dependency", d.DependencyKey.String(), "hold", h.ID, "err", err)
+	for _, h := range live {
+		if _, err := a.cfg.Holds.Release(ctx, h.ID, cbdash.QuorumActor, reason); err != nil {
+			if ctx.Err() == nil {
+				a.log.Error("end quorum advisory", "dependency", d.DependencyKey.String(), "hold", h.ID, "err", err)
+			}
+			return true
 		}
-		return
+		a.log.Info("quorum advisory ended", "dependency", d.DependencyKey.String(), "hold", h.ID, "reason", reason)
 	}
 	st.quiet = true
-	a.log.Info("quorum advisory ended", "dependency", d.DependencyKey.String(), "hold", h.ID, "reason", reason)
+	return true
 }
 
 // adoptMembers is the instances of d that h does not name and that are
