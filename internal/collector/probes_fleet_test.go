@@ -51,7 +51,8 @@ type fleetRun struct {
 	maxProbes    int             // most probes in any open interval (5 s) of the outage
 	deferrals    int             // defer_probes commands the collector recorded
 	staggered    []time.Duration // the offsets of the releases at the verdicts closed, sorted
-	advisories   int             // quorum holds
+	advisories   int             // the quorum's force_open commands (advisories and the waves of a staggered return)
+	waves        []time.Duration // the time boxes of the waves of the staggered returns
 	retrips      int             // closed > open after the first closing, fleet-wide
 	ownAfterStop []int           // per instance: own probes after the collector stopped (stop runs)
 	rejAfterStop []int64         // per instance: rejections after the collector stopped
@@ -330,6 +331,9 @@ func (run *fleetRun) measure(t *testing.T, s *stackInBubble, fleet []*probeMembe
 			}
 		case c.Actor == cbdash.QuorumActor && c.Action == protocol.ActionForceOpen:
 			run.advisories++
+			if strings.HasPrefix(c.Reason, "quorum's first close, staggered return: ") {
+				run.waves = append(run.waves, c.TTL)
+			}
 		}
 	}
 	for _, c := range ended {
@@ -386,6 +390,11 @@ func TestFleetProbeRotation(t *testing.T) {
 	t.Logf("at the verdicts closed, the waiting instances were let probe at offsets %v, spread over the open duration (the breakers have no ramp)", rotated.staggered)
 	if n := len(rotated.staggered); n < 2 || rotated.staggered[n-1] == 0 || rotated.staggered[n-1] >= fleetOpen {
 		t.Errorf("releases at the verdicts: offsets %v, want them spread within %v, not all at once", rotated.staggered, fleetOpen)
+	}
+	slices.Sort(rotated.waves)
+	t.Logf("at the quorum's first close, the advised instances returned in waves: the first at once, the others held %v", rotated.waves)
+	if len(rotated.waves) == 0 || rotated.waves[len(rotated.waves)-1] >= fleetOpen {
+		t.Errorf("staggered return of the advised instances: waves %v, want some within %v", rotated.waves, fleetOpen)
 	}
 	if independent.maxProbes < fleetSize/2 {
 		t.Errorf("independent: at most %d probes per open interval; the baseline should see one per instance", independent.maxProbes)

@@ -258,19 +258,32 @@ func verdictClosed(d cbdash.Dependency, rt *rotation) string {
 	return ""
 }
 
-// spread is the stagger of rule r's releases: its Spread, else the
-// longest ramp of d's breakers, else the rotation's interval.
+// spread is the stagger of rule r's releases at the verdict: see
+// rampSpread, the rotation's interval for the open duration.
 func spread(d cbdash.Dependency, r cbdash.QuorumRule, rt *rotation) time.Duration {
+	if s := rampSpread(d, r); s > 0 {
+		return s
+	}
+	return rt.interval
+}
+
+// rampSpread is how long rule r staggers the return of d's instances
+// over: r's Spread, else the longest ramp of d's breakers (their hello's
+// ramp_ms), else the longest open duration, else DefaultQuorumBox. Each
+// instance's ramp starts at its own offset, so the fleet's load rises
+// over about the spread plus one ramp, not in one step.
+func rampSpread(d cbdash.Dependency, r cbdash.QuorumRule) time.Duration {
 	if r.Spread > 0 {
 		return r.Spread
 	}
-	var ramp time.Duration
+	var ramp, open time.Duration
 	for _, ib := range d.PerInstance {
 		if ib.Config != nil {
 			ramp = max(ramp, time.Duration(ib.Config.RampMillis)*time.Millisecond)
+			open = max(open, time.Duration(ib.Config.OpenDurationMillis)*time.Millisecond)
 		}
 	}
-	return cmpDur(ramp, rt.interval)
+	return cmpDur(ramp, cmpDur(open, cbdash.DefaultQuorumBox))
 }
 
 func (a *Advisor) commandFailed(ctx context.Context, k cbdash.DependencyKey, err error) {

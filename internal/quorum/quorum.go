@@ -31,6 +31,8 @@ package quorum
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"log/slog"
 	"slices"
 	"sync"
@@ -130,7 +132,7 @@ func (a *Advisor) check(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 		a.deps[k] = st
 	}
 	covering := a.cfg.Holds.Covering(k)
-	live := advisories(covering)
+	live, waves := splitWaves(advisories(covering))
 	if st.holdID != "" && !slices.ContainsFunc(live, func(h cbdash.HoldRecord) bool { return h.ID == st.holdID }) {
 		// Ended: by its time box, or released before it (by an operator,
 		// or by this Advisor at the first close, already quiet).
@@ -141,7 +143,7 @@ func (a *Advisor) check(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 	if !q.Met(r) {
 		st.quiet = false
 	}
-	if len(live) > 0 && a.watch(ctx, d, st, live) {
+	if len(live) > 0 && a.watch(ctx, d, r, st, live) {
 		return
 	}
 	if !q.Met(r) || st.quiet {
@@ -150,8 +152,9 @@ func (a *Advisor) check(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 	// The closed instances no live advisory names: all of them when none
 	// is live; while one is, those it missed (back from an advisory that
 	// ran out before their expiry was seen, or new), advised on top.
+	named := append(slices.Clone(live), waves...)
 	targets := slices.DeleteFunc(a.targets(d, q, covering, now), func(inst string) bool {
-		return slices.ContainsFunc(live, func(h cbdash.HoldRecord) bool { return slices.Contains(h.Selector.Instances, inst) })
+		return slices.ContainsFunc(named, func(h cbdash.HoldRecord) bool { return slices.Contains(h.Selector.Instances, inst) })
 	})
 	if len(targets) == 0 {
 		return
@@ -221,7 +224,7 @@ func (a *Advisor) advise(ctx context.Context, k cbdash.DependencyKey, r cbdash.Q
 // did. An advisory this Advisor did not send (another collector led when
 // it was) is adopted: its members are the instances it does not name
 // that are open.
-func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, st *advised, live []cbdash.HoldRecord) bool {
+func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, r cbdash.QuorumRule, st *advised, live []cbdash.HoldRecord) bool {
 	if h := live[0]; !slices.ContainsFunc(live, func(h cbdash.HoldRecord) bool { return h.ID == st.holdID }) {
 		*st = advised{holdID: h.ID, until: h.Until, members: adoptMembers(d, h)}
 	}
@@ -230,6 +233,7 @@ func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, st *advised, l
 		return false
 	}
 	reason := "quorum's first close: " + d.Service + "/" + first + " closed again"
+	a.stagger(ctx, d, r, live, reason)
 	for _, h := range live {
 		if _, err := a.cfg.Holds.Release(ctx, h.ID, cbdash.QuorumActor, reason); err != nil {
 			if ctx.Err() == nil {
@@ -273,4 +277,56 @@ func firstClosed(d cbdash.Dependency, members []string) string {
 		}
 	}
 	return ""
+}
+
+// waveReason starts the reason of the holds that stagger the return of
+// advised instances at the quorum's first close.
+const waveReason = "quorum's first close, staggered return: "
+
+// maxWaves bounds the holds of a staggered return.
+const maxWaves = 8
+
+// splitWaves separates the holds of a staggered return (which end by
+// themselves, one wave after another) from the advisories.
+func splitWaves(hs []cbdash.HoldRecord) (live, waves []cbdash.HoldRecord) {
+	for _, h := range hs {
+		if strings.HasPrefix(h.Reason, waveReason) {
+			waves = append(waves, h)
+		} else {
+			live = append(live, h)
+		}
+	}
+	return live, waves
+}
+
+// stagger, at the quorum's first close, keeps the instances the live
+// advisories hold from returning together: they are split (sorted) into
+// up to maxWaves waves over the rule's spread (cbdash.QuorumRule.Spread,
+// else the breakers' longest ramp, else their open duration); the first
+// returns with the release of the advisories, each other one is held by
+// an advisory of its own whose time box is its offset, so that it
+// returns (closed, as at any release) by itself then, the agents
+// enforcing it with or without the collector. A wave that cannot be
+// held returns with the first.
+func (a *Advisor) stagger(ctx context.Context, d cbdash.Dependency, r cbdash.QuorumRule, live []cbdash.HoldRecord, why string) {
+	var insts []string
+	for _, h := range live {
+		insts = append(insts, h.Selector.Instances...)
+	}
+	slices.Sort(insts)
+	insts = slices.Compact(insts)
+	n := len(insts)
+	waves := min(maxWaves, n)
+	spread := rampSpread(d, r)
+	for w := 1; w < waves; w++ {
+		part := insts[w*n/waves : (w+1)*n/waves]
+		off := (spread * time.Duration(w) / time.Duration(waves)).Truncate(time.Millisecond)
+		req := cbdash.HoldRequest{Selector: cbdash.Selector{Service: d.Service, Breaker: d.Breaker, Instances: part},
+			Action: protocol.ActionForceOpen, TTL: off, Actor: cbdash.QuorumActor,
+			Reason: fmt.Sprintf("%s%s; wave %d of %d returns %v after the first, over %v", waveReason, why, w+1, waves, off, spread)}
+		if _, err := a.cfg.Holds.Advise(ctx, req); err != nil && ctx.Err() == nil {
+			a.log.Error("staggered return", "dependency", d.DependencyKey.String(), "instances", part, "err", err)
+		}
+	}
+	a.log.Info("staggered return", "dependency", d.DependencyKey.String(), "instances", n, "waves", waves, "spread", spread)
 }

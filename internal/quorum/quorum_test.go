@@ -275,9 +275,24 @@ func TestAnInstanceALiveAdvisoryMissedIsAdvisedOnTop(t *testing.T) {
 	}
 	w.set(protocol.StateClosed, 0)
 	w.a.Check(t.Context())
+	var waves []string
 	for _, h := range w.advisories() {
-		if h.ReleasedBy != cbdash.QuorumActor {
+		switch {
+		case strings.HasPrefix(h.Reason, "quorum's first close, staggered return: "):
+			waves = append(waves, fmt.Sprintf("%v for %v", h.Selector.Instances, h.TTL))
+		case h.ReleasedBy != cbdash.QuorumActor:
 			t.Errorf("advisory to %v not released at the first close", h.Selector.Instances)
+		}
+	}
+	// i3 returns at once; i4 and i5 over the open duration (10 s), in
+	// waves held by advisories that end by themselves.
+	if got := strings.Join(waves, ", "); got != "[i5] for 6.666s, [i4] for 3.333s" {
+		t.Errorf("staggered return %q", got)
+	}
+	w.a.Check(t.Context())
+	for _, h := range w.advisories()[:2] {
+		if !h.ReleasedAt.IsZero() {
+			t.Errorf("a wave of the staggered return was released: %+v", h)
 		}
 	}
 }
