@@ -32,9 +32,9 @@ package quorum
 import (
 	"context"
 	"fmt"
-	"strings"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
