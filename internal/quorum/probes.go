@@ -28,9 +28,11 @@ import (
 //     open longer than their open duration, they go half-open at once);
 //   - the verdict closed (an instance of the rotation closed again) ends
 //     it: the deferred instances are let probe at offsets spread evenly
-//     over the rule's Spread, so that they close and ramp one after
-//     another, not together; a quorum that dissolves without a verdict
-//     ends it at once, everyone let probe.
+//     over the spread (see rampSpread), so that they close and ramp one
+//     after another, not together (the advised instances return in
+//     waves over it too: Advisor.stagger), and no rotation starts again
+//     until the quorum has dissolved; a quorum that dissolves without a
+//     verdict ends it at once, everyone let probe.
 //
 // Every deferral is time-boxed (probeBox intervals, renewed while the
 // rotation lasts), and agents end theirs when they lose the collector: an
@@ -89,7 +91,7 @@ func (a *Advisor) rotate(ctx context.Context, d cbdash.Dependency, r cbdash.Quor
 		return
 	}
 	if !q.Met(r) {
-		a.endRotation(ctx, d, rt, "the quorum dissolved: "+q.Reason(r, 0), 0)
+		a.endRotation(ctx, d, rt, fmt.Sprintf("the quorum dissolved (%d of %d instances at minimum calls tripped, rule %s)", q.Tripped(), q.Eligible, r.String()), 0)
 		delete(a.rot, k)
 		return
 	}
