@@ -28,6 +28,8 @@ const (
 	// DefaultQuorumBox is the advisory's time box when neither the rule
 	// nor the tripped instances' open duration says one.
 	DefaultQuorumBox = 30 * time.Second
+	// MaxQuorumProbes bounds QuorumRule.Probes.
+	MaxQuorumProbes = 100
 )
 
 // QuorumRule says for which dependencies quorum advisories are on, and
@@ -48,9 +50,21 @@ type QuorumRule struct {
 	// duration of the tripped instances' breakers (their hello's), or
 	// DefaultQuorumBox when none says one.
 	Box time.Duration
+	// Probes is K of the probe rotation (issue 35): while the quorum is
+	// met, only K of the instances open on their own probe the
+	// dependency per open interval, in turn; the others' probes are
+	// deferred (protocol.ActionDeferProbes) until the probes' verdict.
+	// 0 = off (every instance probes on its own timer, the default).
+	Probes int
+	// Spread is the probe rotation's stagger: at the verdict closed, the
+	// waiting instances are let probe (and so close and ramp) at offsets
+	// spread evenly over it, so that they do not return together; 0 =
+	// the longest ramp of the dependency's breakers (their hello's
+	// ramp_ms), else its open duration.
+	Spread time.Duration
 }
 
-// ParseQuorumRule reads "SERVICE/BREAKER:q=50%,m=3,box=30s" (each setting
+// ParseQuorumRule reads "SERVICE/BREAKER:q=50%,m=3,box=30s,probes=1,spread=20s" (each setting
 // optional, "SERVICE/BREAKER" alone takes the defaults) or
 // "SERVICE/BREAKER:off"; SERVICE and BREAKER may be "*". Errors wrap
 // ErrInvalid and quote the input.
@@ -90,8 +104,12 @@ func (r *QuorumRule) set(kv string) error {
 		r.Min, err = strconv.Atoi(v)
 	case "box":
 		r.Box, err = time.ParseDuration(v)
+	case "probes":
+		r.Probes, err = strconv.Atoi(v)
+	case "spread":
+		r.Spread, err = time.ParseDuration(v)
 	default:
-		return fmt.Errorf("unknown setting %q (q, m, box or off)", truncate(k, 20))
+		return fmt.Errorf("unknown setting %q (q, m, box, probes, spread or off)", truncate(k, 20))
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %q is not a number or duration", k, truncate(v, 20))
@@ -110,6 +128,10 @@ func (r QuorumRule) Validate() error {
 		return fmt.Errorf("%w: quorum rule %s: m is negative", ErrInvalid, r.Target())
 	case r.Box < 0:
 		return fmt.Errorf("%w: quorum rule %s: box is negative", ErrInvalid, r.Target())
+	case r.Probes < 0 || r.Probes > MaxQuorumProbes:
+		return fmt.Errorf("%w: quorum rule %s: probes must be within 0..%d", ErrInvalid, r.Target(), MaxQuorumProbes)
+	case r.Spread < 0:
+		return fmt.Errorf("%w: quorum rule %s: spread is negative", ErrInvalid, r.Target())
 	}
 	return nil
 }
@@ -127,6 +149,12 @@ func (r QuorumRule) String() string {
 	s := r.Target() + ":q=" + strconv.FormatFloat(r.percent(), 'f', -1, 64) + "%,m=" + strconv.Itoa(r.min())
 	if r.Box > 0 {
 		s += ",box=" + r.Box.String()
+	}
+	if r.Probes > 0 {
+		s += ",probes=" + strconv.Itoa(r.Probes)
+	}
+	if r.Spread > 0 {
+		s += ",spread=" + r.Spread.String()
 	}
 	return s
 }

@@ -19,6 +19,7 @@ func TestQuorumRulesParseAndWriteBack(t *testing.T) {
 		"*/payments:q=75":              "*/payments:q=75%,m=3",
 		"checkout/payments:off":        "checkout/payments:off",
 		"*/*:m=5,box=1m":               "*/*:q=50%,m=5,box=1m0s",
+		"pay/db:probes=1,spread=20s":   "pay/db:q=50%,m=3,probes=1,spread=20s",
 	} {
 		r, err := ParseQuorumRule(in)
 		if err != nil {
@@ -29,7 +30,7 @@ func TestQuorumRulesParseAndWriteBack(t *testing.T) {
 			t.Errorf("%q reads back as %q, want %q", in, r.String(), want)
 		}
 	}
-	for _, in := range []string{"", "checkout", "checkout/:q=5", "a/b/c", "a/b:q=120%", "a/b:m=-1", "a/b:box=-1s", "a/b:k=1", "a/b:q=lots"} {
+	for _, in := range []string{"", "checkout", "checkout/:q=5", "a/b/c", "a/b:q=120%", "a/b:m=-1", "a/b:box=-1s", "a/b:probes=-1", "a/b:probes=101", "a/b:spread=-2s", "a/b:k=1", "a/b:q=lots"} {
 		if _, err := ParseQuorumRule(in); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: err %v, want ErrInvalid", in, err)
 		}

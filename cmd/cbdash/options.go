@@ -43,8 +43,12 @@ type serveOptions struct {
 	// Quorum (--quorum) turns quorum-advised trips on, server-wide, for the
 	// dependencies QuorumRules (--quorum-rule) name; off, the rules are
 	// kept and nothing is advised (the kill switch).
-	Quorum         bool
-	QuorumRules    []string
+	Quorum      bool
+	QuorumRules []string
+	// QuorumProbes (--quorum-probes, default true) lets rules with
+	// probes=K run the probe rotation; false turns it off server-wide
+	// (its kill switch) and keeps the advisories.
+	QuorumProbes   bool
 	AckDelay       time.Duration // --ack-delay: how long an agent's ack may be held to go with the next (collector.Config.AckDelay)
 	TrustedProxies []string      // --trusted-proxy: CIDRs whose X-Forwarded-For is believed
 	SecureCookies  bool          // --secure-cookies: Secure cookies and HSTS behind a TLS-terminating proxy
@@ -115,6 +119,7 @@ func (o *serveOptions) bind(fs *pflag.FlagSet, db string, anonymous bool, quiet 
 	fs.DurationVar(&o.MaxHold, "max-hold", 24*time.Hour, "the longest hold (force open / force closed) accepted from the dashboard, the API and the CLI (0 = 24h)")
 	fs.StringArrayVar(&o.StopIf, "stop-if", nil, "a stop condition every drill (hold) gets unless its operator drops it with a reason, e.g. 'fallback-failure-rate>20%', 'error-rate>30% for 10s', 'p99>500ms' (repeatable; default: none)")
 	fs.BoolVar(&o.Quorum, "quorum", false, "send quorum-advised trips for the dependencies --quorum-rule names (false: none, whatever the rules; the server-wide kill switch)")
+	fs.BoolVar(&o.QuorumProbes, "quorum-probes", true, "with --quorum, run the probe rotation for the rules with probes=K (K instances in turn probe a dependency open fleet-wide, the others wait for their verdict); false: every instance probes on its own whatever the rules (the rotation's server-wide kill switch)")
 	fs.StringArrayVar(&o.QuorumRules, "quorum-rule", nil, "with --quorum, the dependencies whose instances are advised to open when a quorum of them opened on their own: 'SERVICE/BREAKER:q=50%,m=3,box=30s' (either may be *; the first matching rule decides; 'SERVICE/BREAKER:off' keeps one out) (repeatable; default: none)")
 	fs.DurationVar(&o.AckDelay, "ack-delay", 0, "how long an acknowledgement to an agent may wait to be written with the next ones as one (acks are cumulative), e.g. 2s; 0 = each at once")
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxy", nil, "CIDR of a reverse proxy whose X-Forwarded-For gives the client address (repeatable; default: none, the socket's address is used)")

@@ -27,7 +27,7 @@ const envPrefix = "CBDASH_"
 // Configuration table lists them; `cbdash --help` lists them all.
 var envFlags = []string{
 	"addr", "db", "retention-seconds", "retention-minutes", "retention-hours", "retention-transitions",
-	"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced", "quorum",
+	"tls-cert", "tls-key", "anonymous", "admin-password", "metrics-token", "log-level", "log-format", "incident-quiet", "incident-share", "incident-include-forced", "quorum", "quorum-probes",
 	"trusted-proxy", "secure-cookies", "otlp-endpoint", "otlp-interval", "otlp-header",
 	"max-instances-per-token", "max-breakers-per-token", "max-dependencies", "max-connections-per-token",
 	"max-instances-per-service", "max-breakers-per-service", "max-dependencies-per-service", "max-dependencies-per-token",

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
 )
@@ -110,5 +112,24 @@ func TestQuorumRulesReachTheCollectorOnlyWithQuorumOn(t *testing.T) {
 	o.Quorum = true
 	if got := o.quorumRules(); len(got) != 2 || got[0].String() != "checkout/*:q=50%,m=3,box=30s" || !got[1].Off {
 		t.Errorf("quorum on: rules %v, want both", got)
+	}
+}
+
+// --quorum-probes (default true) is the probe rotation's server-wide
+// kill switch: false keeps the rules' probes=K from running it.
+func TestQuorumProbesFlagIsOnByDefaultAndTurnsTheRotationOff(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{{nil, true}, {[]string{"--quorum-probes=false"}, false}} {
+		var o serveOptions
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		o.bind(fs, "cbdash.db", false, time.Minute)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if o.QuorumProbes != tc.want {
+			t.Errorf("%v: QuorumProbes %v, want %v", tc.args, o.QuorumProbes, tc.want)
+		}
 	}
 }

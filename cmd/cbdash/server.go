@@ -88,7 +88,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	s.col, err = collector.New(collector.Config{
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, AckDelay: o.AckDelay, Clock: clk,
-		Limits: o.Limits, Cluster: s.bus, DefaultStops: o.defaultStops(), Quorum: o.quorumRules(),
+		Limits: o.Limits, Cluster: s.bus, DefaultStops: o.defaultStops(), Quorum: o.quorumRules(), NoProbeRotation: !o.QuorumProbes,
 	})
 	if err != nil {
 		return nil, err

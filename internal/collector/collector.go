@@ -98,6 +98,10 @@ type Config struct {
 	// checked four times a second by the collector that leads. nil = off,
 	// the default.
 	Quorum []cbdash.QuorumRule
+	// NoProbeRotation turns the probe rotation (rules' probes=K) off,
+	// server-wide, whatever the rules say (cbdash serve
+	// --quorum-probes=false): the kill switch of the rotation alone.
+	NoProbeRotation bool
 	// Cluster connects the collectors sharing the Store (fleet.go): live
 	// updates, holds and routed commands between them, and the leadership
 	// of compaction. nil = cluster.NewLocal() (one collector). The
@@ -241,7 +245,11 @@ func New(cfg Config) (*Collector, error) {
 	c.holds = newHoldManager(c)
 	c.schedules = holds.NewScheduler(cfg.Store, c.holds.Manager)
 	if len(cfg.Quorum) > 0 {
-		c.quorum = quorum.New(quorum.Config{Rules: cfg.Quorum, Holds: c.holds, Live: c.live, Now: c.now, Log: c.log, MaxHold: cfg.MaxHold})
+		qc := quorum.Config{Rules: cfg.Quorum, Holds: c.holds, Live: c.live, Now: c.now, Log: c.log, MaxHold: cfg.MaxHold}
+		if !cfg.NoProbeRotation {
+			qc.Commands = probeCommands{c}
+		}
+		c.quorum = quorum.New(qc)
 	}
 	c.fleet = newFleet(c, cfg.Cluster)
 	if err := c.fleet.register(cfg.Registerer); err != nil {

@@ -79,20 +79,47 @@ func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 	default:
 		cmd.ExpiresAt = now.Add(c.cfg.CommandDelivery)
 	}
+	return cmd, c.send(ctx, &cmd, targets, now)
+}
+
+// send records cmd (the audit log) with targets pending, publishes it and
+// sends it to the targets connected here or to another collector of the
+// cluster.
+func (c *Collector) send(ctx context.Context, cmd *cbdash.Command, targets []string, now time.Time) error {
 	for _, inst := range targets {
 		cmd.Targets = append(cmd.Targets, cbdash.CommandTarget{Instance: inst, Status: cbdash.TargetPending})
 	}
-	if err := c.store.CreateCommand(ctx, cmd); err != nil {
-		return cbdash.Command{}, fmt.Errorf("record command: %w", err)
+	if err := c.store.CreateCommand(ctx, *cmd); err != nil {
+		return fmt.Errorf("record command: %w", err)
 	}
-	c.cmds.track(cmd)
-	c.hub.publish(cbdash.Event{Kind: cbdash.EventCommand, At: now, Command: &cmd})
-	wire := wireCommand(cmd, now)
-	for _, s := range c.live.Conns(req.Service, targets) {
+	c.cmds.track(*cmd)
+	c.hub.publish(cbdash.Event{Kind: cbdash.EventCommand, At: now, Command: cmd})
+	wire := wireCommand(*cmd, now)
+	for _, s := range c.live.Conns(cmd.Service, targets) {
 		s.Send(wire)
 	}
-	c.fleet.route(ctx, req.Service, targets, wire)
-	return cmd, nil
+	c.fleet.route(ctx, cmd.Service, targets, wire)
+	return nil
+}
+
+// probeCommands sends the probe rotation's defer_probes commands
+// (quorum.Commands).
+type probeCommands struct{ c *Collector }
+
+// DeferProbes records and sends a defer_probes of actor
+// cbdash.QuorumActor. Its delivery deadline is the collector's delivery
+// window (a late delivery carries what is left of ttl: 0 ends the
+// deferral, never a longer one).
+func (p probeCommands) DeferProbes(ctx context.Context, k cbdash.DependencyKey, instances []string, ttl time.Duration, reason string) error {
+	c := p.c
+	now := c.now().UTC()
+	cmd := cbdash.Command{ID: newID(), IssuedAt: now, ExpiresAt: now.Add(max(ttl, c.cfg.CommandDelivery)),
+		CommandRequest: cbdash.CommandRequest{Service: k.Service, Breaker: k.Breaker, Action: protocol.ActionDeferProbes,
+			TTL: ttl, Reason: ingest.Truncate(reason, 1000), Actor: cbdash.QuorumActor}}
+	if len(instances) == 1 {
+		cmd.Instance = instances[0]
+	}
+	return c.send(ctx, &cmd, instances, now)
 }
 
 // issueHold creates the hold a force command asks for and returns the

@@ -206,10 +206,21 @@ func TestAQuorumOpensTheRestOfTheFleetUntilItsFirstClose(t *testing.T) {
 		return slices.Equal(f.states("payments")[3:], []breaker.State{breaker.Closed, breaker.Closed, breaker.Closed})
 	})
 	adv = f.advisories("payments")
-	if len(adv) != 1 || adv[0].ReleasedBy != cbdash.QuorumActor || adv[0].ReleaseReason != "quorum's first close: checkout/i0 closed again" {
-		t.Fatalf("advisories %+v: want the one, released at the first close", adv)
+	if n := len(adv); n != 3 || adv[n-1].ReleasedBy != cbdash.QuorumActor || adv[n-1].ReleaseReason != "quorum's first close: checkout/i0 closed again" {
+		t.Fatalf("advisories %+v: want the one released at the first close and the two waves of the staggered return", adv)
 	}
-	f.hasTransition("payments", "i4", protocol.StateClosed, protocol.CauseQuorum)
+	// The return is staggered over the open duration (300 ms): i3 with the
+	// release, i4 and i5 in waves held 100 and 200 ms by advisories that
+	// end by themselves.
+	for i, want := range []string{"i5 for 200ms", "i4 for 100ms"} {
+		w := adv[i]
+		if got := strings.Join(w.Selector.Instances, ",") + " for " + w.TTL.String(); got != want ||
+			!strings.HasPrefix(w.Reason, "quorum's first close, staggered return: ") || !w.ReleasedAt.IsZero() {
+			t.Errorf("wave %+v, want %s ending by itself", w, want)
+		}
+	}
+	f.hasTransition("payments", "i3", protocol.StateClosed, protocol.CauseQuorum)
+	f.hasTransition("payments", "i4", protocol.StateClosed, protocol.CauseExpired)
 }
 
 // A fault seen by one instance of twenty trips only that one; a rule's

@@ -440,20 +440,30 @@ func ActionText(a string) string {
 		return "force open"
 	case protocol.ActionForceClosed:
 		return "force closed"
+	case protocol.ActionDeferProbes:
+		return "defer probes"
 	}
 	return a
 }
 
-// CommandText describes an operator command and its scope in one line.
-func CommandText(c cbdash.Command) string {
-	scope := "all instances"
+// ScopeText is the instances command c names: one, a share, the
+// instances it was sent to (a defer_probes of the probe rotation names
+// them), or all.
+func ScopeText(c cbdash.Command) string {
 	switch {
 	case c.Instance != "":
-		scope = "instance " + c.Instance
+		return "instance " + c.Instance
 	case c.Share > 0 && c.Share < 100:
-		scope = fmt.Sprintf("%.0f%% of instances", c.Share)
+		return fmt.Sprintf("%.0f%% of instances", c.Share)
+	case c.Action == protocol.ActionDeferProbes && len(c.Targets) > 0:
+		return fmt.Sprintf("%d instances", len(c.Targets))
 	}
-	s := fmt.Sprintf("%s on %s by %s", ActionText(c.Action), scope, orSomeone(c.Actor))
+	return "all instances"
+}
+
+// CommandText describes an operator command and its scope in one line.
+func CommandText(c cbdash.Command) string {
+	s := fmt.Sprintf("%s on %s by %s", ActionText(c.Action), ScopeText(c), orSomeone(c.Actor))
 	if c.TTL > 0 {
 		s += fmt.Sprintf(" for %s", c.TTL)
 	}

@@ -14,6 +14,10 @@ func WireCommand(cmd cbdash.Command, now time.Time) protocol.Command {
 		Type: protocol.TypeCommand, ID: cmd.ID, Breaker: cmd.Breaker, Action: cmd.Action,
 		Reason: cmd.Reason, Actor: cmd.Actor, IssuedAt: cmd.IssuedAt.UnixMilli(),
 	}
+	if cmd.Action == protocol.ActionDeferProbes && cmd.TTL > 0 {
+		// What is left of the deferral (0 once it has passed: end it).
+		w.TTLMillis = max(0, cmd.IssuedAt.Add(cmd.TTL).Sub(now).Milliseconds())
+	}
 	if !cmd.ExpiresAt.IsZero() {
 		w.ExpiresAt = cmd.ExpiresAt.UnixMilli()
 		if cmd.Action == protocol.ActionForceOpen || cmd.Action == protocol.ActionForceClosed {

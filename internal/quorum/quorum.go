@@ -31,8 +31,10 @@ package quorum
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,14 +59,17 @@ type Live interface {
 }
 
 // Config is what an Advisor is built from. Rules, Holds, Live and Now are
-// required; Log nil = slog.Default(); MaxHold 0 = cbdash.DefaultMaxHold.
+// required; Log nil = slog.Default(); MaxHold 0 = cbdash.DefaultMaxHold;
+// Commands nil = no probe rotation (whatever the rules' Probes say: the
+// server-wide kill switch of the rotation).
 type Config struct {
-	Rules   []cbdash.QuorumRule
-	Holds   Holds
-	Live    Live
-	Now     func() time.Time
-	Log     *slog.Logger
-	MaxHold time.Duration
+	Rules    []cbdash.QuorumRule
+	Holds    Holds
+	Live     Live
+	Commands Commands
+	Now      func() time.Time
+	Log      *slog.Logger
+	MaxHold  time.Duration
 }
 
 // Advisor evaluates the quorum rules and sends and ends advisories. Its
@@ -75,6 +80,8 @@ type Advisor struct {
 	mu  sync.Mutex // one Check at a time; guards deps
 	// deps is what the Advisor remembers of each dependency it advised.
 	deps map[cbdash.DependencyKey]*advised
+	// rot is each dependency's probe rotation while it runs (probes.go).
+	rot map[cbdash.DependencyKey]*rotation
 }
 
 // advised is one dependency's advisory, as the Advisor sent it.
@@ -93,7 +100,7 @@ func New(cfg Config) *Advisor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Advisor{cfg: cfg, log: log, deps: make(map[cbdash.DependencyKey]*advised)}
+	return &Advisor{cfg: cfg, log: log, deps: make(map[cbdash.DependencyKey]*advised), rot: make(map[cbdash.DependencyKey]*rotation)}
 }
 
 // Check evaluates every dependency a rule turns on, sends an advisory
@@ -110,6 +117,9 @@ func (a *Advisor) Check(ctx context.Context) {
 			continue
 		}
 		a.check(ctx, d, r, now)
+		if r.Probes > 0 && a.cfg.Commands != nil {
+			a.rotate(ctx, d, r, now)
+		}
 	}
 }
 
@@ -122,7 +132,7 @@ func (a *Advisor) check(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 		a.deps[k] = st
 	}
 	covering := a.cfg.Holds.Covering(k)
-	live := advisories(covering)
+	live, waves := splitWaves(advisories(covering))
 	if st.holdID != "" && !slices.ContainsFunc(live, func(h cbdash.HoldRecord) bool { return h.ID == st.holdID }) {
 		// Ended: by its time box, or released before it (by an operator,
 		// or by this Advisor at the first close, already quiet).
@@ -133,14 +143,19 @@ func (a *Advisor) check(ctx context.Context, d cbdash.Dependency, r cbdash.Quoru
 	if !q.Met(r) {
 		st.quiet = false
 	}
-	if len(live) > 0 {
-		a.watch(ctx, d, st, live[0])
+	if len(live) > 0 && a.watch(ctx, d, r, st, live) {
 		return
 	}
 	if !q.Met(r) || st.quiet {
 		return
 	}
-	targets := a.targets(d, q, covering, now)
+	// The closed instances no live advisory names: all of them when none
+	// is live; while one is, those it missed (back from an advisory that
+	// ran out before their expiry was seen, or new), advised on top.
+	named := append(slices.Clone(live), waves...)
+	targets := slices.DeleteFunc(a.targets(d, q, covering, now), func(inst string) bool {
+		return slices.ContainsFunc(named, func(h cbdash.HoldRecord) bool { return slices.Contains(h.Selector.Instances, inst) })
+	})
 	if len(targets) == 0 {
 		return
 	}
@@ -204,27 +219,32 @@ func (a *Advisor) advise(ctx context.Context, k cbdash.DependencyKey, r cbdash.Q
 		"eligible", q.Eligible, "instances", targets, "until", h.Until, "reason", h.Reason)
 }
 
-// watch follows live advisory h of dependency d: it releases h at the
-// quorum's first close. An advisory this Advisor did not send (another
-// collector led when it was) is adopted: its members are the instances
-// it does not name that are open.
-func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, st *advised, h cbdash.HoldRecord) {
-	if st.holdID != h.ID {
+// watch follows the live advisories of dependency d (newest first): it
+// releases them at the quorum's first close, and reports whether it
+// did. An advisory this Advisor did not send (another collector led when
+// it was) is adopted: its members are the instances it does not name
+// that are open.
+func (a *Advisor) watch(ctx context.Context, d cbdash.Dependency, r cbdash.QuorumRule, st *advised, live []cbdash.HoldRecord) bool {
+	if h := live[0]; !slices.ContainsFunc(live, func(h cbdash.HoldRecord) bool { return h.ID == st.holdID }) {
 		*st = advised{holdID: h.ID, until: h.Until, members: adoptMembers(d, h)}
 	}
 	first := firstClosed(d, st.members)
 	if first == "" {
-		return
+		return false
 	}
 	reason := "quorum's first close: " + d.Service + "/" + first + " closed again"
-	if _, err := a.cfg.Holds.Release(ctx, h.ID, cbdash.QuorumActor, reason); err != nil {
-		if ctx.Err() == nil {
-			a.log.Error("end quorum advisory", "dependency", d.DependencyKey.String(), "hold", h.ID, "err", err)
+	a.stagger(ctx, d, r, live, reason)
+	for _, h := range live {
+		if _, err := a.cfg.Holds.Release(ctx, h.ID, cbdash.QuorumActor, reason); err != nil {
+			if ctx.Err() == nil {
+				a.log.Error("end quorum advisory", "dependency", d.DependencyKey.String(), "hold", h.ID, "err", err)
+			}
+			return true
 		}
-		return
+		a.log.Info("quorum advisory ended", "dependency", d.DependencyKey.String(), "hold", h.ID, "reason", reason)
 	}
 	st.quiet = true
-	a.log.Info("quorum advisory ended", "dependency", d.DependencyKey.String(), "hold", h.ID, "reason", reason)
+	return true
 }
 
 // adoptMembers is the instances of d that h does not name and that are
@@ -257,4 +277,56 @@ func firstClosed(d cbdash.Dependency, members []string) string {
 		}
 	}
 	return ""
+}
+
+// waveReason starts the reason of the holds that stagger the return of
+// advised instances at the quorum's first close.
+const waveReason = "quorum's first close, staggered return: "
+
+// maxWaves bounds the holds of a staggered return.
+const maxWaves = 8
+
+// splitWaves separates the holds of a staggered return (which end by
+// themselves, one wave after another) from the advisories.
+func splitWaves(hs []cbdash.HoldRecord) (live, waves []cbdash.HoldRecord) {
+	for _, h := range hs {
+		if strings.HasPrefix(h.Reason, waveReason) {
+			waves = append(waves, h)
+		} else {
+			live = append(live, h)
+		}
+	}
+	return live, waves
+}
+
+// stagger, at the quorum's first close, keeps the instances the live
+// advisories hold from returning together: they are split (sorted) into
+// up to maxWaves waves over the rule's spread (cbdash.QuorumRule.Spread,
+// else the breakers' longest ramp, else their open duration); the first
+// returns with the release of the advisories, each other one is held by
+// an advisory of its own whose time box is its offset, so that it
+// returns (closed, as at any release) by itself then, the agents
+// enforcing it with or without the collector. A wave that cannot be
+// held returns with the first.
+func (a *Advisor) stagger(ctx context.Context, d cbdash.Dependency, r cbdash.QuorumRule, live []cbdash.HoldRecord, why string) {
+	var insts []string
+	for _, h := range live {
+		insts = append(insts, h.Selector.Instances...)
+	}
+	slices.Sort(insts)
+	insts = slices.Compact(insts)
+	n := len(insts)
+	waves := min(maxWaves, n)
+	spread := rampSpread(d, r)
+	for w := 1; w < waves; w++ {
+		part := insts[w*n/waves : (w+1)*n/waves]
+		off := (spread * time.Duration(w) / time.Duration(waves)).Truncate(time.Millisecond)
+		req := cbdash.HoldRequest{Selector: cbdash.Selector{Service: d.Service, Breaker: d.Breaker, Instances: part},
+			Action: protocol.ActionForceOpen, TTL: off, Actor: cbdash.QuorumActor,
+			Reason: fmt.Sprintf("%s%s; wave %d of %d returns %v after the first, over %v", waveReason, why, w+1, waves, off, spread)}
+		if _, err := a.cfg.Holds.Advise(ctx, req); err != nil && ctx.Err() == nil {
+			a.log.Error("staggered return", "dependency", d.DependencyKey.String(), "instances", part, "err", err)
+		}
+	}
+	a.log.Info("staggered return", "dependency", d.DependencyKey.String(), "instances", n, "waves", waves, "spread", spread)
 }

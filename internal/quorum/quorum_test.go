@@ -254,3 +254,45 @@ func TestATakeoverEndsTheAdvisoryAtTheFirstCloseAndABoxIsAdvisedAgain(t *testing
 		t.Errorf("i3 was sent %+v; want two advisories and the release", cmds.got)
 	}
 }
+
+// A closed instance that no live advisory names (one that came back from
+// an advisory whose end was seen before its own, or a new one) is advised
+// on top; the first close releases every live advisory.
+func TestAnInstanceALiveAdvisoryMissedIsAdvisedOnTop(t *testing.T) {
+	w := newWorld(t, 5, "checkout/*:q=50%,m=3")
+	w.set(protocol.StateOpen, 0, 1, 2)
+	w.a.Check(t.Context())
+	w.mu.Lock()
+	w.conns["i5"] = &conn{}
+	late := *w.lines[4]
+	late.Instance = "i5"
+	w.lines = append(w.lines, &late)
+	w.mu.Unlock()
+	w.a.Check(t.Context())
+	adv := w.advisories()
+	if len(adv) != 2 || strings.Join(adv[0].Selector.Instances, ",") != "i5" || strings.Join(adv[1].Selector.Instances, ",") != "i3,i4" {
+		t.Fatalf("advisories %+v, want i3,i4 and then i5 on top", adv)
+	}
+	w.set(protocol.StateClosed, 0)
+	w.a.Check(t.Context())
+	var waves []string
+	for _, h := range w.advisories() {
+		switch {
+		case strings.HasPrefix(h.Reason, "quorum's first close, staggered return: "):
+			waves = append(waves, fmt.Sprintf("%v for %v", h.Selector.Instances, h.TTL))
+		case h.ReleasedBy != cbdash.QuorumActor:
+			t.Errorf("advisory to %v not released at the first close", h.Selector.Instances)
+		}
+	}
+	// i3 returns at once; i4 and i5 over the open duration (10 s), in
+	// waves held by advisories that end by themselves.
+	if got := strings.Join(waves, ", "); got != "[i5] for 6.666s, [i4] for 3.333s" {
+		t.Errorf("staggered return %q", got)
+	}
+	w.a.Check(t.Context())
+	for _, h := range w.advisories()[:2] {
+		if !h.ReleasedAt.IsZero() {
+			t.Errorf("a wave of the staggered return was released: %+v", h)
+		}
+	}
+}

@@ -25,7 +25,7 @@ func (s *Store) CreateCommand(ctx context.Context, c cbdash.Command) error {
 	if err := checkNames("id", c.ID, "service", c.Service, "breaker", c.Breaker); err != nil {
 		return err
 	}
-	if !protocol.ValidAction(c.Action) {
+	if !protocol.ValidCommandAction(c.Action) {
 		return fmt.Errorf("%w: unknown action %q", cbdash.ErrInvalid, c.Action)
 	}
 	for _, t := range c.Targets {

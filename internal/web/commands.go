@@ -236,6 +236,9 @@ func holds(cmd cbdash.Command) bool {
 func endOf(hold cbdash.Command, later []cbdash.Command) (cbdash.Command, bool) {
 	for i := len(later) - 1; i >= 0; i-- {
 		c := later[i]
+		if c.Action == protocol.ActionDeferProbes { // the probe rotation's: ends no hold
+			continue
+		}
 		if c.Service != hold.Service || c.Breaker != hold.Breaker || c.IssuedAt.Before(hold.IssuedAt) {
 			continue
 		}
@@ -282,12 +285,13 @@ func commandView(cmd cbdash.Command, now time.Time) templates.CommandView {
 		v.HoldHref = holdHref(id)
 	}
 	switch {
-	case cmd.Instance != "":
-		v.Scope = "instance " + cmd.Instance
 	case cmd.Share > 0 && cmd.Share < 100:
 		v.Scope = wording.Pct(cmd.Share) + " of instances"
 	default:
-		v.Scope = "all instances"
+		v.Scope = incident.ScopeText(cmd)
+	}
+	if cmd.Action == protocol.ActionDeferProbes && cmd.TTL > 0 { // until when the probes are deferred
+		v.Expires = stamp(cmd.IssuedAt.Add(cmd.TTL))
 	}
 	// ExpiresAt ends a forced state; for release and reset it is only a
 	// delivery deadline, not worth an "until".

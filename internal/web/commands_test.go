@@ -58,3 +58,23 @@ func TestAuditShowsWhenAHoldEnded(t *testing.T) {
 		t.Errorf("a released hold still counts down: %q", byID["4"])
 	}
 }
+
+// The probe rotation's defer_probes (issue 35) shows the instances it was
+// sent to and until when it defers them, and ends no hold.
+func TestAuditShowsADeferralOfProbes(t *testing.T) {
+	t.Parallel()
+	t0 := clocktest.Epoch().Truncate(24 * time.Hour).Add(19 * time.Hour)
+	hold := cbdash.Command{ID: "h", IssuedAt: t0, ExpiresAt: t0.Add(10 * time.Minute), CommandRequest: cbdash.CommandRequest{
+		Service: "checkout", Breaker: "payments", Action: protocol.ActionForceOpen, Actor: "ada"}}
+	def := cbdash.Command{ID: "d", IssuedAt: t0.Add(time.Second), ExpiresAt: t0.Add(10 * time.Minute), CommandRequest: cbdash.CommandRequest{
+		Service: "checkout", Breaker: "payments", Action: protocol.ActionDeferProbes, TTL: 15 * time.Second,
+		Actor: cbdash.QuorumActor, Reason: "probe rotation: ..."},
+		Targets: []cbdash.CommandTarget{{Instance: "i1", Status: cbdash.TargetApplied}, {Instance: "i2", Status: cbdash.TargetPending}}}
+	v := commandViews([]cbdash.Command{def, hold}, t0.Add(2*time.Second))
+	if v[0].Action != "defer probes" || v[0].Scope != "2 instances" || v[0].Expires != t0.Add(16*time.Second).UTC().Format("2006-01-02 15:04:05") {
+		t.Errorf("deferral shown as %q on %q until %q", v[0].Action, v[0].Scope, v[0].Expires)
+	}
+	if strings.Contains(v[1].Expires, "released") {
+		t.Errorf("the deferral ended the hold: %q", v[1].Expires)
+	}
+}

@@ -385,7 +385,7 @@ func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
 		{"HoldPlan", "action", holdActions},
 		{"HoldReport", "result", []string{cbdash.DrillOngoing, cbdash.DrillStopped, cbdash.DrillReleased, cbdash.DrillPassed}},
 		{"Hold", "action", holdActions},
-		{"Command", "action", actions},
+		{"Command", "action", append(slices.Clone(actions), protocol.ActionDeferProbes)}, // the probe rotation's, never requested
 		{"CommandRequest", "action", actions},
 		{"CommandTarget", "status", []string{cbdash.TargetPending, cbdash.TargetApplied, cbdash.TargetFailed, cbdash.TargetExpired}},
 	} {

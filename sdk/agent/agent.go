@@ -84,6 +84,9 @@ type tracked struct {
 	unsub func()
 	rep   reportState
 	final bool // unregistered and its last report taken; guarded by Agent.mu
+	// deferred is set while a defer_probes command from the collector
+	// defers the breaker's probes (see endDeferrals).
+	deferred atomic.Bool
 }
 
 // Source is a circuit breaker of another library that an agent reports:

@@ -94,6 +94,9 @@ func (a *Agent) command(in inCommand, seen *commandLog) {
 			r.OK = true
 		}
 	}
+	if r.OK && c.Action == protocol.ActionDeferProbes {
+		a.deferred(t, c.TTLMillis > 0)
+	}
 	r.At = a.cfg.Clock.Now().UnixMilli()
 	if r.OK {
 		log.Info("command applied", "state", r.State)
@@ -111,4 +114,31 @@ func holdsName(c protocol.BreakerConfig) string {
 		return "a " + c.Library + " breaker"
 	}
 	return "this breaker"
+}
+
+// deferred notes that t's probes are deferred by the collector (or no
+// longer are). A deferral applied after the connection it came on ended
+// is ended at once: the collector that sent it is lost.
+func (a *Agent) deferred(t *tracked, on bool) {
+	t.deferred.Store(on)
+	if on && !a.connected.Load() {
+		a.endDeferrals("the collector was lost")
+	}
+}
+
+// endDeferrals ends every deferral of probes the collector made (see
+// protocol.ActionDeferProbes): an instance that loses the collector
+// probes on its own again at once, instead of waiting for the deferral's
+// time box. Called when a session ends.
+func (a *Agent) endDeferrals(why string) {
+	for _, t := range a.registered() {
+		if t.cmd == nil || !t.deferred.Swap(false) {
+			continue
+		}
+		if _, err := t.cmd.Apply(breaker.Command{Action: breaker.ActionDeferProbes, Reason: why, Actor: "agent"}); err != nil {
+			a.log.Warn("ending the deferral of probes", "breaker", t.cfg.Name, "err", err)
+			continue
+		}
+		a.log.Info("probing on its own again", "breaker", t.cfg.Name, "reason", why)
+	}
 }

@@ -263,6 +263,7 @@ func (a *Agent) run(ctx context.Context, url, preferred string, reconnect bool, 
 	defer func() {
 		a.connected.Store(false)
 		a.collector.Store(nil)
+		a.endDeferrals("the collector was lost")
 	}()
 	a.log.Info("connected to the collector", "url", url, "last_seq", welcome.LastSeq)
 	if skew := time.Duration(welcome.ServerTime-a.cfg.Clock.Now().UnixMilli()) * time.Millisecond; welcome.ServerTime > 0 && skew.Abs() > time.Minute {

@@ -54,8 +54,12 @@ type Breaker struct {
 	lastNow, clockOff, stepsBack atomic.Int64
 	stepMu                       sync.Mutex // serializes the moves of clockOff
 
-	mu         sync.Mutex // guards the fields below and every epoch transition
-	gen        uint64
+	mu  sync.Mutex // guards the fields below and every epoch transition
+	gen uint64
+	// deferUntil: probes deferred (ActionDeferProbes) until then (ns
+	// since base); 0 = not deferred. Written under mu, read by snapshots
+	// (which may run under mu) without it.
+	deferUntil atomic.Int64
 	lastOpen   float64 // the last open duration, in nanoseconds, before jitter
 	pending    []pendingTransition
 	delivering bool
@@ -71,7 +75,10 @@ type epoch struct {
 	since int64  // when the breaker entered state (ns since base): the transition's time
 	win   window // Closed and ForcedClosed
 
-	openUntil int64         // Open: when it becomes half-open (ns since base)
+	// Open: when it becomes half-open (ns since base): openEnd, or later
+	// while the collector defers this instance's probes (deferUntil).
+	openUntil atomic.Int64
+	openEnd   int64         // Open: the end of its own open duration (ns since base)
 	openDur   time.Duration // Open: how long it stays open
 
 	probes, successes int // HalfOpen: in flight, consecutive successes; guarded by Breaker.mu
@@ -123,7 +130,7 @@ func (ep *epoch) ramping() bool { return ep.ramp != nil && ep.ramp.active.Load()
 func (ep *epoch) due(now int64) bool {
 	switch ep.state {
 	case Open:
-		return now >= ep.openUntil
+		return now >= ep.openUntil.Load()
 	case ForcedOpen, ForcedClosed:
 		u := ep.until.Load()
 		return u != 0 && now >= u
@@ -286,7 +293,11 @@ func (b *Breaker) transitionLocked(from *epoch, to State, at int64, cause Cause,
 	}
 	if to == Open {
 		ep.openDur = b.nextOpenLocked(from.state == HalfOpen)
-		ep.openUntil = at + int64(ep.openDur)
+		ep.openEnd = at + int64(ep.openDur)
+		ep.openUntil.Store(max(ep.openEnd, b.deferUntil.Load()))
+	}
+	if to == Closed {
+		b.deferUntil.Store(0) // recovered (or released): nothing to defer
 	}
 	if until != 0 {
 		ep.until.Store(until)
@@ -340,7 +351,7 @@ func (b *Breaker) settleLocked(now int64) *epoch {
 	ep := b.ep.Load()
 	for ep.due(now) {
 		if ep.state == Open {
-			ep = b.transitionLocked(ep, HalfOpen, ep.openUntil, Cause{Kind: CauseOpenElapsed}, 0, nil)
+			ep = b.transitionLocked(ep, HalfOpen, ep.openUntil.Load(), Cause{Kind: CauseOpenElapsed}, 0, nil)
 			continue
 		}
 		ep = b.transitionLocked(ep, Closed, ep.until.Load(), Cause{Kind: CauseExpired, Command: ep.cmd.Load()}, 0, nil)
@@ -577,6 +588,9 @@ func (b *Breaker) snapshot(ep *epoch, now int64) Snapshot {
 	s.RampShare = 1
 	if ep.ramping() && now < ep.ramp.until {
 		s.RampUntil, s.RampShare = b.wall(ep.ramp.until), ep.ramp.share(now)
+	}
+	if d := b.deferUntil.Load(); d > now {
+		s.ProbesDeferredUntil = b.wall(d)
 	}
 	if ep.state == ForcedOpen || ep.state == ForcedClosed {
 		if u := ep.until.Load(); u != 0 {

@@ -1,6 +1,9 @@
 package breaker
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Apply carries out an operator command and returns the state it leaves
 // the breaker in:
@@ -15,6 +18,18 @@ import "fmt"
 //   - release and reset leave the breaker closed with an empty window, a
 //     new generation and the open duration back at its base. From closed
 //     they make no transition (the window is still emptied).
+//   - defer_probes (the collector's probe rotation, issue 35) defers the
+//     breaker's probes until TTL from now: while open, it stays open past
+//     its open duration until then (rejecting calls with ErrOpen), and an
+//     open entered before then (a failed probe) lasts until then too.
+//     TTL 0, or a later defer_probes with a shorter TTL, brings the end
+//     forward: a breaker open longer than its own open duration becomes
+//     half-open at once. Any closing ends the deferral, and a closed
+//     breaker ignores it. It makes no transition and keeps the
+//     generation; it never holds a breaker longer than TTL, so an
+//     instance that stops hearing from the collector probes on its own
+//     by then (the agent ends its deferrals at once when it loses the
+//     collector).
 //
 // An unknown action or a negative TTL returns an error wrapping
 // ErrInvalidCommand and changes nothing. Transitions are delivered to
@@ -22,7 +37,7 @@ import "fmt"
 // at that moment (then it delivers them, in order).
 func (b *Breaker) Apply(cmd Command) (State, error) {
 	switch cmd.Action {
-	case ActionForceOpen, ActionForceClosed, ActionRelease, ActionReset:
+	case ActionForceOpen, ActionForceClosed, ActionRelease, ActionReset, ActionDeferProbes:
 	default:
 		return b.State(), fmt.Errorf("%w: unknown action %q", ErrInvalidCommand, cmd.Action)
 	}
@@ -42,6 +57,8 @@ func (b *Breaker) applyLocked(c *Command, now int64) *epoch {
 	defer b.mu.Unlock()
 	ep := b.settleLocked(now)
 	switch c.Action {
+	case ActionDeferProbes:
+		return b.deferLocked(ep, c.TTL, now)
 	case ActionForceOpen, ActionForceClosed:
 		to := ForcedOpen
 		if c.Action == ActionForceClosed {
@@ -68,4 +85,20 @@ func (b *Breaker) applyLocked(c *Command, now int64) *epoch {
 		}
 	}
 	return ep
+}
+
+// deferLocked applies defer_probes with ttl at now to the settled epoch
+// ep and returns the epoch it leaves (a half-open one if a shorter
+// deferral made the open end due). b.mu is held.
+func (b *Breaker) deferLocked(ep *epoch, ttl time.Duration, now int64) *epoch {
+	var until int64
+	if ttl > 0 && ep.state != Closed && ep.state != ForcedClosed {
+		until = min(now+int64(ttl), clockRange)
+	}
+	b.deferUntil.Store(until)
+	if ep.state != Open {
+		return ep
+	}
+	ep.openUntil.Store(max(ep.openEnd, until, now))
+	return b.settleLocked(now)
 }

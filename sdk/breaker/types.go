@@ -137,13 +137,18 @@ const (
 	ActionForceClosed Action = "force_closed" // hold the breaker closed: record every call, never trip
 	ActionRelease     Action = "release"      // end a forced state: closed, empty window
 	ActionReset       Action = "reset"        // back to closed with an empty window, from any state
+	// ActionDeferProbes defers the breaker's probes: while open, it does
+	// not become half-open before TTL from now (TTL 0 ends a deferral),
+	// whatever its open duration says. It is how the collector lets a few
+	// instances probe for the fleet (probe rotation, issue 35); see Apply.
+	ActionDeferProbes Action = "defer_probes"
 )
 
 // Command is an operator command applied with Breaker.Apply.
 type Command struct {
 	ID     string        // the command's id, carried into the transition's cause
 	Action Action        // what to do
-	TTL    time.Duration // force_*: how long the forced state holds; 0 = until released
+	TTL    time.Duration // force_*: how long the forced state holds; 0 = until released. defer_probes: how long probes are deferred; 0 = no longer
 	Reason string        // why, for people
 	Actor  string        // who, for people
 }
@@ -249,7 +254,10 @@ type Snapshot struct {
 	// ramping.
 	RampUntil time.Time
 	RampShare float64
-	Forced    *Command // the command holding a forced state, nil otherwise
+	// ProbesDeferredUntil is, while an ActionDeferProbes command defers
+	// the breaker's probes, when the deferral runs out; zero otherwise.
+	ProbesDeferredUntil time.Time
+	Forced              *Command // the command holding a forced state, nil otherwise
 	// ClockStepsBack counts the steps back of Config.Clock since the
 	// breaker was made (a clock without a monotonic reading set back, by
 	// NTP or by hand, or read before the breaker was made): the readings

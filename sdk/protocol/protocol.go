@@ -107,7 +107,22 @@ const (
 	ActionReset       = "reset"
 )
 
-// ValidAction reports whether a is one of the Action constants.
+// ActionDeferProbes is a command the collector sends on its own, never an
+// operator's (its probe rotation, issue 35): while the breaker is open, it
+// does not become half-open before ttl_ms from the command's arrival
+// (ttl_ms 0 ends a deferral), so that a few instances probe a dependency
+// for the fleet. An agent that does not know it refuses it as an unknown
+// action and goes on probing on its own: that is the old behaviour, so the
+// addition is backward-compatible. Agents end their deferrals when they
+// lose the collector. See docs/protocol.md.
+const ActionDeferProbes = "defer_probes"
+
+// ValidCommandAction reports whether a command may carry action a: one
+// of the operator's (ValidAction) or ActionDeferProbes.
+func ValidCommandAction(a string) bool { return ValidAction(a) || a == ActionDeferProbes }
+
+// ValidAction reports whether a is one of the operator's Action constants
+// (force_open, force_closed, release, reset).
 func ValidAction(a string) bool {
 	switch a {
 	case ActionForceOpen, ActionForceClosed, ActionRelease, ActionReset:
@@ -544,7 +559,7 @@ type Command struct {
 	ID        string `json:"id"`
 	Breaker   string `json:"breaker"`
 	Action    string `json:"action"`           // one of the Action constants
-	TTLMillis int64  `json:"ttl_ms,omitempty"` // force_*: 0 = no expiry
+	TTLMillis int64  `json:"ttl_ms,omitempty"` // force_*: 0 = no expiry; defer_probes: how long, 0 = end the deferral
 	Reason    string `json:"reason,omitempty"`
 	Actor     string `json:"actor,omitempty"`
 	IssuedAt  int64  `json:"issued_at"`            // Unix ms
@@ -1177,7 +1192,7 @@ func (c *Command) Validate() error {
 	if err := checkName("breaker", c.Breaker); err != nil {
 		return err
 	}
-	if !ValidAction(c.Action) {
+	if !ValidCommandAction(c.Action) {
 		return invalid("unknown action %q", c.Action)
 	}
 	if c.TTLMillis < 0 {
