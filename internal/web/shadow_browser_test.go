@@ -215,8 +215,15 @@ func TestShadowTripStoredShownNotEnforced(t *testing.T) {
 	if r := c.get("/api/v1/transitions?shadow=maybe"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "shadow must be true or false") {
 		t.Fatalf("transitions API, shadow=maybe: %d %s", r.status, r.body)
 	}
+	// The replay reads stored seconds: the agents report a second once
+	// it has ended, so wait for the calls' second to be stored.
 	var rep tune.Report
-	if r := c.get("/api/v1/breakers/checkout/payments/replay"); r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &rep) != nil {
+	var r response
+	eventually.True(t, "a replay of the stored seconds", func() bool {
+		r = c.get("/api/v1/breakers/checkout/payments/replay")
+		return r.status != http.StatusBadRequest || !strings.Contains(r.body, "no per-second history")
+	})
+	if r.status != http.StatusOK || json.Unmarshal([]byte(r.body), &rep) != nil {
 		t.Fatalf("replay: %d %s", r.status, r.body)
 	}
 	if len(rep.Runs) < 2 || rep.Runs[1].Label != "shadow: tight" || rep.Runs[1].Shadow != "tight" || rep.Runs[1].Settings.FailureRateThreshold != 20 ||
