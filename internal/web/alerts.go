@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -223,6 +224,8 @@ func ruleRow(r cbdash.AlertRule, firing int, admin bool) templates.AlertRuleRow 
 	switch r.Kind {
 	case cbdash.AlertHalfOpenLong:
 		params = append(params, "for "+durationOr(r.For, 30*time.Second))
+	case cbdash.AlertFallbackUnexercised:
+		params = append(params, "not exercised for "+alert.DurationText(cmp.Or(r.For, alert.DefaultFallbackFor)))
 	case cbdash.AlertHeadroom:
 		m := r.Margin
 		if m == 0 {
@@ -275,6 +278,7 @@ var alertKinds = [][2]string{
 	{cbdash.AlertHeadroom, "headroom: a rate within Margin of its threshold"},
 	{cbdash.AlertStale, "stale: an instance stopped reporting"},
 	{cbdash.AlertDrillStopped, "drill stopped: a stop condition ended a drill"},
+	{cbdash.AlertFallbackUnexercised, "fallback_unexercised: the fallback has not served rejected calls for For (30d)"},
 }
 
 // ruleForm fills the editor with r; hideWebhook leaves its URL out.
@@ -286,7 +290,7 @@ func ruleForm(r cbdash.AlertRule, editing, hideWebhook bool) templates.AlertForm
 		f.Action = "/alerts/rules/" + f.ID
 	}
 	if r.For > 0 {
-		f.For = r.For.String()
+		f.For = alert.DurationText(r.For)
 	}
 	if r.Hold > 0 {
 		f.Hold = r.Hold.String()
