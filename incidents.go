@@ -186,6 +186,10 @@ type FiringAlert struct {
 	// its resolve is still sent.
 	AckedBy string    `json:"acked_by,omitempty"`
 	AckedAt time.Time `json:"acked_at,omitzero"`
+	// Labels are the labels of the subject's dependency as the alert
+	// service knows them (nil for an instance subject or when unknown):
+	// what silences with label matchers match. Not in the JSON.
+	Labels map[string]string `json:"-"`
 	// FlappingPending is true while its flapping message, claimed, has
 	// not been delivered (nor given up); FlappingNow is that message's
 	// summary. Kept for the alert service (the next leader sends it

@@ -104,6 +104,9 @@ func (s *Service) withAcks(as []cbdash.FiringAlert) []cbdash.FiringAlert {
 		if k, ok := s.acks[alertKey{a.RuleID, a.Subject}]; ok && k.since.Equal(a.Since) {
 			as[i].AckedBy, as[i].AckedAt = k.by, k.at
 		}
+		if d, ok := s.engine.depOf(a.Subject); ok {
+			as[i].Labels = d.Labels
+		}
 	}
 	return as
 }
@@ -123,12 +126,7 @@ func (s *Service) silencedBy(ctx context.Context, subject string) (cbdash.Silenc
 	s.mu.Lock()
 	d, _ := s.engine.depOf(subject)
 	s.mu.Unlock()
-	for _, sl := range sls {
-		if sl.Active(now) && sl.Matchers.Match(subject, d.Labels) {
-			return sl, true
-		}
-	}
-	return cbdash.Silence{}, false
+	return SilenceOf(subject, d.Labels, sls, now)
 }
 
 // mute handles n when a silence holds it back: instead of the webhook

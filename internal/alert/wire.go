@@ -157,16 +157,27 @@ func FiringOut(rules []cbdash.AlertRule, alerts []cbdash.FiringAlert, now time.T
 }
 
 // MarkSilenced sets, on each alert of out, the silence of sls active at
-// now that matches its subject (labels are not known here: a silence
-// matching on labels shows on the alerts it holds back in the delivery
-// log, not here).
-func MarkSilenced(out []FiringJSON, sls []cbdash.Silence, now time.Time) {
+// now that matches its subject and labels: out[i] is alerts[i] on the
+// wire (FiringOut), whose Labels silences with label matchers match.
+func MarkSilenced(out []FiringJSON, alerts []cbdash.FiringAlert, sls []cbdash.Silence, now time.Time) {
 	for i := range out {
-		for _, sl := range sls {
-			if len(sl.Matchers.Labels) == 0 && sl.Active(now) && sl.Matchers.Match(out[i].Subject, nil) {
-				out[i].Silenced = sl.ID
-				break
-			}
+		var labels map[string]string
+		if i < len(alerts) && alerts[i].Subject == out[i].Subject {
+			labels = alerts[i].Labels
+		}
+		if sl, ok := SilenceOf(out[i].Subject, labels, sls, now); ok {
+			out[i].Silenced = sl.ID
 		}
 	}
+}
+
+// SilenceOf returns the silence of sls active at now that matches subject
+// with its dependency's labels, the first listed when several do.
+func SilenceOf(subject string, labels map[string]string, sls []cbdash.Silence, now time.Time) (cbdash.Silence, bool) {
+	for _, sl := range sls {
+		if sl.Active(now) && sl.Matchers.Match(subject, labels) {
+			return sl, true
+		}
+	}
+	return cbdash.Silence{}, false
 }

@@ -230,7 +230,10 @@ func New(cfg Config) (*Collector, error) {
 	c.live = liveState{live.New(live.Config{Now: cfg.Clock.Now, StaleAfter: cfg.StaleAfter, GoneAfter: cfg.GoneAfter,
 		SubscriberBuffer: cfg.SubscriberBuffer, Metrics: m,
 		// c.holds is set below, before any batch can arrive.
-		HoldUntil: func(id string) (time.Time, bool) { return c.holds.Until(id) }})}
+		HoldUntil: func(id string) (time.Time, bool) { return c.holds.Until(id) },
+		HoldFor: func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool) {
+			return c.holds.HoldFor(inst, breaker, action)
+		}})}
 	c.hub = publisher{c.live.State}
 	if err := cfg.Registerer.Register(newLiveGauges(c.live.State)); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
@@ -350,9 +353,14 @@ func (c *Collector) checkHolds(ctx context.Context) {
 	}
 }
 
-// restore rebuilds live state (instances, opens today, commands still
-// pending) from the store.
+// restore rebuilds the holds and live state (instances, opens today,
+// commands still pending) from the store.
 func (c *Collector) restore(ctx context.Context) error {
+	// Holds first: live state's restored lines that are forced ask them
+	// which hold governs them (live.Config.HoldFor).
+	if err := c.holds.restore(ctx); err != nil {
+		return fmt.Errorf("collector: restore holds: %w", err)
+	}
 	ibs, err := c.store.Instances(ctx)
 	if err != nil {
 		return fmt.Errorf("collector: restore instances: %w", err)
@@ -378,9 +386,6 @@ func (c *Collector) restore(ctx context.Context) error {
 	}
 	for _, cmd := range cmds {
 		c.cmds.track(cmd)
-	}
-	if err := c.holds.restore(ctx); err != nil {
-		return fmt.Errorf("collector: restore holds: %w", err)
 	}
 	return nil
 }

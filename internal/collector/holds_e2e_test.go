@@ -173,6 +173,20 @@ func TestAHoldFollowsTheFleetAcrossNewInstancesRestartsAndACollectorRestart(t *t
 		want.FallbackSuccess++
 		want.FallbackFailure++
 	}
+	// The tiles still say who held the breakers and why, though this
+	// collector never saw the transitions that forced them.
+	eventually.True(t, "every line held by ann's hold after the restart", func() bool {
+		d, err := h.col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+		if err != nil || len(d.PerInstance) == 0 {
+			return false
+		}
+		for _, ib := range d.PerInstance {
+			if !ib.Stale && (ib.Held == nil || ib.Held.HoldID != hold.ID || ib.Held.Actor != "ann" || ib.Held.Reason != "drill the payments fallback") {
+				return false
+			}
+		}
+		return d.Held != nil && d.Held.Actor == "ann"
+	})
 	eventually.True(t, "every instance answered", func() bool {
 		got, err := h.col.Hold(ctx, hold.ID)
 		if err != nil {

@@ -149,10 +149,17 @@ type Manager struct {
 	dirty   map[string]bool                // hold ids with unsaved stats; guarded by statsMu
 	recent  map[statKey]*recentCounts      // the last seconds' counts, for stop conditions; guarded by statsMu
 	since   map[string]map[int]time.Time   // by hold, then stop condition: above since; guarded by statsMu
-	// untils is the expiry (as stored, to the millisecond) of each hold
-	// in holds, by id: Until reads it without mu, so that live state
-	// may ask while it holds its own lock.
+	// untils is each hold in holds by id (a keptHold: its expiry as
+	// stored, to the millisecond, and the record without its coverage):
+	// Until and HoldFor read it without mu, so that live state may ask
+	// while it holds its own lock.
 	untils sync.Map
+}
+
+// keptHold is what untils keeps of a hold.
+type keptHold struct {
+	until time.Time
+	rec   cbdash.HoldRecord // Coverage nil
 }
 
 // appliedHold is the hold last sent to one breaker of one agent process.
@@ -185,13 +192,41 @@ func (m *Manager) Until(id string) (until time.Time, ok bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return v.(time.Time), true
+	return v.(keptHold).until, true
+}
+
+// HoldFor returns the hold that governs breaker on inst with action
+// (protocol.ActionForceOpen or ActionForceClosed) now: of the live holds
+// whose selector covers it at its current step, the most recently
+// created; ok is false when none does. Live state asks it for a breaker
+// it sees forced in a window but whose forcing transition it never saw
+// (a collector restart), so that the tile still says who held it, why
+// and until when. Like Until, it takes no lock the Manager holds while
+// it calls out.
+func (m *Manager) HoldFor(inst cbdash.InstanceRef, breaker, action string) (h cbdash.Hold, ok bool) {
+	now := m.now()
+	var best cbdash.HoldRecord
+	m.untils.Range(func(_, v any) bool {
+		r := v.(keptHold).rec
+		if r.Action == action && r.LiveAt(now) && r.Covering().Matches(inst, breaker) &&
+			(!ok || r.CreatedAt.After(best.CreatedAt) || r.CreatedAt.Equal(best.CreatedAt) && r.ID > best.ID) {
+			best, ok = r, true
+		}
+		return true
+	})
+	if !ok {
+		return cbdash.Hold{}, false
+	}
+	return cbdash.Hold{HoldID: best.ID, Action: best.Action, Actor: best.Actor, Reason: best.Reason,
+		Until: time.UnixMilli(best.Until.UnixMilli()).UTC()}, true
 }
 
 // keepLocked keeps h among the holds (mu held), with its expiry for Until.
 func (m *Manager) keepLocked(h cbdash.HoldRecord) {
 	m.holds[h.ID] = h
-	m.untils.Store(h.ID, time.UnixMilli(h.Until.UnixMilli()).UTC())
+	rec := h
+	rec.Coverage = nil
+	m.untils.Store(h.ID, keptHold{until: time.UnixMilli(h.Until.UnixMilli()).UTC(), rec: rec})
 }
 
 // forgetLocked forgets expired hold id (mu held).

@@ -131,7 +131,7 @@ func (m *Manager) stepsDue(now time.Time, stopped map[string]bool, advance bool)
 		ids = append(ids, id)
 		if advance {
 			h.Step = due
-			m.holds[id] = h
+			m.keepLocked(h)
 			m.gen++
 			m.log.Info("drill step", "hold", id, "step", due, "share", h.Covering().Share)
 		}

@@ -170,6 +170,7 @@ type State struct {
 	scratch     map[*dep]bool // applyLocked's dependencies to publish, reused
 	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
 	holdUntil   func(holdID string) (time.Time, bool)
+	holdFor     func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)
 }
 
 // Update is a validated batch of instance Key, received at At, from an
@@ -321,6 +322,13 @@ type Config struct {
 	// the State's lock held: it must not call back into the State nor
 	// wait for anything that does.
 	HoldUntil func(holdID string) (until time.Time, ok bool)
+	// HoldFor, when set, returns the stored hold that governs breaker on
+	// inst with action now (ok false when none does). A breaker seen
+	// forced in a window whose forcing transition was not seen (the
+	// collector restarted during a hold) is then shown held by that hold,
+	// with its actor, reason and end, rather than by nobody. Like
+	// HoldUntil it is called with the State's lock held.
+	HoldFor func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)
 }
 
 // New returns live state with no instance.
@@ -330,7 +338,7 @@ func New(cfg Config) *State {
 		h.onDrop, h.onCount = cfg.Metrics.SubscriberDropped, cfg.Metrics.Subscribers
 	}
 	l := newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, cfg.Metrics)
-	l.holdUntil = cfg.HoldUntil
+	l.holdUntil, l.holdFor = cfg.HoldUntil, cfg.HoldFor
 	return l
 }
 
@@ -426,6 +434,9 @@ func (l *State) Restore(ibs []cbdash.InstanceBreaker) {
 		}
 		ib.last = ownCopy(r.Last, &noWindow)
 		ib.held = r.Held
+		if ib.held == nil && forced(r.State) {
+			ib.held = l.storedHoldLocked(inst, r)
+		}
 		if r.LastSeen.After(inst.lastSeen) {
 			inst.lastSeen = r.LastSeen
 		}
@@ -668,7 +679,7 @@ func (l *State) windowsLocked(inst *instance, r Update, urgent map[*dep]bool) {
 			}
 			ib.trackEpisode(ib.state, w.State, time.UnixMilli(w.Start).UTC())
 			ib.state, ib.stateAt = w.State, end
-			ib.held = holdFromWindow(w, ib.held)
+			ib.held = l.holdFromWindow(inst, w, ib.held)
 		}
 		ib.last = w // the batch's own window: immutable from here (see ibreaker)
 		ib.dep.fallback = cbdash.NextFallbackRun(ib.dep.fallback, *w)
@@ -763,20 +774,38 @@ func holdFrom(t *protocol.Transition, prev *cbdash.Hold, until func(string) (tim
 	return h
 }
 
-// holdFromWindow keeps an existing hold, or makes a bare one when the
-// transition that forced the breaker was not seen (collector restart).
-func holdFromWindow(w *protocol.Window, prev *cbdash.Hold) *cbdash.Hold {
+// holdFromWindow keeps an existing hold; when the transition that forced
+// the breaker was not seen (collector restart) it takes the stored hold
+// that governs it (Config.HoldFor), or makes a bare one from the window.
+func (l *State) holdFromWindow(inst *instance, w *protocol.Window, prev *cbdash.Hold) *cbdash.Hold {
 	if !forced(w.State) {
 		return nil
 	}
-	if prev != nil && prev.Action == actionOf(w.State) {
+	action := actionOf(w.State)
+	if prev != nil && prev.Action == action {
 		return prev
 	}
-	h := &cbdash.Hold{Action: actionOf(w.State)}
+	if h := l.storedHoldLocked(inst, cbdash.InstanceBreaker{Breaker: w.Breaker, State: w.State}); h != nil {
+		return h
+	}
+	h := &cbdash.Hold{Action: action}
 	if w.ForcedUntil > 0 {
 		h.Until = time.UnixMilli(w.ForcedUntil).UTC()
 	}
 	return h
+}
+
+// storedHoldLocked is the hold governing restored line r of inst, by
+// Config.HoldFor; nil when unknown.
+func (l *State) storedHoldLocked(inst *instance, r cbdash.InstanceBreaker) *cbdash.Hold {
+	if l.holdFor == nil {
+		return nil
+	}
+	ref := cbdash.InstanceRef{Service: inst.key.Service, Instance: inst.key.Instance, Labels: inst.labels}
+	if h, ok := l.holdFor(ref, r.Breaker, actionOf(r.State)); ok {
+		return &h
+	}
+	return nil
 }
 
 func actionOf(state string) string {

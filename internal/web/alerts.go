@@ -150,11 +150,8 @@ func firingRow(f cbdash.FiringAlert, r cbdash.AlertRule, sls []cbdash.Silence, n
 	row := templates.FiringRow{Rule: ruleName(r), Kind: r.Kind, Subject: f.Subject,
 		RuleHref: "/alerts?edit=" + strconv.FormatInt(r.ID, 10), Since: stamp(f.Since), For: roughDuration(now.Sub(f.Since)),
 		SinceMs: f.Since.UnixMilli(), Detail: f.Detail, Notified: "yes", RuleID: strconv.FormatInt(f.RuleID, 10), CSRF: p.CSRF}
-	for _, sl := range sls {
-		if len(sl.Matchers.Labels) == 0 && sl.Active(now) && sl.Matchers.Match(f.Subject, nil) {
-			row.Notified, row.Quiet = fmt.Sprintf("silenced by silence %d until %s", sl.ID, stamp(sl.EndsAt)), true
-			break
-		}
+	if sl, ok := alert.SilenceOf(f.Subject, f.Labels, sls, now); ok {
+		row.Notified, row.Quiet = fmt.Sprintf("silenced by silence %d until %s", sl.ID, stamp(sl.EndsAt)), true
 	}
 	if f.AckedBy != "" {
 		ack := fmt.Sprintf("acknowledged by %s at %s", f.AckedBy, stamp(f.AckedAt))

@@ -161,8 +161,9 @@ func (s *Server) apiAlertsFiring(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := alert.FiringOut(rules, as.Alerts(), s.now())
-	alert.MarkSilenced(out, sls, s.now())
+	firing := as.Alerts()
+	out := alert.FiringOut(rules, firing, s.now())
+	alert.MarkSilenced(out, firing, sls, s.now())
 	return c.JSON(http.StatusOK, out)
 }
 

@@ -238,6 +238,7 @@ type feature struct {
 func (c Config) features() []feature {
 	return []feature{
 		{"holds", "Holds", c.Holds != nil},
+		{"drill schedules", "Schedules", c.Schedules != nil},
 		{"incidents", "Incidents", c.Incidents != nil},
 		{"alerts", "Alerts", c.Alerts != nil},
 		{"heatmap", "InstanceHistory", c.InstanceHistory != nil},

@@ -106,3 +106,34 @@ func TestAlertsPageKeepsFlapAndGroupSettings(t *testing.T) {
 		t.Errorf("after the edit: %+v (%v), want the flap and group settings kept", r, err)
 	}
 }
+
+// TestASilenceByLabelsIsShownOnTheAlertItHoldsBack: a silence that
+// matches on labels only (team=pay, the instances' label) is named on the
+// firing alert it holds back, on the alerts page and in the firing API,
+// and one whose labels do not match is not.
+func TestASilenceByLabelsIsShownOnTheAlertItHoldsBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 2, 0))
+	rcv := newHook(t)
+	otto := h.login("otto")
+	if res := otto.postForm("/alerts/rules", url.Values{"name": {"payments down"}, "service": {"checkout"}, "breaker": {"payments"},
+		"kind": {"open"}, "webhook_url": {rcv.URL}, "format": {"json"}}); res.status != http.StatusSeeOther {
+		t.Fatalf("create the rule: %d %s", res.status, res.body)
+	}
+	h.report("checkout", "payments", "checkout-1", "open")
+	eventually.True(t, "the alert delivered", func() bool {
+		h.tick()
+		return len(rcv.received()) == 1
+	})
+	for _, labels := range []string{"team=search", "team=pay"} {
+		if res := otto.postForm("/alerts/silences", url.Values{"labels": {labels}, "for": {"1h"}, "reason": {"quiet " + labels}}); res.status != http.StatusSeeOther {
+			t.Fatalf("silence %s: %d %s", labels, res.status, res.body)
+		}
+	}
+	if page := otto.get("/alerts").body; !strings.Contains(page, "silenced by silence 2 until") || strings.Contains(page, "silenced by silence 1 ") {
+		t.Errorf("the firing row does not name silence 2 (team=pay) alone:\n%s", page)
+	}
+	if body := otto.get("/api/v1/alerts/firing").body; !strings.Contains(body, `"silenced":2`) {
+		t.Errorf("the firing API does not name silence 2: %s", body)
+	}
+}

@@ -49,11 +49,11 @@ func TestOptionalServicesOffAnswerAsDocumented(t *testing.T) {
 		Collector: func(c *collector.Config) { c.PublishInterval = 20 * time.Millisecond },
 		Web: func(w *web.Config) {
 			c := *w
-			c.Holds, c.Incidents, c.Alerts, c.InstanceHistory, c.FleetHistory, c.AgentSessions = nil, nil, nil, nil, nil, nil
+			c.Holds, c.Incidents, c.Alerts, c.InstanceHistory, c.FleetHistory, c.AgentSessions, c.Schedules = nil, nil, nil, nil, nil, nil, nil
 			c.LiveInterval, c.Logger = 20*time.Millisecond, slog.New(slog.NewJSONHandler(&logs, nil))
 			*w, h.cfg = c, c
 		}})
-	for _, f := range []string{"holds", "incidents", "alerts", "heatmap", "fleet line", "closing a revoked agent token's connections"} {
+	for _, f := range []string{"holds", "drill schedules", "incidents", "alerts", "heatmap", "fleet line", "closing a revoked agent token's connections"} {
 		if n := strings.Count(logs.String(), `"msg":"dashboard feature off","feature":"`+f+`"`); n != 1 {
 			t.Errorf("feature %q logged off %d times at New, want once:\n%s", f, n, logs.String())
 		}
@@ -72,6 +72,7 @@ func TestOptionalServicesOffAnswerAsDocumented(t *testing.T) {
 		{"/holds", http.StatusNotFound, "holds are not kept by this server", ""},
 		{"/holds/h-1", http.StatusNotFound, "holds are not kept by this server", ""},
 		{"/api/v1/holds", http.StatusNotFound, "holds are not kept by this server", ""},
+		{"/api/v1/schedules", http.StatusNotFound, "drill schedules are not kept by this server", ""},
 		{"/incidents", http.StatusNotFound, "incidents are not recorded by this server", ""},
 		{"/api/v1/incidents", http.StatusNotFound, "incidents are not recorded by this server", ""},
 		{"/alerts", http.StatusNotFound, "", ""},
