@@ -139,13 +139,9 @@ func (s *Server) scheduleRows(ctx context.Context) ([]templates.ScheduleRow, err
 		}
 		if len(d.Runs) > 0 {
 			run := d.Runs[0]
-			r.LastRun = run.Due.UTC().Format("2006-01-02 15:04") + " " + run.Result
-			switch run.Result {
-			case cbdash.RunStarted:
-				r.LastRun += " as hold " + run.HoldID
+			r.LastRun = run.Text()
+			if run.Result == cbdash.RunStarted {
 				r.LastHref = holdHref(run.HoldID)
-			case cbdash.RunSkipped:
-				r.LastRun += ": " + run.Reason
 			}
 		}
 		rows = append(rows, r)
