@@ -32,7 +32,7 @@ func TestOperatorPanelDrillsGoThroughTheHoldForm(t *testing.T) {
 		want string
 	}{
 		"release with a stop condition": {func(v url.Values) { v.Set("action", "release") }, "for a force open (a drill), not release"},
-		"a weekly drill without a time":  {func(v url.Values) { v.Set("when", "weekly"); v.Set("day", "tue") }, "day and time (UTC) are required"},
+		"a weekly drill without a time": {func(v url.Values) { v.Set("when", "weekly"); v.Set("day", "tue") }, "day and time (UTC) are required"},
 		"a once drill in the past": {func(v url.Values) {
 			v.Set("when", "once")
 			v.Set("at", h.clock.Now().UTC().Add(-time.Hour).Format("2006-01-02T15:04"))
