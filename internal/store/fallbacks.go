@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 
 	"github.com/cbdash/cbdash"
 )
@@ -19,8 +20,7 @@ const servedWhere = `(rejected_open + rejected_half_open + rejected_forced + rej
 // calls, from the stored history (so a restart keeps it): the end of the
 // last bucket, at the finest level kept, in which the dependency both
 // rejected calls and counted fallbacks. Sorted by service and breaker.
-// Each level is read from where the next finer one stops being complete
-// (the rollup watermarks), one indexed read per dependency and level.
+// A few indexed reads per dependency (see lastServed).
 // Errors: ctx's or a wrapped driver error.
 func (s *Store) FallbackFreshness(ctx context.Context) ([]cbdash.FallbackFreshness, error) {
 	tx, err := s.rdb.snapshot(ctx) // the watermarks and the rows of one snapshot
@@ -78,21 +78,51 @@ func knownBreakers(ctx context.Context, tx *readTx) ([]cbdash.FallbackFreshness,
 }
 
 // lastServed is the end (Unix ms) of dependency dep's last bucket in
-// which fallbacks served rejected calls; 0 when none is kept.
+// which fallbacks served rejected calls; 0 when none is kept. Each level
+// is read from the watermark of the finer one (before it, its buckets
+// are rolled into the coarser level), and a coarse bucket found is
+// narrowed to the finest rows still kept within it (minutes are kept
+// longer than seconds, hours longer than minutes).
 func lastServed(ctx context.Context, tx *readTx, dep int64, wm watermarks) (int64, error) {
 	var last int64
 	for _, lv := range []struct {
 		l    level
 		from int64
 	}{{levelHour, 0}, {levelMinute, wm.minute}, {levelSecond, wm.second}} {
-		var start sql.NullInt64
-		q := "SELECT MAX(start) FROM " + lv.l.table() + " WHERE dep_id = $1 AND start >= $2 AND " + servedWhere
-		if err := tx.QueryRowContext(ctx, q, dep, lv.from).Scan(&start); err != nil {
+		start, ok, err := maxServed(ctx, tx, lv.l, dep, lv.from, math.MaxInt64)
+		if err != nil {
 			return 0, err
 		}
-		if start.Valid {
-			last = max(last, start.Int64+lv.l.width())
+		if !ok {
+			continue
 		}
+		end, err := narrow(ctx, tx, lv.l, dep, start)
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, end)
 	}
 	return last, nil
+}
+
+// narrow is the end of bucket start of level l, or of the last finer
+// bucket within it in which fallbacks served rejected calls.
+func narrow(ctx context.Context, tx *readTx, l level, dep, start int64) (int64, error) {
+	for l > levelSecond {
+		finer, ok, err := maxServed(ctx, tx, l-1, dep, start, start+l.width())
+		if err != nil || !ok {
+			return start + l.width(), err
+		}
+		l, start = l-1, finer
+	}
+	return start + l.width(), nil
+}
+
+// maxServed is the start of dependency dep's last bucket of level l in
+// [from, to) in which fallbacks served rejected calls.
+func maxServed(ctx context.Context, tx *readTx, l level, dep, from, to int64) (int64, bool, error) {
+	var start sql.NullInt64
+	q := "SELECT MAX(start) FROM " + l.table() + " WHERE dep_id = $1 AND start >= $2 AND start < $3 AND " + servedWhere
+	err := tx.QueryRowContext(ctx, q, dep, from, to).Scan(&start)
+	return start.Int64, start.Valid, err
 }
