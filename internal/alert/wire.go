@@ -62,7 +62,7 @@ func (j RuleJSON) Rule() (cbdash.AlertRule, error) {
 	}{{"for", j.For, &r.For}, {"hold", j.Hold, &r.Hold}, {"flap_window", j.FlapWindow, &r.FlapWindow},
 		{"group_wait", j.GroupWait, &r.GroupWait}, {"group_interval", j.GroupInterval, &r.GroupInterval}} {
 		var err error
-		if *d.to, err = parseDuration(d.name, d.v); err != nil {
+		if *d.to, err = ParseDuration(d.name, d.v); err != nil {
 			return r, err
 		}
 	}
@@ -87,7 +87,10 @@ func durationText(d time.Duration) string {
 	return d.String()
 }
 
-func parseDuration(name, v string) (time.Duration, error) {
+// ParseDuration reads a rule's duration field name: a Go duration ("30s",
+// "2m") or whole days ("30d"); "" is 0. Errors wrap cbdash.ErrInvalid and
+// name the field.
+func ParseDuration(name, v string) (time.Duration, error) {
 	if v == "" {
 		return 0, nil
 	}

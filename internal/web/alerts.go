@@ -324,10 +324,8 @@ func formRule(c echo.Context) (cbdash.AlertRule, error) {
 		name string
 		to   *time.Duration
 	}{{"for", &r.For}, {"hold", &r.Hold}, {"flap_window", &r.FlapWindow}, {"group_wait", &r.GroupWait}, {"group_interval", &r.GroupInterval}} {
-		if v := strings.TrimSpace(c.FormValue(d.name)); v != "" {
-			if *d.to, err = time.ParseDuration(v); err != nil || *d.to < 0 {
-				return r, errorf(cbdash.ErrInvalid, "%s must be a duration like 30s or 2m (got %q)", d.name, v)
-			}
+		if *d.to, err = alert.ParseDuration(d.name, strings.TrimSpace(c.FormValue(d.name))); err != nil {
+			return r, err
 		}
 	}
 	if v := strings.TrimSpace(c.FormValue("flap_count")); v != "" {

@@ -84,3 +84,27 @@ func hiddenValue(body, name string) string {
 	v, _, _ := strings.Cut(rest, `"`)
 	return strings.NewReplacer("&gt;", ">", "&lt;", "<", "&amp;", "&", "&#34;", `"`, "&#39;", "'").Replace(v)
 }
+
+// The alerts page's editor offers the kind fallback_unexercised, takes
+// its For in whole days ("45d") and lists the rule with it; left empty,
+// the rule says the 30 days it defaults to.
+func TestAlertsPageTakesAFallbackNotExercisedRule(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, web.Config{}, dep("checkout", "payments", 1, 0))
+	rcv := newHook(t)
+	otto := h.login("otto")
+	mustContain(t, "the editor", otto.get("/alerts").body, `<option value="fallback_unexercised"`)
+	for _, c := range []struct{ name, forText, want string }{{"pricing fallback", "45d", "not exercised for 45d"}, {"any fallback", "", "not exercised for 30d"}} {
+		res := otto.postForm("/alerts/rules", url.Values{"name": {c.name}, "service": {"checkout"}, "kind": {"fallback_unexercised"},
+			"for": {c.forText}, "webhook_url": {rcv.URL}, "format": {"json"}})
+		if res.status != http.StatusSeeOther {
+			t.Fatalf("create %s: %d %.300s", c.name, res.status, res.body)
+		}
+		mustContain(t, "the rule list", otto.get("/alerts").body, c.name, c.want)
+	}
+	rules, err := h.st.AlertRules(t.Context())
+	if err != nil || len(rules) != 2 || rules[0].For != 45*24*time.Hour || rules[0].Kind != cbdash.AlertFallbackUnexercised || rules[1].For != 0 {
+		t.Fatalf("rules %+v (%v)", rules, err)
+	}
+	mustContain(t, "the edit form", otto.get("/alerts?edit="+itoa64(rules[0].ID)).body, `name="for" value="45d"`)
+}
