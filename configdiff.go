@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/protocol"
@@ -20,8 +21,8 @@ type SettingDiff struct {
 
 // ConfigDiff names every setting of c that differs from other, in a fixed
 // order: window, thresholds, minimum calls, open duration and back-off,
-// half-open, timeout, bulkhead, ramp, library, then each library setting by
-// name. It compares every field of protocol.BreakerConfig but the name;
+// half-open, timeout, bulkhead, ramp, library, holds, shadow
+// configurations, then each library setting by name. It compares every field of protocol.BreakerConfig but the name;
 // equal configurations give nil.
 func ConfigDiff(c, other protocol.BreakerConfig) []SettingDiff {
 	var out []SettingDiff
@@ -51,6 +52,9 @@ func ConfigDiff(c, other protocol.BreakerConfig) []SettingDiff {
 	add("ramp", ms(c.RampMillis), ms(other.RampMillis))
 	add("library", c.Library, other.Library)
 	add("holds", fmt.Sprint(!c.HoldsUnsupported), fmt.Sprint(!other.HoldsUnsupported))
+	if c.Shadows != other.Shadows {
+		out = append(out, SettingDiff{"shadows", shadowsText(c.Shadows), shadowsText(other.Shadows)})
+	}
 	a, b := c.Settings.Map(), other.Settings.Map()
 	keys := make([]string, 0, len(a)+len(b))
 	for k := range a {
@@ -74,4 +78,18 @@ func ConfigDiff(c, other protocol.BreakerConfig) []SettingDiff {
 		add(k, va, vb)
 	}
 	return out
+}
+
+// shadowsText names the shadow configurations of s with their failure-rate
+// thresholds ("tight 30%, loose 70%"); "none" when there are none.
+func shadowsText(s protocol.Shadows) string {
+	l := s.List()
+	if len(l) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(l))
+	for i, c := range l {
+		parts[i] = c.Name + " " + strconv.FormatFloat(c.FailureRateThreshold, 'f', -1, 64) + "%"
+	}
+	return strings.Join(parts, ", ")
 }

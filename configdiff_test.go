@@ -24,6 +24,9 @@ func TestConfigDiffNamesEverySettingThatDiffers(t *testing.T) {
 		{"half-open", func(c *protocol.BreakerConfig) { c.HalfOpenMaxCalls = 1 }, []cbdash.SettingDiff{{"half-open max calls", "1", "3"}}},
 		{"back-off", func(c *protocol.BreakerConfig) { c.OpenBackoffMultiplier, c.OpenBackoffMaxMillis = 2, 60000 },
 			[]cbdash.SettingDiff{{"open back-off multiplier", "2", "0"}, {"open back-off max", "1m0s", "0s"}}},
+		{"shadows", func(c *protocol.BreakerConfig) {
+			c.Shadows = protocol.NewShadows([]protocol.BreakerConfig{{Name: "tight", WindowKind: "count", WindowSize: 20, FailureRateThreshold: 30}})
+		}, []cbdash.SettingDiff{{"shadows", "tight 30%", "none"}}},
 		{"library setting", func(c *protocol.BreakerConfig) {
 			c.Library, c.Settings = "sony/gobreaker v2", protocol.NewSettings(map[string]string{"MaxRequests": "3"})
 		}, []cbdash.SettingDiff{{"library", "sony/gobreaker v2", ""}, {"MaxRequests", "3", "unset"}}},

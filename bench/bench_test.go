@@ -8,6 +8,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -285,4 +286,46 @@ func BenchmarkRamp(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkShadows is one successful call through a closed breaker with
+// 0, 1 and 3 shadow configurations (breaker.Config.Shadows: each fed the
+// call's outcome, never enforced), beside gobreaker in the same run. The
+// shadows are the same kind of breaker (a count window of 100 calls) with
+// other thresholds. The bound: at most 15 ns and no allocation
+// per call per shadow.
+func BenchmarkShadows(b *testing.B) {
+	ctx := context.Background()
+	shadows := []breaker.Shadow{
+		{Name: "tight", Config: breaker.Config{FailureRateThreshold: 20}},
+		{Name: "loose", Config: breaker.Config{FailureRateThreshold: 80, MinimumCalls: 50}},
+		{Name: "short", Config: breaker.Config{Window: breaker.Window{Size: 20}, OpenDuration: 10 * time.Second}},
+	}
+	for _, n := range []int{0, 1, 3} {
+		b.Run(fmt.Sprintf("cbdash-%d", n), func(b *testing.B) {
+			cb, err := breaker.New("bench", breaker.Config{Shadows: shadows[:n]})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			measured(b, func() {
+				for b.Loop() {
+					if err := cb.Execute(ctx, ok); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+	b.Run("gobreaker", func(b *testing.B) {
+		cb := newGobreaker()
+		b.ReportAllocs()
+		measured(b, func() {
+			for b.Loop() {
+				if _, err := cb.Execute(func() (any, error) { return nil, nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
 }

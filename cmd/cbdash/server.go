@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +45,7 @@ type server struct {
 	tls       bool
 	otlp      *otelexport.Exporter // nil without --otlp-endpoint
 	bus       cluster.Bus          // Local for SQLite; the collectors' bus on PostgreSQL
+	dbLock    *dbLock              // SQLite: this server's claim on its file (nil on PostgreSQL)
 	clk       clock.Clock
 	// adminPassword is the first account's generated password when this
 	// start created it (and no --admin-password was given), else "".
@@ -61,6 +63,11 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 			s.closeStore()
 		}
 	}()
+	if !store.IsPostgres(o.DB) && o.DB != ":memory:" && !strings.HasPrefix(o.DB, "file:") { // a file: URI names its file its own way
+		if s.dbLock, err = lockDB(o.DB, o.Addr, clk.Now()); err != nil {
+			return nil, err
+		}
+	}
 	s.store, err = store.Open(ctx, o.DB, store.Options{
 		Logger: log.With("component", "store"), Clock: clk,
 		Retention: store.Retention{
@@ -120,7 +127,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		// would turn its feature off).
 		Collector: s.col, History: s.store, Sessions: s.store, Accounts: s.store,
 		Holds: s.col, Schedules: s.col, Incidents: s.store, InstanceHistory: s.store, FleetHistory: s.store,
-		AgentSessions: s.col, Alerts: s.alerts,
+		AgentSessions: s.col, Alerts: s.alerts, ShadowHistory: s.store,
 		Logger:    log.With("component", "web"),
 		Anonymous: o.Anonymous, Secure: s.tls || o.SecureCookies,
 		TrustedProxies: proxies, Registerer: reg, Clock: clk, Live: o.Live, Events: o.Events, Reads: o.Reads,
@@ -284,13 +291,14 @@ func (s *server) stopExport(ctx context.Context) {
 	s.otlp = nil
 }
 
-// closeStore closes the bus and the store once (no-op when they were
-// never opened).
+// closeStore closes the bus and the store once, then gives up the SQLite
+// file's lock (no-op when they were never opened).
 func (s *server) closeStore() error {
 	if s.bus != nil {
 		_ = s.bus.Close()
 		s.bus = nil
 	}
+	defer func() { s.dbLock.release(); s.dbLock = nil }() // after the store's last write
 	if s.store == nil {
 		return nil
 	}

@@ -145,6 +145,10 @@ func replayRow(r tune.Run) string {
 		detect = fmt.Sprintf("%.1fs", r.DetectSeconds)
 	}
 	open := (time.Duration(r.OpenSeconds) * time.Second).String()
-	return strings.Join([]string{label, tune.Describe(r.Settings), strconv.Itoa(r.Trips), open, strconv.FormatInt(r.Rejected, 10),
+	trips := strconv.Itoa(r.Trips)
+	if r.RecordedTrips != nil { // a shadow's run: its would-be trips as recorded live
+		trips += " (recorded " + strconv.Itoa(*r.RecordedTrips) + ")"
+	}
+	return strings.Join([]string{label, tune.Describe(r.Settings), trips, open, strconv.FormatInt(r.Rejected, 10),
 		strconv.FormatInt(r.IntoFailing, 10), detect, strconv.Itoa(r.Flaps), strconv.Itoa(r.FalseTrips)}, "\t")
 }

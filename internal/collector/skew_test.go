@@ -134,3 +134,34 @@ func TestHTTPIngestAheadIsAccepted(t *testing.T) {
 		t.Fatalf("clock_skew_ms %d, want about 1800000", s)
 	}
 }
+
+// TestShadowTransitionsOfASkewedAgentAreMovedBack: the shadow transitions
+// of an agent ten minutes ahead are stored at the collector's time, like
+// its live ones, and leave the live state alone.
+func TestShadowTransitionsOfASkewedAgentAreMovedBack(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.NewRunning()
+	h := startHarness(t, "", func(c *Config) { c.Clock = clk })
+	ahead := dialRaw(t, h, h.token)
+	ahead.hello("ahead", clocktest.Epoch().Add(-time.Hour).UnixMilli())
+	for seq := uint64(1); seq <= 3; seq++ {
+		b := skewedBatch(clk.Now(), 10*time.Minute, seq, 10)
+		if seq == 3 {
+			tr := h.trans(protocol.StateClosed, protocol.StateOpen, 1)
+			tr.Shadow, tr.At = "tight", b.SentAt
+			b.ShadowTransitions = []protocol.Transition{tr}
+		}
+		ahead.send(b)
+		ahead.expect(protocol.TypeAck, nil)
+	}
+	trs, err := h.store.ShadowTransitions(context.Background(), cbdash.TransitionQuery{Service: "api", Breaker: "db"})
+	if err != nil || len(trs) != 1 || trs[0].Shadow != "tight" {
+		t.Fatalf("shadow transitions %+v, %v", trs, err)
+	}
+	if off := time.UnixMilli(trs[0].At).Sub(clk.Now()); off > time.Minute {
+		t.Fatalf("the shadow transition is stored %v ahead of the collector's clock: not moved back", off)
+	}
+	if st := perInstance(t, h)["ahead"].State; st != protocol.StateClosed {
+		t.Fatalf("live state %q after a shadow trip, want closed", st)
+	}
+}

@@ -99,12 +99,13 @@ func TestDecodedHelloListsHaveNoSpareCapacity(t *testing.T) {
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		// 20 configurations are 3,680 bytes (4,096 allocated), their
-		// names 320 more; 33 would be 6,144.
+		// 20 configurations are 4,160 bytes (208 each since the shadow
+		// configurations' field; 4,864 allocated), their names 320 more;
+		// 33 would be 6,864 (7,168 allocated).
 		per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
 		t.Logf("%s: %d bytes a kept hello", tc.name, per)
-		if per > 5000 {
-			t.Errorf("%s: a kept hello's breaker list holds %d bytes, want at most 5,000 (20 configurations, no spare room)", tc.name, per)
+		if per > 5500 {
+			t.Errorf("%s: a kept hello's breaker list holds %d bytes, want at most 5,500 (20 configurations, no spare room)", tc.name, per)
 		}
 		runtime.KeepAlive(kept)
 	}

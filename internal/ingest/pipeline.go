@@ -386,6 +386,10 @@ func shiftTimes(b *protocol.Batch, d int64) *protocol.Batch {
 		t.At = back(t.At)
 		t.Cause.ExpiresAt = back(t.Cause.ExpiresAt)
 	}
+	o.ShadowTransitions = slices.Clone(b.ShadowTransitions)
+	for i := range o.ShadowTransitions {
+		o.ShadowTransitions[i].At = back(o.ShadowTransitions[i].At)
+	}
 	o.Windows = slices.Clone(b.Windows)
 	for i := range o.Windows {
 		w := &o.Windows[i]

@@ -116,7 +116,7 @@ func Start(tb testing.TB, o Options) *Stack {
 	wcfg := web.Config{
 		Collector: s.Collector, History: s.Store, Sessions: s.Store, Accounts: s.Store,
 		Holds: s.Collector, Schedules: s.Collector, Incidents: s.Store, InstanceHistory: s.Store, FleetHistory: s.Store,
-		AgentSessions: s.Collector, Clock: o.Clock,
+		AgentSessions: s.Collector, ShadowHistory: s.Store, Clock: o.Clock,
 	}
 	if s.Alerts != nil {
 		wcfg.Alerts = s.Alerts

@@ -228,6 +228,9 @@ func (x *wtx) expire(now int64, r Retention) error {
 	if _, err := x.exec("DELETE FROM transitions WHERE at < $1", now-r.Transitions.Milliseconds()); err != nil {
 		return fmt.Errorf("store: expire transitions: %w", err)
 	}
+	if _, err := x.exec("DELETE FROM shadow_transitions WHERE at < $1", now-r.Transitions.Milliseconds()); err != nil {
+		return fmt.Errorf("store: expire shadow transitions: %w", err)
+	}
 	// An alert episode guards against alerting a replayed trip twice; a
 	// trip past the transitions' retention is never replayed.
 	if _, err := x.exec("DELETE FROM alert_episodes WHERE resolved_ms < $1", now-r.Transitions.Milliseconds()); err != nil {

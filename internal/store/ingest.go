@@ -303,6 +303,9 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 	if err := x.saveTransitions(service, instance, inst.id, b, causes, now); err != nil {
 		return false, err
 	}
+	if err := x.saveShadowTransitions(service, instance, b.ShadowTransitions, now); err != nil {
+		return false, err
+	}
 	if err := x.saveCommandResults(service, instance, b.CommandResults); err != nil {
 		return false, err
 	}
@@ -358,6 +361,25 @@ func (x *wtx) saveTransitions(service, instance string, inst int64, b *protocol.
 		}
 		if err := x.setState(br, t.To, t.At); err != nil {
 			return fmt.Errorf("store: breaker state: %w", err)
+		}
+	}
+	return nil
+}
+
+// saveShadowTransitions writes the would-be transitions of the shadow
+// configurations in ts (batch shadow_transitions) to their own table.
+// They change no breaker state: no reader of live transitions sees them.
+func (x *wtx) saveShadowTransitions(service, instance string, ts []protocol.Transition, now int64) error {
+	for i := range ts {
+		t := &ts[i]
+		cause, err := json.Marshal(t.Cause)
+		if err != nil {
+			return fmt.Errorf("store: shadow transition cause: %w", err)
+		}
+		if _, err := x.exec(`INSERT INTO shadow_transitions (service, instance, breaker, shadow, from_state, to_state, at, generation, cause, open_ms, received_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, service, instance, t.Breaker, t.Shadow, t.From, t.To, t.At,
+			int64(t.Generation), string(cause), t.OpenMillis, now); err != nil {
+			return fmt.Errorf("store: save shadow transition: %w", err)
 		}
 	}
 	return nil

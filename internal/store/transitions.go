@@ -21,8 +21,23 @@ const maxTransitions = 10000
 // 10,000. Errors: cbdash.ErrInvalid for a negative limit, ctx's or a
 // wrapped driver error.
 func (s *Store) Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cbdash.TransitionRecord, error) {
+	cond, args, err := transitionFilter(q)
+	if err != nil {
+		return nil, err
+	}
+	query := `SELECT id, service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at FROM transitions` + cond
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: transitions: %w", err)
+	}
+	return scanTransitions(rows, []cbdash.TransitionRecord{})
+}
+
+// transitionFilter returns the WHERE, ORDER BY and LIMIT clauses of a
+// transition query q, and their arguments.
+func transitionFilter(q cbdash.TransitionQuery) (string, params, error) {
 	if q.Limit < 0 {
-		return nil, fmt.Errorf("%w: limit is negative", cbdash.ErrInvalid)
+		return "", nil, fmt.Errorf("%w: limit is negative", cbdash.ErrInvalid)
 	}
 	limit := q.Limit
 	if limit == 0 {
@@ -44,16 +59,51 @@ func (s *Store) Transitions(ctx context.Context, q cbdash.TransitionQuery) ([]cb
 	if !q.To.IsZero() {
 		where = append(where, "at < "+args.add(ms(q.To)))
 	}
-	query := `SELECT id, service, instance, breaker, from_state, to_state, at, generation, cause, open_ms, received_at FROM transitions`
+	cond := ""
 	if len(where) > 0 {
-		query += " WHERE " + strings.Join(where, " AND ")
+		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	query += " ORDER BY at DESC, id DESC LIMIT " + args.add(limit)
+	cond += " ORDER BY at DESC, id DESC LIMIT " + args.add(limit)
+	return cond, args, nil
+}
+
+// ShadowTransitions returns the stored would-be transitions of shadow
+// configurations (sdk/breaker Config.Shadows; never enforced) matching q,
+// newest first, with Shadow set; the same query and limits as
+// Transitions. Live transitions are never among them, nor they among
+// Transitions'. Errors: cbdash.ErrInvalid for a negative limit, ctx's or
+// a wrapped driver error.
+func (s *Store) ShadowTransitions(ctx context.Context, q cbdash.TransitionQuery) ([]cbdash.TransitionRecord, error) {
+	cond, args, err := transitionFilter(q)
+	if err != nil {
+		return nil, err
+	}
+	query := `SELECT id, service, instance, breaker, shadow, from_state, to_state, at, generation, cause, open_ms, received_at FROM shadow_transitions` + cond
 	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: transitions: %w", err)
+		return nil, fmt.Errorf("store: shadow transitions: %w", err)
 	}
-	return scanTransitions(rows, []cbdash.TransitionRecord{})
+	defer rows.Close()
+	out := []cbdash.TransitionRecord{}
+	for rows.Next() {
+		var r cbdash.TransitionRecord
+		var gen, received int64
+		var cause []byte
+		if err := rows.Scan(&r.ID, &r.Service, &r.Instance, &r.Breaker, &r.Shadow, &r.From, &r.To, &r.At, &gen,
+			&cause, &r.OpenMillis, &received); err != nil {
+			return nil, fmt.Errorf("store: shadow transitions: %w", err)
+		}
+		r.Generation = uint64(gen)
+		r.ReceivedAt = fromMs(received)
+		if err := json.Unmarshal(cause, &r.Cause); err != nil {
+			return nil, fmt.Errorf("store: shadow transition %d cause: %w", r.ID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: shadow transitions: %w", err)
+	}
+	return out, nil
 }
 
 // scanTransitions reads rows of (id, service, instance, breaker,

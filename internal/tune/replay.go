@@ -50,6 +50,14 @@ type Run struct {
 	// Pareto is set by Sweep on the runs that no other run beats on both
 	// IntoFailing and FalseTrips.
 	Pareto bool `json:"pareto,omitempty"`
+	// Shadow is, for the run of a shadow configuration the breaker
+	// reported (sdk/breaker Config.Shadows), its name; "" otherwise.
+	Shadow string `json:"shadow,omitempty"`
+	// RecordedTrips is, for a shadow's run, how many would-be trips
+	// (closed > open) its instances recorded in the range, summed over
+	// the instances (the replay is of one typical instance); absent
+	// when not known.
+	RecordedTrips *int `json:"recorded_trips,omitempty"`
 }
 
 // FlapWindow is how soon after a close a new trip counts as a flap.

@@ -132,16 +132,29 @@ func (s *Service) acquire(ctx context.Context) error {
 type Labeled struct {
 	Label    string
 	Settings protocol.BreakerConfig
+	// Shadow is, for the settings of a shadow configuration the breaker
+	// reported (protocol.BreakerConfig.Shadows), its name.
+	Shadow string
 }
 
+// ShadowLabel is the label of the run of the shadow configuration name.
+func ShadowLabel(name string) string { return "shadow: " + name }
+
+// candidates are the runs of a replay: the live settings, each shadow
+// configuration the live breaker reported (labelled ShadowLabel), then
+// each candidate spec.
 func candidates(live protocol.BreakerConfig, specs []string) ([]Labeled, error) {
-	out := []Labeled{{"live", live}}
+	out := []Labeled{{Label: "live", Settings: live}}
+	for _, sh := range live.Shadows.List() {
+		out = append(out, Labeled{Label: ShadowLabel(sh.Name), Settings: sh, Shadow: sh.Name})
+	}
 	for _, spec := range specs {
 		c, err := ParseCandidate(live, spec)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Labeled{spec, c})
+		c.Shadows = protocol.Shadows{} // a candidate is one configuration
+		out = append(out, Labeled{Label: spec, Settings: c})
 	}
 	return out, nil
 }
@@ -176,7 +189,7 @@ func runAll(ctx context.Context, points []cbdash.Point, sets []Labeled, rep *Rep
 	runs := make([]Run, 0, len(sets))
 	for _, l := range sets {
 		run, err := Replay(ctx, seconds, eps, l.Settings, deadline)
-		run.Label = l.Label
+		run.Label, run.Shadow = l.Label, l.Shadow
 		if errors.Is(err, ErrNotReplayable) {
 			run.Err = err.Error()
 		} else if err != nil {

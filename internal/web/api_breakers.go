@@ -275,7 +275,18 @@ func (s *Server) apiTransitions(c echo.Context) error {
 	if q.Limit, err = limitParam(c.QueryParam, 10000); err != nil {
 		return err
 	}
-	ts, err := s.history.Transitions(c.Request().Context(), q)
+	var ts []cbdash.TransitionRecord
+	switch shadow := c.QueryParam("shadow"); shadow {
+	case "", "false":
+		ts, err = s.history.Transitions(c.Request().Context(), q)
+	case "true": // the shadow configurations' would-be transitions, never the live ones
+		ts, err = s.shadowTransitions(c.Request().Context(), q)
+		if ts == nil && err == nil {
+			ts = []cbdash.TransitionRecord{}
+		}
+	default:
+		return errorf(cbdash.ErrInvalid, "shadow must be true or false (got %q)", shadow)
+	}
 	if err != nil {
 		return err
 	}

@@ -293,6 +293,9 @@ func (s *Server) dependency(c echo.Context) error {
 	if v.Heatmap, err = s.heatmap(ctx, d, sp, hpage, hbase); err != nil {
 		return err
 	}
+	if v.Shadows, err = s.shadowLanes(ctx, d, sp); err != nil { // shadows.go
+		return err
+	}
 	v.Tune = s.tunePanel(c, k, sp.from, sp.to) // tune.go
 	return render(c, http.StatusOK, templates.DependencyPage(v))
 }
@@ -528,12 +531,25 @@ func (s *Server) transitionRows(ctx context.Context, k cbdash.DependencyKey, sp 
 	if err != nil {
 		return nil, err
 	}
-	rows := make([]templates.TransitionRow, len(recs))
-	for i, r := range recs {
-		rows[i] = templates.TransitionRow{
-			At: stamp(time.UnixMilli(r.At)), Instance: r.Instance,
-			From: stateView(r.From), To: stateView(r.To), Cause: causeText(r.Transition),
+	shadow, err := s.shadowTransitions(ctx, cbdash.TransitionQuery{Service: k.Service, Breaker: k.Breaker, From: sp.from, To: sp.to.Add(time.Minute), Limit: 200})
+	if err != nil {
+		return nil, err
+	}
+	// Newest first, live and shadow interleaved (a live one first at the
+	// same millisecond), at most 200 of each.
+	rows := make([]templates.TransitionRow, 0, len(recs)+len(shadow))
+	for len(recs) > 0 || len(shadow) > 0 {
+		if len(shadow) == 0 || (len(recs) > 0 && recs[0].At >= shadow[0].At) {
+			r := recs[0]
+			recs = recs[1:]
+			rows = append(rows, templates.TransitionRow{
+				At: stamp(time.UnixMilli(r.At)), Instance: r.Instance,
+				From: stateView(r.From), To: stateView(r.To), Cause: causeText(r.Transition),
+			})
+			continue
 		}
+		rows = append(rows, shadowRow(shadow[0]))
+		shadow = shadow[1:]
 	}
 	return rows, nil
 }

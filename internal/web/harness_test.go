@@ -125,7 +125,7 @@ func start(t *testing.T, cfg web.Config, clk clock.Clock) *harness {
 func wired(cfg, w web.Config) web.Config {
 	cfg.Collector, cfg.History, cfg.Sessions, cfg.Accounts, cfg.Clock = w.Collector, w.History, w.Sessions, w.Accounts, w.Clock
 	cfg.Holds, cfg.Incidents, cfg.InstanceHistory, cfg.FleetHistory = w.Holds, w.Incidents, w.InstanceHistory, w.FleetHistory
-	cfg.AgentSessions, cfg.Alerts, cfg.Schedules = w.AgentSessions, w.Alerts, w.Schedules
+	cfg.AgentSessions, cfg.Alerts, cfg.Schedules, cfg.ShadowHistory = w.AgentSessions, w.Alerts, w.Schedules, w.ShadowHistory
 	return cfg
 }
 

@@ -217,3 +217,44 @@ func TestBrowserHoldsPageListsScheduledDrillsWithTheirNextRun(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserHoldsListFitsAWideScreen: at 1440 px the holds list, with
+// holds as operators write them (labels, a share, stop conditions, a
+// long why, a release), is whole in its box: no column, the why least
+// of all, is left behind a sideways scroll.
+func TestBrowserHoldsListFitsAWideScreen(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	s := startStack(t, 3)
+	bg := context.Background()
+	reqs := []cbdash.HoldRequest{
+		{Selector: cbdash.Selector{Service: "*", Breaker: "payments", Labels: map[string]string{"team": "checkout", "zone": "eu-west-1a"}, Share: 50},
+			Action: protocol.ActionForceOpen, TTL: 20 * time.Minute, StopIf: []cbdash.StopCondition{{Metric: cbdash.StopFallbackFailureRate, Above: 20}},
+			Reason: "quarterly payments fallback drill: the cached price list must answer every checkout while the provider is forced open"},
+		{Selector: cbdash.Selector{Service: "checkout", Breaker: "payments"}, Action: protocol.ActionForceClosed, TTL: 10 * time.Minute,
+			Reason: "the provider's maintenance window: keep calling it, its errors are expected and handled by retries upstream"},
+	}
+	var ids []string
+	for i, r := range reqs {
+		actor := cbdash.Actor{Name: []string{"schedule s1a2411fef6e00005", "otto"}[i]}
+		r.Actor = actor.Name
+		h, err := s.col.CreateHold(bg, actor, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, h.ID)
+	}
+	if _, err := s.col.ReleaseHold(bg, cbdash.Actor{Name: "cbdash (stop condition)"}, ids[1], "stop condition: fallback failure rate 86 % > 20 % at 15:02:57"); err != nil {
+		t.Fatal(err)
+	}
+	login(t, ctx, s.url, "otto", s.password)
+	run(t, ctx, stepTimeout, "holds page", narrow(1440), chromedp.Navigate(s.url+"/holds"),
+		chromedp.WaitVisible(css(`[data-testid=holds]`)))
+	if off := get(t, ctx, "hold cells", chromedp.Evaluate[string](offScreen(`[data-testid=holds] td, [data-testid=holds] th`))); off != "" {
+		t.Errorf("at 1440 px cells of the holds list are out of its box: %s", off)
+	}
+	if o := get(t, ctx, "overflow", chromedp.Evaluate[string](overflow)); o != "" {
+		t.Errorf("the holds page at 1440 px scrolls sideways: %s", o)
+	}
+	screenshot(t, ctx, "holds-list-1440.png")
+}

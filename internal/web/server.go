@@ -124,8 +124,8 @@ type AgentSessions interface {
 // Config configures a Server. Its services are wired at compile time,
 // one typed field each: Collector, History, Sessions and Accounts are
 // required (New fails without them); the optional services (Holds,
-// Incidents, Alerts, InstanceHistory, FleetHistory, AgentSessions) turn
-// a feature off when nil, which New logs once, and that feature's pages
+// Schedules, Incidents, Alerts, InstanceHistory, FleetHistory,
+// AgentSessions, ShadowHistory) turn a feature off when nil, which New logs once, and that feature's pages
 // and API answer 404 with the reason (see each field). cmd/cbdash wires
 // every one. Every other field has a working zero value.
 type Config struct {
@@ -160,6 +160,11 @@ type Config struct {
 	// revokes it; nil = the store revokes it and the collector's sweep
 	// closes them later.
 	AgentSessions AgentSessions
+	// ShadowHistory is the stored would-be transitions of the breakers'
+	// shadow configurations, drawn as the dependency page's shadow lanes
+	// and transitions and counted in the replay's shadow rows; nil = the
+	// page shows the shadows' settings but none of their transitions.
+	ShadowHistory ShadowHistory
 	// Logger receives request errors and live-socket trouble; nil
 	// discards.
 	Logger *slog.Logger
@@ -244,6 +249,7 @@ func (c Config) features() []feature {
 		{"heatmap", "InstanceHistory", c.InstanceHistory != nil},
 		{"fleet line", "FleetHistory", c.FleetHistory != nil},
 		{"closing a revoked agent token's connections", "AgentSessions", c.AgentSessions != nil},
+		{"shadow transitions", "ShadowHistory", c.ShadowHistory != nil},
 	}
 }
 
@@ -281,6 +287,7 @@ func (c Config) validate() error {
 type Server struct {
 	col     Collector
 	history History
+	shadows ShadowHistory // nil: no shadow transitions
 	log     *slog.Logger
 	now     func() time.Time
 	cfg     Config
@@ -338,6 +345,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		col:     cfg.Collector,
 		history: cfg.History,
+		shadows: cfg.ShadowHistory,
 		log:     cfg.Logger,
 		now:     cfg.Clock.Now,
 		cfg:     cfg,

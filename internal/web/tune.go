@@ -1,7 +1,6 @@
 package web
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,6 +90,9 @@ func (s *Server) replay(c echo.Context) (tune.Report, error) {
 		rep, err = s.tuner.Sweep(c.Request().Context(), r, grid, nil)
 	} else {
 		rep, err = s.tuner.Replay(c.Request().Context(), r)
+	}
+	if err == nil {
+		s.countShadowTrips(c.Request().Context(), &rep)
 	}
 	return rep, tuneError(err)
 }
@@ -186,6 +188,7 @@ func (s *Server) runPanel(c echo.Context, k cbdash.DependencyKey, p *templates.T
 		p.Error = userMessage(tuneError(err))
 		return
 	}
+	s.countShadowTrips(c.Request().Context(), &rep)
 	p.Table = tuneTable(rep)
 	p.Table.Recorded = s.recordedLane(c, k, rep)
 }
@@ -198,29 +201,7 @@ func (s *Server) recordedLane(c echo.Context, k cbdash.DependencyKey, rep tune.R
 	if err != nil {
 		return nil
 	}
-	slices.SortFunc(trs, func(a, b cbdash.TransitionRecord) int { return cmp.Compare(a.At, b.At) })
-	out := []templates.LaneSeg{}
-	notClosed := map[string]bool{}
-	var since time.Time
-	for _, t := range trs {
-		was := len(notClosed) > 0
-		if t.To == protocol.StateClosed {
-			delete(notClosed, t.Instance)
-		} else {
-			notClosed[t.Instance] = true
-		}
-		at := time.UnixMilli(t.At)
-		switch now := len(notClosed) > 0; {
-		case now && !was:
-			since = at
-		case !now && was:
-			out = append(out, laneSeg(rep, "open", since, at))
-		}
-	}
-	if len(notClosed) > 0 {
-		out = append(out, laneSeg(rep, "open", since, rep.To))
-	}
-	return out
+	return outOfClosed(trs, rep.To, func(state string, a, b time.Time) templates.LaneSeg { return laneSeg(rep, state, a, b) })
 }
 
 // tuneTable turns a report into the panel's table and lanes.
@@ -245,6 +226,10 @@ func tuneRow(rep tune.Report, r tune.Run) templates.TuneRow {
 	if r.DetectSeconds >= 0 {
 		row.Detect = fmt.Sprintf("%.1fs", r.DetectSeconds)
 	}
+	if r.RecordedTrips != nil {
+		row.Trips += " (recorded " + strconv.Itoa(*r.RecordedTrips) + ")"
+	}
+	row.Shadow = r.Shadow != ""
 	var since time.Time
 	state := ""
 	for _, tr := range r.Transitions {

@@ -50,10 +50,11 @@ func TestOptionalServicesOffAnswerAsDocumented(t *testing.T) {
 		Web: func(w *web.Config) {
 			c := *w
 			c.Holds, c.Incidents, c.Alerts, c.InstanceHistory, c.FleetHistory, c.AgentSessions, c.Schedules = nil, nil, nil, nil, nil, nil, nil
+			c.ShadowHistory = nil
 			c.LiveInterval, c.Logger = 20*time.Millisecond, slog.New(slog.NewJSONHandler(&logs, nil))
 			*w, h.cfg = c, c
 		}})
-	for _, f := range []string{"holds", "drill schedules", "incidents", "alerts", "heatmap", "fleet line", "closing a revoked agent token's connections"} {
+	for _, f := range []string{"holds", "drill schedules", "incidents", "alerts", "heatmap", "fleet line", "closing a revoked agent token's connections", "shadow transitions"} {
 		if n := strings.Count(logs.String(), `"msg":"dashboard feature off","feature":"`+f+`"`); n != 1 {
 			t.Errorf("feature %q logged off %d times at New, want once:\n%s", f, n, logs.String())
 		}

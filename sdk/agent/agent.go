@@ -232,6 +232,10 @@ func (a *Agent) register(name string, b *breaker.Breaker, mk func() *tracked) er
 	// Subscribing under a.mu is safe: sources call the observer outside
 	// their own locks and the observer only touches the inbox.
 	t.unsub = t.src.Subscribe(a.observe)
+	if b != nil && len(b.Config().Shadows) > 0 { // its shadows' would-be transitions, sent as shadow_transitions
+		live, shadows := t.unsub, b.SubscribeShadows(a.observe)
+		t.unsub = func() { live(); shadows() }
+	}
 	signal(a.sendReady) // the connection goroutine sends the new hello
 	return nil
 }

@@ -277,6 +277,11 @@ fill:
 			break fill
 		}
 		switch {
+		case it.t != nil && it.t.Shadow != "":
+			if len(b.ShadowTransitions) == protocol.MaxTransitions {
+				break fill
+			}
+			b.ShadowTransitions = append(b.ShadowTransitions, *it.t)
 		case it.t != nil:
 			if len(b.Transitions) == protocol.MaxTransitions {
 				break fill

@@ -326,6 +326,7 @@ func transition(t breaker.Transition) protocol.Transition {
 			ProbeOutcome: c.ProbeOutcome,
 		},
 		OpenMillis: t.OpenDuration.Milliseconds(),
+		Shadow:     t.Shadow,
 	}
 	if pt.Cause.Kind == "" {
 		pt.Cause.Kind = "unknown"
@@ -363,6 +364,13 @@ func breakerConfig(name string, c breaker.Config) protocol.BreakerConfig {
 		bc.WindowMillis, bc.WindowBuckets = ms(c.Window.Duration), c.Window.Buckets
 	} else {
 		bc.WindowSize = c.Window.Size
+	}
+	if len(c.Shadows) > 0 {
+		l := make([]protocol.BreakerConfig, len(c.Shadows))
+		for i, s := range c.Shadows {
+			l[i] = breakerConfig(s.Name, s.Config)
+		}
+		bc.Shadows = protocol.NewShadows(l)
 	}
 	return bc
 }

@@ -34,9 +34,11 @@ type Breaker struct {
 	base      time.Time
 	slowNs    int64
 	timeoutNs int64
-	plain     bool  // no CallTimeout and no bulkhead: execute's closed fast path applies
-	coarseOK  bool  // plain, system clock, count window, no slow-call detection: a hot call may read the coarse clock
-	coarseOff int64 // b.base - procBase, ns: the coarse clock's reading minus this is breaker time
+	plain     bool       // no CallTimeout and no bulkhead: execute's closed fast path applies
+	coarseOK  bool       // plain, system clock, count window, no slow-call detection: a hot call may read the coarse clock
+	coarseOff int64      // b.base - procBase, ns: the coarse clock's reading minus this is breaker time
+	shadows   []*Breaker // Config.Shadows, each a breaker that never rejects (see shadow.go); nil: none
+	shadow    string     // for a shadow: its name (Transition.Shadow); "" for a live breaker
 
 	ep atomic.Pointer[epoch]
 	_  [56]byte
@@ -155,6 +157,12 @@ func New(name string, cfg Config) (*Breaker, error) {
 	// A breaker made before procBase is in a testing/synctest bubble (its
 	// fake time starts in 2000): the coarse clock runs on real time.
 	b.coarseOK = b.plain && c.Clock == nil && c.Window.Kind == CountWindow && c.SlowCallDuration == 0 && b.coarseOff >= 0
+	for _, s := range c.Shadows {
+		sh := b.newShadow(s)
+		b.shadows = append(b.shadows, sh)
+		// A shadow that judges durations needs the precise clock too.
+		b.coarseOK = b.coarseOK && sh.cfg.Window.Kind == CountWindow && sh.slowNs == 0 && sh.timeoutNs == 0
+	}
 	b.ep.Store(b.newEpochLocked(Closed))
 	return b, nil
 }
@@ -289,7 +297,7 @@ func (b *Breaker) transitionLocked(from *epoch, to State, at int64, cause Cause,
 	b.pending = append(b.pending, pendingTransition{
 		t: Transition{
 			Breaker: b.name, From: from.state, To: to, At: b.wall(at),
-			Generation: ep.gen, Cause: cause, OpenDuration: ep.openDur,
+			Generation: ep.gen, Cause: cause, OpenDuration: ep.openDur, Shadow: b.shadow,
 		},
 		obs: b.observers,
 	})
@@ -433,6 +441,9 @@ func (b *Breaker) finish(c *Call, o Outcome, end int64) {
 	d := max(end-c.start, 0)
 	st := c.stripe
 	b.ctr.observe(st, d)
+	if b.shadows != nil {
+		b.feedShadows(o, d, end, st)
+	}
 	slow := b.slowNs > 0 && d >= b.slowNs && o.recorded()
 	b.ctr.add(st, outcomeCounter[o])
 	if slow {

@@ -130,6 +130,107 @@ type Config struct {
 	// Logger receives the panics of observers (which are recovered). nil
 	// discards them.
 	Logger *slog.Logger
+	// Shadows are up to MaxShadows other configurations run beside the
+	// live one on the same calls, never enforced: each is fed every
+	// outcome the breaker records and never rejects a call, and its
+	// would-be transitions go to the observers of SubscribeShadows
+	// (Transition.Shadow names it). See Shadow for what a shadow does
+	// while its own state is open. nil (the default) costs nothing on
+	// the call path.
+	Shadows []Shadow
+}
+
+// MaxShadows is how many shadow configurations a breaker may carry.
+const MaxShadows = 3
+
+// Shadow is a named configuration run beside a breaker's live one
+// without being enforced (Config.Shadows): the "what if these were my
+// settings" of a dry run. Its semantics are those of Envoy's outlier
+// detection with enforcing_* at 0 (ejections are computed and logged
+// with enforced:false, never applied) and of resilience4j's METRICS_ONLY
+// state, kept as a full state machine rather than a single state.
+//
+// A shadow is the breaker's own state machine (the same code, on the
+// breaker's clock) with Config as its settings. It is told of each call
+// the live breaker records, at the moment the call ends, with the
+// call's outcome (as the live Classify gave it) and duration:
+//
+//   - closed: the outcome goes into the shadow's own sliding window
+//     (slow by its own SlowCallDuration; a recorded call that ran at
+//     least its own CallTimeout counts as a Timeout), and a failure rate
+//     or slow-call rate reaching its threshold makes it open;
+//   - open: it would have rejected the call, so the call's outcome is
+//     not counted (the outcome of a call the shadow would not have made
+//     says nothing about what it would have seen next);
+//   - after its own open duration (with its own backoff) it is
+//     half-open: the next calls' outcomes are its probes, up to
+//     HalfOpenMaxCalls at once (a probe begins and ends with the call's
+//     outcome), and they close it (HalfOpenSuccessThreshold consecutive
+//     successes) or open it again (a failure, a timeout, a panic, a slow
+//     probe), as they would the live breaker;
+//   - with its own RampDuration, the calls its ramp would have rejected
+//     after a recovery are not counted either.
+//
+// Ignored and canceled outcomes are not recorded, as for the live
+// breaker. A shadow never changes a live decision: it is fed after the
+// live breaker has recorded the call, and it rejects nothing. Operator
+// commands (Apply) hold the live breaker only; a shadow goes on
+// judging the calls the live breaker lets through. A shadow's
+// transitions are delivered to SubscribeShadows observers outside any
+// lock; a panic of theirs is recovered (and logged to the live
+// Config.Logger) and never reaches the call.
+type Shadow struct {
+	// Name names the shadow in its transitions (Transition.Shadow) and
+	// on the dashboard: non-empty, at most 128 bytes, unique among the
+	// breaker's shadows.
+	Name string
+	// Config is the shadow's settings; zero fields take their defaults
+	// as in New. Its Clock, Classify and Logger must be nil (the live
+	// breaker's are used), its Shadows empty, and its MaxConcurrent 0
+	// (a bulkhead limits calls in flight, which a shadow never holds).
+	Config Config
+}
+
+// maxShadowName bounds Shadow.Name (the protocol's name limit).
+const maxShadowName = 128
+
+// shadowsWithDefaults validates the shadows of a live configuration and
+// returns a copy of them with every default applied.
+func shadowsWithDefaults(in []Shadow) ([]Shadow, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if len(in) > MaxShadows {
+		return nil, invalidf("Shadows has %d entries (at most %d)", len(in), MaxShadows)
+	}
+	out := make([]Shadow, len(in))
+	for i, s := range in {
+		p := fmt.Sprintf("Shadows[%d]", i)
+		switch {
+		case s.Name == "":
+			return nil, invalidf("%s.Name is required", p)
+		case len(s.Name) > maxShadowName:
+			return nil, invalidf("%s.Name is longer than %d bytes", p, maxShadowName)
+		case s.Config.Clock != nil, s.Config.Classify != nil, s.Config.Logger != nil:
+			return nil, invalidf("%s (%q): Clock, Classify and Logger must be nil (a shadow uses the live breaker's)", p, s.Name)
+		case len(s.Config.Shadows) > 0:
+			return nil, invalidf("%s (%q): a shadow cannot have shadows", p, s.Name)
+		case s.Config.MaxConcurrent != 0:
+			return nil, invalidf("%s (%q): MaxConcurrent must be 0 (a shadow holds no calls in flight)", p, s.Name)
+		}
+		for _, o := range out[:i] {
+			if o.Name == s.Name {
+				return nil, invalidf("%s.Name %q is used twice", p, s.Name)
+			}
+		}
+		c, err := s.Config.withDefaults()
+		if err != nil {
+			return nil, fmt.Errorf("%w (in %s %q)", err, p, s.Name)
+		}
+		c.Classify = nil // the live breaker's classifies; nil keeps Config() valid for New
+		out[i] = Shadow{Name: s.Name, Config: c}
+	}
+	return out, nil
 }
 
 // ErrInvalidConfig is wrapped by every error New returns for a bad Config.
@@ -219,6 +320,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Classify == nil {
 		c.Classify = DefaultClassify
 	}
+	sh, err := shadowsWithDefaults(c.Shadows)
+	if err != nil {
+		return c, err
+	}
+	c.Shadows = sh
 	return c, nil
 }
 

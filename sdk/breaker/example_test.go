@@ -145,3 +145,40 @@ func ExampleNewTransport() {
 	// 503
 	// open: true
 }
+
+// Shadow settings: the live breaker judges 50 % of the last 20 calls; a
+// shadow configuration beside it, never enforced, judges 20 %. A 25 %
+// failure rate would have opened the shadow: its transition goes to
+// SubscribeShadows (the agent sends it to cbdash, marked as shadow),
+// while every call goes through.
+func ExampleShadow() {
+	b, err := breaker.New("payments", breaker.Config{
+		Window: breaker.Window{Size: 20}, MinimumCalls: 20, FailureRateThreshold: 50,
+		Shadows: []breaker.Shadow{{Name: "tight", Config: breaker.Config{
+			Window: breaker.Window{Size: 20}, MinimumCalls: 20, FailureRateThreshold: 20,
+		}}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	b.SubscribeShadows(func(t breaker.Transition) {
+		fmt.Printf("shadow %s would have gone %s > %s at %.0f%% failures\n", t.Shadow, t.From, t.To, t.Cause.FailureRate)
+	})
+	rejected := 0
+	for i := range 40 {
+		err := b.Execute(context.Background(), func(context.Context) error {
+			if i%4 == 0 {
+				return errors.New("503")
+			}
+			return nil
+		})
+		if errors.Is(err, breaker.ErrRejected) {
+			rejected++
+		}
+	}
+	s, _ := b.ShadowSnapshot("tight")
+	fmt.Println("live:", b.State(), "rejected:", rejected, "shadow:", s.State)
+	// Output:
+	// shadow tight would have gone closed > open at 25% failures
+	// live: closed rejected: 0 shadow: open
+}

@@ -120,6 +120,11 @@ type Transition struct {
 	// OpenDuration is, for a transition to Open, how long the breaker
 	// stays open (after backoff and jitter); 0 otherwise.
 	OpenDuration time.Duration
+	// Shadow is, for a would-be transition of one of the breaker's
+	// shadow configurations (Config.Shadows, delivered to
+	// SubscribeShadows observers), the shadow's name: the transition
+	// was not enforced. "" for the breaker's own transitions.
+	Shadow string
 }
 
 // Action is an operator command's action. Its values are the sdk/protocol

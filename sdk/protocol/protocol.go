@@ -232,6 +232,13 @@ type BreakerConfig struct {
 	// sliding window, not each event (the README says how close they
 	// come). false (and absent) means the counts are the breaker's own.
 	Estimated bool `json:"estimated,omitempty"`
+	// Shadows are the breaker's shadow configurations (sdk/breaker
+	// Config.Shadows): up to MaxShadows settings run beside the live
+	// ones on the same calls and never enforced, each a BreakerConfig
+	// whose Name is the shadow's name. Their would-be transitions come in
+	// Batch.ShadowTransitions. Empty (and absent, as from older agents)
+	// = none.
+	Shadows Shadows `json:"shadows,omitzero"`
 }
 
 // Batch is the unit of upstream data: everything an agent has to say since
@@ -240,12 +247,18 @@ type BreakerConfig struct {
 // atomically and acknowledges it; a batch whose Seq is at or below the last
 // one stored is a duplicate and is acknowledged without being stored again.
 type Batch struct {
-	Type           string          `json:"type"` // "batch"
-	Seq            uint64          `json:"seq"`
-	SentAt         int64           `json:"sent_at"` // Unix ms
-	Transitions    []Transition    `json:"transitions,omitempty"`
-	Windows        []Window        `json:"windows,omitempty"`
-	CommandResults []CommandResult `json:"command_results,omitempty"`
+	Type        string       `json:"type"` // "batch"
+	Seq         uint64       `json:"seq"`
+	SentAt      int64        `json:"sent_at"` // Unix ms
+	Transitions []Transition `json:"transitions,omitempty"`
+	// ShadowTransitions are the would-be transitions of the breakers'
+	// shadow configurations (BreakerConfig.Shadows), each with Shadow
+	// set: never enforced, never part of a breaker's state. They have an
+	// array of their own so that a collector that predates them ignores
+	// them (an unknown field) rather than taking them for live ones.
+	ShadowTransitions []Transition    `json:"shadow_transitions,omitempty"`
+	Windows           []Window        `json:"windows,omitempty"`
+	CommandResults    []CommandResult `json:"command_results,omitempty"`
 	// Dropped counts what the agent had to throw away since the last batch
 	// because its buffer was full (window reports merged or dropped).
 	Dropped *Dropped `json:"dropped,omitempty"`
@@ -308,6 +321,10 @@ type Transition struct {
 	// OpenMillis is, for a transition to open, how long the breaker will
 	// stay open (after backoff); 0 otherwise.
 	OpenMillis int64 `json:"open_ms,omitempty"`
+	// Shadow is, in Batch.ShadowTransitions only, the name of the shadow
+	// configuration (BreakerConfig.Shadows) whose would-be transition
+	// this is: it was not enforced. Empty in Batch.Transitions.
+	Shadow string `json:"shadow,omitempty"`
 }
 
 // Cause says why a transition happened.
@@ -903,7 +920,10 @@ func (b *BreakerConfig) validate(p string) error {
 	if err := checkPercent(p+".failure_rate_threshold", b.FailureRateThreshold); err != nil {
 		return err
 	}
-	return checkPercent(p+".slow_call_rate_threshold", b.SlowCallRateThreshold)
+	if err := checkPercent(p+".slow_call_rate_threshold", b.SlowCallRateThreshold); err != nil {
+		return err
+	}
+	return b.Shadows.validate(p + ".shadows")
 }
 
 func truncate(s string, n int) string {
@@ -928,6 +948,9 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 	}
 	if len(b.Transitions) > MaxTransitions {
 		return invalid("%d transitions (at most %d)", len(b.Transitions), MaxTransitions)
+	}
+	if len(b.ShadowTransitions) > MaxTransitions {
+		return invalid("%d shadow_transitions (at most %d)", len(b.ShadowTransitions), MaxTransitions)
 	}
 	if len(b.Windows) > MaxWindows {
 		return invalid("%d windows (at most %d)", len(b.Windows), MaxWindows)
@@ -991,21 +1014,13 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		return nil
 	}
 	for i, t := range b.Transitions {
-		p := fmt.Sprintf("transitions[%d]", i)
-		if err := checkBreaker(p+".breaker", t.Breaker); err != nil {
+		if err := t.validate(fmt.Sprintf("transitions[%d]", i), false, checkBreaker, ref); err != nil {
 			return err
 		}
-		if !ValidState(t.From) || !ValidState(t.To) {
-			return invalid("%s: unknown state %q > %q", p, truncate(t.From, 40), truncate(t.To, 40))
-		}
-		if err := checkTime(p+".at", t.At, ref); err != nil {
+	}
+	for i, t := range b.ShadowTransitions {
+		if err := t.validate(fmt.Sprintf("shadow_transitions[%d]", i), true, checkBreaker, ref); err != nil {
 			return err
-		}
-		if err := t.Cause.validate(p + ".cause"); err != nil {
-			return err
-		}
-		if t.OpenMillis < 0 {
-			return invalid("%s.open_ms is negative", p)
 		}
 	}
 	for i := range b.Windows {
@@ -1090,6 +1105,35 @@ func (b *Batch) Validate(hello *Hello, now int64) error {
 		if err := checkTime(p+".at", r.At, ref); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// validate checks transition t, named p in errors: a shadow one
+// (shadow_transitions) names its shadow, a live one does not.
+func (t *Transition) validate(p string, shadow bool, checkBreaker func(field, name string) error, ref int64) error {
+	if err := checkBreaker(p+".breaker", t.Breaker); err != nil {
+		return err
+	}
+	switch {
+	case shadow:
+		if err := checkName(p+".shadow", t.Shadow); err != nil {
+			return err
+		}
+	case t.Shadow != "":
+		return invalid("%s.shadow is set (%q): a shadow configuration's transition goes in shadow_transitions", p, truncate(t.Shadow, 40))
+	}
+	if !ValidState(t.From) || !ValidState(t.To) {
+		return invalid("%s: unknown state %q > %q", p, truncate(t.From, 40), truncate(t.To, 40))
+	}
+	if err := checkTime(p+".at", t.At, ref); err != nil {
+		return err
+	}
+	if err := t.Cause.validate(p + ".cause"); err != nil {
+		return err
+	}
+	if t.OpenMillis < 0 {
+		return invalid("%s.open_ms is negative", p)
 	}
 	return nil
 }

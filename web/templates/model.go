@@ -282,6 +282,9 @@ type TransitionRow struct {
 	Instance string
 	From, To State
 	Cause    string
+	// Shadow is, for a would-be transition of a shadow configuration
+	// (never enforced), its name; "" for a live transition.
+	Shadow string
 }
 
 // TargetRow is one instance's result of a command.
@@ -380,6 +383,9 @@ type Dependency struct {
 	Heatmap   *Heatmap
 	AuditHref string
 	Tune      *TunePanel // the Tune panel (tune.templ)
+	// Shadows are the shadow configurations' lanes; nil when the
+	// breaker has none.
+	Shadows *ShadowLanes
 }
 
 // Link is a navigation link, possibly the current one.

@@ -43,6 +43,25 @@ type TuneRow struct {
 	FirstTrip                                         string // RFC 3339 with ms, "" without a trip
 	Err                                               string
 	Lane                                              []LaneSeg
+	// Shadow marks the run of a shadow configuration the breaker
+	// reported (its Trips then carry the recorded would-be trips).
+	Shadow bool
+}
+
+// ShadowLanes is the dependency page's shadow section: the recorded lane
+// and one lane per shadow configuration over the page's range.
+type ShadowLanes struct {
+	From, To string // the range's ends, time of day UTC
+	Recorded []LaneSeg
+	Lanes    []ShadowLane
+}
+
+// ShadowLane is one shadow configuration's would-be states: Label is
+// "shadow: NAME (would have opened at ...)", Settings its settings in
+// words ("" when not reported).
+type ShadowLane struct {
+	Name, Label, Settings string
+	Segs                  []LaneSeg
 }
 
 // LaneSeg is a stretch of a lane out of closed: State (open, half_open,
