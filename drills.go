@@ -289,3 +289,18 @@ func NextFallbackRun(run FallbackRun, w protocol.Window) FallbackRun {
 	run.SuccessShare = 100 * float64(run.Served) / float64(run.Served+run.Failed)
 	return run
 }
+
+// FallbackFreshness is what the store knows of one dependency's
+// fallbacks across restarts (the live FallbackRun is lost with the
+// collector): when the breaker was first known and when its fallbacks
+// last served calls it rejected.
+type FallbackFreshness struct {
+	DependencyKey
+	// KnownSince is the first_seen of the earliest instance that declared
+	// the breaker; zero when no instance declares it.
+	KnownSince time.Time `json:"known_since"`
+	// LastServed is the end of the last stored window bucket (second,
+	// minute or hour, the finest kept) in which the dependency both
+	// rejected calls and counted fallbacks; zero when none is kept.
+	LastServed time.Time `json:"last_served,omitzero"`
+}

@@ -79,6 +79,14 @@ const (
 	// hold) covering the dependency; it resolves once the rule's hold has
 	// passed after the stop.
 	AlertDrillStopped = "drill_stopped"
+	// AlertFallbackUnexercised fires for a breaker whose fallbacks have
+	// not served rejected calls (under an open or forced-open breaker)
+	// for the rule's For (0 = 30 days), or never, once the breaker has
+	// been known that long (issue 32: a fallback that never runs rots).
+	// It resolves once the rule's hold has passed after a drill or a real
+	// open exercised the fallback. The last run survives a restart: it is
+	// read from the stored windows (FallbackFreshness).
+	AlertFallbackUnexercised = "fallback_unexercised"
 )
 
 // Webhook body formats of an alert rule.
@@ -109,7 +117,9 @@ type AlertRule struct {
 	Service string `json:"service"`
 	Breaker string `json:"breaker,omitempty"`
 	Kind    string `json:"kind"` // one of the Alert* kinds
-	// For is, for half_open_long, how long half-open may last (0 = 30s).
+	// For is, for half_open_long, how long half-open may last (0 = 30s);
+	// for fallback_unexercised, how long a fallback may go without
+	// serving rejected calls (0 = 720h, 30 days).
 	For time.Duration `json:"for,omitempty"`
 	// Margin is, for headroom, the distance to the threshold in percentage
 	// points at or under which the rule fires (0 = 10).

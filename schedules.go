@@ -237,6 +237,32 @@ type ScheduleRun struct {
 	Result     string    `json:"result"`
 	HoldID     string    `json:"hold_id,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
+	// ClaimedBy is the collector (cluster node) that took the run last.
+	ClaimedBy string `json:"claimed_by,omitempty"`
+	// TakenOverFrom, when set, is the collector that claimed the run
+	// first and did not finish it within the lease (it stopped): ClaimedBy
+	// took it over.
+	TakenOverFrom string `json:"taken_over_from,omitempty"`
+}
+
+// Text is the run in one line, as the CLI and the holds page list it:
+// "2026-12-08 10:00 started as hold h…", "… skipped: pre-flight: …",
+// with ", taken over from NODE" when another collector finished it.
+func (r ScheduleRun) Text() string {
+	s := r.Due.UTC().Format("2006-01-02 15:04") + " " + r.Result
+	switch r.Result {
+	case RunStarted:
+		s += " as hold " + r.HoldID
+	case RunSkipped:
+		s += ": " + r.Reason
+	}
+	switch {
+	case r.TakenOverFrom != "":
+		s += " (taken over by " + r.ClaimedBy + " from " + r.TakenOverFrom + ", which stopped before finishing it)"
+	case r.Result == RunClaimed && r.ClaimedBy != "":
+		s += " (claimed by " + r.ClaimedBy + ")"
+	}
+	return s
 }
 
 // ScheduleQuery selects schedules, newest first.

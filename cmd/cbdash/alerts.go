@@ -69,14 +69,16 @@ func newAlertsCreateCmd() *cobra.Command {
 Kinds: open (the breaker is open or half-open), half_open_long (half-open
 longer than --for), headroom (a rate within --margin points of its
 threshold), stale (an instance stopped reporting), drill_stopped (a stop
-condition ended a drill).`,
+condition ended a drill), fallback_unexercised (the fallback has not
+served rejected calls for --for, default 30d, or never since the breaker
+is known: schedule a drill).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case strings.TrimSpace(r.Service) == "":
 				return usageError{fmt.Errorf("--service is required")}
 			case r.Kind == "":
-				return usageError{fmt.Errorf("--kind is required (open, half_open_long, headroom, stale or drill_stopped)")}
+				return usageError{fmt.Errorf("--kind is required (open, half_open_long, headroom, stale, drill_stopped or fallback_unexercised)")}
 			case r.WebhookURL == "":
 				return usageError{fmt.Errorf("--webhook is required (the URL notifications are posted to)")}
 			}
@@ -97,7 +99,7 @@ condition ended a drill).`,
 	fs.StringVar(&r.Name, "name", "", "the rule's name, shown in notifications")
 	fs.StringVar(&r.Service, "service", "", "the service whose breakers the rule watches, or '*' for every service (required)")
 	fs.StringVar(&r.Breaker, "breaker", "", "one breaker of the service (empty = every breaker)")
-	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom, stale or drill_stopped (required)")
+	fs.StringVar(&r.Kind, "kind", "", "open, half_open_long, headroom, stale, drill_stopped or fallback_unexercised (required)")
 	fs.StringVar(&r.WebhookURL, "webhook", "", "the URL notifications are posted to (required)")
 	fs.StringVar(&r.Format, "format", "json", "body format: json, slack (an incoming webhook) or pagerduty (Events API v2; the routing key as ?routing_key= in --webhook)")
 	fs.IntVar(&r.FlapCount, "flap-count", 0, "open: more opens than this within --flap-window is flapping: one message, then one when it settles (default 5)")
@@ -105,7 +107,7 @@ condition ended a drill).`,
 	fs.StringVar(&r.GroupBy, "group-by", "", "one message per group: breaker (one dependency across services, with --service '*') or service (default: one per alert)")
 	fs.StringVar(&r.GroupWait, "group-wait", "", "grouped: how long a new group's first message waits for others (default 10s)")
 	fs.StringVar(&r.GroupInterval, "group-interval", "", "grouped: how long after a group's message the next firings of the group wait (default 1m)")
-	fs.StringVar(&r.For, "for", "", "half_open_long: how long half-open may last (default 30s)")
+	fs.StringVar(&r.For, "for", "", "half_open_long: how long half-open may last (default 30s); fallback_unexercised: how long a fallback may go without serving (default 30d)")
 	fs.Float64Var(&r.Margin, "margin", 0, "headroom: the distance to the threshold in percentage points (default 10)")
 	fs.StringVar(&r.Hold, "hold", "", "how long the condition must stay false before the alert resolves (default 2m)")
 	fs.BoolVar(&r.Disabled, "disabled", false, "create the rule disabled")

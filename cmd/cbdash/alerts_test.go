@@ -63,6 +63,18 @@ func TestAlertsCommandCreatesListsAndDeletesRules(t *testing.T) {
 		t.Fatalf("create: %d %q %s", code, out, stderr)
 	}
 
+	code, out, stderr = cli(t, env, "alerts", "create", "--name", "stale fallbacks", "--service", "checkout", "--kind", "fallback_unexercised",
+		"--for", "45d", "--webhook", hook.URL)
+	if code != 0 || !strings.Contains(out, "created alert rule 2 (stale fallbacks, fallback_unexercised on checkout") {
+		t.Fatalf("create fallback_unexercised: %d %q %s", code, out, stderr)
+	}
+	if r, err := stack.Store.AlertRule(ctx, 2); err != nil || r.For != 45*24*time.Hour {
+		t.Fatalf("the fallback rule %+v (%v), want for 45 days", r, err)
+	}
+	if code, out, stderr := cli(t, env, "alerts", "delete", "2"); code != 0 {
+		t.Fatalf("delete rule 2: %d %q %s", code, out, stderr)
+	}
+
 	b, err := breaker.New("payments", breaker.Config{Window: breaker.Window{Kind: breaker.CountWindow, Size: 10}, MinimumCalls: 5, OpenDuration: time.Hour, Clock: clk})
 	if err != nil {
 		t.Fatal(err)

@@ -158,20 +158,13 @@ func runTime(t time.Time) string {
 	return t.UTC().Format("Mon 2006-01-02 15:04 UTC")
 }
 
-// lastRun says how a schedule's last run went.
+// lastRun says how a schedule's last run went (cbdash.ScheduleRun.Text:
+// which collector took it over, when one did).
 func lastRun(runs []cbdash.ScheduleRun) string {
 	if len(runs) == 0 {
 		return "never"
 	}
-	r := runs[0]
-	s := r.Due.UTC().Format("2006-01-02 15:04") + " " + r.Result
-	switch r.Result {
-	case cbdash.RunStarted:
-		s += " as hold " + r.HoldID
-	case cbdash.RunSkipped:
-		s += ": " + r.Reason
-	}
-	return s
+	return runs[0].Text()
 }
 
 // newDrillUnscheduleCmd deletes a schedule (it is kept, with who and why).

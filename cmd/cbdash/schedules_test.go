@@ -150,3 +150,66 @@ func TestScheduledDrillsAcrossAServerRestart(t *testing.T) {
 		t.Fatalf("the late drill %+v (%v), want it by the schedule, ending at %v", h, err, late.Add(10*time.Minute))
 	}
 }
+
+// A run another collector claimed and never finished (it stopped) is
+// taken over by this server once the lease has passed: the drill starts
+// once, and `cbdash drill schedules` and `cbdash drills` say the run was
+// taken over, from whom.
+func TestCLIDrillSchedulesSayARunWasTakenOver(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.Virtual()
+	st := stacktest.Start(t, stacktest.Options{Clock: clk})
+	ingest(t, st, "checkout-1", protocol.Window{State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 20, Successes: 20}})
+	ctx := t.Context()
+	u, err := st.Store.CreateUser(ctx, "ada", cbdash.RoleOperator, []byte("hash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := st.Store.CreateUserToken(ctx, u.ID, "cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CBDASH_SERVER": st.URL(), "CBDASH_TOKEN": token}
+	due := clk.Now().UTC().Truncate(time.Minute).Add(2 * time.Minute)
+	if code, out, stderr := cliOn(t, clk, env, "drill", "schedule", "checkout/payments", "--at", due.Format(time.RFC3339), "--for", "5m",
+		"--reason", "one drill"); code != 0 {
+		t.Fatalf("schedule: exit %d, out %q, err %q", code, out, stderr)
+	}
+	ds, err := st.Collector.Schedules(ctx, false)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("schedules %+v, %v", ds, err)
+	}
+	id := ds[0].ID
+	// Another collector claims the run at its due time and stops there.
+	if err := st.Store.ClaimScheduleRun(ctx, cbdash.ScheduleRun{ScheduleID: id, Due: due, At: due, Result: cbdash.RunClaimed,
+		ClaimedBy: "collector-b"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(due.Sub(clk.Now()) + time.Second)
+	if code, out, _ := cliOn(t, clk, env, "drill", "schedules"); code != 0 || !strings.Contains(out, "claimed (claimed by collector-b)") {
+		t.Errorf("schedules within the lease: exit %d, out %q", code, out)
+	}
+	var run cbdash.ScheduleRun
+	eventually.True(t, "the run taken over and started", func() bool {
+		d, err := st.Collector.Schedule(ctx, id)
+		if err != nil || len(d.Runs) == 0 || d.Runs[0].Result != cbdash.RunStarted {
+			clk.Advance(time.Second)
+			return false
+		}
+		run = d.Runs[0]
+		return true
+	})
+	if run.TakenOverFrom != "collector-b" || run.At.Sub(due) < 30*time.Second {
+		t.Fatalf("run %+v, want taken over from collector-b after the 30 s lease", run)
+	}
+	hs, err := st.Store.Holds(ctx, cbdash.HoldQuery{})
+	if err != nil || len(hs) != 1 || hs[0].ID != run.HoldID {
+		t.Fatalf("holds %+v (%v), want the one drill %s", hs, err, run.HoldID)
+	}
+	want := "started as hold " + run.HoldID + " (taken over by " + run.ClaimedBy + " from collector-b, which stopped before finishing it)"
+	for _, args := range [][]string{{"drill", "schedules"}, {"drills"}} {
+		if code, out, _ := cliOn(t, clk, env, args...); code != 0 || !strings.Contains(out, want) {
+			t.Errorf("%v: exit %d, out %q, want %q", args, code, out, want)
+		}
+	}
+}

@@ -85,6 +85,10 @@ type Engine struct {
 	// stopped is the last drill a stop condition ended, by dependency it
 	// covered (cbdash.EventDrillStopped).
 	stopped map[cbdash.DependencyKey]stoppedDrill
+	// fallbacks is when each dependency was first known and its
+	// fallbacks last served (live state and store, LoadFallbacks).
+	fallbacks       map[cbdash.DependencyKey]fallbackSeen
+	fallbacksLoaded bool
 }
 
 // stoppedDrill is a drill a stop condition ended: when, and its reason.
@@ -96,11 +100,12 @@ type stoppedDrill struct {
 // NewEngine returns an Engine with no rules.
 func NewEngine() *Engine {
 	return &Engine{
-		deps:    make(map[cbdash.DependencyKey]cbdash.Dependency),
-		opened:  make(map[cbdash.DependencyKey]time.Time),
-		alerts:  make(map[alertKey]*alertState),
-		recent:  make(map[alertKey][]time.Time),
-		stopped: make(map[cbdash.DependencyKey]stoppedDrill),
+		deps:      make(map[cbdash.DependencyKey]cbdash.Dependency),
+		opened:    make(map[cbdash.DependencyKey]time.Time),
+		alerts:    make(map[alertKey]*alertState),
+		recent:    make(map[alertKey][]time.Time),
+		stopped:   make(map[cbdash.DependencyKey]stoppedDrill),
+		fallbacks: make(map[cbdash.DependencyKey]fallbackSeen),
 	}
 }
 
@@ -135,6 +140,7 @@ func (e *Engine) Observe(ev cbdash.Event) {
 	switch {
 	case ev.Kind == cbdash.EventDependency && ev.Dependency != nil:
 		e.deps[ev.Dependency.DependencyKey] = *ev.Dependency
+		e.observeFallback(*ev.Dependency)
 	case ev.Kind == cbdash.EventTransition && ev.Transition != nil && ev.Transition.To == protocol.StateOpen:
 		k := cbdash.DependencyKey{Service: ev.Transition.Service, Breaker: ev.Transition.Breaker}
 		if _, ok := e.opened[k]; !ok {
@@ -244,6 +250,7 @@ func (e *Engine) Load(deps []cbdash.Dependency) {
 	clear(e.deps)
 	for _, d := range deps {
 		e.deps[d.DependencyKey] = d
+		e.observeFallback(d)
 	}
 }
 
@@ -422,6 +429,10 @@ func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string
 			}
 		case cbdash.AlertHeadroom:
 			if detail, ok := e.headroomFollows(r, d, now); ok {
+				out[k.String()] = detail
+			}
+		case cbdash.AlertFallbackUnexercised:
+			if detail, ok := e.fallbackCondition(r, d, now); ok {
 				out[k.String()] = detail
 			}
 		case cbdash.AlertStale:

@@ -80,6 +80,8 @@ func (e *Engine) breakerNow(r cbdash.AlertRule, subject string, st *alertState) 
 		return fmt.Sprintf("%s never opened and is back out of the margin (%s); %s", subject, rates, states)
 	case r.Kind == cbdash.AlertHalfOpenLong:
 		return fmt.Sprintf("%s is no longer half-open too long; %s", subject, states)
+	case r.Kind == cbdash.AlertFallbackUnexercised:
+		return e.fallbackNow(d, states)
 	}
 	return fmt.Sprintf("%s is closed again after %s out of closed; %s", subject, episode, states)
 }

@@ -33,6 +33,11 @@ type Store interface {
 	// Incidents lists incidents, newest first: an open alert's
 	// payload links to the incident of its open (Notification.Incident).
 	Incidents(ctx context.Context, q cbdash.IncidentQuery) ([]cbdash.Incident, error)
+	// FallbackFreshness says when each breaker was first known and its
+	// fallbacks last served rejected calls, from the stored history: a
+	// fallback_unexercised rule reads it once per Run (the live state
+	// forgets fallback runs on a restart).
+	FallbackFreshness(ctx context.Context) ([]cbdash.FallbackFreshness, error)
 	StateStore
 	SilenceStore
 }
@@ -136,6 +141,11 @@ type Service struct {
 	// after the takeover), zero once done; replaySince is from when.
 	// Run's goroutine only.
 	catchUp, replaySince time.Time
+	// fallbacksRead is when the store's fallback history was last read
+	// for this Run (zero: not yet; fallbacksLoaded once it succeeded).
+	// Run's goroutine only.
+	fallbacksRead   time.Time
+	fallbacksLoaded bool
 }
 
 // New returns a Service, or an error wrapping ErrInvalidConfig naming the
@@ -232,6 +242,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.engine = NewEngine()
 	s.mu.Unlock()
+	s.fallbacksRead, s.fallbacksLoaded = time.Time{}, false
 	if err := s.Reload(ctx); err != nil {
 		if ctx.Err() != nil { // stopped while starting: a clean stop
 			return nil
@@ -314,6 +325,7 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 					s.cfg.Logger.Error("alert: read the trips stored at the takeover", "err", err)
 				}
 			}
+			s.loadFallbacks(ctx)
 			s.evaluate(ctx, wg)
 			s.unmute(ctx, func(n Notification) { s.enqueue(ctx, wg, n) })
 			if now := s.cfg.Clock.Now(); now.Sub(s.marked) >= markEvery {
@@ -322,6 +334,34 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 			}
 		}
 	}
+}
+
+// loadFallbacks gives the engine the store's fallback history once per
+// Run, when a fallback_unexercised rule is enabled (read again a minute
+// after a failure; the live state keeps it up to date after).
+func (s *Service) loadFallbacks(ctx context.Context) {
+	now := s.cfg.Clock.Now()
+	if s.fallbacksLoaded || (!s.fallbacksRead.IsZero() && now.Sub(s.fallbacksRead) < time.Minute) {
+		return
+	}
+	s.mu.Lock()
+	watch := s.engine.WatchesFallbacks()
+	s.mu.Unlock()
+	if !watch {
+		return
+	}
+	s.fallbacksRead = now
+	fs, err := s.cfg.Store.FallbackFreshness(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("alert: read when the fallbacks last ran", "err", err)
+		}
+		return
+	}
+	s.mu.Lock()
+	s.engine.LoadFallbacks(fs)
+	s.mu.Unlock()
+	s.fallbacksLoaded = true
 }
 
 // evaluate evaluates every rule, records what fires or resolves (so a

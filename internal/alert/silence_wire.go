@@ -32,7 +32,7 @@ func (r SilenceRequest) Silence(now time.Time) (cbdash.Silence, error) {
 		}
 		sl.EndsAt = end
 	default:
-		d, err := parseDuration("for", r.For)
+		d, err := ParseDuration("for", r.For)
 		if err != nil || d <= 0 {
 			return sl, fmt.Errorf("for must be a positive duration like 2h (got %q): %w", r.For, cbdash.ErrInvalid)
 		}

@@ -2,13 +2,15 @@ package alert
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash"
 )
 
 // RuleJSON is an alert rule on the wire (the JSON API and the CLI):
-// durations are Go duration strings ("30s", "2m").
+// durations are Go duration strings ("30s", "2m"), or whole days ("30d").
 type RuleJSON struct {
 	ID         int64   `json:"id"`
 	Name       string  `json:"name"`
@@ -41,9 +43,7 @@ func RuleOut(r cbdash.AlertRule, firing []string, reveal bool) RuleJSON {
 		WebhookURL: ShowURL(r.WebhookURL, reveal), Format: r.Format, Disabled: r.Disabled, CreatedAt: r.CreatedAt, Firing: firing,
 		FlapCount: r.FlapCount, GroupBy: r.GroupBy}
 	j.FlapWindow, j.GroupWait, j.GroupInterval = durationText(r.FlapWindow), durationText(r.GroupWait), durationText(r.GroupInterval)
-	if r.For > 0 {
-		j.For = r.For.String()
-	}
+	j.For = DurationText(r.For)
 	if r.Hold > 0 {
 		j.Hold = r.Hold.String()
 	}
@@ -62,11 +62,21 @@ func (j RuleJSON) Rule() (cbdash.AlertRule, error) {
 	}{{"for", j.For, &r.For}, {"hold", j.Hold, &r.Hold}, {"flap_window", j.FlapWindow, &r.FlapWindow},
 		{"group_wait", j.GroupWait, &r.GroupWait}, {"group_interval", j.GroupInterval, &r.GroupInterval}} {
 		var err error
-		if *d.to, err = parseDuration(d.name, d.v); err != nil {
+		if *d.to, err = ParseDuration(d.name, d.v); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
+}
+
+// DurationText is d as the rules read it: whole days as "30d", else
+// durationText.
+func DurationText(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	return durationText(d)
 }
 
 // durationText is d as a Go duration string, "" for 0.
@@ -77,13 +87,21 @@ func durationText(d time.Duration) string {
 	return d.String()
 }
 
-func parseDuration(name, v string) (time.Duration, error) {
+// ParseDuration reads a rule's duration field name: a Go duration ("30s",
+// "2m") or whole days ("30d"); "" is 0. Errors wrap cbdash.ErrInvalid and
+// name the field.
+func ParseDuration(name, v string) (time.Duration, error) {
 	if v == "" {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(v)
+	if n, ok := strings.CutSuffix(v, "d"); ok { // whole days: "30d"
+		var days int64
+		days, err = strconv.ParseInt(n, 10, 32)
+		d = time.Duration(days) * 24 * time.Hour
+	}
 	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%s must be a duration like 30s or 2m (got %q): %w", name, v, cbdash.ErrInvalid)
+		return 0, fmt.Errorf("%s must be a duration like 30s, 2m or 30d (got %q): %w", name, v, cbdash.ErrInvalid)
 	}
 	return d, nil
 }

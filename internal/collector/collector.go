@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -243,7 +244,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
 	c.holds = newHoldManager(c)
-	c.schedules = holds.NewScheduler(cfg.Store, c.holds.Manager)
+	c.schedules = holds.NewScheduler(cfg.Store, c.holds.Manager, schedulerNode(cfg.Cluster))
 	if len(cfg.Quorum) > 0 {
 		qc := quorum.Config{Rules: cfg.Quorum, Holds: c.holds, Live: c.live, Now: c.now, Log: c.log, MaxHold: cfg.MaxHold}
 		if !cfg.NoProbeRotation {
@@ -505,4 +506,16 @@ func (c *Collector) Subscribe() (snapshot []cbdash.Dependency, events <-chan cbd
 // (about 500 bytes a dependency).
 func (c *Collector) SubscribeViews() (snapshot []*cbdash.Dependency, events <-chan cbdash.Event, cancel func()) {
 	return c.live.SubscribeViews(nil, 0)
+}
+
+// schedulerNode names this collector in the schedule runs it claims: its
+// cluster node id, with the host and process of a collector alone
+// ("local"), so that a run taken over after a restart names both.
+func schedulerNode(b cluster.Bus) string {
+	id := b.NodeID()
+	if id != "local" {
+		return id
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("local %s pid %d", host, os.Getpid())
 }

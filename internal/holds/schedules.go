@@ -29,10 +29,26 @@ import (
 //     "schedule <id>", and ends when it would have had it started on
 //     time (due + duration): one that starts late, after a restart, is
 //     shorter by as much.
+//
+// A claim is a lease: a run still claimed ScheduleLease after its claim
+// (the collector that claimed it stopped before it started the drill or
+// recorded how it went) is taken over by the next collector to tick
+// (Store.TakeOverScheduleRun: one winner), which first looks for the
+// hold the stopped collector may have created for that run (its actor
+// "schedule <id>", ending at due + duration) and records that one as the
+// run's drill; only when there is none does it go on as above. So a run
+// starts at most once, unless a collector stalls for longer than the
+// lease between its claim and its hold's creation (it then finds its
+// claim taken when it records the run, and logs it).
 
 // MissedReason is the reason a run is skipped when its drill would have
 // ended before any collector got to it.
 const MissedReason = "missed while the server was down"
+
+// ScheduleLease is how long a claimed run may stay unfinished before
+// another collector takes it over (its claimer stopped): far more than
+// pre-flight and a hold's creation take.
+const ScheduleLease = 30 * time.Second
 
 // ScheduleStore is what a Scheduler reads and writes (the store's).
 type ScheduleStore interface {
@@ -41,7 +57,11 @@ type ScheduleStore interface {
 	Schedule(ctx context.Context, id string) (cbdash.DrillSchedule, error)
 	Schedules(ctx context.Context, q cbdash.ScheduleQuery) ([]cbdash.DrillSchedule, error)
 	ClaimScheduleRun(ctx context.Context, r cbdash.ScheduleRun) error
+	TakeOverScheduleRun(ctx context.Context, r cbdash.ScheduleRun, staleBefore time.Time) (cbdash.ScheduleRun, error)
 	FinishScheduleRun(ctx context.Context, r cbdash.ScheduleRun) error
+	// Holds finds the hold a stopped collector created for a run it
+	// claimed.
+	Holds(ctx context.Context, q cbdash.HoldQuery) ([]cbdash.HoldRecord, error)
 }
 
 // Scheduler runs scheduled drills through a Manager. Create it with
@@ -51,13 +71,23 @@ type Scheduler struct {
 	store ScheduleStore
 	m     *Manager
 	log   *slog.Logger
+	node  string // the collector's name in the runs it claims
+	// stopAt, in tests, stops the Scheduler at a stage of a run
+	// ("claimed", "created") as a collector that dies there would.
+	stopAt func(stage string) bool
 }
 
 // NewScheduler returns a Scheduler of the schedules in st that starts
-// drills with m, on m's clock.
-func NewScheduler(st ScheduleStore, m *Manager) *Scheduler {
-	return &Scheduler{store: st, m: m, log: m.log}
+// drills with m, on m's clock; node names this collector in the runs it
+// claims (the cluster's node id).
+func NewScheduler(st ScheduleStore, m *Manager, node string) *Scheduler {
+	return &Scheduler{store: st, m: m, log: m.log, node: node}
 }
+
+// errStopped is a run's stage at which a test stopped the Scheduler.
+var errStopped = errors.New("holds: scheduler stopped (test)")
+
+func (s *Scheduler) stopped(stage string) bool { return s.stopAt != nil && s.stopAt(stage) }
 
 // ScheduleActor is the actor of the holds schedule id starts.
 func ScheduleActor(id string) string { return "schedule " + id }
@@ -154,9 +184,15 @@ func (s *Scheduler) Tick(ctx context.Context) {
 	}
 }
 
-// tickOne handles the due times of schedule d that have come.
+// tickOne handles the due times of schedule d that have come, after
+// taking over its last run when its claim lapsed.
 func (s *Scheduler) tickOne(ctx context.Context, d cbdash.DrillSchedule) {
 	now := s.m.now().UTC()
+	if len(d.Runs) > 0 && d.Runs[0].Result == cbdash.RunClaimed && now.Sub(d.Runs[0].At) >= ScheduleLease {
+		if err := s.takeOver(ctx, d, d.Runs[0].Due, now); err != nil && !errors.Is(err, cbdash.ErrConflict) && ctx.Err() == nil {
+			s.log.Error("drill schedule run: take over", "schedule", d.ID, "due", d.Runs[0].Due, "err", err)
+		}
+	}
 	var dues []time.Time
 	for due, ok := d.Rule.Next(d.LastHandled()); ok && !due.After(now) && len(dues) < maxDuePerTick; due, ok = d.Rule.Next(due) {
 		dues = append(dues, due)
@@ -172,15 +208,52 @@ func (s *Scheduler) tickOne(ctx context.Context, d cbdash.DrillSchedule) {
 // Errors: cbdash.ErrConflict when another collector took it, or the
 // store's.
 func (s *Scheduler) runDue(ctx context.Context, d cbdash.DrillSchedule, due, now time.Time) error {
-	run := cbdash.ScheduleRun{ScheduleID: d.ID, Due: due, At: now, Result: cbdash.RunClaimed}
-	end := due.Add(d.TTL)
-	if !now.Before(end) {
+	run := cbdash.ScheduleRun{ScheduleID: d.ID, Due: due, At: now, Result: cbdash.RunClaimed, ClaimedBy: s.node}
+	if !now.Before(due.Add(d.TTL)) {
 		run.Result, run.Reason = cbdash.RunSkipped, MissedReason
 		return s.store.ClaimScheduleRun(ctx, run)
 	}
 	if err := s.store.ClaimScheduleRun(ctx, run); err != nil {
 		return err
 	}
+	return s.start(ctx, d, run, now)
+}
+
+// takeOver claims again schedule d's run due at due, whose claimer
+// stopped, and finishes it: with the hold that collector created for
+// it, if any; else as runDue would.
+func (s *Scheduler) takeOver(ctx context.Context, d cbdash.DrillSchedule, due, now time.Time) error {
+	run := cbdash.ScheduleRun{ScheduleID: d.ID, Due: due, At: now, Result: cbdash.RunClaimed, ClaimedBy: s.node}
+	taken, err := s.store.TakeOverScheduleRun(ctx, run, now.Add(-ScheduleLease))
+	if err != nil {
+		return err
+	}
+	s.log.Warn("scheduled drill taken over: its claimer stopped before finishing it", "schedule", d.ID, "due", due, "from", taken.TakenOverFrom)
+	end := due.Add(d.TTL)
+	hs, err := s.store.Holds(ctx, cbdash.HoldQuery{Limit: 1000})
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if h.Actor == ScheduleActor(d.ID) && h.Until.Equal(end) {
+			run.Result, run.HoldID = cbdash.RunStarted, h.ID
+			return s.store.FinishScheduleRun(ctx, run)
+		}
+	}
+	if !now.Before(end) {
+		run.Result, run.Reason = cbdash.RunSkipped, MissedReason
+		return s.store.FinishScheduleRun(ctx, run)
+	}
+	return s.start(ctx, d, run, now)
+}
+
+// start runs pre-flight for claimed run and starts its drill, or skips
+// it with the reason, and records which.
+func (s *Scheduler) start(ctx context.Context, d cbdash.DrillSchedule, run cbdash.ScheduleRun, now time.Time) error {
+	if s.stopped("claimed") {
+		return errStopped
+	}
+	end := run.Due.Add(d.TTL)
 	req := d.HoldRequest
 	req.Actor, req.TTL = ScheduleActor(d.ID), end.Sub(now) // create makes it end at end exactly
 	req.Reason = fmt.Sprintf("%s (schedule %s, %s)", d.Reason, d.ID, d.Rule)
@@ -197,10 +270,20 @@ func (s *Scheduler) runDue(ctx context.Context, d cbdash.DrillSchedule, due, now
 	}
 	if err != nil {
 		run.Result, run.Reason = cbdash.RunSkipped, err.Error()
-		s.log.Info("scheduled drill skipped", "schedule", d.ID, "due", due, "reason", run.Reason)
+		s.log.Info("scheduled drill skipped", "schedule", d.ID, "due", run.Due, "reason", run.Reason)
 	} else {
 		run.Result, run.HoldID = cbdash.RunStarted, h.ID
-		s.log.Info("scheduled drill started", "schedule", d.ID, "due", due, "hold", h.ID)
+		s.log.Info("scheduled drill started", "schedule", d.ID, "due", run.Due, "hold", h.ID)
 	}
-	return s.store.FinishScheduleRun(ctx, run)
+	if s.stopped("created") {
+		return errStopped
+	}
+	if err := s.store.FinishScheduleRun(ctx, run); err != nil {
+		if errors.Is(err, cbdash.ErrConflict) && run.HoldID != "" {
+			s.log.Error("scheduled drill: the run was taken over before it was recorded (this collector stalled past the lease)",
+				"schedule", d.ID, "due", run.Due, "hold", run.HoldID)
+		}
+		return err
+	}
+	return nil
 }

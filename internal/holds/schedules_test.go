@@ -31,6 +31,12 @@ type schedSim struct {
 // restart keeps nothing but the store) and clk.
 func newSchedSim(t *testing.T, clk *breakertest.Clock, path string) *schedSim {
 	t.Helper()
+	return newNamedSchedSim(t, clk, path, "c1")
+}
+
+// newNamedSchedSim is newSchedSim of a collector named node.
+func newNamedSchedSim(t *testing.T, clk *breakertest.Clock, path, node string) *schedSim {
+	t.Helper()
 	st := storetest.OpenFile(t, path, store.Options{Clock: clk})
 	f := &fleet{insts: make(map[Key]Instance)}
 	m := New(Config{Instances: f, Store: st, Events: nopEvents{}, Cluster: nopCluster{}, Now: clk.Now, CommandDelivery: time.Minute})
@@ -39,7 +45,7 @@ func newSchedSim(t *testing.T, clk *breakertest.Clock, path string) *schedSim {
 	}
 	f.connect(st, Key{"pricing", "p1"})
 	f.connect(st, Key{"pricing", "p2"})
-	return &schedSim{clk: clk, st: st, m: m, s: NewScheduler(st, m)}
+	return &schedSim{clk: clk, st: st, m: m, s: NewScheduler(st, m, node)}
 }
 
 // scheduleReq is a drill of pricing/db for 10 minutes with a stop
@@ -274,5 +280,89 @@ func TestSchedulesAreCheckedAndDeletedWithAReason(t *testing.T) {
 	sim.s.Tick(ctx)
 	if got, _ := sim.s.Schedule(ctx, d.ID); len(got.Runs) != 0 {
 		t.Fatalf("a deleted schedule ran: %+v", got.Runs)
+	}
+}
+
+// A collector that stops after claiming a run and before finishing it
+// (before the drill started, or after its hold was stored) leaves the run
+// claimed: within the lease nobody touches it; after it, of two other
+// collectors ticking at once one takes it over, and the drill is started
+// once: a new hold when the stopped one made none, else the stopped
+// one's hold is recorded as the run's. On SQLite and on PostgreSQL
+// (skipped without CBDASH_TEST_POSTGRES).
+func TestAClaimedRunWhoseCollectorStoppedIsTakenOverOnce(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		for _, stage := range []string{"claimed", "created"} {
+			t.Run(backend+"/stopped after "+stage, func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "cbdash.db")
+				if backend == "postgres" {
+					if os.Getenv(pgtest.EnvDSN) == "" {
+						t.Skipf("%s is not set", pgtest.EnvDSN)
+					}
+					path = storetest.Postgres(t)
+				}
+				takenOverOnce(t, path, stage)
+			})
+		}
+	}
+}
+
+func takenOverOnce(t *testing.T, path, stage string) {
+	clk := clocktest.Virtual()
+	ctx := context.Background()
+	a := newNamedSchedSim(t, clk, path, "a")
+	b, c := newNamedSchedSim(t, clk, path, "b"), newNamedSchedSim(t, clk, path, "c")
+	due := nextWeekday(clk.Now(), time.Thursday, 10)
+	d := a.schedule(t, "every thu 10:00")
+	a.advanceTo(due)
+	a.s.stopAt = func(s string) bool { return s == stage }
+	a.s.Tick(ctx) // a claims the run and stops: it ticks no more
+	run := a.lastRun(t, d.ID)
+	if run.Result != cbdash.RunClaimed || run.ClaimedBy != "a" {
+		t.Fatalf("after a stopped: run %+v, want claimed by a", run)
+	}
+	holdsOf := func() []cbdash.HoldRecord {
+		t.Helper()
+		hs, err := b.st.Holds(ctx, cbdash.HoldQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hs
+	}
+	before := holdsOf()
+
+	a.advanceTo(due.Add(ScheduleLease - time.Second)) // within the lease
+	b.s.Tick(ctx)
+	if r := b.lastRun(t, d.ID); r.Result != cbdash.RunClaimed || r.ClaimedBy != "a" || len(holdsOf()) != len(before) {
+		t.Fatalf("within the lease: run %+v, %d holds; want a's claim untouched", r, len(holdsOf()))
+	}
+
+	a.advanceTo(due.Add(ScheduleLease + time.Second))
+	var wg sync.WaitGroup
+	for _, sim := range []*schedSim{b, c} {
+		wg.Go(func() { sim.s.Tick(ctx) })
+	}
+	wg.Wait()
+	b.s.Tick(ctx)
+	c.s.Tick(ctx) // ticks after the takeover change nothing
+	hs := holdsOf()
+	if len(hs) != 1 {
+		t.Fatalf("%d holds, want the drill once", len(hs))
+	}
+	r := b.lastRun(t, d.ID)
+	if r.Result != cbdash.RunStarted || r.HoldID != hs[0].ID || r.TakenOverFrom != "a" || (r.ClaimedBy != "b" && r.ClaimedBy != "c") {
+		t.Fatalf("run %+v, want started as %s, taken over from a by b or c", r, hs[0].ID)
+	}
+	if stage == "created" && len(before) != 1 {
+		t.Fatalf("a stopped after creating its hold but %d holds were stored", len(before))
+	}
+	if stage == "created" && hs[0].ID != before[0].ID {
+		t.Errorf("the run was started again as %s; a's hold %s was not found", hs[0].ID, before[0].ID)
+	}
+	if !hs[0].Until.Equal(due.Add(10*time.Minute)) || hs[0].Actor != ScheduleActor(d.ID) {
+		t.Errorf("the drill %+v, want it to end at %v", hs[0], due.Add(10*time.Minute))
+	}
+	if want := "started as hold " + hs[0].ID + " (taken over by " + r.ClaimedBy + " from a, which stopped before finishing it)"; !strings.Contains(r.Text(), want) {
+		t.Errorf("run text %q, want %q", r.Text(), want)
 	}
 }

@@ -40,9 +40,10 @@ func validateAlertRule(r cbdash.AlertRule) error {
 // the names the engine knows.
 func validateRuleNames(r cbdash.AlertRule) error {
 	switch r.Kind {
-	case cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped:
+	case cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped,
+		cbdash.AlertFallbackUnexercised:
 	default:
-		return fmt.Errorf("kind %q is not one of open, half_open_long, headroom, stale, drill_stopped", r.Kind)
+		return fmt.Errorf("kind %q is not one of open, half_open_long, headroom, stale, drill_stopped, fallback_unexercised", r.Kind)
 	}
 	switch r.Format {
 	case "", cbdash.FormatJSON, cbdash.FormatSlack, cbdash.FormatPagerDuty:

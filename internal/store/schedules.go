@@ -166,7 +166,7 @@ func cmpOr(v, def int) int {
 // ScheduleRuns returns the last limit runs of schedule id, newest due
 // first. Errors: ctx's or a wrapped driver error.
 func (s *Store) ScheduleRuns(ctx context.Context, id string, limit int) ([]cbdash.ScheduleRun, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT schedule_id, due, at, result, hold_id, reason FROM drill_schedule_runs
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+runColumns+` FROM drill_schedule_runs
 		WHERE schedule_id = $1 ORDER BY due DESC LIMIT $2`, id, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("store: schedule runs: %w", err)
@@ -174,12 +174,10 @@ func (s *Store) ScheduleRuns(ctx context.Context, id string, limit int) ([]cbdas
 	defer rows.Close()
 	out := []cbdash.ScheduleRun{}
 	for rows.Next() {
-		var r cbdash.ScheduleRun
-		var due, at int64
-		if err := rows.Scan(&r.ScheduleID, &due, &at, &r.Result, &r.HoldID, &r.Reason); err != nil {
+		r, err := scanRun(rows)
+		if err != nil {
 			return nil, fmt.Errorf("store: schedule runs: %w", err)
 		}
-		r.Due, r.At = fromMs(due), fromMs(at)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -188,8 +186,18 @@ func (s *Store) ScheduleRuns(ctx context.Context, id string, limit int) ([]cbdas
 	return out, nil
 }
 
-// ClaimScheduleRun records run r (its schedule and due time, when and how
-// it was taken) unless that due time of that schedule is recorded
+const runColumns = "schedule_id, due, at, result, hold_id, reason, claimed_by, taken_over_from"
+
+func scanRun(sc interface{ Scan(...any) error }) (cbdash.ScheduleRun, error) {
+	var r cbdash.ScheduleRun
+	var due, at int64
+	err := sc.Scan(&r.ScheduleID, &due, &at, &r.Result, &r.HoldID, &r.Reason, &r.ClaimedBy, &r.TakenOverFrom)
+	r.Due, r.At = fromMs(due), fromMs(at)
+	return r, err
+}
+
+// ClaimScheduleRun records run r (its schedule and due time, when, by
+// which collector (ClaimedBy) and how it was taken) unless that due time of that schedule is recorded
 // already: of several collectors sharing the database, the one whose
 // claim succeeds runs it. Errors: cbdash.ErrConflict when the due time
 // was taken already, cbdash.ErrNotFound for an unknown schedule,
@@ -207,9 +215,9 @@ func (s *Store) ClaimScheduleRun(ctx context.Context, r cbdash.ScheduleRun) erro
 		if n == 0 {
 			return fmt.Errorf("%w: schedule %q", cbdash.ErrNotFound, r.ScheduleID)
 		}
-		res, err := x.exec(`INSERT INTO drill_schedule_runs (schedule_id, due, at, result, hold_id, reason)
-			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (schedule_id, due) DO NOTHING`,
-			r.ScheduleID, ms(r.Due), ms(r.At), r.Result, r.HoldID, r.Reason)
+		res, err := x.exec(`INSERT INTO drill_schedule_runs (schedule_id, due, at, result, hold_id, reason, claimed_by)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (schedule_id, due) DO NOTHING`,
+			r.ScheduleID, ms(r.Due), ms(r.At), r.Result, r.HoldID, r.Reason, r.ClaimedBy)
 		if err != nil {
 			return fmt.Errorf("store: claim schedule run: %w", err)
 		}
@@ -222,21 +230,76 @@ func (s *Store) ClaimScheduleRun(ctx context.Context, r cbdash.ScheduleRun) erro
 	}})
 }
 
-// FinishScheduleRun records how a claimed run went: its Result, HoldID
-// and Reason replace the claim's. Errors: cbdash.ErrNotFound when the run
-// was never claimed; ErrClosed, ctx's or a wrapped driver error.
+// TakeOverScheduleRun claims again run r (its schedule and due time),
+// for r.ClaimedBy at r.At, when it is still claimed (cbdash.RunClaimed)
+// by a claim made at or before staleBefore: the collector that claimed
+// it did not finish it within its lease (holds.ScheduleLease). One
+// statement replaces exactly that claim, so of several collectors taking
+// it over at once one only succeeds (its row's TakenOverFrom names the
+// collector whose claim it replaced; returned). Errors:
+// cbdash.ErrConflict when the run is finished, or claimed after
+// staleBefore (by its claimer, or by a collector that took it over
+// first); cbdash.ErrNotFound when it was never claimed; ErrClosed, ctx's
+// or a wrapped driver error.
+func (s *Store) TakeOverScheduleRun(ctx context.Context, r cbdash.ScheduleRun, staleBefore time.Time) (cbdash.ScheduleRun, error) {
+	var out cbdash.ScheduleRun
+	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+		res, err := x.exec(`UPDATE drill_schedule_runs SET at = $1, claimed_by = $2, taken_over_from = claimed_by
+			WHERE schedule_id = $3 AND due = $4 AND result = $5 AND at <= $6`,
+			ms(r.At), r.ClaimedBy, r.ScheduleID, ms(r.Due), cbdash.RunClaimed, ms(staleBefore))
+		if err != nil {
+			return fmt.Errorf("store: take over schedule run: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("store: take over schedule run: %w", err)
+		}
+		q, err := x.queryRow("SELECT "+runColumns+" FROM drill_schedule_runs WHERE schedule_id = $1 AND due = $2", r.ScheduleID, ms(r.Due))
+		if err != nil {
+			return err
+		}
+		cur, err := scanRun(q)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w: schedule %q's run due %s", cbdash.ErrNotFound, r.ScheduleID, r.Due.UTC().Format(time.RFC3339))
+		case err != nil:
+			return fmt.Errorf("store: take over schedule run: %w", err)
+		case n == 0:
+			return fmt.Errorf("%w: schedule %q's run due %s is %s by %q at %s", cbdash.ErrConflict, r.ScheduleID,
+				r.Due.UTC().Format(time.RFC3339), cur.Result, cur.ClaimedBy, cur.At.UTC().Format(time.RFC3339))
+		}
+		out = cur
+		return nil
+	}})
+	return out, err
+}
+
+// FinishScheduleRun records how a run claimed by r.ClaimedBy went: its
+// Result, HoldID and Reason replace the claim's. Errors: cbdash.ErrNotFound
+// when the run was never claimed; cbdash.ErrConflict when it is finished
+// already or claimed by another collector (it took the run over);
+// ErrClosed, ctx's or a wrapped driver error.
 func (s *Store) FinishScheduleRun(ctx context.Context, r cbdash.ScheduleRun) error {
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
-		res, err := x.exec("UPDATE drill_schedule_runs SET result = $1, hold_id = $2, reason = $3 WHERE schedule_id = $4 AND due = $5",
-			r.Result, r.HoldID, r.Reason, r.ScheduleID, ms(r.Due))
+		res, err := x.exec(`UPDATE drill_schedule_runs SET result = $1, hold_id = $2, reason = $3
+			WHERE schedule_id = $4 AND due = $5 AND result = $6 AND claimed_by = $7`,
+			r.Result, r.HoldID, r.Reason, r.ScheduleID, ms(r.Due), cbdash.RunClaimed, r.ClaimedBy)
 		if err != nil {
 			return fmt.Errorf("store: finish schedule run: %w", err)
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return fmt.Errorf("store: finish schedule run: %w", err)
-		} else if n == 0 {
+		} else if n > 0 {
+			return nil
+		}
+		n, err := x.count("SELECT count(*) FROM drill_schedule_runs WHERE schedule_id = $1 AND due = $2", r.ScheduleID, ms(r.Due))
+		switch {
+		case err != nil:
+			return fmt.Errorf("store: finish schedule run: %w", err)
+		case n == 0:
 			return fmt.Errorf("%w: schedule %q's run due %s", cbdash.ErrNotFound, r.ScheduleID, r.Due.UTC().Format(time.RFC3339))
 		}
-		return nil
+		return fmt.Errorf("%w: schedule %q's run due %s is finished or claimed by another collector", cbdash.ErrConflict,
+			r.ScheduleID, r.Due.UTC().Format(time.RFC3339))
 	}})
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -220,6 +221,8 @@ func ruleRow(r cbdash.AlertRule, firing int, admin bool) templates.AlertRuleRow 
 	switch r.Kind {
 	case cbdash.AlertHalfOpenLong:
 		params = append(params, "for "+durationOr(r.For, 30*time.Second))
+	case cbdash.AlertFallbackUnexercised:
+		params = append(params, "not exercised for "+alert.DurationText(cmp.Or(r.For, alert.DefaultFallbackFor)))
 	case cbdash.AlertHeadroom:
 		m := r.Margin
 		if m == 0 {
@@ -272,6 +275,7 @@ var alertKinds = [][2]string{
 	{cbdash.AlertHeadroom, "headroom: a rate within Margin of its threshold"},
 	{cbdash.AlertStale, "stale: an instance stopped reporting"},
 	{cbdash.AlertDrillStopped, "drill stopped: a stop condition ended a drill"},
+	{cbdash.AlertFallbackUnexercised, "fallback_unexercised: the fallback has not served rejected calls for For (30d)"},
 }
 
 // ruleForm fills the editor with r; hideWebhook leaves its URL out.
@@ -283,7 +287,7 @@ func ruleForm(r cbdash.AlertRule, editing, hideWebhook bool) templates.AlertForm
 		f.Action = "/alerts/rules/" + f.ID
 	}
 	if r.For > 0 {
-		f.For = r.For.String()
+		f.For = alert.DurationText(r.For)
 	}
 	if r.Hold > 0 {
 		f.Hold = r.Hold.String()
@@ -320,10 +324,8 @@ func formRule(c echo.Context) (cbdash.AlertRule, error) {
 		name string
 		to   *time.Duration
 	}{{"for", &r.For}, {"hold", &r.Hold}, {"flap_window", &r.FlapWindow}, {"group_wait", &r.GroupWait}, {"group_interval", &r.GroupInterval}} {
-		if v := strings.TrimSpace(c.FormValue(d.name)); v != "" {
-			if *d.to, err = time.ParseDuration(v); err != nil || *d.to < 0 {
-				return r, errorf(cbdash.ErrInvalid, "%s must be a duration like 30s or 2m (got %q)", d.name, v)
-			}
+		if *d.to, err = alert.ParseDuration(d.name, strings.TrimSpace(c.FormValue(d.name))); err != nil {
+			return r, err
 		}
 	}
 	if v := strings.TrimSpace(c.FormValue("flap_count")); v != "" {

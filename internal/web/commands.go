@@ -145,6 +145,9 @@ func (s *Server) confirm(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if isDrill(c) {
+		return s.operatorDrill(c, f) // drillform.go
+	}
 	d, err := s.col.Dependency(f.key)
 	if err != nil {
 		return err

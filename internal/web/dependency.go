@@ -276,6 +276,9 @@ func (s *Server) dependency(c echo.Context) error {
 		v.Operator = operatorForm(p.CSRF, d)
 		v.Operator.MaxTTL, v.Operator.MaxHold = int(s.maxHold()/time.Minute), holdText(s.maxHold())
 		v.Operator.View = viewFields(sp)
+		if hs, err := s.holdService(); err == nil {
+			v.Operator.DefaultStops = stopsText(hs.DefaultStops())
+		}
 	}
 	if v.Holds, err = s.depHolds(ctx, d, p); err != nil {
 		return err

@@ -57,6 +57,7 @@ func (s *Server) mountHolds(read, op routes) {
 	read.GET("/holds/:id", s.holdPage)
 	op.POST("/holds/confirm", s.holdConfirm)
 	op.POST("/holds", s.holdCreate)
+	op.POST("/holds/schedule", s.scheduleCreate) // drillform.go
 	op.POST("/holds/:id/release", s.holdRelease)
 }
 
@@ -139,13 +140,9 @@ func (s *Server) scheduleRows(ctx context.Context) ([]templates.ScheduleRow, err
 		}
 		if len(d.Runs) > 0 {
 			run := d.Runs[0]
-			r.LastRun = run.Due.UTC().Format("2006-01-02 15:04") + " " + run.Result
-			switch run.Result {
-			case cbdash.RunStarted:
-				r.LastRun += " as hold " + run.HoldID
+			r.LastRun = run.Text()
+			if run.Result == cbdash.RunStarted {
 				r.LastHref = holdHref(run.HoldID)
-			case cbdash.RunSkipped:
-				r.LastRun += ": " + run.Reason
 			}
 		}
 		rows = append(rows, r)
@@ -401,7 +398,7 @@ func splitList(s string) []string {
 func holdFields(c echo.Context) []templates.Field {
 	var out []templates.Field
 	for _, n := range []string{"from", "service", "breaker", "action", "labels", "instances", "share", "ttl", "reason",
-		"stop_if", "drop_stop_if", "drop_reason", "steps"} {
+		"stop_if", "drop_stop_if", "drop_reason", "steps", "when", "at", "day", "time"} {
 		out = append(out, templates.Field{Name: n, Value: c.FormValue(n)})
 	}
 	return out
@@ -424,6 +421,14 @@ func (s *Server) holdConfirm(c echo.Context) error {
 	v := templates.HoldConfirm{Page: s.page(c, "Confirm hold", "holds"), Fields: holdFields(c), Back: back}
 	req, err := holdForm(c, actorFrom(c).Name)
 	v.Title = incident.ActionText(req.Action) + " " + req.Selector.String()
+	var rule cbdash.ScheduleRule
+	var scheduled bool
+	if err == nil {
+		rule, scheduled, err = scheduleForm(c)
+	}
+	if err == nil && scheduled {
+		return s.scheduleConfirm(c, v, req, rule)
+	}
 	if err == nil {
 		var plan cbdash.HoldPlan
 		if plan, err = hs.PlanHold(c.Request().Context(), req); err == nil && len(plan.Refused) > 0 {

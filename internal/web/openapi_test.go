@@ -359,7 +359,7 @@ func TestOpenAPIEnumsAreTheGoConstants(t *testing.T) {
 	states := []string{protocol.StateClosed, protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed}
 	actions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed, protocol.ActionRelease, protocol.ActionReset}
 	holdActions := []string{protocol.ActionForceOpen, protocol.ActionForceClosed}
-	kinds := []string{cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped}
+	kinds := []string{cbdash.AlertOpen, cbdash.AlertHalfOpenLong, cbdash.AlertHeadroom, cbdash.AlertStale, cbdash.AlertDrillStopped, cbdash.AlertFallbackUnexercised}
 	formats := []string{cbdash.FormatJSON, cbdash.FormatSlack, cbdash.FormatPagerDuty}
 	causes := []string{protocol.CauseFailureRate, protocol.CauseSlowCallRate, protocol.CauseOpenElapsed, protocol.CauseProbeFailed,
 		protocol.CauseProbesSucceeded, protocol.CauseCommand, protocol.CauseExpired, protocol.CauseLibraryRule, protocol.CauseAgentCommand,

@@ -87,6 +87,10 @@ type HoldConfirm struct {
 	Blast  []string
 	Error  string // when set, the hold cannot be created as asked
 	Back   string
+	// Action is where the confirmation posts ("" = /holds, a hold now;
+	// /holds/schedule for a scheduled drill); Button its button's text
+	// ("" = "Yes, hold them").
+	Action, Button string
 }
 
 // Field is a hidden form field.

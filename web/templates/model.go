@@ -354,6 +354,9 @@ type OperatorForm struct {
 	// sony/gobreaker v2 breaker cannot be held open or closed"): the panel
 	// says so instead of offering the commands.
 	Unsupported string
+	// DefaultStops is the server's default stop conditions (--stop-if),
+	// as the CLI writes them; "" = none.
+	DefaultStops string
 }
 
 // Dependency is the dependency page.
