@@ -48,8 +48,8 @@ type grouper struct {
 }
 
 type group struct {
-	firing   []Notification  // firings waiting for the group's next message
-	resolved []Notification  // resolves waiting for the group to empty
+	firing   []Notification // firings waiting for the group's next message
+	resolved []Notification // resolves waiting for the group to empty
 	// flapping are flapping messages of alerts whose firing waits in
 	// firing: each goes out right after the message carrying its firing.
 	flapping []Notification
