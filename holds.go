@@ -418,9 +418,9 @@ type HoldPlan struct {
 	Services []string `json:"services"`
 	// Instances matching now, by "service/instance", sorted.
 	Instances []string `json:"instances"`
-	// Eligible counts the live instances with the breaker before the
-	// share and instance narrowings: Instances/Eligible is the share
-	// actually reached.
+	// Eligible counts the live instances with the breaker and the
+	// selector's labels, before the share and instance narrowings:
+	// Instances/Eligible is the share actually reached.
 	Eligible int `json:"eligible"`
 	// CallsPerSecond is the calls per second the matching breakers
 	// passed or rejected in their last report: what force open rejects.

@@ -457,7 +457,11 @@ func blastLines(r cbdash.HoldRequest, p cbdash.HoldPlan) []string {
 	if len(p.Instances) > 0 {
 		lines = append(lines, "Matching now: "+strings.Join(p.Instances, ", ")+".")
 	}
-	lines = append(lines, fmt.Sprintf("Share reached: %d of %d live instances with a %s breaker.", len(p.Instances), p.Eligible, r.Selector.Breaker))
+	with := "a " + r.Selector.Breaker + " breaker"
+	if len(r.Selector.Labels) > 0 { // the labels choose the instances a share is of
+		with += " and " + strings.TrimPrefix(cbdash.Selector{Labels: r.Selector.Labels}.String(), "/ ")
+	}
+	lines = append(lines, fmt.Sprintf("Share reached: %d of %d live instances with %s.", len(p.Instances), p.Eligible, with))
 	if r.Action == protocol.ActionForceOpen {
 		lines = append(lines, "Calls that will be rejected: about "+wording.PerSecond(p.CallsPerSecond)+" (their last report).")
 	}
