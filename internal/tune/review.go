@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -157,9 +158,12 @@ func fallback(c protocol.Counts, last time.Time) Answer {
 	rej := c.Rejected()
 	switch {
 	case c.FallbackSuccess > 0 && c.FallbackSuccess >= c.FallbackFailure:
-		a.Verdict, a.Evidence = Yes, fmt.Sprintf("fallbacks served %d, failed %d, of %d rejections; last served %s", c.FallbackSuccess, c.FallbackFailure, rej, last.UTC().Format(time.RFC3339))
+		// A fallback runs for a failed call too: its calls are not a
+		// share of the rejections.
+		a.Verdict, a.Evidence = Yes, fmt.Sprintf("fallback calls %s, for %d rejections and the failed calls; last served %s",
+			wording.FallbackCalls(c.FallbackSuccess, c.FallbackFailure), rej, last.UTC().Format(time.RFC3339))
 	case c.FallbackFailure > 0:
-		a.Verdict, a.Evidence = No, fmt.Sprintf("fallbacks failed %d times, served %d", c.FallbackFailure, c.FallbackSuccess)
+		a.Verdict, a.Evidence = No, "fallback calls "+wording.FallbackCalls(c.FallbackSuccess, c.FallbackFailure)+": more failed than served"
 		a.Change = "make the fallback serve from something that does not share the dependency's fate (a cache, a default answer, a degraded page): one that fails too only turns a rejection into an error"
 	case rej > 0:
 		a.Verdict, a.Evidence = No, fmt.Sprintf("%d rejections, no fallback ran: they reached the callers as errors", rej)

@@ -166,3 +166,17 @@ func TestReviewBacksANoOnTheThresholdWithTheReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewWordsFallbacksAsEverywhere is finding 7 of the demo trial:
+// the review said "fallbacks served 8662, failed 3204, of 11696
+// rejections", more fallbacks than rejections (a fallback runs for a
+// failed call too) and "served" beside a total. It says "fallback calls
+// N (S served, F failed)", the words of the incident and drill reports,
+// and that they ran for the rejections and the failed calls.
+func TestReviewWordsFallbacksAsEverywhere(t *testing.T) {
+	a := review(good, minutes(600, 1, 100, 80, 30))["fallback"]
+	want := "fallback calls 6600 (4800 served, 1800 failed), for 6000 rejections and the failed calls; last served "
+	if a.Verdict != tune.Yes || !strings.HasPrefix(a.Evidence, want) {
+		t.Errorf("fallback answer %+v, want yes with evidence %q...", a, want)
+	}
+}

@@ -588,7 +588,7 @@ func reportSummary(r cbdash.HoldReport, now time.Time) []templates.SummaryItem {
 		{Label: "instances covered", Value: covered, TestID: "sum-covered"},
 		{Label: "joined later", Value: joined, TestID: "sum-late"},
 		{Label: "calls rejected", Value: strconv.FormatInt(c.Rejected(), 10), TestID: "sum-rejected"},
-		{Label: "fallbacks served", Value: fmt.Sprintf("%d (%d failed)", c.FallbackSuccess, c.FallbackFailure), TestID: "sum-fallbacks"},
+		{Label: "fallback calls", Value: wording.FallbackCalls(c.FallbackSuccess, c.FallbackFailure), TestID: "sum-fallbacks"},
 		{Label: "result", Value: drillResultText(r), TestID: "sum-result"},
 		{Label: "stop conditions", Value: cmp.Or(stopsText(h.Stops), "none"), TestID: "sum-stops"},
 	}
