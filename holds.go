@@ -520,6 +520,13 @@ type HoldReport struct {
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
 	Ongoing bool      `json:"ongoing"`
+	// CountedFrom and CountedTo bound the whole seconds the figures
+	// count (API 1.2.0): window reports are per second, and a second
+	// counts when the hold covered its middle (a covered breaker's from
+	// when the hold reached it). Equal when the hold was too short to
+	// cover one: then nothing is counted.
+	CountedFrom time.Time `json:"counted_from"`
+	CountedTo   time.Time `json:"counted_to"`
 	// Result is one of the Drill* results: how the drill ended.
 	Result string `json:"result"`
 	// Instances has one row per covered instance breaker, sorted.

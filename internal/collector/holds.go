@@ -157,3 +157,7 @@ func (c *Collector) refuseUnsupportedTargets(k cbdash.DependencyKey, instances [
 func HoldAnswerText(in cbdash.HoldInstanceReport, ongoing bool) string {
 	return holds.AnswerText(in, ongoing)
 }
+
+// HoldCountedText says which seconds a drill report's figures count
+// (holds.CountedText).
+func HoldCountedText(r cbdash.HoldReport) string { return holds.CountedText(r) }

@@ -15,12 +15,13 @@ import (
 
 // Report builds the drill report of hold id: its coverage (one row per
 // instance breaker, the latest answer of a process restarted under the
-// same id), what each covered breaker counted while held (exactly the sum
-// of its window reports from the moment the hold was sent to it until the
-// hold ended), and each covered dependency before and during the hold
-// from stored history (in whole seconds; "before" spans as long as
-// "during", at least 1 s and at most an hour). Errors: cbdash.ErrNotFound,
-// or the store's error.
+// same id), what each covered breaker counted while held, and each
+// covered dependency before and during the hold from stored history. Both
+// count whole seconds, the same ones: window reports are per second, and
+// a second counts when the hold covered its middle (CountedFrom,
+// CountedTo; a breaker's from when the hold reached it); "before" spans
+// as many seconds, at least 1 and at most an hour. Errors:
+// cbdash.ErrNotFound, or the store's error.
 func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, error) {
 	h, err := m.cfg.Store.Hold(ctx, id)
 	if err != nil {
@@ -66,28 +67,27 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 	if now.Before(end) {
 		end = now
 	}
-	if r.Dependencies, err = m.dependencyReports(ctx, deps, r.Start, end); err != nil {
+	r.CountedFrom, r.CountedTo = countedSeconds(r.Start, end)
+	if r.Dependencies, err = m.dependencyReports(ctx, deps, r.CountedFrom, r.CountedTo); err != nil {
 		return cbdash.HoldReport{}, err
 	}
 	return r, nil
 }
 
 // dependencyReports is each dependency of deps before and during a hold
-// that started at start and ended (or is now) at end, sorted.
-func (m *Manager) dependencyReports(ctx context.Context, deps map[cbdash.DependencyKey]bool, start, end time.Time) ([]cbdash.HoldDependencyReport, error) {
-	// History is kept in buckets of whole seconds: the split falls on the
-	// second the hold started in (its calls count as during), and each span
-	// is at least one bucket, so a bucket is never counted on both sides.
-	split := start.Truncate(time.Second)
-	span := min(max(end.Sub(split), time.Second), time.Hour).Round(time.Second)
+// whose counted seconds are [lo, hi) (countedSeconds), sorted: during,
+// those seconds (none for a hold that covered no second's middle);
+// before, as many seconds before them, at least 1 and at most an hour.
+func (m *Manager) dependencyReports(ctx context.Context, deps map[cbdash.DependencyKey]bool, lo, hi time.Time) ([]cbdash.HoldDependencyReport, error) {
+	span := min(max(hi.Sub(lo), time.Second), time.Hour)
 	out := []cbdash.HoldDependencyReport{}
 	for k := range deps {
 		dr := cbdash.HoldDependencyReport{DependencyKey: k}
 		var err error
-		if dr.Before, err = m.period(ctx, k, split.Add(-span), split); err != nil {
+		if dr.Before, err = m.period(ctx, k, lo.Add(-span), lo); err != nil {
 			return nil, err
 		}
-		if dr.During, err = m.period(ctx, k, split, split.Add(max(end.Sub(split), time.Second))); err != nil {
+		if dr.During, err = m.period(ctx, k, lo, hi); err != nil {
 			return nil, err
 		}
 		out = append(out, dr)
@@ -139,6 +139,7 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 		}
 	}
 	fmt.Fprintf(&b, "- Instances covered: %d (%d joined later)\n", len(r.Instances), late)
+	fmt.Fprintf(&b, "- Counted: %s\n", CountedText(r))
 	fmt.Fprintf(&b, "- Result: %s\n%s\n", strings.ToUpper(r.Result), stopsLine(h.Stops))
 	b.WriteString("## During the hold\n\n| Instance | Breaker | Covered | Answer | Calls | Rejected | Fallbacks served | Fallbacks failed | Error rate | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(inst, br, covered, answer string, p cbdash.HoldPeriod) {
@@ -158,12 +159,26 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	}
 	row("**total**", "", "", "", r.Total)
 	stepsMarkdown(&b, r.Steps)
-	b.WriteString("\n## Callers before and during\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## Callers before and during\n\nEvery instance of each dependency, covered or not, over the same seconds as above.\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
 	for _, d := range r.Dependencies {
 		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.1f%% | %s | %s |\n", mdText(d.String()), d.Before.Calls, d.During.Calls,
 			d.Before.ErrorRate, d.During.ErrorRate, wording.Latency(d.Before.P99), wording.Latency(d.During.P99))
 	}
 	return b.Bytes()
+}
+
+// CountedText says which seconds r's figures count: "the whole seconds
+// 12:00:01 to 12:00:11 UTC (10 s): window reports are per second; a
+// second counts when the hold covered its middle, a breaker's from when
+// the hold reached it", or, for a hold too short to cover a second's
+// middle, that nothing is counted.
+func CountedText(r cbdash.HoldReport) string {
+	const why = "window reports are per second; a second counts when the hold covered its middle, a breaker's from when the hold reached it"
+	n := r.CountedTo.Sub(r.CountedFrom)
+	if n <= 0 {
+		return fmt.Sprintf("nothing: the hold lasted %s and covered the middle of no second (%s)", r.End.Sub(r.Start).Round(time.Millisecond), why)
+	}
+	return fmt.Sprintf("the whole seconds %s to %s UTC (%s): %s", clockUTC(r.CountedFrom), clockUTC(r.CountedTo), wording.Span(n), why)
 }
 
 // AnswerText is a covered breaker's answer to a hold in words, without
