@@ -520,11 +520,11 @@ type HoldReport struct {
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
 	Ongoing bool      `json:"ongoing"`
-	// CountedFrom and CountedTo bound the whole seconds the figures
-	// count (API 1.2.0): window reports are per second, and a second
-	// counts when the hold covered its middle (a covered breaker's from
-	// when the hold reached it). Equal when the hold was too short to
-	// cover one: then nothing is counted.
+	// CountedFrom and CountedTo bound the store's whole seconds the
+	// callers' figures (Dependencies) count (API 1.2.0): from the second
+	// the hold started in to the end of the one it ended in. Instances
+	// count each window report that overlaps the hold instead (about a
+	// second each, not aligned to those seconds).
 	CountedFrom time.Time `json:"counted_from"`
 	CountedTo   time.Time `json:"counted_to"`
 	// Result is one of the Drill* results: how the drill ended.

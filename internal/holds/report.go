@@ -15,12 +15,15 @@ import (
 
 // Report builds the drill report of hold id: its coverage (one row per
 // instance breaker, the latest answer of a process restarted under the
-// same id), what each covered breaker counted while held, and each
-// covered dependency before and during the hold from stored history. Both
-// count whole seconds, the same ones: window reports are per second, and
-// a second counts when the hold covered its middle (CountedFrom,
-// CountedTo; a breaker's from when the hold reached it); "before" spans
-// as many seconds, at least 1 and at most an hour. Errors:
+// same id), what each covered breaker counted while held (exactly the sum
+// of its window reports that overlap the hold from the moment it was sent
+// to the breaker: no call the hold rejected is missed, and a report's
+// calls before or after the hold within it count too), and each covered
+// dependency before and during the hold from stored history (in whole
+// seconds, CountedFrom to CountedTo; "before" spans as long as "during",
+// at least 1 s and at most an hour). The two differ by the ends of the
+// instances' reports, which are not aligned to the store's seconds, and
+// by instances not covered; CountedText says so. Errors:
 // cbdash.ErrNotFound, or the store's error.
 func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, error) {
 	h, err := m.cfg.Store.Hold(ctx, id)
@@ -67,27 +70,33 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 	if now.Before(end) {
 		end = now
 	}
-	r.CountedFrom, r.CountedTo = countedSeconds(r.Start, end)
-	if r.Dependencies, err = m.dependencyReports(ctx, deps, r.CountedFrom, r.CountedTo); err != nil {
+	r.CountedFrom = r.Start.Truncate(time.Second)
+	r.CountedTo = r.CountedFrom.Add(max(end.Sub(r.CountedFrom), time.Second))
+	if t := r.CountedTo.Truncate(time.Second); t.Before(r.CountedTo) {
+		r.CountedTo = t.Add(time.Second) // the store's seconds: the one the hold ended in counts whole
+	}
+	if r.Dependencies, err = m.dependencyReports(ctx, deps, r.Start, end); err != nil {
 		return cbdash.HoldReport{}, err
 	}
 	return r, nil
 }
 
 // dependencyReports is each dependency of deps before and during a hold
-// whose counted seconds are [lo, hi) (countedSeconds), sorted: during,
-// those seconds (none for a hold that covered no second's middle);
-// before, as many seconds before them, at least 1 and at most an hour.
-func (m *Manager) dependencyReports(ctx context.Context, deps map[cbdash.DependencyKey]bool, lo, hi time.Time) ([]cbdash.HoldDependencyReport, error) {
-	span := min(max(hi.Sub(lo), time.Second), time.Hour)
+// that started at start and ended (or is now) at end, sorted.
+func (m *Manager) dependencyReports(ctx context.Context, deps map[cbdash.DependencyKey]bool, start, end time.Time) ([]cbdash.HoldDependencyReport, error) {
+	// History is kept in buckets of whole seconds: the split falls on the
+	// second the hold started in (its calls count as during), and each span
+	// is at least one bucket, so a bucket is never counted on both sides.
+	split := start.Truncate(time.Second)
+	span := min(max(end.Sub(split), time.Second), time.Hour).Round(time.Second)
 	out := []cbdash.HoldDependencyReport{}
 	for k := range deps {
 		dr := cbdash.HoldDependencyReport{DependencyKey: k}
 		var err error
-		if dr.Before, err = m.period(ctx, k, lo.Add(-span), lo); err != nil {
+		if dr.Before, err = m.period(ctx, k, split.Add(-span), split); err != nil {
 			return nil, err
 		}
-		if dr.During, err = m.period(ctx, k, lo, hi); err != nil {
+		if dr.During, err = m.period(ctx, k, split, split.Add(max(end.Sub(split), time.Second))); err != nil {
 			return nil, err
 		}
 		out = append(out, dr)
@@ -159,7 +168,7 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	}
 	row("**total**", "", "", "", r.Total)
 	stepsMarkdown(&b, r.Steps)
-	b.WriteString("\n## Callers before and during\n\nEvery instance of each dependency, covered or not, over the same seconds as above.\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## Callers before and during\n\nEvery instance of each dependency, covered or not, in the store's whole seconds.\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
 	for _, d := range r.Dependencies {
 		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.1f%% | %s | %s |\n", mdText(d.String()), d.Before.Calls, d.During.Calls,
 			d.Before.ErrorRate, d.During.ErrorRate, wording.Latency(d.Before.P99), wording.Latency(d.During.P99))
@@ -167,18 +176,20 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	return b.Bytes()
 }
 
-// CountedText says which seconds r's figures count: "the whole seconds
-// 12:00:01 to 12:00:11 UTC (10 s): window reports are per second; a
-// second counts when the hold covered its middle, a breaker's from when
-// the hold reached it", or, for a hold too short to cover a second's
-// middle, that nothing is counted.
+// CountedText says what r's two sets of figures count and why they
+// differ: each covered breaker's window reports that overlap the hold
+// (about a second each, not aligned to the store's seconds: calls up to
+// a second before and after the hold count), and the callers' whole
+// seconds; a hold shorter than a second is said to be mostly outside
+// what is counted.
 func CountedText(r cbdash.HoldReport) string {
-	const why = "window reports are per second; a second counts when the hold covered its middle, a breaker's from when the hold reached it"
-	n := r.CountedTo.Sub(r.CountedFrom)
-	if n <= 0 {
-		return fmt.Sprintf("nothing: the hold lasted %s and covered the middle of no second (%s)", r.End.Sub(r.Start).Round(time.Millisecond), why)
+	s := fmt.Sprintf("breakers: each window report (about 1 s) that overlaps the hold, from when it reached the breaker, so calls up to a second before and after it count too; "+
+		"callers: the whole seconds %s to %s UTC (%s); the two differ by those edges and by instances not covered",
+		clockUTC(r.CountedFrom), clockUTC(r.CountedTo), wording.Span(r.CountedTo.Sub(r.CountedFrom)))
+	if d := r.End.Sub(r.Start); !r.Ongoing && d < time.Second {
+		s = fmt.Sprintf("the hold lasted %s, less than the reports: most of what is counted below is from before or after it (%s)", d.Round(time.Millisecond), s)
 	}
-	return fmt.Sprintf("the whole seconds %s to %s UTC (%s): %s", clockUTC(r.CountedFrom), clockUTC(r.CountedTo), wording.Span(n), why)
+	return s
 }
 
 // AnswerText is a covered breaker's answer to a hold in words, without

@@ -106,14 +106,11 @@ func (m *Manager) pruneSpans(now time.Time) {
 }
 
 // Observe counts the window reports ws of instance k for the holds
-// covering their breakers: a report counts in a hold's figures when the
-// hold covered the middle of its second (countsIn: the second the store
-// files it under, as the report's callers' table reads it), and in the
-// last seconds its stop conditions read when its period ends after the
-// hold was sent to the breaker and starts before the hold ended. Call it
-// with each stored batch, after its commit (a resent batch is not stored,
-// nor counted, twice). It takes only the statistics' lock, so the store's
-// goroutine may call it.
+// covering their breakers: a report counts for a hold when its period ends
+// after the hold was sent to the breaker and starts before the hold ended.
+// Call it with each stored batch, after its commit (a resent batch is not
+// stored, nor counted, twice). It takes only the statistics' lock, so the
+// store's goroutine may call it.
 func (m *Manager) Observe(k Key, ws []protocol.Window) {
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()
@@ -124,13 +121,17 @@ func (m *Manager) Observe(k Key, ws []protocol.Window) {
 	for i := range ws {
 		w := &ws[i]
 		for _, sp := range m.cover[coverKey{k, w.Breaker}] {
-			sk := statKey{sp.holdID, k, w.Breaker}
-			if countsIn(w.Start, sp.from, sp.to) {
-				m.count(sk, *w)
-			}
 			if w.Start+w.Millis <= sp.from || w.Start >= sp.to {
 				continue
 			}
+			sk := statKey{sp.holdID, k, w.Breaker}
+			st := m.stats[sk]
+			if st == nil {
+				st = &cbdash.HoldCounts{Service: k.Service, Instance: k.Instance, Breaker: w.Breaker}
+				m.stats[sk] = st
+			}
+			st.AddWindow(*w)
+			m.dirty[sp.holdID] = true
 			r := m.recent[sk]
 			if r == nil {
 				r = &recentCounts{}
@@ -139,45 +140,6 @@ func (m *Manager) Observe(k Key, ws []protocol.Window) {
 			r.add(sec, *w)
 		}
 	}
-}
-
-// count adds w to the figures of sk. The caller holds statsMu.
-func (m *Manager) count(sk statKey, w protocol.Window) {
-	st := m.stats[sk]
-	if st == nil {
-		st = &cbdash.HoldCounts{Service: sk.k.Service, Instance: sk.k.Instance, Breaker: w.Breaker}
-		m.stats[sk] = st
-	}
-	st.AddWindow(w)
-	m.dirty[sk.holdID] = true
-}
-
-// countsIn reports whether a window report that started at start (Unix
-// ms) counts for a hold covering [from, to): when the hold covered the
-// middle of the report's second (the store files a report under the
-// second it starts in; countedSeconds). Each report then counts on one
-// side of a hold's start and of its end, as the store's seconds do, and
-// a hold that covers no second's middle counts none.
-func countsIn(start, from, to int64) bool {
-	sec := start - ((start%1000)+1000)%1000
-	return sec+500 >= from && sec+500 < to
-}
-
-// countedSeconds bounds the whole seconds a hold covering [from, to)
-// counts: [lo, hi) holds the seconds whose middle is within it (lo == hi:
-// none, the hold was too short to cover one).
-func countedSeconds(from, to time.Time) (lo, hi time.Time) {
-	ceil := func(t time.Time) time.Time {
-		if s := t.Truncate(time.Second); s.Before(t) {
-			return s.Add(time.Second)
-		}
-		return t
-	}
-	lo, hi = ceil(from.Add(-500*time.Millisecond)), ceil(to.Add(-500*time.Millisecond))
-	if hi.Before(lo) {
-		hi = lo
-	}
-	return lo, hi
 }
 
 // FlushStats saves the counts of holds that changed since the last save;

@@ -54,11 +54,8 @@ type report struct {
 	breakers          []protocol.BreakerConfig
 	state             string
 	counts            protocol.Counts
-	// windowStart, when set, starts the windows (else a millisecond
-	// ahead of now less a second).
-	windowStart time.Time
-	transitions []protocol.Transition
-	results     []protocol.CommandResult
+	transitions       []protocol.Transition
+	results           []protocol.CommandResult
 }
 
 func (s *holdStack) ingest(r report) []protocol.Command {
@@ -73,11 +70,7 @@ func (s *holdStack) ingest(r report) []protocol.Command {
 	for _, bc := range r.breakers {
 		// The window ends a millisecond ahead, so that it ends after a hold
 		// sent in the same millisecond.
-		start := now - 999
-		if !r.windowStart.IsZero() {
-			start = r.windowStart.UnixMilli()
-		}
-		b.Windows = append(b.Windows, protocol.Window{Breaker: bc.Name, Start: start, Millis: 1000, State: r.state, Counts: r.counts})
+		b.Windows = append(b.Windows, protocol.Window{Breaker: bc.Name, Start: now - 999, Millis: 1000, State: r.state, Counts: r.counts})
 	}
 	req := protocol.IngestRequest{Batch: b, Hello: protocol.Hello{Type: protocol.TypeHello, Protocol: protocol.Version, Service: r.service,
 		Instance: r.instance, SDKVersion: "test", StartedAt: r.started.UnixMilli(), Labels: map[string]string{"region": "eu"}, Breakers: r.breakers}}
@@ -109,10 +102,6 @@ func (s *holdStack) applyHold(r report, cmds []protocol.Command) {
 	// While held open, every call is rejected: 7 answered by a fallback
 	// that served, 3 by one that failed.
 	r.counts = protocol.Counts{RejectedForced: 10, FallbackSuccess: 7, FallbackFailure: 3}
-	// In the next whole second: a drill report counts the seconds whose
-	// middle the hold covered (the one it reached the instance in may
-	// not be), and this running clock cannot be moved there.
-	r.windowStart = s.clk.Now().Truncate(time.Second).Add(time.Second)
 	if more := s.ingest(r); len(more) != 0 {
 		s.t.Fatalf("after answering, %s/%s was sent %+v", r.service, r.instance, more)
 	}
