@@ -40,11 +40,18 @@ type BreakerReview struct {
 	Settings protocol.BreakerConfig `json:"settings"`
 	Answers  []Answer               `json:"answers"`
 	// NormalFailureRate and NoisyFailureRate are the median and the 95th
-	// percentile of the per-minute failure rate (percent) over the
-	// everyday minutes (every instance closed, nothing rejected) with at
-	// least MinimumCalls recorded calls; Threshold the settings'.
+	// percentile of the per-minute failure rate (percent of the admitted
+	// calls) over the everyday minutes (every instance closed, nothing
+	// rejected) with at least MinimumCalls recorded calls, EverydayMinutes
+	// of them; when there is none (a breaker out of closed somewhere in
+	// every minute), over every minute with that many calls, and
+	// EverydayMinutes is 0 (API 1.2.0: it was 0 % then). Threshold is the
+	// settings'.
 	NormalFailureRate float64 `json:"normal_failure_rate"`
 	NoisyFailureRate  float64 `json:"noisy_failure_rate"`
+	EverydayMinutes   int     `json:"everyday_minutes"`
+	// RatedMinutes counts the minutes the two rates are of.
+	RatedMinutes int `json:"rated_minutes"`
 	Threshold         float64 `json:"threshold"`
 	// FlapsPerDay counts trips within FlapWindow of the same instance's
 	// last close, per day of the range.
@@ -78,7 +85,11 @@ func Review(in ReviewInput) BreakerReview {
 			r.FallbackLastServed = p.At
 		}
 	}
-	r.NormalFailureRate, r.NoisyFailureRate = minuteRates(in.Minutes, max(set.MinimumCalls, 1))
+	r.NormalFailureRate, r.NoisyFailureRate, r.RatedMinutes = minuteRates(in.Minutes, max(set.MinimumCalls, 1), true)
+	r.EverydayMinutes = r.RatedMinutes
+	if r.RatedMinutes == 0 {
+		r.NormalFailureRate, r.NoisyFailureRate, r.RatedMinutes = minuteRates(in.Minutes, max(set.MinimumCalls, 1), false)
+	}
 	r.FlapsPerDay = flapsPerDay(in.Transitions, in.To.Sub(in.From))
 	link := "/dependency?" + url.Values{"service": {d.Service}, "breaker": {d.Breaker}, "range": {"24h"}}.Encode()
 	r.Answers = []Answer{
@@ -231,6 +242,8 @@ func aboveNoise(r BreakerReview) Answer {
 	switch {
 	case r.Threshold <= 0:
 		a.Verdict, a.Evidence = Unknown, "no failure-rate threshold reported"
+	case r.RatedMinutes == 0:
+		a.Verdict, a.Evidence = Unknown, "no minute with enough calls in the range: no everyday failure rate to compare the threshold with"
 	case r.NoisyFailureRate < r.Threshold:
 		a.Verdict = Yes
 	default:
@@ -239,9 +252,18 @@ func aboveNoise(r BreakerReview) Answer {
 			suggested(r), r.Service, r.Breaker, suggested(r))
 	}
 	if a.Evidence == "" {
-		a.Evidence = fmt.Sprintf("failure rate per minute: median %.1f%%, 95th percentile %.1f%%, threshold %g%%; %.1f flaps a day", r.NormalFailureRate, r.NoisyFailureRate, r.Threshold, r.FlapsPerDay)
+		a.Evidence = fmt.Sprintf("failure rate of the admitted calls per %s: median %.1f%%, 95th percentile %.1f%%, threshold %g%%; %.1f flaps a day",
+			ratedWhat(r), r.NormalFailureRate, r.NoisyFailureRate, r.Threshold, r.FlapsPerDay)
 	}
 	return a
+}
+
+// ratedWhat says which minutes r's failure rates are of.
+func ratedWhat(r BreakerReview) string {
+	if r.EverydayMinutes > 0 {
+		return fmt.Sprintf("everyday minute (%d, every instance closed and nothing rejected)", r.EverydayMinutes)
+	}
+	return fmt.Sprintf("minute (%d; none was an everyday one: a breaker was out of closed or rejected calls in each)", r.RatedMinutes)
 }
 
 // suggested is a threshold clear of the noise: the noisy rate and half
@@ -249,13 +271,14 @@ func aboveNoise(r BreakerReview) Answer {
 func suggested(r BreakerReview) float64 { return min(100, r.NoisyFailureRate*1.5+5) }
 
 // minuteRates returns the median and the 95th percentile of the
-// per-minute failure rate (percent) over the everyday minutes (every
-// instance closed, nothing rejected) with at least minCalls recorded
-// calls; 0, 0 with none.
-func minuteRates(pts []cbdash.Point, minCalls int) (median, p95 float64) {
+// per-minute failure rate (percent of the admitted calls) over the
+// minutes with at least minCalls recorded calls, only the everyday ones
+// (every instance closed, nothing rejected) when everyday is set, and
+// how many minutes that is; 0, 0, 0 with none.
+func minuteRates(pts []cbdash.Point, minCalls int, everyday bool) (median, p95 float64, n int) {
 	var rates []float64
 	for _, p := range pts {
-		if p.Open > 0 || p.Counts.Rejected() > 0 {
+		if everyday && (p.Open > 0 || p.Counts.Rejected() > 0) {
 			continue // an incident's minute, not an everyday one
 		}
 		if n := p.Counts.Successes + p.Counts.Failures; n >= int64(minCalls) {
@@ -263,10 +286,10 @@ func minuteRates(pts []cbdash.Point, minCalls int) (median, p95 float64) {
 		}
 	}
 	if len(rates) == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	slices.Sort(rates)
-	return rates[len(rates)/2], rates[len(rates)*95/100]
+	return rates[len(rates)/2], rates[len(rates)*95/100], len(rates)
 }
 
 // flapsPerDay counts trips within FlapWindow of the same instance's last

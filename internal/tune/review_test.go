@@ -180,3 +180,26 @@ func TestReviewWordsFallbacksAsEverywhere(t *testing.T) {
 		t.Errorf("fallback answer %+v, want yes with evidence %q...", a, want)
 	}
 }
+
+// TestReviewOfABreakerNeverAllClosedForAMinute is finding 8 of the demo
+// trial: on a fleet where some instance was out of closed in every
+// minute, no minute was an everyday one, and the review said "failure
+// rate per minute: median 0.0%, 95th percentile 0.0%" beside a history
+// of about 1 % a minute. With no everyday minute it rates every minute
+// (the history's 1 %) and says so.
+func TestReviewOfABreakerNeverAllClosedForAMinute(t *testing.T) {
+	pts := minutes(600, 1, 0, 0, 0)
+	for i := range pts {
+		pts[i].Open = 1 // one instance opened in every minute
+	}
+	d := cbdash.Dependency{DependencyKey: cbdash.DependencyKey{Service: "shop", Breaker: good.Name}, PerInstance: []*cbdash.InstanceBreaker{member(good, nil)}}
+	r := tune.Review(tune.ReviewInput{Dependency: d, Minutes: pts, From: t0.Add(-24 * time.Hour), To: t0, Now: t0})
+	if r.NormalFailureRate != 1 || r.EverydayMinutes != 0 || r.RatedMinutes != 1440 {
+		t.Errorf("normal %.1f%% over %d minutes (%d everyday), want 1%% over 1440, none everyday", r.NormalFailureRate, r.RatedMinutes, r.EverydayMinutes)
+	}
+	for _, a := range r.Answers {
+		if a.Key == "threshold_above_noise" && (a.Verdict != tune.Yes || !strings.Contains(a.Evidence, "median 1.0%") || !strings.Contains(a.Evidence, "none was an everyday one")) {
+			t.Errorf("threshold answer %+v, want yes at a median of 1.0%% of every minute, saying none was an everyday one", a)
+		}
+	}
+}
