@@ -51,8 +51,8 @@ type BreakerReview struct {
 	NoisyFailureRate  float64 `json:"noisy_failure_rate"`
 	EverydayMinutes   int     `json:"everyday_minutes"`
 	// RatedMinutes counts the minutes the two rates are of.
-	RatedMinutes int `json:"rated_minutes"`
-	Threshold         float64 `json:"threshold"`
+	RatedMinutes int     `json:"rated_minutes"`
+	Threshold    float64 `json:"threshold"`
 	// FlapsPerDay counts trips within FlapWindow of the same instance's
 	// last close, per day of the range.
 	FlapsPerDay float64 `json:"flaps_per_day"`
