@@ -105,8 +105,14 @@ func Review(in ReviewInput) BreakerReview {
 func slowCalls(s protocol.BreakerConfig, c protocol.Counts) Answer {
 	a := Answer{Key: "slow_calls", Question: "Does it trip on slow calls?"}
 	switch {
-	case s.CallTimeoutMillis > 0 || s.SlowCallDurationMillis > 0:
-		a.Verdict, a.Evidence = Yes, fmt.Sprintf("call timeout %v, slow-call duration %v", ms(s.CallTimeoutMillis), ms(s.SlowCallDurationMillis))
+	case s.SlowCallDurationMillis > 0:
+		a.Verdict, a.Evidence = Yes, fmt.Sprintf("a call slower than %v is slow, and a slow-call rate of %g%% opens it", ms(s.SlowCallDurationMillis), s.SlowCallRateThreshold)
+		if s.CallTimeoutMillis > 0 {
+			a.Evidence += fmt.Sprintf("; a call over its call timeout %v fails", ms(s.CallTimeoutMillis))
+		}
+	case s.CallTimeoutMillis > 0:
+		a.Verdict, a.Evidence = Yes, fmt.Sprintf("only through its call timeout %v: a call over it fails and counts toward the failure rate; it has no slow-call threshold (no slow-call duration), so calls slower than usual but under %v count as successes",
+			ms(s.CallTimeoutMillis), ms(s.CallTimeoutMillis))
 	case c.Timeouts > 0 || c.Slow > 0:
 		a.Verdict, a.Evidence = Yes, fmt.Sprintf("no timeout in its settings, but %d timeouts and %d slow calls were recorded (the caller's own deadline)", c.Timeouts, c.Slow)
 	default:
@@ -125,8 +131,11 @@ func businessErrors(s protocol.BreakerConfig, c protocol.Counts) Answer {
 	case m["IsSuccessful"] == "custom" || m["IsExcluded"] == "custom":
 		a.Verdict, a.Evidence = Yes, "a custom IsSuccessful or IsExcluded in its library's settings"
 	default:
-		a.Verdict, a.Evidence = No, "no ignored outcome recorded in the range"
-		a.Change = "classify errors that are not the dependency's fault (validation, 4xx, not found) as Ignored: breaker.Ignorable(err) or Config.Classify; otherwise a burst of bad requests opens the breaker on a healthy dependency"
+		// A business error counted as a success (sdk/breaker's Transport
+		// counts an HTTP 4xx as one, as the demo's are) trips nothing, and
+		// is not told apart from a success in the reports.
+		a.Verdict, a.Evidence = Unknown, "no ignored outcome recorded in the range: its business errors, if any, count as successes (as an HTTP 4xx does through sdk/breaker's Transport: they trip nothing) or as failures; the reports cannot tell which"
+		a.Change = "if its business errors count as failures, classify errors that are not the dependency's fault (validation, 4xx, not found) as Ignored: breaker.Ignorable(err) or Config.Classify; otherwise a burst of bad requests opens the breaker on a healthy dependency"
 	}
 	return a
 }
