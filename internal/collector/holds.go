@@ -158,6 +158,6 @@ func HoldAnswerText(in cbdash.HoldInstanceReport, ongoing bool) string {
 	return holds.AnswerText(in, ongoing)
 }
 
-// HoldCountedText says which seconds a drill report's figures count
-// (holds.CountedText).
-func HoldCountedText(r cbdash.HoldReport) string { return holds.CountedText(r) }
+// HoldCallersCounted says which seconds a drill report's callers'
+// figures count, briefly (holds.CallersCounted).
+func HoldCallersCounted(r cbdash.HoldReport) string { return holds.CallersCounted(r) }

@@ -192,6 +192,17 @@ func CountedText(r cbdash.HoldReport) string {
 	return s
 }
 
+// CallersCounted is the seconds r's callers' figures count, in short:
+// "12:00:05 to 12:00:07 UTC (2s)", with, for a hold shorter than a
+// second, that most of what is counted is from before or after it.
+func CallersCounted(r cbdash.HoldReport) string {
+	s := fmt.Sprintf("%s to %s UTC (%s)", clockUTC(r.CountedFrom), clockUTC(r.CountedTo), wording.Span(r.CountedTo.Sub(r.CountedFrom)))
+	if d := r.End.Sub(r.Start); !r.Ongoing && d < time.Second {
+		s += fmt.Sprintf("; the hold lasted %s, less than the reports: most of what is counted is from before or after it", d.Round(time.Millisecond))
+	}
+	return s
+}
+
 // AnswerText is a covered breaker's answer to a hold in words, without
 // its error: "applied, now forced open" while the hold is ongoing,
 // "applied, forced open until the hold ended" after (the state is the one

@@ -587,7 +587,7 @@ func reportSummary(r cbdash.HoldReport, now time.Time) []templates.SummaryItem {
 		{Label: "duration", Value: exactDuration(earlier(r.End, now).Sub(r.Start)), TestID: "sum-duration"},
 		{Label: "instances covered", Value: covered, TestID: "sum-covered"},
 		{Label: "joined later", Value: joined, TestID: "sum-late"},
-		{Label: "counted", Value: collector.HoldCountedText(r), TestID: "sum-counted"},
+		{Label: "callers counted", Value: collector.HoldCallersCounted(r), TestID: "sum-counted"},
 		{Label: "calls rejected", Value: strconv.FormatInt(c.Rejected(), 10), TestID: "sum-rejected"},
 		{Label: "fallback calls", Value: wording.FallbackCalls(c.FallbackSuccess, c.FallbackFailure), TestID: "sum-fallbacks"},
 		{Label: "result", Value: drillResultText(r), TestID: "sum-result"},
