@@ -418,9 +418,9 @@ type HoldPlan struct {
 	Services []string `json:"services"`
 	// Instances matching now, by "service/instance", sorted.
 	Instances []string `json:"instances"`
-	// Eligible counts the live instances with the breaker before the
-	// share and instance narrowings: Instances/Eligible is the share
-	// actually reached.
+	// Eligible counts the live instances with the breaker and the
+	// selector's labels, before the share and instance narrowings:
+	// Instances/Eligible is the share actually reached.
 	Eligible int `json:"eligible"`
 	// CallsPerSecond is the calls per second the matching breakers
 	// passed or rejected in their last report: what force open rejects.
@@ -520,6 +520,13 @@ type HoldReport struct {
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
 	Ongoing bool      `json:"ongoing"`
+	// CountedFrom and CountedTo bound the store's whole seconds the
+	// callers' figures (Dependencies) count (API 1.2.0): from the second
+	// the hold started in to the end of the one it ended in. Instances
+	// count each window report that overlaps the hold instead (about a
+	// second each, not aligned to those seconds).
+	CountedFrom time.Time `json:"counted_from"`
+	CountedTo   time.Time `json:"counted_to"`
 	// Result is one of the Drill* results: how the drill ended.
 	Result string `json:"result"`
 	// Instances has one row per covered instance breaker, sorted.

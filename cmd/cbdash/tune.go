@@ -111,7 +111,7 @@ func tuneQuery(o tuneOptions, now time.Time) (url.Values, error) {
 
 // printReplay prints rep as a table, one run a line, then its notes.
 func printReplay(w io.Writer, rep tune.Report) error {
-	fmt.Fprintf(w, "%s/%s, %s to %s: %d s replayed as one of %.1f instances, normal failure rate %.1f%%, %d failing episodes\n\n",
+	fmt.Fprintf(w, "%s/%s, %s to %s: %d s replayed as one of %.1f instances, normal failure rate %.1f%% (lower quartile over 10 s, rejected calls counted at the probes' failure rate), %d failing episodes\n\n",
 		rep.Service, rep.Breaker, rep.From.UTC().Format(time.RFC3339), rep.To.UTC().Format(time.RFC3339),
 		rep.Seconds, rep.Instances, rep.NormalRate, len(rep.Episodes))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -82,6 +82,10 @@ type Engine struct {
 	// recent holds the opens of each open rule's subject within its
 	// flap window, oldest first, beyond the alert's episodes.
 	recent map[alertKey][]time.Time
+	// ended holds, per subject with recent opens, when its alerts that
+	// were not flapping resolved within the flap window, oldest first: a
+	// flapping message counting opens of an earlier alert says so.
+	ended map[alertKey][]time.Time
 	// stopped is the last drill a stop condition ended, by dependency it
 	// covered (cbdash.EventDrillStopped).
 	stopped map[cbdash.DependencyKey]stoppedDrill
@@ -104,6 +108,7 @@ func NewEngine() *Engine {
 		opened:    make(map[cbdash.DependencyKey]time.Time),
 		alerts:    make(map[alertKey]*alertState),
 		recent:    make(map[alertKey][]time.Time),
+		ended:     make(map[alertKey][]time.Time),
 		stopped:   make(map[cbdash.DependencyKey]stoppedDrill),
 		fallbacks: make(map[cbdash.DependencyKey]fallbackSeen),
 	}
@@ -129,6 +134,7 @@ func (e *Engine) SetRules(rules []cbdash.AlertRule) {
 	for k := range e.recent {
 		if !keep[k.rule] {
 			delete(e.recent, k)
+			delete(e.ended, k)
 		}
 	}
 }
@@ -296,6 +302,9 @@ func (e *Engine) Evaluate(now time.Time) []Notification {
 		delete(e.alerts, k)
 		if !st.flapSince.IsZero() {
 			delete(e.recent, k) // settled: the next open starts counting afresh
+			delete(e.ended, k)
+		} else if len(e.recent[k]) > 0 {
+			e.ended[k] = append(e.ended[k], now)
 		}
 		if st.firing {
 			out = append(out, Notification{Rule: r, Subject: k.subject, Event: cbdash.AlertResolved, At: now, Since: st.since,

@@ -65,10 +65,37 @@ func (e *Engine) flap(r cbdash.AlertRule, ak alertKey, st *alertState, at time.T
 		return Notification{}, false
 	}
 	st.flapSince, st.cycles = opens[0], len(opens)
-	summary := fmt.Sprintf("%s is flapping: opened %d times in %s since %s; one message when it settles",
-		ak.subject, len(opens), at.Sub(opens[0]).Truncate(time.Second), opens[0].UTC().Format(time.RFC3339))
+	summary := fmt.Sprintf("%s is flapping: opened %d times in %s since %s%s; one message when it settles",
+		ak.subject, len(opens), at.Sub(opens[0]).Truncate(time.Second), opens[0].UTC().Format(time.RFC3339), e.earlier(ak, st, opens))
 	return Notification{Rule: r, Subject: ak.subject, Event: cbdash.AlertFlapping, At: at, Since: st.since,
 		Detail: st.detail, Now: summary}, true
+}
+
+// earlier says how many of opens came before st's alert fired, in alerts
+// of ak that resolved (the flap window spans alerts: a breaker whose
+// alert resolves between opens flaps all the same), or "" when none did.
+func (e *Engine) earlier(ak alertKey, st *alertState, opens []time.Time) string {
+	n := 0
+	for _, t := range opens {
+		if t.Before(st.since) {
+			n++
+		}
+	}
+	var ended []time.Time
+	for _, t := range e.ended[ak] {
+		if !t.Before(opens[0]) && !t.After(st.since) {
+			ended = append(ended, t)
+		}
+	}
+	switch {
+	case n == 0:
+		return ""
+	case len(ended) == 0:
+		return fmt.Sprintf(" (%d of them before this alert fired)", n)
+	case len(ended) == 1:
+		return fmt.Sprintf(" (%d of them before this alert, in one that resolved at %s)", n, ended[0].UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf(" (%d of them before this alert, in %d that resolved, the last at %s)", n, len(ended), ended[len(ended)-1].UTC().Format(time.RFC3339))
 }
 
 // pruneRecent forgets the opens older than their rule's flap window at
@@ -79,9 +106,15 @@ func (e *Engine) pruneRecent(rules map[int64]cbdash.AlertRule, now time.Time) {
 		opens = slices.DeleteFunc(opens, func(t time.Time) bool { return t.Before(from) })
 		if len(opens) == 0 {
 			delete(e.recent, k)
+			delete(e.ended, k)
 			continue
 		}
 		e.recent[k] = opens
+		if ended := slices.DeleteFunc(e.ended[k], func(t time.Time) bool { return t.Before(opens[0]) }); len(ended) > 0 {
+			e.ended[k] = ended
+		} else {
+			delete(e.ended, k)
+		}
 	}
 }
 

@@ -48,8 +48,11 @@ type grouper struct {
 }
 
 type group struct {
-	firing   []Notification  // firings waiting for the group's next message
-	resolved []Notification  // resolves waiting for the group to empty
+	firing   []Notification // firings waiting for the group's next message
+	resolved []Notification // resolves waiting for the group to empty
+	// flapping are flapping messages of alerts whose firing waits in
+	// firing: each goes out right after the message carrying its firing.
+	flapping []Notification
 	open     map[string]bool // subjects fired (sent or waiting) and not resolved
 	due      time.Time       // when the waiting ones go out; zero: nothing waits
 	last     time.Time       // when the group's last firing message went out
@@ -90,6 +93,22 @@ func (g *grouper) add(n Notification, now time.Time) {
 	if len(gr.open) == 0 {
 		gr.due = now
 	}
+}
+
+// holdFlapping keeps n, a flapping message of a grouped rule, when its
+// alert's firing still waits in its group (the group wait or interval):
+// it then goes out after that firing, never before. False: n is to go
+// out now.
+func (g *grouper) holdFlapping(n Notification) bool {
+	if n.Event != cbdash.AlertFlapping || n.Rule.GroupBy == "" {
+		return false
+	}
+	gr := g.groups[groupKey(n)]
+	if gr == nil || !slices.ContainsFunc(gr.firing, func(f Notification) bool { return f.Subject == n.Subject }) {
+		return false
+	}
+	gr.flapping = append(gr.flapping, n)
+	return true
 }
 
 func later(a, b time.Time) time.Time {
@@ -138,7 +157,9 @@ func (g *grouper) flush(now time.Time) []batch {
 		if b, ok := gr.firingBatch(k, now); ok {
 			out = append(out, b)
 			gr.last = now
+			out = append(out, gr.flappingAfter(b)...)
 		}
+		gr.flapping = nil // of alerts resolved before their firing went out: neither is sent
 		if len(gr.open) == 0 && len(gr.resolved) > 0 {
 			out = append(out, groupBatch(k, cbdash.AlertResolved, gr.resolved, now))
 			gr.resolved = nil
@@ -165,6 +186,18 @@ func (gr *group) firingBatch(k string, now time.Time) (batch, bool) {
 		return batch{}, false
 	}
 	return groupBatch(k, cbdash.AlertFiring, live, now), true
+}
+
+// flappingAfter returns the flapping messages held for the firings b
+// carries, one message each.
+func (gr *group) flappingAfter(b batch) []batch {
+	var out []batch
+	for _, n := range gr.flapping {
+		if slices.Contains(b.n.Members, n.Subject) {
+			out = append(out, batch{n: n, members: []Notification{n}})
+		}
+	}
+	return out
 }
 
 // groupBatch is one message for members, all of event, in group k: its

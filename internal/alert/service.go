@@ -551,6 +551,9 @@ func (s *Service) deliverLoop(ctx context.Context, queue <-chan Notification) {
 				g.add(n, s.cfg.Clock.Now())
 				continue
 			}
+			if g.holdFlapping(n) {
+				continue
+			}
 			if !s.deliverOne(ctx, n, n) {
 				return
 			}

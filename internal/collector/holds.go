@@ -157,3 +157,7 @@ func (c *Collector) refuseUnsupportedTargets(k cbdash.DependencyKey, instances [
 func HoldAnswerText(in cbdash.HoldInstanceReport, ongoing bool) string {
 	return holds.AnswerText(in, ongoing)
 }
+
+// HoldCallersCounted says which seconds a drill report's callers'
+// figures count, briefly (holds.CallersCounted).
+func HoldCallersCounted(r cbdash.HoldReport) string { return holds.CallersCounted(r) }

@@ -58,11 +58,15 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 // planInstance adds what sel covers of inst to p: its unsupported
 // breakers, its calls per second, and (in superseded) the holds governing
 // its matched breakers now. eligible says sel's dependency has breakers on
-// inst; matched that sel covers one it can hold.
+// inst and inst has sel's labels; matched that sel covers one it can hold.
 func planInstance(p *cbdash.HoldPlan, sel cbdash.Selector, inst Instance, others []cbdash.HoldRecord,
 	superseded map[string]bool, now time.Time) (eligible, matched bool) {
+	// The population a share is of: the dependency's instances with the
+	// selector's labels (a label chooses instances; the share and the
+	// instance list narrow them).
+	population := cbdash.Selector{Service: sel.Service, Breaker: sel.Breaker, Labels: sel.Labels}
 	for _, b := range inst.Breakers {
-		if !sel.CoversDependency(cbdash.DependencyKey{Service: inst.Ref.Service, Breaker: b}) {
+		if !population.Matches(inst.Ref, b) {
 			continue
 		}
 		eligible = true

@@ -16,11 +16,15 @@ import (
 // Report builds the drill report of hold id: its coverage (one row per
 // instance breaker, the latest answer of a process restarted under the
 // same id), what each covered breaker counted while held (exactly the sum
-// of its window reports from the moment the hold was sent to it until the
-// hold ended), and each covered dependency before and during the hold
-// from stored history (in whole seconds; "before" spans as long as
-// "during", at least 1 s and at most an hour). Errors: cbdash.ErrNotFound,
-// or the store's error.
+// of its window reports that overlap the hold from the moment it was sent
+// to the breaker: no call the hold rejected is missed, and a report's
+// calls before or after the hold within it count too), and each covered
+// dependency before and during the hold from stored history (in whole
+// seconds, CountedFrom to CountedTo; "before" spans as long as "during",
+// at least 1 s and at most an hour). The two differ by the ends of the
+// instances' reports, which are not aligned to the store's seconds, and
+// by instances not covered; CountedText says so. Errors:
+// cbdash.ErrNotFound, or the store's error.
 func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, error) {
 	h, err := m.cfg.Store.Hold(ctx, id)
 	if err != nil {
@@ -65,6 +69,11 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 	end := r.End
 	if now.Before(end) {
 		end = now
+	}
+	r.CountedFrom = r.Start.Truncate(time.Second)
+	r.CountedTo = r.CountedFrom.Add(max(end.Sub(r.CountedFrom), time.Second))
+	if t := r.CountedTo.Truncate(time.Second); t.Before(r.CountedTo) {
+		r.CountedTo = t.Add(time.Second) // the store's seconds: the one the hold ended in counts whole
 	}
 	if r.Dependencies, err = m.dependencyReports(ctx, deps, r.Start, end); err != nil {
 		return cbdash.HoldReport{}, err
@@ -139,6 +148,7 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 		}
 	}
 	fmt.Fprintf(&b, "- Instances covered: %d (%d joined later)\n", len(r.Instances), late)
+	fmt.Fprintf(&b, "- Counted: %s\n", CountedText(r))
 	fmt.Fprintf(&b, "- Result: %s\n%s\n", strings.ToUpper(r.Result), stopsLine(h.Stops))
 	b.WriteString("## During the hold\n\n| Instance | Breaker | Covered | Answer | Calls | Rejected | Fallbacks served | Fallbacks failed | Error rate | p50 | p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(inst, br, covered, answer string, p cbdash.HoldPeriod) {
@@ -158,12 +168,39 @@ func ReportMarkdown(r cbdash.HoldReport) []byte {
 	}
 	row("**total**", "", "", "", r.Total)
 	stepsMarkdown(&b, r.Steps)
-	b.WriteString("\n## Callers before and during\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## Callers before and during\n\nEvery instance of each dependency, covered or not, in the store's whole seconds.\n\n| Dependency | Calls before | Calls during | Error rate before | Error rate during | p99 before | p99 during |\n|---|---|---|---|---|---|---|\n")
 	for _, d := range r.Dependencies {
 		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.1f%% | %s | %s |\n", mdText(d.String()), d.Before.Calls, d.During.Calls,
 			d.Before.ErrorRate, d.During.ErrorRate, wording.Latency(d.Before.P99), wording.Latency(d.During.P99))
 	}
 	return b.Bytes()
+}
+
+// CountedText says what r's two sets of figures count and why they
+// differ: each covered breaker's window reports that overlap the hold
+// (about a second each, not aligned to the store's seconds: calls up to
+// a second before and after the hold count), and the callers' whole
+// seconds; a hold shorter than a second is said to be mostly outside
+// what is counted.
+func CountedText(r cbdash.HoldReport) string {
+	s := fmt.Sprintf("breakers: each window report (about 1 s) that overlaps the hold, from when it reached the breaker, so calls up to a second before and after it count too; "+
+		"callers: the whole seconds %s to %s UTC (%s); the two differ by those edges and by instances not covered",
+		clockUTC(r.CountedFrom), clockUTC(r.CountedTo), wording.Span(r.CountedTo.Sub(r.CountedFrom)))
+	if d := r.End.Sub(r.Start); !r.Ongoing && d < time.Second {
+		s = fmt.Sprintf("the hold lasted %s, less than the reports: most of what is counted below is from before or after it (%s)", d.Round(time.Millisecond), s)
+	}
+	return s
+}
+
+// CallersCounted is the seconds r's callers' figures count, in short:
+// "12:00:05 to 12:00:07 UTC (2s)", with, for a hold shorter than a
+// second, that most of what is counted is from before or after it.
+func CallersCounted(r cbdash.HoldReport) string {
+	s := fmt.Sprintf("%s to %s UTC (%s)", clockUTC(r.CountedFrom), clockUTC(r.CountedTo), wording.Span(r.CountedTo.Sub(r.CountedFrom)))
+	if d := r.End.Sub(r.Start); !r.Ongoing && d < time.Second {
+		s += fmt.Sprintf("; the hold lasted %s, less than the reports: most of what is counted is from before or after it", d.Round(time.Millisecond))
+	}
+	return s
 }
 
 // AnswerText is a covered breaker's answer to a hold in words, without

@@ -277,7 +277,9 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 		}
 		return s.settle(at)
 	}
-	if _, ok := s.trips[tr.Instance]; !ok {
+	if old, ok := s.trips[tr.Instance]; !ok || (!d.starts(old) && d.starts(tr)) {
+		// The first transition down starts the episode; a real trip
+		// after a forced open (forced_open -> open) is its first trip.
 		s.trips[tr.Instance] = tr
 	}
 	// The quiet period may have passed before the tick that would close
@@ -287,11 +289,10 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 		out = append(out, s.close())
 	}
 	if s.inc == nil {
-		trigger := tr.To == protocol.StateOpen || (d.cfg.IncludeForced && tr.To == protocol.StateForcedOpen)
-		if !trigger || !d.shareReached(s) {
+		if !d.starts(tr) || !d.shareReached(s) {
 			return out
 		}
-		s.inc = s.start(k)
+		s.inc = s.start(k, d.starts)
 		s.closedSince, s.lastUp = time.Time{}, time.Time{}
 		return append(out, Change{Kind: Opened, Incident: s.snapshot()})
 	}
@@ -312,17 +313,32 @@ func (d *Detector) observeTransition(tr cbdash.TransitionRecord) []Change {
 	return []Change{{Kind: Updated, Incident: s.snapshot()}}
 }
 
+// starts reports whether tr can start an incident: a trip to open, or a
+// forced open (a drill) when Config.IncludeForced is set.
+func (d *Detector) starts(tr cbdash.TransitionRecord) bool {
+	return tr.To == protocol.StateOpen || (d.cfg.IncludeForced && tr.To == protocol.StateForcedOpen)
+}
+
 // start builds the incident from the instances down now: it starts at the
-// earliest of their trips.
-func (s *depState) start(k cbdash.DependencyKey) *cbdash.Incident {
+// earliest of their trips that can start one (starts), so that a drill's
+// forced open, which by default only extends an incident, is never its
+// first trip; an instance down without such a trip (forced open, or
+// half-open after a resync) joins it.
+func (s *depState) start(k cbdash.DependencyKey, starts func(cbdash.TransitionRecord) bool) *cbdash.Incident {
 	inc := &cbdash.Incident{DependencyKey: k, Open: true}
 	var first *cbdash.TransitionRecord
+	before := func(a, b cbdash.TransitionRecord) bool {
+		if starts(a) != starts(b) {
+			return starts(a)
+		}
+		return a.At < b.At || (a.At == b.At && a.Instance < b.Instance)
+	}
 	for inst, tr := range s.trips {
 		inc.Instances = append(inc.Instances, inst)
 		if tr.To == protocol.StateOpen {
 			inc.Opens++
 		}
-		if first == nil || tr.At < first.At || (tr.At == first.At && tr.Instance < first.Instance) {
+		if first == nil || before(tr, *first) {
 			t := tr
 			first = &t
 		}

@@ -193,6 +193,28 @@ func TestDetector(t *testing.T) {
 			want: nil,
 		},
 		{
+			name: "a drill's forced open before a real trip is not the incident's first trip",
+			cfg:  incident.Config{Quiet: 10 * time.Second},
+			steps: []step{
+				tr(10, "a:forced_open"), tr(21, "b:open"), tr(30, "b:closed"), tr(40, "a:closed"), tick(50),
+			},
+			want: []string{
+				"opened start=21 inst=a,b opens=1 first=b",
+				"closed start=21 end=40 inst=a,b opens=1 first=b",
+			},
+		},
+		{
+			name: "a real trip after a forced open on the same instance is its first trip",
+			cfg:  incident.Config{Quiet: 10 * time.Second},
+			steps: []step{
+				tr(10, "a:forced_open"), tr(21, "a:open"), tr(30, "a:closed"), tick(40),
+			},
+			want: []string{
+				"opened start=21 inst=a opens=1 first=a",
+				"closed start=21 end=30 inst=a opens=1 first=a",
+			},
+		},
+		{
 			name: "a forced open drill starts one when IncludeForced is set",
 			cfg:  incident.Config{IncludeForced: true, Quiet: 10 * time.Second},
 			steps: []step{

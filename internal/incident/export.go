@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cbdash/cbdash/internal/wording"
 )
 
 // Markdown renders the report as a postmortem: a summary table, the
@@ -37,7 +39,7 @@ func Markdown(r Report) []byte {
 	row("Instances affected", fmt.Sprintf("%d (%s)", len(s.Instances), md(strings.Join(s.Instances, ", "))))
 	row("Opens", fmt.Sprint(s.Opens))
 	row("Calls rejected", fmt.Sprint(s.CallsRejected))
-	row("Fallbacks served", fmt.Sprintf("%d (%d failed)", s.FallbacksServed, s.FallbacksFailed))
+	row("Fallback calls", wording.FallbackCalls(s.FallbackSuccesses, s.FallbacksFailed))
 	row("First trip", md(fmt.Sprintf("%s: %s", s.FirstInstance, s.Cause)))
 
 	b.WriteString("\n## Timeline\n\n")

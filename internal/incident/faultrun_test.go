@@ -308,8 +308,13 @@ func TestFaultRunIncidents(t *testing.T) {
 		if s.Duration != 49*time.Second || len(s.Instances) != 2 || s.Opens != 5 {
 			t.Errorf("summary = %+v", s)
 		}
-		if s.CallsRejected == 0 || s.FallbacksServed == 0 || s.FallbacksFailed == 0 || s.FallbacksFailed >= s.FallbacksServed {
-			t.Errorf("rejections/fallbacks = %d/%d/%d", s.CallsRejected, s.FallbacksServed, s.FallbacksFailed)
+		if s.CallsRejected == 0 || s.FallbackCalls == 0 || s.FallbacksFailed == 0 || s.FallbacksFailed >= s.FallbackCalls {
+			t.Errorf("rejections/fallbacks = %d/%d/%d", s.CallsRejected, s.FallbackCalls, s.FallbacksFailed)
+		}
+		// Fallback calls are those served and those failed; the
+		// deprecated fallbacks_served keeps its meaning, the calls.
+		if s.FallbackCalls != s.FallbackSuccesses+s.FallbacksFailed || s.FallbacksServed != s.FallbackCalls {
+			t.Errorf("fallback calls %d, served %d, failed %d, fallbacks_served %d", s.FallbackCalls, s.FallbackSuccesses, s.FallbacksFailed, s.FallbacksServed)
 		}
 		if len(rep.Lanes) != 3 {
 			t.Fatalf("lanes = %+v, want a, b and c (c was forced closed within the window)", rep.Lanes)

@@ -45,13 +45,20 @@ type Summary struct {
 	DurationMillis        int64    `json:"duration_ms"`
 	Instances             []string `json:"instances"`
 	Opens                 int      `json:"opens"`
-	// Over [Start, End]: calls rejected for any reason, fallbacks served
-	// (successful + failed) and fallbacks that failed.
-	CallsRejected   int64          `json:"calls_rejected"`
-	FallbacksServed int64          `json:"fallbacks_served"`
-	FallbacksFailed int64          `json:"fallbacks_failed"`
-	FirstInstance   string         `json:"first_instance"`
-	FirstCause      protocol.Cause `json:"first_cause"`
+	// Over [Start, End]: calls rejected for any reason; fallback calls
+	// (every run of a fallback, for a rejected or a failed call), those
+	// that served an answer and those that failed: FallbackCalls =
+	// FallbackSuccesses + FallbacksFailed. "Served" means a fallback
+	// that answered everywhere else (a dependency's fallback.served);
+	// FallbacksServed, named before that, is FallbackCalls (deprecated
+	// since API 1.2.0: read fallback_calls).
+	CallsRejected     int64          `json:"calls_rejected"`
+	FallbackCalls     int64          `json:"fallback_calls"`
+	FallbackSuccesses int64          `json:"fallback_successes"`
+	FallbacksServed   int64          `json:"fallbacks_served"`
+	FallbacksFailed   int64          `json:"fallbacks_failed"`
+	FirstInstance     string         `json:"first_instance"`
+	FirstCause        protocol.Cause `json:"first_cause"`
 	// Cause is FirstCause in words.
 	Cause string `json:"cause"`
 }
@@ -250,9 +257,11 @@ func summarize(inc cbdash.Incident, end time.Time, points, before []cbdash.Point
 			continue
 		}
 		s.CallsRejected += p.Counts.Rejected()
-		s.FallbacksServed += p.Counts.FallbackSuccess + p.Counts.FallbackFailure
+		s.FallbackSuccesses += p.Counts.FallbackSuccess
 		s.FallbacksFailed += p.Counts.FallbackFailure
 	}
+	s.FallbackCalls = s.FallbackSuccesses + s.FallbacksFailed
+	s.FallbacksServed = s.FallbackCalls // the deprecated name's meaning, kept
 	// Walk back from the second of the first trip while seconds are bad.
 	slices.SortFunc(before, func(a, b cbdash.Point) int { return a.At.Compare(b.At) })
 	next := time.Time{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -39,12 +40,19 @@ type BreakerReview struct {
 	Settings protocol.BreakerConfig `json:"settings"`
 	Answers  []Answer               `json:"answers"`
 	// NormalFailureRate and NoisyFailureRate are the median and the 95th
-	// percentile of the per-minute failure rate (percent) over the
-	// everyday minutes (every instance closed, nothing rejected) with at
-	// least MinimumCalls recorded calls; Threshold the settings'.
+	// percentile of the per-minute failure rate (percent of the admitted
+	// calls) over the everyday minutes (every instance closed, nothing
+	// rejected) with at least MinimumCalls recorded calls, EverydayMinutes
+	// of them; when there is none (a breaker out of closed somewhere in
+	// every minute), over every minute with that many calls, and
+	// EverydayMinutes is 0 (API 1.2.0: it was 0 % then). Threshold is the
+	// settings'.
 	NormalFailureRate float64 `json:"normal_failure_rate"`
 	NoisyFailureRate  float64 `json:"noisy_failure_rate"`
-	Threshold         float64 `json:"threshold"`
+	EverydayMinutes   int     `json:"everyday_minutes"`
+	// RatedMinutes counts the minutes the two rates are of.
+	RatedMinutes int     `json:"rated_minutes"`
+	Threshold    float64 `json:"threshold"`
 	// FlapsPerDay counts trips within FlapWindow of the same instance's
 	// last close, per day of the range.
 	FlapsPerDay float64 `json:"flaps_per_day"`
@@ -77,7 +85,11 @@ func Review(in ReviewInput) BreakerReview {
 			r.FallbackLastServed = p.At
 		}
 	}
-	r.NormalFailureRate, r.NoisyFailureRate = minuteRates(in.Minutes, max(set.MinimumCalls, 1))
+	r.NormalFailureRate, r.NoisyFailureRate, r.RatedMinutes = minuteRates(in.Minutes, max(set.MinimumCalls, 1), true)
+	r.EverydayMinutes = r.RatedMinutes
+	if r.RatedMinutes == 0 {
+		r.NormalFailureRate, r.NoisyFailureRate, r.RatedMinutes = minuteRates(in.Minutes, max(set.MinimumCalls, 1), false)
+	}
 	r.FlapsPerDay = flapsPerDay(in.Transitions, in.To.Sub(in.From))
 	link := "/dependency?" + url.Values{"service": {d.Service}, "breaker": {d.Breaker}, "range": {"24h"}}.Encode()
 	r.Answers = []Answer{
@@ -93,8 +105,14 @@ func Review(in ReviewInput) BreakerReview {
 func slowCalls(s protocol.BreakerConfig, c protocol.Counts) Answer {
 	a := Answer{Key: "slow_calls", Question: "Does it trip on slow calls?"}
 	switch {
-	case s.CallTimeoutMillis > 0 || s.SlowCallDurationMillis > 0:
-		a.Verdict, a.Evidence = Yes, fmt.Sprintf("call timeout %v, slow-call duration %v", ms(s.CallTimeoutMillis), ms(s.SlowCallDurationMillis))
+	case s.SlowCallDurationMillis > 0:
+		a.Verdict, a.Evidence = Yes, fmt.Sprintf("a call slower than %v is slow, and a slow-call rate of %g%% opens it", ms(s.SlowCallDurationMillis), s.SlowCallRateThreshold)
+		if s.CallTimeoutMillis > 0 {
+			a.Evidence += fmt.Sprintf("; a call over its call timeout %v fails", ms(s.CallTimeoutMillis))
+		}
+	case s.CallTimeoutMillis > 0:
+		a.Verdict, a.Evidence = Yes, fmt.Sprintf("only through its call timeout %v: a call over it fails and counts toward the failure rate; it has no slow-call threshold (no slow-call duration), so calls slower than usual but under %v count as successes",
+			ms(s.CallTimeoutMillis), ms(s.CallTimeoutMillis))
 	case c.Timeouts > 0 || c.Slow > 0:
 		a.Verdict, a.Evidence = Yes, fmt.Sprintf("no timeout in its settings, but %d timeouts and %d slow calls were recorded (the caller's own deadline)", c.Timeouts, c.Slow)
 	default:
@@ -113,8 +131,11 @@ func businessErrors(s protocol.BreakerConfig, c protocol.Counts) Answer {
 	case m["IsSuccessful"] == "custom" || m["IsExcluded"] == "custom":
 		a.Verdict, a.Evidence = Yes, "a custom IsSuccessful or IsExcluded in its library's settings"
 	default:
-		a.Verdict, a.Evidence = No, "no ignored outcome recorded in the range"
-		a.Change = "classify errors that are not the dependency's fault (validation, 4xx, not found) as Ignored: breaker.Ignorable(err) or Config.Classify; otherwise a burst of bad requests opens the breaker on a healthy dependency"
+		// A business error counted as a success (sdk/breaker's Transport
+		// counts an HTTP 4xx as one, as the demo's are) trips nothing, and
+		// is not told apart from a success in the reports.
+		a.Verdict, a.Evidence = Unknown, "no ignored outcome recorded in the range: its business errors, if any, count as successes (as an HTTP 4xx does through sdk/breaker's Transport: they trip nothing) or as failures; the reports cannot tell which"
+		a.Change = "if its business errors count as failures, classify errors that are not the dependency's fault (validation, 4xx, not found) as Ignored: breaker.Ignorable(err) or Config.Classify; otherwise a burst of bad requests opens the breaker on a healthy dependency"
 	}
 	return a
 }
@@ -157,9 +178,12 @@ func fallback(c protocol.Counts, last time.Time) Answer {
 	rej := c.Rejected()
 	switch {
 	case c.FallbackSuccess > 0 && c.FallbackSuccess >= c.FallbackFailure:
-		a.Verdict, a.Evidence = Yes, fmt.Sprintf("fallbacks served %d, failed %d, of %d rejections; last served %s", c.FallbackSuccess, c.FallbackFailure, rej, last.UTC().Format(time.RFC3339))
+		// A fallback runs for a failed call too: its calls are not a
+		// share of the rejections.
+		a.Verdict, a.Evidence = Yes, fmt.Sprintf("fallback calls %s, for %d rejections and the failed calls; last served %s",
+			wording.FallbackCalls(c.FallbackSuccess, c.FallbackFailure), rej, last.UTC().Format(time.RFC3339))
 	case c.FallbackFailure > 0:
-		a.Verdict, a.Evidence = No, fmt.Sprintf("fallbacks failed %d times, served %d", c.FallbackFailure, c.FallbackSuccess)
+		a.Verdict, a.Evidence = No, "fallback calls "+wording.FallbackCalls(c.FallbackSuccess, c.FallbackFailure)+": more failed than served"
 		a.Change = "make the fallback serve from something that does not share the dependency's fate (a cache, a default answer, a degraded page): one that fails too only turns a rejection into an error"
 	case rej > 0:
 		a.Verdict, a.Evidence = No, fmt.Sprintf("%d rejections, no fallback ran: they reached the callers as errors", rej)
@@ -227,6 +251,8 @@ func aboveNoise(r BreakerReview) Answer {
 	switch {
 	case r.Threshold <= 0:
 		a.Verdict, a.Evidence = Unknown, "no failure-rate threshold reported"
+	case r.RatedMinutes == 0:
+		a.Verdict, a.Evidence = Unknown, "no minute with enough calls in the range: no everyday failure rate to compare the threshold with"
 	case r.NoisyFailureRate < r.Threshold:
 		a.Verdict = Yes
 	default:
@@ -235,9 +261,18 @@ func aboveNoise(r BreakerReview) Answer {
 			suggested(r), r.Service, r.Breaker, suggested(r))
 	}
 	if a.Evidence == "" {
-		a.Evidence = fmt.Sprintf("failure rate per minute: median %.1f%%, 95th percentile %.1f%%, threshold %g%%; %.1f flaps a day", r.NormalFailureRate, r.NoisyFailureRate, r.Threshold, r.FlapsPerDay)
+		a.Evidence = fmt.Sprintf("failure rate of the admitted calls per %s: median %.1f%%, 95th percentile %.1f%%, threshold %g%%; %.1f flaps a day",
+			ratedWhat(r), r.NormalFailureRate, r.NoisyFailureRate, r.Threshold, r.FlapsPerDay)
 	}
 	return a
+}
+
+// ratedWhat says which minutes r's failure rates are of.
+func ratedWhat(r BreakerReview) string {
+	if r.EverydayMinutes > 0 {
+		return fmt.Sprintf("everyday minute (%d, every instance closed and nothing rejected)", r.EverydayMinutes)
+	}
+	return fmt.Sprintf("minute (%d; none was an everyday one: a breaker was out of closed or rejected calls in each)", r.RatedMinutes)
 }
 
 // suggested is a threshold clear of the noise: the noisy rate and half
@@ -245,13 +280,14 @@ func aboveNoise(r BreakerReview) Answer {
 func suggested(r BreakerReview) float64 { return min(100, r.NoisyFailureRate*1.5+5) }
 
 // minuteRates returns the median and the 95th percentile of the
-// per-minute failure rate (percent) over the everyday minutes (every
-// instance closed, nothing rejected) with at least minCalls recorded
-// calls; 0, 0 with none.
-func minuteRates(pts []cbdash.Point, minCalls int) (median, p95 float64) {
+// per-minute failure rate (percent of the admitted calls) over the
+// minutes with at least minCalls recorded calls, only the everyday ones
+// (every instance closed, nothing rejected) when everyday is set, and
+// how many minutes that is; 0, 0, 0 with none.
+func minuteRates(pts []cbdash.Point, minCalls int, everyday bool) (median, p95 float64, n int) {
 	var rates []float64
 	for _, p := range pts {
-		if p.Open > 0 || p.Counts.Rejected() > 0 {
+		if everyday && (p.Open > 0 || p.Counts.Rejected() > 0) {
 			continue // an incident's minute, not an everyday one
 		}
 		if n := p.Counts.Successes + p.Counts.Failures; n >= int64(minCalls) {
@@ -259,10 +295,10 @@ func minuteRates(pts []cbdash.Point, minCalls int) (median, p95 float64) {
 		}
 	}
 	if len(rates) == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	slices.Sort(rates)
-	return rates[len(rates)/2], rates[len(rates)*95/100]
+	return rates[len(rates)/2], rates[len(rates)*95/100], len(rates)
 }
 
 // flapsPerDay counts trips within FlapWindow of the same instance's last

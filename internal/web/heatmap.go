@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -46,13 +47,107 @@ func (s *Server) heatmap(ctx context.Context, d cbdash.Dependency, sp span, page
 	if err != nil {
 		return nil, err
 	}
-	return heatmapModel(mins, d, from, sp.to, page, base), nil
+	h := heatmapModel(mins, d, from, sp.to, page, base)
+	if len(mins) == 0 {
+		return h, nil
+	}
+	trs, err := s.history.Transitions(ctx, cbdash.TransitionQuery{Service: d.Service, Breaker: d.Breaker, From: from, To: sp.to, Limit: heatTransitions})
+	if err != nil {
+		return nil, err
+	}
+	if len(trs) < heatTransitions { // all of them: the time not closed is exact
+		summarizeNotClosed(h, notClosedFor(trs, mins, d, from, sp.to))
+	}
+	return h, nil
 }
+
+// heatTransitions is the most transitions read to tell each instance's
+// time not closed; a span with more says only in how many minutes.
+const heatTransitions = 10000
 
 type heatInst struct {
 	name                      string
 	calls, failures, notClose int64
 	minutes                   []cbdash.InstanceMinute
+}
+
+// notClosedFor is, per instance, how long its breaker was out of closed
+// (open, half-open, forced) within [from, to], from the transitions of
+// the span (every one of them, any order; equal times in the order
+// stored) and the instance's minutes:
+// before its first transition it was in that transition's From state;
+// after its last, in its To state until the end of its last minute
+// reported (or to). An instance without transitions was in its live
+// state throughout its minutes when that state is not closed (an open
+// that began before the span), else closed.
+func notClosedFor(trs []cbdash.TransitionRecord, mins []cbdash.InstanceMinute, d cbdash.Dependency, from, to time.Time) map[string]time.Duration {
+	first, last := map[string]time.Time{}, map[string]time.Time{}
+	for _, m := range mins {
+		if f, ok := first[m.Instance]; !ok || m.Start.Before(f) {
+			first[m.Instance] = m.Start
+		}
+		if end := m.Start.Add(time.Minute); end.After(last[m.Instance]) {
+			last[m.Instance] = end
+		}
+	}
+	byInst := map[string][]cbdash.TransitionRecord{}
+	for _, tr := range trs {
+		byInst[tr.Instance] = append(byInst[tr.Instance], tr)
+	}
+	out := map[string]time.Duration{}
+	for inst, lo := range first {
+		lo, hi := later(lo, from), earlier(last[inst], to)
+		list := byInst[inst]
+		sort.Slice(list, func(i, j int) bool { // in the order they happened: one batch's share a millisecond
+			if list[i].At != list[j].At {
+				return list[i].At < list[j].At
+			}
+			return list[i].ID < list[j].ID
+		})
+		state := liveState(d, inst)
+		if len(list) > 0 {
+			state = list[0].From
+		}
+		var sum time.Duration
+		at := lo
+		for _, tr := range list {
+			t := earlier(later(time.UnixMilli(tr.At), lo), hi)
+			if state != protocol.StateClosed {
+				sum += t.Sub(at)
+			}
+			at, state = t, tr.To
+		}
+		if state != protocol.StateClosed && hi.After(at) {
+			sum += hi.Sub(at)
+		}
+		out[inst] = sum
+	}
+	return out
+}
+
+// liveState is inst's state in d now (closed when d does not list it).
+func liveState(d cbdash.Dependency, inst string) string {
+	for _, ib := range d.PerInstance {
+		if ib.Instance == inst && ib.State != "" {
+			return ib.State
+		}
+	}
+	return protocol.StateClosed
+}
+
+// summarizeNotClosed puts each row's time not closed in its summary: a
+// minute counts in "N min" when the breaker was out of closed at any
+// moment of it, which for a breaker that alternates is most minutes, so
+// the time itself comes first.
+func summarizeNotClosed(h *templates.Heatmap, dur map[string]time.Duration) {
+	for i, r := range h.Rows {
+		d, ok := dur[r.Instance]
+		head, tail, found := strings.Cut(r.Summary, ", not closed at some moment of ")
+		if !ok || !found {
+			continue
+		}
+		h.Rows[i].Summary = head + ", not closed " + wording.Span(d) + " in " + tail
+	}
 }
 
 func (h *heatInst) rate() float64 {
@@ -161,7 +256,10 @@ func heatRow(x *heatInst, from time.Time, per, cols int, w float64) templates.He
 	row := templates.HeatRow{Instance: x.name,
 		Summary: fmt.Sprintf("%s failed (%d/%d)", wording.Pct(x.rate()), x.failures, x.calls)}
 	if x.notClose > 0 {
-		row.Summary += fmt.Sprintf(", %d min not closed", x.notClose)
+		// A minute counts when the breaker was out of closed at any
+		// moment of it (the cell's worst state); summarizeNotClosed
+		// puts the time itself first when it is known.
+		row.Summary += fmt.Sprintf(", not closed at some moment of %d min", x.notClose)
 	}
 	for i, b := range bs {
 		if !b.seen {

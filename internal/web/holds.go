@@ -462,7 +462,11 @@ func blastLines(r cbdash.HoldRequest, p cbdash.HoldPlan) []string {
 	if len(p.Instances) > 0 {
 		lines = append(lines, "Matching now: "+strings.Join(p.Instances, ", ")+".")
 	}
-	lines = append(lines, fmt.Sprintf("Share reached: %d of %d live instances with a %s breaker.", len(p.Instances), p.Eligible, r.Selector.Breaker))
+	with := "a " + r.Selector.Breaker + " breaker"
+	if len(r.Selector.Labels) > 0 { // the labels choose the instances a share is of
+		with += " and " + strings.TrimPrefix(cbdash.Selector{Labels: r.Selector.Labels}.String(), "/ ")
+	}
+	lines = append(lines, fmt.Sprintf("Share reached: %d of %d live instances with %s.", len(p.Instances), p.Eligible, with))
 	if r.Action == protocol.ActionForceOpen {
 		lines = append(lines, "Calls that will be rejected: about "+wording.PerSecond(p.CallsPerSecond)+" (their last report).")
 	}
@@ -588,8 +592,9 @@ func reportSummary(r cbdash.HoldReport, now time.Time) []templates.SummaryItem {
 		{Label: "duration", Value: exactDuration(earlier(r.End, now).Sub(r.Start)), TestID: "sum-duration"},
 		{Label: "instances covered", Value: covered, TestID: "sum-covered"},
 		{Label: "joined later", Value: joined, TestID: "sum-late"},
+		{Label: "callers counted", Value: collector.HoldCallersCounted(r), TestID: "sum-counted"},
 		{Label: "calls rejected", Value: strconv.FormatInt(c.Rejected(), 10), TestID: "sum-rejected"},
-		{Label: "fallbacks served", Value: fmt.Sprintf("%d (%d failed)", c.FallbackSuccess, c.FallbackFailure), TestID: "sum-fallbacks"},
+		{Label: "fallback calls", Value: wording.FallbackCalls(c.FallbackSuccess, c.FallbackFailure), TestID: "sum-fallbacks"},
 		{Label: "result", Value: drillResultText(r), TestID: "sum-result"},
 		{Label: "stop conditions", Value: cmp.Or(stopsText(h.Stops), "none"), TestID: "sum-stops"},
 	}

@@ -188,7 +188,7 @@ func TestAFleetWideHoldFromTheDependencyPageAndItsDrillReport(t *testing.T) {
 	mustContain(t, "the drill report", report.body, "applied, now forced open",
 		"Drill report: force open */payments region=eu", `data-testid="sum-who">otto`, "drill the payments fallback",
 		"4 instances: catalog/catalog-1, checkout/checkout-1, checkout/checkout-2, checkout/checkout-3",
-		`data-testid="sum-late">checkout/checkout-3`, `data-testid="sum-rejected">40`, `data-testid="sum-fallbacks">28 (12 failed)`,
+		`data-testid="sum-late">checkout/checkout-3`, `data-testid="sum-rejected">40`, `data-testid="sum-fallbacks">40 (28 served, 12 failed)`,
 		`data-testid="joined-late"`, "ongoing, expires", `href="/api/v1/holds/`+id+`/report.md"`, `href="/api/v1/holds/`+id+`/report"`,
 		`data-testid="release-form"`, "Callers before and during")
 	if n := strings.Count(report.body, `data-testid="report-instance"`); n != 4 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/incident"
+	"github.com/cbdash/cbdash/internal/wording"
 	"github.com/cbdash/cbdash/sdk/protocol"
 	"github.com/cbdash/cbdash/web/templates"
 )
@@ -242,7 +243,7 @@ func summaryItems(s incident.Summary) []templates.SummaryItem {
 		{Label: "instances affected", Value: fmt.Sprintf("%d (%s)", len(s.Instances), strings.Join(s.Instances, ", ")), TestID: "sum-instances"},
 		{Label: "opens", Value: strconv.Itoa(s.Opens), TestID: "sum-opens"},
 		{Label: "calls rejected", Value: strconv.FormatInt(s.CallsRejected, 10), TestID: "sum-rejected"},
-		{Label: "fallbacks served", Value: fmt.Sprintf("%d (%d failed)", s.FallbacksServed, s.FallbacksFailed), TestID: "sum-fallbacks"},
+		{Label: "fallback calls", Value: wording.FallbackCalls(s.FallbackSuccesses, s.FallbacksFailed), TestID: "sum-fallbacks"},
 		{Label: "first trip", Value: s.FirstInstance + ": " + s.Cause, TestID: "sum-cause"},
 	}
 }

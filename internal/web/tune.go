@@ -207,7 +207,7 @@ func (s *Server) recordedLane(c echo.Context, k cbdash.DependencyKey, rep tune.R
 // tuneTable turns a report into the panel's table and lanes.
 func tuneTable(rep tune.Report) *templates.TuneTable {
 	t := &templates.TuneTable{Notes: rep.Notes,
-		Summary: fmt.Sprintf("%d s replayed as one of %.1f instances, normal failure rate %.1f%%, %d failing episodes, %d estimated spans",
+		Summary: fmt.Sprintf("%d s replayed as one of %.1f instances, normal failure rate %.1f%% (lower quartile over 10 s, rejected calls counted at the probes' failure rate), %d failing episodes, %d estimated spans",
 			rep.Seconds, rep.Instances, rep.NormalRate, len(rep.Episodes), len(rep.Estimated))}
 	for _, sp := range rep.Estimated {
 		t.Estimated = append(t.Estimated, laneSeg(rep, "estimated", sp.From, sp.To))

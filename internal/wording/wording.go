@@ -58,6 +58,15 @@ func Span(d time.Duration) string {
 	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
 }
 
+// FallbackCalls is the one way pages, exports and the CLI word fallback
+// counts: "2467 (1665 served, 802 failed)", fallback calls (each run of
+// a fallback, for a rejected or a failed call) of which served (the
+// fallback returned an answer: the API's `fallback.served`,
+// protocol.Counts.FallbackSuccess) and failed.
+func FallbackCalls(served, failed int64) string {
+	return fmt.Sprintf("%d (%d served, %d failed)", served+failed, served, failed)
+}
+
 // State is a breaker state (protocol.State*) in words: "closed", "open",
 // "half-open", "forced open", "forced closed"; "no live instance" for "".
 func State(s string) string {

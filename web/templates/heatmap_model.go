@@ -19,8 +19,12 @@ type Heatmap struct {
 // HeatRow is one instance's row.
 type HeatRow struct {
 	Instance string
-	Summary  string // "45% failed (90/200), 12 min not closed": failed of admitted calls
-	Cells    []HeatCell
+	// Summary: "45% failed (90/200), not closed 3m09s in 12 min": failed
+	// of admitted calls; how long the breaker was out of closed, and in
+	// how many minutes (any moment of each); "not closed at some moment
+	// of 12 min" when the span has too many transitions to add up.
+	Summary string
+	Cells   []HeatCell
 }
 
 // HeatCell is one bucket of one instance, in viewBox units.

@@ -56,7 +56,7 @@ func HeatmapView(h Heatmap) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, " · worst instance first · <span class=\"key\"><span class=\"hk h-open\"></span> open</span> <span class=\"key\"><span class=\"hk h-half-open\"></span> half-open</span> <span class=\"key\"><span class=\"hk h-forced\"></span> forced</span> <span class=\"key\">closed, failure rate: <span class=\"hk h-f0\"></span> 0% <span class=\"hk h-f1\"></span> &lt;10% <span class=\"hk h-f2\"></span> &lt;25% <span class=\"hk h-f3\"></span> &lt;50% <span class=\"hk h-f4\"></span> ≥50%</span> <span class=\"key\"><span class=\"hk h-idle\"></span> no calls</span></p>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, ", in its worst state · worst instance first · <span class=\"key\"><span class=\"hk h-open\"></span> open</span> <span class=\"key\"><span class=\"hk h-half-open\"></span> half-open</span> <span class=\"key\"><span class=\"hk h-forced\"></span> forced</span> <span class=\"key\">closed, failure rate: <span class=\"hk h-f0\"></span> 0% <span class=\"hk h-f1\"></span> &lt;10% <span class=\"hk h-f2\"></span> &lt;25% <span class=\"hk h-f3\"></span> &lt;50% <span class=\"hk h-f4\"></span> ≥50%</span> <span class=\"key\"><span class=\"hk h-idle\"></span> no calls</span></p>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
