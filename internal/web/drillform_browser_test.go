@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -113,4 +114,55 @@ func TestBrowserOperatorPanelSchedulesADrill(t *testing.T) {
 		t.Fatalf("stored schedules %+v, %v", ds, err)
 	}
 	screenshot(t, ctx, "holds-scheduled-from-dependency.png")
+}
+
+// holdControls are the fleet-wide hold form's inputs and its submit
+// button.
+const holdControls = `form[data-testid=hold-form] input:not([type=hidden]), form[data-testid=hold-form] select, form[data-testid=hold-form] button[type=submit]`
+
+// TestBrowserFleetHoldFormSchedulesADrill: the fleet-wide hold form has
+// the same When fields as the operator panel; at 1440 and 390 px each
+// of its controls is the element at its own centre, and a drill of
+// */payments scheduled once from it is confirmed and listed.
+func TestBrowserFleetHoldFormSchedulesADrill(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	s := startStack(t, 2)
+	login(t, ctx, s.url, "otto", s.password)
+	dep := s.url + "/dependency?service=checkout&breaker=payments"
+	for _, width := range []int64{1440, 390} {
+		run(t, ctx, stepTimeout, "the fleet form", narrow(width), chromedp.Navigate(dep),
+			chromedp.WaitVisible(css(`[data-testid=hold-when]`)))
+		if bad := get(t, ctx, "hit test", chromedp.Evaluate[string](notAtOwnCentre(holdControls))); bad != "" {
+			t.Errorf("at %d px these fleet form controls are not the element at their centre: %s", width, bad)
+		}
+		if o := get(t, ctx, "overflow", chromedp.Evaluate[string](overflow)); o != "" {
+			t.Errorf("the dependency page at %d px scrolls sideways: %s", width, o)
+		}
+	}
+	at := s.clock.Now().UTC().Add(48 * time.Hour).Truncate(time.Minute)
+	run(t, ctx, stepTimeout, "schedule a fleet drill once", narrow(1440),
+		chromedp.Navigate(dep),
+		chromedp.WaitVisible(css(`form[data-testid=hold-form]`)),
+		chromedp.Click(css(`form[data-testid=hold-form] input[name=action][value=force_open]`)),
+		chromedp.Click(css(`[data-testid=fleet-selector]`)),
+		chromedp.SetValue(css(`[data-testid=hold-ttl]`), "5"),
+		chromedp.SendKeys(css(`[data-testid=hold-reason]`), "the fleet's payments fallback drill"),
+		chromedp.Click(css(`[data-testid=hold-when-once]`)),
+		chromedp.SetValue(css(`[data-testid=hold-at]`), at.Format("2006-01-02T15:04")),
+		chromedp.Click(css(`[data-testid=hold-review]`)),
+		chromedp.WaitVisible(css(`[data-testid=hold-confirm]`)),
+	)
+	blast := get(t, ctx, "the confirmation", chromedp.Text(css(`[data-testid=hold-confirm]`)))
+	if !strings.Contains(blast, "Schedule a drill: force open */payments") {
+		t.Errorf("the confirmation %q does not schedule a drill of */payments", blast)
+	}
+	run(t, ctx, stepTimeout, "confirm: the schedules list",
+		chromedp.Click(css(`[data-testid=hold-confirm-button]`)),
+		chromedp.WaitVisible(css(`[data-testid=schedule-row]`)),
+	)
+	ds, err := s.col.Schedules(t.Context(), false)
+	if err != nil || len(ds) != 1 || ds[0].Selector.String() != "*/payments" || !ds[0].NextRun.Equal(at) || ds[0].TTL != 5*time.Minute {
+		t.Fatalf("stored schedules %+v, %v: want */payments once at %v for 5m", ds, err, at)
+	}
 }
