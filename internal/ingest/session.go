@@ -326,7 +326,11 @@ func (s *session) handshake(ctx context.Context, token string) bool {
 		s.fatal(ctx, rf)
 		return false
 	}
+	// Under mu: kill, from a shutdown that may come during the handshake,
+	// reads the key to log it.
+	s.mu.Lock()
 	s.key, s.startedAt, s.hello = live.Key{Service: h.Service, Instance: h.Instance}, h.StartedAt, h
+	s.mu.Unlock()
 	// The welcome is queued as the instance is registered: a command issued
 	// from then on is sent after it; commands issued before are read below.
 	last, prev, rf := c.register(ctx, h, s, now, func(last uint64) {
@@ -1217,9 +1221,10 @@ func (s *session) kill(reason string) {
 	s.mu.Lock()
 	first := !s.dead
 	s.dead = true
+	key := s.key // set by the handshake, which may be running
 	s.mu.Unlock()
 	if first {
-		s.c.log.Info("closing agent connection", "service", s.key.Service, "instance", s.key.Instance, "reason", reason)
+		s.c.log.Info("closing agent connection", "service", key.Service, "instance", key.Instance, "reason", reason)
 	}
 	s.cancel()
 }
