@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // sleepTo sleeps, in a synctest bubble, until clk (a clocktest.Running
 // made in the bubble) reads at.
-func sleepTo(clk *clocktest.Running, at time.Time) { time.Sleep(at.Sub(clk.Now())) }
+func sleepTo(clk *clocktest.Running, at time.Time) { bubbletest.Advance(at.Sub(clk.Now())) }
 
 // feed stands in for the collector's live feed.
 type feed struct{ ch chan cbdash.Event }

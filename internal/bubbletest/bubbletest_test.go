@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestServerAnswersOnTheBubblesClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := bubbletest.NewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			time.Sleep(time.Minute)
+			<-time.After(time.Minute) // the bubble's minute
 			_, _ = io.WriteString(w, "late "+r.Host)
 		}))
 		start := time.Now()
@@ -52,7 +52,7 @@ func TestServerAnswersOnTheBubblesClock(t *testing.T) {
 func TestAStoreWorksInABubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := storetest.Open(t, clocktest.NewRunning())
-		time.Sleep(time.Hour)
+		bubbletest.Advance(time.Hour)
 		done := make(chan error, 2)
 		for _, name := range []string{"ann", "bob"} {
 			go func() {
@@ -78,7 +78,7 @@ func TestSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var log strings.Builder
 		go func() {
-			time.Sleep(bubbletest.Settling - time.Millisecond)
+			<-time.After(bubbletest.Settling - time.Millisecond)
 			log.WriteString("woke")
 		}()
 		start := time.Now()

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cbdash/cbdash/internal/bubbletest"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/clocktest"
 )
@@ -88,11 +89,11 @@ func TestTimer(t *testing.T) {
 			start := time.Now()
 			tm := clock.NewTimer(clock.System(), time.Second)
 			defer tm.Stop()
-			time.Sleep(time.Second - time.Nanosecond)
+			bubbletest.Advance(time.Second - time.Nanosecond)
 			if _, ok := fired(tm); ok {
 				t.Fatal("fired before its due time")
 			}
-			time.Sleep(time.Nanosecond)
+			bubbletest.Advance(time.Nanosecond)
 			synctest.Wait()
 			if at, ok := fired(tm); !ok || !at.Equal(start.Add(time.Second)) {
 				t.Fatalf("fired %v at %v, want at %v", ok, at, start.Add(time.Second))

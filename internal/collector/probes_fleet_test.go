@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/bubbletest"
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/agent"
@@ -218,7 +219,7 @@ func runFleet(t *testing.T, o fleetOptions) fleetRun {
 			_ = m.br.Execute(context.Background(), func(context.Context) error { return nil })
 		}
 	}
-	time.Sleep(time.Second) // virtual: reports go out, the collector sees the fleet warm
+	bubbletest.Advance(time.Second) // virtual: reports go out, the collector sees the fleet warm
 	synctest.Wait()
 	if dep, err := s.col.Dependency(cbdash.DependencyKey{Service: "checkout", Breaker: "payments"}); err != nil ||
 		dep.Instances != fleetSize || cbdash.QuorumOf(dep.PerInstance).Eligible != fleetSize {
@@ -246,7 +247,7 @@ func runFleet(t *testing.T, o fleetOptions) fleetRun {
 			}
 		}
 		drive(fleet, d, step, &run)
-		time.Sleep(fleetStep) // virtual time
+		bubbletest.Advance(fleetStep) // virtual time
 		synctest.Wait()
 	}
 	run.measure(t, s, fleet, d.start, stopped, before)

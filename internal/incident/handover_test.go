@@ -111,7 +111,7 @@ func testTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce(t *testing.T)
 	log.send("b", "payments", protocol.StateOpen, protocol.StateClosed, 3400)
 	log.send("a", "ledger", protocol.StateClosed, protocol.StateOpen, 5000)
 	log.send("a", "ledger", protocol.StateOpen, protocol.StateClosed, 5700)
-	time.Sleep(10 * time.Minute)
+	bubbletest.Advance(10 * time.Minute)
 
 	want := []struct {
 		breaker   string
@@ -145,7 +145,7 @@ func testTakeoverGivesTripsStoredWhileNoLeaderRanTheirIncidentOnce(t *testing.T)
 	// The restart's margin reaches back over everything: a replay of
 	// what was processed.
 	for i, who := range []string{"the next leader", "a restart"} {
-		time.Sleep(time.Minute)
+		bubbletest.Advance(time.Minute)
 		f := &feed{ch: make(chan cbdash.Event)}
 		start := clk.Now()
 		_, stop := runService(t, st, f, clk, time.Duration(i*20)*time.Minute)

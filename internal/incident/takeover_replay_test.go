@@ -69,7 +69,7 @@ func testTakeoverReplaysMoreThanTenThousandTransitions(t *testing.T) {
 	if _, err := st.SaveBatch(ctx, "checkout", "a", started, ledger, time.UnixMilli(at+500)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Minute)
+	bubbletest.Advance(10 * time.Minute)
 
 	start := clk.Now()
 	_, stop = runService(t, st, &feed{ch: make(chan cbdash.Event)}, clk, 0)

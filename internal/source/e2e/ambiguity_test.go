@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/afex/hystrix-go/hystrix"
+
+	"github.com/cbdash/cbdash/internal/bubbletest"
 )
 
 // rollingFields are the counts of a HystrixCommand record of hystrix-go's
@@ -70,14 +72,14 @@ func streamOf(t *testing.T, command string, phase time.Duration, calls []call) (
 	if _, _, err := hystrix.GetCircuit(command); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(phase)
+	bubbletest.Advance(phase)
 	sh := hystrix.NewStreamHandler()
 	sh.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	records := recordStream(ctx, sh, command)
 	for _, c := range calls {
 		if d := time.Until(start.Add(2*time.Second + c.at)); d > 0 {
-			time.Sleep(d)
+			bubbletest.Advance(d)
 		}
 		_ = hystrix.Do(command, func() error {
 			if c.fail {
@@ -86,7 +88,7 @@ func streamOf(t *testing.T, command string, phase time.Duration, calls []call) (
 			return nil
 		}, func(error) error { return nil })
 	}
-	time.Sleep(15 * time.Second)
+	bubbletest.Advance(15 * time.Second)
 	recs := records()
 	cancel()
 	sh.Stop()

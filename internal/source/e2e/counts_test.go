@@ -12,6 +12,7 @@ import (
 
 	"github.com/afex/hystrix-go/hystrix"
 
+	"github.com/cbdash/cbdash/internal/bubbletest"
 	"github.com/cbdash/cbdash/internal/source"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -67,7 +68,7 @@ func runCounts(t *testing.T, command string, phase time.Duration, calls []call) 
 	if _, _, err := hystrix.GetCircuit(command); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(phase)
+	bubbletest.Advance(phase)
 	sh := hystrix.NewStreamHandler()
 	sh.Start()
 	sink := &recordingSink{}
@@ -80,11 +81,11 @@ func runCounts(t *testing.T, command string, phase time.Duration, calls []call) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	time.Sleep(2*time.Second - phase) // the source connected and read the empty window
+	bubbletest.Advance(2*time.Second - phase) // the source connected and read the empty window
 
 	for _, c := range calls {
 		if d := time.Until(start.Add(2*time.Second + c.at)); d > 0 {
-			time.Sleep(d)
+			bubbletest.Advance(d)
 		}
 		_ = hystrix.Do(command, func() error {
 			if c.fail {
@@ -93,7 +94,7 @@ func runCounts(t *testing.T, command string, phase time.Duration, calls []call) 
 			return nil
 		}, func(error) error { return nil })
 	}
-	time.Sleep(15 * time.Second) // every call left the rolling window
+	bubbletest.Advance(15 * time.Second) // every call left the rolling window
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("source: %v", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/afex/hystrix-go/hystrix"
 
+	"github.com/cbdash/cbdash/internal/bubbletest"
 	"github.com/cbdash/cbdash/internal/source"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -274,7 +275,7 @@ func turbineRun(t *testing.T, v2 bool) {
 	var followers sync.WaitGroup
 	// The hosts' handlers tick at 0.2 s and 0.65 s into each second; the
 	// circuits' lock is taken at 0.1, 0.35, 0.6 and 0.85.
-	time.Sleep(100 * time.Millisecond)
+	bubbletest.Advance(100 * time.Millisecond)
 	followers.Go(func() { apartHandlers(ctx, 250*time.Millisecond) })
 	for i, h := range hosts {
 		hystrix.ConfigureCommand(command(h), hystrix.CommandConfig{Timeout: 1000, MaxConcurrentRequests: 100,
@@ -282,7 +283,7 @@ func turbineRun(t *testing.T, v2 bool) {
 		if _, _, err := hystrix.GetCircuit(command(h)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Until(start.Add(time.Duration(200+450*i) * time.Millisecond)))
+		bubbletest.Advance(time.Until(start.Add(time.Duration(200+450*i) * time.Millisecond)))
 		sh := hystrix.NewStreamHandler()
 		sh.Start()
 		handlers = append(handlers, sh)
@@ -308,7 +309,7 @@ func turbineRun(t *testing.T, v2 bool) {
 	)
 	i := 0
 	for at := from; at < to; at += every {
-		time.Sleep(time.Until(start.Add(at)))
+		bubbletest.Advance(time.Until(start.Add(at)))
 		for hi, h := range hosts {
 			fail := i%10 == 9 || (hi == hostA && at >= downA && at < upA)
 			_ = hystrix.Do(command(h), func() error {
@@ -320,7 +321,7 @@ func turbineRun(t *testing.T, v2 bool) {
 		}
 		i++
 	}
-	time.Sleep(15 * time.Second)
+	bubbletest.Advance(15 * time.Second)
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("source: %v", err)
