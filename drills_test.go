@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -32,7 +33,7 @@ func TestStopConditionsParseAndWriteBack(t *testing.T) {
 		}
 	}
 	b := HoldBreach{Condition: StopCondition{Metric: StopFallbackFailureRate, Above: 20}, Value: 86.2,
-		At: time.Date(2026, 12, 4, 15, 2, 57, 0, time.UTC)}
+		At: breakertest.Epoch().Truncate(24 * time.Hour).Add(15*time.Hour + 2*time.Minute + 57*time.Second)}
 	if got := b.Reason(); got != "stop condition: fallback failure rate 86.2 % > 20 % at 15:02:57" {
 		t.Errorf("reason %q", got)
 	}
@@ -77,7 +78,7 @@ func TestSteps(t *testing.T) {
 // and ran fallbacks; a report more than FallbackRunGap after the last
 // starts a new run; reports without rejections change nothing.
 func TestNextFallbackRun(t *testing.T) {
-	at := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	at := breakertest.Epoch()
 	w := func(sec int, served, failed int64) protocol.Window {
 		return protocol.Window{Start: at.Add(time.Duration(sec) * time.Second).UnixMilli(), Millis: 1000,
 			Counts: protocol.Counts{RejectedForced: served + failed, FallbackSuccess: served, FallbackFailure: failed}}

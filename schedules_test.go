@@ -6,10 +6,16 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
 
 func TestScheduleRulesReadWriteAndFindTheNextDueTime(t *testing.T) {
-	tue := time.Date(2026, 12, 8, 10, 0, 0, 0, time.UTC) // a Tuesday
+	// The first Tuesday 10:00 UTC after the test clock's epoch.
+	tue := breakertest.Epoch().UTC().Truncate(24 * time.Hour).Add(10 * time.Hour)
+	for tue.Weekday() != time.Tuesday || !tue.After(breakertest.Epoch()) {
+		tue = tue.AddDate(0, 0, 1)
+	}
+	at, atPlusOne := tue.Format(time.RFC3339), tue.In(time.FixedZone("", 3600)).Format(time.RFC3339)
 	for _, tc := range []struct {
 		in, out   string
 		after     time.Time
@@ -21,8 +27,8 @@ func TestScheduleRulesReadWriteAndFindTheNextDueTime(t *testing.T) {
 		{"Every THU,tue 10:00", "every tue,thu 10:00", tue, tue.AddDate(0, 0, 2), false},
 		{"every day 23:15", "every day 23:15", tue, tue.Add(13*time.Hour + 15*time.Minute), false},
 		{"every mon,tue,wed,thu,fri,sat,sun 00:00", "every day 00:00", tue, tue.Add(14 * time.Hour), false},
-		{"at 2026-12-08T11:00:00+01:00", "at 2026-12-08T10:00:00Z", tue.Add(-time.Second), tue, false},
-		{"at 2026-12-08T10:00:00Z", "at 2026-12-08T10:00:00Z", tue, time.Time{}, true},
+		{"at " + atPlusOne, "at " + at, tue.Add(-time.Second), tue, false},
+		{"at " + at, "at " + at, tue, time.Time{}, true},
 	} {
 		r, err := cbdash.ParseScheduleRule(tc.in)
 		if err != nil {
@@ -37,7 +43,7 @@ func TestScheduleRulesReadWriteAndFindTheNextDueTime(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "every", "every tue", "every tue 25:00", "every tue 10:0", "every funday 10:00",
-		"at tomorrow", "at 2026-12-08", "every 2h", "cron 0 10 * * 2"} {
+		"at tomorrow", "at " + tue.Format(time.DateOnly), "every 2h", "cron 0 10 * * 2"} {
 		if _, err := cbdash.ParseScheduleRule(bad); !errors.Is(err, cbdash.ErrInvalid) {
 			t.Errorf("%q = %v, want ErrInvalid", bad, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -13,7 +14,7 @@ import (
 // after the hold ended, and rounds its latencies as the page does.
 func TestHoldReportMarkdownWordsAfterTheHold(t *testing.T) {
 	t.Parallel()
-	start := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	start := clocktest.Noon()
 	p := cbdash.HoldPeriod{Calls: 10, P50: 247749999 * time.Nanosecond, P99: 1500 * time.Microsecond}
 	r := cbdash.HoldReport{
 		Hold:  cbdash.HoldRecord{ID: "h0123456789abcdef", HoldRequest: cbdash.HoldRequest{Action: protocol.ActionForceOpen, Selector: cbdash.Selector{Service: "checkout", Breaker: "payments"}}, Until: start.Add(time.Minute), ReleasedAt: start.Add(30 * time.Second)},

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/tune"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
-var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+var t0 = clocktest.Noon() // the test clock's noon
 
 // liveSettings is a typical sdk/breaker hello: 50% of the last 100 calls,
 // at least 10, open 10 s.
