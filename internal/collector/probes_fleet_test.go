@@ -21,6 +21,7 @@ import (
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/storetest"
 	"github.com/cbdash/cbdash/sdk/agent"
+	"github.com/cbdash/cbdash/sdk/agent/agenttest"
 	"github.com/cbdash/cbdash/sdk/breaker"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -75,7 +76,7 @@ type fleetOptions struct {
 // in-memory network.
 type stackInBubble struct {
 	clk    *clocktest.Running // the bubble's time, from the test epoch: every part's clock
-	net    *memNet
+	net    *agenttest.MemNet
 	col    *Collector
 	srv    *httptest.Server
 	token  string
@@ -96,10 +97,10 @@ func startStackInBubble(t *testing.T, rules []cbdash.QuorumRule) *stackInBubble 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stackInBubble{clk: clk, net: newMemNet(), col: col, token: token, done: make(chan error, 1)}
+	s := &stackInBubble{clk: clk, net: agenttest.NewMemNet(), col: col, token: token, done: make(chan error, 1)}
 	s.srv = httptest.NewUnstartedServer(testMux(col))
 	s.srv.Listener.Close()
-	s.srv.Listener = s.net.listen("collector.test:80")
+	s.srv.Listener = s.net.Listen("collector.test:80")
 	s.srv.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -144,7 +145,7 @@ func startProbeMember(t *testing.T, s *stackInBubble, i int) *probeMember {
 		t.Fatal(err)
 	}
 	m.br.Subscribe(m.observe)
-	m.ag, err = agent.New(agent.Config{URL: "ws://collector.test:80/api/v1/agent", Token: s.token, HTTPClient: s.net.client(),
+	m.ag, err = agent.New(agent.Config{URL: "ws://collector.test:80/api/v1/agent", Token: s.token, HTTPClient: s.net.Client(),
 		Service: "checkout", Instance: m.name, Clock: s.clk, ReportInterval: 250 * time.Millisecond,
 		ReconnectMin: 100 * time.Millisecond, ReconnectMax: time.Second})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/agent"
+	"github.com/cbdash/cbdash/sdk/agent/agenttest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -16,7 +17,7 @@ import (
 // It runs in a synctest bubble: the waits are virtual time, exact.
 func TestFailingBatchesBackOffAlthoughWelcomed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, fixtureOptions{net: newMemNet(), agent: func(c *agent.Config) {
+		f := newFixture(t, fixtureOptions{net: agenttest.NewMemNet(), agent: func(c *agent.Config) {
 			c.ReconnectMin, c.ReconnectMax = 10*time.Millisecond, 10*time.Second
 		}})
 		f.col.mu.Lock()
@@ -50,7 +51,7 @@ func TestFailingBatchesBackOffAlthoughWelcomed(t *testing.T) {
 func TestRefusedForGoodWaitsTheLongestBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const longest = 300 * time.Millisecond
-		f := newFixture(t, fixtureOptions{net: newMemNet(), noStart: true, agent: func(c *agent.Config) {
+		f := newFixture(t, fixtureOptions{net: agenttest.NewMemNet(), noStart: true, agent: func(c *agent.Config) {
 			c.ReconnectMin, c.ReconnectMax = time.Millisecond, longest
 		}})
 		const reason = `service "checkout" has 1000 dependencies; 1 new ones would pass the 1000 one service may have (serve flag --max-dependencies-per-service) (forbidden)`

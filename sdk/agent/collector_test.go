@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/cbdash/cbdash/sdk/agent/agenttest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -27,7 +28,7 @@ type collector struct {
 	token string
 	addr  string
 	tls   bool
-	mem   *memNet // the network it listens on; nil: loopback
+	mem   *agenttest.MemNet // the network it listens on; nil: loopback
 
 	mu       sync.Mutex
 	srv      *httptest.Server
@@ -96,11 +97,11 @@ func startCollector(tb testing.TB, tls bool) *collector {
 }
 
 // newMemCollector starts a collector on the in-memory network n, for a
-// test in a synctest bubble (see memNet).
-func newMemCollector(tb testing.TB, n *memNet) *collector {
+// test in a synctest bubble (see agenttest.MemNet).
+func newMemCollector(tb testing.TB, n *agenttest.MemNet) *collector {
 	tb.Helper()
-	ln := n.listen("")
-	c := &collector{tb: tb, token: "agent-secret", addr: ln.addr, mem: n,
+	ln := n.Listen("")
+	c := &collector{tb: tb, token: "agent-secret", addr: ln.Addr().String(), mem: n,
 		conns: map[*websocket.Conn]context.CancelFunc{}, lastSeq: map[string]uint64{}}
 	c.serve(ln)
 	tb.Cleanup(c.stop)
@@ -158,7 +159,7 @@ func (c *collector) stop() {
 func (c *collector) restart() {
 	c.tb.Helper()
 	if c.mem != nil {
-		c.serve(c.mem.listen(c.addr))
+		c.serve(c.mem.Listen(c.addr))
 		return
 	}
 	var ln net.Listener

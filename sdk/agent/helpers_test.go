@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash/sdk/agent"
+	"github.com/cbdash/cbdash/sdk/agent/agenttest"
 	"github.com/cbdash/cbdash/sdk/breaker"
 	"github.com/cbdash/cbdash/sdk/breaker/breakertest"
 )
@@ -120,7 +121,7 @@ type fixtureOptions struct {
 	// its collector listens on net (newMemCollector), the agent dials
 	// through net, and the breaker and the agent run on the system
 	// clock, which is the bubble's.
-	net *memNet
+	net *agenttest.MemNet
 }
 
 func newFixture(t testing.TB, o fixtureOptions) *fixture {
@@ -134,7 +135,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	}
 	if o.net != nil {
 		f.col = newMemCollector(t, o.net)
-		cfg.HTTPClient = o.net.client()
+		cfg.HTTPClient = o.net.Client()
 	} else {
 		f.col, f.clock = newCollector(t), newClock()
 		bc.Clock, cfg.Clock = f.clock, f.clock

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/cbdash/cbdash/sdk/agent"
+	"github.com/cbdash/cbdash/sdk/agent/agenttest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -47,7 +48,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 
 	t.Run("at hello", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			f := newFixture(t, fixtureOptions{net: newMemNet(), noStart: true, agent: slowBackoff})
+			f := newFixture(t, fixtureOptions{net: agenttest.NewMemNet(), noStart: true, agent: slowBackoff})
 			f.col.set(func(c *collector) { c.refuseHello = refusal })
 			if err := f.agent.Start(); err != nil {
 				t.Fatal(err)
@@ -66,7 +67,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 			// With several collectors the agent comes back to the one that
 			// asked (over a shared database its store's trouble is every
 			// collector's): the other one sees no hello, for five in a row.
-			n := newMemNet()
+			n := agenttest.NewMemNet()
 			a, b := newMemCollector(t, n), newMemCollector(t, n)
 			a.set(func(c *collector) { c.refuseHello = refusal })
 			b.set(func(c *collector) { c.refuseHello = refusal })
@@ -105,7 +106,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 
 	t.Run("on a batch", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			f := newFixture(t, fixtureOptions{net: newMemNet(), agent: slowBackoff})
+			f := newFixture(t, fixtureOptions{net: agenttest.NewMemNet(), agent: slowBackoff})
 			f.col.set(func(c *collector) { c.storeError = refusal })
 			calls(f.b, 3, false)
 			f.tick() // one batch, answered by the error and resent at every welcome
@@ -136,13 +137,13 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 func TestCollectorStartedAfterTheAgentIsReachedQuickly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var dials atomic.Int64
-		n := newMemNet()
+		n := agenttest.NewMemNet()
 		f := newFixture(t, fixtureOptions{net: n, noStart: true, agent: func(c *agent.Config) {
 			c.ReconnectMin, c.ReconnectMax = 10*time.Second, 30*time.Second
 			c.HTTPClient = &http.Client{Transport: &http.Transport{
 				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 					dials.Add(1)
-					return n.dial(ctx, network, addr)
+					return n.Dial(ctx, network, addr)
 				},
 			}}
 		}})
@@ -186,7 +187,7 @@ type failbackFixture struct {
 }
 
 func newFailbackFixture(t *testing.T, failbackAfter time.Duration) *failbackFixture {
-	n := newMemNet()
+	n := agenttest.NewMemNet()
 	a, b := newMemCollector(t, n), newMemCollector(t, n)
 	f := newFixture(t, fixtureOptions{net: n, noStart: true, agent: func(c *agent.Config) {
 		c.URL, c.URLs = "", []string{a.url(), b.url()}

@@ -1,4 +1,7 @@
-package collector
+// Package agenttest has what tests of agents and collectors need beyond
+// the standard library: MemNet, an in-memory network on which a
+// collector and its agents can run inside a testing/synctest bubble.
+package agenttest
 
 import (
 	"context"
@@ -12,27 +15,28 @@ import (
 	"time"
 )
 
-// memNet (a copy of sdk/agent's, another module) is an in-memory network for tests that run in a testing/synctest
+// MemNet is an in-memory network for tests that run in a testing/synctest
 // bubble, where time is virtual: a goroutine reading a loopback socket is
 // not durably blocked, so a bubble cannot hold the test collector on
 // loopback, but it holds memConns (a goroutine waiting on one waits on a
 // sync.Cond of the bubble). Collectors listen on addresses of it
-// (newMemCollector) and agents dial them with client(); a dial to an
+// (Listen) and agents dial them with Client() or Dial; a dial to an
 // address nobody listens on is refused (ECONNREFUSED, as on loopback), so
 // stopping and restarting a collector on its address behaves as it does
 // on loopback. Its connections buffer what is written without bound, as
 // a socket's buffers absorb what a test sends: tests of flow control and
 // memory bounds stay on loopback.
-type memNet struct {
+type MemNet struct {
 	mu        sync.Mutex
 	listeners map[string]*memListener
 	n         int
 }
 
-func newMemNet() *memNet { return &memNet{listeners: map[string]*memListener{}} }
+// NewMemNet returns a network with no listener.
+func NewMemNet() *MemNet { return &MemNet{listeners: map[string]*memListener{}} }
 
-// listen listens on addr, or on a new address when addr is "".
-func (n *memNet) listen(addr string) *memListener {
+// Listen listens on addr, or on a new address when addr is "".
+func (n *MemNet) Listen(addr string) net.Listener {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if addr == "" {
@@ -40,15 +44,15 @@ func (n *memNet) listen(addr string) *memListener {
 		addr = fmt.Sprintf("collector-%d.test:80", n.n)
 	}
 	if _, ok := n.listeners[addr]; ok {
-		panic("memNet: " + addr + " is in use")
+		panic("MemNet: " + addr + " is in use")
 	}
 	l := &memListener{n: n, addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
 	n.listeners[addr] = l
 	return l
 }
 
-// dial connects to the listener on addr through a net.Pipe.
-func (n *memNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+// Dial connects to the listener on addr through a net.Pipe.
+func (n *MemNet) Dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	n.mu.Lock()
 	l := n.listeners[addr]
 	n.mu.Unlock()
@@ -69,14 +73,14 @@ func (n *memNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	return nil, refused
 }
 
-// client returns an HTTP client whose connections are the network's.
-func (n *memNet) client() *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: n.dial}}
+// Client returns an HTTP client whose connections are the network's.
+func (n *MemNet) Client() *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: n.Dial}}
 }
 
-// memListener is a net.Listener on a memNet address.
+// memListener is a net.Listener on a MemNet address.
 type memListener struct {
-	n     *memNet
+	n     *MemNet
 	addr  string
 	conns chan net.Conn
 	done  chan struct{}
