@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/clock"
 	"github.com/cbdash/cbdash/internal/clocktest"
+	"github.com/cbdash/cbdash/internal/stacktest"
 	"github.com/cbdash/cbdash/internal/store"
 )
 
@@ -177,4 +179,19 @@ func TestFloorHandlerDropsRecordsBelowItsLevel(t *testing.T) {
 	if out := b.String(); strings.Contains(out, "incident updated") || !strings.Contains(out, "store slow") || !strings.Contains(out, "component=incident") {
 		t.Fatalf("log %q: want only the warning, with its attributes", out)
 	}
+}
+
+// operatorEnv makes an operator (ada) with a CLI token on st and returns
+// the environment that points the CLI at st with that token.
+func operatorEnv(t *testing.T, st *stacktest.Stack) map[string]string {
+	t.Helper()
+	u, err := st.Store.CreateUser(t.Context(), "ada", cbdash.RoleOperator, []byte("hash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := st.Store.CreateUserToken(t.Context(), u.ID, "cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{"CBDASH_SERVER": st.URL(), "CBDASH_TOKEN": token}
 }

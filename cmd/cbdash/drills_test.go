@@ -35,15 +35,7 @@ func TestCLITripWithStopConditionsIsRefusedDuringAnIncident(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := st.Store.CreateUser(ctx, "ada", cbdash.RoleOperator, []byte("hash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := st.Store.CreateUserToken(ctx, u.ID, "cli")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"CBDASH_SERVER": st.URL(), "CBDASH_TOKEN": token}
+	env := operatorEnv(t, st)
 	want := "incident " + strconv.FormatInt(id, 10) + " is open on checkout/payments since "
 	args := []string{"trip", "checkout/payments", "--for", "1m", "--reason", "drill", "--stop-if", "fallback-failure-rate>20%",
 		"--stop-if", "error-rate>30% for 10s"}

@@ -22,15 +22,7 @@ func TestCLIDrillScheduleRunsAtItsTimeAndIsListedAndUnscheduled(t *testing.T) {
 	st := stacktest.Start(t, stacktest.Options{Clock: clk})
 	ingest(t, st, "checkout-1", protocol.Window{State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 20, Successes: 20}})
 	ctx := t.Context()
-	u, err := st.Store.CreateUser(ctx, "ada", cbdash.RoleOperator, []byte("hash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := st.Store.CreateUserToken(ctx, u.ID, "cli")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"CBDASH_SERVER": st.URL(), "CBDASH_TOKEN": token}
+	env := operatorEnv(t, st)
 	due := clk.Now().UTC().Truncate(time.Minute).Add(2 * time.Minute)
 	every := "day " + due.Format("15:04")
 
@@ -161,15 +153,7 @@ func TestCLIDrillSchedulesSayARunWasTakenOver(t *testing.T) {
 	st := stacktest.Start(t, stacktest.Options{Clock: clk})
 	ingest(t, st, "checkout-1", protocol.Window{State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 20, Successes: 20}})
 	ctx := t.Context()
-	u, err := st.Store.CreateUser(ctx, "ada", cbdash.RoleOperator, []byte("hash"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := st.Store.CreateUserToken(ctx, u.ID, "cli")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"CBDASH_SERVER": st.URL(), "CBDASH_TOKEN": token}
+	env := operatorEnv(t, st)
 	due := clk.Now().UTC().Truncate(time.Minute).Add(2 * time.Minute)
 	if code, out, stderr := cliOn(t, clk, env, "drill", "schedule", "checkout/payments", "--at", due.Format(time.RFC3339), "--for", "5m",
 		"--reason", "one drill"); code != 0 {
