@@ -243,12 +243,12 @@ func TestAgentsAreBackWithinSecondsOfTheStore(t *testing.T) {
 		// (SQLSTATE 25006), until the triggers are dropped.
 		exec(t, db, `CREATE FUNCTION `+schema+`.read_only() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP USING ERRCODE = '25006'; END $$`)
-		exec(t, db, `DO $$ DECLARE r record; BEGIN
+		execWhileWriting(t, db, `DO $$ DECLARE r record; BEGIN
 			FOR r IN SELECT tablename FROM pg_tables WHERE schemaname = '`+schema+`' LOOP
 				EXECUTE format('CREATE TRIGGER read_only BEFORE INSERT OR UPDATE OR DELETE ON %I.%I FOR EACH ROW EXECUTE FUNCTION %I.read_only()', '`+schema+`', r.tablename, '`+schema+`');
 			END LOOP; END $$`)
 		refusedDuringFault(t, h, agents)
-		exec(t, db, `DO $$ DECLARE r record; BEGIN
+		execWhileWriting(t, db, `DO $$ DECLARE r record; BEGIN
 			FOR r IN SELECT tablename FROM pg_tables WHERE schemaname = '`+schema+`' LOOP
 				EXECUTE format('DROP TRIGGER read_only ON %I.%I', '`+schema+`', r.tablename);
 			END LOOP; END $$`)

@@ -5,7 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"github.com/cbdash/cbdash/internal/ingest"
+	"errors"
 	"io"
 	"net/http"
 	"runtime"
@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/ingest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -42,6 +45,25 @@ func exec(t *testing.T, db *sql.DB, q string) {
 	t.Helper()
 	if _, err := db.Exec(q); err != nil {
 		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// execWhileWriting is exec for a statement that takes locks on tables
+// the collector is writing to (a fault set up under it): PostgreSQL may
+// pick it as a deadlock's victim (SQLSTATE 40P01), which rolls it back
+// whole, so it is run again until it goes through.
+func execWhileWriting(t *testing.T, db *sql.DB, q string) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		_, err := db.Exec(q)
+		var pe *pgconn.PgError
+		if err == nil {
+			return
+		}
+		if !errors.As(err, &pe) || pe.Code != "40P01" || attempt == 20 {
+			t.Fatalf("%s: %v", q, err)
+		}
+		t.Logf("deadlock victim (attempt %d), running it again", attempt)
 	}
 }
 
