@@ -80,7 +80,12 @@ func freeAddr(t *testing.T) string {
 
 func startServe(t *testing.T, bin, dsn, name string) *serveProc {
 	t.Helper()
-	addr := freeAddr(t)
+	return startServeAt(t, bin, dsn, name, freeAddr(t))
+}
+
+// startServeAt starts `cbdash serve` on addr and waits for it to be ready.
+func startServeAt(t *testing.T, bin, dsn, name, addr string) *serveProc {
+	t.Helper()
 	p := &serveProc{url: "http://" + addr, logs: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "serve", "--db", dsn, "--addr", addr, "--allow-private-webhooks",
 		"--admin-password", "e2e-admin-password", "--log-level", "info")
@@ -445,11 +450,17 @@ func incidents(t *testing.T, dsn string) []cbdash.Incident {
 
 func storedCounts(t *testing.T, dsn string) (admitted, failures int64) {
 	t.Helper()
+	return storedCountsOf(t, dsn, cbdash.DependencyKey{Service: "checkout", Breaker: "payments"})
+}
+
+// storedCountsOf sums the calls and failures the store holds for dependency k.
+func storedCountsOf(t *testing.T, dsn string, k cbdash.DependencyKey) (admitted, failures int64) {
+	t.Helper()
 	st := openStore(t, dsn)
 	defer st.Close()
 	now := time.Now()
 	pts, err := st.History(context.Background(), cbdash.HistoryQuery{
-		DependencyKey: cbdash.DependencyKey{Service: "checkout", Breaker: "payments"},
+		DependencyKey: k,
 		From:          now.Add(-time.Hour), To: now.Add(time.Hour), Resolution: cbdash.ResolutionSecond,
 	})
 	if err != nil {
