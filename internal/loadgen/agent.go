@@ -18,6 +18,7 @@ type agent struct {
 	r         *run
 	conn      *websocket.Conn
 	instance  string
+	server    int // index of its collector in Config.AgentURLs (0 without)
 	startedAt int64
 	names     []string
 	states    []string
@@ -211,6 +212,7 @@ func (a *agent) readLoop(ctx context.Context) {
 			a.mu.Unlock()
 			if a.r.measuring.Load() {
 				a.r.windows.Add(int64(n))
+				a.r.perServer[a.server].Add(int64(n))
 			}
 		case protocol.TypeError:
 			a.r.refused.Add(1)

@@ -197,6 +197,11 @@ type Result struct {
 	// where the system does not tell), and the CPU loadgen itself used
 	// (cores; 0 where the system does not tell), which shares the
 	// machine with the server when both run on it.
+	// Collectors has one entry per collector of Config.AgentURLs when
+	// there are several (nil otherwise): what each acked and the CPU its
+	// process spent, from its own /metrics (Config.MetricsToken).
+	Collectors []CollectorResult `json:"collectors,omitempty"`
+
 	CPUs       int     `json:"cpus"`
 	LoadStart  float64 `json:"load_average_start"`
 	LoadEnd    float64 `json:"load_average_end"`
@@ -205,6 +210,15 @@ type Result struct {
 
 // String formats r as one line per measure.
 func (r Result) String() string {
+	s := r.summary()
+	for i, c := range r.Collectors {
+		s += fmt.Sprintf("\ncollector %d (%s): %.0f acked window reports/s, %.2f cores, %.1f µs per acked report, RSS %.0f MB",
+			i+1, c.URL, float64(c.Windows)/r.Measured.Seconds(), c.CPU, float64(c.CPUPerReport)/float64(time.Microsecond), float64(c.RSS)/1e6)
+	}
+	return s
+}
+
+func (r Result) summary() string {
 	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
 		"server CPU: %.2f cores, %.1f µs per acked window report (decode floor %.2f µs, ratio %.1f); RSS %.0f MB (peak %.0f MB)\n"+
 		"store: %.1f transactions/s, %.1f writes per transaction\n"+
@@ -229,6 +243,7 @@ type run struct {
 	cfg       Config
 	measuring atomic.Bool
 	windows   atomic.Int64 // acked while measuring
+	perServer []atomic.Int64 // of windows, per collector (Config.AgentURLs, or the one server)
 	offered   atomic.Int64 // sent while measuring
 	refused   atomic.Int64
 	errors    atomic.Int64
@@ -252,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
-	r := &run{cfg: cfg, pending: make(map[string]time.Time)}
+	r := &run{cfg: cfg, pending: make(map[string]time.Time), perServer: make([]atomic.Int64, max(1, len(cfg.AgentURLs)))}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -313,6 +328,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	case <-warm.C:
 	}
 	first := r.scrape(ctx, true)
+	firstEach := r.scrapeEach(ctx)
 	r.measuring.Store(true)
 	t0 := time.Now()
 	res.CPUs, res.LoadStart = runtime.NumCPU(), loadAverage()
@@ -340,6 +356,7 @@ wait:
 	res.LoadEnd = loadAverage()
 	res.LoadgenCPU = (cpuTime() - ownCPU).Seconds() / res.Measured.Seconds()
 	last := r.scrape(ctx, true)
+	lastEach := r.scrapeEach(ctx)
 	// Give transitions sent at the very end a moment to arrive.
 	grace := time.NewTimer(time.Second)
 	select {
@@ -390,6 +407,7 @@ wait:
 		res.DBBytesPerDepS = per("total")
 		res.SecondsPerDepS, res.InstanceMinutesPerDepS, res.TransitionsPerDepS = per("seconds"), per("instance_minutes"), per("transitions")
 	}
+	res.Collectors = r.collectors(firstEach, lastEach)
 	res.DecodeFloor = decodeFloor(cfg.BreakersPerInstance)
 	if res.DecodeFloor > 0 && res.CPUPerReport > 0 {
 		res.FloorRatio = float64(res.CPUPerReport) / float64(res.DecodeFloor)
@@ -480,6 +498,9 @@ func (r *run) dial(ctx context.Context, i int) (*agent, error) {
 	}
 	conn.SetReadLimit(protocol.MaxMessageBytes)
 	a := newAgent(r, conn, fmt.Sprintf("load-%04d", i))
+	if n := len(r.cfg.AgentURLs); n > 0 {
+		a.server = i % n
+	}
 	if err := a.handshake(dctx); err != nil {
 		conn.CloseNow()
 		return nil, err

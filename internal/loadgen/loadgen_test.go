@@ -80,3 +80,36 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestRunSplitsItsFleetAndFiguresPerCollector gives the agents two
+// collector URLs (the same server twice: what matters is the split): each
+// gets half the agents, and the result says what each acked, adding up to
+// the whole.
+func TestRunSplitsItsFleetAndFiguresPerCollector(t *testing.T) {
+	clk := clocktest.NewRunning()
+	s := stacktest.Start(t, stacktest.Options{Clock: clk, Web: func(c *web.Config) { c.Anonymous = true }})
+	res, err := loadgen.Run(context.Background(), loadgen.Config{
+		URL: s.URL(), AgentURLs: []string{s.URL(), s.URL() + "/"}, Token: s.AgentToken, Instances: 10, BreakersPerInstance: 4, Clock: clk,
+		Interval: 100 * time.Millisecond, Duration: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if len(res.Collectors) != 2 {
+		t.Fatalf("%d collectors in the result, want 2", len(res.Collectors))
+	}
+	var sum int64
+	for i, c := range res.Collectors {
+		if c.Windows == 0 {
+			t.Fatalf("collector %d acked nothing: %+v", i+1, c)
+		}
+		sum += c.Windows
+	}
+	if sum != res.Windows {
+		t.Fatalf("the collectors acked %d window reports together, the run %d", sum, res.Windows)
+	}
+	if !strings.Contains(res.String(), "collector 2 (") {
+		t.Fatalf("the printed result does not give each collector:\n%s", res)
+	}
+}

@@ -32,6 +32,11 @@ type serverSample struct {
 // Prometheus text format; only the two untyped-looking lines matter), and
 // the database size when withDB and Config.DBSize is set.
 func (r *run) scrape(ctx context.Context, withDB bool) serverSample {
+	return r.scrapeURL(ctx, r.cfg.URL, withDB)
+}
+
+// scrapeURL is scrape of the server at base.
+func (r *run) scrapeURL(ctx context.Context, base string, withDB bool) serverSample {
 	s := serverSample{at: time.Now()}
 	if withDB && r.cfg.DBSize != nil {
 		if m, err := r.cfg.DBSize(ctx); err == nil {
@@ -42,7 +47,7 @@ func (r *run) scrape(ctx context.Context, withDB bool) serverSample {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(r.cfg.URL, "/")+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/metrics", nil)
 	if err != nil {
 		return s
 	}
@@ -132,4 +137,49 @@ func decodeFloor(breakers int) time.Duration {
 		spent = cpu // this process's CPU: the loadgen's other goroutines have stopped by now
 	}
 	return spent / time.Duration(n*breakers)
+}
+
+// CollectorResult is one collector's share of a run against several
+// (Config.AgentURLs): the window reports its agents had acknowledged while
+// measuring, and its process's CPU and memory over the same span, from
+// its own /metrics.
+type CollectorResult struct {
+	URL          string        `json:"url"`
+	Windows      int64         `json:"windows"`        // acked while measuring, by its agents
+	CPU          float64       `json:"cpu_cores"`      // its process, over the scrapes' span
+	CPUPerReport time.Duration `json:"cpu_per_report"` // CPU over the span / reports it acked in it
+	RSS          int64         `json:"rss_bytes"`      // at the end
+}
+
+// scrapeEach scrapes every collector of Config.AgentURLs when there are
+// several; nil otherwise.
+func (r *run) scrapeEach(ctx context.Context) []serverSample {
+	if len(r.cfg.AgentURLs) < 2 {
+		return nil
+	}
+	out := make([]serverSample, len(r.cfg.AgentURLs))
+	for i, u := range r.cfg.AgentURLs {
+		out[i] = r.scrapeURL(ctx, u, false)
+	}
+	return out
+}
+
+// collectors turns two rounds of scrapeEach into each collector's result.
+func (r *run) collectors(first, last []serverSample) []CollectorResult {
+	if len(first) == 0 || len(first) != len(last) {
+		return nil
+	}
+	out := make([]CollectorResult, len(first))
+	for i := range first {
+		c := CollectorResult{URL: r.cfg.AgentURLs[i], Windows: r.perServer[i].Load()}
+		if f, l := first[i], last[i]; f.valid && l.valid {
+			span := l.at.Sub(f.at).Seconds()
+			c.CPU, c.RSS = (l.cpu-f.cpu)/span, int64(l.rss)
+			if c.Windows > 0 {
+				c.CPUPerReport = time.Duration((l.cpu - f.cpu) / float64(c.Windows) * float64(time.Second))
+			}
+		}
+		out[i] = c
+	}
+	return out
 }
