@@ -242,9 +242,9 @@ func (r Result) summary() string {
 type run struct {
 	cfg       Config
 	measuring atomic.Bool
-	windows   atomic.Int64 // acked while measuring
+	windows   atomic.Int64   // acked while measuring
 	perServer []atomic.Int64 // of windows, per collector (Config.AgentURLs, or the one server)
-	offered   atomic.Int64 // sent while measuring
+	offered   atomic.Int64   // sent while measuring
 	refused   atomic.Int64
 	errors    atomic.Int64
 	sent      atomic.Int64
