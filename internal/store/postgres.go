@@ -45,8 +45,15 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 	if !strings.Contains(dsn, "connect_timeout") {
 		cfg.ConnectTimeout = connectTimeout
 	}
+	// The connections are named for pg_stat_activity: "cbdash writer" and
+	// "cbdash reader", after the DSN's application_name when it has one
+	// ("<name> writer"), so that several collectors' can be told apart.
+	name := "cbdash"
+	if n := cfg.RuntimeParams["application_name"]; n != "" {
+		name = n
+	}
 	wcfg := cfg.Copy()
-	wcfg.RuntimeParams["application_name"] = "cbdash writer"
+	wcfg.RuntimeParams["application_name"] = name + " writer"
 	wdb := stdlib.OpenDB(*wcfg)
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
@@ -59,7 +66,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 		return nil, err
 	}
 	rcfg := cfg.Copy()
-	rcfg.RuntimeParams["application_name"] = "cbdash reader"
+	rcfg.RuntimeParams["application_name"] = name + " reader"
 	rcfg.RuntimeParams["default_transaction_read_only"] = "on"
 	rdb := stdlib.OpenDB(*rcfg)
 	rdb.SetMaxOpenConns(opts.ReadConns)
