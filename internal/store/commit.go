@@ -12,19 +12,31 @@ import (
 //
 //  1. admit: the dry runs of Store.Probe run alone; answers to a
 //     stream's failures release or skip its held batches; batches of a
-//     held stream are parked (stream.go).
-//  2. begin: one transaction for the group (and, on PostgreSQL, the
-//     advisory lock and the watermarks: dialect.beginGroup).
-//  3. runOps: each op in its own savepoint; one that fails is rolled
+//     held stream are parked (stream.go). On PostgreSQL each run of
+//     ops of one lock mode, in queue order (batches: op.shared; the
+//     others), is a group of its own (commitGroup).
+//  2. begin: one transaction for the group, and on PostgreSQL the
+//     schema's advisory lock, shared for a group of batches, exclusive
+//     for any other (dialect.beginGroup).
+//  3. lockRuns: on PostgreSQL, a batch group's seq rows (instance_runs)
+//     locked in one statement, in order, their last seqs read under the
+//     lock (runs.go).
+//  4. runOps: each op in its own savepoint; one that fails is rolled
 //     back to it, told at once, and holds its stream. join: the prompt
-//     ops queued meanwhile run too, and commit with the group.
-//  4. writeStaged: the rows the ops staged (windows, last seqs, seen
+//     ops queued meanwhile run too, and commit with the group (not an
+//     op needing the exclusive lock in a group holding the shared one).
+//  5. writeStaged: the rows the ops staged (windows, last seqs, seen
 //     times) in multi-row statements, and, in a round (startIMRound) or
 //     when an op asks, the buffered instance minutes.
-//  5. commitAndMove: COMMIT (a COMMIT whose answer was lost is asked
+//  6. commitAndMove: COMMIT (a COMMIT whose answer was lost is asked
 //     about: commitLost), and once committed the instance minutes written
 //     leave the writer's buffer, under the seqlock imGen.
-//  6. finish: every op's outcome, counted and told (done, or its stream).
+//  7. finish: every op's outcome, counted and told (done, or its stream).
+//
+// A batch group that PostgreSQL ends for a deadlock or a serialization
+// failure (retryable) at any step before COMMIT is rolled back and run
+// again from step 2, up to maxTries times, with its ops not decided yet;
+// their batches are not failed for it.
 
 // groupTx is one group transaction of the writer: its ops in the order
 // they run, each one's outcome in op.err.
@@ -33,6 +45,10 @@ type groupTx struct {
 	tx  *sql.Tx
 	x   *wtx
 	ops []*op
+	// shared: a group of batches on PostgreSQL (the schema's lock in
+	// shared mode). mayRetry: a retryable failure rolls the group back
+	// to be run again (retry) instead of failing its ops.
+	shared, mayRetry, retry bool
 	// flushIM: an op asked for every buffered instance minute.
 	flushIM bool
 	// now is the store's clock once the ops have run.
@@ -42,30 +58,101 @@ type groupTx struct {
 	imWritten []imKey
 }
 
+// maxTries bounds the runs of one batch group that PostgreSQL ends for a
+// deadlock or a serialization failure; the last one's failure fails its
+// ops (a transient error: the collector stops acking until a write
+// commits).
+const maxTries = 5
+
 // commit runs a group of ops in one transaction, each in its own
 // savepoint, and reports every op's outcome: at once for an op that is
-// not written, else after COMMIT or its failure.
+// not written, else after COMMIT or its failure. On PostgreSQL each run
+// of ops of one lock mode, in queue order, is a transaction of its own
+// (batches: the schema's lock shared; the others: exclusive).
 func (w *writer) commit(group []*op) {
 	group = w.admit(w.runDryRuns(group))
 	if len(group) == 0 {
 		return
 	}
-	g := &groupTx{w: w, ops: group}
+	if !w.d.postgres {
+		w.commitGroup(group, false)
+		return
+	}
+	for len(group) > 0 {
+		n := 1
+		for n < len(group) && group[n].shared == group[0].shared {
+			n++
+		}
+		w.commitGroup(group[:n:n], group[0].shared)
+		group = group[n:]
+	}
+}
+
+// commitGroup runs ops as one group transaction (see commit), again
+// while PostgreSQL ends a batch group for a deadlock (up to maxTries).
+func (w *writer) commitGroup(ops []*op, shared bool) {
+	for try := 1; len(ops) > 0; try++ {
+		g := &groupTx{w: w, ops: ops, shared: shared, mayRetry: shared && w.d.postgres && try < maxTries}
+		if g.run() {
+			return
+		}
+		w.retries.Add(1)
+		ops = w.forRetry(g.ops)
+	}
+}
+
+// run runs the group's transaction and hands out its ops' outcomes
+// (finish); false when it was rolled back to be run again (retry).
+func (g *groupTx) run() bool {
+	w := g.w
 	if err := g.begin(); err != nil {
+		if g.mayRetry && retryable(err) {
+			return false
+		}
 		g.failAll(fmt.Errorf("store: begin: %w", err))
 		w.finish(g.ops, false)
-		return
+		return true
 	}
 	g.runOps()
 	g.join()
 	g.writeStaged()
 	g.x.close()
 	defer w.prepare(g.x.unprepared)
+	if w.testBeforeCommit != nil {
+		w.testBeforeCommit(g.shared)
+	}
+	if g.retry {
+		g.tx.Rollback()
+		w.c.reset()
+		return false
+	}
 	committed := g.commitAndMove()
 	if cap(g.x.im) <= maxIMBuf {
 		w.imBuf = g.x.im[:0]
 	}
 	w.finish(g.ops, committed && !g.x.dirty)
+	return true
+}
+
+// forRetry returns the ops of a rolled-back group to run again: those not
+// decided (no outcome, or the retryable failure). The others, which
+// failed for their own sake and were told so, are finished now.
+func (w *writer) forRetry(ops []*op) []*op {
+	again := make([]*op, 0, len(ops))
+	var decided []*op
+	for _, o := range ops {
+		switch {
+		case o.err == nil, retryable(o.err) && !o.told:
+			o.err, o.stored = nil, false
+			again = append(again, o)
+		default:
+			decided = append(decided, o)
+		}
+	}
+	if len(decided) > 0 {
+		w.finish(decided, false)
+	}
+	return again
 }
 
 // runDryRuns runs the dry-run ops of group (Store.Probe's) each alone
@@ -96,6 +183,7 @@ func (g *groupTx) begin() error {
 		return err
 	}
 	x := newWtx(ctx, g.w, tx)
+	x.shared = g.shared
 	if err := g.w.d.beginGroup(x); err != nil {
 		x.close()
 		tx.Rollback()
@@ -110,9 +198,12 @@ func (g *groupTx) begin() error {
 // (see Stream) and leaves the group. Once the transaction is broken (a
 // savepoint could not be rolled back or released) nothing more runs.
 func (g *groupTx) runOps() {
+	if g.shared {
+		g.check(g.x.lockRuns(g.ops))
+	}
 	kept := g.ops[:0]
 	for i, o := range g.ops {
-		if g.x.broken != nil {
+		if g.x.broken != nil || g.retry {
 			kept = append(kept, g.ops[i:]...)
 			break
 		}
@@ -138,9 +229,9 @@ func (g *groupTx) runOps() {
 // (or is a dry run, which runs alone) starts the next group (next).
 func (g *groupTx) join() {
 	w := g.w
-	for n := len(w.queue); n > 0 && len(g.ops) < w.maxGroup && g.x.broken == nil; n-- {
+	for n := len(w.queue); n > 0 && len(g.ops) < w.maxGroup && g.x.broken == nil && !g.retry; n-- {
 		o := <-w.queue // only the writer goroutine receives: n are there
-		if !o.prompt || o.dryRun || o.stream != nil || o.answers != nil {
+		if !o.prompt || o.dryRun || o.stream != nil || o.answers != nil || g.shared && !o.shared {
 			w.next = o
 			return
 		}
@@ -160,8 +251,25 @@ func (g *groupTx) runOp(o *op) {
 			x.imCut = cut // its savepoint is rolled back: its DELETE too
 		}
 	}
+	if o.err != nil && g.mayRetry && retryable(o.err) {
+		g.retry = true // the whole group runs again: not told
+		return
+	}
 	if o.err != nil {
 		g.w.tell(o)
+	}
+}
+
+// check takes the error of a step of the group outside the ops (nil:
+// none): retryable, the group runs again; otherwise it breaks the
+// transaction (every op fails with it).
+func (g *groupTx) check(err error) {
+	switch {
+	case err == nil:
+	case g.mayRetry && retryable(err):
+		g.retry = true
+	default:
+		g.x.broken = err
 	}
 }
 
@@ -173,11 +281,18 @@ func (g *groupTx) writeStaged() {
 	w, x := g.w, g.x
 	g.now = w.clock.Now()
 	w.startIMRound(g.now)
+	if g.retry {
+		return
+	}
 	if x.broken != nil {
 		g.failAll(x.broken)
 		return
 	}
 	if err := x.flush(); err != nil {
+		if g.mayRetry && retryable(err) {
+			g.retry = true
+			return
+		}
 		g.failAll(fmt.Errorf("store: write windows: %w", err))
 		return
 	}
@@ -185,6 +300,10 @@ func (g *groupTx) writeStaged() {
 		return
 	}
 	written, err := x.writeInstanceMinutes(g.flushIM, g.now.UnixMilli())
+	if err != nil && g.mayRetry && retryable(err) {
+		g.retry = true
+		return
+	}
 	if err != nil {
 		g.failAll(fmt.Errorf("store: write instance minutes: %w", err))
 		return

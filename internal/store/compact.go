@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 )
@@ -147,7 +148,10 @@ func (x *wtx) rollMinutes() error {
 	return x.setWatermark("minute", target, &wm.minute)
 }
 
-// rollRange merges the rows of level fine in [from, to) into level coarse.
+// rollRange merges the rows of level fine in [from, to), of every
+// writer, into the roll-ups' rows (writer 0) of level coarse. The rows of
+// one second (one per writer that wrote into it) are first added (their
+// instances are disjoint), then rolled; rows of a minute are rolled.
 func (x *wtx) rollRange(fine, coarse level, deps []int64, from, to int64) error {
 	sel := "SELECT start, " + rowColumns + " FROM " + fine.table() + " WHERE dep_id = $1 AND start >= $2 AND start < $3 ORDER BY start"
 	st, err := x.st(sel)
@@ -155,36 +159,50 @@ func (x *wtx) rollRange(fine, coarse level, deps []int64, from, to int64) error 
 		return err
 	}
 	for _, d := range deps {
-		acc := make(map[bucketKey]*row)
 		rows, err := st.QueryContext(x.ctx, d, from, to)
 		if err != nil {
 			return fmt.Errorf("store: roll up %s: %w", fine.table(), err)
 		}
-		for rows.Next() {
-			var r row
-			var start int64
-			if err := scanRow(rows, &r, &start); err != nil {
-				rows.Close()
-				return fmt.Errorf("store: roll up %s: %w", fine.table(), err)
-			}
-			k := bucketKey{d, floorMs(start, coarse.width())}
-			if cur, ok := acc[k]; ok {
-				cur.roll(&r)
-			} else {
-				acc[k] = &r
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		acc, err := rollRows(rows, fine, coarse, d)
+		if err != nil {
 			return fmt.Errorf("store: roll up %s: %w", fine.table(), err)
 		}
 		for _, k := range sortedKeys(acc) {
-			if _, err := x.mergeRow(coarse, k, acc[k]); err != nil {
+			if _, err := x.mergeRow(coarse, k, 0, acc[k]); err != nil {
 				return fmt.Errorf("store: roll up into %s: %w", coarse.table(), err)
 			}
 		}
 	}
 	return nil
+}
+
+// rollRows reads rows (start, rowColumns) of level fine ordered by start
+// and rolls them into buckets of level coarse of dependency dep (see
+// combiner). It closes rows.
+func rollRows(rows *sql.Rows, fine, coarse level, dep int64) (map[bucketKey]*row, error) {
+	defer rows.Close()
+	acc := make(map[bucketKey]*row)
+	c := combiner{fine: fine, emit: func(start int64, r *row) {
+		k := bucketKey{dep, floorMs(start, coarse.width())}
+		if cur, ok := acc[k]; ok {
+			cur.roll(r)
+		} else {
+			acc[k] = r
+		}
+	}}
+	for rows.Next() {
+		var r row
+		var start int64
+		if err := scanRow(rows, &r, &start); err != nil {
+			return nil, err
+		}
+		c.add(start, &r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	c.flush()
+	return acc, nil
 }
 
 func (x *wtx) setWatermark(level string, v int64, cached *int64) error {

@@ -118,32 +118,42 @@ func (d *dialect) args(args []any) []any {
 }
 
 // beginGroup runs at the start of each group transaction. On PostgreSQL,
-// where several cbdash processes may share one database, it takes a
-// transaction-level advisory lock named after the schema, so the group
-// transactions of all writers on that schema take turns (their
-// read-modify-write of history rows and their seq checks cannot
-// interleave), and it forgets the roll-up watermarks, which another
-// process's Compact may have moved. SQLite has one writer per file.
+// where several cbdash processes may share one schema, it takes the
+// schema's transaction-level advisory lock: in shared mode for a group of
+// batches (x.shared), which runs beside the other processes' batch
+// groups, exclusively for any other group, which runs alone (see doc.go,
+// Several writers). It forgets the roll-up watermarks, which another
+// process's Compact may have moved since the last group (they are read
+// again, under the lock, when the group needs them), and reads the
+// transaction's id. SQLite has one writer per file: nothing to do.
 func (d *dialect) beginGroup(x *wtx) error {
 	if !d.postgres {
 		return nil
 	}
 	x.w.c.wm = nil
-	// Another collector may have stored batches of an agent process that
-	// failed over: the last seqs are read again (dedup must see them).
-	clear(x.w.c.seqs)
-	// And it may have written the seconds the row cache holds.
-	clear(x.w.c.rows)
-	if _, err := x.exec("SELECT pg_advisory_xact_lock(hashtext(current_schema()))"); err != nil {
-		return err
-	}
-	// The transaction's id, to ask the server whether it committed when
-	// the answer to COMMIT is lost (writer.committedAfterAll).
-	q, err := x.queryRow("SELECT txid_current()")
+	// The lock, and the transaction's id (to ask the server whether it
+	// committed when the answer to COMMIT is lost:
+	// writer.committedAfterAll), in one round trip.
+	q, err := x.queryRow(lockSQL[x.shared])
 	if err != nil {
 		return err
 	}
 	return q.Scan(&x.txid)
+}
+
+// lockSQL takes the schema's advisory lock, exclusive or shared (true),
+// and returns the transaction's id.
+var lockSQL = map[bool]string{
+	false: "SELECT txid_current() FROM (SELECT pg_advisory_xact_lock(hashtext(current_schema()))) AS l",
+	true:  "SELECT txid_current() FROM (SELECT pg_advisory_xact_lock_shared(hashtext(current_schema()))) AS l",
+}
+
+// retryable reports whether err is PostgreSQL's deadlock (40P01) or
+// serialization failure (40001): the transaction was chosen to end so
+// that another may go on, and the same writes pass when run again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // translate maps a PostgreSQL unique violation, which the single writer

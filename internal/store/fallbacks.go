@@ -3,17 +3,22 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 
 	"github.com/cbdash/cbdash"
 )
 
-// servedWhere is the condition of a window bucket in which fallbacks ran
-// under a breaker that rejected calls (cbdash.NextFallbackRun's rule,
-// summed over the instances of the bucket).
-const servedWhere = `(rejected_open + rejected_half_open + rejected_forced + rejected_bulkhead + rejected_ramp) > 0
-	AND (fallback_success + fallback_failure) > 0`
+// servedHaving is the condition of a window bucket in which fallbacks
+// ran under a breaker that rejected calls (cbdash.NextFallbackRun's rule,
+// summed over the instances of the bucket: over its rows, one per writer
+// that wrote into it), and servedAny the rows that may count towards it.
+const (
+	servedHaving = `SUM(rejected_open + rejected_half_open + rejected_forced + rejected_bulkhead + rejected_ramp) > 0
+	AND SUM(fallback_success + fallback_failure) > 0`
+	servedAny = `(rejected_open + rejected_half_open + rejected_forced + rejected_bulkhead + rejected_ramp + fallback_success + fallback_failure) > 0`
+)
 
 // FallbackFreshness returns, for every dependency some instance declares,
 // when it was first known and when its fallbacks last served rejected
@@ -121,8 +126,14 @@ func narrow(ctx context.Context, tx *readTx, l level, dep, start int64) (int64, 
 // maxServed is the start of dependency dep's last bucket of level l in
 // [from, to) in which fallbacks served rejected calls.
 func maxServed(ctx context.Context, tx *readTx, l level, dep, from, to int64) (int64, bool, error) {
-	var start sql.NullInt64
-	q := "SELECT MAX(start) FROM " + l.table() + " WHERE dep_id = $1 AND start >= $2 AND start < $3 AND " + servedWhere
-	err := tx.QueryRowContext(ctx, q, dep, from, to).Scan(&start)
-	return start.Int64, start.Valid, err
+	var start int64
+	q := "SELECT start FROM " + l.table() + " WHERE dep_id = $1 AND start >= $2 AND start < $3 AND " + servedAny +
+		" GROUP BY start HAVING " + servedHaving + " ORDER BY start DESC LIMIT 1"
+	switch err := tx.QueryRowContext(ctx, q, dep, from, to).Scan(&start); {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	return start, true, nil
 }

@@ -141,8 +141,9 @@ func historySpans(l level, from, to int64, wm watermarks) []span {
 	return []span{{l, from, to}}
 }
 
-// readSpan appends the rows of level src in [from, to) to points, rolled
-// into buckets of level dst.
+// readSpan appends the rows of level src in [from, to) to points, the
+// rows of one bucket of src combined over the writers that wrote them
+// (combiner), rolled into buckets of level dst.
 func readSpan(ctx context.Context, tx *readTx, src, dst level, dep, from, to int64, points []cbdash.Point) ([]cbdash.Point, error) {
 	rows, err := tx.QueryContext(ctx, "SELECT start, "+rowColumns+" FROM "+src.table()+
 		" WHERE dep_id = $1 AND start >= $2 AND start < $3 ORDER BY start", dep, from, to)
@@ -150,47 +151,61 @@ func readSpan(ctx context.Context, tx *readTx, src, dst level, dep, from, to int
 		return nil, fmt.Errorf("store: history: %w", err)
 	}
 	defer rows.Close()
-	width := dst.width()
-	var cur row
-	curStart := int64(-1)
-	emit := func() {
-		if curStart < 0 {
-			return
-		}
-		at := fromMs(curStart)
-		if n := len(points); n > 0 && points[n-1].At.Equal(at) {
-			// The bucket straddles two levels (an hour partly rolled up).
-			p := &points[n-1]
-			p.Counts.Add(cur.counts)
-			p.Latency = addHist(p.Latency, cur.lat)
-			p.LatencySumMs = finite(p.LatencySumMs + cur.latSum)
-			p.InFlight = max(p.InFlight, cur.inFlight)
-			p.Open = max(p.Open, int(cur.open))
-			p.Reports += cur.reports
-			return
-		}
-		points = append(points, cbdash.Point{At: at, Width: time.Duration(width) * time.Millisecond,
-			Counts: cur.counts, Latency: cur.lat, LatencySumMs: cur.latSum, InFlight: cur.inFlight, Open: int(cur.open), Reports: cur.reports})
-	}
+	b := pointBuilder{width: dst.width(), points: points, curStart: -1}
+	c := combiner{fine: src, emit: b.roll}
 	for rows.Next() {
 		var r row
 		var start int64
 		if err := scanRow(rows, &r, &start); err != nil {
 			return nil, fmt.Errorf("store: history: %w", err)
 		}
-		b := floorMs(start, width)
-		if b != curStart {
-			emit()
-			cur, curStart = r, b
-			continue
-		}
-		cur.roll(&r)
+		c.add(start, &r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: history: %w", err)
 	}
-	emit()
-	return points, nil
+	c.flush()
+	b.emit()
+	return b.points, nil
+}
+
+// pointBuilder rolls buckets (in order of start) into the points of
+// buckets of width width (ms).
+type pointBuilder struct {
+	width    int64
+	points   []cbdash.Point
+	cur      row
+	curStart int64 // -1: none yet
+}
+
+func (b *pointBuilder) roll(start int64, r *row) {
+	at := floorMs(start, b.width)
+	if at == b.curStart {
+		b.cur.roll(r)
+		return
+	}
+	b.emit()
+	b.cur, b.curStart = *r, at
+}
+
+func (b *pointBuilder) emit() {
+	if b.curStart < 0 {
+		return
+	}
+	at, cur := fromMs(b.curStart), &b.cur
+	if n := len(b.points); n > 0 && b.points[n-1].At.Equal(at) {
+		// The bucket straddles two levels (an hour partly rolled up).
+		p := &b.points[n-1]
+		p.Counts.Add(cur.counts)
+		p.Latency = addHist(p.Latency, cur.lat)
+		p.LatencySumMs = finite(p.LatencySumMs + cur.latSum)
+		p.InFlight = max(p.InFlight, cur.inFlight)
+		p.Open = max(p.Open, int(cur.open))
+		p.Reports += cur.reports
+		return
+	}
+	b.points = append(b.points, cbdash.Point{At: at, Width: time.Duration(b.width) * time.Millisecond,
+		Counts: cur.counts, Latency: cur.lat, LatencySumMs: cur.latSum, InFlight: cur.inFlight, Open: int(cur.open), Reports: cur.reports})
 }
 
 func (l level) name() string {

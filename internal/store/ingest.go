@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -122,9 +123,16 @@ func (x *wtx) instance(service, instance string, startedAt, now int64) (instRef,
 	if err := q.Scan(&r.serviceID); err != nil {
 		return r, fmt.Errorf("store: save service: %w", err)
 	}
-	q, err = x.queryRow(`INSERT INTO instances (service_id, name, started_at, first_seen, last_seen) VALUES ($1, $2, $3, $4, $5)
+	return x.saveInstance(k, r.serviceID, startedAt, now)
+}
+
+// saveInstance creates or updates the row of instance k of service
+// serviceID and returns its ids.
+func (x *wtx) saveInstance(k instKey, serviceID, startedAt, now int64) (instRef, error) {
+	r := instRef{serviceID: serviceID}
+	q, err := x.queryRow(`INSERT INTO instances (service_id, name, started_at, first_seen, last_seen) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (service_id, name) DO UPDATE SET last_seen = `+x.w.d.greatest("instances.last_seen", "excluded.last_seen")+` RETURNING id`,
-		r.serviceID, instance, startedAt, now, now)
+		r.serviceID, k.instance, startedAt, now, now)
 	if err != nil {
 		return r, err
 	}
@@ -181,17 +189,36 @@ func (x *wtx) dep(service, breaker string) (int64, error) {
 	if id, ok := x.w.c.deps[k]; ok {
 		return id, nil
 	}
-	q, err := x.queryRow(`INSERT INTO dependencies (service, breaker) VALUES ($1, $2)
-		ON CONFLICT (service, breaker) DO UPDATE SET breaker = excluded.breaker RETURNING id`, service, breaker)
-	if err != nil {
-		return 0, err
+	// Read first, then insert if missing: an upsert would lock the row,
+	// which every instance and every writer of the dependency shares,
+	// until COMMIT (see doc.go, Several writers).
+	id, err := x.depID(service, breaker)
+	if errors.Is(err, sql.ErrNoRows) {
+		q, qerr := x.queryRow(`INSERT INTO dependencies (service, breaker) VALUES ($1, $2)
+			ON CONFLICT (service, breaker) DO NOTHING RETURNING id`, service, breaker)
+		if qerr != nil {
+			return 0, qerr
+		}
+		if err = q.Scan(&id); errors.Is(err, sql.ErrNoRows) {
+			id, err = x.depID(service, breaker) // another writer's, committed meanwhile
+		}
 	}
-	var id int64
-	if err := q.Scan(&id); err != nil {
+	if err != nil {
 		return 0, fmt.Errorf("store: save dependency: %w", err)
 	}
 	x.w.c.deps[k] = id
 	return id, nil
+}
+
+// depID reads the id of a dependency (sql.ErrNoRows: none yet).
+func (x *wtx) depID(service, breaker string) (int64, error) {
+	q, err := x.queryRow(`SELECT id FROM dependencies WHERE service = $1 AND breaker = $2`, service, breaker)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = q.Scan(&id)
+	return id, err
 }
 
 // LastSeq returns the sequence number of the last batch stored for the
@@ -246,7 +273,7 @@ func (s *Store) SaveBatch(ctx context.Context, service, instance string, started
 	}
 	stored := false
 	now := ms(at)
-	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+	err = s.w.do(ctx, &op{shared: true, inst: &instName{service, instance, startedAt}, run: func(x *wtx) error {
 		var err error
 		stored, err = x.saveBatch(service, instance, startedAt, &b, causes, now)
 		return err
@@ -280,7 +307,7 @@ func transitionCauses(b *protocol.Batch) ([][]byte, error) {
 // seq, the last-seen time and the window reports are staged for the
 // group (flush) once nothing can fail any more.
 func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.Batch, causes [][]byte, now int64) (bool, error) {
-	inst, err := x.instance(service, instance, startedAt, now)
+	inst, err := x.batchInstance(service, instance, startedAt, now)
 	if err != nil {
 		return false, err
 	}
@@ -320,10 +347,80 @@ func (x *wtx) saveBatch(service, instance string, startedAt int64, b *protocol.B
 	return true, nil
 }
 
+// batchInstance is instance for a batch. On PostgreSQL, where the batch
+// groups of several processes run at once, an instance that exists is
+// read, not upserted: the upsert locks the row of its service, which
+// every instance of the service shares, until COMMIT.
+func (x *wtx) batchInstance(service, instance string, startedAt, now int64) (instRef, error) {
+	k := instKey{service, instance}
+	if r, ok := x.w.c.instances[k]; ok {
+		return r, nil
+	}
+	if !x.w.d.postgres {
+		return x.instance(service, instance, startedAt, now)
+	}
+	var r instRef
+	q, err := x.queryRow(`SELECT i.id, i.service_id FROM instances i JOIN services s ON s.id = i.service_id
+		WHERE s.name = $1 AND i.name = $2`, service, instance)
+	if err != nil {
+		return r, err
+	}
+	switch err := q.Scan(&r.id, &r.serviceID); {
+	case errors.Is(err, sql.ErrNoRows):
+		// A batch before any stored hello. The service's row is read, or
+		// inserted if missing, not upserted (see above).
+		id, err := x.serviceID(service, now)
+		if err != nil {
+			return r, err
+		}
+		return x.saveInstance(k, id, startedAt, now)
+	case err != nil:
+		return r, fmt.Errorf("store: read instance: %w", err)
+	}
+	x.w.c.instances[k] = r
+	return r, nil
+}
+
+// serviceID returns the id of service name, inserting its row (seen at
+// now) when there is none, without locking an existing one.
+func (x *wtx) serviceID(name string, now int64) (int64, error) {
+	var id int64
+	sel := func() error {
+		q, err := x.queryRow(`SELECT id FROM services WHERE name = $1`, name)
+		if err != nil {
+			return err
+		}
+		return q.Scan(&id)
+	}
+	err := sel()
+	if errors.Is(err, sql.ErrNoRows) {
+		q, qerr := x.queryRow(`INSERT INTO services (name, first_seen, last_seen) VALUES ($1, $2, $3)
+			ON CONFLICT (name) DO NOTHING RETURNING id`, name, now, now)
+		if qerr != nil {
+			return 0, qerr
+		}
+		if err = q.Scan(&id); errors.Is(err, sql.ErrNoRows) {
+			err = sel() // another writer's, committed meanwhile
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: save service: %w", err)
+	}
+	return id, nil
+}
+
 // lastSeq returns the last stored seq of an agent process: staged by an
-// earlier op of this group, cached, or read from instance_runs (0 when
-// none is).
+// earlier op of this group, else, on PostgreSQL, read under the lock of
+// its instance_runs row (lockRun: another process may have stored its
+// batches meanwhile), on SQLite cached or read from instance_runs (0
+// when none is).
 func (x *wtx) lastSeq(rk runKey) (int64, error) {
+	if x.w.d.postgres {
+		if staged, ok := x.runs[rk]; ok {
+			return staged, nil // above the locked one: it passed the check
+		}
+		return x.lockRun(rk)
+	}
 	last, known := x.w.c.seqs[rk]
 	if staged, ok := x.runs[rk]; ok && (!known || staged > last) {
 		// Stored by an earlier op of this group (the cache may have been
@@ -447,8 +544,8 @@ func (x *wtx) stageBatch(rk runKey, seq, inst, now int64, deps []int64, windows 
 func (x *wtx) flushRuns() error {
 	if len(x.runs) > 0 {
 		args := make([]any, 0, 3*len(x.runs))
-		for rk, seq := range x.runs {
-			args = append(args, rk.inst, rk.startedAt, seq)
+		for _, rk := range sortedRuns(x.runs) {
+			args = append(args, rk.inst, rk.startedAt, x.runs[rk])
 		}
 		if err := x.execRows(3, args, func(values string) string {
 			return "INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES " + values +
@@ -458,9 +555,14 @@ func (x *wtx) flushRuns() error {
 		}
 	}
 	if len(x.seen) > 0 {
+		ids := make([]int64, 0, len(x.seen))
+		for id := range x.seen {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
 		args := make([]any, 0, 2*len(x.seen))
-		for id, at := range x.seen {
-			args = append(args, id, at)
+		for _, id := range ids {
+			args = append(args, id, x.seen[id])
 		}
 		// VALUES names its columns column1, column2... in both SQLite and
 		// PostgreSQL.

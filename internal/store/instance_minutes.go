@@ -112,23 +112,34 @@ func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 	put := func(k imKey, r imRow) {
 		args = append(args, k.dep, k.inst, k.minute, r.calls, r.failures, r.slow, r.rejected, r.rank)
 	}
-	for k, r := range x.w.im {
+	for k := range x.w.im {
 		if !all && len(written) >= imFlushRows {
 			break
 		}
 		if !all && !imDue(k, now) {
 			continue // its minute has not ended
 		}
-		put(k, r)
 		written = append(written, k)
+	}
+	// In the table's key order: two processes' transactions that add to
+	// the same rows (an instance that moved collector within a minute)
+	// lock them in one order, so they wait instead of deadlocking.
+	sortIMKeys(written)
+	for _, k := range written {
+		put(k, x.w.im[k])
 	}
 	if all {
 		mine := make(map[imKey]imRow, len(x.im))
 		for _, d := range x.im {
 			addInto(mine, d.k, d.r)
 		}
-		for k, r := range mine {
-			put(k, r)
+		keys := make([]imKey, 0, len(mine))
+		for k := range mine {
+			keys = append(keys, k)
+		}
+		sortIMKeys(keys)
+		for _, k := range keys {
+			put(k, mine[k])
 		}
 	}
 	// Rows in statements of up to 100 (execRows); no key twice in one
@@ -145,6 +156,20 @@ func (x *wtx) writeInstanceMinutes(all bool, now int64) ([]imKey, error) {
 		x.im = x.im[:0]
 	}
 	return written, nil
+}
+
+// sortIMKeys sorts keys in instance_minutes' key order (dep_id, minute,
+// instance_id).
+func sortIMKeys(keys []imKey) {
+	slices.SortFunc(keys, func(a, b imKey) int {
+		if a.dep != b.dep {
+			return cmpInt(a.dep, b.dep)
+		}
+		if a.minute != b.minute {
+			return cmpInt(a.minute, b.minute)
+		}
+		return cmpInt(a.inst, b.inst)
+	})
 }
 
 // imUpsert is the statement that adds rows of 8 columns (values) to
@@ -177,7 +202,7 @@ func (x *wtx) writeOwnInstanceMinutes() error {
 // now (the reads of instance_minutes call it first, so they see every
 // stored batch).
 func (s *Store) flushInstanceMinutes(ctx context.Context) error {
-	return s.w.do(ctx, &op{flushIM: true, run: func(*wtx) error { return nil }})
+	return s.w.do(ctx, &op{flushIM: true, shared: true, run: func(*wtx) error { return nil }})
 }
 
 // expireInstanceMinutes deletes per-instance minutes older than keep; the

@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"database/sql"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"github.com/pressly/goose/v3"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/pgtest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -204,5 +206,84 @@ CREATE TABLE IF NOT EXISTS cbdash_cluster_routes (
 	defer fdb.Close()
 	if _, err := fdb.ExecContext(ctx, `INSERT INTO cbdash_cluster_payloads (body) VALUES ('\x00'::bytea)`); err != nil {
 		t.Fatalf("a fresh database after Migrate: %v", err)
+	}
+}
+
+// A database at version 55 holding history at the three levels is
+// migrated to the windows tables with a writer column (00056: on SQLite
+// a rebuild of each table): its rows are read back as they were, under
+// writer 0, and new reports add to them.
+func TestOpenMigratesHistoryToRowsOfWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := testDSN(t, "v55.db")
+	d, driver, raw := sqliteDialect, "sqlite", sqliteDSN(path, true)
+	if IsPostgres(path) {
+		d, driver, raw = postgresDialect, "pgx", path
+	}
+	db, err := sql.Open(driver, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(d.goose(), db, migrationsFS(d), goose.WithDisableGlobalRegistry(true), goose.WithAllowOutofOrder(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 55); err != nil {
+		t.Fatal(err)
+	}
+	const hour, minute, second = 3_600_000 * 400_000, 3_600_000*400_000 + 3_600_000, 3_600_000*400_000 + 3_600_000 + 60_000
+	for _, q := range []string{`INSERT INTO dependencies (id, service, breaker) VALUES (1, 'pay', 'db')`,
+		`UPDATE rollups SET done_until = ` + fmt.Sprint(second) + ` WHERE level = 'second'`,
+		`UPDATE rollups SET done_until = ` + fmt.Sprint(minute) + ` WHERE level = 'minute'`,
+		`INSERT INTO windows_hour (dep_id, start, admitted, in_flight, open_n, reports, rejected_ramp) VALUES (1, ` + fmt.Sprint(hour) + `, 100, 4, 2, 10, 1)`,
+		`INSERT INTO windows_minute (dep_id, start, admitted, in_flight, open_n, reports, misuse) VALUES (1, ` + fmt.Sprint(minute) + `, 20, 3, 1, 5, 2)`,
+		`INSERT INTO windows_second (dep_id, start, admitted, in_flight, open_n, reports, latency) VALUES (1, ` + fmt.Sprint(second) + `, 7, 2, 1, 2, NULL)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("Open of a version-55 database: %v", err)
+	}
+	defer s.Close()
+	q := cbdash.HistoryQuery{DependencyKey: cbdash.DependencyKey{Service: "pay", Breaker: "db"},
+		From: fromMs(hour), To: fromMs(second + 1000), Resolution: cbdash.ResolutionMinute}
+	pts, err := s.History(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64][3]int64{}
+	for _, p := range pts {
+		got[ms(p.At)] = [3]int64{p.Counts.Admitted, p.InFlight, int64(p.Open)}
+	}
+	// The hour's row is read where minutes are rolled up (none here: it is
+	// the minutes' level that is asked), so the minute and the second.
+	want := map[int64][3]int64{minute: {20, 3, 1}, second: {7, 2, 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("minutes after the migration %v, want %v", got, want)
+	}
+	q.Resolution = cbdash.ResolutionHour
+	if pts, err = s.History(ctx, q); err != nil || len(pts) != 2 || pts[0].Counts.Admitted != 100 || pts[0].Counts.RejectedRamp != 1 {
+		t.Fatalf("hours after the migration %+v, %v; want the stored hour (100 calls) and the next", pts, err)
+	}
+	var writers int
+	if err := s.rdb.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM windows_second WHERE writer = 0) + (SELECT count(*) FROM windows_minute WHERE writer = 0)
+		+ (SELECT count(*) FROM windows_hour WHERE writer = 0)`).Scan(&writers); err != nil || writers != 3 {
+		t.Fatalf("rows of writer 0: %d, %v; want 3", writers, err)
+	}
+	// A new report into the stored second adds to it.
+	stored, err := s.SaveBatch(ctx, "pay", "pay-1", 7, protocol.Batch{Seq: 1, Windows: []protocol.Window{
+		{Breaker: "db", Start: second, Millis: 1000, State: protocol.StateClosed, Counts: protocol.Counts{Admitted: 5}, InFlight: 1}}}, fromMs(second+2000))
+	if err != nil || !stored {
+		t.Fatalf("SaveBatch after the migration = %v, %v", stored, err)
+	}
+	q.Resolution = cbdash.ResolutionSecond
+	q.From = fromMs(second)
+	if pts, err = s.History(ctx, q); err != nil || len(pts) != 1 || pts[0].Counts.Admitted != 12 || pts[0].InFlight != 3 {
+		t.Fatalf("the second after a new report %+v, %v; want 12 calls, 3 in flight", pts, err)
 	}
 }

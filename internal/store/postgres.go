@@ -65,6 +65,13 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 		wdb.Close()
 		return nil, err
 	}
+	// The writer's id in the windows tables' rows: unique among the
+	// processes sharing the schema (see doc.go, Several writers).
+	var id int64
+	if err := wdb.QueryRowContext(ctx, "SELECT nextval('store_writers')").Scan(&id); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("store: take a writer id on %s: %w", masked, dsnpkg.MaskError(dsn, err))
+	}
 	rcfg := cfg.Copy()
 	rcfg.RuntimeParams["application_name"] = name + " reader"
 	rcfg.RuntimeParams["default_transaction_read_only"] = "on"
@@ -76,7 +83,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*Store, error)
 		rdb.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", masked, dsnpkg.MaskError(dsn, err))
 	}
-	return start(opts, postgresDialect, wdb, rdb), nil
+	return start(opts, postgresDialect, wdb, rdb, id), nil
 }
 
 // CheckDSN reports what can be told of dsn without connecting: a

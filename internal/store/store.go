@@ -292,7 +292,7 @@ func openSQLite(ctx context.Context, path string, opts Options) (*Store, error) 
 		rdb.Close()
 		return nil, fmt.Errorf("store: open %s for reading: %w", path, err)
 	}
-	return start(opts, sqliteDialect, wdb, rdb), nil
+	return start(opts, sqliteDialect, wdb, rdb, 0), nil
 }
 
 // Migrate migrates the database that dsn names (see Open) to the latest
@@ -308,10 +308,12 @@ func Migrate(ctx context.Context, dsn string, log *slog.Logger) error {
 	return st.Close()
 }
 
-// start starts the writer on opened, migrated pools.
-func start(opts Options, d *dialect, wdb, rdb *sql.DB) *Store {
+// start starts the writer, whose id is writer (see writer.id), on opened,
+// migrated pools.
+func start(opts Options, d *dialect, wdb, rdb *sql.DB, writer int64) *Store {
 	s := &Store{opts: opts, rdb: &readDB{db: rdb, d: d}, wdb: wdb}
 	s.w = newWriter(wdb, d, opts)
+	s.w.id = writer
 	go s.w.run()
 	return s
 }

@@ -37,11 +37,10 @@ import (
 // batches are queued, being written, or done with their outcome not
 // received; Save waits for room.
 type Stream struct {
-	w                 *writer
-	service, instance string
-	startedAt         int64
-	out               chan BatchOutcome
-	room              chan struct{} // a token for each batch saved whose outcome is not received
+	w    *writer
+	name instName // the agent process
+	out  chan BatchOutcome
+	room chan struct{} // a token for each batch saved whose outcome is not received
 
 	// Owned by the writer goroutine.
 	unanswered int   // failures sent and not answered by Resume or Stop yet
@@ -69,7 +68,7 @@ func (s *Store) NewStream(service, instance string, startedAt int64, size int) (
 		return nil, err
 	}
 	size = max(size, 1)
-	return &Stream{w: s.w, service: service, instance: instance, startedAt: startedAt,
+	return &Stream{w: s.w, name: instName{service, instance, startedAt},
 		out: make(chan BatchOutcome, size), room: make(chan struct{}, size)}, nil
 }
 
@@ -98,10 +97,10 @@ func (st *Stream) Save(ctx context.Context, b *protocol.Batch, at time.Time, ful
 		return ctx.Err()
 	}
 	now := ms(at)
-	o := &op{stream: st, batch: b, full: full}
+	o := &op{stream: st, batch: b, full: full, shared: true, inst: &st.name}
 	o.run = func(x *wtx) error {
 		var err error
-		o.stored, err = x.saveBatch(st.service, st.instance, st.startedAt, b, causes, now)
+		o.stored, err = x.saveBatch(st.name.service, st.name.instance, st.name.startedAt, b, causes, now)
 		return err
 	}
 	if err := st.w.enqueue(ctx, o); err != nil {

@@ -188,15 +188,15 @@ func scanRow(sc interface{ Scan(...any) error }, r *row, lead ...any) error {
 	return err
 }
 
-func rowArgs(dep, start int64, r *row) []any {
+func rowArgs(dep, start, writer int64, r *row) []any {
 	c := r.counts
-	return []any{dep, start, c.Admitted, c.Successes, c.Failures, c.Errors, c.Timeouts, c.Panics,
+	return []any{dep, start, writer, c.Admitted, c.Successes, c.Failures, c.Errors, c.Timeouts, c.Panics,
 		c.Slow, c.Ignored, c.RejectedOpen, c.RejectedHalfOpen, c.RejectedForced, c.RejectedBulkhead,
 		c.FallbackSuccess, c.FallbackFailure, r.inFlight, r.open, r.reports, r.latSum, encodeHist(r.lat), c.Misuse, c.RejectedRamp}
 }
 
-// selectRowSQL reads one row of level l (built once per level: the
-// writer runs it thousands of times a second).
+// selectRowSQL reads one writer's row of level l (built once per level:
+// the writer runs it thousands of times a second).
 func selectRowSQL(l level) string { return rowSQL[l].sel }
 
 // putRowSQL writes a whole row, replacing the one of the same bucket (an
@@ -205,9 +205,9 @@ func putRowSQL(l level) string { return rowSQL[l].put }
 
 var rowSQL = func() (q [levelHour + 1]struct{ sel, put string }) {
 	for l := levelSecond; l <= levelHour; l++ {
-		q[l].sel = "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = $1 AND start = $2"
-		q[l].put = "INSERT INTO " + l.table() + " (dep_id, start, " + rowColumns +
-			") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (dep_id, start) DO UPDATE SET " +
+		q[l].sel = "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = $1 AND start = $2 AND writer = $3"
+		q[l].put = "INSERT INTO " + l.table() + " (dep_id, start, writer, " + rowColumns +
+			") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) ON CONFLICT (dep_id, start, writer) DO UPDATE SET " +
 			replaceAll
 	}
 	return q
@@ -272,16 +272,17 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// mergeRow reads the row at (l, k), merges delta into it (add for seconds,
-// roll for coarser levels), writes it back and returns the merged row.
-// A second's row comes from the writer's row cache when it holds it.
-func (x *wtx) mergeRow(l level, k bucketKey, delta *row) (*row, error) {
+// mergeRow reads writer wr's row at (l, k), merges delta into it (add
+// for seconds, roll for coarser levels), writes it back and returns the
+// merged row. The writer's own second rows come from its row cache when
+// it holds them (rowCached).
+func (x *wtx) mergeRow(l level, k bucketKey, wr int64, delta *row) (*row, error) {
 	var cur row
-	if c, ok := x.w.c.rows[k]; ok && l == levelSecond {
+	if c, ok := x.rowCached(l, k, wr); ok {
 		cur = *c
 		cur.lat = slices.Clone(c.lat) // the cached row stays as committed
 	} else {
-		q, err := x.queryRow(selectRowSQL(l), k.dep, k.start)
+		q, err := x.queryRow(selectRowSQL(l), k.dep, k.start, wr)
 		if err != nil {
 			return nil, err
 		}
@@ -297,19 +298,38 @@ func (x *wtx) mergeRow(l level, k bucketKey, delta *row) (*row, error) {
 	} else {
 		cur.roll(delta)
 	}
-	if _, err := x.exec(putRowSQL(l), rowArgs(k.dep, k.start, &cur)...); err != nil {
+	if _, err := x.exec(putRowSQL(l), rowArgs(k.dep, k.start, wr, &cur)...); err != nil {
 		return nil, fmt.Errorf("write %s row: %w", l.table(), err)
 	}
-	if l == levelSecond {
+	if l == levelSecond && wr == x.w.id {
 		x.rows[k] = &cur
 	}
 	return &cur, nil
 }
 
-// flush writes the accumulated seconds. A second that lies before the
-// roll-up watermark (its minute is already rolled up) is also merged into
-// its minute, and into its hour when that is rolled up too, so roll-ups
-// stay exact whatever order reports arrive in.
+// rowCached returns the writer's cached row of second k. Only this
+// writer writes its rows, so a cached row is the stored one, with one
+// exception: the retention (Compact's expire, of any process) deletes
+// seconds before the roll-up watermark, so a second before it is read
+// from the table. The watermark this group read cannot move before its
+// COMMIT (Compact takes the exclusive lock).
+func (x *wtx) rowCached(l level, k bucketKey, wr int64) (*row, bool) {
+	if l != levelSecond || wr != x.w.id {
+		return nil, false
+	}
+	wm := x.w.c.wm
+	if wm == nil || k.start < wm.second {
+		return nil, false
+	}
+	c, ok := x.w.c.rows[k]
+	return c, ok
+}
+
+// flush writes the accumulated seconds into the writer's own rows. A
+// second that lies before the roll-up watermark (its minute is already
+// rolled up) is also merged into the writer's own row of its minute, and
+// of its hour when that is rolled up too, so roll-ups stay exact whatever
+// order reports arrive in.
 func (x *wtx) flush() error {
 	if err := x.flushRuns(); err != nil {
 		return err
@@ -321,21 +341,25 @@ func (x *wtx) flush() error {
 	if err != nil {
 		return err
 	}
+	wr := x.w.id
 	late := make(map[bucketKey]*row)
 	for _, k := range sortedKeys(x.acc.seconds) {
 		delta := x.acc.seconds[k]
-		merged, err := x.mergeRow(levelSecond, k, delta)
+		merged, err := x.mergeRow(levelSecond, k, wr, delta)
 		if err != nil {
 			return err
 		}
 		if k.start < wm.second {
+			if merged, err = x.secondOfAll(k, merged); err != nil {
+				return err
+			}
 			rollInto(late, bucketKey{k.dep, floorMs(k.start, levelMinute.width())}, delta, merged)
 		}
 	}
 	lateHours := make(map[bucketKey]*row)
 	for _, k := range sortedKeys(late) {
 		delta := late[k]
-		merged, err := x.mergeRow(levelMinute, k, delta)
+		merged, err := x.mergeRow(levelMinute, k, wr, delta)
 		if err != nil {
 			return err
 		}
@@ -344,11 +368,39 @@ func (x *wtx) flush() error {
 		}
 	}
 	for _, k := range sortedKeys(lateHours) {
-		if _, err := x.mergeRow(levelHour, k, lateHours[k]); err != nil {
+		if _, err := x.mergeRow(levelHour, k, wr, lateHours[k]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// secondOfAll returns the in-flight calls and open instances of second k
+// summed over every writer's row (own: this writer's, as just merged),
+// for the maxima of a late second's minute: a second's instances are
+// split among the writers' rows. With one writer (SQLite) it is own.
+func (x *wtx) secondOfAll(k bucketKey, own *row) (*row, error) {
+	if !x.w.d.postgres {
+		return own, nil
+	}
+	st, err := x.st("SELECT in_flight, open_n FROM windows_second WHERE dep_id = $1 AND start = $2 AND writer <> $3")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(x.ctx, k.dep, k.start, x.w.id)
+	if err != nil {
+		return nil, fmt.Errorf("read windows_second rows: %w", err)
+	}
+	defer rows.Close()
+	all := &row{inFlight: own.inFlight, open: own.open}
+	for rows.Next() {
+		var f, o int64
+		if err := rows.Scan(&f, &o); err != nil {
+			return nil, fmt.Errorf("read windows_second rows: %w", err)
+		}
+		all.inFlight, all.open = protocol.SatAdd(all.inFlight, f), protocol.SatAdd(all.open, o)
+	}
+	return all, rows.Err()
 }
 
 // rollInto records, for the coarser bucket k, the counts added to a finer
@@ -385,4 +437,41 @@ func (x *wtx) watermarks() (*watermarks, error) {
 	}
 	x.w.c.wm = &wm
 	return &wm, nil
+}
+
+// combiner combines the rows of one bucket of level fine written by
+// several writers (each writer writes rows of its own: see doc.go,
+// Several writers) into the bucket's one row, fed rows in order of start:
+// the rows of one second add up (their instances are disjoint, so
+// in-flight calls and open instances sum as counts do), the rows of a
+// minute or an hour roll (counts add, in-flight and open take the
+// maximum: each row's is already a maximum over seconds). emit receives
+// each bucket's row once its rows have all come (flush for the last).
+type combiner struct {
+	fine  level
+	emit  func(start int64, r *row)
+	start int64
+	cur   *row
+}
+
+func (c *combiner) add(start int64, r *row) {
+	switch {
+	case c.cur == nil:
+	case start != c.start:
+		c.emit(c.start, c.cur)
+	case c.fine == levelSecond:
+		c.cur.add(r)
+		return
+	default:
+		c.cur.roll(r)
+		return
+	}
+	c.start, c.cur = start, r
+}
+
+func (c *combiner) flush() {
+	if c.cur != nil {
+		c.emit(c.start, c.cur)
+		c.cur = nil
+	}
 }

@@ -49,6 +49,15 @@ type op struct {
 	// dryRun runs the op alone in a transaction of its own, with the
 	// group's flush, that is rolled back whatever happens (Store.Probe's).
 	dryRun bool
+	// shared: the op writes only what a batch writes (per-instance rows,
+	// appended rows, additive upserts, the writer's own history rows), so
+	// on PostgreSQL its group takes the schema's lock in shared mode and
+	// runs beside other processes' batch groups (see doc.go, Several
+	// writers); every other op takes it exclusively. inst, when set, is
+	// the agent process whose batch the op writes: its seq rows are
+	// locked at the group's start (lockRuns).
+	shared bool
+	inst   *instName
 	// prompt: someone waits for this op before going on (an agent for
 	// its hello's welcome, an operator for a hold): its group commits
 	// what is queued without waiting for company (see waits), and it
@@ -56,10 +65,21 @@ type op struct {
 	prompt bool
 }
 
+// instName names the agent process of a batch.
+type instName struct {
+	service, instance string
+	startedAt         int64
+}
+
 // writer is the single goroutine that owns every write.
 type writer struct {
-	db       *sql.DB
-	d        *dialect
+	db *sql.DB
+	d  *dialect
+	// id is the writer's id in the windows tables' rows (their writer
+	// column): 0 on SQLite (one writer per file), on PostgreSQL a
+	// number of the store_writers sequence taken at Open, unique among
+	// the processes sharing the schema. 0 is also the roll-ups' id.
+	id       int64
 	log      *slog.Logger
 	maxGroup int
 	queue    chan *op
@@ -81,7 +101,12 @@ type writer struct {
 	next *op
 
 	// Counters for Stats.
-	txs, ops, failed, skipped, dropped atomic.Uint64
+	txs, ops, failed, skipped, dropped, retries atomic.Uint64
+
+	// testBeforeCommit, set by tests only, is called with the group's
+	// lock mode (shared: true) once its statements have run and before
+	// its COMMIT.
+	testBeforeCommit func(shared bool)
 
 	// failing is the error of the last write that failed for the
 	// database's sake (not its input), nil once a later write committed.
@@ -135,12 +160,13 @@ type cache struct {
 	breakers  map[int64]map[string]*brRef // instance id -> breaker name
 	deps      map[cbdash.DependencyKey]int64
 	wm        *watermarks      // nil = not loaded
-	seqs      map[runKey]int64 // last stored seq of an agent process
-	// rows are committed windows_second rows of the last rowCacheSpan
-	// (by start, behind the newest), so that a second reported into by
-	// several groups is read once. On PostgreSQL, where another
-	// collector may write the same rows, every group starts without them
-	// (dialect.beginGroup).
+	seqs      map[runKey]int64 // last stored seq of an agent process (SQLite; PostgreSQL reads them locked: lockRuns)
+	// rows are this writer's committed windows_second rows of the last
+	// rowCacheSpan (by start, behind the newest), so that a second
+	// reported into by several groups is read once. No other process
+	// writes them (their writer column is this writer's id); the
+	// retention deletes rows before the roll-up watermark only, which
+	// mergeRow reads from the table (rowCached).
 	rows map[bucketKey]*row
 	// seen is the last-seen time (Unix ms) the writer committed for an
 	// instance from its batches (seenEvery).
@@ -291,7 +317,7 @@ func (w *writer) drain(group []*op) {
 	}
 	w.releaseHeld()
 	if len(w.im) > 0 {
-		w.commit(append(group[:0], &op{flushIM: true, run: func(*wtx) error { return nil }}))
+		w.commit(append(group[:0], &op{flushIM: true, shared: true, run: func(*wtx) error { return nil }}))
 	}
 }
 
@@ -562,6 +588,15 @@ type wtx struct {
 	rows map[bucketKey]*row
 	// txid is the PostgreSQL transaction's id (0 on SQLite).
 	txid int64
+	// shared: the group takes the schema's lock in shared mode (a group
+	// of batches on PostgreSQL: beginGroup).
+	shared bool
+	// locked are the last seqs of the agent processes whose instance_runs
+	// rows this transaction holds locked (PostgreSQL: lockRuns, lockRun),
+	// read under the lock; opLocked, those the running op locked, which
+	// the rollback to its savepoint releases (then forgotten).
+	locked   map[runKey]int64
+	opLocked []runKey
 	// inOp: a group's op is running; spOpen: its savepoint is open
 	// (savepoint, open).
 	inOp, spOpen bool
@@ -574,7 +609,8 @@ type wtx struct {
 
 func newWtx(ctx context.Context, w *writer, tx *sql.Tx) *wtx {
 	x := &wtx{ctx: ctx, w: w, tx: tx, stmts: make(map[string]*sql.Stmt), acc: newAccumulator(),
-		runs: make(map[runKey]int64), seen: make(map[int64]int64), rows: make(map[bucketKey]*row), im: w.imBuf}
+		runs: make(map[runKey]int64), seen: make(map[int64]int64), rows: make(map[bucketKey]*row), im: w.imBuf,
+		locked: make(map[runKey]int64)}
 	w.imBuf = nil
 	return x
 }
@@ -649,13 +685,16 @@ func (x *wtx) insertID(query string, args ...any) (int64, error) {
 // a batch of known breakers whose writes are staged for the group's
 // flush, costs no statement at all.
 func (x *wtx) savepoint(fn func(*wtx) error) error {
-	x.inOp, x.spOpen = true, false
+	x.inOp, x.spOpen, x.opLocked = true, false, x.opLocked[:0]
 	err := fn(x)
 	x.inOp = false
 	if err != nil {
 		err = x.w.d.translate(err)
 		x.dirty = true
 		x.w.c.reset()
+		for _, rk := range x.opLocked {
+			delete(x.locked, rk)
+		}
 		if !x.spOpen {
 			return err // nothing was written
 		}
@@ -706,13 +745,15 @@ type WriterStats struct {
 	FailedOps    uint64 // operations that returned an error (not SkippedOps)
 	SkippedOps   uint64 // batches not tried (ErrSkipped: their stream was stopped, see Stream)
 	Dropped      uint64 // best-effort background writes (token last-used) skipped on a full queue
+	Retried      uint64 // batch groups PostgreSQL ended for a deadlock or a serialization failure, run again
 }
 
 // Stats returns the writer's counters. Safe for concurrent use; cheap.
 func (s *Store) Stats() WriterStats {
 	w := s.w
 	return WriterStats{Queued: len(w.queue), QueueCap: cap(w.queue), Transactions: w.txs.Load(),
-		Ops: w.ops.Load(), FailedOps: w.failed.Load(), SkippedOps: w.skipped.Load(), Dropped: w.dropped.Load()}
+		Ops: w.ops.Load(), FailedOps: w.failed.Load(), SkippedOps: w.skipped.Load(), Dropped: w.dropped.Load(),
+		Retried: w.retries.Load()}
 }
 
 // storageError reports whether err is the database's trouble rather than

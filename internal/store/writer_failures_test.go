@@ -202,8 +202,9 @@ func TestAGroupWhoseEndFailsStoresNothingAndForgetsItsRows(t *testing.T) {
 
 // Two stores on one PostgreSQL schema (two collectors) write the same
 // dependency-second in turn, and one agent process's batches arrive at
-// either: each store's row cache must not hide the other's rows, and its
-// seq cache must not hide the other's batches.
+// either: the second's sum counts both stores' rows (each writes its
+// own), and neither store's cache hides the other's batches (seqs are
+// read under their rows' lock).
 func TestTwoStoresOnOnePostgreSQLTakeTurnsOnOneSecond(t *testing.T) {
 	t.Parallel()
 	dsn := testDSN(t, "two.db")
@@ -340,9 +341,6 @@ func TestAnOpWhoseFirstStatementFailsAmongStagedOps(t *testing.T) {
 func TestAWindowAheadDoesNotEmptyTheRowCache(t *testing.T) {
 	t.Parallel()
 	s := rvOpen(t, testDSN(t, "ahead.db"), Options{})
-	if s.w.d.postgres {
-		t.Skip("SQLite only: PostgreSQL starts every group without cached rows")
-	}
 	t0 := clocktest.Epoch().Truncate(time.Minute)
 	rvMustSave(t, s, "pay-1", rvBatch(1, t0, 1), t0, true)
 	if len(s.w.c.rows) != 1 {
