@@ -33,13 +33,71 @@
 // backends share every query and scan; database/sql reconnects after the
 // server drops a connection. History reads use a REPEATABLE READ read-only
 // transaction on PostgreSQL, so one query sees one snapshot as on SQLite.
-// Several processes may share one PostgreSQL database: each group
-// transaction first takes a transaction-level advisory lock named after
-// the schema (so the writers' transactions take turns: seq checks and the
-// read-modify-write of history rows never interleave) and re-reads the
-// roll-up watermarks. The writer's id caches stay valid across processes
-// because rows are never renumbered; a breaker row another process's
-// hello deleted is the one case they do not see.
+// Several processes may share one PostgreSQL schema (several
+// collectors): see Several writers.
+//
+// # Several writers
+//
+// On PostgreSQL every group transaction first takes the schema's
+// transaction-level advisory lock (pg_advisory_xact_lock on
+// hashtext(current_schema())), in one of two modes (dialect.beginGroup):
+//
+//   - shared, for a group of batches (op.shared: SaveBatch, a Stream's
+//     batches, and the writes of the buffered instance minutes): the
+//     batch groups of all the processes run at the same time;
+//   - exclusive, for every other group (hellos, holds, commands, users,
+//     tokens, incidents, alerts, schedules, handovers, the probe,
+//     Compact with its roll-ups and retention: whatever reads and then
+//     writes rows other processes write), which runs alone, against
+//     every other group of every process.
+//
+// A group holds one mode: the writer commits each run of ops of one mode,
+// in queue order, as a transaction of its own, and an op that needs the
+// exclusive lock never joins a batch group (join). What a batch group
+// writes is safe beside another process's batch group:
+//
+//   - History rows are the writer's own: windows_second, windows_minute
+//     and windows_hour have a writer column in their key (dep_id, start,
+//     writer), and each store writes rows of its id only (writer.id: a
+//     number of the store_writers sequence taken at Open; 0 on SQLite,
+//     one writer per file). Two collectors reporting into the same
+//     dependency-second write two rows, and a writer's row cache stays
+//     valid across groups. Readers combine the rows of one bucket
+//     (combiner): at second level everything adds up (each row counts
+//     its writer's instances), at minute and hour level counts and
+//     histograms add up and in-flight calls and open instances take the
+//     maximum (as a roll-up does). Compact (exclusive) rolls the seconds
+//     of every writer into minute rows of writer 0 and minutes into
+//     hour rows of writer 0; a late second (before the watermark) is
+//     merged into its writer's own minute and hour rows, with the
+//     in-flight calls and open instances of the second summed over all
+//     writers' rows. The watermarks are read again in each group under
+//     the lock: Compact, exclusive, cannot move them while a batch
+//     group that read them runs.
+//   - Seqs, the dedup: a batch group locks the instance_runs rows of its
+//     agents' processes in one statement at its start, in order of
+//     (instance, start) (lockRuns; an instance the writer does not know
+//     yet: by its op, lockRun) and checks each batch's seq against the
+//     last seq read under the lock, so an agent failing over with
+//     batches in two collectors' queues has each stored once: the second
+//     group waits for the first's COMMIT and finds its batch a
+//     duplicate. Acks still come after COMMIT.
+//   - Per-instance rows (instances' last-seen times, breakers' states,
+//     command targets, instance_runs) are written after that lock, and
+//     only by the collector serving the instance (another only during a
+//     failover's overlap, then in the seq rows' order); transitions,
+//     shadow transitions and data gaps are appended; instance_minutes
+//     are additive upserts written in key order; dependencies, services
+//     and instances met by a batch are read, and inserted only when
+//     missing (an upsert would lock a row every writer shares).
+//
+// A batch group that PostgreSQL still picks as a deadlock's victim, or
+// ends for a serialization failure, is rolled back and run again (up to
+// maxTries; commit.go), so that it does not fail its batches; the last
+// try's failure is a transient error as any other. The writer's id
+// caches stay valid across processes because rows are never renumbered;
+// a breaker row another process's hello deleted is the one case they do
+// not see.
 //
 // # Migrations
 //
@@ -67,7 +125,8 @@
 // tables of the collectors' bus (internal/cluster; PostgreSQL only, the
 // SQLite file of that version is empty); 00042 ramp rejections (a column
 // of the windows tables). The 00001-00009 range is now full: the store's
-// next migrations take 00043+.
+// next migrations take 00043+ (00056: the writer column of the windows
+// tables and the store_writers sequence).
 //
 // Times the caller does not pass (creation of users, tokens and alert
 // rules, token use, the sweep of expired sessions) are read from
