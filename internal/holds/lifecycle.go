@@ -107,9 +107,11 @@ func (m *Manager) Restore(ctx context.Context) error {
 			continue
 		}
 		live = append(live, h)
-		if stats[h.ID], err = m.cfg.Store.HoldStats(ctx, h.ID); err != nil {
+		by, err := m.cfg.Store.HoldStatsByCollector(ctx, h.ID)
+		if err != nil {
 			return err
 		}
+		stats[h.ID] = by[m.cfg.Collector] // this collector's running totals go on; others' stay theirs
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
