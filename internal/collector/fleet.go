@@ -73,6 +73,7 @@ type fleet struct {
 	started   sync.Map     // instKey -> int64: the started_at of its last hello here
 
 	compacting atomic.Bool // this collector leads "compaction"
+	fg         forgetWire  // breaker rows a hello deleted (forgetwire.go)
 
 	pubMu     sync.Mutex
 	pubFailed bool // the last publish failed (logged once until one succeeds)
@@ -229,6 +230,7 @@ func (f *fleet) run(ctx context.Context) {
 	start(func(ctx context.Context) { f.subscribe(ctx, chanLive, f.applyLive, f.resyncLive) })
 	start(func(ctx context.Context) { f.subscribe(ctx, chanHolds, f.applyHold, f.resyncHolds) })
 	start(func(ctx context.Context) { f.subscribe(ctx, chanCmd, f.applyCommand, nil) })
+	start(f.runForgets)
 	start(func(ctx context.Context) {
 		_ = f.bus.Lead(ctx, "compaction", func(lctx context.Context) {
 			f.compacting.Store(true)

@@ -39,7 +39,9 @@
 // read-modify-write of history rows never interleave) and re-reads the
 // roll-up watermarks. The writer's id caches stay valid across processes
 // because rows are never renumbered; a breaker row another process's
-// hello deleted is the one case they do not see.
+// hello deleted is the one case they do not see by themselves: the
+// process that deleted it says so (OnBreakersForgotten) and the others
+// drop their cached rows of that instance (ForgetBreakers, forget.go).
 //
 // # Migrations
 //
