@@ -266,6 +266,9 @@ func New(cfg Config) (*Collector, error) {
 	if err := c.fleet.register(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
+	if err := registerBusMetrics(cfg.Registerer, c.fleet); err != nil {
+		return nil, fmt.Errorf("collector: metrics: %w", err)
+	}
 	c.ing, err = ingest.New(ingest.Config{Store: cfg.Store, Live: c.live.State, Holds: holdsHooks{c.holds}, Commands: commandHooks{c},
 		Fleet: fleetHooks{c.fleet}, Logger: cfg.Logger, Now: cfg.Clock.Now, Limits: cfg.Limits, StaleAfter: cfg.StaleAfter,
 		WriteTimeout: cfg.WriteTimeout, HelloTimeout: cfg.HelloTimeout, AckDelay: cfg.AckDelay, Registerer: cfg.Registerer})

@@ -67,6 +67,7 @@ type fleet struct {
 	solo bool // a Local bus: nothing is published
 
 	out       chan []byte
+	budget    fleetBudget // bytes in out (fleetbudget.go)
 	dropped   atomic.Int64
 	published atomic.Int64 // updates
 	received  atomic.Int64 // other collectors' updates
@@ -116,9 +117,14 @@ func (f *fleet) enqueue(u fleetUpdate) {
 		f.c.log.Error("encode fleet update", "err", err)
 		return
 	}
+	if !f.budget.reserve(len(data)) {
+		f.dropped.Add(1)
+		return
+	}
 	select {
 	case f.out <- data:
 	default:
+		f.budget.release(len(data))
 		f.dropped.Add(1)
 	}
 }
@@ -251,6 +257,7 @@ func (f *fleet) publishLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case first = <-f.out:
+			f.budget.release(len(first))
 		}
 		n, size := 1, 2+notifySize(first)
 		buf = append(append(buf[:0], '['), first...)
@@ -258,6 +265,7 @@ func (f *fleet) publishLoop(ctx context.Context) {
 		for size < fleetPayload {
 			select {
 			case d := <-f.out:
+				f.budget.release(len(d))
 				ds := notifySize(d)
 				if size+ds+1 > fleetPayload {
 					f.publish(ctx, append(buf, ']'), n)
