@@ -511,6 +511,52 @@ func (c *HoldCounts) AddWindow(w protocol.Window) {
 	c.Windows++
 }
 
+// Merge adds o's figures (counts, latency histogram and sum, windows) to
+// c: what two collectors counted of one instance breaker.
+func (c *HoldCounts) Merge(o HoldCounts) {
+	c.Counts.Add(o.Counts)
+	if len(c.Latency) < len(o.Latency) {
+		c.Latency = append(c.Latency, make([]int64, len(o.Latency)-len(c.Latency))...)
+	}
+	for i, n := range o.Latency {
+		c.Latency[i] = protocol.SatAdd(c.Latency[i], n)
+	}
+	c.LatencySumMs += o.LatencySumMs
+	c.Windows = protocol.SatAdd(c.Windows, o.Windows)
+}
+
+// MergeHoldCounts returns rows with those of one instance breaker
+// (service, instance, breaker) merged into one (HoldCounts.Merge), sorted
+// by service, instance and breaker; rows is not changed. Each
+// collector's rows of a hold are counted from the window reports it
+// stored, so their sum is what the breaker counted.
+func MergeHoldCounts(rows []HoldCounts) []HoldCounts {
+	type key struct{ s, i, b string }
+	at := make(map[key]int, len(rows))
+	out := make([]HoldCounts, 0, len(rows))
+	for _, r := range rows {
+		k := key{r.Service, r.Instance, r.Breaker}
+		if i, ok := at[k]; ok {
+			out[i].Merge(r)
+			continue
+		}
+		at[k] = len(out)
+		r.Latency = append([]int64(nil), r.Latency...)
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Service != b.Service {
+			return a.Service < b.Service
+		}
+		if a.Instance != b.Instance {
+			return a.Instance < b.Instance
+		}
+		return a.Breaker < b.Breaker
+	})
+	return out
+}
+
 // HoldReport is the drill report of a hold: what it covered and what the
 // covered breakers and their callers saw while it held.
 type HoldReport struct {

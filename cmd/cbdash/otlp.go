@@ -57,22 +57,30 @@ func (o *otlpOptions) validate() error {
 }
 
 // start starts the export of reg's figures (nil when there is none to
-// make); addr is where this collector listens, which with the host name
-// identifies it among collectors sharing one database. What the
-// OpenTelemetry SDK reports (a failed export) goes to log, in the
-// server's --log-format.
-func (o *otlpOptions) start(ctx context.Context, reg prometheus.Gatherer, addr net.Addr, log *slog.Logger) (*otelexport.Exporter, error) {
+// make); id names this collector (collectorID), as its metrics' collector
+// label does. What the OpenTelemetry SDK reports (a failed export) goes
+// to log, in the server's --log-format.
+func (o *otlpOptions) start(ctx context.Context, reg prometheus.Gatherer, id string, log *slog.Logger) (*otelexport.Exporter, error) {
 	if o.Endpoint == "" {
 		return nil, nil
-	}
-	host, _ := os.Hostname()
-	id := host
-	if tcp, ok := addr.(*net.TCPAddr); ok {
-		id = fmt.Sprintf("%s:%d", host, tcp.Port)
 	}
 	exp, err := otelexport.New(ctx, otelexport.Config{Endpoint: o.Endpoint, Interval: o.Interval, Headers: o.headers, Gatherer: reg, CollectorID: id, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
 	}
 	return exp, nil
+}
+
+// collectorID names this collector among collectors sharing one database,
+// in its metrics (label collector) and its OTLP export
+// (service.instance.id): the host name and the port of addr (--addr).
+// "" when addr has no fixed port (":0"): the collector then uses its
+// cluster node id.
+func collectorID(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" || port == "0" {
+		return ""
+	}
+	host, _ := os.Hostname()
+	return host + ":" + port
 }

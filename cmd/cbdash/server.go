@@ -89,6 +89,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		Store: s.store, Logger: log.With("component", "collector"),
 		Registerer: reg, MetricsToken: o.MetricsToken, MaxHold: o.MaxHold, AckDelay: o.AckDelay, Clock: clk,
 		Limits: o.Limits, Cluster: s.bus, DefaultStops: o.defaultStops(), Quorum: o.quorumRules(), NoProbeRotation: !o.QuorumProbes,
+		CollectorID: collectorID(o.Addr),
 	})
 	if err != nil {
 		return nil, err
@@ -157,7 +158,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 		ln.Close()
 		return nil, err
 	}
-	if s.otlp, err = o.OTLP.start(ctx, reg, s.ln.Addr(), log.With("component", "otlp")); err != nil {
+	if s.otlp, err = o.OTLP.start(ctx, reg, s.col.CollectorID(), log.With("component", "otlp")); err != nil {
 		s.ln.Close()
 		return nil, err
 	}

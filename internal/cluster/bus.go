@@ -90,18 +90,39 @@ func checkInstance(service, instance string) error {
 }
 
 // subscribers is the local fan-out of a node: bounded channels, a
-// subscriber that lets its buffer fill is dropped (its channel closed)
-// rather than slowing the others.
+// subscriber that lets its buffer fill, or lets the payloads waiting in
+// it exceed maxBytes, is dropped (its channel closed) rather than slowing
+// the others or holding the node's memory (issue 36: two collectors
+// behind their bus held their backlog there).
 type subscribers struct {
-	buffer int
-	mu     sync.Mutex
-	closed bool
-	subs   map[string]map[chan Message]struct{}
-	drops  int
+	buffer   int
+	maxBytes int64
+	mu       sync.Mutex
+	closed   bool
+	subs     map[string]map[chan Message]*subQueue
+	drops    int
 }
 
-func newSubscribers(buffer int) *subscribers {
-	return &subscribers{buffer: buffer, subs: map[string]map[chan Message]struct{}{}}
+// subQueue is what a subscriber's channel holds: the sizes of the
+// messages delivered to it, oldest first, of which the first len(sizes) -
+// len(ch) have been received (a channel is first in, first out); bytes is
+// the sum of sizes.
+type subQueue struct {
+	sizes []int
+	bytes int64
+}
+
+// held is the payload bytes of the messages still in ch.
+func (q *subQueue) held(ch chan Message) int64 {
+	for len(q.sizes) > len(ch) {
+		q.bytes -= int64(q.sizes[0])
+		q.sizes = q.sizes[1:]
+	}
+	return q.bytes
+}
+
+func newSubscribers(buffer int, maxBytes int64) *subscribers {
+	return &subscribers{buffer: buffer, maxBytes: maxBytes, subs: map[string]map[chan Message]*subQueue{}}
 }
 
 func (s *subscribers) add(channel string) (<-chan Message, func()) {
@@ -113,9 +134,9 @@ func (s *subscribers) add(channel string) (<-chan Message, func()) {
 		return ch, func() {}
 	}
 	if s.subs[channel] == nil {
-		s.subs[channel] = map[chan Message]struct{}{}
+		s.subs[channel] = map[chan Message]*subQueue{}
 	}
-	s.subs[channel][ch] = struct{}{}
+	s.subs[channel][ch] = &subQueue{}
 	return ch, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -129,15 +150,39 @@ func (s *subscribers) add(channel string) (<-chan Message, func()) {
 func (s *subscribers) deliver(m Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ch := range s.subs[m.Channel] {
+	n := len(m.Payload)
+	for ch, q := range s.subs[m.Channel] {
+		if s.maxBytes > 0 && q.held(ch)+int64(n) > s.maxBytes && len(ch) > 0 {
+			s.dropLocked(m.Channel, ch)
+			continue
+		}
 		select {
 		case ch <- m:
+			q.sizes = append(q.sizes, n)
+			q.bytes += int64(n)
 		default:
-			delete(s.subs[m.Channel], ch)
-			close(ch)
-			s.drops++
+			s.dropLocked(m.Channel, ch)
 		}
 	}
+}
+
+func (s *subscribers) dropLocked(channel string, ch chan Message) {
+	delete(s.subs[channel], ch)
+	close(ch)
+	s.drops++
+}
+
+// stats returns the payload bytes waiting in every subscriber's channel
+// and the subscribers dropped so far.
+func (s *subscribers) stats() (held int64, drops int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, set := range s.subs {
+		for ch, q := range set {
+			held += q.held(ch)
+		}
+	}
+	return held, s.drops
 }
 
 // gap tells every subscriber that messages may have been missed.
@@ -179,11 +224,14 @@ var _ Bus = (*Local)(nil)
 
 // NewLocal returns the single node's Bus.
 func NewLocal() *Local {
-	return &Local{id: "local", subs: newSubscribers(1024), claims: map[[2]string]bool{}}
+	return &Local{id: "local", subs: newSubscribers(1024, 0), claims: map[[2]string]bool{}}
 }
 
 // NodeID is "local".
 func (l *Local) NodeID() string { return l.id }
+
+// SubscriberStats is Postgres.SubscriberStats of the single node.
+func (l *Local) SubscriberStats() (heldBytes int64, dropped int) { return l.subs.stats() }
 
 // Publish checks channel and sends nothing: there is no other node.
 func (l *Local) Publish(_ context.Context, channel string, _ []byte) error {

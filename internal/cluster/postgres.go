@@ -58,6 +58,11 @@ type Config struct {
 	// SubscriberBuffer is each subscriber's channel size; a subscriber
 	// that lets it fill is dropped. 0 means 1024.
 	SubscriberBuffer int
+	// SubscriberBytes bounds the payload bytes waiting in a subscriber's
+	// channel: a subscriber that lets them exceed it is dropped too
+	// (messages up to about 8 KB inline, larger ones by reference, read
+	// whole). 0 means DefaultSubscriberBytes.
+	SubscriberBytes int64
 	// LeaderRetry is how often a node that is not the leader of a
 	// singleton tries its lock; 0 means 1s. LeaderCheck is how often the
 	// leader checks that its lock's connection is alive (how long it may
@@ -96,11 +101,25 @@ func (c *Config) setDefaults() error {
 	switch {
 	case c.SubscriberBuffer < 0:
 		return fmt.Errorf("%w: Config.SubscriberBuffer is negative", ErrInvalid)
+	case c.SubscriberBytes < 0:
+		return fmt.Errorf("%w: Config.SubscriberBytes is negative", ErrInvalid)
 	case c.SubscriberBuffer == 0:
 		c.SubscriberBuffer = 1024
 	}
+	if c.SubscriberBytes == 0 {
+		c.SubscriberBytes = DefaultSubscriberBytes
+	}
 	return nil
 }
+
+// DefaultSubscriberBytes is Config.SubscriberBytes's default: 32 MiB of
+// payloads waiting for one subscriber (about 4,000 full NOTIFY payloads).
+const DefaultSubscriberBytes = 32 << 20
+
+// SubscriberStats returns the payload bytes waiting in this node's
+// subscribers' channels (each bounded by Config.SubscriberBytes) and how
+// many subscribers were dropped for falling behind since Open.
+func (p *Postgres) SubscriberStats() (heldBytes int64, dropped int) { return p.subs.stats() }
 
 // Postgres is the Bus of collectors sharing one PostgreSQL database (see
 // the package doc). It uses a small pool for publishing and routing, one
@@ -169,7 +188,7 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	}
 	p := &Postgres{
 		ns: ns, cfg: cfg, log: cfg.Logger.With("component", "cluster", "node", cfg.NodeID), pool: pool,
-		subs: newSubscribers(cfg.SubscriberBuffer), claims: map[[2]string]bool{}, leading: map[string]bool{},
+		subs: newSubscribers(cfg.SubscriberBuffer, cfg.SubscriberBytes), claims: map[[2]string]bool{}, leading: map[string]bool{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.peers.Store(-1)

@@ -103,8 +103,8 @@ func TestMetricsStateSeriesIsRewritten(t *testing.T) {
 	text := string(body)
 	for _, want := range []string{
 		`cbdash_breaker_state{breaker="db",service="api",state="half_open"} 1`,
-		`cbdash_breaker_calls_total{breaker="db",outcome="error",service="api"} 10`,
-		`cbdash_breaker_calls_total{breaker="db",outcome="success",service="api"} 10`,
+		`cbdash_breaker_calls_total{breaker="db",collector="local",outcome="error",service="api"} 10`,
+		`cbdash_breaker_calls_total{breaker="db",collector="local",outcome="success",service="api"} 10`,
 		`cbdash_collector_batches_total{result="stored"} 2`,
 		`cbdash_collector_window_reports_total 2`,
 		`cbdash_collector_agent_connections 1`,

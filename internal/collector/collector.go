@@ -108,6 +108,13 @@ type Config struct {
 	// of compaction. nil = cluster.NewLocal() (one collector). The
 	// collector does not close it.
 	Cluster cluster.Bus
+	// CollectorID names this collector in its per-collector metrics: the
+	// label collector="<CollectorID>" of cbdash_breaker_calls_total and
+	// cbdash_breaker_latency_seconds, which count what this collector
+	// ingested (sum without (collector) is the fleet's). cbdash serve sets
+	// it to the host name and port, as the OTLP export's
+	// service.instance.id. "" = Cluster's node id ("local" alone).
+	CollectorID string
 }
 
 func (c *Config) setDefaults() {
@@ -131,6 +138,9 @@ func (c *Config) setDefaults() {
 	c.Clock = clock.OrSystem(c.Clock)
 	if c.Cluster == nil {
 		c.Cluster = cluster.NewLocal()
+	}
+	if c.CollectorID == "" {
+		c.CollectorID = c.Cluster.NodeID()
 	}
 	if c.SubscriberBuffer == 0 {
 		c.SubscriberBuffer = 4096
@@ -221,7 +231,7 @@ func New(cfg Config) (*Collector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, cfg.CollectorID)
 	if err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
@@ -254,6 +264,9 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c.fleet = newFleet(c, cfg.Cluster)
 	if err := c.fleet.register(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("collector: metrics: %w", err)
+	}
+	if err := registerBusMetrics(cfg.Registerer, c.fleet); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
 	c.ing, err = ingest.New(ingest.Config{Store: cfg.Store, Live: c.live.State, Holds: holdsHooks{c.holds}, Commands: commandHooks{c},

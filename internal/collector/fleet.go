@@ -67,12 +67,14 @@ type fleet struct {
 	solo bool // a Local bus: nothing is published
 
 	out       chan []byte
+	budget    fleetBudget // bytes in out (fleetbudget.go)
 	dropped   atomic.Int64
 	published atomic.Int64 // updates
 	received  atomic.Int64 // other collectors' updates
 	started   sync.Map     // instKey -> int64: the started_at of its last hello here
 
 	compacting atomic.Bool // this collector leads "compaction"
+	fg         forgetWire  // breaker rows a hello deleted (forgetwire.go)
 
 	pubMu     sync.Mutex
 	pubFailed bool // the last publish failed (logged once until one succeeds)
@@ -115,9 +117,14 @@ func (f *fleet) enqueue(u fleetUpdate) {
 		f.c.log.Error("encode fleet update", "err", err)
 		return
 	}
+	if !f.budget.reserve(len(data)) {
+		f.dropped.Add(1)
+		return
+	}
 	select {
 	case f.out <- data:
 	default:
+		f.budget.release(len(data))
 		f.dropped.Add(1)
 	}
 }
@@ -229,6 +236,7 @@ func (f *fleet) run(ctx context.Context) {
 	start(func(ctx context.Context) { f.subscribe(ctx, chanLive, f.applyLive, f.resyncLive) })
 	start(func(ctx context.Context) { f.subscribe(ctx, chanHolds, f.applyHold, f.resyncHolds) })
 	start(func(ctx context.Context) { f.subscribe(ctx, chanCmd, f.applyCommand, nil) })
+	start(f.runForgets)
 	start(func(ctx context.Context) {
 		_ = f.bus.Lead(ctx, "compaction", func(lctx context.Context) {
 			f.compacting.Store(true)
@@ -249,6 +257,7 @@ func (f *fleet) publishLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case first = <-f.out:
+			f.budget.release(len(first))
 		}
 		n, size := 1, 2+notifySize(first)
 		buf = append(append(buf[:0], '['), first...)
@@ -256,6 +265,7 @@ func (f *fleet) publishLoop(ctx context.Context) {
 		for size < fleetPayload {
 			select {
 			case d := <-f.out:
+				f.budget.release(len(d))
 				ds := notifySize(d)
 				if size+ds+1 > fleetPayload {
 					f.publish(ctx, append(buf, ']'), n)

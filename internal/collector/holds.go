@@ -23,7 +23,7 @@ type holdManager struct{ *holds.Manager }
 func newHoldManager(c *Collector) holdManager {
 	return holdManager{holds.New(holds.Config{Instances: holdFleet{c.live}, Store: c.store, Events: hubEvents{c.hub},
 		Cluster: holdCluster{c}, Now: c.now, Log: c.log, MaxHold: c.cfg.MaxHold, CommandDelivery: c.cfg.CommandDelivery,
-		DefaultStops: c.cfg.DefaultStops})}
+		DefaultStops: c.cfg.DefaultStops, Collector: c.cfg.Cluster.NodeID()})}
 }
 
 func holdKey(k instKey) holds.Key { return holds.Key{Service: k.service, Instance: k.instance} }

@@ -25,8 +25,15 @@ type holdMember struct {
 
 func startHoldMember(t *testing.T, h *harness, clk *clocktest.Running, service, instance string, labels map[string]string, names ...string) *holdMember {
 	t.Helper()
+	return startHoldMemberOn(t, []string{h.wsURL()}, h.token, clk, service, instance, labels, names...)
+}
+
+// startHoldMemberOn is startHoldMember with the agent given urls (several
+// collectors: it fails over from one to the next) and token.
+func startHoldMemberOn(t *testing.T, urls []string, token string, clk *clocktest.Running, service, instance string, labels map[string]string, names ...string) *holdMember {
+	t.Helper()
 	ag, err := agent.New(agent.Config{
-		URL: h.wsURL(), Token: h.token, Service: service, Instance: instance, Labels: labels, Clock: clk,
+		URLs: urls, Token: token, Service: service, Instance: instance, Labels: labels, Clock: clk,
 		ReportInterval: 50 * time.Millisecond, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
 	})
 	if err != nil {

@@ -40,7 +40,13 @@ type metrics struct {
 	callsByDep map[cbdash.DependencyKey][]prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics registers the series of live state with reg. The counters of
+// what this collector ingested (calls by outcome, the latency histogram)
+// carry the label collector=id: with several collectors each counts its
+// own agents' reports, and sum without (collector) is the fleet's. The
+// state and instance gauges are the fleet's live view, the same on every
+// collector, and carry no such label.
+func newMetrics(reg prometheus.Registerer, id string) (*metrics, error) {
 	m := &metrics{
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cbdash_breaker_state",
@@ -48,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"service", "breaker", "state"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cbdash_breaker_calls_total",
-			Help: "Calls reported by agents, summed over instances, by outcome (slow and fallback_* overlap the others).",
+			Help: "Calls reported by the agents connected to this collector (label collector), summed over instances, by outcome (slow and fallback_* overlap the others); sum without (collector) for the fleet.",
 		}, []string{"service", "breaker", "outcome"}),
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cbdash_collector_subscribers",
@@ -62,10 +68,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stateLabel: make(map[cbdash.DependencyKey]string),
 		callsByDep: make(map[cbdash.DependencyKey][]prometheus.Counter),
 	}
-	for _, c := range []prometheus.Collector{
-		m.state, m.calls, m.subscribers, m.subDrops, m.latency,
-	} {
+	for _, c := range []prometheus.Collector{m.state, m.subscribers, m.subDrops} {
 		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	own := prometheus.WrapRegistererWith(prometheus.Labels{"collector": id}, reg)
+	for _, c := range []prometheus.Collector{m.calls, m.latency} {
+		if err := own.Register(c); err != nil {
 			return nil, err
 		}
 	}
@@ -178,3 +188,7 @@ func registerStoreMetrics(reg prometheus.Registerer, st *store.Store) error {
 	}
 	return nil
 }
+
+// CollectorID is the name of this collector in its per-collector metrics
+// (Config.CollectorID, or the cluster node id).
+func (c *Collector) CollectorID() string { return c.cfg.CollectorID }

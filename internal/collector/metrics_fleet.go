@@ -43,7 +43,7 @@ func newLatencyHistograms() *latencyHistograms {
 	}
 	return &latencyHistograms{
 		desc: prometheus.NewDesc("cbdash_breaker_latency_seconds",
-			"Latency of the calls agents reported, summed over instances (the protocol's buckets).",
+			"Latency of the calls the agents connected to this collector (label collector) reported, summed over instances (the protocol's buckets); sum without (collector) for the fleet.",
 			[]string{"service", "breaker"}, nil),
 		bounds: bounds,
 		deps:   make(map[cbdash.DependencyKey]*latencyHist),

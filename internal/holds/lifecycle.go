@@ -42,9 +42,12 @@ func (m *Manager) Sweep(ctx context.Context) {
 	m.pruneSpans(now)
 }
 
-// Adopt takes holds another collector created or released (as stored,
-// their Coverage ignored) and applies them to the instances connected
-// here. Holds already known as they are, and expired ones, are skipped.
+// Adopt takes holds another collector created or released (as stored)
+// and applies them to the instances connected here. Holds already known
+// as they are, and expired ones, are skipped. A new one's coverage is
+// taken as Restore takes it: an instance the other collector applied it
+// to that fails over here is a reconnection (the same command again),
+// and what it counts here counts from when the hold first reached it.
 func (m *Manager) Adopt(ctx context.Context, hs []cbdash.HoldRecord) {
 	now := m.now()
 	done := m.change()
@@ -52,16 +55,23 @@ func (m *Manager) Adopt(ctx context.Context, hs []cbdash.HoldRecord) {
 	m.mu.Lock()
 	changed := false
 	for _, h := range hs {
+		cov := h.Coverage
 		h.Coverage = nil
 		if !now.Before(h.Until) {
 			continue
 		}
-		if old, ok := m.holds[h.ID]; ok && old.ReleasedAt.Equal(h.ReleasedAt) {
+		old, known := m.holds[h.ID]
+		if known && old.ReleasedAt.Equal(h.ReleasedAt) {
 			continue
-		} else if ok {
+		} else if known {
 			h.Step = max(h.Step, old.Step) // the step this collector let it reach
 		}
 		m.keepLocked(h)
+		if !known {
+			for _, cv := range cov {
+				m.restoreCoverageLocked(h, cv)
+			}
+		}
 		if !h.ReleasedAt.IsZero() {
 			m.endSpans(h.ID, h.ReleasedAt)
 		}
@@ -107,9 +117,11 @@ func (m *Manager) Restore(ctx context.Context) error {
 			continue
 		}
 		live = append(live, h)
-		if stats[h.ID], err = m.cfg.Store.HoldStats(ctx, h.ID); err != nil {
+		by, err := m.cfg.Store.HoldStatsByCollector(ctx, h.ID)
+		if err != nil {
 			return err
 		}
+		stats[h.ID] = by[m.cfg.Collector] // this collector's running totals go on; others' stay theirs
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

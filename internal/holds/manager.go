@@ -81,8 +81,11 @@ type Store interface {
 	// store's): ErrInvalid or ErrNotFound as CreateCommand,
 	// SetCommandTarget and AddHoldCoverage.
 	ApplyHold(ctx context.Context, deliveries []cbdash.HoldDelivery) error
-	SaveHoldStats(ctx context.Context, holdID string, stats []cbdash.HoldCounts) error
-	HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCounts, error)
+	// SaveHoldStats replaces collector's rows of hold holdID's counts
+	// (its running totals); HoldStatsByCollector reads them back by
+	// collector (see the store's).
+	SaveHoldStats(ctx context.Context, holdID, collector string, stats []cbdash.HoldCounts) error
+	HoldStatsByCollector(ctx context.Context, holdID string) (map[string][]cbdash.HoldCounts, error)
 	CreateCommand(ctx context.Context, c cbdash.Command) error
 	SetCommandTarget(ctx context.Context, commandID string, t cbdash.CommandTarget) error
 	Command(ctx context.Context, id string) (cbdash.Command, error)
@@ -120,6 +123,11 @@ type Config struct {
 	// DefaultStops is the stop conditions every hold gets unless it drops
 	// them (cbdash serve --stop-if); nil = none.
 	DefaultStops []cbdash.StopCondition
+	// Collector names this collector's rows of hold statistics (its
+	// cluster node id): each collector saves what it counted under its own
+	// name, and reports sum every collector's (an instance may move to
+	// another collector mid-hold). "" is a name too (one collector).
+	Collector string
 }
 
 // Manager owns the live holds and what was applied where. Create it with

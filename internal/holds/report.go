@@ -33,11 +33,9 @@ func (m *Manager) Report(ctx context.Context, id string) (cbdash.HoldReport, err
 	now := m.now().UTC()
 	r := cbdash.HoldReport{Hold: h, Start: h.CreatedAt, End: h.End(), Ongoing: h.LiveAt(now), Result: cbdash.DrillResult(h, now),
 		Instances: []cbdash.HoldInstanceReport{}, Dependencies: []cbdash.HoldDependencyReport{}}
-	counts := m.Counts(id)
-	if counts == nil {
-		if counts, err = m.cfg.Store.HoldStats(ctx, id); err != nil {
-			return cbdash.HoldReport{}, err
-		}
+	counts, err := m.countsOf(ctx, id)
+	if err != nil {
+		return cbdash.HoldReport{}, err
 	}
 	byKey := make(map[[3]string]cbdash.HoldCounts, len(counts))
 	for _, hc := range counts {

@@ -157,7 +157,7 @@ func (m *Manager) FlushStats(ctx context.Context) {
 	m.dirty = make(map[string]bool)
 	m.statsMu.Unlock()
 	for id, rows := range byHold {
-		if err := m.cfg.Store.SaveHoldStats(ctx, id, rows); err != nil {
+		if err := m.cfg.Store.SaveHoldStats(ctx, id, m.cfg.Collector, rows); err != nil {
 			if ctx.Err() == nil {
 				m.log.Error("save hold stats", "hold", id, "err", err)
 			}
@@ -168,9 +168,10 @@ func (m *Manager) FlushStats(ctx context.Context) {
 	}
 }
 
-// Counts returns the counts of hold id as they are now in memory (the
-// store's may lag by a sweep), sorted by service, instance and breaker;
-// nil when none are in memory.
+// Counts returns the counts of hold id this collector made, as they are
+// now in memory (the store's may lag by a sweep), sorted by service,
+// instance and breaker; nil when none are in memory. Other collectors'
+// are in the store (countsOf sums them).
 func (m *Manager) Counts(id string) []cbdash.HoldCounts {
 	m.statsMu.Lock()
 	defer m.statsMu.Unlock()
@@ -193,4 +194,25 @@ func (m *Manager) Counts(id string) []cbdash.HoldCounts {
 		return a.Breaker < b.Breaker
 	})
 	return out
+}
+
+// countsOf returns what the instance breakers covered by hold id counted
+// on every collector: this one's from memory (its store rows when none
+// are in memory) plus the other collectors' rows in the store, merged
+// per instance breaker (cbdash.MergeHoldCounts). Errors: the store's.
+func (m *Manager) countsOf(ctx context.Context, id string) ([]cbdash.HoldCounts, error) {
+	by, err := m.cfg.Store.HoldStatsByCollector(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rows := m.Counts(id)
+	if rows == nil {
+		rows = by[m.cfg.Collector]
+	}
+	for c, rs := range by {
+		if c != m.cfg.Collector {
+			rows = append(rows, rs...)
+		}
+	}
+	return cbdash.MergeHoldCounts(rows), nil
 }

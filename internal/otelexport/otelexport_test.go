@@ -97,7 +97,7 @@ func (r *receiver) last(t *testing.T) (*colpb.ExportMetricsServiceRequest, http.
 // /metrics serves.
 func TestExportCarriesWhatMetricsServes(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := stacktest.Start(t, stacktest.Options{Collector: func(c *collector.Config) { c.Registerer = reg }})
+	s := stacktest.Start(t, stacktest.Options{Collector: func(c *collector.Config) { c.Registerer, c.CollectorID = reg, "collector-1" }})
 	clk := breakertest.NewClock(s.Clock.Now())
 	br, err := breaker.New("db", breaker.Config{MinimumCalls: 10, FailureRateThreshold: 50, OpenDuration: time.Hour, Clock: clk})
 	if err != nil {
@@ -240,6 +240,24 @@ func TestExportCarriesWhatMetricsServes(t *testing.T) {
 		}
 	}
 	t.Logf("%d series compared", compared)
+	// The counters of what this collector ingested carry its name, the
+	// resource's service.instance.id, as an attribute (sum over it for the
+	// fleet); the fleet-wide gauges do not.
+	for _, dp := range otlp["cbdash_breaker_calls_total"].GetSum().GetDataPoints() {
+		if a := attrMap(dp.Attributes); a["collector"] != "collector-1" {
+			t.Errorf("calls data point attributes %v, want collector=collector-1", a)
+		}
+	}
+	for _, dp := range otlp["cbdash_breaker_latency_seconds"].GetHistogram().GetDataPoints() {
+		if a := attrMap(dp.Attributes); a["collector"] != "collector-1" {
+			t.Errorf("latency data point attributes %v, want collector=collector-1", a)
+		}
+	}
+	for _, dp := range otlp["cbdash_breaker_instances"].GetGauge().GetDataPoints() {
+		if a := attrMap(dp.Attributes); a["collector"] != "" {
+			t.Errorf("instances data point attributes %v: the fleet's gauges name no collector", a)
+		}
+	}
 }
 
 func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {

@@ -97,7 +97,9 @@
 // try's failure is a transient error as any other. The writer's id
 // caches stay valid across processes because rows are never renumbered;
 // a breaker row another process's hello deleted is the one case they do
-// not see.
+// not see by themselves: the process that deleted it says so
+// (OnBreakersForgotten) and the others drop their cached rows of that
+// instance (ForgetBreakers, forget.go).
 //
 // # Migrations
 //

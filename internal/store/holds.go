@@ -316,10 +316,16 @@ func (s *Store) loadCoverage(ctx context.Context, hs []cbdash.HoldRecord) error 
 }
 
 // SaveHoldStats records what the instance breakers covered by hold holdID
-// counted so far (each row replaces the previous one of its instance
-// breaker). Errors: cbdash.ErrInvalid for missing names, ErrClosed, ctx's
-// or a wrapped driver error.
-func (s *Store) SaveHoldStats(ctx context.Context, holdID string, stats []cbdash.HoldCounts) error {
+// counted so far on collector (the cluster node id of the collector that
+// stored their window reports; "" is accepted, the rows stored before
+// issue 36). Each row replaces the previous one of its instance breaker
+// and collector, never another collector's: stats are a collector's
+// running totals, so a save retried after an error (or an ambiguous
+// commit) writes the same figures again and nothing counts twice, and an
+// instance that moves to another collector mid-hold adds that collector's
+// row. HoldStats sums them. Errors: cbdash.ErrInvalid for missing names,
+// ErrClosed, ctx's or a wrapped driver error.
+func (s *Store) SaveHoldStats(ctx context.Context, holdID, collector string, stats []cbdash.HoldCounts) error {
 	type row struct {
 		c       cbdash.HoldCounts
 		counts  []byte
@@ -336,10 +342,10 @@ func (s *Store) SaveHoldStats(ctx context.Context, holdID string, stats []cbdash
 	}
 	return s.w.do(ctx, &op{run: func(x *wtx) error {
 		for _, r := range rs {
-			if _, err := x.exec(`INSERT INTO hold_stats (hold_id, service, instance, breaker, counts, latency, latency_sum_ms, windows)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hold_id, service, instance, breaker) DO UPDATE SET
+			if _, err := x.exec(`INSERT INTO hold_stats (hold_id, service, instance, breaker, collector, counts, latency, latency_sum_ms, windows)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (hold_id, service, instance, breaker, collector) DO UPDATE SET
 				counts = excluded.counts, latency = excluded.latency, latency_sum_ms = excluded.latency_sum_ms, windows = excluded.windows`,
-				holdID, r.c.Service, r.c.Instance, r.c.Breaker, string(r.counts), string(r.latency), r.c.LatencySumMs, r.c.Windows); err != nil {
+				holdID, r.c.Service, r.c.Instance, r.c.Breaker, collector, string(r.counts), string(r.latency), r.c.LatencySumMs, r.c.Windows); err != nil {
 				return fmt.Errorf("store: hold stats: %w", err)
 			}
 		}
@@ -348,20 +354,37 @@ func (s *Store) SaveHoldStats(ctx context.Context, holdID string, stats []cbdash
 }
 
 // HoldStats returns what the instance breakers covered by hold holdID
-// counted, sorted by service, instance and breaker. Errors: ctx's or a
-// wrapped driver error.
+// counted, summed over the collectors that counted them (SaveHoldStats),
+// sorted by service, instance and breaker. Errors: ctx's or a wrapped
+// driver error.
 func (s *Store) HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCounts, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT service, instance, breaker, counts, latency, latency_sum_ms, windows
-		FROM hold_stats WHERE hold_id = $1 ORDER BY service, instance, breaker`, holdID)
+	by, err := s.HoldStatsByCollector(ctx, holdID)
+	if err != nil {
+		return nil, err
+	}
+	out := []cbdash.HoldCounts{}
+	for _, rows := range by {
+		out = append(out, rows...)
+	}
+	return cbdash.MergeHoldCounts(out), nil
+}
+
+// HoldStatsByCollector returns the rows of hold holdID's statistics by
+// the collector that saved them (SaveHoldStats), each collector's sorted
+// by service, instance and breaker; an empty map when none are stored.
+// Errors: ctx's or a wrapped driver error.
+func (s *Store) HoldStatsByCollector(ctx context.Context, holdID string) (map[string][]cbdash.HoldCounts, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT collector, service, instance, breaker, counts, latency, latency_sum_ms, windows
+		FROM hold_stats WHERE hold_id = $1 ORDER BY collector, service, instance, breaker`, holdID)
 	if err != nil {
 		return nil, fmt.Errorf("store: hold stats: %w", err)
 	}
 	defer rows.Close()
-	out := []cbdash.HoldCounts{}
+	out := map[string][]cbdash.HoldCounts{}
 	for rows.Next() {
 		var c cbdash.HoldCounts
-		var counts, lat string
-		if err := rows.Scan(&c.Service, &c.Instance, &c.Breaker, &counts, &lat, &c.LatencySumMs, &c.Windows); err != nil {
+		var collector, counts, lat string
+		if err := rows.Scan(&collector, &c.Service, &c.Instance, &c.Breaker, &counts, &lat, &c.LatencySumMs, &c.Windows); err != nil {
 			return nil, fmt.Errorf("store: hold stats: %w", err)
 		}
 		if err := json.Unmarshal([]byte(counts), &c.Counts); err != nil {
@@ -370,7 +393,7 @@ func (s *Store) HoldStats(ctx context.Context, holdID string) ([]cbdash.HoldCoun
 		if err := json.Unmarshal([]byte(lat), &c.Latency); err != nil {
 			return nil, fmt.Errorf("store: hold stats latency: %w", err)
 		}
-		out = append(out, c)
+		out[collector] = append(out[collector], c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: hold stats: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,12 +103,22 @@ func TestHoldsAreStoredDesiredStateWithCoverageAndRelease(t *testing.T) {
 	stats := []cbdash.HoldCounts{{Service: "checkout", Instance: "c1", Breaker: "inventory"}}
 	stats[0].AddWindow(protocol.Window{Counts: protocol.Counts{RejectedForced: 7, FallbackSuccess: 5, FallbackFailure: 2},
 		Latency: []int64{1, 2}, LatencySumMs: 3})
-	if err := s.SaveHoldStats(ctx, "h01", stats); err != nil {
+	if err := s.SaveHoldStats(ctx, "h01", "a", stats); err != nil {
 		t.Fatalf("SaveHoldStats: %v", err)
 	}
+	// A collector's save replaces its own running totals: saved twice (a
+	// retry) they count once.
 	stats[0].AddWindow(protocol.Window{Counts: protocol.Counts{RejectedForced: 1}})
-	if err := s.SaveHoldStats(ctx, "h01", stats); err != nil {
-		t.Fatalf("SaveHoldStats again: %v", err)
+	for range 2 {
+		if err := s.SaveHoldStats(ctx, "h01", "a", stats); err != nil {
+			t.Fatalf("SaveHoldStats again: %v", err)
+		}
+	}
+	// Another collector's (the instance moved to it mid-hold) adds to them.
+	other := []cbdash.HoldCounts{{Service: "checkout", Instance: "c1", Breaker: "inventory"}}
+	other[0].AddWindow(protocol.Window{Counts: protocol.Counts{RejectedForced: 4}, Latency: []int64{0, 1, 5}, LatencySumMs: 2})
+	if err := s.SaveHoldStats(ctx, "h01", "b", other); err != nil {
+		t.Fatalf("SaveHoldStats of collector b: %v", err)
 	}
 
 	// Everything survives a reopen, and the audit rows cannot be deleted.
@@ -122,8 +133,13 @@ func TestHoldsAreStoredDesiredStateWithCoverageAndRelease(t *testing.T) {
 		t.Fatalf("after reopen: %+v, %v", again, err)
 	}
 	st, err := s2.HoldStats(ctx, "h01")
-	if err != nil || len(st) != 1 || st[0].Counts.RejectedForced != 8 || st[0].Counts.FallbackSuccess != 5 || st[0].Windows != 2 {
+	if err != nil || len(st) != 1 || st[0].Counts.RejectedForced != 12 || st[0].Counts.FallbackSuccess != 5 || st[0].Windows != 3 ||
+		!slices.Equal(st[0].Latency, []int64{1, 3, 5}) || st[0].LatencySumMs != 5 {
 		t.Fatalf("HoldStats after reopen = %+v, %v", st, err)
+	}
+	by, err := s2.HoldStatsByCollector(ctx, "h01")
+	if err != nil || len(by) != 2 || by["a"][0].Counts.RejectedForced != 8 || by["b"][0].Counts.RejectedForced != 4 {
+		t.Fatalf("HoldStatsByCollector after reopen = %+v, %v", by, err)
 	}
 	if _, err := rawDB(t, path).Exec("DELETE FROM holds"); err == nil {
 		t.Fatal("deleting holds succeeded; they are part of the audit log")

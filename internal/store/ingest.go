@@ -69,42 +69,51 @@ func (s *Store) SaveHello(ctx context.Context, h protocol.Hello, at time.Time) e
 	}
 	namesJSON, _ := json.Marshal(names)
 	now := ms(at)
-	return s.w.do(ctx, &op{prompt: true, run: func(x *wtx) error {
-		return x.saveHello(&h, string(labels), configs, string(namesJSON), now)
+	var forgot int64
+	err = s.w.do(ctx, &op{prompt: true, run: func(x *wtx) (err error) {
+		forgot, err = x.saveHello(&h, string(labels), configs, string(namesJSON), now)
+		return err
 	}})
+	if err == nil && forgot > 0 {
+		s.breakersForgotten(h.Service, h.Instance) // forget.go
+	}
+	return err
 }
 
 // saveHello writes hello h received at now (Unix ms): labels, the
 // breakers' configurations and their names (JSON) encoded by SaveHello.
-func (x *wtx) saveHello(h *protocol.Hello, labels string, configs [][]byte, namesJSON string, now int64) error {
+// It returns how many breaker rows no longer declared it deleted.
+func (x *wtx) saveHello(h *protocol.Hello, labels string, configs [][]byte, namesJSON string, now int64) (int64, error) {
 	inst, err := x.instance(h.Service, h.Instance, h.StartedAt, now)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := x.exec(`UPDATE services SET last_seen = `+x.w.d.greatest("last_seen", "$1")+` WHERE id = $2`, now, inst.serviceID); err != nil {
-		return fmt.Errorf("store: update service: %w", err)
+		return 0, fmt.Errorf("store: update service: %w", err)
 	}
 	if _, err := x.exec(`UPDATE instances SET sdk_version = $1, labels = $2, started_at = $3, last_seen = $4 WHERE id = $5`,
 		h.SDKVersion, labels, h.StartedAt, now, inst.id); err != nil {
-		return fmt.Errorf("store: update instance: %w", err)
+		return 0, fmt.Errorf("store: update instance: %w", err)
 	}
 	if _, err := x.exec(`INSERT INTO instance_runs (instance_id, started_at, last_seq) VALUES ($1, $2, 0)
 		ON CONFLICT DO NOTHING`, inst.id, h.StartedAt); err != nil {
-		return fmt.Errorf("store: record agent run: %w", err)
+		return 0, fmt.Errorf("store: record agent run: %w", err)
 	}
-	if _, err := x.exec(`DELETE FROM breakers WHERE instance_id = $1 AND name NOT IN (SELECT value FROM `+x.w.d.jsonEach("$2")+`)`,
-		inst.id, namesJSON); err != nil {
-		return fmt.Errorf("store: forget undeclared breakers: %w", err)
+	res, err := x.exec(`DELETE FROM breakers WHERE instance_id = $1 AND name NOT IN (SELECT value FROM `+x.w.d.jsonEach("$2")+`)`,
+		inst.id, namesJSON)
+	if err != nil {
+		return 0, fmt.Errorf("store: forget undeclared breakers: %w", err)
 	}
 	delete(x.w.c.breakers, inst.id)
 	for i, b := range h.Breakers {
 		if _, err := x.exec(`INSERT INTO breakers (instance_id, name, config) VALUES ($1, $2, $3)
 			ON CONFLICT (instance_id, name) DO UPDATE SET config = excluded.config`,
 			inst.id, b.Name, string(configs[i])); err != nil {
-			return fmt.Errorf("store: save breaker %q: %w", b.Name, err)
+			return 0, fmt.Errorf("store: save breaker %q: %w", b.Name, err)
 		}
 	}
-	return nil
+	forgot, _ := res.RowsAffected()
+	return forgot, nil
 }
 
 // instance returns the ids of (service, instance), creating the rows when

@@ -47,7 +47,7 @@ func (s *Store) probe(ctx context.Context) error {
 		return err
 	}
 	err = s.w.do(ctx, &op{dryRun: true, probe: true, run: func(x *wtx) error {
-		if err := x.saveHello(&h, string(labels), configs, `["probe"]`, now); err != nil {
+		if _, err := x.saveHello(&h, string(labels), configs, `["probe"]`, now); err != nil {
 			return err
 		}
 		_, err := x.saveBatch(h.Service, h.Instance, h.StartedAt, &b, causes, now)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -206,6 +207,8 @@ type Store struct {
 	rdb  *readDB // read-only pool, with the backend's dialect
 	wdb  *sql.DB // the writer's single connection
 	w    *writer
+
+	forgotten atomic.Pointer[func(service, instance string)] // OnBreakersForgotten's (forget.go)
 
 	healthMu  sync.Mutex // Writable's cache
 	healthAt  time.Time
