@@ -120,6 +120,20 @@ type routedCommand struct {
 // reads the store at its start).
 type peered interface{ Peers() int }
 
+// peerLister is a bus that names the other nodes listening
+// (cluster.Postgres).
+type peerLister interface{ PeerIDs() ([]string, bool) }
+
+// peerIDs lists the other collectors listening on the bus; ok is false
+// when not known (or the bus cannot tell).
+func (f *fleet) peerIDs() (ids []string, ok bool) {
+	p, can := f.bus.(peerLister)
+	if !can {
+		return nil, false
+	}
+	return p.PeerIDs()
+}
+
 // alone reports whether no other collector listens on the bus.
 func (f *fleet) alone() bool {
 	if f.solo {
@@ -259,6 +273,9 @@ func (f *fleet) summaryLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick:
+		}
+		if ids, ok := f.peerIDs(); ok {
+			f.c.live.KeepSources(ids, summaryEvery+time.Second)
 		}
 		if f.alone() {
 			continue

@@ -27,7 +27,8 @@ import (
 // instance of that collector's summary from one state to another until
 // the next summary says how things are. A summary not renewed within
 // RemoteExpiry is dropped (its collector is gone: its instances
-// reconnect elsewhere). After a gap on the bus the summaries are set
+// reconnect elsewhere), and sooner those of a collector no longer
+// listening on the bus (KeepSources). After a gap on the bus the summaries are set
 // from the store's last states (ResyncSummaries) until the collectors'
 // next full round of summaries.
 //
@@ -452,4 +453,33 @@ func (l *State) RemoteClaim(k Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.forgetLocked(k)
+}
+
+// KeepSources drops the parts of the collectors not in alive (those
+// listening on the bus) received more than grace ago: a collector that
+// died (kill -9) has its instances reconnect elsewhere within a second,
+// and its last summaries would count them twice until RemoteExpiry.
+// grace spares a collector whose listening connection is being
+// re-established while it still publishes.
+func (l *State) KeepSources(alive []string, grace time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	keep := make(map[string]bool, len(alive)+1)
+	keep[storeSource] = true
+	for _, id := range alive {
+		keep[id] = true
+	}
+	for _, d := range l.deps {
+		n := len(d.remote)
+		for from, p := range d.remote {
+			if !keep[from] && now.Sub(p.at) > grace {
+				delete(d.remote, from)
+			}
+		}
+		if len(d.remote) != n {
+			l.urgent[d] = struct{}{}
+			l.remoteChangedLocked(d)
+		}
+	}
 }
