@@ -19,9 +19,9 @@ import (
 )
 
 // twoCollectors starts collectors A and B over one new PostgreSQL schema,
-// each on its own bus (node ids na and nb); it skips without
-// PostgreSQL.
-func twoCollectors(t *testing.T, na, nb string) (a, b *harness) {
+// each on its own bus (node ids na and nb), their configs adjusted by mod
+// (nil: none); it skips without PostgreSQL.
+func twoCollectors(t *testing.T, na, nb string, mod func(*Config)) (a, b *harness) {
 	t.Helper()
 	if os.Getenv(pgtest.EnvDSN) == "" {
 		if os.Getenv("CI") != "" {
@@ -41,8 +41,16 @@ func twoCollectors(t *testing.T, na, nb string) (a, b *harness) {
 		return bus
 	}
 	busA, busB := openBus(na), openBus(nb)
-	a = startHarness(t, dsn, func(c *Config) { c.Clock, c.Cluster = clk, busA })
-	b = startHarness(t, dsn, func(c *Config) { c.Clock, c.Cluster = clk, busB })
+	with := func(bus cluster.Bus) func(*Config) {
+		return func(c *Config) {
+			c.Clock, c.Cluster = clk, bus
+			if mod != nil {
+				mod(c)
+			}
+		}
+	}
+	a = startHarness(t, dsn, with(busA))
+	b = startHarness(t, dsn, with(busB))
 	eventually.True(t, "A and B see each other on the bus", func() bool {
 		pa, oka := busA.(peered)
 		pb, okb := busB.(peered)
@@ -72,7 +80,7 @@ func connect(t *testing.T, h *harness, inst string, admitted, failures int64) *r
 // from the store.
 func TestACollectorShowsTheOthersInstancesFromTheirSummaries(t *testing.T) {
 	t.Parallel()
-	a, b := twoCollectors(t, "suma", "sumb")
+	a, b := twoCollectors(t, "suma", "sumb", nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	connect(t, a, "a1", 10, 0)
 	b1 := connect(t, b, "b1", 10, 5)
@@ -150,7 +158,7 @@ func TestACollectorShowsTheOthersInstancesFromTheirSummaries(t *testing.T) {
 // A counts it once (its own line), B forgets it at A's claim.
 func TestAnInstanceThatMovesIsCountedOnce(t *testing.T) {
 	t.Parallel()
-	a, b := twoCollectors(t, "mova", "movb")
+	a, b := twoCollectors(t, "mova", "movb", nil)
 	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
 	b1 := connect(t, b, "b1", 10, 0)
 	connect(t, b, "b2", 10, 0)
@@ -166,6 +174,53 @@ func TestAnInstanceThatMovesIsCountedOnce(t *testing.T) {
 		da, _ := a.col.live.Dependency(k)
 		db, _ := b.col.live.Dependency(k)
 		return b.col.live.InstancesHeld() == 1 && da.Instances == 2 && db.Instances == 2
+	})
+}
+
+// TestADeadCollectorsSummariesGoWithIt: B stops (its bus closed, as a
+// kill -9 closes its connections); A stops counting B's instances within
+// seconds, not RemoteExpiry later: they reconnect elsewhere, where they
+// would be counted twice.
+func TestADeadCollectorsSummariesGoWithIt(t *testing.T) {
+	t.Parallel()
+	a, b := twoCollectors(t, "deada", "deadb", nil)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	connect(t, a, "a1", 10, 0)
+	connect(t, b, "b1", 10, 0)
+	eventually.True(t, "A counting a1 and b1", func() bool {
+		d, _ := a.col.live.Dependency(k)
+		return d.Instances == 2
+	})
+	b.stop()
+	_ = b.col.cfg.Cluster.Close()
+	stopped := time.Now()
+	eventually.True(t, "A counting a1 only", func() bool {
+		d, _ := a.col.live.Dependency(k)
+		return d.Instances == 1
+	})
+	t.Logf("A dropped B's summaries %v after B stopped", time.Since(stopped).Round(time.Millisecond))
+}
+
+// TestAQuorumDependencyKeepsEveryLine: with a quorum rule on api/db, A
+// holds the line of b1 (on B) for api/db, which the leader's advisor
+// reads, and B's summary for api/cache; its view counts each instance
+// once.
+func TestAQuorumDependencyKeepsEveryLine(t *testing.T) {
+	t.Parallel()
+	a, b := twoCollectors(t, "qua", "qub", func(c *Config) { c.Quorum = quorumRules(t, "api/db:q=50%,m=2,box=1m") })
+	connect(t, a, "a1", 10, 0)
+	b1 := connect(t, b, "b1", 10, 0)
+	db, cache := cbdash.DependencyKey{Service: "api", Breaker: "db"}, cbdash.DependencyKey{Service: "api", Breaker: "cache"}
+	eventually.True(t, "A holding a1's and b1's lines of api/db, counting both of api/cache", func() bool {
+		d, _ := a.col.live.Dependency(db)
+		c, _ := a.col.live.Dependency(cache)
+		return slices.Equal(instancesOf(d.PerInstance), []string{"a1", "b1"}) && d.Instances == 2 &&
+			c.Instances == 2 && slices.Equal(instancesOf(c.PerInstance), []string{"a1"})
+	})
+	b1.send(b.batch(2, 10, 10, b.trans(protocol.StateClosed, protocol.StateOpen, 1)))
+	eventually.True(t, "A's line of b1 open", func() bool {
+		d, _ := a.col.live.Dependency(db)
+		return len(d.PerInstance) == 2 && d.PerInstance[1].State == protocol.StateOpen && d.Instances == 2
 	})
 }
 
