@@ -66,6 +66,7 @@ type compactSummary struct {
 	Held       *cbdash.Hold        `json:"hd,omitempty"`
 	Fallback   *cbdash.FallbackRun `json:"fb,omitempty"`
 	Labels     map[string]string   `json:"lb,omitempty"`
+	Trip       *protocol.Cause     `json:"tr,omitempty"`
 }
 
 // unixMs is t in Unix ms, 0 for the zero time (and back: timeOfMs).
@@ -90,6 +91,7 @@ func summaryUpdate(s live.Summary) fleetUpdate {
 		Breaker: s.Breaker, Instances: s.Instances, Stale: s.Stale, ByState: s.ByState, Counts: cw.Counts,
 		Span: s.Span, Latency: s.Latency, Headroom: cw.Headroom, Closeness: s.Closeness,
 		OpenSince: unixMs(s.OpenSince), LastChange: unixMs(s.LastChange), Held: s.Held, Fallback: s.Fallback, Labels: s.Labels,
+		Trip: s.Trip,
 	}}
 }
 
@@ -100,7 +102,7 @@ func (u *fleetUpdate) summary() live.Summary {
 	return live.Summary{DependencyKey: cbdash.DependencyKey{Service: u.Service, Breaker: cs.Breaker},
 		Instances: cs.Instances, Stale: cs.Stale, ByState: cs.ByState, Recent: w.Counts, Span: cs.Span,
 		Latency: cs.Latency, Headroom: w.Headroom, Closeness: cs.Closeness, OpenSince: timeOfMs(cs.OpenSince),
-		LastChange: timeOfMs(cs.LastChange), Held: cs.Held, Fallback: cs.Fallback, Labels: cs.Labels}
+		LastChange: timeOfMs(cs.LastChange), Held: cs.Held, Fallback: cs.Fallback, Labels: cs.Labels, Trip: cs.Trip}
 }
 
 // compactWindow is a protocol.Window with its counts and headroom as

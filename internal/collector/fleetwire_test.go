@@ -88,6 +88,7 @@ func TestASummaryUpdateCarriesTheSummary(t *testing.T) {
 		Held:     &cbdash.Hold{HoldID: "h1", Action: protocol.ActionForceOpen, Actor: "otto", Until: at.Add(time.Hour)},
 		Fallback: &cbdash.FallbackRun{LastServed: at, Served: 4, Failed: 1},
 		Labels:   map[string]string{"region": "eu"},
+		Trip:     &protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50},
 	}
 	data, err := json.Marshal([]fleetUpdate{summaryUpdate(s), {V: 99, Kind: "z", Service: "checkout"}})
 	if err != nil {

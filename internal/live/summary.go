@@ -65,6 +65,11 @@ type Summary struct {
 	Held       *cbdash.Hold
 	Fallback   *cbdash.FallbackRun
 	Labels     map[string]string // shared by every member
+	// Trip is the rate trip cause of a live tripped member (the first by
+	// instance whose trip is known; nil when none): the dependency's
+	// shown rates come from it when no line here has one
+	// (cbdash.Dependency.TripElsewhere).
+	Trip *protocol.Cause
 }
 
 // remotePart is another collector's summary of a dependency as this one
@@ -121,28 +126,9 @@ func (l *State) summaryLocked(d *dep, now time.Time) Summary {
 	d.refreshLines()
 	s := Summary{DependencyKey: d.key, ByState: map[string]int{}, LastChange: d.lastChange, Closeness: -1}
 	var byState stateCounts
-	first := true
 	for i := range d.slots {
-		m := &d.slots[i]
-		if !m.own {
-			continue
-		}
-		s.Labels = sharedLabels(s.Labels, m.line.Labels, first)
-		first = false
-		s.Instances++
-		if m.stale {
-			s.Stale++
-			continue
-		}
-		byState.add(m.state)
-		if m.episode && (s.OpenSince.IsZero() || m.line.OpenSince.Before(s.OpenSince)) {
-			s.OpenSince = m.line.OpenSince
-		}
-		if m.closeness > s.Closeness {
-			s.Closeness, s.Headroom = m.closeness, m.line.Last.Headroom
-		}
-		if m.held && (s.Held == nil || outlasts(m.line.Held, s.Held)) {
-			s.Held = m.line.Held
+		if m := &d.slots[i]; m.own {
+			s.addMember(m, &byState)
 		}
 	}
 	byState.into(s.ByState)
@@ -162,6 +148,30 @@ func (l *State) summaryLocked(d *dep, now time.Time) Summary {
 		s.Fallback = &fb
 	}
 	return s
+}
+
+// addMember counts member m (served here) in s, its state in byState.
+func (s *Summary) addMember(m *memberSlot, byState *stateCounts) {
+	s.Labels = sharedLabels(s.Labels, m.line.Labels, s.Instances == 0)
+	s.Instances++
+	if m.stale {
+		s.Stale++
+		return
+	}
+	byState.add(m.state)
+	if m.episode && (s.OpenSince.IsZero() || m.line.OpenSince.Before(s.OpenSince)) {
+		s.OpenSince = m.line.OpenSince
+	}
+	if m.closeness > s.Closeness {
+		s.Closeness, s.Headroom = m.closeness, m.line.Last.Headroom
+	}
+	if m.held && (s.Held == nil || outlasts(m.line.Held, s.Held)) {
+		s.Held = m.line.Held
+	}
+	if t := m.line.LastTrip; s.Trip == nil && t != nil && cbdash.Tripped(m.state) && cbdash.RateTrip(t.Cause) {
+		c := t.Cause
+		s.Trip = &c
+	}
 }
 
 // ApplySummary sets collector from's summary s (received at the
@@ -246,6 +256,7 @@ func (l *State) RemoteTransitions(from string, k Key, ts []protocol.Transition, 
 		d := l.depLocked(dk)
 		p := l.movedPartLocked(d, from)
 		p.s.move(t.From, t.To, time.UnixMilli(t.At).UTC())
+		p.s.tripped(t)
 		ts := time.UnixMilli(t.At).UTC()
 		if ts.After(d.lastChange) {
 			d.lastChange = ts
@@ -298,6 +309,18 @@ func (s *Summary) move(from, to string, t time.Time) {
 	s.ByState[to]++
 	if cbdash.NotClosed(to) && s.OpenSince.IsZero() {
 		s.OpenSince = t
+	}
+}
+
+// tripped keeps s.Trip as transition t leaves it: t's cause when it is a
+// rate trip, none once no instance of s is tripped.
+func (s *Summary) tripped(t *protocol.Transition) {
+	switch {
+	case t.To == protocol.StateOpen && cbdash.RateTrip(t.Cause):
+		c := t.Cause
+		s.Trip = &c
+	case s.ByState[protocol.StateOpen]+s.ByState[protocol.StateHalfOpen] == 0:
+		s.Trip = nil
 	}
 }
 
@@ -421,14 +444,7 @@ func (s *Summary) addTo(v *cbdash.Dependency, best *float64) {
 	v.Labels = sharedLabels(maps.Clone(v.Labels), s.Labels, v.Instances == 0) // v's may be the shape's
 	v.Instances += s.Instances
 	v.Stale += s.Stale
-	for st, n := range s.ByState {
-		if n > 0 {
-			v.ByState[st] += n
-			if stateRank(st) < stateRank(v.State) {
-				v.State = st
-			}
-		}
-	}
+	addStates(v, s.ByState)
 	if !s.OpenSince.IsZero() && (v.OpenSince.IsZero() || s.OpenSince.Before(v.OpenSince)) {
 		v.OpenSince = s.OpenSince
 	}
@@ -438,9 +454,25 @@ func (s *Summary) addTo(v *cbdash.Dependency, best *float64) {
 	if s.Held != nil && (v.Held == nil || outlasts(s.Held, v.Held)) {
 		v.Held = s.Held
 	}
+	if s.Trip != nil && v.TripElsewhere == nil {
+		v.TripElsewhere = s.Trip
+	}
 	if s.Fallback != nil && (v.Fallback == nil || s.Fallback.LastServed.After(v.Fallback.LastServed)) {
 		fb := *s.Fallback
 		v.Fallback = &fb
+	}
+}
+
+// addStates adds the instances by state of byState to v's, and makes
+// v's state the worst of them.
+func addStates(v *cbdash.Dependency, byState map[string]int) {
+	for st, n := range byState {
+		if n > 0 {
+			v.ByState[st] += n
+			if stateRank(st) < stateRank(v.State) {
+				v.State = st
+			}
+		}
 	}
 }
 

@@ -61,7 +61,7 @@ func TestASummaryCountsAsTheLinesItStandsFor(t *testing.T) {
 		if got.Instances != want.Instances || got.Stale != want.Stale || got.State != want.State || !maps.Equal(got.ByState, want.ByState) ||
 			got.Recent != want.Recent || !near(got.RequestRate, want.RequestRate) || got.FailureRate != want.FailureRate ||
 			!near(got.RejectedRate, want.RejectedRate) || got.P99 != want.P99 || got.Headroom != want.Headroom || !got.OpenSince.Equal(want.OpenSince) ||
-			got.OpensToday != want.OpensToday || !maps.Equal(got.Labels, want.Labels) {
+			got.OpensToday != want.OpensToday || !maps.Equal(got.Labels, want.Labels) || got.Shown != want.Shown {
 			t.Fatalf("%s: A's view\n%s\nwant one collector's\n%s", what, brief(got), brief(want))
 		}
 		if len(got.PerInstance) != 1 || got.PerInstance[0].Instance != "a1" {
@@ -87,6 +87,9 @@ func TestASummaryCountsAsTheLinesItStandsFor(t *testing.T) {
 	}
 	if got, _ := a.Dependency(k); got.ByState[protocol.StateOpen] != 1 || got.State != protocol.StateOpen || got.OpensToday != 1 {
 		t.Fatalf("A's view after b1's trip, before B's summary: by state %v, state %q, opens today %d", got.ByState, got.State, got.OpensToday)
+	}
+	if got, _ := a.Dependency(k); got.Shown.Failure.Label != "failure rate, tripped at" || got.Shown.Failure.Value != 60 {
+		t.Fatalf("A's shown failure rate after b1's trip: %+v, want b1's at its trip", got.Shown.Failure)
 	}
 	sync()
 	same("after B's next summary")

@@ -28,8 +28,8 @@ import (
 // 36's check: two collectors over one PostgreSQL schema, the dashboard
 // of A in the browser; checkout-1 reports to A, checkout-2 and
 // checkout-3 to B. A's payments tile counts the three; checkout-2's
-// trip on B turns it open ("open on 1 of 3"), and A's /api/v1/events
-// carries the transition; the dependency page on A lists the three
+// trip on B turns it open ("open on 1 of 3", the failure rate at the
+// trip), and A's /api/v1/events carries the transition; the dependency page on A lists the three
 // instances, B's from the store. At 1440 and 390 px the tile stays in
 // the viewport.
 func TestBrowserATileOfCollectorAChangesWhenAnInstanceOnBTrips(t *testing.T) {
@@ -87,6 +87,10 @@ func TestBrowserATileOfCollectorAChangesWhenAnInstanceOnBTrips(t *testing.T) {
 	trip(t, breakers["checkout-2"])
 	run(t, ctx, stepTimeout, "A's tile open on 1 of 3",
 		until(payments+`?.dataset.state === "open" && `+payments+`.querySelector("[data-testid=instances]").textContent.includes("1 of 3")`))
+	// The rates at checkout-2's trip (it has no line on A: its trip came
+	// with its transition, then B's summary).
+	run(t, ctx, stepTimeout, "A's tile shows the rate at the trip",
+		until(payments+`.textContent.includes("tripped at")`))
 	run(t, ctx, stepTimeout, "A's event stream carries checkout-2's trip",
 		until(`window.cbdashEvents.includes('"instance":"checkout-2"') && window.cbdashEvents.includes('"to":"open"')`))
 	for _, w := range []int64{1440, 390} {
