@@ -186,6 +186,11 @@ type Dependency struct {
 	// LastTrip, Config or Last (and Last.Latency) before changing what
 	// they point to (they are shared too).
 	PerInstance []*InstanceBreaker `json:"per_instance"`
+	// TripElsewhere is the trip cause of a live tripped instance that
+	// another collector serves (it has no line in PerInstance, issue 36):
+	// RatesOf shows the rates at the trip from it when no line's trip is
+	// known. Live state only, never in JSON; nil when none is known.
+	TripElsewhere *protocol.Cause `json:"-"`
 }
 
 // Resolution is the granularity of stored history.

@@ -68,7 +68,8 @@ func RateTrip(c protocol.Cause) bool {
 //   - open or half-open with a known trip: the rates of the window that
 //     tripped it, against its thresholds ("tripped at 55% of 50%"), from
 //     the first live tripped instance (PerInstance order) whose trip is
-//     known: causes[instance] when causes has it, else its LastTrip;
+//     known: causes[instance] when causes has it, else its LastTrip,
+//     else d.TripElsewhere;
 //   - otherwise the last minute's rates (d.FailureRate, d.SlowCallRate).
 //
 // causes may be nil.
@@ -103,6 +104,9 @@ func depTrip(d Dependency, causes map[string]protocol.Cause) (protocol.Cause, bo
 		if t := in.LastTrip; t != nil && RateTrip(t.Cause) {
 			return t.Cause, true
 		}
+	}
+	if c := d.TripElsewhere; c != nil && RateTrip(*c) {
+		return *c, true
 	}
 	return protocol.Cause{}, false
 }

@@ -123,24 +123,63 @@ func (p *Postgres) listen(ctx context.Context, up func()) error {
 }
 
 // peersLoop counts, every LeaderRetry, the other nodes listening in the
-// database (their listening connections in pg_stat_activity), for Peers.
+// database (their listening connections in pg_stat_activity), for Peers,
+// and keeps the ids of those of this schema, for PeerIDs.
 func (p *Postgres) peersLoop() {
 	defer p.wg.Done()
 	for {
-		var n int
-		ctx, cancel := context.WithTimeout(p.ctx, max(p.cfg.LeaderRetry, time.Second))
-		err := p.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name LIKE 'cbdash-listen-%' AND application_name <> $1`,
-			"cbdash-listen-"+p.cfg.NodeID+p.ns).Scan(&n)
-		cancel()
+		ids, n, err := p.listening()
 		if err != nil {
-			n = -1 // unknown: publish
+			n, ids = -1, nil // unknown: publish
 		}
 		p.peers.Store(int64(n))
+		p.peerIDs.Store(&ids)
 		if !p.wait(p.ctx, p.cfg.LeaderRetry) {
 			return
 		}
 	}
+}
+
+// listening returns the ids of the other nodes of this schema listening
+// in the database, and how many other nodes listen in it (any schema).
+func (p *Postgres) listening() (ids []string, n int, err error) {
+	ctx, cancel := context.WithTimeout(p.ctx, max(p.cfg.LeaderRetry, time.Second))
+	defer cancel()
+	rows, err := p.pool.Query(ctx, `SELECT application_name FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'cbdash-listen-%' AND application_name <> $1`,
+		"cbdash-listen-"+p.cfg.NodeID+p.ns)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, 0, err
+		}
+		n++
+		id := strings.TrimPrefix(name, "cbdash-listen-")
+		if p.ns != "" {
+			var ok bool
+			if id, ok = strings.CutSuffix(id, p.ns); !ok {
+				continue // another schema's
+			}
+		} // in public, other schemas' nodes are listed too (with their suffix): an id too many, never one missing
+		ids = append(ids, id)
+	}
+	return ids, n, rows.Err()
+}
+
+// PeerIDs returns the ids of the other nodes of this schema listening at
+// the last count (in the schema public, those of other schemas too) (every LeaderRetry); ok is false when not known (before
+// the first count, or it failed). A node's id is Message.From of what it
+// sends.
+func (p *Postgres) PeerIDs() (ids []string, ok bool) {
+	v := p.peerIDs.Load()
+	if v == nil || p.peers.Load() < 0 {
+		return nil, false
+	}
+	return *v, true
 }
 
 // Peers returns how many other nodes were listening in the database at

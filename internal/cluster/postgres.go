@@ -126,12 +126,13 @@ func (p *Postgres) SubscriberStats() (heldBytes int64, dropped int) { return p.s
 // connection of its own for listening, and one per singleton it leads or
 // tries to. Its methods are safe for concurrent use.
 type Postgres struct {
-	ns    string       // "" in the schema public, else a suffix naming the schema (see namespace)
-	peers atomic.Int64 // see Peers
-	cfg   Config
-	log   *slog.Logger
-	pool  *pgxpool.Pool
-	subs  *subscribers
+	ns      string                   // "" in the schema public, else a suffix naming the schema (see namespace)
+	peers   atomic.Int64             // see Peers
+	peerIDs atomic.Pointer[[]string] // see PeerIDs
+	cfg     Config
+	log     *slog.Logger
+	pool    *pgxpool.Pool
+	subs    *subscribers
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc

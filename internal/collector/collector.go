@@ -248,7 +248,7 @@ func New(cfg Config) (*Collector, error) {
 		HoldUntil: func(id string) (time.Time, bool) { return c.holds.Until(id) },
 		HoldFor: func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool) {
 			return c.holds.HoldFor(inst, breaker, action)
-		}})}
+		}, FullDetail: fullDetail(cfg.Quorum)})}
 	c.hub = publisher{c.live.State}
 	if err := cfg.Registerer.Register(newLiveGauges(c.live.State)); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
@@ -262,7 +262,7 @@ func New(cfg Config) (*Collector, error) {
 		}
 		c.quorum = quorum.New(qc)
 	}
-	c.fleet = newFleet(c, cfg.Cluster)
+	c.fleet = newFleet(c, cfg.Cluster, fullDetail(cfg.Quorum))
 	if err := c.fleet.register(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)
 	}
@@ -483,13 +483,15 @@ func (c *Collector) Ready() <-chan struct{} { return c.ing.Ready() }
 func (c *Collector) Dependencies() []cbdash.Dependency { return c.live.Dependencies() }
 
 // Dependency returns the live state of one dependency, or an error
-// wrapping cbdash.ErrNotFound.
+// wrapping cbdash.ErrNotFound. Its PerInstance lists every member: the
+// lines of those served here, and the store's last state of those
+// another collector serves (members.go).
 func (c *Collector) Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error) {
 	d, ok := c.live.Dependency(k)
 	if !ok {
 		return d, fmt.Errorf("dependency %s: %w", k, cbdash.ErrNotFound)
 	}
-	return d, nil
+	return c.withMembers(d), nil
 }
 
 // Service summarises one service's live state (live.Service).

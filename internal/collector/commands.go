@@ -55,7 +55,7 @@ func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 			return cmd, err
 		}
 	}
-	targets, err := c.live.Targets(k, req.Instance, req.Share)
+	targets, err := c.targets(k, req.Instance, req.Share)
 	if err != nil {
 		return cbdash.Command{}, err
 	}

@@ -17,12 +17,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Several collectors, one fleet. Every collector of a deployment keeps the
-// live state of the whole fleet: it publishes, on the bus (Config.Cluster),
-// each hello and validated batch of the instances connected to it, in the
-// compact form of fleetwire.go, and applies the other collectors' into its
-// own live view as it applies its own agents' (an instance connected here
-// is never changed by another collector's updates). Holds are stored
+// Several collectors, one fleet. A collector keeps every line of the
+// instances it serves and, of the others', one summary per dependency and
+// serving collector (internal/live's summary.go), so that its live work
+// grows with its share of the fleet plus the number of dependencies. On
+// the bus (Config.Cluster), in the compact form of fleetwire.go, it
+// publishes about once a second its summaries that changed (every one
+// every summaryFullEvery), each transition of its instances at once, and
+// a claim at each hello (the others forget the lines they held of that
+// instance). The dependencies a quorum rule turns on keep the earlier
+// scheme, every member's line everywhere (the leader's advisor reads
+// them): their breakers' part of each hello and validated batch is
+// published and applied by the others as their own agents' (an instance
+// connected here is never changed by another collector's updates). Pages
+// that list members served elsewhere read them from the store
+// (Collector.Members). Holds are stored
 // desired state: a collector that creates or releases one says so on the
 // bus and every collector applies it to the instances connected to it. A
 // command for an instance connected elsewhere is routed to that collector
@@ -31,7 +40,8 @@ import (
 //
 // NOTIFY is not durable: when the bus says messages may have been missed
 // (a gap), the collector reads the instances' last state and the live
-// holds from the store again.
+// holds from the store again: the store's states stand for the other
+// collectors' summaries until their next full round (live.StoreHold).
 
 // Channels of the bus.
 const (
@@ -56,6 +66,15 @@ func notifySize(d []byte) int {
 	return len(d) + bytes.Count(d, []byte{'"'}) + bytes.Count(d, []byte{'\\'})
 }
 
+// summaryEvery is how often a collector publishes its summaries that
+// changed; summaryFullEvery how often every one (a collector that joins,
+// or missed one, has them all by then; live.RemoteExpiry drops a
+// collector's summaries not renewed for a few of these).
+const (
+	summaryEvery     = time.Second
+	summaryFullEvery = 5 * time.Second
+)
+
 // resyncEvery bounds how often a collector resynchronises from the store
 // after gaps.
 const resyncEvery = time.Second
@@ -71,18 +90,23 @@ type fleet struct {
 	dropped   atomic.Int64
 	published atomic.Int64 // updates
 	received  atomic.Int64 // other collectors' updates
+	resyncs   atomic.Int64 // live state read from the store after a gap
 	started   sync.Map     // instKey -> int64: the started_at of its last hello here
 
 	compacting atomic.Bool // this collector leads "compaction"
 	fg         forgetWire  // breaker rows a hello deleted (forgetwire.go)
 
+	// full names the dependencies whose members' lines every collector
+	// keeps (live.Config.FullDetail); nil: none.
+	full func(cbdash.DependencyKey) bool
+
 	pubMu     sync.Mutex
 	pubFailed bool // the last publish failed (logged once until one succeeds)
 }
 
-func newFleet(c *Collector, bus cluster.Bus) *fleet {
+func newFleet(c *Collector, bus cluster.Bus, full func(cbdash.DependencyKey) bool) *fleet {
 	_, solo := bus.(*cluster.Local)
-	return &fleet{c: c, bus: bus, solo: solo, out: make(chan []byte, fleetQueue)}
+	return &fleet{c: c, bus: bus, solo: solo, out: make(chan []byte, fleetQueue), full: full}
 }
 
 // routedCommand is a command sent to the collector an instance is
@@ -97,6 +121,20 @@ type routedCommand struct {
 // collector alone on its database then publishes nothing: one that joins
 // reads the store at its start).
 type peered interface{ Peers() int }
+
+// peerLister is a bus that names the other nodes listening
+// (cluster.Postgres).
+type peerLister interface{ PeerIDs() ([]string, bool) }
+
+// peerIDs lists the other collectors listening on the bus; ok is false
+// when not known (or the bus cannot tell).
+func (f *fleet) peerIDs() (ids []string, ok bool) {
+	p, can := f.bus.(peerLister)
+	if !can {
+		return nil, false
+	}
+	return p.PeerIDs()
+}
 
 // alone reports whether no other collector listens on the bus.
 func (f *fleet) alone() bool {
@@ -159,11 +197,36 @@ func (f *fleet) hello(ctx context.Context, h *protocol.Hello, last uint64, at ti
 		}
 	}
 	f.started.Store(instKey{h.Service, h.Instance}, h.StartedAt)
-	f.enqueue(fleetUpdate{Kind: updHello, Service: h.Service, Instance: h.Instance, StartedAt: h.StartedAt,
-		Seq: last, At: at.UnixMilli(), Hello: h})
+	f.enqueue(fleetUpdate{V: wireVersion, Kind: updClaim, Service: h.Service, Instance: h.Instance})
+	if fh := f.fullHello(h); fh != nil {
+		f.enqueue(fleetUpdate{V: wireVersion, Kind: updHello, Service: h.Service, Instance: h.Instance, StartedAt: h.StartedAt,
+			Seq: last, At: at.UnixMilli(), Hello: fh})
+	}
 }
 
-// batch publishes a validated batch as it is applied here.
+// fullHello is h with only the breakers of the dependencies kept line by
+// line (f.full); nil when it has none.
+func (f *fleet) fullHello(h *protocol.Hello) *protocol.Hello {
+	if f.full == nil {
+		return nil
+	}
+	var bs []protocol.BreakerConfig
+	for _, b := range h.Breakers {
+		if f.full(cbdash.DependencyKey{Service: h.Service, Breaker: b.Name}) {
+			bs = append(bs, b)
+		}
+	}
+	if len(bs) == 0 {
+		return nil
+	}
+	fh := *h
+	fh.Breakers = bs
+	return &fh
+}
+
+// batch publishes a validated batch as it is applied here: its
+// transitions at once, and, of the dependencies kept line by line, the
+// batch itself.
 func (f *fleet) batch(r live.Update) {
 	if f.alone() {
 		return
@@ -172,7 +235,64 @@ func (f *fleet) batch(r live.Update) {
 	if !ok {
 		return
 	}
-	f.enqueue(batchUpdate(r, started.(int64)))
+	b := r.Batch
+	var trans []protocol.Transition
+	var full protocol.Batch
+	for _, t := range b.Transitions {
+		if f.isFull(r.Key.Service, t.Breaker) {
+			full.Transitions = append(full.Transitions, t)
+		} else {
+			trans = append(trans, t)
+		}
+	}
+	if len(trans) > 0 {
+		f.enqueue(fleetUpdate{V: wireVersion, Kind: updTrans, Service: r.Key.Service, Instance: r.Key.Instance,
+			At: r.At.UnixMilli(), Trans: trans})
+	}
+	if f.full == nil {
+		return
+	}
+	for _, w := range b.Windows {
+		if f.isFull(r.Key.Service, w.Breaker) {
+			full.Windows = append(full.Windows, w)
+		}
+	}
+	if len(full.Transitions)+len(full.Windows) > 0 {
+		full.Type, full.Seq, full.SentAt = b.Type, b.Seq, b.SentAt
+		fr := r
+		fr.Batch = &full
+		f.enqueue(batchUpdate(fr, started.(int64)))
+	}
+}
+
+func (f *fleet) isFull(service, breaker string) bool {
+	return f.full != nil && f.full(cbdash.DependencyKey{Service: service, Breaker: breaker})
+}
+
+// summaryLoop publishes this collector's summaries that changed every
+// summaryEvery, and every one every summaryFullEvery.
+func (f *fleet) summaryLoop(ctx context.Context) {
+	tick, stop := f.c.clk.NewTicker(summaryEvery)
+	defer stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+		if ids, ok := f.peerIDs(); ok {
+			f.c.live.KeepSources(ids, summaryEvery+time.Second)
+		}
+		if f.alone() {
+			continue
+		}
+		n++
+		all := n%int(summaryFullEvery/summaryEvery) == 1
+		for _, s := range f.c.live.Summaries(all) {
+			f.enqueue(summaryUpdate(s))
+		}
+	}
 }
 
 // disconnected releases the claim of an instance whose last session here
@@ -233,6 +353,7 @@ func (f *fleet) run(ctx context.Context) {
 		}()
 	}
 	start(f.publishLoop)
+	start(f.summaryLoop)
 	start(func(ctx context.Context) { f.subscribe(ctx, chanLive, f.applyLive, f.resyncLive) })
 	start(func(ctx context.Context) { f.subscribe(ctx, chanHolds, f.applyHold, f.resyncHolds) })
 	start(func(ctx context.Context) { f.subscribe(ctx, chanCmd, f.applyCommand, nil) })
@@ -369,20 +490,29 @@ func (f *fleet) applyLive(_ context.Context, m cluster.Message) {
 		return
 	}
 	for i := range us {
-		f.apply(&us[i])
+		f.apply(m.From, &us[i])
 	}
 	f.received.Add(int64(len(us)))
 }
 
-// apply applies another collector's update u to live state (an
-// instance connected here keeps its own reports).
-func (f *fleet) apply(u *fleetUpdate) {
+// apply applies collector from's update u to live state (an instance
+// connected here keeps its own reports); a kind it does not know (a
+// later build's) is ignored.
+func (f *fleet) apply(from string, u *fleetUpdate) {
 	k, at := live.Key{Service: u.Service, Instance: u.Instance}, time.UnixMilli(u.At).UTC()
 	switch u.Kind {
 	case updHello:
 		f.c.live.RemoteHello(k, u.StartedAt, u.Seq, at, u.Hello)
 	case updBatch:
 		f.c.live.RemoteBatch(k, u.StartedAt, u.batch(), at, u.Skew)
+	case updTrans:
+		f.c.live.RemoteTransitions(from, k, u.Trans, at)
+	case updSummary:
+		if u.Summary != nil {
+			f.c.live.ApplySummary(from, u.summary())
+		}
+	case updClaim:
+		f.c.live.RemoteClaim(k)
 	}
 }
 
@@ -394,7 +524,17 @@ func (f *fleet) resyncLive(ctx context.Context) {
 		}
 		return
 	}
-	f.c.live.Resync(ibs)
+	if f.full != nil {
+		var lines []cbdash.InstanceBreaker
+		for _, r := range ibs {
+			if f.isFull(r.Service, r.Breaker) {
+				lines = append(lines, r)
+			}
+		}
+		f.c.live.Resync(lines)
+	}
+	f.c.live.ResyncSummaries(ibs)
+	f.resyncs.Add(1)
 }
 
 func (f *fleet) applyCommand(_ context.Context, m cluster.Message) {
@@ -444,5 +584,18 @@ func (c *Collector) startFleet(ctx context.Context) (stop func()) {
 	return func() {
 		cancel()
 		<-done
+	}
+}
+
+// fullDetail names the dependencies every collector keeps the lines of
+// (live.Config.FullDetail): those a quorum rule turns on, whose advisor,
+// on the leader, reads every member's line. Nil without rules.
+func fullDetail(rules []cbdash.QuorumRule) func(cbdash.DependencyKey) bool {
+	if len(rules) == 0 {
+		return nil
+	}
+	return func(k cbdash.DependencyKey) bool {
+		_, on := cbdash.QuorumRuleFor(rules, k)
+		return on
 	}
 }

@@ -3,7 +3,9 @@ package collector
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/internal/live"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
@@ -14,14 +16,26 @@ import (
 // reports fits in a NOTIFY (under 8000 bytes) where its protocol JSON
 // (11.5 KB) would not.
 
-// Kinds of fleet updates.
+// Kinds of fleet updates. A collector ignores kinds it does not know
+// (those of a later build); wireVersion, in every update of this build,
+// says which build's form an update has.
 const (
-	updHello = "h" // an instance said hello to the sending collector
-	updBatch = "b" // a validated batch of it, as the sender applied it
+	updHello   = "h" // an instance said hello to the sending collector (Config.FullDetail dependencies' breakers only)
+	updBatch   = "b" // a validated batch of it, as the sender applied it (the same breakers only)
+	updTrans   = "t" // an instance's transitions, at once (every other dependency)
+	updSummary = "s" // the sender's summary of one dependency (live.Summary)
+	updClaim   = "c" // an instance said hello to the sender: the others forget their lines of it
 )
 
-// fleetUpdate is one update about one instance.
+// wireVersion is the version of the fleet updates of this build: 2 since
+// issue 36 (summaries, transitions and claims; 1, unmarked, sent every
+// hello and batch).
+const wireVersion = 2
+
+// fleetUpdate is one update about one instance, or (updSummary) about
+// one dependency of service Service.
 type fleetUpdate struct {
+	V         int                   `json:"v,omitempty"`
 	Kind      string                `json:"k"`
 	Service   string                `json:"s"`
 	Instance  string                `json:"i"`
@@ -32,6 +46,63 @@ type fleetUpdate struct {
 	Hello     *protocol.Hello       `json:"h,omitempty"`
 	Trans     []protocol.Transition `json:"t,omitempty"`
 	Windows   []compactWindow       `json:"w,omitempty"`
+	Summary   *compactSummary       `json:"sm,omitempty"`
+}
+
+// compactSummary is a live.Summary with its counts and headroom as
+// arrays (as compactWindow's) and its times in Unix ms.
+type compactSummary struct {
+	Breaker    string              `json:"b"`
+	Instances  int                 `json:"n"`
+	Stale      int                 `json:"x,omitempty"`
+	ByState    map[string]int      `json:"bs,omitempty"`
+	Counts     [16]int64           `json:"c"`
+	Span       int64               `json:"sp"`
+	Latency    []int64             `json:"l,omitempty"`
+	Headroom   [8]float64          `json:"h"`
+	Closeness  float64             `json:"cl"`
+	OpenSince  int64               `json:"os,omitempty"`
+	LastChange int64               `json:"lc,omitempty"`
+	Held       *cbdash.Hold        `json:"hd,omitempty"`
+	Fallback   *cbdash.FallbackRun `json:"fb,omitempty"`
+	Labels     map[string]string   `json:"lb,omitempty"`
+	Trip       *protocol.Cause     `json:"tr,omitempty"`
+}
+
+// unixMs is t in Unix ms, 0 for the zero time (and back: timeOfMs).
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func timeOfMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// summaryUpdate encodes s.
+func summaryUpdate(s live.Summary) fleetUpdate {
+	cw := compactOf(&protocol.Window{Counts: s.Recent, Headroom: s.Headroom})
+	return fleetUpdate{V: wireVersion, Kind: updSummary, Service: s.Service, Summary: &compactSummary{
+		Breaker: s.Breaker, Instances: s.Instances, Stale: s.Stale, ByState: s.ByState, Counts: cw.Counts,
+		Span: s.Span, Latency: s.Latency, Headroom: cw.Headroom, Closeness: s.Closeness,
+		OpenSince: unixMs(s.OpenSince), LastChange: unixMs(s.LastChange), Held: s.Held, Fallback: s.Fallback, Labels: s.Labels,
+		Trip: s.Trip,
+	}}
+}
+
+// summary returns the live.Summary a summary update carries.
+func (u *fleetUpdate) summary() live.Summary {
+	cs := u.Summary
+	w := (&compactWindow{Counts: cs.Counts, Headroom: cs.Headroom}).window()
+	return live.Summary{DependencyKey: cbdash.DependencyKey{Service: u.Service, Breaker: cs.Breaker},
+		Instances: cs.Instances, Stale: cs.Stale, ByState: cs.ByState, Recent: w.Counts, Span: cs.Span,
+		Latency: cs.Latency, Headroom: w.Headroom, Closeness: cs.Closeness, OpenSince: timeOfMs(cs.OpenSince),
+		LastChange: timeOfMs(cs.LastChange), Held: cs.Held, Fallback: cs.Fallback, Labels: cs.Labels, Trip: cs.Trip}
 }
 
 // compactWindow is a protocol.Window with its counts and headroom as
@@ -77,7 +148,7 @@ func (cw *compactWindow) window() protocol.Window {
 
 // batchUpdate encodes the batch of r as applied at r.At.
 func batchUpdate(r live.Update, startedAt int64) fleetUpdate {
-	u := fleetUpdate{Kind: updBatch, Service: r.Key.Service, Instance: r.Key.Instance, StartedAt: startedAt,
+	u := fleetUpdate{V: wireVersion, Kind: updBatch, Service: r.Key.Service, Instance: r.Key.Instance, StartedAt: startedAt,
 		Seq: r.Batch.Seq, At: r.At.UnixMilli(), Skew: r.Skew, Trans: r.Batch.Transitions}
 	if len(r.Batch.Windows) > 0 {
 		u.Windows = make([]compactWindow, len(r.Batch.Windows))

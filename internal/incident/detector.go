@@ -445,20 +445,33 @@ func (d *Detector) observeDependency(dep cbdash.Dependency, at time.Time) []Chan
 	if len(s.states) == n {
 		return s.settle(at) // no state of an instance gone or stale: nothing to forget
 	}
-	present := make(map[string]bool, n)
+	s.forgetGone(dep)
+	return s.settle(at)
+}
+
+// forgetGone forgets the states of dep's instances that are stale or
+// gone: every one without a live line, unless the view counts instances
+// it has no line of, those another collector serves (internal/live,
+// issue 36), whose states come from their transitions only: then only
+// those whose line says they are stale.
+func (s *depState) forgetGone(dep cbdash.Dependency) {
+	partial := dep.Instances > len(dep.PerInstance)
+	present := make(map[string]bool, len(dep.PerInstance))
+	stale := map[string]bool{}
 	for _, ib := range dep.PerInstance {
-		if !ib.Stale {
+		if ib.Stale {
+			stale[ib.Instance] = true
+		} else {
 			present[ib.Instance] = true
 		}
 	}
 	for inst := range s.states {
-		if !present[inst] {
+		if (!partial && !present[inst]) || (partial && stale[inst]) {
 			delete(s.states, inst)
 			delete(s.trips, inst)
 			delete(s.tripped, inst)
 		}
 	}
-	return s.settle(at)
 }
 
 // Tick closes the incidents whose quiet period has passed at now.

@@ -27,6 +27,9 @@ type step struct {
 	live  int
 	stale []string
 	tick  bool
+	// remote: instances the dependency event counts in live but has no
+	// line of (served by another collector, internal/live issue 36).
+	remote []string
 }
 
 func tr(at int, s string) step { return step{at: at, tr: s} }
@@ -71,6 +74,9 @@ func (s step) event(prev map[string]string) cbdash.Event {
 		stale[n] = true
 	}
 	for inst, st := range prev {
+		if slices.Contains(s.remote, inst) {
+			continue
+		}
 		dep.PerInstance = append(dep.PerInstance, &cbdash.InstanceBreaker{Service: key.Service, Breaker: key.Breaker, Instance: inst, State: st, Stale: stale[inst]})
 	}
 	return cbdash.Event{Kind: cbdash.EventDependency, At: at, Dependency: &dep}
@@ -83,6 +89,37 @@ func describe(c incident.Change) string {
 		s += fmt.Sprintf(" end=%d", int(i.End.Sub(t0)/time.Second))
 	}
 	return s + fmt.Sprintf(" inst=%s opens=%d first=%s", strings.Join(i.Instances, ","), i.Opens, i.FirstInstance)
+}
+
+// TestDetectorKeepsInstancesServedElsewhere: the leader's dependency
+// events count instances another collector serves without a line of
+// them; an instance of those that opened (its transition published on
+// every collector) keeps the incident open until it closes, however
+// many dependency events come meanwhile; a stale line is forgotten.
+func TestDetectorKeepsInstancesServedElsewhere(t *testing.T) {
+	d, _ := incident.NewDetector(incident.Config{})
+	prev := map[string]string{"b": protocol.StateClosed, "c": protocol.StateClosed}
+	var got []string
+	for _, s := range []step{
+		tr(10, "a:open"),
+		{at: 11, live: 3, remote: []string{"a"}}, {at: 20, live: 3, remote: []string{"a"}},
+		tick(100), {at: 101, live: 3, remote: []string{"a"}}, tick(200),
+		tr(210, "a:closed"), {at: 211, live: 3, remote: []string{"a"}}, tick(400),
+		tr(500, "c:open"), {at: 501, live: 3, stale: []string{"c"}, remote: []string{"a"}}, tick(700),
+	} {
+		for _, c := range s.apply(d, prev) {
+			got = append(got, describe(c))
+		}
+	}
+	want := []string{
+		"opened start=10 inst=a opens=1 first=a",
+		"closed start=10 end=210 inst=a opens=1 first=a",
+		"opened start=500 inst=c opens=1 first=c",
+		"closed start=500 end=501 inst=c opens=1 first=c",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 func TestDetector(t *testing.T) {

@@ -103,12 +103,20 @@ func (l *State) compute(d *dep, now time.Time) *cbdash.Dependency {
 	d.refreshLines()
 	v.Labels = d.shape.labels
 	v.PerInstance = append(v.PerInstance, d.lines...)
-	d.countMembers(v)
+	best := d.countMembers(v)
+	if !d.fallback.LastServed.IsZero() {
+		fb := d.fallback
+		v.Fallback = &fb
+	}
 	counts, hist, span := d.recent.sum(now.Unix())
-	v.Recent = counts
 	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
 	v.AdmittedRate = float64(counts.Admitted) / float64(span)
 	v.RejectedRate = float64(counts.Rejected()) / float64(span)
+	// Other collectors' instances (summary.go): rates are each part's
+	// counts over its own span, summed.
+	req, adm, rej := d.addRemote(v, &counts, hist, &best)
+	v.RequestRate, v.AdmittedRate, v.RejectedRate = v.RequestRate+req, v.AdmittedRate+adm, v.RejectedRate+rej
+	v.Recent = counts
 	if recorded := counts.Successes + counts.Failures; recorded > 0 {
 		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)
 		v.SlowCallRate = 100 * float64(counts.Slow) / float64(recorded)
@@ -118,10 +126,6 @@ func (l *State) compute(d *dep, now time.Time) *cbdash.Dependency {
 	v.P50Millis, v.P99Millis = float64(v.P50)/float64(time.Millisecond), float64(v.P99)/float64(time.Millisecond)
 	v.Closeness = cbdash.ClosenessOf(v.Headroom)
 	v.Shown.Failure, v.Shown.Slow = cbdash.RatesOf(*v, nil)
-	if !d.fallback.LastServed.IsZero() {
-		fb := d.fallback
-		v.Fallback = &fb
-	}
 	return v
 }
 
@@ -160,8 +164,8 @@ func (d *dep) refreshLines() {
 // countMembers sets what v says of d's members from their slots: how
 // many and how many stale, by state, the worst state, the earliest
 // episode, the headroom of the one closest to opening and the hold that
-// lasts longest.
-func (d *dep) countMembers(v *cbdash.Dependency) {
+// lasts longest. It returns that member's closeness score (-1: none).
+func (d *dep) countMembers(v *cbdash.Dependency) float64 {
 	var byState stateCounts
 	bestCloseness := -1.0
 	for i := range d.slots {
@@ -190,6 +194,7 @@ func (d *dep) countMembers(v *cbdash.Dependency) {
 		}
 	}
 	byState.into(v.ByState)
+	return bestCloseness
 }
 
 // memberSlot is what a dependency's aggregate needs of one member, as of
@@ -204,6 +209,7 @@ type memberSlot struct {
 	stale     bool
 	episode   bool // counts in OpenSince: not closed, and line.OpenSince is set
 	held      bool // line.Held is set
+	own       bool // served here (instance.own): counts in this collector's summary
 }
 
 // holds reports whether ib has its line in d.lines, where compute put
@@ -254,7 +260,8 @@ func (d *dep) refresh(ib *ibreaker) {
 	e := lineOf(d, ib)
 	d.lines[ib.slot] = e
 	d.slots[ib.slot] = memberSlot{state: e.State, closeness: cbdash.ClosenessOf(e.Last.Headroom).Score, line: e,
-		rank: int32(stateRank(e.State)), stale: e.Stale, episode: cbdash.NotClosed(e.State) && !e.OpenSince.IsZero(), held: e.Held != nil}
+		rank: int32(stateRank(e.State)), stale: e.Stale, episode: cbdash.NotClosed(e.State) && !e.OpenSince.IsZero(), held: e.Held != nil,
+		own: ib.inst.own()}
 }
 
 // stateCounts counts live members by state without a map operation per

@@ -1,9 +1,27 @@
 // Package live is the live state of every breaker of every instance the
-// collector knows: per-dependency aggregation, the views dashboards read,
-// and the hub that fans every change out to subscribers
+// collector serves, and of the fleet's other instances one summary per
+// dependency and serving collector: per-dependency aggregation, the views
+// dashboards read, and the hub that fans every change out to subscribers
 // (snapshot-and-subscribe). It does no I/O: no storage, no HTTP, no wire
 // protocol of its own; internal/ingest feeds it validated hellos and
-// batches, and the collector (internal/collector) wires it.
+// batches, the collector (internal/collector) wires it and carries the
+// summaries and transitions between collectors.
+//
+// What holds per-instance detail (issue 36, summary.go): a dependency's
+// view counts every instance of the fleet (Instances, Stale, ByState,
+// State, Recent and the rates, percentiles, Headroom, Held, OpenSince,
+// OpensToday, LastChange), but its PerInstance lines, Instances() and
+// Instance() are of the instances served here only (and those of the
+// Config.FullDetail dependencies: a quorum rule's, which the leader's
+// advisor reads line by line). Consumers of lines decide as follows:
+// the dependency page, the dependency API, per_instance of
+// GET /api/v1/breakers and a command's targets read the members served
+// elsewhere from the store (collector.Collector.Dependency); the holds
+// read Instances() to apply a hold to the instances connected here, as
+// each collector does for its own; the quorum advisor reads full lines
+// (FullDetail); incidents and alerts count from the view's totals and
+// name instances from transitions, which every collector publishes, and
+// from the lines they have (those served by the leader).
 //
 // Live state (see Dependency in package cbdash) is aggregated per
 // dependency (service + breaker name) across instances: instances by

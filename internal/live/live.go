@@ -138,6 +138,12 @@ type dep struct {
 	view        *cbdash.Dependency // cached aggregate, nil when out of date
 	unpublished bool               // changed since the last dependency event
 	published   time.Time          // clock time of the last event (pacing only)
+	// remote holds other collectors' summaries of their members, by
+	// collector (summary.go); unsummarized says this collector's own
+	// summary changed since it was last taken (Summaries), summarized
+	// that the last one taken had members.
+	remote                   map[string]*remotePart
+	unsummarized, summarized bool
 }
 
 // State is the in-memory state of every breaker of every instance. All
@@ -171,6 +177,7 @@ type State struct {
 	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
 	holdUntil   func(holdID string) (time.Time, bool)
 	holdFor     func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)
+	full        func(cbdash.DependencyKey) bool // Config.FullDetail
 }
 
 // Update is a validated batch of instance Key, received at At, from an
@@ -329,6 +336,12 @@ type Config struct {
 	// with its actor, reason and end, rather than by nobody. Like
 	// HoldUntil it is called with the State's lock held.
 	HoldFor func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)
+	// FullDetail, when set, names the dependencies whose members served
+	// by other collectors are kept line by line (RemoteHello,
+	// RemoteBatch) rather than summarised (summary.go): those a quorum
+	// rule turns on. Nil: every dependency is summarised. It must
+	// not call back into the State.
+	FullDetail func(cbdash.DependencyKey) bool
 }
 
 // New returns live state with no instance.
@@ -338,7 +351,7 @@ func New(cfg Config) *State {
 		h.onDrop, h.onCount = cfg.Metrics.SubscriberDropped, cfg.Metrics.Subscribers
 	}
 	l := newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, cfg.Metrics)
-	l.holdUntil, l.holdFor = cfg.HoldUntil, cfg.HoldFor
+	l.holdUntil, l.holdFor, l.full = cfg.HoldUntil, cfg.HoldFor, cfg.FullDetail
 	return l
 }
 
@@ -686,7 +699,7 @@ func (l *State) windowsLocked(inst *instance, r Update, urgent map[*dep]bool) {
 		ib.dep.refreshApplied(ib)
 		ib.dep.recent.add(w, late, nowSec)
 		ib.dep.view = nil
-		ib.dep.unpublished = true
+		ib.dep.unpublished, ib.dep.unsummarized = true, true
 		if !r.Remote {
 			l.metrics.AddWindow(ib.dep.key, w)
 		}
@@ -829,6 +842,7 @@ func (l *State) rollDayLocked(at time.Time) {
 func (l *State) changedLocked(d *dep) {
 	d.view = nil
 	d.unpublished = true
+	d.unsummarized = true
 }
 
 // publishLocked publishes d's current aggregate.
@@ -877,7 +891,7 @@ func (l *State) Sweep() {
 }
 
 func (l *State) sweepLocked(now time.Time) []*dep {
-	var changed []*dep
+	changed := l.expireRemoteLocked(now, nil)
 	for _, inst := range l.instances {
 		age := now.Sub(inst.lastSeen)
 		switch {
@@ -938,14 +952,24 @@ func (l *State) dropBreakerLocked(ib *ibreaker) {
 	d.members = d.members[:len(d.members)-1]
 	d.sorted = nil
 	l.changedLocked(d)
-	if len(d.members) == 0 {
-		l.publishLocked(d)
-		delete(l.deps, d.key)
-		if l.perService[d.key.Service]--; l.perService[d.key.Service] <= 0 {
-			delete(l.perService, d.key.Service)
-		}
-		l.metrics.Forget(d.key)
+	if len(d.members) == 0 && len(d.remote) == 0 {
+		l.forgetDepLocked(d)
 	}
+}
+
+// forgetDepLocked forgets d, which has neither members nor other
+// collectors' parts, after an event that shows it with no instances.
+func (l *State) forgetDepLocked(d *dep) {
+	if l.deps[d.key] != d {
+		return
+	}
+	l.publishLocked(d)
+	delete(l.deps, d.key)
+	delete(l.urgent, d)
+	if l.perService[d.key.Service]--; l.perService[d.key.Service] <= 0 {
+		delete(l.perService, d.key.Service)
+	}
+	l.metrics.Forget(d.key)
 }
 
 // viewLocked returns d's aggregate, computing it when out of date. The

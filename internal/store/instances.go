@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 
@@ -22,6 +23,24 @@ func (s *Store) Instances(ctx context.Context) ([]cbdash.InstanceBreaker, error)
 	if err != nil {
 		return nil, fmt.Errorf("store: instances: %w", err)
 	}
+	return scanInstances(rows)
+}
+
+// InstancesOf is Instances of one dependency's breakers (sorted by
+// instance): the members a collector serves none of, for the pages that
+// list them (issue 36). Errors: as Instances'.
+func (s *Store) InstancesOf(ctx context.Context, k cbdash.DependencyKey) ([]cbdash.InstanceBreaker, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT sv.name, i.name, i.labels, i.last_seen, b.name, b.config, b.state, b.last_transition
+		FROM breakers b JOIN instances i ON i.id = b.instance_id JOIN services sv ON sv.id = i.service_id
+		WHERE sv.name = $1 AND b.name = $2 ORDER BY i.name`, k.Service, k.Breaker)
+	if err != nil {
+		return nil, fmt.Errorf("store: instances of %s: %w", k, err)
+	}
+	return scanInstances(rows)
+}
+
+// scanInstances reads the rows of Instances' query.
+func scanInstances(rows *sql.Rows) ([]cbdash.InstanceBreaker, error) {
 	defer rows.Close()
 	out := []cbdash.InstanceBreaker{}
 	for rows.Next() {

@@ -50,13 +50,20 @@ type dependencySummary struct {
 // dependencies answers the live dependencies, of one service when
 // ?service= names one, in the order ?sort= names (cbdash.Orders, as the
 // overview sorts; worst first without it). An unknown order is an error
-// wrapping cbdash.ErrInvalid.
-func (s *Server) dependencies(c echo.Context) ([]cbdash.Dependency, error) {
+// wrapping cbdash.ErrInvalid. With members, each lists every member in
+// PerInstance, those another collector serves included (read from the
+// store, Collector.DependenciesWithMembers).
+func (s *Server) dependencies(c echo.Context, members bool) ([]cbdash.Dependency, error) {
 	order, err := cbdash.ParseOrder(c.QueryParam("sort"))
 	if err != nil {
 		return nil, err
 	}
-	deps := s.col.Dependencies() // worst first
+	var deps []cbdash.Dependency // worst first
+	if members {
+		deps = s.col.DependenciesWithMembers()
+	} else {
+		deps = s.col.Dependencies()
+	}
 	if svc := c.QueryParam("service"); svc != "" {
 		deps = slices.DeleteFunc(deps, func(d cbdash.Dependency) bool { return d.Service != svc })
 	}
@@ -72,7 +79,7 @@ func (s *Server) dependencies(c echo.Context) ([]cbdash.Dependency, error) {
 // query (API 1.1.0; the summaries GET /api/v1/breakers answered from
 // issue 15 until then).
 func (s *Server) apiDependencies(c echo.Context) error {
-	deps, err := s.dependencies(c)
+	deps, err := s.dependencies(c, false)
 	if err != nil {
 		return err
 	}
@@ -99,7 +106,7 @@ func (s *Server) apiBreakers(c echo.Context) error {
 	default:
 		return errorf(cbdash.ErrInvalid, "members must be all or none")
 	}
-	deps, err := s.dependencies(c)
+	deps, err := s.dependencies(c, true)
 	if err != nil {
 		return err
 	}

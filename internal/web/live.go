@@ -683,6 +683,13 @@ func (d *dependencyLive) flush(ctx context.Context) ([]byte, error) {
 	var buf bytes.Buffer
 	now := d.s.now()
 	if d.head {
+		if d.dep.Instances > len(d.dep.PerInstance) {
+			// Members another collector serves: live views hold only
+			// this one's lines; Collector.Dependency adds the store's.
+			if full, err := d.s.col.Dependency(d.key); err == nil {
+				d.dep = full
+			}
+		}
 		causes := d.s.trips(ctx, []cbdash.Dependency{d.dep})[d.key]
 		var part bytes.Buffer
 		if err := templates.DepHeaderView(depHeader(d.dep, causes, now)).Render(ctx, &part); err != nil {

@@ -43,8 +43,13 @@ import (
 // for concurrent use.
 type Collector interface {
 	Dependencies() []cbdash.Dependency
+	// DependenciesWithMembers is Dependencies with every member of each
+	// in PerInstance, those another collector serves included (from the
+	// store): Dependencies' lines are this collector's members only.
+	DependenciesWithMembers() []cbdash.Dependency
 	// Dependency returns an error wrapping cbdash.ErrNotFound for an
-	// unknown key.
+	// unknown key; its PerInstance lists every member, as
+	// DependenciesWithMembers'.
 	Dependency(k cbdash.DependencyKey) (cbdash.Dependency, error)
 	// SubscribeViews returns the current snapshot and a channel of later
 	// events; the channel is closed when the subscriber is too slow or

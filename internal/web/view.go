@@ -250,9 +250,10 @@ func rateOf(sr cbdash.ShownRate) templates.Rate {
 // fleet counts dependencies by state and stale instances. An instance
 // is counted once however many of its breakers are stale: distinct
 // (service, instance) pairs over PerInstance. A dependency that carries
-// Stale but no PerInstance rows counts as that many instances of its
-// service (the largest such number per service), never summed over
-// breakers.
+// more Stale than its stale PerInstance rows (no rows; or instances
+// another collector serves, issue 36) counts the rest as that many
+// instances of its service (the largest such number per service), never
+// summed over breakers.
 func fleet(deps []cbdash.Dependency) templates.Fleet {
 	return fleetCount(len(deps), func(yield func(*cbdash.Dependency) bool) {
 		for i := range deps {
@@ -271,13 +272,15 @@ func fleetCount(n int, deps iter.Seq[*cbdash.Dependency]) templates.Fleet {
 	stale := map[inst]bool{}
 	bare := map[string]int{} // service -> stale count of dependencies without rows
 	for d := range deps {
-		if len(d.PerInstance) == 0 {
-			bare[d.Service] = max(bare[d.Service], d.Stale)
-		}
+		rowless := d.Stale // stale instances without a row: served by another collector (issue 36)
 		for _, ib := range d.PerInstance {
 			if ib.Stale {
 				stale[inst{ib.Service, ib.Instance}] = true
+				rowless--
 			}
+		}
+		if rowless > 0 {
+			bare[d.Service] = max(bare[d.Service], rowless)
 		}
 		if d.Fallback == nil {
 			f.FallbackNever++

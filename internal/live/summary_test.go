@@ -1,0 +1,149 @@
+package live
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// TestASummaryCountsAsTheLinesItStandsFor: collector "one" holds a1, b1
+// and b2 line by line; collector A holds a1 and B's summary of b1 and
+// b2. A's view of the dependency says what one's says (instances, by
+// state, state, counts, rates, percentiles, headroom, episode), with a
+// line of a1 only; b1's trip moves it to open in A's view at once (its
+// transition is published to A's subscribers) before B's next summary.
+func TestASummaryCountsAsTheLinesItStandsFor(t *testing.T) {
+	t.Parallel()
+	one, clk := newTestLive(t)
+	a := newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(1024), nil)
+	b := newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(1024), nil)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	hist := make([]int64, protocol.NumLatencyBuckets)
+	hist[2] = 7
+	on := map[string][]*State{"a1": {one, a}, "b1": {one, b}, "b2": {one, b}}
+	for inst, ls := range on {
+		for _, l := range ls {
+			l.Hello(testHello("api", inst, cfg, map[string]string{"region": "eu"}), 0, nil, clk.Now(), nil)
+		}
+	}
+	apply := func(inst string, seq uint64, c protocol.Counts, h protocol.Headroom, ts ...protocol.Transition) {
+		state := protocol.StateClosed
+		if len(ts) > 0 {
+			state = ts[len(ts)-1].To
+		}
+		for _, l := range on[inst] {
+			l.Apply(Key{"api", inst}, &protocol.Batch{Seq: seq, Transitions: ts, Windows: []protocol.Window{
+				window("db", state, clk.Now(), c, h, hist)}}, clk.Now())
+		}
+	}
+	for s := uint64(1); s <= 5; s++ {
+		clk.Advance(time.Second)
+		apply("a1", s, protocol.Counts{Admitted: 10, Successes: 10}, protocol.Headroom{Calls: 50, MinimumCalls: 10, FailureRateThreshold: 50})
+		apply("b1", s, protocol.Counts{Admitted: 20, Successes: 15, Failures: 5}, protocol.Headroom{Calls: 60, Failures: 15, MinimumCalls: 10, FailureRate: 25, FailureRateThreshold: 50})
+		apply("b2", s, protocol.Counts{Admitted: 30, Successes: 30, RejectedBulkhead: 2}, protocol.Headroom{Calls: 40, MinimumCalls: 10, FailureRateThreshold: 50})
+	}
+	sync := func() {
+		for _, s := range b.Summaries(false) {
+			a.ApplySummary("B", s)
+		}
+	}
+	sync()
+	same := func(what string) {
+		t.Helper()
+		want, _ := one.Dependency(k)
+		got, _ := a.Dependency(k)
+		if got.Instances != want.Instances || got.Stale != want.Stale || got.State != want.State || !maps.Equal(got.ByState, want.ByState) ||
+			got.Recent != want.Recent || !near(got.RequestRate, want.RequestRate) || got.FailureRate != want.FailureRate ||
+			!near(got.RejectedRate, want.RejectedRate) || got.P99 != want.P99 || got.Headroom != want.Headroom || !got.OpenSince.Equal(want.OpenSince) ||
+			got.OpensToday != want.OpensToday || !maps.Equal(got.Labels, want.Labels) || got.Shown != want.Shown {
+			t.Fatalf("%s: A's view\n%s\nwant one collector's\n%s", what, brief(got), brief(want))
+		}
+		if len(got.PerInstance) != 1 || got.PerInstance[0].Instance != "a1" {
+			t.Fatalf("%s: A's lines: %d, want a1's only", what, len(got.PerInstance))
+		}
+	}
+	same("from the summary")
+	if a.InstancesHeld() != 1 || b.InstancesHeld() != 2 {
+		t.Fatalf("A holds %d instances, B %d; want 1 and 2", a.InstancesHeld(), b.InstancesHeld())
+	}
+
+	_, events, cancel := a.Subscribe(map[string]bool{cbdash.EventTransition: true}, 0)
+	defer cancel()
+	clk.Advance(time.Second)
+	trip := protocol.Transition{Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(), Generation: 1,
+		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50}}
+	for _, l := range []*State{one, b} {
+		l.Apply(Key{"api", "b1"}, &protocol.Batch{Seq: 6, Transitions: []protocol.Transition{trip}}, clk.Now())
+	}
+	a.RemoteTransitions("B", Key{"api", "b1"}, []protocol.Transition{trip}, clk.Now())
+	if e := <-events; e.Transition == nil || e.Transition.Instance != "b1" || e.Transition.To != protocol.StateOpen {
+		t.Fatalf("A published %+v, want b1's trip", e)
+	}
+	if got, _ := a.Dependency(k); got.ByState[protocol.StateOpen] != 1 || got.State != protocol.StateOpen || got.OpensToday != 1 {
+		t.Fatalf("A's view after b1's trip, before B's summary: by state %v, state %q, opens today %d", got.ByState, got.State, got.OpensToday)
+	}
+	if got, _ := a.Dependency(k); got.Shown.Failure.Label != "failure rate, tripped at" || got.Shown.Failure.Value != 60 {
+		t.Fatalf("A's shown failure rate after b1's trip: %+v, want b1's at its trip", got.Shown.Failure)
+	}
+	sync()
+	same("after B's next summary")
+}
+
+// TestSummariesComeAndGo: a collector's summary stops counting
+// RemoteExpiry after it was last renewed, and an empty one removes it
+// at once; lines restored from the store that no one heard from since
+// are forgotten when another collector's summary arrives; after a gap
+// the store's states stand for the summaries for StoreHold.
+func TestSummariesComeAndGo(t *testing.T) {
+	t.Parallel()
+	a, clk := newTestLive(t)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	a.Restore([]cbdash.InstanceBreaker{{Service: "api", Instance: "gone", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()}})
+	if a.InstancesHeld() != 1 {
+		t.Fatalf("restored: %d instances held, want 1", a.InstancesHeld())
+	}
+	s := Summary{DependencyKey: k, Instances: 2, ByState: map[string]int{protocol.StateClosed: 1, protocol.StateOpen: 1}, Span: 1}
+	a.ApplySummary("B", s)
+	if d, _ := a.Dependency(k); d.Instances != 2 || d.State != protocol.StateOpen || a.InstancesHeld() != 0 {
+		t.Fatalf("with B's summary: %d instances, state %q, %d held; want 2, open, 0 (the restored line forgotten)", d.Instances, d.State, a.InstancesHeld())
+	}
+	a.ApplySummary("C", Summary{DependencyKey: k, Instances: 1, ByState: map[string]int{protocol.StateClosed: 1}, Span: 1})
+	a.ApplySummary("C", Summary{DependencyKey: k})
+	if d, _ := a.Dependency(k); d.Instances != 2 {
+		t.Fatalf("after C's empty summary: %d instances, want 2", d.Instances)
+	}
+
+	a.ResyncSummaries([]cbdash.InstanceBreaker{
+		{Service: "api", Instance: "b1", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()},
+		{Service: "api", Instance: "b2", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()},
+		{Service: "api", Instance: "b3", Breaker: "db", State: protocol.StateClosed, LastSeen: clk.Now()},
+	})
+	if d, _ := a.Dependency(k); d.Instances != 3 || d.State != protocol.StateClosed {
+		t.Fatalf("after a gap: %d instances, state %q; want the store's 3, closed", d.Instances, d.State)
+	}
+	clk.Advance(StoreHold + time.Second)
+	a.ApplySummary("B", s)
+	a.Sweep()
+	if d, _ := a.Dependency(k); d.Instances != 2 || d.State != protocol.StateOpen {
+		t.Fatalf("after StoreHold: %d instances, state %q; want B's 2, open", d.Instances, d.State)
+	}
+	clk.Advance(RemoteExpiry + time.Second)
+	a.Sweep()
+	if _, ok := a.Dependency(k); ok {
+		t.Fatal("the dependency is still known RemoteExpiry after B's last summary")
+	}
+}
+
+func brief(d cbdash.Dependency) string {
+	return fmt.Sprintf("instances %d stale %d state %q by state %v recent %+v rates %v/%v/%v p99 %v headroom %+v open since %v opens %d labels %v",
+		d.Instances, d.Stale, d.State, d.ByState, d.Recent, d.RequestRate, d.FailureRate, d.RejectedRate, d.P99, d.Headroom, d.OpenSince, d.OpensToday, d.Labels)
+}
+
+// near: rates summed per collector may differ from one sum in the last bit.
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
