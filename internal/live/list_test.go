@@ -1,0 +1,49 @@
+package live
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/cbdash/cbdash/sdk/protocol"
+)
+
+// TestAnInstancesListHoldsItsBreakers: the list bump walks on every
+// batch holds exactly the instance's breakers as hellos add and drop
+// them (a dropped breaker left in it would be marked dirty in a
+// dependency it left).
+func TestAnInstancesListHoldsItsBreakers(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLive(t)
+	k := Key{"api", "a"}
+	hello := func(names ...string) {
+		h := testHello("api", "a", protocol.BreakerConfig{}, nil)
+		h.Breakers = nil
+		for _, n := range names {
+			h.Breakers = append(h.Breakers, protocol.BreakerConfig{Name: n})
+		}
+		l.Hello(h, 0, nil, clk.Now(), nil)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		inst := l.instances[k]
+		var got, want []string
+		for _, ib := range inst.list {
+			got = append(got, ib.dep.key.Breaker)
+		}
+		for name, ib := range inst.breakers {
+			if !slices.Contains(inst.list, ib) {
+				t.Errorf("hello %v: %s is not in the list", names, name)
+			}
+			want = append(want, name)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) || !slices.Equal(want, slices.Sorted(slices.Values(names))) {
+			t.Errorf("hello %v: list %v, breakers %v", names, got, want)
+		}
+	}
+	hello("db", "cache", "queue")
+	hello("cache", "queue")
+	hello("queue", "db", "mail")
+	hello("mail")
+	hello("mail", "db", "cache", "queue")
+}
