@@ -47,3 +47,44 @@ func TestAnInstancesListHoldsItsBreakers(t *testing.T) {
 	hello("mail")
 	hello("mail", "db", "cache", "queue")
 }
+
+// BenchmarkBumpAnInstanceOf20Breakers marks an instance's 20 breakers
+// as bump does on every batch, walking the map (as before) and the list,
+// side by side in one run.
+func BenchmarkBumpAnInstanceOf20Breakers(b *testing.B) {
+	l, clk := newTestLive(b)
+	h := testHello("api", "a", protocol.BreakerConfig{}, nil)
+	h.Breakers = nil
+	for i := range 20 {
+		h.Breakers = append(h.Breakers, protocol.BreakerConfig{Name: "dep-" + string(rune('a'+i))})
+	}
+	l.Hello(h, 0, nil, clk.Now(), nil)
+	inst := l.instances[Key{"api", "a"}]
+	mark := func(ib *ibreaker) {
+		ib.fresh = false
+		if !ib.dirty {
+			ib.dirty = true
+			ib.dep.dirty = append(ib.dep.dirty, ib)
+		}
+	}
+	reset := func() {
+		for _, ib := range inst.list {
+			ib.dirty = false
+			ib.dep.dirty = ib.dep.dirty[:0]
+		}
+	}
+	b.Run("map", func(b *testing.B) {
+		for b.Loop() {
+			for _, ib := range inst.breakers {
+				mark(ib)
+			}
+			reset()
+		}
+	})
+	b.Run("list", func(b *testing.B) {
+		for b.Loop() {
+			l.bump(inst)
+			reset()
+		}
+	})
+}
