@@ -1,6 +1,7 @@
 package live
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -85,6 +86,66 @@ func BenchmarkBumpAnInstanceOf20Breakers(b *testing.B) {
 		for b.Loop() {
 			l.bump(inst)
 			reset()
+		}
+	})
+}
+
+// TestTheStatesCountedByRankAreThoseOfTheirRank: countMembers counts the
+// five states by their rank, and names them back from it.
+func TestTheStatesCountedByRankAreThoseOfTheirRank(t *testing.T) {
+	for r, s := range rankStates {
+		if got := stateRank(s); got != r {
+			t.Errorf("rankStates[%d] = %s, of rank %d", r, s, got)
+		}
+	}
+	var c stateCounts
+	for _, s := range []string{"open", "closed", "closed", "half_open", "forced_open", "forced_closed", "unknown", ""} {
+		c.add(int32(stateRank(s)), s)
+	}
+	m := map[string]int{}
+	c.into(m)
+	want := map[string]int{"open": 1, "closed": 2, "half_open": 1, "forced_open": 1, "forced_closed": 1, "unknown": 1, "": 1}
+	if !maps.Equal(m, want) {
+		t.Errorf("counted %v, want %v", m, want)
+	}
+}
+
+// BenchmarkCountByState counts 1,000 members' states (one in ten open)
+// by name, as countMembers did (a string comparison per state seen so
+// far), and by rank, side by side in one run.
+func BenchmarkCountByState(b *testing.B) {
+	slots := make([]memberSlot, 1000)
+	for i := range slots {
+		s := protocol.StateClosed
+		if i%10 == 0 {
+			s = protocol.StateOpen
+		}
+		slots[i] = memberSlot{state: s, rank: int32(stateRank(s))}
+	}
+	b.Run("name", func(b *testing.B) {
+		for b.Loop() {
+			var states [8]string
+			var n [8]int
+			for i := range slots {
+				for j := range states {
+					if states[j] == slots[i].state {
+						n[j]++
+						break
+					}
+					if states[j] == "" {
+						states[j], n[j] = slots[i].state, 1
+						break
+					}
+				}
+			}
+		}
+	})
+	b.Run("rank", func(b *testing.B) {
+		for b.Loop() {
+			var c stateCounts
+			for i := range slots {
+				c.add(slots[i].rank, slots[i].state)
+			}
 		}
 	})
 }
