@@ -175,7 +175,7 @@ func (d *dep) countMembers(v *cbdash.Dependency) float64 {
 			v.Stale++
 			continue
 		}
-		byState.add(m.state)
+		byState.add(m.rank, m.state)
 		if m.episode {
 			if o := m.line.OpenSince; v.OpenSince.IsZero() || o.Before(v.OpenSince) {
 				v.OpenSince = o
@@ -264,24 +264,22 @@ func (d *dep) refresh(ib *ibreaker) {
 		own: ib.inst.own()}
 }
 
-// stateCounts counts live members by state without a map operation per
-// member (there are five states).
+// stateCounts counts live members by state without a map operation or
+// a string comparison per member: the five states by rank (stateRank),
+// any other by name.
 type stateCounts struct {
-	states [8]string
-	n      [8]int
+	byRank [len(rankStates)]int
 	extra  map[string]int
 }
 
-func (c *stateCounts) add(state string) {
-	for i := range c.states {
-		switch c.states[i] {
-		case state:
-			c.n[i]++
-			return
-		case "":
-			c.states[i], c.n[i] = state, 1
-			return
-		}
+// rankStates are the states of ranks 0 to 4 (cbdash.StateRank).
+var rankStates = [...]string{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed, protocol.StateClosed}
+
+// add counts a member in state, of rank stateRank(state).
+func (c *stateCounts) add(rank int32, state string) {
+	if rank >= 0 && int(rank) < len(c.byRank) {
+		c.byRank[rank]++
+		return
 	}
 	if c.extra == nil {
 		c.extra = make(map[string]int)
@@ -290,11 +288,10 @@ func (c *stateCounts) add(state string) {
 }
 
 func (c *stateCounts) into(m map[string]int) {
-	for i, st := range c.states {
-		if st == "" {
-			break
+	for r, n := range c.byRank {
+		if n > 0 {
+			m[rankStates[r]] += n
 		}
-		m[st] += c.n[i]
 	}
 	for st, n := range c.extra {
 		m[st] += n

@@ -71,6 +71,10 @@ type instance struct {
 	sess      Conn  // connected websocket session, nil when offline
 	pull      bool  // its last hello came over HTTP ingest: commands reach it in ingest answers
 	skewMs    int64 // the agent's clock minus the collector's (ms), measured from its batches
+
+	// list holds breakers' values, in no order: bump walks it on every
+	// batch, where a map's iteration costs more than the walk.
+	list []*ibreaker
 }
 
 // ibreaker is one breaker on one instance.
@@ -397,7 +401,7 @@ func forced(s string) bool { return s == protocol.StateForcedOpen || s == protoc
 // the bump changes its dependency's membership, which rebuilds every
 // line of it.
 func (l *State) bump(inst *instance) {
-	for _, ib := range inst.breakers {
+	for _, ib := range inst.list {
 		ib.fresh = false
 		if !ib.dirty {
 			ib.dirty = true
@@ -476,6 +480,7 @@ func (l *State) breakerLocked(inst *instance, name string) *ibreaker {
 		d := l.depLocked(cbdash.DependencyKey{Service: inst.key.Service, Breaker: name})
 		ib = &ibreaker{inst: inst, dep: d, state: protocol.StateClosed, config: &noConfig, last: &noWindow}
 		inst.breakers[name] = ib
+		inst.list = append(inst.list, ib)
 		ib.member = int32(len(d.members))
 		d.members = append(d.members, ib)
 		d.sorted = nil
@@ -946,6 +951,9 @@ func (l *State) dropBreakerLocked(ib *ibreaker) {
 		return // dropped already
 	}
 	delete(ib.inst.breakers, d.key.Breaker)
+	if i := slices.Index(ib.inst.list, ib); i >= 0 {
+		ib.inst.list = slices.Delete(ib.inst.list, i, i+1)
+	}
 	last := d.members[len(d.members)-1]
 	d.members[ib.member], last.member = last, ib.member
 	d.members[len(d.members)-1] = nil

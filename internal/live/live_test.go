@@ -15,7 +15,7 @@ import (
 
 // newTestLive returns live state on a virtual clock at noon of the test
 // epoch's day (opens are counted per UTC day).
-func newTestLive(t *testing.T) (*State, *breakertest.Clock) {
+func newTestLive(t testing.TB) (*State, *breakertest.Clock) {
 	t.Helper()
 	clk := breakertest.NewClock(clocktest.Noon())
 	return newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(1024), nil), clk
