@@ -158,7 +158,7 @@ func (s *Summary) addMember(m *memberSlot, byState *stateCounts) {
 		s.Stale++
 		return
 	}
-	byState.add(m.state)
+	byState.add(m.rank, m.state)
 	if m.episode && (s.OpenSince.IsZero() || m.line.OpenSince.Before(s.OpenSince)) {
 		s.OpenSince = m.line.OpenSince
 	}
