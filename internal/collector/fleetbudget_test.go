@@ -34,7 +34,7 @@ func (b *stuckBus) Publish(ctx context.Context, _ string, _ []byte) error {
 // of these), and those beyond are dropped and counted.
 func TestThePublisherQueueHoldsAtMostItsBytes(t *testing.T) {
 	bus := &stuckBus{publishing: make(chan struct{})}
-	f := newFleet(&Collector{log: slog.New(slog.NewTextHandler(io.Discard, nil))}, bus)
+	f := newFleet(&Collector{log: slog.New(slog.NewTextHandler(io.Discard, nil))}, bus, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -22,7 +22,7 @@ func TestABreakerRowAnotherCollectorsHelloDeletedIsWrittenAgain(t *testing.T) {
 	t.Parallel()
 	skipWithoutPostgres(t)
 	clk := clocktest.NewRunning()
-	a, b := twoCollectors(t, clk)
+	a, b := twoCollectorsOnClock(t, clk)
 	ctx := context.Background()
 
 	old := dialRaw(t, a, a.token)

@@ -28,9 +28,9 @@ func skipWithoutPostgres(t *testing.T) {
 	}
 }
 
-// twoCollectors starts two collectors (nodes ca and cb of one cluster) on
+// twoCollectorsOnClock starts two collectors (nodes ca and cb of one cluster) on
 // a new PostgreSQL schema with clk.
-func twoCollectors(t *testing.T, clk *clocktest.Running) (a, b *harness) {
+func twoCollectorsOnClock(t *testing.T, clk *clocktest.Running) (a, b *harness) {
 	t.Helper()
 	dsn := storetest.Postgres(t) // migrated: the bus opens before the stores
 	start := func(node string) *harness {
@@ -56,7 +56,7 @@ func TestHoldCountsOfAnInstanceThatFailsOverMidHoldAreSummedAcrossCollectors(t *
 	t.Parallel()
 	skipWithoutPostgres(t)
 	clk := clocktest.NewRunning()
-	a, b := twoCollectors(t, clk)
+	a, b := twoCollectorsOnClock(t, clk)
 	ctx := context.Background()
 	m := startHoldMemberOn(t, []string{a.wsURL(), b.wsURL()}, a.token, clk, "checkout", "c1", nil, "payments")
 	eventually.True(t, "c1 connected", func() bool { return m.ag.Stats().Connected })

@@ -44,7 +44,7 @@ func TestPerCollectorCountersSumToWhatTheAgentsSent(t *testing.T) {
 	t.Parallel()
 	skipWithoutPostgres(t)
 	clk := clocktest.NewRunning()
-	a, b := twoCollectors(t, clk)
+	a, b := twoCollectorsOnClock(t, clk)
 	type report struct{ admitted, failures int64 }
 	sent := map[*harness]map[string][]report{
 		a: {"a1": {{10, 2}, {5, 0}}},
