@@ -197,11 +197,31 @@ func (f *fleet) hello(ctx context.Context, h *protocol.Hello, last uint64, at ti
 		}
 	}
 	f.started.Store(instKey{h.Service, h.Instance}, h.StartedAt)
-	f.enqueue(fleetUpdate{V: wireVersion, Kind: updClaim, Service: h.Service, Instance: h.Instance})
+	if !f.alone() {
+		f.enqueue(fleetUpdate{V: wireVersion, Kind: updClaim, Service: h.Service, Instance: h.Instance})
+		f.seed(ctx, h.Service, h.Instance)
+	}
 	if fh := f.fullHello(h); fh != nil {
 		f.enqueue(fleetUpdate{V: wireVersion, Kind: updHello, Service: h.Service, Instance: h.Instance, StartedAt: h.StartedAt,
 			Seq: last, At: at.UnixMilli(), Hello: fh})
 	}
+}
+
+// seed shows an instance that said hello here in its stored state until
+// its first report (live.State.Seed): one that moved from another
+// collector keeps its state (open, say) rather than show closed for a
+// moment while the summary that counted it there goes.
+func (f *fleet) seed(ctx context.Context, service, instance string) {
+	ctx, cancel := context.WithTimeout(ctx, membersTimeout)
+	defer cancel()
+	ibs, err := f.c.store.InstanceLines(ctx, service, instance)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.c.log.Info("an instance's stored state before its first report here: not read", "service", service, "instance", instance, "err", err)
+		}
+		return
+	}
+	f.c.live.Seed(ibs)
 }
 
 // fullHello is h with only the breakers of the dependencies kept line by

@@ -515,3 +515,35 @@ func (l *State) KeepSources(alive []string, grace time.Duration) {
 		}
 	}
 }
+
+// Seed sets the state of the breakers of instances served here that have
+// reported nothing since their hello to their last state in the store,
+// ibs: an instance that moved here from another collector (which counted
+// it in its summaries) is shown in the state it was in there, not closed
+// (a declared breaker's state) until its first report. A breaker that
+// reported since is left as it is.
+func (l *State) Seed(ibs []cbdash.InstanceBreaker) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range ibs {
+		inst := l.instances[Key{r.Service, r.Instance}]
+		if inst == nil || r.State == "" {
+			continue
+		}
+		ib := inst.breakers[r.Breaker]
+		if ib == nil || ib.stateAt != 0 || !ib.lastTransition.IsZero() || ib.state == r.State {
+			continue
+		}
+		ib.state, ib.lastTransition = r.State, r.LastTransition
+		if cbdash.NotClosed(r.State) {
+			ib.openSince = r.LastTransition
+		}
+		l.bump(inst)
+		l.changedLocked(ib.dep)
+		l.urgent[ib.dep] = struct{}{}
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}

@@ -147,3 +147,27 @@ func brief(d cbdash.Dependency) string {
 
 // near: rates summed per collector may differ from one sum in the last bit.
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// TestAnInstanceThatMovedHereShowsItsStoredStateUntilItReports: an
+// instance that says hello here after another collector served it shows
+// the state the store has of it (open) until its first report, which
+// then counts; a stored state read after that report changes nothing.
+func TestAnInstanceThatMovedHereShowsItsStoredStateUntilItReports(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	l.Hello(testHello("api", "b1", cfg, nil), 0, nil, clk.Now(), nil)
+	stored := []cbdash.InstanceBreaker{{Service: "api", Instance: "b1", Breaker: "db", State: protocol.StateOpen, LastTransition: clk.Now().Add(-time.Minute)}}
+	l.Seed(stored)
+	if d, _ := l.Dependency(k); d.State != protocol.StateOpen || !d.OpenSince.Equal(clk.Now().Add(-time.Minute)) {
+		t.Fatalf("after the seed: state %q, open since %v; want open a minute ago", d.State, d.OpenSince)
+	}
+	clk.Advance(time.Second)
+	l.Apply(Key{"api", "b1"}, &protocol.Batch{Seq: 1, Windows: []protocol.Window{
+		window("db", protocol.StateClosed, clk.Now(), protocol.Counts{Admitted: 1, Successes: 1}, protocol.Headroom{}, nil)}}, clk.Now())
+	l.Seed(stored)
+	if d, _ := l.Dependency(k); d.State != protocol.StateClosed {
+		t.Fatalf("after its report and a late seed: state %q, want closed (its report)", d.State)
+	}
+}

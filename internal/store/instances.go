@@ -39,6 +39,19 @@ func (s *Store) InstancesOf(ctx context.Context, k cbdash.DependencyKey) ([]cbda
 	return scanInstances(rows)
 }
 
+// InstanceLines is Instances of one instance's breakers (sorted by
+// breaker): what a collector an instance moves to knows of it before its
+// first report (issue 36). Errors: as Instances'.
+func (s *Store) InstanceLines(ctx context.Context, service, instance string) ([]cbdash.InstanceBreaker, error) {
+	rows, err := s.rdb.QueryContext(ctx, `SELECT sv.name, i.name, i.labels, i.last_seen, b.name, b.config, b.state, b.last_transition
+		FROM breakers b JOIN instances i ON i.id = b.instance_id JOIN services sv ON sv.id = i.service_id
+		WHERE sv.name = $1 AND i.name = $2 ORDER BY b.name`, service, instance)
+	if err != nil {
+		return nil, fmt.Errorf("store: lines of instance %s/%s: %w", service, instance, err)
+	}
+	return scanInstances(rows)
+}
+
 // scanInstances reads the rows of Instances' query.
 func scanInstances(rows *sql.Rows) ([]cbdash.InstanceBreaker, error) {
 	defer rows.Close()

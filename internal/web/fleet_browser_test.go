@@ -76,12 +76,14 @@ func TestBrowserATileOfCollectorAChangesWhenAnInstanceOnBTrips(t *testing.T) {
 	if n := a.col.Dependencies()[0].PerInstance; len(n) != 1 {
 		t.Fatalf("A's live state holds %d lines of payments, want 1 (checkout-1): B's are summarised", len(n))
 	}
-	// A's event stream, read in the page (the session's cookie).
+	// A's event stream, read in the page (the session's cookie): open
+	// once its snapshot has arrived, so that the trip is an event of it.
 	run(t, ctx, stepTimeout, "A's event stream open",
-		chromedp.Evaluate[chromedp.Void](`window.cbdashEvents = ""; fetch("/api/v1/events?kind=transition").then(async r => {
+		chromedp.Evaluate[chromedp.Void](`window.cbdashEvents = ""; fetch("/api/v1/events?snapshot=1").then(async r => {
 			const rd = r.body.getReader(), dec = new TextDecoder();
 			for (;;) { const {value, done} = await rd.read(); if (done) break; window.cbdashEvents += dec.decode(value); }
-		}); true`))
+		}); true`),
+		until(`window.cbdashEvents.includes("payments")`))
 	screenshot(t, ctx, "fleet-a-closed-1440.png")
 
 	trip(t, breakers["checkout-2"])
