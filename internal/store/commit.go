@@ -12,9 +12,9 @@ import (
 //
 //  1. admit: the dry runs of Store.Probe run alone; answers to a
 //     stream's failures release or skip its held batches; batches of a
-//     held stream are parked (stream.go). On PostgreSQL each run of
-//     ops of one lock mode, in queue order (batches: op.shared; the
-//     others), is a group of its own (commitGroup).
+//     held stream are parked (stream.go). On PostgreSQL the ops that
+//     need the exclusive lock and the batches (op.shared) are two
+//     groups, in that order (commitGroup each).
 //  2. begin: one transaction for the group, and on PostgreSQL the
 //     schema's advisory lock, shared for a group of batches, exclusive
 //     for any other (dialect.beginGroup).
@@ -66,9 +66,15 @@ const maxTries = 5
 
 // commit runs a group of ops in one transaction, each in its own
 // savepoint, and reports every op's outcome: at once for an op that is
-// not written, else after COMMIT or its failure. On PostgreSQL each run
-// of ops of one lock mode, in queue order, is a transaction of its own
-// (batches: the schema's lock shared; the others: exclusive).
+// not written, else after COMMIT or its failure. On PostgreSQL the
+// group's ops that need the exclusive lock commit first, in queue order,
+// then its batches (the lock shared), in queue order: two transactions,
+// not one per change of mode (1,000 agents connecting queue hellos
+// between batches, and each exclusive transaction waits for the other
+// collectors' batch groups). Ops of one group were queued concurrently:
+// none waited for another's outcome. A batch queued before a hello of
+// its instance is then written after it, as it would be had it come a
+// little later.
 func (w *writer) commit(group []*op) {
 	group = w.admit(w.runDryRuns(group))
 	if len(group) == 0 {
@@ -78,14 +84,16 @@ func (w *writer) commit(group []*op) {
 		w.commitGroup(group, false)
 		return
 	}
-	for len(group) > 0 {
-		n := 1
-		for n < len(group) && group[n].shared == group[0].shared {
-			n++
+	var shared, exclusive []*op
+	for _, o := range group {
+		if o.shared {
+			shared = append(shared, o)
+		} else {
+			exclusive = append(exclusive, o)
 		}
-		w.commitGroup(group[:n:n], group[0].shared)
-		group = group[n:]
 	}
+	w.commitGroup(exclusive, false)
+	w.commitGroup(shared, true)
 }
 
 // commitGroup runs ops as one group transaction (see commit), again

@@ -51,9 +51,9 @@
 //     writes rows other processes write), which runs alone, against
 //     every other group of every process.
 //
-// A group holds one mode: the writer commits each run of ops of one mode,
-// in queue order, as a transaction of its own, and an op that needs the
-// exclusive lock never joins a batch group (join). What a batch group
+// A group holds one mode: the writer commits a group's ops that need the
+// exclusive lock first, then its batches, as two transactions, and an op
+// that needs the exclusive lock never joins a batch group (join). What a batch group
 // writes is safe beside another process's batch group:
 //
 //   - History rows are the writer's own: windows_second, windows_minute

@@ -336,10 +336,10 @@ func TestAPromptOpQueuedWhileAGroupRunsCommitsWithIt(t *testing.T) {
 			t.Fatalf("op %d: %v", i, err)
 		}
 	}
-	// On PostgreSQL the batch (the schema's lock shared) and the second
-	// hello (exclusive) are two transactions: a group holds one mode.
+	// On PostgreSQL the second hello (exclusive) and the batch (the
+	// schema's lock shared) are two transactions: a group holds one mode.
 	if want := map[bool]uint64{false: 2, true: 3}[s.w.d.postgres]; s.Stats().Transactions != want {
-		t.Errorf("%d transactions, want %d (the held one with the first hello; the batch with the second, on PostgreSQL after it)",
+		t.Errorf("%d transactions, want %d (the held one with the first hello; the batch with the second, on PostgreSQL before it)",
 			s.Stats().Transactions, want)
 	}
 	for _, inst := range []string{"pay-1", "pay-2"} {
