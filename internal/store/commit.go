@@ -235,8 +235,14 @@ func (g *groupTx) runOps() {
 // when it starts, in order, up to maxGroup, so that the group's own ops
 // do not wait for a stream of newcomers; the first that is not prompt
 // (or is a dry run, which runs alone) starts the next group (next).
+//
+// On PostgreSQL a group's two transactions each join (commit): once one
+// has left an op in next, the other takes none (it would replace it).
 func (g *groupTx) join() {
 	w := g.w
+	if w.next != nil {
+		return
+	}
 	for n := len(w.queue); n > 0 && len(g.ops) < w.maxGroup && g.x.broken == nil && !g.retry; n-- {
 		o := <-w.queue // only the writer goroutine receives: n are there
 		if !o.prompt || o.dryRun || o.stream != nil || o.answers != nil || g.shared && !o.shared {
@@ -304,7 +310,10 @@ func (g *groupTx) writeStaged() {
 		g.failAll(fmt.Errorf("store: write windows: %w", err))
 		return
 	}
-	if !g.flushIM && !w.imFlushing {
+	// A round's rows go with a batch group on PostgreSQL, not with an
+	// exclusive one (thousands of upserts while every other collector's
+	// batches wait).
+	if !g.flushIM && (!w.imFlushing || w.d.postgres && !g.shared) {
 		return
 	}
 	written, err := x.writeInstanceMinutes(g.flushIM, g.now.UnixMilli())

@@ -104,13 +104,23 @@ func (x *wtx) saveHello(h *protocol.Hello, labels string, configs [][]byte, name
 	if err != nil {
 		return 0, fmt.Errorf("store: forget undeclared breakers: %w", err)
 	}
-	delete(x.w.c.breakers, inst.id)
+	// The breakers' ids and states are cached as written: the first batch
+	// after a hello (a fleet's, when it connects) looks none up. A failed
+	// savepoint or transaction drops the caches (savepoint, finish).
+	known := make(map[string]*brRef, len(h.Breakers))
+	x.w.c.breakers[inst.id] = known
 	for i, b := range h.Breakers {
-		if _, err := x.exec(`INSERT INTO breakers (instance_id, name, config) VALUES ($1, $2, $3)
-			ON CONFLICT (instance_id, name) DO UPDATE SET config = excluded.config`,
-			inst.id, b.Name, string(configs[i])); err != nil {
+		q, err := x.queryRow(`INSERT INTO breakers (instance_id, name, config) VALUES ($1, $2, $3)
+			ON CONFLICT (instance_id, name) DO UPDATE SET config = excluded.config RETURNING id, state`,
+			inst.id, b.Name, string(configs[i]))
+		if err != nil {
 			return 0, fmt.Errorf("store: save breaker %q: %w", b.Name, err)
 		}
+		br := &brRef{}
+		if err := q.Scan(&br.id, &br.state); err != nil {
+			return 0, fmt.Errorf("store: save breaker %q: %w", b.Name, err)
+		}
+		known[b.Name] = br
 	}
 	forgot, _ := res.RowsAffected()
 	return forgot, nil

@@ -329,3 +329,41 @@ func TestABatchGroupInADeadlockRunsAgain(t *testing.T) {
 		t.Fatalf("the second holds %d calls, want 3", n)
 	}
 }
+
+// A group of an op needing the exclusive lock and a batch is two
+// transactions on PostgreSQL, each of which may take ops queued while it
+// ran (join): the op the first one leaves for the next group is not
+// replaced by the second's, so every op queued has its outcome.
+func TestOpsQueuedWhileAGroupsTwoTransactionsRunAllCommit(t *testing.T) {
+	t.Parallel()
+	s := rvOpen(t, testDSN(t, "join2.db"), Options{})
+	release := holdWriter(t, s)
+	later := []*op{{run: func(*wtx) error { return nil }, done: make(chan error, 1)},
+		{run: func(*wtx) error { return nil }, done: make(chan error, 1)}}
+	ctx := context.Background()
+	errs := make(chan error, 2)
+	go func() {
+		errs <- s.w.do(ctx, &op{run: func(*wtx) error {
+			for _, o := range later { // queued while the group runs
+				if !s.w.try(o) {
+					return fmt.Errorf("queue full")
+				}
+			}
+			return nil
+		}})
+	}()
+	eventually.True(t, "the exclusive op queued", func() bool { return len(s.w.queue) == 1 })
+	go func() { errs <- s.w.do(ctx, &op{shared: true, run: func(*wtx) error { return nil }}) }()
+	eventually.True(t, "the batch queued", func() bool { return len(s.w.queue) == 2 })
+	release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, o := range later {
+		if err := <-o.done; err != nil {
+			t.Fatalf("op %d queued during the group: %v", i, err)
+		}
+	}
+}
