@@ -73,7 +73,7 @@ sampler() { # one line per sample: the number of our backends waiting on the oth
 		psql -qAt "$PGURL" -c "SELECT count(*) FROM pg_stat_activity a, unnest(pg_blocking_pids(a.pid)) AS bp(pid)
 			JOIN pg_stat_activity b ON b.pid = bp.pid
 			WHERE a.application_name LIKE 'cbdash_bench_%' AND b.application_name LIKE 'cbdash_bench_%'
-			AND split_part(a.application_name, ' ', 1) <> split_part(b.application_name, ' ', 1)" 2>/dev/null || echo err
+			AND split_part(a.application_name, ' ', 1) <> split_part(b.application_name, ' ', 1)" 2>/dev/null | sed "s/^/$(date +%s.%N) /" || echo err
 		sleep 0.1
 	done
 }
@@ -87,12 +87,12 @@ t0=$(date +%s.%N)
 if [ "$NSERVE" = 2 ]; then sampler >"$DIR/locks" & SAMPLER=$!; fi
 agents=$(IFS=,; echo "${URLS[*]}")
 "$BIN" loadgen --server "${URLS[0]}" --agent-servers "$agents" --agent-token "$AT" --token "$UT" \
-	--instances "$N" --breakers "$B" --interval 1s --duration "${SECS}s" --json >"$DIR/out.json"
+	--instances "$N" --breakers "$B" --interval 1s --duration "${SECS}s" --json >"$DIR/out.json" 2>"$DIR/loadgen.log"
 t1=$(date +%s.%N)
 if [ -n "${SAMPLER:-}" ]; then kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true; fi
 pgafter=$(pgcpu)
 
-python3 - "$DIR/out.json" "$(getconf CLK_TCK)" "$pgbefore" "$pgafter" "$t0" "$t1" "$DIR/locks" "$MODE" <<'PY'
+python3 - "$DIR/out.json" "$(getconf CLK_TCK)" "$pgbefore" "$pgafter" "$t0" "$t1" "$DIR/locks" "$MODE" "$DIR/loadgen.log" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 hz = int(sys.argv[2])
@@ -109,10 +109,21 @@ for i, c in enumerate(cols):
     print(f"collector {i+1}: {c['windows']/ (r['measured']/1e9):.0f} acked/s, {c['cpu_cores']:.2f} cores, {us(c['cpu_per_report']):.1f} us per acked report ({ratio:.1f}x the decode floor), RSS {c['rss_bytes']/1e6:.0f} MB")
 if r['rate'] > 0 and sys.argv[8] != 'sqlite':
     print(f"postgresql (every postgres process on this machine, whole run of {wall:.0f} s): {pg/wall:.2f} cores, about {1e6*pg/(r['rate']*wall):.1f} us per acked report")
+import re, datetime
+connected = None
+for l in open(sys.argv[9]):
+    m = re.match(r'time=(\S+) level=INFO msg=connected', l)
+    if m:
+        connected = datetime.datetime.fromisoformat(m.group(1).replace('Z', '+00:00')).timestamp()
 try:
-    s = [l.strip() for l in open(sys.argv[7]) if l.strip() and l.strip() != "err"]
-    w = sum(1 for l in s if int(l) > 0)
-    print(f"a collector's backend waiting on the other's: {w} of {len(s)} samples ({100*w/max(1,len(s)):.1f} %)")
+    s = [l.split() for l in open(sys.argv[7]) if len(l.split()) == 2]
+    def share(rows, what):
+        w = sum(1 for _, n in rows if int(n) > 0)
+        print(f"a collector's backend waiting on the other's, {what}: {w} of {len(rows)} samples ({100*w/max(1,len(rows)):.1f} %)")
+    share(s, "whole run")
+    if connected:
+        # loadgen measures from about 1.5 s after every agent connected
+        share([r for r in s if float(r[0]) >= connected + 1.5], "while measuring (agents connected)")
 except FileNotFoundError:
     pass
 PY
