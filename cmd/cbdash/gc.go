@@ -15,7 +15,7 @@ import (
 // and last window, each connection's session) and it allocates one
 // decoded window and one line per window report, so with 100 the process
 // holds about three times its live heap. Measured with cbdash loadgen
-// (docs/benchmarks.md, issue 15's eighth round): at 1,000 agents x 20
+// (issue 15's eighth round: `git show 6b3f366:docs/benchmarks.md`; docs/scaling.md, Memory): at 1,000 agents x 20
 // breakers RSS 168 -> 138 MB, at 2,000 x 20 about 300 -> 235 MB, for
 // about 10% more CPU per window report. It follows the live heap as the
 // fleet grows, so unlike a fixed GOMEMLIMIT it cannot make a larger
