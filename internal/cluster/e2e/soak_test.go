@@ -196,7 +196,7 @@ func TestFleetThroughTwoKillsStoresExactlyWhatTheBreakersCounted(t *testing.T) {
 	}
 	kill(a, "A", urls[1])
 	ackedAll("B alone after A's kill", 2, size.phase)
-	a = startServeAt(t, bin, dsn, "A again", aAddr)
+	startServeAt(t, bin, dsn, "A again", aAddr) // where B's agents move at its kill (stopped at the end by its cleanup)
 	kill(b, "B", urls[0])
 	ackedAll("A alone after B's kill", 2, size.phase)
 
