@@ -1,6 +1,7 @@
 package holds
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,13 +18,18 @@ import (
 // lists them, see Plan).
 
 // refuseUnsupported refuses a hold whose selector matches breakers on
-// live instances of which none can be held. A selector that matches no
+// live instances of which none can be held, over the fleet (served here
+// or elsewhere). Errors: cbdash.ErrInvalid, or Elsewhere's. A selector that matches no
 // live breaker at all is accepted: it is desired state, for the instances
 // that say hello later.
-func (m *Manager) refuseUnsupported(sel cbdash.Selector) error {
+func (m *Manager) refuseUnsupported(ctx context.Context, sel cbdash.Selector) error {
+	insts, err := m.fleetInstances(ctx)
+	if err != nil {
+		return fmt.Errorf("instances served by other collectors: %w", err)
+	}
 	matched := 0
 	reasons := map[string][]string{} // reason -> "service/instance"
-	for _, inst := range m.cfg.Instances.HoldInstances() {
+	for _, inst := range insts {
 		for _, b := range inst.Breakers {
 			if !sel.Matches(inst.Ref, b) {
 				continue

@@ -1,7 +1,9 @@
 package live
 
 import (
+	"cmp"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -70,6 +72,12 @@ type Summary struct {
 	// shown rates come from it when no line here has one
 	// (cbdash.Dependency.TripElsewhere).
 	Trip *protocol.Cause
+	// Last is the sum of the live members' last window reports, Rate the
+	// sum of their calls per second (admitted and rejected calls over
+	// each report's period): what a hold's plan and pre-flight count of
+	// members served elsewhere (Parts).
+	Last protocol.Counts
+	Rate float64
 }
 
 // remotePart is another collector's summary of a dependency as this one
@@ -172,6 +180,46 @@ func (s *Summary) addMember(m *memberSlot, byState *stateCounts) {
 		c := t.Cause
 		s.Trip = &c
 	}
+	if w := m.line.Last; w != nil {
+		s.Last.Add(w.Counts)
+		if w.Millis > 0 {
+			s.Rate += float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
+		}
+	}
+}
+
+// Part is one other collector's summary of one dependency as this
+// collector holds it (Parts).
+type Part struct {
+	From string // the collector's node id
+	Summary
+}
+
+// Parts returns the summaries of other collectors this one holds (not
+// those set from the store after a gap, ResyncSummaries), by dependency
+// and then collector: what the instances served elsewhere add to a
+// dependency. The summaries are shared: read them only.
+func (l *State) Parts() []Part {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Part
+	for _, d := range l.deps {
+		for from, p := range d.remote {
+			if !p.store {
+				out = append(out, Part{From: from, Summary: p.s})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Part) int {
+		if c := cmp.Compare(a.Service, b.Service); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Breaker, b.Breaker); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.From, b.From)
+	})
+	return out
 }
 
 // ApplySummary sets collector from's summary s (received at the
