@@ -78,6 +78,29 @@ func TestAHoldPlanOnACountsTheInstancesOfB(t *testing.T) {
 	}
 }
 
+// TestACommandOnAForAnUnsupportedBreakerOnBIsRefused: b3 on B says
+// holds_unsupported for db; a reset of api/db on b3 issued on A is
+// refused up front, as one collector refuses it, rather than routed to
+// an agent that can only refuse it.
+func TestACommandOnAForAnUnsupportedBreakerOnBIsRefused(t *testing.T) {
+	t.Parallel()
+	a, b := twoCollectors(t, "cmda", "cmdb", nil)
+	connect(t, a, "a1", 10, 0)
+	b3 := dialRaw(t, b, b.token)
+	h := rawHello("b3", 1)
+	h.Breakers[0].HoldsUnsupported = true
+	b3.send(h)
+	b3.expect(protocol.TypeWelcome, new(protocol.Welcome))
+	b3.send(b.batch(1, 30, 0))
+	b3.expect(protocol.TypeAck, new(protocol.Ack))
+	waitForBsPart(t, a, 1, 30)
+	_, err := a.col.Issue(context.Background(), cbdash.Actor{Name: "ann"}, cbdash.CommandRequest{Service: "api", Breaker: "db",
+		Action: protocol.ActionReset, Instance: "b3", Reason: "try again"})
+	if !errors.Is(err, cbdash.ErrInvalid) || !strings.Contains(err.Error(), "api/b3") {
+		t.Fatalf("a reset of b3 (on B) issued on A: %v, want refused as unsupported on api/b3", err)
+	}
+}
+
 // TestAHoldPlanOnACountsTheCallsOfB: without a member that cannot be
 // held, B's part counts in the calls per second.
 func TestAHoldPlanOnACountsTheCallsOfB(t *testing.T) {

@@ -188,8 +188,8 @@ func HoldReportMarkdown(r cbdash.HoldReport) []byte { return holds.ReportMarkdow
 
 // refuseUnsupportedTargets refuses a command (release, reset) for breaker
 // k of the named instances when none of them can apply it.
-func (c *Collector) refuseUnsupportedTargets(k cbdash.DependencyKey, instances []string) error {
-	return c.holds.RefuseUnsupportedTargets(k, instances)
+func (c *Collector) refuseUnsupportedTargets(ctx context.Context, k cbdash.DependencyKey, instances []string) error {
+	return c.holds.RefuseUnsupportedTargets(ctx, k, instances)
 }
 
 // HoldAnswerText is a covered breaker's answer to a hold in words
