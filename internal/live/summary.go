@@ -17,11 +17,14 @@ import (
 // elsewhere, one Summary per dependency and serving collector: how many
 // instances, how many by state, the last minute's counts and latency
 // histogram summed over them, the headroom of the one closest to opening,
-// the longest hold, the earliest episode. The dependency's view
-// (compute) adds those to its own members': its totals, state and rates
-// are the fleet's, its PerInstance lines are this collector's members
-// only. Pages that list members served elsewhere read them from the
-// store (the collector's Members), not from live state.
+// the longest hold, the earliest episode, and the sum of the members'
+// last windows (what a hold's pre-flight and plan count of them, Parts).
+// The dependency's view (compute) adds those to its own members': its
+// totals, state and rates are the fleet's, its PerInstance lines are this
+// collector's members only. Pages that list members served elsewhere,
+// holds' plan and refusals and the alert rules about single instances
+// read them from the store (the collector's Members and LinesElsewhere),
+// not from live state.
 //
 // A serving collector sends its summaries about once a second (only
 // those that changed, every one every few seconds) and each transition
