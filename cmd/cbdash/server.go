@@ -107,7 +107,7 @@ func openServer(ctx context.Context, o serveOptions, log *slog.Logger, clk clock
 	if err != nil {
 		return nil, err
 	}
-	s.alerts, err = alert.New(alert.Config{Source: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk,
+	s.alerts, err = alert.New(alert.Config{Source: s.col, Members: s.col, Store: s.store, Logger: log.With("component", "alert"), Clock: clk,
 		ExternalURL: o.ExternalURL, Delivery: alert.DeliveryConfig{AllowPrivate: o.AllowPrivateWebhooks}})
 	if err != nil {
 		return nil, err

@@ -93,6 +93,9 @@ type Engine struct {
 	// fallbacks last served (live state and store, LoadFallbacks).
 	fallbacks       map[cbdash.DependencyKey]fallbackSeen
 	fallbacksLoaded bool
+	// elsewhere is the lines of the instances other collectors serve, by
+	// dependency (LoadElsewhere).
+	elsewhere map[cbdash.DependencyKey][]*cbdash.InstanceBreaker
 }
 
 // stoppedDrill is a drill a stop condition ended: when, and its reason.
@@ -111,6 +114,7 @@ func NewEngine() *Engine {
 		ended:     make(map[alertKey][]time.Time),
 		stopped:   make(map[cbdash.DependencyKey]stoppedDrill),
 		fallbacks: make(map[cbdash.DependencyKey]fallbackSeen),
+		elsewhere: make(map[cbdash.DependencyKey][]*cbdash.InstanceBreaker),
 	}
 }
 
@@ -422,6 +426,9 @@ func matches(r cbdash.AlertRule, k cbdash.DependencyKey) bool {
 // conditions returns the subjects for which the rule's condition holds at
 // now, each with a one-line detail.
 func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string {
+	if r.Kind == cbdash.AlertStale || r.Kind == cbdash.AlertHalfOpenLong {
+		return e.instanceConditions(r, now)
+	}
 	out := make(map[string]string)
 	for k, d := range e.deps {
 		if !matches(r, k) {
@@ -432,10 +439,6 @@ func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string
 			if detail, ok := openCondition(d, e.opened[k]); ok {
 				out[k.String()] = detail
 			}
-		case cbdash.AlertHalfOpenLong:
-			if detail, ok := halfOpenCondition(d, r, now); ok {
-				out[k.String()] = detail
-			}
 		case cbdash.AlertHeadroom:
 			if detail, ok := e.headroomFollows(r, d, now); ok {
 				out[k.String()] = detail
@@ -443,12 +446,6 @@ func (e *Engine) conditions(r cbdash.AlertRule, now time.Time) map[string]string
 		case cbdash.AlertFallbackUnexercised:
 			if detail, ok := e.fallbackCondition(r, d, now); ok {
 				out[k.String()] = detail
-			}
-		case cbdash.AlertStale:
-			for _, ib := range d.PerInstance {
-				if ib.Stale {
-					out[k.Service+"@"+ib.Instance] = fmt.Sprintf("instance %s of %s stopped reporting (last seen %s)", ib.Instance, k.Service, ib.LastSeen.UTC().Format(time.RFC3339))
-				}
 			}
 		}
 	}
@@ -481,14 +478,38 @@ func openCondition(d cbdash.Dependency, openedAt time.Time) (string, bool) {
 	return fmt.Sprintf("%s is open on %d of %d instances", d.DependencyKey, n, max(d.Instances, n)), true
 }
 
-func halfOpenCondition(d cbdash.Dependency, r cbdash.AlertRule, now time.Time) (string, bool) {
+// instanceConditions is conditions for a rule about single instances
+// (stale, half-open too long): over the lines of the instances served
+// here and of those other collectors serve (LoadElsewhere).
+func (e *Engine) instanceConditions(r cbdash.AlertRule, now time.Time) map[string]string {
+	out := make(map[string]string)
+	for k, d := range e.keysWithLines(r) {
+		lines := e.linesOf(k, d)
+		if r.Kind == cbdash.AlertHalfOpenLong {
+			if detail, ok := halfOpenCondition(k, lines, r, now); ok {
+				out[k.String()] = detail
+			}
+			continue
+		}
+		for _, ib := range lines {
+			if ib.Stale {
+				out[k.Service+"@"+ib.Instance] = fmt.Sprintf("instance %s of %s stopped reporting (last seen %s)", ib.Instance, k.Service, ib.LastSeen.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	return out
+}
+
+// halfOpenCondition holds when one of dependency k's live lines has been
+// half-open for the rule's For (DefaultFor) since its last transition.
+func halfOpenCondition(k cbdash.DependencyKey, lines []*cbdash.InstanceBreaker, r cbdash.AlertRule, now time.Time) (string, bool) {
 	limit := r.For
 	if limit <= 0 {
 		limit = DefaultFor
 	}
 	var long []string
 	var longest time.Duration
-	for _, ib := range d.PerInstance {
+	for _, ib := range lines {
 		if ib.Stale || ib.State != protocol.StateHalfOpen || ib.LastTransition.IsZero() {
 			continue
 		}
@@ -501,7 +522,7 @@ func halfOpenCondition(d cbdash.Dependency, r cbdash.AlertRule, now time.Time) (
 		return "", false
 	}
 	slices.Sort(long)
-	return fmt.Sprintf("%s has been half-open for %s on %s", d.DependencyKey, longest.Truncate(time.Second), strings.Join(long, ", ")), true
+	return fmt.Sprintf("%s has been half-open for %s on %s", k, longest.Truncate(time.Second), strings.Join(long, ", ")), true
 }
 
 func headroomCondition(d cbdash.Dependency, r cbdash.AlertRule) (string, bool) {

@@ -92,7 +92,7 @@ func (e *Engine) instanceNow(svc, inst string) string {
 		if k.Service != svc {
 			continue
 		}
-		for _, ib := range d.PerInstance {
+		for _, ib := range e.linesOf(k, d) {
 			if ib.Instance == inst && !ib.Stale {
 				return fmt.Sprintf("instance %s of %s reports again", inst, svc)
 			}

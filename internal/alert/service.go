@@ -75,6 +75,10 @@ type Config struct {
 	// --external-url, after Alertmanager's): every payload links to the
 	// subject's page there (Link). "" = no link.
 	ExternalURL string
+	// Members gives the lines of the instances other collectors of a
+	// cluster serve, which the stale and half-open rules read beside the
+	// live feed's (see Members); nil = none (one collector).
+	Members Members
 }
 
 // DefaultPendingGrace is Config.PendingGrace's default: more than a lost
@@ -146,6 +150,9 @@ type Service struct {
 	// Run's goroutine only.
 	fallbacksRead   time.Time
 	fallbacksLoaded bool
+	// membersRead is when Members was last read (readMembers); Run's
+	// goroutine only.
+	membersRead time.Time
 }
 
 // New returns a Service, or an error wrapping ErrInvalidConfig naming the
@@ -243,6 +250,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.engine = NewEngine()
 	s.mu.Unlock()
 	s.fallbacksRead, s.fallbacksLoaded = time.Time{}, false
+	s.membersRead = time.Time{}
 	if err := s.Reload(ctx); err != nil {
 		if ctx.Err() != nil { // stopped while starting: a clean stop
 			return nil
@@ -326,6 +334,7 @@ func (s *Service) consume(ctx context.Context, wg *sync.WaitGroup, events <-chan
 				}
 			}
 			s.loadFallbacks(ctx)
+			s.readMembers(ctx)
 			s.evaluate(ctx, wg)
 			s.unmute(ctx, func(n Notification) { s.enqueue(ctx, wg, n) })
 			if now := s.cfg.Clock.Now(); now.Sub(s.marked) >= markEvery {

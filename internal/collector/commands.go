@@ -68,7 +68,7 @@ func (c *Collector) issue(ctx context.Context, req cbdash.CommandRequest) (cbdas
 				cbdash.ErrConflict, k, holdList(hs))
 		}
 	}
-	if err := c.refuseUnsupportedTargets(k, targets); err != nil {
+	if err := c.refuseUnsupportedTargets(ctx, k, targets); err != nil {
 		return cbdash.Command{}, err
 	}
 	now := c.now().UTC()

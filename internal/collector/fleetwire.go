@@ -67,6 +67,10 @@ type compactSummary struct {
 	Fallback   *cbdash.FallbackRun `json:"fb,omitempty"`
 	Labels     map[string]string   `json:"lb,omitempty"`
 	Trip       *protocol.Cause     `json:"tr,omitempty"`
+	// Last (the members' last windows summed) and Rate: absent from a
+	// collector before them, read as zero.
+	Last *[16]int64 `json:"lw,omitempty"`
+	Rate float64    `json:"r,omitempty"`
 }
 
 // unixMs is t in Unix ms, 0 for the zero time (and back: timeOfMs).
@@ -91,18 +95,31 @@ func summaryUpdate(s live.Summary) fleetUpdate {
 		Breaker: s.Breaker, Instances: s.Instances, Stale: s.Stale, ByState: s.ByState, Counts: cw.Counts,
 		Span: s.Span, Latency: s.Latency, Headroom: cw.Headroom, Closeness: s.Closeness,
 		OpenSince: unixMs(s.OpenSince), LastChange: unixMs(s.LastChange), Held: s.Held, Fallback: s.Fallback, Labels: s.Labels,
-		Trip: s.Trip,
+		Trip: s.Trip, Last: lastOf(s.Last), Rate: s.Rate,
 	}}
+}
+
+// lastOf is counts as compactWindow's array; nil when all zero.
+func lastOf(c protocol.Counts) *[16]int64 {
+	if c == (protocol.Counts{}) {
+		return nil
+	}
+	a := compactOf(&protocol.Window{Counts: c}).Counts
+	return &a
 }
 
 // summary returns the live.Summary a summary update carries.
 func (u *fleetUpdate) summary() live.Summary {
 	cs := u.Summary
 	w := (&compactWindow{Counts: cs.Counts, Headroom: cs.Headroom}).window()
-	return live.Summary{DependencyKey: cbdash.DependencyKey{Service: u.Service, Breaker: cs.Breaker},
+	s := live.Summary{DependencyKey: cbdash.DependencyKey{Service: u.Service, Breaker: cs.Breaker},
 		Instances: cs.Instances, Stale: cs.Stale, ByState: cs.ByState, Recent: w.Counts, Span: cs.Span,
 		Latency: cs.Latency, Headroom: w.Headroom, Closeness: cs.Closeness, OpenSince: timeOfMs(cs.OpenSince),
-		LastChange: timeOfMs(cs.LastChange), Held: cs.Held, Fallback: cs.Fallback, Labels: cs.Labels, Trip: cs.Trip}
+		LastChange: timeOfMs(cs.LastChange), Held: cs.Held, Fallback: cs.Fallback, Labels: cs.Labels, Trip: cs.Trip, Rate: cs.Rate}
+	if cs.Last != nil {
+		s.Last = (&compactWindow{Counts: *cs.Last}).window().Counts
+	}
+	return s
 }
 
 // compactWindow is a protocol.Window with its counts and headroom as

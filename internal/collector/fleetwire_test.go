@@ -89,6 +89,9 @@ func TestASummaryUpdateCarriesTheSummary(t *testing.T) {
 		Fallback: &cbdash.FallbackRun{LastServed: at, Served: 4, Failed: 1},
 		Labels:   map[string]string{"region": "eu"},
 		Trip:     &protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50},
+		Last: protocol.Counts{Admitted: 21, Successes: 22, Failures: 23, Errors: 24, Timeouts: 25, Panics: 26, Slow: 27, Ignored: 28,
+			RejectedOpen: 29, RejectedHalfOpen: 30, RejectedForced: 31, RejectedBulkhead: 32, FallbackSuccess: 33, FallbackFailure: 34, Misuse: 35, RejectedRamp: 36},
+		Rate: 1234.5,
 	}
 	data, err := json.Marshal([]fleetUpdate{summaryUpdate(s), {V: 99, Kind: "z", Service: "checkout"}})
 	if err != nil {

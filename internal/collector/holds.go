@@ -21,7 +21,7 @@ import (
 type holdManager struct{ *holds.Manager }
 
 func newHoldManager(c *Collector) holdManager {
-	return holdManager{holds.New(holds.Config{Instances: holdFleet{c.live}, Store: c.store, Events: hubEvents{c.hub},
+	return holdManager{holds.New(holds.Config{Instances: holdFleet{c.live}, Elsewhere: holdsElsewhere{c}, Store: c.store, Events: hubEvents{c.hub},
 		Cluster: holdCluster{c}, Now: c.now, Log: c.log, MaxHold: c.cfg.MaxHold, CommandDelivery: c.cfg.CommandDelivery,
 		DefaultStops: c.cfg.DefaultStops, Collector: c.cfg.Cluster.NodeID()})}
 }
@@ -57,6 +57,46 @@ func (f holdFleet) HoldInstance(k holds.Key) (holds.Instance, bool) {
 		return holds.Instance{}, false
 	}
 	return holdInstanceOf(&info), true
+}
+
+// holdsElsewhere is what the collector knows of the instances other
+// collectors serve, as holds count them (holds.Elsewhere): their stored
+// lines (LinesElsewhere) and their collectors' summaries.
+type holdsElsewhere struct{ c *Collector }
+
+func (e holdsElsewhere) InstancesElsewhere(ctx context.Context) ([]holds.Instance, error) {
+	lines, err := e.c.LinesElsewhere(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []holds.Instance
+	for i := range lines { // sorted by service, instance, breaker
+		l := &lines[i]
+		if n := len(out); n == 0 || out[n-1].Ref.Service != l.Service || out[n-1].Ref.Instance != l.Instance {
+			out = append(out, holds.Instance{Ref: cbdash.InstanceRef{Service: l.Service, Instance: l.Instance, Labels: l.Labels},
+				Stale: l.Stale, Elsewhere: true})
+		}
+		inst := &out[len(out)-1]
+		inst.Breakers = append(inst.Breakers, l.Breaker)
+		if why, no := cbdash.HoldsUnsupported(*l.Config); no {
+			if inst.Unsupported == nil {
+				inst.Unsupported = map[string]string{}
+			}
+			inst.Unsupported[l.Breaker] = why
+		}
+	}
+	return out, nil
+}
+
+func (e holdsElsewhere) PartsElsewhere() []holds.Part {
+	ps := e.c.live.Parts()
+	out := make([]holds.Part, 0, len(ps))
+	for i := range ps {
+		s := &ps[i].Summary
+		out = append(out, holds.Part{DependencyKey: s.DependencyKey, Instances: s.Instances - s.Stale, Labels: s.Labels,
+			Last: s.Last, Rate: s.Rate})
+	}
+	return out
 }
 
 func holdInstanceOf(info *live.InstanceInfo) holds.Instance {
@@ -148,8 +188,8 @@ func HoldReportMarkdown(r cbdash.HoldReport) []byte { return holds.ReportMarkdow
 
 // refuseUnsupportedTargets refuses a command (release, reset) for breaker
 // k of the named instances when none of them can apply it.
-func (c *Collector) refuseUnsupportedTargets(k cbdash.DependencyKey, instances []string) error {
-	return c.holds.RefuseUnsupportedTargets(k, instances)
+func (c *Collector) refuseUnsupportedTargets(ctx context.Context, k cbdash.DependencyKey, instances []string) error {
+	return c.holds.RefuseUnsupportedTargets(ctx, k, instances)
 }
 
 // HoldAnswerText is a covered breaker's answer to a hold in words

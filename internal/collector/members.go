@@ -86,31 +86,83 @@ func (c *Collector) storedLines(lines []*cbdash.InstanceBreaker, ibs []cbdash.In
 	now := c.now()
 	added := false
 	for i := range ibs {
-		r := ibs[i]
-		age := now.Sub(r.LastSeen)
-		if have[r.Instance] || age > c.cfg.GoneAfter {
+		if have[ibs[i].Instance] {
 			continue
 		}
-		r.Stale = age > c.cfg.StaleAfter
-		if r.State == "" {
-			r.State = protocol.StateClosed
+		if r, ok := c.storedLine(ibs[i], now); ok {
+			lines = append(lines, &r)
+			added = true
 		}
-		// Lines are read as live state's are: never a nil window or
-		// configuration (zero ones, shared and read-only like theirs).
-		if r.Last == nil {
-			r.Last = &noWindow
-		}
-		if r.Config == nil {
-			r.Config = &noConfig
-		}
-		r.Shown.Failure, r.Shown.Slow = cbdash.LineRatesOf(&r, nil)
-		lines = append(lines, &r)
-		added = true
 	}
 	if added {
 		slices.SortFunc(lines, func(a, b *cbdash.InstanceBreaker) int { return strings.Compare(a.Instance, b.Instance) })
 	}
 	return lines
+}
+
+// storedLine is stored instance breaker r as a line at now: false when
+// it was not seen within Config.GoneAfter; stale when not within
+// Config.StaleAfter, as live state's lines (the store's last-seen time is
+// at most seenEvery, 5 s, behind an instance's last batch, well within
+// the stale timeout).
+func (c *Collector) storedLine(r cbdash.InstanceBreaker, now time.Time) (cbdash.InstanceBreaker, bool) {
+	age := now.Sub(r.LastSeen)
+	if age > c.cfg.GoneAfter {
+		return r, false
+	}
+	r.Stale = age > c.cfg.StaleAfter
+	if r.State == "" {
+		r.State = protocol.StateClosed
+	}
+	// Lines are read as live state's are: never a nil window or
+	// configuration (zero ones, shared and read-only like theirs).
+	if r.Last == nil {
+		r.Last = &noWindow
+	}
+	if r.Config == nil {
+		r.Config = &noConfig
+	}
+	r.Shown.Failure, r.Shown.Slow = cbdash.LineRatesOf(&r, nil)
+	return r, true
+}
+
+// LinesElsewhere returns the lines of the instance breakers live state
+// holds no line of (the instances other collectors serve, issue 36) as
+// the store keeps them (store.Instances: state, labels, configuration,
+// last transition, last seen; no window), those not seen within
+// Config.GoneAfter left out, stale ones marked as live state marks its
+// own; sorted by service, instance and breaker. Nil without a cluster
+// (Config.Cluster nil or local: live state holds every line). What reads
+// live lines and must see the fleet reads these too: the alerts of
+// single instances (alert.Config.Members) and the instances a hold plan,
+// its pre-flight and its refusals count (holds.Config.Elsewhere).
+// Errors: the store's.
+func (c *Collector) LinesElsewhere(ctx context.Context) ([]cbdash.InstanceBreaker, error) {
+	if c.fleet == nil || c.fleet.solo {
+		return nil, nil
+	}
+	ibs, err := c.store.Instances(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type lineKey struct{ service, instance, breaker string }
+	here := map[lineKey]bool{} // an instance may have lines here of some breakers only (Config.FullDetail's)
+	for _, info := range c.live.Instances() {
+		for _, b := range info.Breakers {
+			here[lineKey{info.Ref.Service, info.Ref.Instance, b}] = true
+		}
+	}
+	now := c.now()
+	var out []cbdash.InstanceBreaker
+	for _, r := range ibs {
+		if here[lineKey{r.Service, r.Instance, r.Breaker}] {
+			continue
+		}
+		if l, ok := c.storedLine(r, now); ok {
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
 
 // targets picks the instances of dependency k an operator command goes

@@ -35,6 +35,9 @@ type Instance struct {
 	// Conn is the agent process's connection; nil when it has none.
 	Conn  Conn
 	Stale bool // silent for the stale timeout
+	// Elsewhere is set for an instance another collector serves
+	// (Config.Elsewhere): no Conn, Rates or Last.
+	Elsewhere bool
 	// Pull is set for an instance that reports over HTTP ingest (no
 	// Conn): what is sent to it is recorded as pending targets, which
 	// its ingest response carries.
@@ -50,8 +53,10 @@ func (i Instance) key() Key { return Key{i.Ref.Service, i.Ref.Instance} }
 // methods are called with Manager's lock held and must not call back into
 // the Manager; they must be safe for concurrent use.
 type Instances interface {
-	// HoldInstances lists every instance, sorted by service then
-	// instance.
+	// HoldInstances lists every instance served here (connected here,
+	// on HTTP ingest here, or known here and away), sorted by service
+	// then instance: in a cluster, not those other collectors serve
+	// (Elsewhere).
 	HoldInstances() []Instance
 	// HoldInstance returns one instance; ok is false when it is unknown.
 	HoldInstance(k Key) (inst Instance, ok bool)
@@ -108,9 +113,15 @@ type Cluster interface {
 }
 
 // Config is what a Manager is built from. Every field is required except
-// Log (nil = slog.Default()) and MaxHold (0 = cbdash.DefaultMaxHold).
+// Elsewhere, Log (nil = slog.Default()) and MaxHold (0 =
+// cbdash.DefaultMaxHold).
 type Config struct {
 	Instances Instances
+	// Elsewhere is what this collector knows of the instances other
+	// collectors of its cluster serve (Plan, pre-flight and the refusal
+	// of breakers that cannot be held count them); nil = none (one
+	// collector).
+	Elsewhere Elsewhere
 	Store     Store
 	Events    Events
 	Cluster   Cluster
@@ -272,7 +283,7 @@ func (m *Manager) createUntil(ctx context.Context, req cbdash.HoldRequest, until
 	if err := req.Validate(m.cfg.MaxHold); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
-	if err := m.refuseUnsupported(req.Selector); err != nil {
+	if err := m.refuseUnsupported(ctx, req.Selector); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
 	stops, err := cbdash.EffectiveStops(m.cfg.DefaultStops, req.DropStops, req.StopIf)
@@ -301,7 +312,7 @@ func (m *Manager) Advise(ctx context.Context, req cbdash.HoldRequest) (cbdash.Ho
 	if err := req.Validate(m.cfg.MaxHold); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
-	if err := m.refuseUnsupported(req.Selector); err != nil {
+	if err := m.refuseUnsupported(ctx, req.Selector); err != nil {
 		return cbdash.HoldRecord{}, err
 	}
 	return m.create(ctx, req, []cbdash.StopCondition{}, time.Time{})

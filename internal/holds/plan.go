@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -27,10 +28,14 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 	p.Stops, _ = cbdash.EffectiveStops(m.cfg.DefaultStops, req.DropStops, req.StopIf) // Preflight read them
 	services := map[string]bool{}
 	superseded := map[string]bool{}
+	insts, err := m.fleetInstances(ctx)
+	if err != nil {
+		return cbdash.HoldPlan{}, fmt.Errorf("instances served by other collectors: %w", err)
+	}
 	m.mu.Lock()
 	others := m.listLocked()
 	m.mu.Unlock()
-	for _, inst := range m.cfg.Instances.HoldInstances() {
+	for _, inst := range insts {
 		if inst.Stale { // connected, on HTTP ingest, or away for less than the stale timeout
 			continue
 		}
@@ -43,6 +48,7 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 			p.Instances = append(p.Instances, inst.Ref.Service+"/"+inst.Ref.Instance)
 		}
 	}
+	p.CallsPerSecond += m.rateElsewhere(p.Selector, insts)
 	for s := range services {
 		p.Services = append(p.Services, s)
 	}
@@ -53,6 +59,31 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 	sort.Strings(p.Superseded)
 	sort.Strings(p.Unsupported)
 	return p, nil
+}
+
+// rateElsewhere is the calls per second of the breakers sel covers on
+// instances served elsewhere (Elsewhere's parts sel covers whole, less
+// those of a dependency with a member there that cannot be held).
+func (m *Manager) rateElsewhere(sel cbdash.Selector, insts []Instance) float64 {
+	parts := m.partsCovered(sel)
+	if len(parts) == 0 {
+		return 0
+	}
+	blocked := map[cbdash.DependencyKey]bool{}
+	for _, inst := range insts {
+		for b := range inst.Unsupported {
+			if inst.Elsewhere {
+				blocked[cbdash.DependencyKey{Service: inst.Ref.Service, Breaker: b}] = true
+			}
+		}
+	}
+	rate := 0.0
+	for _, pt := range parts {
+		if !blocked[pt.DependencyKey] {
+			rate += pt.Rate
+		}
+	}
+	return rate
 }
 
 // planInstance adds what sel covers of inst to p: its unsupported

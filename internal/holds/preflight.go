@@ -116,7 +116,11 @@ func (m *Manager) insteadOfADrill(wait string) string {
 }
 
 // breachedNow is a reason for each stop condition already above its value
-// on the last window reports of the live breakers sel matches.
+// on the last window reports of the live breakers sel matches: those of
+// the instances served here, and the sums of the instances other
+// collectors serve (Elsewhere's parts sel covers whole; of a part sel
+// narrows by instance, share or labels not every member has, nothing is
+// known here).
 func (m *Manager) breachedNow(sel cbdash.Selector, stops []cbdash.StopCondition) []string {
 	var sum cbdash.HoldCounts
 	for _, inst := range m.cfg.Instances.HoldInstances() {
@@ -128,6 +132,9 @@ func (m *Manager) breachedNow(sel cbdash.Selector, stops []cbdash.StopCondition)
 				sum.Counts.Add(c)
 			}
 		}
+	}
+	for _, p := range m.partsCovered(sel) {
+		sum.Counts.Add(p.Last)
 	}
 	var out []string
 	for _, c := range stops {

@@ -1,6 +1,7 @@
 package holds
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,13 +18,18 @@ import (
 // lists them, see Plan).
 
 // refuseUnsupported refuses a hold whose selector matches breakers on
-// live instances of which none can be held. A selector that matches no
+// live instances of which none can be held, over the fleet (served here
+// or elsewhere). Errors: cbdash.ErrInvalid, or Elsewhere's. A selector that matches no
 // live breaker at all is accepted: it is desired state, for the instances
 // that say hello later.
-func (m *Manager) refuseUnsupported(sel cbdash.Selector) error {
+func (m *Manager) refuseUnsupported(ctx context.Context, sel cbdash.Selector) error {
+	insts, err := m.fleetInstances(ctx)
+	if err != nil {
+		return fmt.Errorf("instances served by other collectors: %w", err)
+	}
 	matched := 0
 	reasons := map[string][]string{} // reason -> "service/instance"
-	for _, inst := range m.cfg.Instances.HoldInstances() {
+	for _, inst := range insts {
 		for _, b := range inst.Breakers {
 			if !sel.Matches(inst.Ref, b) {
 				continue
@@ -43,16 +49,31 @@ func (m *Manager) refuseUnsupported(sel cbdash.Selector) error {
 }
 
 // RefuseUnsupportedTargets refuses a command (release, reset) for breaker
-// k of the named instances when none of them can apply it (each is known
-// and its hello said holds_unsupported for k's breaker). Errors:
-// cbdash.ErrInvalid with the reasons, one group per reason.
-func (m *Manager) RefuseUnsupportedTargets(k cbdash.DependencyKey, instances []string) error {
+// k of the named instances when none of them can apply it (each is known,
+// here or served by another collector, and its hello said
+// holds_unsupported for k's breaker). Errors: cbdash.ErrInvalid with the
+// reasons, one group per reason; Elsewhere's.
+func (m *Manager) RefuseUnsupportedTargets(ctx context.Context, k cbdash.DependencyKey, instances []string) error {
 	if len(instances) == 0 {
 		return nil
 	}
+	var there map[Key]Instance // the instances served elsewhere, read at the first target not served here
 	reasons := map[string][]string{}
 	for _, inst := range instances {
 		in, ok := m.cfg.Instances.HoldInstance(Key{k.Service, inst})
+		if !ok && m.cfg.Elsewhere != nil {
+			if there == nil {
+				all, err := m.cfg.Elsewhere.InstancesElsewhere(ctx)
+				if err != nil {
+					return fmt.Errorf("instances served by other collectors: %w", err)
+				}
+				there = make(map[Key]Instance, len(all))
+				for _, e := range all {
+					there[e.key()] = e
+				}
+			}
+			in, ok = there[Key{k.Service, inst}]
+		}
 		if !ok {
 			return nil
 		}

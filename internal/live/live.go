@@ -1072,7 +1072,11 @@ type Service struct {
 	Stale     int    `json:"stale"`
 }
 
-// Services summarises the known services, sorted by name.
+// Services summarises the known services, sorted by name. Its instances
+// are those live state holds a line of and, of each other collector, as
+// many as its summaries count on the service's dependency with the most
+// (issue 36: the instances of a service declare its breakers alike; one
+// that declares fewer is not counted twice), their stale ones likewise.
 func (l *State) Services() []Service {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1092,12 +1096,24 @@ func (l *State) Services() []Service {
 			s.Stale++
 		}
 	}
+	type source struct{ service, from string }
+	elsewhere := map[source]Summary{} // the largest summary of each other collector per service
 	for _, d := range l.deps {
 		s := get(d.key.Service)
 		s.Breakers++
 		if st := l.viewLocked(d).State; stateRank(st) < stateRank(s.State) {
 			s.State = st
 		}
+		for from, p := range d.remote {
+			if e := elsewhere[source{d.key.Service, from}]; p.s.Instances > e.Instances {
+				elsewhere[source{d.key.Service, from}] = p.s
+			}
+		}
+	}
+	for src, sm := range elsewhere {
+		s := get(src.service)
+		s.Instances += sm.Instances
+		s.Stale += sm.Stale
 	}
 	out := make([]Service, 0, len(by))
 	for _, s := range by {

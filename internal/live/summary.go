@@ -1,7 +1,9 @@
 package live
 
 import (
+	"cmp"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -15,11 +17,14 @@ import (
 // elsewhere, one Summary per dependency and serving collector: how many
 // instances, how many by state, the last minute's counts and latency
 // histogram summed over them, the headroom of the one closest to opening,
-// the longest hold, the earliest episode. The dependency's view
-// (compute) adds those to its own members': its totals, state and rates
-// are the fleet's, its PerInstance lines are this collector's members
-// only. Pages that list members served elsewhere read them from the
-// store (the collector's Members), not from live state.
+// the longest hold, the earliest episode, and the sum of the members'
+// last windows (what a hold's pre-flight and plan count of them, Parts).
+// The dependency's view (compute) adds those to its own members': its
+// totals, state and rates are the fleet's, its PerInstance lines are this
+// collector's members only. Pages that list members served elsewhere,
+// holds' plan and refusals and the alert rules about single instances
+// read them from the store (the collector's Members and LinesElsewhere),
+// not from live state.
 //
 // A serving collector sends its summaries about once a second (only
 // those that changed, every one every few seconds) and each transition
@@ -70,6 +75,12 @@ type Summary struct {
 	// shown rates come from it when no line here has one
 	// (cbdash.Dependency.TripElsewhere).
 	Trip *protocol.Cause
+	// Last is the sum of the live members' last window reports, Rate the
+	// sum of their calls per second (admitted and rejected calls over
+	// each report's period): what a hold's plan and pre-flight count of
+	// members served elsewhere (Parts).
+	Last protocol.Counts
+	Rate float64
 }
 
 // remotePart is another collector's summary of a dependency as this one
@@ -172,6 +183,46 @@ func (s *Summary) addMember(m *memberSlot, byState *stateCounts) {
 		c := t.Cause
 		s.Trip = &c
 	}
+	if w := m.line.Last; w != nil {
+		s.Last.Add(w.Counts)
+		if w.Millis > 0 {
+			s.Rate += float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
+		}
+	}
+}
+
+// Part is one other collector's summary of one dependency as this
+// collector holds it (Parts).
+type Part struct {
+	From string // the collector's node id
+	Summary
+}
+
+// Parts returns the summaries of other collectors this one holds (not
+// those set from the store after a gap, ResyncSummaries), by dependency
+// and then collector: what the instances served elsewhere add to a
+// dependency. The summaries are shared: read them only.
+func (l *State) Parts() []Part {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Part
+	for _, d := range l.deps {
+		for from, p := range d.remote {
+			if !p.store {
+				out = append(out, Part{From: from, Summary: p.s})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Part) int {
+		if c := cmp.Compare(a.Service, b.Service); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Breaker, b.Breaker); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.From, b.From)
+	})
+	return out
 }
 
 // ApplySummary sets collector from's summary s (received at the

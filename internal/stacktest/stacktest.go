@@ -106,7 +106,7 @@ func Start(tb testing.TB, o Options) *Stack {
 		tb.Fatalf("stacktest: collector: %v", err)
 	}
 	if o.Alert != nil {
-		acfg := alert.Config{Source: s.Collector, Store: s.Store, Clock: o.Clock, Interval: time.Second}
+		acfg := alert.Config{Source: s.Collector, Members: s.Collector, Store: s.Store, Clock: o.Clock, Interval: time.Second}
 		o.Alert(&acfg)
 		if s.Alerts, err = alert.New(acfg); err != nil {
 			tb.Fatalf("stacktest: alert: %v", err)

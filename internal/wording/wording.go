@@ -101,11 +101,23 @@ func Instances(d cbdash.Dependency) string {
 }
 
 // hostsIn counts the hosts of d's live instances (in of them in d's
-// state), when one of them is a cluster's (ok).
+// state), when one of them is a cluster's (ok). A live member d has no
+// line of (served by another collector, issue 36: d's counts are the
+// fleet's, its lines this collector's) counts as one host, in d's state
+// as d.ByState counts it.
 func hostsIn(d cbdash.Dependency) (in, of int64, ok bool) {
+	var lines, linesIn int64 // live lines, and those in d's state
+	defer func() {
+		of += max(int64(d.Instances-d.Stale)-lines, 0)
+		in += max(int64(d.ByState[d.State])-linesIn, 0)
+	}()
 	for _, ib := range d.PerInstance {
 		if ib.Stale {
 			continue
+		}
+		lines++
+		if ib.State == d.State {
+			linesIn++
 		}
 		if ib.Last == nil || ib.Last.Hosts == nil {
 			of++

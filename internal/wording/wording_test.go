@@ -146,6 +146,9 @@ func TestInstancesCountsAClustersHosts(t *testing.T) {
 			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateClosed, &protocol.Hosts{Total: 3})}}, "closed on 3 of 3 hosts"},
 		{"a cluster beside an instance of its own", cbdash.Dependency{State: protocol.StateOpen, Instances: 2, ByState: map[string]int{protocol.StateOpen: 2},
 			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateOpen, &protocol.Hosts{Total: 4, Open: 2}), line(protocol.StateOpen, nil)}}, "open on 3 of 5 hosts"},
+		{"a cluster here and two instances served by another collector", cbdash.Dependency{State: protocol.StateOpen, Instances: 3,
+			ByState:     map[string]int{protocol.StateOpen: 2, protocol.StateClosed: 1},
+			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateOpen, &protocol.Hosts{Total: 4, Open: 2})}}, "open on 3 of 6 hosts"},
 		{"instances alone", cbdash.Dependency{State: protocol.StateOpen, Instances: 6, ByState: map[string]int{protocol.StateOpen: 2},
 			PerInstance: []*cbdash.InstanceBreaker{line(protocol.StateOpen, nil), line(protocol.StateOpen, nil)}}, "open on 2 of 6"},
 	} {
