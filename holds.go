@@ -544,8 +544,15 @@ func MergeHoldCounts(rows []HoldCounts) []HoldCounts {
 		r.Latency = append([]int64(nil), r.Latency...)
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
+	SortHoldCounts(out)
+	return out
+}
+
+// SortHoldCounts orders cs by service, instance and breaker, the order
+// drill reports list them in.
+func SortHoldCounts(cs []HoldCounts) {
+	sort.Slice(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
 		if a.Service != b.Service {
 			return a.Service < b.Service
 		}
@@ -554,7 +561,6 @@ func MergeHoldCounts(rows []HoldCounts) []HoldCounts {
 		}
 		return a.Breaker < b.Breaker
 	})
-	return out
 }
 
 // HoldReport is the drill report of a hold: what it covered and what the

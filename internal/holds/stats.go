@@ -2,7 +2,6 @@ package holds
 
 import (
 	"context"
-	"sort"
 	"time"
 
 	"github.com/cbdash/cbdash"
@@ -183,16 +182,7 @@ func (m *Manager) Counts(id string) []cbdash.HoldCounts {
 			out = append(out, c)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Service != b.Service {
-			return a.Service < b.Service
-		}
-		if a.Instance != b.Instance {
-			return a.Instance < b.Instance
-		}
-		return a.Breaker < b.Breaker
-	})
+	cbdash.SortHoldCounts(out)
 	return out
 }
 
