@@ -53,7 +53,7 @@ for i in $(seq 1 "$NSERVE"); do
 	if [ "$MODE" != sqlite ]; then db="$DB&application_name=cbdash_bench_$i"; fi
 	pin=()
 	case $MODE in *pinned) pin=(taskset -c $((i - 1))) ;; esac
-	"${pin[@]}" "$BIN" serve --addr 127.0.0.1:$port --db "$db" --log-level warn >"$DIR/serve$i.log" 2>&1 &
+	"${pin[@]}" "$BIN" serve --addr 127.0.0.1:$port --db "$db" --log-level warn --max-connections-per-address 100000 >"$DIR/serve$i.log" 2>&1 &
 	PIDS+=($!)
 	URLS+=(http://127.0.0.1:$port)
 	# One at a time: the first one's migrations are done when it is ready.
