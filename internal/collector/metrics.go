@@ -161,8 +161,8 @@ func (m *metrics) SubscriberDropped() { m.subDrops.Inc() }
 func (m *metrics) Subscribers(n int) { m.subscribers.Set(float64(n)) }
 
 // registerStoreMetrics exports the store writer's counters: transactions
-// and operations committed (their ratio is the group size) and
-// operations that failed.
+// and operations committed (their ratio is the group size), operations
+// that failed or were skipped, and groups run again after a deadlock.
 func registerStoreMetrics(reg prometheus.Registerer, st *store.Store) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -181,6 +181,10 @@ func registerStoreMetrics(reg prometheus.Registerer, st *store.Store) error {
 			Name: "cbdash_store_skipped_operations_total",
 			Help: "Batches the store's writer left unwritten because one before them, of the same agent connection, had failed (the agent resends them).",
 		}, func() float64 { return float64(st.Stats().SkippedOps) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cbdash_store_retried_groups_total",
+			Help: "Groups of batches PostgreSQL ended as a deadlock's or a serialization failure's victim (another collector's writer in the way) and the store's writer ran again.",
+		}, func() float64 { return float64(st.Stats().Retried) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return err
