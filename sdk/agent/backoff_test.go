@@ -28,13 +28,11 @@ func TestFailingBatchesBackOffAlthoughWelcomed(t *testing.T) {
 		// Waits are random in [d/2, d] for d = 10, 20, 40, 80, 160 ms...: six
 		// reconnects take at least 5+10+20+40+80 ms; with the backoff reset
 		// at every welcome they would take 6 x [5, 10] ms.
-		time.Sleep(155*time.Millisecond - time.Nanosecond)
-		synctest.Wait()
+		synctest.Sleep(155*time.Millisecond - time.Nanosecond)
 		if n := f.agent.Stats().Reconnects; n >= 6 {
 			t.Fatalf("%d reconnects in %v: the backoff did not grow", n, time.Since(start))
 		}
-		time.Sleep(time.Second - 155*time.Millisecond)
-		synctest.Wait()
+		synctest.Sleep(time.Second - 155*time.Millisecond)
 		if n := f.agent.Stats().Reconnects; n < 6 {
 			t.Fatalf("%d reconnects in %v, want six", n, time.Since(start))
 		}
@@ -61,8 +59,7 @@ func TestRefusedForGoodWaitsTheLongestBackoff(t *testing.T) {
 		if err := f.agent.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * longest) // two waits of at most the longest backoff
-		synctest.Wait()
+		synctest.Sleep(2 * longest) // two waits of at most the longest backoff
 		at := f.col.hellosAt()
 		if len(at) < 3 {
 			t.Fatalf("%d hellos in %v, want 3", len(at), 2*longest)

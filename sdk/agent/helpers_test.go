@@ -209,8 +209,7 @@ func (f *fixture) close(t *testing.T) {
 // then also sent its report and had it acknowledged).
 func (f *fixture) tick() {
 	if f.clock == nil {
-		time.Sleep(time.Second)
-		synctest.Wait()
+		synctest.Sleep(time.Second)
 		return
 	}
 	f.clock.Advance(time.Second)

@@ -53,8 +53,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 			if err := f.agent.Start(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(fourHellos)
-			synctest.Wait()
+			synctest.Sleep(fourHellos)
 			if n := len(f.col.hellosAt()); n < 4 {
 				t.Fatalf("%d hellos within %v, want 4", n, fourHellos)
 			}
@@ -78,8 +77,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 			if err := f.agent.Start(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(fourHellos)
-			synctest.Wait()
+			synctest.Sleep(fourHellos)
 			if na, nb := len(a.hellosAt()), len(b.hellosAt()); na+nb < 4 || (na != 0 && nb != 0) {
 				t.Fatalf("hellos: %d to one collector, %d to the other; want four or more, every one to the collector that asked the agent back", na, nb)
 			}
@@ -93,8 +91,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 			// the next one 300 ms later; the second collector's fifth
 			// (after which the agent would go back) at least 4 x 200 ms
 			// after its first.
-			time.Sleep(5*hint*3/2*time.Millisecond - fourHellos)
-			synctest.Wait()
+			synctest.Sleep(5*hint*3/2*time.Millisecond - fourHellos)
 			if len(second.hellosAt()) == 0 {
 				t.Fatalf("no hello to the other collector after %d to the first", len(first.hellosAt()))
 			}
@@ -110,15 +107,13 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 			f.col.set(func(c *collector) { c.storeError = refusal })
 			calls(f.b, 3, false)
 			f.tick() // one batch, answered by the error and resent at every welcome
-			time.Sleep(fourHellos)
-			synctest.Wait()
+			synctest.Sleep(fourHellos)
 			if n := len(f.col.hellosAt()); n < 4 {
 				t.Fatalf("%d hellos within %v of the refused batch, want 4", n, fourHellos)
 			}
 			checkGaps(t, f.col.hellosAt()[:4])
 			f.col.set(func(c *collector) { c.storeError = nil })
-			time.Sleep(hint * 3 / 2 * time.Millisecond) // the next hello's wait at most
-			synctest.Wait()
+			synctest.Sleep(hint * 3 / 2 * time.Millisecond) // the next hello's wait at most
 			f.close(t)
 			if sum, _ := f.col.sum("payments"); sum.Successes != 3 || len(f.col.batches()) != 1 {
 				t.Fatalf("stored %d batches with %+v, want the one batch of 3 successes once", len(f.col.batches()), sum)
@@ -151,22 +146,19 @@ func TestCollectorStartedAfterTheAgentIsReachedQuickly(t *testing.T) {
 		if err := f.agent.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Second) // waits of at most a second
-		synctest.Wait()
+		synctest.Sleep(2 * time.Second) // waits of at most a second
 		if d := dials.Load(); d < 3 {
 			t.Fatalf("%d refused dials in 2 s, want at least 3 (one a second at most)", d)
 		}
 		if n := f.logs.count("collector connection lost, retrying"); n != 1 || f.logs.contains("still failing") {
 			t.Fatalf("%d warnings for the first failures, want 1 (then one per 30 s):\n%s", n, f.logs.String())
 		}
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		synctest.Sleep(30 * time.Second)
 		if !f.logs.contains("collector connection still failing") || !f.logs.contains("failures_since_last_warning=") {
 			t.Fatalf("no warning 30 s later with the count:\n%s", f.logs.String())
 		}
 		f.col.restart()
-		time.Sleep(time.Second) // the refused-dial cap: the longest wait now
-		synctest.Wait()
+		synctest.Sleep(time.Second) // the refused-dial cap: the longest wait now
 		if !f.col.connected() {
 			t.Fatalf("not connected a second after the collector listened (%d dials), want within the refused-dial cap (1 s), well before the backoff's 5 s", dials.Load())
 		}
@@ -210,8 +202,7 @@ func newFailbackFixture(t *testing.T, failbackAfter time.Duration) *failbackFixt
 		t.Fatalf("after the first report: %+v, want one batch sent and acknowledged", s)
 	}
 	ff.pref.stop()
-	time.Sleep(100 * time.Millisecond) // ReconnectMax (50 ms) twice: a refused dial, then the other collector
-	synctest.Wait()
+	synctest.Sleep(100 * time.Millisecond) // ReconnectMax (50 ms) twice: a refused dial, then the other collector
 	if got := f.agent.Stats().Collector; got != ff.other.url() {
 		t.Fatalf("the agent is on %q after its preferred collector died, want the other one", got)
 	}

@@ -78,8 +78,7 @@ func (f *fixture) advance(d time.Duration) {
 		f.clk.Advance(d)
 		return
 	}
-	time.Sleep(d)
-	synctest.Wait()
+	synctest.Sleep(d)
 }
 
 // now is the fixture's clock's time.
@@ -738,7 +737,7 @@ func TestSystemClock(t *testing.T) {
 		if s := b.Snapshot(); s.Totals.Successes != 1 || s.Window.Calls != 1 || !s.At.Equal(start) {
 			t.Errorf("snapshot %+v, want one success in the window at %v", s, start)
 		}
-		time.Sleep(10 * time.Second) // the window slides past the call
+		synctest.Sleep(10 * time.Second) // the window slides past the call
 		if s := b.Snapshot(); s.Totals.Successes != 1 || s.Window.Calls != 0 || !s.At.Equal(start.Add(10*time.Second)) {
 			t.Errorf("snapshot %+v, want the call out of the window at %v", s, start.Add(10*time.Second))
 		}

@@ -111,7 +111,7 @@ func run(command string, calls []call) *seen {
 	var wg sync.WaitGroup
 	for _, c := range calls {
 		if d := time.Until(start.Add(c.at)); d > 0 {
-			time.Sleep(d)
+			synctest.Sleep(d) // the bubble's clock, to the call's time
 		}
 		wg.Go(func() {
 			ctx := context.Background()
@@ -125,7 +125,7 @@ func run(command string, calls []call) *seen {
 				if c.kind == slow {
 					d = 1500 * time.Millisecond
 				}
-				time.Sleep(d)
+				<-time.After(d) // the call's duration, on the bubble's clock (one of many goroutines: no synctest.Sleep here)
 				if c.kind == fail {
 					return errDown
 				}
@@ -151,8 +151,7 @@ func run(command string, calls []call) *seen {
 		})
 	}
 	wg.Wait()
-	time.Sleep(2 * time.Second) // the runs that timed out end
-	synctest.Wait()             // hystrix-go has reported every call
+	synctest.Sleep(2 * time.Second) // the runs that timed out end, and hystrix-go has reported every call
 	return s
 }
 
@@ -321,8 +320,7 @@ func TestPollSeesAnOpenNoCallSaw(t *testing.T) {
 		var rec recorder
 		cancel := src.Subscribe(rec.observe)
 		start := time.Now()
-		time.Sleep(time.Second) // the poll
-		synctest.Wait()
+		synctest.Sleep(time.Second) // the poll
 		ts := rec.get()
 		if len(ts) != 1 || ts[0].To != breaker.Open || !ts[0].At.Equal(start.Add(time.Second)) || src.Snapshot().State != breaker.Open {
 			t.Errorf("transitions %+v (state %v), want closed>open at the poll", ts, src.Snapshot().State)
@@ -331,7 +329,7 @@ func TestPollSeesAnOpenNoCallSaw(t *testing.T) {
 			t.Errorf("totals %+v", s)
 		}
 		// The test call after SleepWindow succeeds: closed at once.
-		time.Sleep(1500 * time.Millisecond)
+		synctest.Sleep(1500 * time.Millisecond)
 		if err := hystrix.Do(command, func() error { return nil }, nil); err != nil {
 			t.Fatal(err)
 		}

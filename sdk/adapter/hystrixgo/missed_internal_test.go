@@ -51,7 +51,7 @@ func TestAnOpenMissedByThePollIsReportedFromItsShortCircuit(t *testing.T) {
 
 		// 00:00:00 a short-circuit, the poll not yet run; 00:00:01 Reset.
 		short(0)
-		time.Sleep(time.Second)
+		synctest.Sleep(time.Second)
 		k.Reset()
 		want := []string{"closed>open@00:00:00", "open>closed@00:00:01"}
 		if !slices.Equal(*got, want) {
@@ -61,7 +61,7 @@ func TestAnOpenMissedByThePollIsReportedFromItsShortCircuit(t *testing.T) {
 		// 00:00:02 a Reset with nothing seen (the open came and went
 		// between two updates), then the short-circuit of a call that
 		// started at 00:00:01.5, reported after it.
-		time.Sleep(time.Second)
+		synctest.Sleep(time.Second)
 		k.Reset()
 		if len(*got) != 2 {
 			t.Fatalf("a Reset with nothing seen: %v", *got)
@@ -77,7 +77,7 @@ func TestAnOpenMissedByThePollIsReportedFromItsShortCircuit(t *testing.T) {
 		// 00:00:03 a short-circuit that started after the Reset: the poll
 		// is woken to confirm, nothing reported yet.
 		<-ad.nudge // the earlier ones
-		time.Sleep(time.Second)
+		synctest.Sleep(time.Second)
 		short(0)
 		select {
 		case <-ad.nudge:
