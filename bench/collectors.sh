@@ -11,6 +11,8 @@
 # PostgreSQL), pg2 (two collectors on one PostgreSQL schema, the agents
 # split between them), pg2pinned (the same, each collector pinned to one
 # core with taskset), pg1pinned (one collector pinned to core 0).
+# LOCKDETAIL=1 also prints which statements waited on which (the waiting
+# one, the blocker's state and last statement), most sampled first.
 # PostgreSQL: $CBDASH_TEST_POSTGRES (a fresh schema per run, dropped at the
 # end). Prints loadgen's summary, then one line per collector and one for
 # PostgreSQL. Ports 18701-18702. Needs psql and, for pinned modes, taskset.
@@ -70,6 +72,12 @@ pgcpu() { # the CPU of every PostgreSQL process of this machine, in clock ticks
 
 sampler() { # one line per sample: the number of our backends waiting on the other collector's
 	while :; do
+		if [ -n "${LOCKDETAIL:-}" ]; then # which statement waits on which (the blocker's last statement)
+			psql -qAt -F ' | ' "$PGURL" -c "SELECT a.application_name, left(regexp_replace(a.query, '\s+', ' ', 'g'), 90), b.application_name, b.state, left(regexp_replace(b.query, '\s+', ' ', 'g'), 90)
+				FROM pg_stat_activity a, unnest(pg_blocking_pids(a.pid)) AS bp(pid) JOIN pg_stat_activity b ON b.pid = bp.pid
+				WHERE a.application_name LIKE 'cbdash_bench_%' AND b.application_name LIKE 'cbdash_bench_%'
+				AND split_part(a.application_name, ' ', 1) <> split_part(b.application_name, ' ', 1)" >>"$DIR/lockdetail" 2>/dev/null || true
+		fi
 		psql -qAt "$PGURL" -c "SELECT count(*) FROM pg_stat_activity a, unnest(pg_blocking_pids(a.pid)) AS bp(pid)
 			JOIN pg_stat_activity b ON b.pid = bp.pid
 			WHERE a.application_name LIKE 'cbdash_bench_%' AND b.application_name LIKE 'cbdash_bench_%'
@@ -127,3 +135,7 @@ try:
 except FileNotFoundError:
     pass
 PY
+if [ -n "${LOCKDETAIL:-}" ] && [ -s "$DIR/lockdetail" ]; then
+	echo "waiting statement | blocker's state | blocker's last statement (samples, most first):"
+	cut -d'|' -f2,4,5 "$DIR/lockdetail" | sort | uniq -c | sort -rn | head -15
+fi

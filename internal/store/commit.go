@@ -68,13 +68,11 @@ const maxTries = 5
 // savepoint, and reports every op's outcome: at once for an op that is
 // not written, else after COMMIT or its failure. On PostgreSQL the
 // group's ops that need the exclusive lock commit first, in queue order,
-// then its batches (the lock shared), in queue order: two transactions,
-// not one per change of mode (1,000 agents connecting queue hellos
-// between batches, and each exclusive transaction waits for the other
-// collectors' batch groups). Ops of one group were queued concurrently:
-// none waited for another's outcome. A batch queued before a hello of
-// its instance is then written after it, as it would be had it come a
-// little later.
+// then its batches and hellos (the lock shared), in queue order: two
+// transactions, not one per change of mode (an op needing the exclusive
+// lock, queued between batches, waits for the other collectors' batch
+// groups). Ops of one group were queued concurrently: none waited for
+// another's outcome.
 func (w *writer) commit(group []*op) {
 	group = w.admit(w.runDryRuns(group))
 	if len(group) == 0 {

@@ -42,10 +42,11 @@
 // transaction-level advisory lock (pg_advisory_xact_lock on
 // hashtext(current_schema())), in one of two modes (dialect.beginGroup):
 //
-//   - shared, for a group of batches (op.shared: SaveBatch, a Stream's
-//     batches, and the writes of the buffered instance minutes): the
-//     batch groups of all the processes run at the same time;
-//   - exclusive, for every other group (hellos, holds, commands, users,
+//   - shared, for a group of batches and hellos (op.shared: SaveBatch, a
+//     Stream's batches, SaveHello, and the writes of the buffered
+//     instance minutes): the batch groups of all the processes run at
+//     the same time;
+//   - exclusive, for every other group (holds, commands, users,
 //     tokens, incidents, alerts, schedules, handovers, the probe,
 //     Compact with its roll-ups and retention: whatever reads and then
 //     writes rows other processes write), which runs alone, against
@@ -90,6 +91,12 @@
 //     are additive upserts written in key order; dependencies, services
 //     and instances met by a batch are read, and inserted only when
 //     missing (an upsert would lock a row every writer shares).
+//   - A hello writes its instance's rows (the instance, its
+//     instance_runs row, its breakers: declared ones upserted, others
+//     deleted) and reads its service's row, inserted when missing; the
+//     service's last-seen time is moved only when no other transaction
+//     holds the row (FOR NO KEY UPDATE SKIP LOCKED): 1,000 agents
+//     connecting to two collectors at once do not wait on each other.
 //
 // A batch group that PostgreSQL still picks as a deadlock's victim, or
 // ends for a serialization failure, is rolled back and run again (up to

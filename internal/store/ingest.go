@@ -70,7 +70,12 @@ func (s *Store) SaveHello(ctx context.Context, h protocol.Hello, at time.Time) e
 	namesJSON, _ := json.Marshal(names)
 	now := ms(at)
 	var forgot int64
-	err = s.w.do(ctx, &op{prompt: true, run: func(x *wtx) (err error) {
+	// shared: a hello writes its instance's rows, and reads (or inserts
+	// when missing) the rows of its service, so on PostgreSQL it runs
+	// beside other collectors' batch groups and hellos (doc.go, Several
+	// writers): a fleet connecting to two collectors at once does not
+	// take turns.
+	err = s.w.do(ctx, &op{prompt: true, shared: true, run: func(x *wtx) (err error) {
 		forgot, err = x.saveHello(&h, string(labels), configs, string(namesJSON), now)
 		return err
 	}})
@@ -88,7 +93,7 @@ func (x *wtx) saveHello(h *protocol.Hello, labels string, configs [][]byte, name
 	if err != nil {
 		return 0, err
 	}
-	if _, err := x.exec(`UPDATE services SET last_seen = `+x.w.d.greatest("last_seen", "$1")+` WHERE id = $2`, now, inst.serviceID); err != nil {
+	if err := x.serviceSeen(inst.serviceID, now); err != nil {
 		return 0, fmt.Errorf("store: update service: %w", err)
 	}
 	if _, err := x.exec(`UPDATE instances SET sdk_version = $1, labels = $2, started_at = $3, last_seen = $4 WHERE id = $5`,
@@ -126,14 +131,41 @@ func (x *wtx) saveHello(h *protocol.Hello, labels string, configs [][]byte, name
 	return forgot, nil
 }
 
+// serviceSeen moves the last-seen time of service id to now (Unix ms)
+// at a hello. On PostgreSQL, where every instance of the service on
+// every collector shares the row, it never waits: while another
+// transaction holds the row (another collector's hello of the same
+// service, seen just as recently), the update is skipped.
+func (x *wtx) serviceSeen(id, now int64) error {
+	if !x.w.d.postgres {
+		_, err := x.exec(`UPDATE services SET last_seen = `+x.w.d.greatest("last_seen", "$1")+` WHERE id = $2`, now, id)
+		return err
+	}
+	// FOR NO KEY UPDATE, as the UPDATE itself: it does not conflict with
+	// the KEY SHARE lock another transaction's new instance row takes on
+	// its service (the foreign key's check).
+	_, err := x.exec(`UPDATE services SET last_seen = $1 WHERE id = (SELECT id FROM services
+		WHERE id = $2 AND last_seen < $1 FOR NO KEY UPDATE SKIP LOCKED)`, now, id)
+	return err
+}
+
 // instance returns the ids of (service, instance), creating the rows when
-// they do not exist yet (a batch may arrive before any stored hello).
+// they do not exist yet (a batch may arrive before any stored hello). On
+// PostgreSQL the service's row is read, or inserted when missing, not
+// upserted (batchInstance says why).
 func (x *wtx) instance(service, instance string, startedAt, now int64) (instRef, error) {
 	k := instKey{service, instance}
 	if r, ok := x.w.c.instances[k]; ok {
 		return r, nil
 	}
 	var r instRef
+	if x.w.d.postgres {
+		id, err := x.serviceID(service, now)
+		if err != nil {
+			return r, err
+		}
+		return x.saveInstance(k, id, startedAt, now)
+	}
 	q, err := x.queryRow(`INSERT INTO services (name, first_seen, last_seen) VALUES ($1, $2, $3)
 		ON CONFLICT (name) DO UPDATE SET last_seen = `+x.w.d.greatest("services.last_seen", "excluded.last_seen")+` RETURNING id`, service, now, now)
 	if err != nil {

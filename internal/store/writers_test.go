@@ -167,7 +167,8 @@ func TestTwoWritersReportIntoTheSameSecondsAtOnce(t *testing.T) {
 // Batch groups of two writers overlap: while one holds its group open
 // (the schema's lock shared, its statements run, before COMMIT), the
 // other commits batches into the same dependency-second; an op needing
-// the exclusive lock (a hello) waits for the held group.
+// the exclusive lock (a user's creation) waits for the held group, and a
+// hello, whose group takes the lock shared too, does not.
 func TestBatchGroupsOfTwoWritersRunAtTheSameTime(t *testing.T) {
 	t.Parallel()
 	st, _ := pgWriters(t, 2)
@@ -196,20 +197,79 @@ func TestBatchGroupsOfTwoWritersRunAtTheSameTime(t *testing.T) {
 	if n := rvCalls(t, b, "windows_second", b0); n != 3 {
 		t.Fatalf("the second holds %d committed calls, want b's 3", n)
 	}
-	helloDone := make(chan error, 1)
+	if err := b.SaveHello(ctx, protocol.Hello{Type: protocol.TypeHello, Service: "pay", Instance: "pay-c", StartedAt: 1}, b0); err != nil {
+		t.Fatalf("b's hello while a's group is open: %v", err)
+	}
+	userDone := make(chan error, 1)
 	go func() {
-		helloDone <- b.SaveHello(ctx, protocol.Hello{Type: protocol.TypeHello, Service: "pay", Instance: "pay-c", StartedAt: 1}, b0)
+		_, err := b.CreateUser(ctx, "ann", "admin", []byte("x"))
+		userDone <- err
 	}()
-	eventually.True(t, "b's hello waiting for the exclusive lock", func() bool { return pidWaits(t, b, pid) })
+	eventually.True(t, "b's user waiting for the exclusive lock", func() bool { return pidWaits(t, b, pid) })
 	release()
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-helloDone; err != nil {
+	if err := <-userDone; err != nil {
 		t.Fatal(err)
 	}
 	if n := rvCalls(t, b, "windows_second", b0); n != 13 {
 		t.Fatalf("the second holds %d calls, want 13", n)
+	}
+}
+
+// A fleet connecting to two collectors at once: while one writer's group
+// holds the hello of a new instance of a service open (its new instance
+// row, the service's last-seen time moved, before COMMIT), the other
+// writer's hellos of new and known instances of the same service commit
+// without waiting, and both writers' rows are stored once the held group
+// commits.
+func TestHellosOfTwoWritersOfOneServiceDoNotWaitOnEachOther(t *testing.T) {
+	t.Parallel()
+	st, _ := pgWriters(t, 2)
+	a, b := st[0], st[1]
+	ctx := context.Background()
+	hello := func(inst string) protocol.Hello {
+		return protocol.Hello{Type: protocol.TypeHello, Service: "pay", Instance: inst, StartedAt: 1,
+			Breakers: []protocol.BreakerConfig{{Name: "db"}, {Name: "cache"}}}
+	}
+	for _, s := range st { // the service exists, and b's known instance
+		if err := s.SaveHello(ctx, hello("pay-known"), b0.Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entered, release := holdBatchGroup(t, a)
+	held := make(chan error, 1)
+	go func() { held <- a.SaveHello(ctx, hello("pay-a"), b0) }()
+	<-entered
+	for i, inst := range []string{"pay-b1", "pay-known", "pay-b2"} {
+		done := make(chan error, 1)
+		go func() { done <- b.SaveHello(ctx, hello(inst), b0.Add(time.Duration(i+1)*time.Second)) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("b's hello of %s: %v", inst, err)
+			}
+		case <-time.After(30 * time.Second): // a failure's bound, not a wait for time to pass
+			t.Fatalf("b's hello of %s waited for a's open group", inst)
+		}
+	}
+	release()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	var instances, breakers int
+	var seen int64
+	if err := b.rdb.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM instances), (SELECT count(*) FROM breakers),
+		(SELECT last_seen FROM services WHERE name = 'pay')`).Scan(&instances, &breakers, &seen); err != nil {
+		t.Fatal(err)
+	}
+	if instances != 4 || breakers != 8 {
+		t.Errorf("%d instances, %d breakers; want 4 and 8", instances, breakers)
+	}
+	// a's hello held the row: b skipped its moves, a's (b0) stands.
+	if seen != b0.UnixMilli() {
+		t.Errorf("the service was last seen at %d, want a's hello's %d", seen, b0.UnixMilli())
 	}
 }
 
