@@ -11,7 +11,9 @@
 # PostgreSQL), pg2 (two collectors on one PostgreSQL schema, the agents
 # split between them), pg2pinned (the same, each collector pinned to one
 # core with taskset), pg1pinned (one collector pinned to core 0).
-# LOCKDETAIL=1 also prints which statements waited on which (the waiting
+# PPROF=S writes a CPU profile of each collector, S seconds from 10 s into
+# the run, to $PPROF_OUT/collectorN.pprof (default /tmp); pprof on ports
+# 18801-18802. LOCKDETAIL=1 also prints which statements waited on which (the waiting
 # one, the blocker's state and last statement), most sampled first.
 # PostgreSQL: $CBDASH_TEST_POSTGRES (a fresh schema per run, dropped at the
 # end). Prints loadgen's summary, then one line per collector and one for
@@ -55,7 +57,9 @@ for i in $(seq 1 "$NSERVE"); do
 	if [ "$MODE" != sqlite ]; then db="$DB&application_name=cbdash_bench_$i"; fi
 	pin=()
 	case $MODE in *pinned) pin=(taskset -c $((i - 1))) ;; esac
-	"${pin[@]}" "$BIN" serve --addr 127.0.0.1:$port --db "$db" --log-level warn --max-connections-per-address 100000 >"$DIR/serve$i.log" 2>&1 &
+	prof=()
+	if [ -n "${PPROF:-}" ]; then prof=(--pprof 127.0.0.1:$((18800 + i))); fi
+	"${pin[@]}" "$BIN" serve --addr 127.0.0.1:$port --db "$db" --log-level warn --max-connections-per-address 100000 "${prof[@]}" >"$DIR/serve$i.log" 2>&1 &
 	PIDS+=($!)
 	URLS+=(http://127.0.0.1:$port)
 	# One at a time: the first one's migrations are done when it is ready.
@@ -90,15 +94,29 @@ sampler() { # one line per sample: the number of our backends waiting on the oth
 AT=$("$BIN" token create --db "$DB" --service '*')
 UT=$("$BIN" token create --db "$DB" --user benchadmin)
 
+txs() { # each collector's store transactions and operations committed so far, "t o" a line
+	for u in "${URLS[@]}"; do
+		curl -fs -H "Authorization: Bearer $UT" "$u/metrics" 2>/dev/null |
+			awk '/^cbdash_store_transactions_total/ {t=$2} /^cbdash_store_operations_total/ {o=$2} END {print t+0, o+0}'
+	done
+}
+
 pgbefore=$(pgcpu)
+txbefore=$(txs)
 t0=$(date +%s.%N)
 if [ "$NSERVE" = 2 ]; then sampler >"$DIR/locks" & SAMPLER=$!; fi
 agents=$(IFS=,; echo "${URLS[*]}")
+if [ -n "${PPROF:-}" ]; then # CPU profiles of each collector, PPROF seconds from 10 s into the run
+	(sleep 10; for i in $(seq 1 "$NSERVE"); do
+		curl -fs -o "${PPROF_OUT:-/tmp}/collector$i.pprof" "http://127.0.0.1:$((18800 + i))/debug/pprof/profile?seconds=$PPROF" &
+	done; wait) &
+fi
 "$BIN" loadgen --server "${URLS[0]}" --agent-servers "$agents" --agent-token "$AT" --token "$UT" \
 	--instances "$N" --breakers "$B" --interval 1s --duration "${SECS}s" --json >"$DIR/out.json" 2>"$DIR/loadgen.log"
 t1=$(date +%s.%N)
 if [ -n "${SAMPLER:-}" ]; then kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null || true; fi
 pgafter=$(pgcpu)
+txafter=$(txs)
 
 python3 - "$DIR/out.json" "$(getconf CLK_TCK)" "$pgbefore" "$pgafter" "$t0" "$t1" "$DIR/locks" "$MODE" "$DIR/loadgen.log" <<'PY'
 import json, sys
@@ -135,6 +153,7 @@ try:
 except FileNotFoundError:
     pass
 PY
+paste <(echo "$txbefore") <(echo "$txafter") | awk -v t0="$t0" -v t1="$t1" 'BEGIN {w = t1 - t0} {printf "collector %d: %.1f store transactions/s, %.0f operations each\n", NR, ($3-$1)/w, ($3-$1) ? ($4-$2)/($3-$1) : 0}'
 if [ -n "${LOCKDETAIL:-}" ] && [ -s "$DIR/lockdetail" ]; then
 	echo "waiting statement | blocker's state | blocker's last statement (samples, most first):"
 	cut -d'|' -f2,4,5 "$DIR/lockdetail" | sort | uniq -c | sort -rn | head -15

@@ -68,7 +68,7 @@ func BenchmarkBindInstanceMinuteUpsert(b *testing.B) {
 		name, query string
 	}{
 		{"named", strings.Replace(sqliteDialect.imUpsert("ROWS"), "ROWS", named, 1)}, // $N, as before
-		{"anonymous", sqliteDialect.imUpsert(named)},
+		{"anonymous", sqliteDialect.imUpsert(anonymousParams(named))},                // as execShapes writes them
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			// In one transaction, as the writer's group: no commit each.

@@ -218,6 +218,7 @@ func (x *wtx) setWatermark(level string, v int64, cached *int64) error {
 func (x *wtx) expire(now int64, r Retention) error {
 	// Rows deleted here must not come back from the row cache.
 	clear(x.w.c.rows)
+	x.w.c.rowsEmptied()
 	wm, err := x.watermarks()
 	if err != nil {
 		return err

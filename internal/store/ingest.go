@@ -641,11 +641,18 @@ func (x *wtx) insertRows(cols int, args []any, query func(values string) string)
 }
 
 // execShapes runs query(values) over rows of cols parameters each, cast
-// to cast ("" = not cast), in statements of 100, 10 and 1 rows.
+// to cast ("" = not cast), in statements of the numbers of rows shapes
+// gives (largest first; the last must be 1). query must have no
+// parameters but those of values: on SQLite they are anonymous
+// (anonymousParams: cheaper to bind).
 func (x *wtx) execShapes(cols int, args []any, cast string, shapes []int, query func(values string) string) error {
 	for _, n := range shapes {
 		for len(args) >= n*cols {
-			if _, err := x.exec(query(placeholders(n, cols, cast)), args[:n*cols]...); err != nil {
+			values := placeholders(n, cols, cast)
+			if !x.w.d.postgres {
+				values = anonymousParams(values)
+			}
+			if _, err := x.exec(query(values), args[:n*cols]...); err != nil {
 				return err
 			}
 			args = args[n*cols:]

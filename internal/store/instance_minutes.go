@@ -173,12 +173,8 @@ func sortIMKeys(keys []imKey) {
 }
 
 // imUpsert is the statement that adds rows of 8 columns (values) to
-// instance_minutes. SQLite's are anonymous (anonymousParams: cheaper to
-// bind, by n² steps).
+// instance_minutes.
 func (d *dialect) imUpsert(values string) string {
-	if !d.postgres {
-		values = anonymousParams(values)
-	}
 	return `INSERT INTO instance_minutes (dep_id, instance_id, minute, calls, failures, slow, rejected, state_rank)
 		VALUES ` + values + `
 		ON CONFLICT (dep_id, minute, instance_id) DO UPDATE SET calls = instance_minutes.calls + excluded.calls, failures = instance_minutes.failures + excluded.failures,

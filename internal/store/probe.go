@@ -96,7 +96,7 @@ func probeBatch(now int64) protocol.Batch {
 // of rows that are rolled back) outlives it. Writer goroutine only.
 func (w *writer) dryRun(o *op) {
 	saved := w.c
-	w.c = cache{}
+	w.c = cache{written: saved.written}
 	w.c.reset()
 	err := func() error {
 		ctx := context.Background()

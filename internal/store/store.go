@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -317,6 +318,10 @@ func start(opts Options, d *dialect, wdb, rdb *sql.DB, writer int64) *Store {
 	s := &Store{opts: opts, rdb: &readDB{db: rdb, d: d}, wdb: wdb}
 	s.w = newWriter(wdb, d, opts)
 	s.w.id = writer
+	if d.postgres { // a writer's id is new at each Open: none of its rows exists
+		s.w.c.written = math.MinInt64
+		s.w.c.rowsEmptied()
+	}
 	go s.w.run()
 	return s
 }

@@ -203,15 +203,26 @@ func selectRowSQL(l level) string { return rowSQL[l].sel }
 // upsert both backends spell the same).
 func putRowSQL(l level) string { return rowSQL[l].put }
 
-var rowSQL = func() (q [levelHour + 1]struct{ sel, put string }) {
+var rowSQL = func() (q [levelHour + 1]rowStatements) {
 	for l := levelSecond; l <= levelHour; l++ {
 		q[l].sel = "SELECT " + rowColumns + " FROM " + l.table() + " WHERE dep_id = $1 AND start = $2 AND writer = $3"
-		q[l].put = "INSERT INTO " + l.table() + " (dep_id, start, writer, " + rowColumns +
-			") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) ON CONFLICT (dep_id, start, writer) DO UPDATE SET " +
-			replaceAll
+		q[l].insert = "INSERT INTO " + l.table() + " (dep_id, start, writer, " + rowColumns + ") VALUES "
+		q[l].put = q[l].putMany(placeholders(1, rowCols, ""))
 	}
 	return q
 }()
+
+// rowStatements are the statements of one level's rows.
+type rowStatements struct{ sel, insert, put string }
+
+// putMany is put over the rows of values (placeholders' "($1, ...), ...").
+func (q rowStatements) putMany(values string) string {
+	return q.insert + values + " ON CONFLICT (dep_id, start, writer) DO UPDATE SET " + replaceAll
+}
+
+// rowCols is the number of rowArgs: the key (dep_id, start, writer) and
+// rowColumns.
+const rowCols = 24
 
 // replaceAll is the SET clause of putRowSQL: every column of rowColumns
 // from the new row.
@@ -277,34 +288,52 @@ func cmpInt(a, b int64) int {
 // merged row. The writer's own second rows come from its row cache when
 // it holds them (rowCached).
 func (x *wtx) mergeRow(l level, k bucketKey, wr int64, delta *row) (*row, error) {
-	var cur row
-	if c, ok := x.rowCached(l, k, wr); ok {
-		cur = *c
-		cur.lat = slices.Clone(c.lat) // the cached row stays as committed
-	} else {
-		q, err := x.queryRow(selectRowSQL(l), k.dep, k.start, wr)
-		if err != nil {
-			return nil, err
-		}
-		switch err := scanRow(q, &cur); {
-		case errors.Is(err, sql.ErrNoRows):
-			cur = row{}
-		case err != nil:
-			return nil, fmt.Errorf("read %s row: %w", l.table(), err)
-		}
+	cur, err := x.currentRow(l, k, wr)
+	if err != nil {
+		return nil, err
 	}
 	if l == levelSecond {
 		cur.add(delta)
 	} else {
 		cur.roll(delta)
 	}
-	if _, err := x.exec(putRowSQL(l), rowArgs(k.dep, k.start, wr, &cur)...); err != nil {
+	if l == levelSecond && wr == x.w.id {
+		x.w.c.written = max(x.w.c.written, k.start)
+	}
+	if _, err := x.exec(putRowSQL(l), rowArgs(k.dep, k.start, wr, cur)...); err != nil {
 		return nil, fmt.Errorf("write %s row: %w", l.table(), err)
 	}
 	if l == levelSecond && wr == x.w.id {
-		x.rows[k] = &cur
+		x.rows[k] = cur
 	}
-	return &cur, nil
+	return cur, nil
+}
+
+// currentRow returns a copy of writer wr's row at (l, k) as stored: from
+// the row cache when it holds it (rowCached), empty when the writer
+// never wrote it (rowAbsent), else read from the table (empty when there
+// is none).
+func (x *wtx) currentRow(l level, k bucketKey, wr int64) (*row, error) {
+	cur := &row{}
+	if c, ok := x.rowCached(l, k, wr); ok {
+		*cur = *c
+		cur.lat = slices.Clone(c.lat) // the cached row stays as committed
+		return cur, nil
+	}
+	if x.rowAbsent(l, k, wr) {
+		return cur, nil
+	}
+	q, err := x.queryRow(selectRowSQL(l), k.dep, k.start, wr)
+	if err != nil {
+		return nil, err
+	}
+	switch err := scanRow(q, cur); {
+	case errors.Is(err, sql.ErrNoRows):
+		*cur = row{}
+	case err != nil:
+		return nil, fmt.Errorf("read %s row: %w", l.table(), err)
+	}
+	return cur, nil
 }
 
 // rowCached returns the writer's cached row of second k. Only this
@@ -325,6 +354,33 @@ func (x *wtx) rowCached(l level, k bucketKey, wr int64) (*row, bool) {
 	return c, ok
 }
 
+// rowAbsent reports whether the writer's own row of second k is known
+// not to exist: not cached, at or after the cache's completeness bound
+// (cache.rowsFrom: every row of the writer from there on is cached),
+// and not before the roll-up watermark. The first group to report into
+// a second so reads nothing (on PostgreSQL a writer's id is new at each
+// Open: it has no rows).
+func (x *wtx) rowAbsent(l level, k bucketKey, wr int64) bool {
+	if l != levelSecond || wr != x.w.id {
+		return false
+	}
+	wm := x.w.c.wm
+	if wm == nil || k.start < wm.second || k.start < x.w.c.rowsFrom {
+		return false
+	}
+	_, ok := x.w.c.rows[k]
+	return !ok
+}
+
+// putSeconds writes the writer's own second rows whose args (rowArgs,
+// flat) flush collected, in multi-row upserts: one statement for the
+// dependencies of a second, not one a row.
+func (x *wtx) putSeconds(args []any) error {
+	return x.execShapes(rowCols, args, "", []int{20, 5, 1}, func(values string) string {
+		return rowSQL[levelSecond].putMany(values)
+	})
+}
+
 // flush writes the accumulated seconds into the writer's own rows. A
 // second that lies before the roll-up watermark (its minute is already
 // rolled up) is also merged into the writer's own row of its minute, and
@@ -341,21 +397,54 @@ func (x *wtx) flush() error {
 	if err != nil {
 		return err
 	}
+	late, err := x.flushSeconds(wm)
+	if err != nil {
+		return err
+	}
+	return x.flushLate(wm, late)
+}
+
+// flushSeconds writes the accumulated seconds into the writer's own
+// second rows: those at or after the watermark in multi-row upserts
+// (putSeconds), each earlier one by itself; it returns the minutes the
+// earlier ones add to (rollInto).
+func (x *wtx) flushSeconds(wm *watermarks) (map[bucketKey]*row, error) {
 	wr := x.w.id
 	late := make(map[bucketKey]*row)
+	var put []any // the rows of seconds at or after the watermark (rowArgs)
 	for _, k := range sortedKeys(x.acc.seconds) {
 		delta := x.acc.seconds[k]
+		if k.start >= wm.second {
+			cur, err := x.currentRow(levelSecond, k, wr)
+			if err != nil {
+				return nil, err
+			}
+			cur.add(delta)
+			x.w.c.written = max(x.w.c.written, k.start)
+			x.rows[k] = cur
+			put = append(put, rowArgs(k.dep, k.start, wr, cur)...)
+			continue
+		}
 		merged, err := x.mergeRow(levelSecond, k, wr, delta)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if k.start < wm.second {
-			if merged, err = x.secondOfAll(k, merged); err != nil {
-				return err
-			}
-			rollInto(late, bucketKey{k.dep, floorMs(k.start, levelMinute.width())}, delta, merged)
+		if merged, err = x.secondOfAll(k, merged); err != nil {
+			return nil, err
 		}
+		rollInto(late, bucketKey{k.dep, floorMs(k.start, levelMinute.width())}, delta, merged)
 	}
+	if err := x.putSeconds(put); err != nil {
+		return nil, fmt.Errorf("write windows_second rows: %w", err)
+	}
+	return late, nil
+}
+
+// flushLate merges the minutes late seconds add to into the writer's own
+// minute rows, and those minutes into its hour rows when the hour is
+// rolled up too.
+func (x *wtx) flushLate(wm *watermarks, late map[bucketKey]*row) error {
+	wr := x.w.id
 	lateHours := make(map[bucketKey]*row)
 	for _, k := range sortedKeys(late) {
 		delta := late[k]
@@ -423,18 +512,20 @@ func (x *wtx) watermarks() (*watermarks, error) {
 		return x.w.c.wm, nil
 	}
 	var wm watermarks
-	for _, f := range []struct {
-		level string
-		p     *int64
-	}{{"second", &wm.second}, {"minute", &wm.minute}} {
-		q, err := x.queryRow("SELECT done_until FROM rollups WHERE level = $1", f.level)
-		if err != nil {
-			return nil, err
-		}
-		if err := q.Scan(f.p); err != nil {
-			return nil, fmt.Errorf("read roll-up watermark %s: %w", f.level, err)
-		}
+	// Both in one round trip (PostgreSQL reads them in every batch group).
+	q, err := x.queryRow(`SELECT (SELECT done_until FROM rollups WHERE level = 'second'),
+		(SELECT done_until FROM rollups WHERE level = 'minute')`)
+	if err != nil {
+		return nil, err
 	}
+	var sec, minute sql.NullInt64
+	if err := q.Scan(&sec, &minute); err != nil {
+		return nil, fmt.Errorf("read roll-up watermarks: %w", err)
+	}
+	if !sec.Valid || !minute.Valid {
+		return nil, errors.New("read roll-up watermarks: a level's row is missing from rollups")
+	}
+	wm.second, wm.minute = sec.Int64, minute.Int64
 	x.w.c.wm = &wm
 	return &wm, nil
 }

@@ -99,6 +99,12 @@ type writer struct {
 	// then running (groupTx.join): it starts the next one. Writer
 	// goroutine only.
 	next *op
+	// busy: ops came at busyRate or more in the last measured second
+	// (pace); rateAt starts the second being measured, rateOps counts
+	// its ops. Real time, as groupWait. Writer goroutine only.
+	busy    bool
+	rateAt  time.Time
+	rateOps int
 
 	// Counters for Stats.
 	txs, ops, failed, skipped, dropped, retries atomic.Uint64
@@ -168,6 +174,15 @@ type cache struct {
 	// retention deletes rows before the roll-up watermark only, which
 	// mergeRow reads from the table (rowCached).
 	rows map[bucketKey]*row
+	// rowsFrom bounds what rows does not hold: every row of this
+	// writer's at level second starting at or after it is in rows (one
+	// that is not was never written: rowAbsent). written is the newest
+	// start of a second row this writer has tried to write (committed
+	// or not; the bound after rows is emptied is the second after it).
+	// On PostgreSQL both start at the minimum (a writer's id is new at
+	// each Open), on SQLite at the maximum (the file's rows are the last
+	// run's too: every row not cached is read).
+	rowsFrom, written int64
 	// seen is the last-seen time (Unix ms) the writer committed for an
 	// instance from its batches (seenEvery).
 	seen map[int64]int64
@@ -215,6 +230,16 @@ func (c *cache) reset() {
 	c.seqs = make(map[runKey]int64)
 	c.rows = make(map[bucketKey]*row)
 	c.seen = make(map[int64]int64)
+	c.rowsEmptied()
+}
+
+// rowsEmptied moves rowsFrom past every second written, once rows has
+// been emptied.
+func (c *cache) rowsEmptied() {
+	c.rowsFrom = c.written
+	if c.written < math.MaxInt64 {
+		c.rowsFrom++
+	}
 }
 
 // keepRows adds the rows of a committed transaction to the row cache and
@@ -236,6 +261,7 @@ func (c *cache) keepRows(rows map[bucketKey]*row) {
 	}
 	if len(c.rows) > maxCachedRows {
 		clear(c.rows)
+		c.rowsEmptied()
 		return
 	}
 	for k := range c.rows {
@@ -243,6 +269,7 @@ func (c *cache) keepRows(rows map[bucketKey]*row) {
 			delete(c.rows, k)
 		}
 	}
+	c.rowsFrom = max(c.rowsFrom, newest-rowCacheSpan)
 }
 
 func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
@@ -260,6 +287,7 @@ func newWriter(db *sql.DB, d *dialect, opts Options) *writer {
 		clock:    opts.Clock,
 	}
 	w.imAt = w.clock.Now()
+	w.c.written = math.MaxInt64 // SQLite's; PostgreSQL's, set at Open (noRowsWritten)
 	w.c.reset()
 	return w
 }
@@ -299,6 +327,7 @@ func (w *writer) run() {
 		if len(group) > 1 && len(group) < w.maxGroup && waits(group) {
 			group = w.collectFor(group, groupWait)
 		}
+		w.pace(len(group))
 		w.commit(group)
 	}
 }
@@ -352,7 +381,7 @@ func (w *writer) collectFor(group []*op, d time.Duration) []*op {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	arrived := 0 // ops that came during the wait
-	idle := time.NewTimer(idleFor(arrived))
+	idle := time.NewTimer(w.idleFor(arrived))
 	defer idle.Stop()
 	for len(group) < w.maxGroup {
 		select {
@@ -362,7 +391,7 @@ func (w *writer) collectFor(group []*op, d time.Duration) []*op {
 				return group
 			}
 			arrived++
-			idle.Reset(idleFor(arrived))
+			idle.Reset(w.idleFor(arrived))
 		case <-idle.C:
 			return group
 		case <-t.C:
@@ -556,13 +585,37 @@ func waits(group []*op) bool {
 }
 
 // idleFor is the idle wait of a group after n operations arrived while
-// it waited.
-func idleFor(n int) time.Duration {
-	if n >= groupMany {
+// it waited: groupIdleMany once they are many (groupMany), or from the
+// start while the writer is busy (a thousand agents' batches split over
+// two collectors come every 2 ms each, and a 5 ms pause among the first
+// sixteen cut most groups short: three times the transactions, each
+// with its fixed costs, of one collector taking them all).
+func (w *writer) idleFor(n int) time.Duration {
+	if n >= groupMany || w.busy {
 		return groupIdleMany
 	}
 	return groupIdle
 }
+
+// pace counts n ops taken for a group and, once a second has passed
+// since the last time, sets busy for the next one.
+func (w *writer) pace(n int) {
+	w.rateOps += n
+	now := time.Now()
+	if el := now.Sub(w.rateAt); el >= time.Second {
+		w.busy = float64(w.rateOps) >= busyRate*el.Seconds()
+		w.rateAt, w.rateOps = now, 0
+	}
+}
+
+// busyRate is the rate of ops (a second) from which the writer is busy:
+// the idle wait of a group of several ops is groupIdleMany from its
+// start (a lone op still never waits: a writer that waits for each of
+// its ops in turn is not slowed down however fast it goes). At 1,000
+// agents x 20 breakers on two collectors (500 batches a second each) it
+// took each collector from 15-28 to 6-11 transactions a second
+// (bench/collectors.sh).
+const busyRate = 200
 
 // wtx is the writer's view of one group transaction.
 type wtx struct {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -399,4 +400,58 @@ func TestAGroupWritesOneInstanceMinuteFromBothSumsAndAHelloForgetsABreaker(t *te
 		t.Errorf("breaker db is %q, want closed (its last report)", state)
 	}
 	rvLastSeq(t, s, "pay-1", 3)
+}
+
+// The writer reads no row of a second it knows it never wrote (its row
+// cache holds every row of its own from a bound on: rowAbsent), and
+// reads every other one: after its caches are dropped (an op failed), a
+// report into a second it wrote before the drop adds to the stored row;
+// a new second after the drop is stored as reported; and on SQLite a
+// store opened again on the file adds to the last run's rows.
+func TestAWriterAddsToTheSecondsItWroteBeforeItsCachesWereDropped(t *testing.T) {
+	t.Parallel()
+	dsn := testDSN(t, "absent.db")
+	s := rvOpen(t, dsn, Options{})
+	ctx := context.Background()
+	s1, s2, s3 := b0, b0.Add(time.Second), b0.Add(2*time.Second)
+	for i, w := range []struct {
+		at time.Time
+		n  int64
+	}{{s1, 5}, {s2, 3}} {
+		if ok, err := rvSaveAt(ctx, s, "pay-1", rvBatch(uint64(i+1), w.at, w.n)); err != nil || !ok {
+			t.Fatalf("batch %d: %v, %v", i+1, ok, err)
+		}
+	}
+	// An op that fails: its savepoint is rolled back, the caches dropped.
+	if err := s.w.do(ctx, &op{run: func(*wtx) error { return errors.New("an op that fails") }}); err == nil {
+		t.Fatal("the failing op did not fail")
+	}
+	for i, w := range []struct {
+		at time.Time
+		n  int64
+	}{{s1, 2}, {s3, 4}, {s2, 1}} {
+		if ok, err := rvSaveAt(ctx, s, "pay-1", rvBatch(uint64(i+3), w.at, w.n)); err != nil || !ok {
+			t.Fatalf("batch %d: %v, %v", i+3, ok, err)
+		}
+	}
+	for _, c := range []struct {
+		at   time.Time
+		want int64
+	}{{s1, 7}, {s2, 4}, {s3, 4}} {
+		if n := rvCalls(t, s, "windows_second", c.at); n != c.want {
+			t.Errorf("second %s holds %d calls, want %d", c.at.Format(time.TimeOnly), n, c.want)
+		}
+	}
+	if s.w.d.postgres {
+		return
+	}
+	// SQLite: one writer id (0) for every run on the file.
+	s.Close()
+	s = rvOpen(t, dsn, Options{})
+	if ok, err := rvSaveAt(ctx, s, "pay-1", rvBatch(6, s3, 10)); err != nil || !ok {
+		t.Fatalf("batch after reopening: %v, %v", ok, err)
+	}
+	if n := rvCalls(t, s, "windows_second", s3); n != 14 {
+		t.Errorf("after reopening, second %s holds %d calls, want 14", s3.Format(time.TimeOnly), n)
+	}
 }
