@@ -34,36 +34,10 @@ import (
 // the viewport.
 func TestBrowserATileOfCollectorAChangesWhenAnInstanceOnBTrips(t *testing.T) {
 	t.Parallel()
-	if os.Getenv(pgtest.EnvDSN) == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not set in CI", pgtest.EnvDSN)
-		}
-		t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
-	}
+	postgresOnly(t)
 	ctx := browser(t)
-	dsn := storetest.Postgres(t)
-	clk := clocktest.NewRunning()
-	busOf := func(node string) cluster.Bus {
-		bus, err := cluster.Open(context.Background(), cluster.Config{URL: dsn, NodeID: node, Clock: clk, Reconnect: time.Second,
-			LeaderRetry: 100 * time.Millisecond, LeaderCheck: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = bus.Close() })
-		return bus
-	}
-	a := &harness{t: t, clock: clk, users: map[string]string{}, reported: map[string]reported{}}
-	busA := busOf("browsera")
-	a.run(stacktest.Options{Clock: clk, Path: dsn,
-		Collector: func(c *collector.Config) { c.PublishInterval, c.Cluster = 20*time.Millisecond, busA },
-		Web: func(w *web.Config) {
-			c := wired(web.Config{LiveInterval: 20 * time.Millisecond, PasswordCost: bcrypt.MinCost}, *w)
-			*w, a.cfg = c, c
-		}})
-	busB := busOf("browserb")
-	b := stacktest.Start(t, stacktest.Options{Clock: clk, Path: dsn,
-		Collector: func(c *collector.Config) { c.PublishInterval, c.Cluster = 20*time.Millisecond, busB }})
-	a.addUser("otto", cbdash.RoleOperator, "operator-password")
+	a, b := twoCollectors(t, "browsera", "browserb")
+	clk := a.clock
 	breakers := map[string]*breaker.Breaker{}
 	for i, s := range []*stacktest.Stack{a.stack, b, b} {
 		inst := fmt.Sprintf("checkout-%d", i+1)
@@ -119,9 +93,61 @@ func TestBrowserATileOfCollectorAChangesWhenAnInstanceOnBTrips(t *testing.T) {
 	screenshot(t, ctx, "fleet-a-dependency-1440.png")
 }
 
+// postgresOnly skips the test without PostgreSQL (CBDASH_TEST_POSTGRES),
+// or fails it in CI.
+func postgresOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv(pgtest.EnvDSN) == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not set in CI", pgtest.EnvDSN)
+		}
+		t.Skipf("PostgreSQL only: set %s", pgtest.EnvDSN)
+	}
+}
+
+// twoCollectors starts two collectors over one new PostgreSQL schema,
+// each on the cluster bus (nodes nodeA and nodeB), on one running clock:
+// A is a harness (its dashboard is the one the browser opens; operator
+// otto, password "operator-password"), B a stack whose dashboard no test
+// looks at. Each publishes every 20 ms.
+func twoCollectors(t *testing.T, nodeA, nodeB string) (a *harness, b *stacktest.Stack) {
+	t.Helper()
+	dsn := storetest.Postgres(t)
+	clk := clocktest.NewRunning()
+	busOf := func(node string) cluster.Bus {
+		bus, err := cluster.Open(context.Background(), cluster.Config{URL: dsn, NodeID: node, Clock: clk, Reconnect: time.Second,
+			LeaderRetry: 100 * time.Millisecond, LeaderCheck: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = bus.Close() })
+		return bus
+	}
+	a = &harness{t: t, clock: clk, users: map[string]string{}, reported: map[string]reported{}}
+	busA := busOf(nodeA)
+	a.run(stacktest.Options{Clock: clk, Path: dsn,
+		Collector: func(c *collector.Config) { c.PublishInterval, c.Cluster = 20*time.Millisecond, busA },
+		Web: func(w *web.Config) {
+			c := wired(web.Config{LiveInterval: 20 * time.Millisecond, PasswordCost: bcrypt.MinCost}, *w)
+			*w, a.cfg = c, c
+		}})
+	busB := busOf(nodeB)
+	b = stacktest.Start(t, stacktest.Options{Clock: clk, Path: dsn,
+		Collector: func(c *collector.Config) { c.PublishInterval, c.Cluster = 20*time.Millisecond, busB }})
+	a.addUser("otto", cbdash.RoleOperator, "operator-password")
+	return a, b
+}
+
 // fleetAgent starts instance inst of checkout with a payments breaker
 // reporting to s, warmed with 5 successes.
 func fleetAgent(t *testing.T, clk clock.Clock, s *stacktest.Stack, inst string) *breaker.Breaker {
+	t.Helper()
+	return fleetAgentOf(t, clk, s, inst, func(a *agent.Agent, b *breaker.Breaker) error { return a.Register(b) })
+}
+
+// fleetAgentOf is fleetAgent with the payments breaker registered on its
+// agent by register.
+func fleetAgentOf(t *testing.T, clk clock.Clock, s *stacktest.Stack, inst string, register func(*agent.Agent, *breaker.Breaker) error) *breaker.Breaker {
 	t.Helper()
 	b, err := breaker.New("payments", breaker.Config{
 		Window: breaker.Window{Kind: breaker.CountWindow, Size: 20}, MinimumCalls: 5, OpenDuration: time.Hour, Clock: clk,
@@ -134,7 +160,7 @@ func fleetAgent(t *testing.T, clk clock.Clock, s *stacktest.Stack, inst string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Register(b); err != nil {
+	if err := register(a, b); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Start(); err != nil {

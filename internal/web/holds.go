@@ -248,7 +248,8 @@ func holdRow(h cbdash.HoldRecord, now time.Time) templates.HoldRow {
 
 // depHolds is the holds block of dependency d's page: the live holds
 // covering it, each with the instances it governs (cbdash.Governing: the
-// most recent wins), its past holds, and the fleet-wide hold form for an
+// most recent wins; never one whose breaker cannot be held, which no hold
+// is sent to), its past holds, and the fleet-wide hold form for an
 // operator. It is nil when the server keeps no holds.
 func (s *Server) depHolds(ctx context.Context, d cbdash.Dependency, p templates.Page) (*templates.DepHolds, error) {
 	hs, err := s.holdService()
@@ -280,6 +281,9 @@ func (s *Server) depHolds(ctx context.Context, d cbdash.Dependency, p templates.
 		}
 		var governs []string
 		for _, in := range d.PerInstance {
+			if in.Config != nil && in.Config.HoldsUnsupported { // never sent a hold: it runs on its own
+				continue
+			}
 			ref := cbdash.InstanceRef{Service: in.Service, Instance: in.Instance, Labels: in.Labels}
 			if g, ok := cbdash.Governing(live, ref, d.Breaker, now); ok && g.ID == h.ID {
 				governs = append(governs, in.Instance)

@@ -292,6 +292,28 @@ func TestABreakerThatCannotBeHeldSaysWhyInsteadOfOfferingHolds(t *testing.T) {
 	}
 }
 
+// TestAHoldGovernsOnlyTheInstancesThatCanBeHeld: of checkout-1 and
+// checkout-2, whose payments breaker is a sony/gobreaker v2 one that
+// cannot be held, a hold of checkout/payments governs checkout-1 alone on
+// the dependency page: it is never sent to checkout-2, which runs on its
+// own, as the page's note says.
+func TestAHoldGovernsOnlyTheInstancesThatCanBeHeld(t *testing.T) {
+	t.Parallel()
+	s := startHoldStack(t)
+	unheld := gobreakerConfig
+	unheld.Name = "payments"
+	before := s.clk.Now().Add(-time.Minute)
+	s.ingest(report{service: "checkout", instance: "checkout-1", started: before, breakers: []protocol.BreakerConfig{paymentsConfig}})
+	s.ingest(report{service: "checkout", instance: "checkout-2", started: before, breakers: []protocol.BreakerConfig{unheld}})
+	if _, err := s.col.CreateHold(context.Background(), cbdash.Actor{Name: "otto"}, cbdash.HoldRequest{Selector: cbdash.Selector{Service: "checkout", Breaker: "payments"},
+		Action: protocol.ActionForceOpen, TTL: 5 * time.Minute, Reason: "drill the payments fallback", Actor: "otto"}); err != nil {
+		t.Fatal(err)
+	}
+	page := s.login("otto").get("/dependency?" + url.Values{"service": {"checkout"}, "breaker": {"payments"}}.Encode())
+	mustContain(t, "the dependency page", page.body, `data-testid="hold-governs">checkout-1</td>`,
+		"checkout-2 cannot be held: a sony/gobreaker v2 breaker cannot be held open or closed")
+}
+
 // assertOneEnd checks that released hold id shows one end, its release,
 // in the holds list, its drill report and the API's hold record, and
 // not its planned expiry beside it.
