@@ -425,6 +425,12 @@ type HoldPlan struct {
 	// CallsPerSecond is the calls per second the matching breakers
 	// passed or rejected in their last report: what force open rejects.
 	CallsPerSecond float64 `json:"calls_per_second"`
+	// CallsUnknown counts the matching instances whose calls are not in
+	// CallsPerSecond: served by another collector, whose summary of the
+	// dependency cannot be counted whole (the selector narrows it, or one
+	// of its members there cannot be held). 0: CallsPerSecond is every
+	// matching breaker's; else it is a lower bound.
+	CallsUnknown int `json:"calls_unknown,omitempty"`
 	// Superseded lists the live holds this one would take precedence
 	// over on at least one matching breaker.
 	Superseded []string `json:"superseded,omitempty"`

@@ -153,8 +153,16 @@ func planHold(ctx context.Context, c *apiClient, req cbdash.HoldRequest, w io.Wr
 	if p.Eligible > 0 {
 		reached = 100 * float64(len(p.Instances)) / float64(p.Eligible)
 	}
-	fmt.Fprintf(w, "dry run: %s %s for %v would cover %d service(s) %v, %d of %d instance(s) now (%.0f%% reached), about %.1f calls/s %s\n",
-		actionWords(req.Action), clean(req.Selector.String()), req.TTL, len(p.Services), clean(fmt.Sprint(p.Services)), len(p.Instances), p.Eligible, reached, p.CallsPerSecond, verb)
+	about := "about"
+	if p.CallsUnknown > 0 { // instances served by another collector whose calls are not known here
+		about = "more than"
+	}
+	fmt.Fprintf(w, "dry run: %s %s for %v would cover %d service(s) %v, %d of %d instance(s) now (%.0f%% reached), %s %.1f calls/s %s\n",
+		actionWords(req.Action), clean(req.Selector.String()), req.TTL, len(p.Services), clean(fmt.Sprint(p.Services)), len(p.Instances), p.Eligible, reached,
+		about, p.CallsPerSecond, verb)
+	if p.CallsUnknown > 0 {
+		fmt.Fprintf(w, "  (the calls of %d instance(s) served by other collectors are not known here)\n", p.CallsUnknown)
+	}
 	for _, inst := range p.Instances {
 		fmt.Fprintf(w, "  %s\n", clean(fmt.Sprint(inst)))
 	}

@@ -69,8 +69,10 @@ func TestAHoldPlanOnACountsTheInstancesOfB(t *testing.T) {
 	}
 	// a1's 10 calls/s; B's summary counts b1, b2 and b3 (60/s), but b3
 	// cannot be held, so B's part is left out rather than overcounted.
-	if p.CallsPerSecond != 10 {
-		t.Fatalf("A's plan: %v calls/s, want 10 (a1; B's part has a member that cannot be held)", p.CallsPerSecond)
+	// The plan says so: b1's and b2's calls are not known on A.
+	if p.CallsPerSecond != 10 || p.CallsUnknown != 2 {
+		t.Fatalf("A's plan: %v calls/s, %d instances' calls unknown; want 10 (a1; B's part has a member that cannot be held) and 2 (b1, b2)",
+			p.CallsPerSecond, p.CallsUnknown)
 	}
 	req.Selector.Instances = []string{"b3"}
 	if _, err := a.col.CreateHold(ctx, cbdash.Actor{Name: "ann"}, req); !errors.Is(err, cbdash.ErrInvalid) || !strings.Contains(err.Error(), "api/b3") {
@@ -115,8 +117,19 @@ func TestAHoldPlanOnACountsTheCallsOfB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"api/a1", "api/b1", "api/b2"}; !slices.Equal(p.Instances, want) || p.Eligible != 3 || p.CallsPerSecond != 40 {
-		t.Fatalf("A's plan: instances %v, %d eligible, %v calls/s; want %v, 3, 40", p.Instances, p.Eligible, p.CallsPerSecond, want)
+	if want := []string{"api/a1", "api/b1", "api/b2"}; !slices.Equal(p.Instances, want) || p.Eligible != 3 || p.CallsPerSecond != 40 || p.CallsUnknown != 0 {
+		t.Fatalf("A's plan: instances %v, %d eligible, %v calls/s, %d unknown; want %v, 3, 40, 0",
+			p.Instances, p.Eligible, p.CallsPerSecond, p.CallsUnknown, want)
+	}
+	// A selector naming instances narrows B's part: its calls cannot be
+	// counted from a summary, and the plan says whose are missing.
+	p, err = a.col.PlanHold(context.Background(), cbdash.HoldRequest{Selector: cbdash.Selector{Service: "api", Breaker: "db",
+		Instances: []string{"a1", "b2"}}, Action: protocol.ActionForceOpen, TTL: time.Minute, Reason: "drill", Actor: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CallsPerSecond != 10 || p.CallsUnknown != 1 {
+		t.Fatalf("A's plan of a1 and b2: %v calls/s, %d unknown; want 10 (a1) and 1 (b2)", p.CallsPerSecond, p.CallsUnknown)
 	}
 }
 

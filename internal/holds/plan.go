@@ -48,7 +48,9 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 			p.Instances = append(p.Instances, inst.Ref.Service+"/"+inst.Ref.Instance)
 		}
 	}
-	p.CallsPerSecond += m.rateElsewhere(p.Selector, insts)
+	rate, counted := m.rateElsewhere(p.Selector, insts)
+	p.CallsPerSecond += rate
+	p.CallsUnknown = callsUnknown(p.Selector, insts, counted)
 	for s := range services {
 		p.Services = append(p.Services, s)
 	}
@@ -63,11 +65,12 @@ func (m *Manager) Plan(ctx context.Context, req cbdash.HoldRequest) (cbdash.Hold
 
 // rateElsewhere is the calls per second of the breakers sel covers on
 // instances served elsewhere (Elsewhere's parts sel covers whole, less
-// those of a dependency with a member there that cannot be held).
-func (m *Manager) rateElsewhere(sel cbdash.Selector, insts []Instance) float64 {
+// those of a dependency with a member there that cannot be held), and
+// the dependencies it counted.
+func (m *Manager) rateElsewhere(sel cbdash.Selector, insts []Instance) (float64, map[cbdash.DependencyKey]bool) {
 	parts := m.partsCovered(sel)
 	if len(parts) == 0 {
-		return 0
+		return 0, nil
 	}
 	blocked := map[cbdash.DependencyKey]bool{}
 	for _, inst := range insts {
@@ -78,12 +81,36 @@ func (m *Manager) rateElsewhere(sel cbdash.Selector, insts []Instance) float64 {
 		}
 	}
 	rate := 0.0
+	counted := map[cbdash.DependencyKey]bool{}
 	for _, pt := range parts {
 		if !blocked[pt.DependencyKey] {
 			rate += pt.Rate
+			counted[pt.DependencyKey] = true
 		}
 	}
-	return rate
+	return rate, counted
+}
+
+// callsUnknown counts the live instances served elsewhere with a breaker
+// sel matches and can hold whose dependency's calls rateElsewhere did not
+// count (HoldPlan.CallsUnknown).
+func callsUnknown(sel cbdash.Selector, insts []Instance, counted map[cbdash.DependencyKey]bool) int {
+	n := 0
+	for _, inst := range insts {
+		if !inst.Elsewhere || inst.Stale {
+			continue
+		}
+		for _, b := range inst.Breakers {
+			if _, no := inst.Unsupported[b]; no || !sel.Matches(inst.Ref, b) {
+				continue
+			}
+			if !counted[cbdash.DependencyKey{Service: inst.Ref.Service, Breaker: b}] {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // planInstance adds what sel covers of inst to p: its unsupported

@@ -121,6 +121,9 @@ func TestBrowserTheHoldsPageOfCollectorACountsInstancesOnB(t *testing.T) {
 		"Matching now: checkout/checkout-1, checkout/checkout-2, checkout/checkout-3.",
 		"Share reached: 3 of 4 live instances with a payments breaker.",
 		"Not held (holds not supported): checkout/checkout-4: a sony/gobreaker v2 breaker cannot be held open or closed.",
+		// B's part of the dependency has a member that cannot be held: its
+		// calls are not counted, and the page says so.
+		"(their last report; the calls of 2 instances served by other collectors are not known here).",
 	} {
 		if !strings.Contains(blast, want) {
 			t.Errorf("A's blast radius %q lacks %q", blast, want)

@@ -472,7 +472,7 @@ func blastLines(r cbdash.HoldRequest, p cbdash.HoldPlan) []string {
 	}
 	lines = append(lines, fmt.Sprintf("Share reached: %d of %d live instances with %s.", len(p.Instances), p.Eligible, with))
 	if r.Action == protocol.ActionForceOpen {
-		lines = append(lines, "Calls that will be rejected: about "+wording.PerSecond(p.CallsPerSecond)+" (their last report).")
+		lines = append(lines, rejectedCallsLine(p))
 	}
 	if len(p.Superseded) > 0 {
 		lines = append(lines, "It takes precedence over hold "+strings.Join(p.Superseded, ", ")+" where both match (the most recent wins).")
@@ -657,4 +657,19 @@ func holdIDOf(holdID, commandID string) string {
 	}
 	id, _ := cbdash.HoldOfCommand(commandID)
 	return id
+}
+
+// rejectedCallsLine tells the calls per second a force open of plan p
+// rejects: every matching breaker's, or, when some instances' calls are
+// not known here (HoldPlan.CallsUnknown), at least those counted.
+func rejectedCallsLine(p cbdash.HoldPlan) string {
+	if p.CallsUnknown == 0 {
+		return "Calls that will be rejected: about " + wording.PerSecond(p.CallsPerSecond) + " (their last report)."
+	}
+	which := "1 instance"
+	if p.CallsUnknown > 1 {
+		which = fmt.Sprintf("%d instances", p.CallsUnknown)
+	}
+	return "Calls that will be rejected: more than " + wording.PerSecond(p.CallsPerSecond) +
+		" (their last report; the calls of " + which + " served by other collectors are not known here)."
 }
