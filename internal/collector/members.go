@@ -123,6 +123,18 @@ func (c *Collector) storedLine(r cbdash.InstanceBreaker, now time.Time) (cbdash.
 		r.Config = &noConfig
 	}
 	r.Shown.Failure, r.Shown.Slow = cbdash.LineRatesOf(&r, nil)
+	if r.Held == nil && (r.State == protocol.StateForcedOpen || r.State == protocol.StateForcedClosed) {
+		// Forced by a stored hold: the hold that governs it, as live
+		// state finds it for a line whose forcing it did not see.
+		action := protocol.ActionForceClosed
+		if r.State == protocol.StateForcedOpen {
+			action = protocol.ActionForceOpen
+		}
+		ref := cbdash.InstanceRef{Service: r.Service, Instance: r.Instance, Labels: r.Labels}
+		if h, ok := c.holds.HoldFor(ref, r.Breaker, action); ok {
+			r.Held = &h
+		}
+	}
 	return r, true
 }
 

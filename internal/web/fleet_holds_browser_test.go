@@ -204,5 +204,20 @@ func TestBrowserTheHoldsPageOfCollectorACountsInstancesOnB(t *testing.T) {
 	if got := get(t, ctx, "governs", chromedp.Text(css(`[data-hold="`+id+`"] [data-testid=hold-governs]`))); got != strings.Join(covered, ", ") {
 		t.Errorf("on A's dependency page the hold governs %q, want %s (B's two; not checkout-4, which cannot be held)", got, strings.Join(covered, ", "))
 	}
+	// Each instance breaker the hold forced says who holds it, B's too
+	// (from the store's state and the stored hold that governs it).
+	held := get(t, ctx, "instances held", chromedp.Evaluate[[]string](`[...document.querySelectorAll("[data-testid=instance-row]")].map(r =>
+		r.cells[0].textContent.trim() + ": " + (r.querySelector("[data-testid=instance-held]")?.textContent.replace(/\s+/g, " ").trim() ?? "-"))`))
+	wantHeld := []string{}
+	for i, inst := range []string{"checkout-1", "checkout-2", "checkout-3", "checkout-4"} {
+		if i < 3 {
+			wantHeld = append(wantHeld, inst+": held open by otto · hold "+id)
+		} else {
+			wantHeld = append(wantHeld, inst+": -")
+		}
+	}
+	if !slices.Equal(held, wantHeld) {
+		t.Errorf("A's instance table says %q, want %q", held, wantHeld)
+	}
 	screenshot(t, ctx, "fleet-holds-a-dependency-1440.png")
 }
