@@ -318,11 +318,19 @@ func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
 }
 
 // shape is what changes only with a hello: configuration drift and the
-// labels all instances share. It is cached per dependency.
+// labels all instances share. It is cached per dependency: a member's
+// labels and whether it is served here (instance.own) change only with
+// a hello of its instance, which drops the shape of every dependency it
+// declares (declareLocked), or with the dependency's membership, which
+// drops it too (refreshLines).
 type shape struct {
 	majority protocol.BreakerConfig // the configuration most instances have
 	kinds    int                    // distinct configurations
 	labels   map[string]string      // shared by all instances; read-only
+	// ownLabels are those shared by the instances served here
+	// (instance.own), what this collector's summary says (Summary.Labels);
+	// labels itself when every instance is. Read-only.
+	ownLabels map[string]string
 }
 
 func shapeOf(sorted []*ibreaker) *shape {
@@ -331,14 +339,35 @@ func shapeOf(sorted []*ibreaker) *shape {
 		configs[*ib.config]++ // by value: equal configurations of different hellos are one
 	}
 	sh := &shape{kinds: len(configs)}
-	best := 0
+	best, own := 0, 0
 	for i, ib := range sorted {
 		if c := *ib.config; configs[c] > best {
 			sh.majority, best = c, configs[c]
 		}
 		sh.labels = sharedLabels(sh.labels, ib.inst.labels, i == 0)
+		if ib.inst.own() {
+			own++
+		}
+	}
+	sh.ownLabels = sh.labels
+	if own < len(sorted) {
+		sh.ownLabels = ownLabelsOf(sorted)
 	}
 	return sh
+}
+
+// ownLabelsOf returns the labels shared by the members of sorted served
+// here (instance.own); nil when none is.
+func ownLabelsOf(sorted []*ibreaker) map[string]string {
+	var labels map[string]string
+	first := true
+	for _, ib := range sorted {
+		if ib.inst.own() {
+			labels = sharedLabels(labels, ib.inst.labels, first)
+			first = false
+		}
+	}
+	return labels
 }
 
 // outlasts reports whether hold a ends after b (no expiry is the latest).

@@ -69,7 +69,7 @@ type Summary struct {
 	LastChange time.Time
 	Held       *cbdash.Hold
 	Fallback   *cbdash.FallbackRun
-	Labels     map[string]string // shared by every member
+	Labels     map[string]string // shared by every member; read-only (this collector's is its dependency's cached one)
 	// Trip is the rate trip cause of a live tripped member (the first by
 	// instance whose trip is known; nil when none): the dependency's
 	// shown rates come from it when no line here has one
@@ -146,6 +146,7 @@ func (l *State) summaryLocked(d *dep, now time.Time) Summary {
 	if s.Instances == 0 {
 		return Summary{DependencyKey: d.key}
 	}
+	s.Labels = d.shape.ownLabels
 	counts, hist, span := d.recent.sum(now.Unix())
 	s.Recent, s.Span = counts, span
 	for _, n := range hist {
@@ -163,7 +164,6 @@ func (l *State) summaryLocked(d *dep, now time.Time) Summary {
 
 // addMember counts member m (served here) in s, its state in byState.
 func (s *Summary) addMember(m *memberSlot, byState *stateCounts) {
-	s.Labels = sharedLabels(s.Labels, m.line.Labels, s.Instances == 0)
 	s.Instances++
 	if m.stale {
 		s.Stale++
