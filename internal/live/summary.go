@@ -169,25 +169,26 @@ func (s *Summary) addMember(m *memberSlot, byState *stateCounts) {
 		s.Stale++
 		return
 	}
-	byState.add(m.rank, m.state)
+	byState.addMember(m)
 	if m.episode && (s.OpenSince.IsZero() || m.line.OpenSince.Before(s.OpenSince)) {
 		s.OpenSince = m.line.OpenSince
 	}
 	if m.closeness > s.Closeness {
-		s.Closeness, s.Headroom = m.closeness, m.line.Last.Headroom
+		s.Closeness, s.Headroom = m.closeness, m.last.Headroom
 	}
 	if m.held && (s.Held == nil || outlasts(m.line.Held, s.Held)) {
 		s.Held = m.line.Held
 	}
-	if t := m.line.LastTrip; s.Trip == nil && t != nil && cbdash.Tripped(m.state) && cbdash.RateTrip(t.Cause) {
-		c := t.Cause
-		s.Trip = &c
-	}
-	if w := m.line.Last; w != nil {
-		s.Last.Add(w.Counts)
-		if w.Millis > 0 {
-			s.Rate += float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
+	if s.Trip == nil && cbdash.Tripped(m.state()) { // the line read only then
+		if t := m.line.LastTrip; t != nil && cbdash.RateTrip(t.Cause) {
+			c := t.Cause
+			s.Trip = &c
 		}
+	}
+	w := m.last // never nil (noWindow)
+	s.Last.Add(w.Counts)
+	if w.Millis > 0 {
+		s.Rate += float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
 	}
 }
 
