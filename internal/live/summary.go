@@ -113,14 +113,18 @@ func (l *State) Summaries(all bool) []Summary {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	var out []Summary
+	due := l.due[:0]
 	for _, d := range l.deps {
-		if l.full != nil && l.full(d.key) {
+		if (l.full != nil && l.full(d.key)) || (!d.unsummarized && !(all && d.summarized)) {
 			continue
 		}
-		if !d.unsummarized && !(all && d.summarized) {
-			continue
-		}
+		due = append(due, d)
+	}
+	var out []Summary
+	if len(due) > 0 {
+		out = make([]Summary, 0, len(due)) // once: a summary is 500 bytes
+	}
+	for _, d := range due {
 		d.unsummarized = false
 		s := l.summaryLocked(d, now)
 		if s.Instances == 0 && !d.summarized {
@@ -128,6 +132,11 @@ func (l *State) Summaries(all bool) []Summary {
 		}
 		d.summarized = s.Instances > 0
 		out = append(out, s)
+	}
+	clear(due) // keeps no forgotten dependency
+	l.due = due[:0]
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }
