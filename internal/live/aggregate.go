@@ -175,17 +175,17 @@ func (d *dep) countMembers(v *cbdash.Dependency) float64 {
 			v.Stale++
 			continue
 		}
-		byState.add(m.rank, m.state)
+		byState.addMember(m)
 		if m.episode {
 			if o := m.line.OpenSince; v.OpenSince.IsZero() || o.Before(v.OpenSince) {
 				v.OpenSince = o
 			}
 		}
 		if int(m.rank) < stateRank(v.State) {
-			v.State = m.state
+			v.State = m.state()
 		}
 		if m.closeness > bestCloseness {
-			bestCloseness, v.Headroom = m.closeness, m.line.Last.Headroom
+			bestCloseness, v.Headroom = m.closeness, m.last.Headroom
 		}
 		if m.held {
 			if h := m.line.Held; v.Held == nil || outlasts(h, v.Held) {
@@ -197,19 +197,29 @@ func (d *dep) countMembers(v *cbdash.Dependency) float64 {
 	return bestCloseness
 }
 
-// memberSlot is what a dependency's aggregate needs of one member, as of
-// its line (refresh): what every member counts in, and whether its line
-// has more to read (an episode's start, a hold). 40 bytes, a member's
-// share of live state's heap.
+// memberSlot is what a dependency's aggregate and this collector's
+// summary need of one member, as of its line (refresh): what every
+// member counts in, and whether its line has more to read (an episode's
+// start, a hold, a trip). 32 bytes, a member's share of live state's
+// heap: its state is its rank's (state(), read from the line for a
+// state of no rank).
 type memberSlot struct {
-	state     string
 	closeness float64                 // cbdash.ClosenessOf(line.Last.Headroom).Score
 	line      *cbdash.InstanceBreaker // read-only
-	rank      int32                   // stateRank(state)
+	last      *protocol.Window        // line.Last: what the summary sums (Summary.Last, Rate) without reading the line
+	rank      int32                   // stateRank(line.State)
 	stale     bool
 	episode   bool // counts in OpenSince: not closed, and line.OpenSince is set
 	held      bool // line.Held is set
 	own       bool // served here (instance.own): counts in this collector's summary
+}
+
+// state is m's line's state.
+func (m *memberSlot) state() string {
+	if m.rank >= 0 && int(m.rank) < len(rankStates) {
+		return rankStates[m.rank]
+	}
+	return m.line.State
 }
 
 // holds reports whether ib has its line in d.lines, where compute put
@@ -259,7 +269,7 @@ func (d *dep) refresh(ib *ibreaker) {
 	ib.fresh = true
 	e := lineOf(d, ib)
 	d.lines[ib.slot] = e
-	d.slots[ib.slot] = memberSlot{state: e.State, closeness: cbdash.ClosenessOf(e.Last.Headroom).Score, line: e,
+	d.slots[ib.slot] = memberSlot{closeness: cbdash.ClosenessOf(e.Last.Headroom).Score, line: e, last: e.Last,
 		rank: int32(stateRank(e.State)), stale: e.Stale, episode: cbdash.NotClosed(e.State) && !e.OpenSince.IsZero(), held: e.Held != nil,
 		own: ib.inst.own()}
 }
@@ -274,6 +284,16 @@ type stateCounts struct {
 
 // rankStates are the states of ranks 0 to 4 (cbdash.StateRank).
 var rankStates = [...]string{protocol.StateOpen, protocol.StateHalfOpen, protocol.StateForcedOpen, protocol.StateForcedClosed, protocol.StateClosed}
+
+// addMember counts member m in its state (its name read only for a
+// state of no rank).
+func (c *stateCounts) addMember(m *memberSlot) {
+	if m.rank >= 0 && int(m.rank) < len(c.byRank) {
+		c.byRank[m.rank]++
+		return
+	}
+	c.add(m.rank, m.state())
+}
 
 // add counts a member in state, of rank stateRank(state).
 func (c *stateCounts) add(rank int32, state string) {
@@ -318,11 +338,19 @@ func lineOf(d *dep, ib *ibreaker) *cbdash.InstanceBreaker {
 }
 
 // shape is what changes only with a hello: configuration drift and the
-// labels all instances share. It is cached per dependency.
+// labels all instances share. It is cached per dependency: a member's
+// labels and whether it is served here (instance.own) change only with
+// a hello of its instance, which drops the shape of every dependency it
+// declares (declareLocked), or with the dependency's membership, which
+// drops it too (refreshLines).
 type shape struct {
 	majority protocol.BreakerConfig // the configuration most instances have
 	kinds    int                    // distinct configurations
 	labels   map[string]string      // shared by all instances; read-only
+	// ownLabels are those shared by the instances served here
+	// (instance.own), what this collector's summary says (Summary.Labels);
+	// labels itself when every instance is. Read-only.
+	ownLabels map[string]string
 }
 
 func shapeOf(sorted []*ibreaker) *shape {
@@ -331,14 +359,35 @@ func shapeOf(sorted []*ibreaker) *shape {
 		configs[*ib.config]++ // by value: equal configurations of different hellos are one
 	}
 	sh := &shape{kinds: len(configs)}
-	best := 0
+	best, own := 0, 0
 	for i, ib := range sorted {
 		if c := *ib.config; configs[c] > best {
 			sh.majority, best = c, configs[c]
 		}
 		sh.labels = sharedLabels(sh.labels, ib.inst.labels, i == 0)
+		if ib.inst.own() {
+			own++
+		}
+	}
+	sh.ownLabels = sh.labels
+	if own < len(sorted) {
+		sh.ownLabels = ownLabelsOf(sorted)
 	}
 	return sh
+}
+
+// ownLabelsOf returns the labels shared by the members of sorted served
+// here (instance.own); nil when none is.
+func ownLabelsOf(sorted []*ibreaker) map[string]string {
+	var labels map[string]string
+	first := true
+	for _, ib := range sorted {
+		if ib.inst.own() {
+			labels = sharedLabels(labels, ib.inst.labels, first)
+			first = false
+		}
+	}
+	return labels
 }
 
 // outlasts reports whether hold a ends after b (no expiry is the latest).

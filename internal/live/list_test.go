@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cbdash/cbdash"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -91,22 +92,30 @@ func BenchmarkBumpAnInstanceOf20Breakers(b *testing.B) {
 }
 
 // TestTheStatesCountedByRankAreThoseOfTheirRank: countMembers counts the
-// five states by their rank, and names them back from it.
+// five states by their rank, and names them back from it (a member's
+// slot keeps its rank, its state read from its line for no rank).
 func TestTheStatesCountedByRankAreThoseOfTheirRank(t *testing.T) {
 	for r, s := range rankStates {
 		if got := stateRank(s); got != r {
 			t.Errorf("rankStates[%d] = %s, of rank %d", r, s, got)
 		}
 	}
-	var c stateCounts
+	var c, bySlot stateCounts
 	for _, s := range []string{"open", "closed", "closed", "half_open", "forced_open", "forced_closed", "unknown", ""} {
 		c.add(int32(stateRank(s)), s)
+		slot := memberSlot{rank: int32(stateRank(s)), line: &cbdash.InstanceBreaker{State: s}}
+		if got := slot.state(); got != s {
+			t.Errorf("the slot of a member %q says %q", s, got)
+		}
+		bySlot.addMember(&slot)
 	}
-	m := map[string]int{}
-	c.into(m)
 	want := map[string]int{"open": 1, "closed": 2, "half_open": 1, "forced_open": 1, "forced_closed": 1, "unknown": 1, "": 1}
-	if !maps.Equal(m, want) {
-		t.Errorf("counted %v, want %v", m, want)
+	for _, c := range []stateCounts{c, bySlot} {
+		m := map[string]int{}
+		c.into(m)
+		if !maps.Equal(m, want) {
+			t.Errorf("counted %v, want %v", m, want)
+		}
 	}
 }
 
@@ -115,12 +124,13 @@ func TestTheStatesCountedByRankAreThoseOfTheirRank(t *testing.T) {
 // far), and by rank, side by side in one run.
 func BenchmarkCountByState(b *testing.B) {
 	slots := make([]memberSlot, 1000)
+	names := make([]string, len(slots)) // the slots' states
 	for i := range slots {
 		s := protocol.StateClosed
 		if i%10 == 0 {
 			s = protocol.StateOpen
 		}
-		slots[i] = memberSlot{state: s, rank: int32(stateRank(s))}
+		slots[i], names[i] = memberSlot{rank: int32(stateRank(s))}, s
 	}
 	b.Run("name", func(b *testing.B) {
 		for b.Loop() {
@@ -128,12 +138,12 @@ func BenchmarkCountByState(b *testing.B) {
 			var n [8]int
 			for i := range slots {
 				for j := range states {
-					if states[j] == slots[i].state {
+					if states[j] == names[i] {
 						n[j]++
 						break
 					}
 					if states[j] == "" {
-						states[j], n[j] = slots[i].state, 1
+						states[j], n[j] = names[i], 1
 						break
 					}
 				}
@@ -144,7 +154,7 @@ func BenchmarkCountByState(b *testing.B) {
 		for b.Loop() {
 			var c stateCounts
 			for i := range slots {
-				c.add(slots[i].rank, slots[i].state)
+				c.add(slots[i].rank, names[i])
 			}
 		}
 	})

@@ -178,6 +178,7 @@ type State struct {
 	// report, so a transition never waits behind window-report work.
 	transitions chan Update
 	scratch     map[*dep]bool // applyLocked's dependencies to publish, reused
+	due         []*dep        // Summaries' dependencies to summarise, reused (empty between calls)
 	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
 	holdUntil   func(holdID string) (time.Time, bool)
 	holdFor     func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)

@@ -69,7 +69,7 @@ type Summary struct {
 	LastChange time.Time
 	Held       *cbdash.Hold
 	Fallback   *cbdash.FallbackRun
-	Labels     map[string]string // shared by every member
+	Labels     map[string]string // shared by every member; read-only (this collector's is its dependency's cached one)
 	// Trip is the rate trip cause of a live tripped member (the first by
 	// instance whose trip is known; nil when none): the dependency's
 	// shown rates come from it when no line here has one
@@ -113,14 +113,18 @@ func (l *State) Summaries(all bool) []Summary {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	var out []Summary
+	due := l.due[:0]
 	for _, d := range l.deps {
-		if l.full != nil && l.full(d.key) {
+		if (l.full != nil && l.full(d.key)) || (!d.unsummarized && !(all && d.summarized)) {
 			continue
 		}
-		if !d.unsummarized && !(all && d.summarized) {
-			continue
-		}
+		due = append(due, d)
+	}
+	var out []Summary
+	if len(due) > 0 {
+		out = make([]Summary, 0, len(due)) // once: a summary is 500 bytes
+	}
+	for _, d := range due {
 		d.unsummarized = false
 		s := l.summaryLocked(d, now)
 		if s.Instances == 0 && !d.summarized {
@@ -128,6 +132,11 @@ func (l *State) Summaries(all bool) []Summary {
 		}
 		d.summarized = s.Instances > 0
 		out = append(out, s)
+	}
+	clear(due) // keeps no forgotten dependency
+	l.due = due[:0]
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }
@@ -146,6 +155,7 @@ func (l *State) summaryLocked(d *dep, now time.Time) Summary {
 	if s.Instances == 0 {
 		return Summary{DependencyKey: d.key}
 	}
+	s.Labels = d.shape.ownLabels
 	counts, hist, span := d.recent.sum(now.Unix())
 	s.Recent, s.Span = counts, span
 	for _, n := range hist {
@@ -163,31 +173,31 @@ func (l *State) summaryLocked(d *dep, now time.Time) Summary {
 
 // addMember counts member m (served here) in s, its state in byState.
 func (s *Summary) addMember(m *memberSlot, byState *stateCounts) {
-	s.Labels = sharedLabels(s.Labels, m.line.Labels, s.Instances == 0)
 	s.Instances++
 	if m.stale {
 		s.Stale++
 		return
 	}
-	byState.add(m.rank, m.state)
+	byState.addMember(m)
 	if m.episode && (s.OpenSince.IsZero() || m.line.OpenSince.Before(s.OpenSince)) {
 		s.OpenSince = m.line.OpenSince
 	}
 	if m.closeness > s.Closeness {
-		s.Closeness, s.Headroom = m.closeness, m.line.Last.Headroom
+		s.Closeness, s.Headroom = m.closeness, m.last.Headroom
 	}
 	if m.held && (s.Held == nil || outlasts(m.line.Held, s.Held)) {
 		s.Held = m.line.Held
 	}
-	if t := m.line.LastTrip; s.Trip == nil && t != nil && cbdash.Tripped(m.state) && cbdash.RateTrip(t.Cause) {
-		c := t.Cause
-		s.Trip = &c
-	}
-	if w := m.line.Last; w != nil {
-		s.Last.Add(w.Counts)
-		if w.Millis > 0 {
-			s.Rate += float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
+	if s.Trip == nil && cbdash.Tripped(m.state()) { // the line read only then
+		if t := m.line.LastTrip; t != nil && cbdash.RateTrip(t.Cause) {
+			c := t.Cause
+			s.Trip = &c
 		}
+	}
+	w := m.last // never nil (noWindow)
+	s.Last.Add(w.Counts)
+	if w.Millis > 0 {
+		s.Rate += float64(w.Counts.Admitted+w.Counts.Rejected()) / (float64(w.Millis) / 1000)
 	}
 }
 
