@@ -248,7 +248,9 @@ func New(cfg Config) (*Collector, error) {
 		HoldUntil: func(id string) (time.Time, bool) { return c.holds.Until(id) },
 		HoldFor: func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool) {
 			return c.holds.HoldFor(inst, breaker, action)
-		}, FullDetail: fullDetail(cfg.Quorum)})}
+		}, FullDetail: fullDetail(cfg.Quorum),
+		// c.fleet is set below, before any batch can arrive.
+		Applied: func(k live.Key, ts []protocol.Transition, at time.Time) { c.fleet.transitions(k, ts, at) }})}
 	c.hub = publisher{c.live.State}
 	if err := cfg.Registerer.Register(newLiveGauges(c.live.State)); err != nil {
 		return nil, fmt.Errorf("collector: metrics: %w", err)

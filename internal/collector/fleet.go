@@ -256,21 +256,14 @@ func (f *fleet) batch(r live.Update) {
 		return
 	}
 	b := r.Batch
-	var trans []protocol.Transition
+	if f.full == nil {
+		return // its transitions go as live applies them (transitions)
+	}
 	var full protocol.Batch
 	for _, t := range b.Transitions {
 		if f.isFull(r.Key.Service, t.Breaker) {
 			full.Transitions = append(full.Transitions, t)
-		} else {
-			trans = append(trans, t)
 		}
-	}
-	if len(trans) > 0 {
-		f.enqueue(fleetUpdate{V: wireVersion, Kind: updTrans, Service: r.Key.Service, Instance: r.Key.Instance,
-			At: r.At.UnixMilli(), Trans: trans})
-	}
-	if f.full == nil {
-		return
 	}
 	for _, w := range b.Windows {
 		if f.isFull(r.Key.Service, w.Breaker) {
@@ -282,6 +275,30 @@ func (f *fleet) batch(r live.Update) {
 		fr := r
 		fr.Batch = &full
 		f.enqueue(batchUpdate(fr, started.(int64)))
+	}
+}
+
+// transitions publishes the transitions ts of instance k served here,
+// received at at, as live state applies them (live.Config.Applied, under
+// its lock): in one order with the summaries (summaryLoop), so a summary
+// built before their apply is sent before them. A dependency a quorum
+// rule turns on sends its transitions with its batches (batch).
+func (f *fleet) transitions(k live.Key, ts []protocol.Transition, at time.Time) {
+	if f.alone() {
+		return
+	}
+	if _, ok := f.started.Load(instKey{k.Service, k.Instance}); !ok {
+		return
+	}
+	var trans []protocol.Transition
+	for _, t := range ts {
+		if !f.isFull(k.Service, t.Breaker) {
+			trans = append(trans, t)
+		}
+	}
+	if len(trans) > 0 {
+		f.enqueue(fleetUpdate{V: wireVersion, Kind: updTrans, Service: k.Service, Instance: k.Instance,
+			At: at.UnixMilli(), Trans: trans})
 	}
 }
 
@@ -309,9 +326,14 @@ func (f *fleet) summaryLoop(ctx context.Context) {
 		}
 		n++
 		all := n%int(summaryFullEvery/summaryEvery) == 1
-		for _, s := range f.c.live.Summaries(all) {
-			f.enqueue(summaryUpdate(s))
-		}
+		// Enqueued under live's lock, in one order with the transitions
+		// (transitions): a summary built before a transition's apply is
+		// sent before it, so the others never have it undo the move.
+		f.c.live.PublishSummaries(all, func(ss []live.Summary) {
+			for _, s := range ss {
+				f.enqueue(summaryUpdate(s))
+			}
+		})
 	}
 }
 

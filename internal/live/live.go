@@ -182,6 +182,7 @@ type State struct {
 	lists       sharedLists   // the hellos' breaker lists, shared among equal ones
 	holdUntil   func(holdID string) (time.Time, bool)
 	holdFor     func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)
+	applied     func(k Key, ts []protocol.Transition, at time.Time) // Config.Applied
 	full        func(cbdash.DependencyKey) bool // Config.FullDetail
 }
 
@@ -347,6 +348,14 @@ type Config struct {
 	// rule turns on. Nil: every dependency is summarised. It must
 	// not call back into the State.
 	FullDetail func(cbdash.DependencyKey) bool
+	// Applied, when set, is told the transitions of each batch of an
+	// instance served here (not RemoteBatch's) as they are applied, at
+	// (the batch's receipt), in the order they are applied, with the
+	// State's lock held: before any summary that counts them is built
+	// (PublishSummaries), so a collector that publishes both from these
+	// calls sends them in the order its summaries saw them. It must not
+	// block, call back into the State, or keep ts.
+	Applied func(k Key, ts []protocol.Transition, at time.Time)
 }
 
 // New returns live state with no instance.
@@ -356,7 +365,7 @@ func New(cfg Config) *State {
 		h.onDrop, h.onCount = cfg.Metrics.SubscriberDropped, cfg.Metrics.Subscribers
 	}
 	l := newLive(cfg.Now, cfg.StaleAfter, cfg.GoneAfter, h, cfg.Metrics)
-	l.holdUntil, l.holdFor, l.full = cfg.HoldUntil, cfg.HoldFor, cfg.FullDetail
+	l.holdUntil, l.holdFor, l.full, l.applied = cfg.HoldUntil, cfg.HoldFor, cfg.FullDetail, cfg.Applied
 	return l
 }
 
@@ -617,6 +626,9 @@ func (l *State) applyLocked(r Update) bool {
 	}
 	for i := range transitions {
 		urgent[l.transitionLocked(inst, &transitions[i], r.At)] = true
+	}
+	if len(transitions) > 0 && !r.Remote && l.applied != nil {
+		l.applied(r.Key, transitions, r.At)
 	}
 	if !r.early {
 		l.windowsLocked(inst, r, urgent)

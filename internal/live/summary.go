@@ -110,8 +110,23 @@ func (l *State) InstancesHeld() int {
 // Members restored from the store and never heard from since are not
 // counted: they are another collector's, or gone.
 func (l *State) Summaries(all bool) []Summary {
+	var out []Summary
+	l.PublishSummaries(all, func(s []Summary) { out = s })
+	return out
+}
+
+// PublishSummaries hands emit what Summaries returns, with the State's
+// lock held: a transition Config.Applied was told of before emit is
+// counted in these summaries, one it is told of after it is not. emit
+// must not block, call back into the State, or keep the slice.
+func (l *State) PublishSummaries(all bool, emit func([]Summary)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	emit(l.summariesLocked(all))
+}
+
+// summariesLocked is Summaries with the lock held.
+func (l *State) summariesLocked(all bool) []Summary {
 	now := l.now()
 	due := l.due[:0]
 	for _, d := range l.deps {

@@ -1,9 +1,11 @@
 package live
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -169,5 +171,50 @@ func TestAnInstanceThatMovedHereShowsItsStoredStateUntilItReports(t *testing.T) 
 	l.Seed(stored)
 	if d, _ := l.Dependency(k); d.State != protocol.StateClosed {
 		t.Fatalf("after its report and a late seed: state %q, want closed (its report)", d.State)
+	}
+}
+
+// A collector publishes its transitions and its summaries in one order
+// (Config.Applied, PublishSummaries): a summary built while a batch with
+// a trip waits to be applied neither counts the trip nor follows it out;
+// the summary after the trip counts it. (The trip used to be published
+// when its batch was read: a summary built before its apply followed it
+// onto the bus, and the other collectors, having moved the instance to
+// open, moved it back to closed until the next summary.)
+func TestATransitionAndTheSummariesGoOutInTheOrderTheyCountIt(t *testing.T) {
+	t.Parallel()
+	l, clk := newTestLive(t)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	k := Key{"api", "a1"}
+	l.Hello(testHello("api", "a1", cfg, nil), 0, nil, clk.Now(), nil)
+	l.Apply(k, &protocol.Batch{Seq: 1, Windows: []protocol.Window{window("db", protocol.StateClosed, clk.Now(),
+		protocol.Counts{Admitted: 10, Successes: 10}, protocol.Headroom{}, nil)}}, clk.Now())
+	var out []string
+	l.applied = func(_ Key, ts []protocol.Transition, _ time.Time) {
+		for _, tr := range ts {
+			out = append(out, "transition to "+tr.To)
+		}
+	}
+	publish := func() {
+		l.PublishSummaries(true, func(ss []Summary) {
+			for _, s := range ss {
+				out = append(out, fmt.Sprintf("summary: %d open", s.ByState[protocol.StateOpen]))
+			}
+		})
+	}
+	clk.Advance(time.Second)
+	trip := protocol.Transition{Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli()}
+	b := &protocol.Batch{Seq: 2, Transitions: []protocol.Transition{trip}, Windows: []protocol.Window{window("db", protocol.StateOpen, clk.Now(),
+		protocol.Counts{Admitted: 10, Failures: 10}, protocol.Headroom{}, nil)}}
+	if !l.Enqueue(context.Background(), Update{Key: k, Batch: b, At: clk.Now()}) {
+		t.Fatal("the batch was not queued")
+	}
+	publish() // the trip is queued, not applied
+	stop := make(chan struct{})
+	close(stop)
+	l.ApplyLoop(stop) // applies what is queued, then returns
+	publish()
+	if want := []string{"summary: 0 open", "transition to open", "summary: 1 open"}; !slices.Equal(out, want) {
+		t.Fatalf("published %q, want %q", out, want)
 	}
 }
