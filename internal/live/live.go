@@ -183,7 +183,7 @@ type State struct {
 	holdUntil   func(holdID string) (time.Time, bool)
 	holdFor     func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)
 	applied     func(k Key, ts []protocol.Transition, at time.Time) // Config.Applied
-	full        func(cbdash.DependencyKey) bool // Config.FullDetail
+	full        func(cbdash.DependencyKey) bool                     // Config.FullDetail
 }
 
 // Update is a validated batch of instance Key, received at At, from an
