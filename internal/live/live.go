@@ -617,19 +617,7 @@ func (l *State) applyLocked(r Update) bool {
 		l.seenLocked(inst, r, urgent)
 	}
 	l.rollDayLocked(r.At)
-	transitions := r.Batch.Transitions
-	if r.transitionsDone && r.short.applied {
-		transitions = nil
-	}
-	if r.short != nil {
-		r.short.applied = true
-	}
-	for i := range transitions {
-		urgent[l.transitionLocked(inst, &transitions[i], r.At)] = true
-	}
-	if len(transitions) > 0 && !r.Remote && l.applied != nil {
-		l.applied(r.Key, transitions, r.At)
-	}
+	l.transitionsLocked(inst, r, urgent)
 	if !r.early {
 		l.windowsLocked(inst, r, urgent)
 	}
@@ -644,6 +632,26 @@ func (l *State) applyLocked(r Update) bool {
 		}
 	}
 	return true
+}
+
+// transitionsLocked applies the transitions of r to inst, unless the
+// other request of its batch did (Update.short), marking their
+// dependencies in urgent, and tells Config.Applied of those of an
+// instance served here.
+func (l *State) transitionsLocked(inst *instance, r Update, urgent map[*dep]bool) {
+	transitions := r.Batch.Transitions
+	if r.transitionsDone && r.short.applied {
+		transitions = nil
+	}
+	if r.short != nil {
+		r.short.applied = true
+	}
+	for i := range transitions {
+		urgent[l.transitionLocked(inst, &transitions[i], r.At)] = true
+	}
+	if len(transitions) > 0 && !r.Remote && l.applied != nil {
+		l.applied(r.Key, transitions, r.At)
+	}
 }
 
 // seenLocked records that inst sent batch r: its seq, when it was last
