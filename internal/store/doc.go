@@ -44,10 +44,13 @@
 //
 //   - shared, for a group of batches and hellos (op.shared: SaveBatch, a
 //     Stream's batches, SaveHello, and the writes of the buffered
-//     instance minutes): the batch groups of all the processes run at
-//     the same time;
+//     instance minutes), and for incidents made and rewritten
+//     (CreateIncident, UpdateIncident) and the leaders' marks
+//     (SetLeaderMark), whose rows are made once by a unique key,
+//     rewritten whole, or moved forward only (leaderShared): the batch
+//     groups of all the processes run at the same time;
 //   - exclusive, for every other group (holds, commands, users,
-//     tokens, incidents, alerts, schedules, handovers, the probe,
+//     tokens, incident notes, alerts, schedules, the probe,
 //     Compact with its roll-ups and retention: whatever reads and then
 //     writes rows other processes write), which runs alone, against
 //     every other group of every process.

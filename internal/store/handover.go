@@ -39,7 +39,7 @@ func (s *Store) LeaderMark(ctx context.Context, name string) (mark time.Time, ok
 // an earlier at leaves it where it is, so two leaders overlapping for a
 // moment never move it back. Errors: ctx's or a wrapped driver error.
 func (s *Store) SetLeaderMark(ctx context.Context, name string, at time.Time) error {
-	err := s.w.do(ctx, &op{run: func(x *wtx) error {
+	err := s.w.do(ctx, &op{shared: leaderShared, run: func(x *wtx) error {
 		_, err := x.exec(`INSERT INTO leader_marks (name, received_ms) VALUES ($1, $2)
 			ON CONFLICT (name) DO UPDATE SET received_ms = CASE WHEN excluded.received_ms > leader_marks.received_ms
 			THEN excluded.received_ms ELSE leader_marks.received_ms END`, name, ms(at))

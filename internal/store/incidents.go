@@ -27,7 +27,9 @@ func (s *Store) CreateIncident(ctx context.Context, inc cbdash.Incident) (int64,
 		return 0, err
 	}
 	var id int64
-	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+	// shared: a leader's row, made once by its unique key whatever runs
+	// beside it (leaderShared).
+	err = s.w.do(ctx, &op{shared: leaderShared, run: func(x *wtx) error {
 		id = 0
 		row, err := x.queryRow(`INSERT INTO incidents (service, breaker, start_ms, end_ms, instances, opens, first_instance, first_cause, episode_ms)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (service, breaker, episode_ms) DO NOTHING RETURNING id`, append(args, args[2])...)
@@ -57,7 +59,7 @@ func (s *Store) UpdateIncident(ctx context.Context, inc cbdash.Incident) error {
 	if err != nil {
 		return err
 	}
-	err = s.w.do(ctx, &op{run: func(x *wtx) error {
+	err = s.w.do(ctx, &op{shared: leaderShared, run: func(x *wtx) error {
 		res, err := x.exec(`UPDATE incidents SET service = $1, breaker = $2, start_ms = $3, end_ms = $4, instances = $5, opens = $6,
 			first_instance = $7, first_cause = $8 WHERE id = $9`, append(args, inc.ID)...)
 		if err != nil {
@@ -228,3 +230,14 @@ func (s *Store) AddIncidentNote(ctx context.Context, n cbdash.IncidentNote) (cbd
 	n.At = time.UnixMilli(n.At.UnixMilli()).UTC()
 	return n, nil
 }
+
+// leaderShared marks the writes of the incident leader that need no
+// exclusive lock on PostgreSQL (doc.go, Several writers): an incident
+// made by its episode's unique key (INSERT ... ON CONFLICT DO NOTHING),
+// rewritten by its id, and the leaders' marks, moved forward only. No
+// batch writes their rows, and two leaders overlapping for a moment meet
+// on the rows themselves, as they did in turns: one incident an episode,
+// the last rewrite standing, the furthest mark. Beside the other
+// collectors' batch groups, a trip's incident no longer waits for them,
+// nor splits its own collector's group in two transactions.
+const leaderShared = true
