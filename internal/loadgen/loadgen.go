@@ -170,7 +170,10 @@ type Result struct {
 	// and ends (and every few seconds for the peak): its process CPU over
 	// the measurement (ServerCPU, in cores), that CPU per acked window
 	// report, and its resident memory. Zero when /metrics had no process
-	// metrics.
+	// metrics. With several collectors (Collectors), ServerCPU and
+	// CPUPerReport are theirs together: the cores of all, and their CPU
+	// per report any of them acked (each one's in Collectors); RSS is
+	// Config.URL's.
 	ServerCPU    float64       `json:"server_cpu_cores"`
 	CPUPerReport time.Duration `json:"cpu_per_report"`
 	RSS          int64         `json:"rss_bytes"`      // at the end
@@ -219,8 +222,12 @@ func (r Result) String() string {
 }
 
 func (r Result) summary() string {
+	cpu := "server CPU"
+	if len(r.Collectors) > 1 {
+		cpu = fmt.Sprintf("CPU of the %d collectors together", len(r.Collectors))
+	}
 	return fmt.Sprintf("instances %d x breakers %d, connected in %v\n"+
-		"server CPU: %.2f cores, %.1f µs per acked window report (decode floor %.2f µs, ratio %.1f); RSS %.0f MB (peak %.0f MB)\n"+
+		"%s: %.2f cores, %.1f µs per acked window report (decode floor %.2f µs, ratio %.1f); RSS %.0f MB (peak %.0f MB)\n"+
 		"store: %.1f transactions/s, %.1f writes per transaction\n"+
 		"database: %d bytes grown, %.0f bytes per dependency-second (%d dependencies): per-second level %.0f, instance minutes %.0f, transitions %.0f\n"+
 		"acked window reports: %.0f/s (offered %.0f/s) over %v, %d refused batches, %d connection errors\n"+
@@ -228,7 +235,7 @@ func (r Result) summary() string {
 		"  agent to collector p50 %v p99 %v; collector to subscriber p50 %v p99 %v\n"+
 		"machine: %d CPUs, load average %s at the start and %s at the end; loadgen itself %.2f cores",
 		r.Instances, r.Breakers, r.Connect.Round(time.Millisecond),
-		r.ServerCPU, float64(r.CPUPerReport)/float64(time.Microsecond), float64(r.DecodeFloor)/float64(time.Microsecond), r.FloorRatio,
+		cpu, r.ServerCPU, float64(r.CPUPerReport)/float64(time.Microsecond), float64(r.DecodeFloor)/float64(time.Microsecond), r.FloorRatio,
 		float64(r.RSS)/1e6, float64(r.PeakRSS)/1e6,
 		r.StoreTxPerSec, r.WritesPerTx,
 		r.DBGrowth, r.DBBytesPerDepS, r.Dependencies, r.SecondsPerDepS, r.InstanceMinutesPerDepS, r.TransitionsPerDepS,
@@ -408,6 +415,9 @@ wait:
 		res.SecondsPerDepS, res.InstanceMinutesPerDepS, res.TransitionsPerDepS = per("seconds"), per("instance_minutes"), per("transitions")
 	}
 	res.Collectors = r.collectors(firstEach, lastEach)
+	if cores, per, ok := together(res.Collectors); ok {
+		res.ServerCPU, res.CPUPerReport = cores, per
+	}
 	res.DecodeFloor = decodeFloor(cfg.BreakersPerInstance)
 	if res.DecodeFloor > 0 && res.CPUPerReport > 0 {
 		res.FloorRatio = float64(res.CPUPerReport) / float64(res.DecodeFloor)

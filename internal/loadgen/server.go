@@ -151,6 +151,29 @@ type CollectorResult struct {
 	RSS          int64         `json:"rss_bytes"`      // at the end
 }
 
+// together returns the CPU of collectors cs together (cores) and per
+// report any of them acked; ok false with fewer than two, or when one has
+// no CPU figure.
+func together(cs []CollectorResult) (cores float64, perReport time.Duration, ok bool) {
+	if len(cs) < 2 {
+		return 0, 0, false
+	}
+	var cpu float64 // seconds, each one's CPU per report times its reports
+	var windows int64
+	for _, c := range cs {
+		if c.CPU == 0 {
+			return 0, 0, false
+		}
+		cores += c.CPU
+		cpu += c.CPUPerReport.Seconds() * float64(c.Windows)
+		windows += c.Windows
+	}
+	if windows > 0 {
+		perReport = time.Duration(cpu / float64(windows) * float64(time.Second))
+	}
+	return cores, perReport, true
+}
+
 // scrapeEach scrapes every collector of Config.AgentURLs when there are
 // several; nil otherwise.
 func (r *run) scrapeEach(ctx context.Context) []serverSample {
