@@ -115,6 +115,8 @@ func (l *State) compute(d *dep, now time.Time) *cbdash.Dependency {
 	// Other collectors' instances (summary.go): rates are each part's
 	// counts over its own span, summed.
 	req, adm, rej := d.addRemote(v, &counts, hist, &best)
+	freq, fadm, frej := d.addFading(now, &counts, hist)
+	req, adm, rej = req+freq, adm+fadm, rej+frej
 	v.RequestRate, v.AdmittedRate, v.RejectedRate = v.RequestRate+req, v.AdmittedRate+adm, v.RejectedRate+rej
 	v.Recent = counts
 	if recorded := counts.Successes + counts.Failures; recorded > 0 {

@@ -148,6 +148,11 @@ type dep struct {
 	// that the last one taken had members.
 	remote                   map[string]*remotePart
 	unsummarized, summarized bool
+	// fading holds the last parts of collectors gone (left the bus, or
+	// silent for RemoteExpiry), by collector: their instances no longer
+	// count, their last minute's calls still do, less as it slides out
+	// (addFading), while those instances' new lines here fill in.
+	fading map[string]*remotePart
 }
 
 // State is the in-memory state of every breaker of every instance. All

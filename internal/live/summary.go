@@ -3,6 +3,7 @@ package live
 import (
 	"cmp"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -262,8 +263,9 @@ func (l *State) ApplySummary(from string, s Summary) {
 	}
 	d := l.deps[s.DependencyKey]
 	if s.Instances == 0 {
-		if d != nil && d.remote[from] != nil {
+		if p := d.remotePart(from); p != nil {
 			delete(d.remote, from)
+			d.fade(from, p, l.now()) // its last members went: their calls did not
 			l.remoteChangedLocked(d)
 		}
 		return
@@ -275,6 +277,7 @@ func (l *State) ApplySummary(from string, s Summary) {
 		d.remote = make(map[string]*remotePart, 1)
 	}
 	d.remote[from] = &remotePart{s: s, at: l.now()}
+	delete(d.fading, from) // its new part counts its whole minute
 	if s.LastChange.After(d.lastChange) {
 		d.lastChange = s.LastChange
 	}
@@ -465,14 +468,94 @@ func (l *State) expireRemoteLocked(now time.Time, changed []*dep) []*dep {
 		for from, p := range d.remote {
 			if (p.store && now.Sub(p.at) > StoreHold) || (!p.store && now.Sub(p.at) > RemoteExpiry) {
 				delete(d.remote, from)
+				d.fade(from, p, now)
 			}
 		}
-		if len(d.remote) != n {
+		fading := d.sweepFading(now)
+		if len(d.remote) != n || fading {
 			changed = append(changed, d)
 			l.remoteChangedLocked(d)
 		}
 	}
 	return changed
+}
+
+// remotePart is d's part of collector from; nil when d is nil or has
+// none.
+func (d *dep) remotePart(from string) *remotePart {
+	if d == nil {
+		return nil
+	}
+	return d.remote[from]
+}
+
+// fade keeps part p of collector from, just dropped, among d's fading
+// parts while its last minute has not slid out at now (a store's part
+// has no counts of its own: it is not kept).
+func (d *dep) fade(from string, p *remotePart, now time.Time) {
+	if p.store || now.Sub(p.at) >= partSpan(p) {
+		return
+	}
+	if d.fading == nil {
+		d.fading = make(map[string]*remotePart)
+	}
+	d.fading[from] = p
+}
+
+// sweepFading forgets the fading parts whose minute has slid out at now,
+// and reports whether d has fading parts left or forgot some (its view
+// changes with time).
+func (d *dep) sweepFading(now time.Time) bool {
+	if len(d.fading) == 0 {
+		return false
+	}
+	for from, p := range d.fading {
+		if now.Sub(p.at) >= partSpan(p) {
+			delete(d.fading, from)
+		}
+	}
+	return true
+}
+
+// partSpan is the span of p's counts (Summary.Span, seconds).
+func partSpan(p *remotePart) time.Duration { return time.Duration(max(p.s.Span, 1)) * time.Second }
+
+// addFading adds to counts, hist and the rates what d's fading parts
+// still count at now: each part's last minute scaled by the share of it
+// not slid out yet (1 - age/span: steady traffic leaves the window at
+// that pace), so that the calls of a collector that died do not vanish
+// from the dependency's one-minute rates at once, while its instances,
+// reconnected here, count from their first report.
+func (d *dep) addFading(now time.Time, counts *protocol.Counts, hist []int64) (req, adm, rej float64) {
+	for _, p := range d.fading {
+		span := partSpan(p)
+		f := 1 - float64(now.Sub(p.at))/float64(span)
+		if f <= 0 {
+			continue
+		}
+		s := &p.s
+		c := scaleCounts(s.Recent, f)
+		counts.Add(c)
+		for i, n := range s.Latency {
+			if i < len(hist) {
+				hist[i] = protocol.SatAdd(hist[i], int64(math.Round(float64(n)*f)))
+			}
+		}
+		secs := span.Seconds()
+		req += float64(protocol.SatAdd(c.Admitted, c.Rejected())) / secs
+		adm += float64(c.Admitted) / secs
+		rej += float64(c.Rejected()) / secs
+	}
+	return req, adm, rej
+}
+
+// scaleCounts is c with every count times f, rounded.
+func scaleCounts(c protocol.Counts, f float64) protocol.Counts {
+	r := func(v int64) int64 { return int64(math.Round(float64(v) * f)) }
+	return protocol.Counts{Admitted: r(c.Admitted), Successes: r(c.Successes), Failures: r(c.Failures), Errors: r(c.Errors),
+		Timeouts: r(c.Timeouts), Panics: r(c.Panics), Slow: r(c.Slow), Ignored: r(c.Ignored), RejectedOpen: r(c.RejectedOpen),
+		RejectedHalfOpen: r(c.RejectedHalfOpen), RejectedForced: r(c.RejectedForced), RejectedBulkhead: r(c.RejectedBulkhead),
+		FallbackSuccess: r(c.FallbackSuccess), FallbackFailure: r(c.FallbackFailure), Misuse: r(c.Misuse), RejectedRamp: r(c.RejectedRamp)}
 }
 
 // activeParts returns the parts of d that count now: the store's while
@@ -583,6 +666,7 @@ func (l *State) KeepSources(alive []string, grace time.Duration) {
 		for from, p := range d.remote {
 			if !keep[from] && now.Sub(p.at) > grace {
 				delete(d.remote, from)
+				d.fade(from, p, now)
 			}
 		}
 		if len(d.remote) != n {

@@ -218,3 +218,46 @@ func TestATransitionAndTheSummariesGoOutInTheOrderTheyCountIt(t *testing.T) {
 		t.Fatalf("published %q, want %q", out, want)
 	}
 }
+
+// A collector that dies takes its instances with it, not the calls they
+// made: its last part's minute of calls fades out of the dependency's
+// one-minute rates at the pace a minute slides (1 - age/span), while its
+// instances reconnect here and count from their first report; the
+// instances themselves stop counting at once. A part that comes back
+// counts whole again, and a collector whose last member of the
+// dependency left (an empty summary) fades the same way.
+func TestTheCallsOfACollectorThatDiedFadeOutOfTheRates(t *testing.T) {
+	t.Parallel()
+	a, clk := newTestLive(t)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	a.Hello(testHello("api", "a1", cfg, nil), 0, nil, clk.Now(), nil) // keeps the dependency known here
+	b := Summary{DependencyKey: k, Instances: 2, ByState: map[string]int{protocol.StateClosed: 2}, Span: 60,
+		Recent: protocol.Counts{Admitted: 1200, Successes: 1140, Failures: 60}}
+	a.ApplySummary("B", b)
+	rate := func(step string, instances int, want float64) {
+		t.Helper()
+		a.Sweep()
+		d, ok := a.Dependency(k)
+		if !ok || d.Instances != instances || math.Abs(d.RequestRate-want) > 0.2 {
+			t.Fatalf("%s: %s; want %d instances, %.1f calls/s", step, brief(d), instances, want)
+		}
+		if want > 0 && math.Abs(d.FailureRate-5) > 0.1 {
+			t.Fatalf("%s: failure rate %.2f %%, want B's 5 %%", step, d.FailureRate)
+		}
+	}
+	rate("B's part", 3, 20)
+	clk.Advance(3 * time.Second)
+	a.KeepSources(nil, 2*time.Second) // B left the bus
+	rate("B gone, 3 s after its last summary", 1, 20*57.0/60)
+	clk.Advance(27 * time.Second)
+	rate("30 s after", 1, 10)
+	clk.Advance(30 * time.Second)
+	rate("60 s after", 1, 0)
+
+	a.ApplySummary("B", b) // B is back
+	rate("B back", 3, 20)
+	clk.Advance(6 * time.Second)
+	a.ApplySummary("B", Summary{DependencyKey: k}) // B's last member of api/db left
+	rate("B's members left", 1, 18)
+}
