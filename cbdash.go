@@ -127,6 +127,14 @@ type InstanceBreaker struct {
 	// Shown are the rates the dashboard and the CLI show for the instance
 	// (InstanceRatesOf): at its trip while tripped, else its window.
 	Shown ShownRates `json:"shown"`
+	// Elsewhere is true for a line of an instance served by another
+	// collector (several collectors sharing one store, issue 36), read
+	// from the store (store.Instances): its state, labels, configuration,
+	// last transition and last-seen time are the store's; its window and
+	// rates are known only on the collector serving it, so Last is a zero
+	// window and Shown says nothing of its calls. False (absent in JSON)
+	// for the lines of the instances served here.
+	Elsewhere bool `json:"served_elsewhere,omitempty"`
 }
 
 // Dependency is the live state of one breaker name of one service,

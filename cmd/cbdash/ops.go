@@ -106,6 +106,7 @@ func status(ctx context.Context, c *apiClient, filter, order string, asJSON bool
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	perInstance := filter != "" && strings.Contains(filter, "/")
+	elsewhere := false // an instance line served by another collector
 	// The same words and figures as the dashboard's tile: the state on how
 	// many instances, open since, admitted and rejected calls per second
 	// over the last minute, and the rates of cbdash.RatesOf (the tripped-at
@@ -130,18 +131,8 @@ func status(ctx context.Context, c *apiClient, filter, order string, asJSON bool
 			clean(wording.RateCell(d.Shown.Failure)), clean(wording.RateCell(d.Shown.Slow)), latencyText(d.P99), d.OpensToday, clean(held))
 		if perInstance {
 			for _, ib := range d.PerInstance {
-				state := wording.State(ib.State)
-				if ib.Stale {
-					state += " (stale)"
-				}
-				var adm, rej float64
-				if ib.Last != nil && ib.Last.Millis > 0 { // the server always sends it; a null would read as none
-					secs := float64(ib.Last.Millis) / 1000
-					adm, rej = float64(ib.Last.Counts.Admitted)/secs, float64(ib.Last.Counts.Rejected())/secs
-				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\n",
-					clean(ib.Instance), clean(state), sinceText(ib.OpenSince, now), wording.PerSecond(adm), wording.PerSecond(rej),
-					clean(wording.RateCell(ib.Shown.Failure)), clean(wording.RateCell(ib.Shown.Slow)))
+				elsewhere = elsewhere || ib.Elsewhere
+				instanceStatus(tw, ib, now)
 			}
 		}
 	}
@@ -149,10 +140,45 @@ func status(ctx context.Context, c *apiClient, filter, order string, asJSON bool
 		return err
 	}
 	if perInstance {
-		_, err := fmt.Fprintln(w, "(instance rows: rates over each instance's last report; dependency rows: over the last minute)")
+		note := "(instance rows: rates over each instance's last report; dependency rows: over the last minute)"
+		if elsewhere {
+			note += "\n(" + wording.Elsewhere + ": an instance served by another collector; its calls and rates are known only there, the dependency row counts them)"
+		}
+		_, err := fmt.Fprintln(w, note)
 		return err
 	}
 	return nil
+}
+
+// instanceStatus prints instance line ib as status's row under its
+// dependency's: state, open since, admitted and rejected calls per second
+// and the rates of its last report; of a line served by another
+// collector (ib.Elsewhere) "-" for the figures known only there (all but
+// the rates at a known trip) and its state says "(on another collector)".
+func instanceStatus(w io.Writer, ib *cbdash.InstanceBreaker, now time.Time) {
+	state := wording.State(ib.State)
+	if ib.Stale {
+		state += " (stale)"
+	}
+	var adm, rej float64
+	if ib.Last != nil && ib.Last.Millis > 0 { // the server always sends it; a null would read as none
+		secs := float64(ib.Last.Millis) / 1000
+		adm, rej = float64(ib.Last.Counts.Admitted)/secs, float64(ib.Last.Counts.Rejected())/secs
+	}
+	admitted, rejected := wording.PerSecond(adm), wording.PerSecond(rej)
+	failure, slow := wording.RateCell(ib.Shown.Failure), wording.RateCell(ib.Shown.Slow)
+	if ib.Elsewhere {
+		state += " (" + wording.Elsewhere + ")"
+		admitted, rejected = "-", "-"
+		if !ib.Shown.Failure.Judged {
+			failure = "-"
+		}
+		if !ib.Shown.Slow.Judged {
+			slow = "-"
+		}
+	}
+	fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\n",
+		clean(ib.Instance), clean(state), sinceText(ib.OpenSince, now), admitted, rejected, clean(failure), clean(slow))
 }
 
 // statusFilter reads status's argument: SERVICE, SERVICE/BREAKER,

@@ -18,7 +18,9 @@ import (
 // chosen on the page) reads the others from the store, which keeps each
 // instance breaker's last state (store.InstancesOf): state, labels,
 // configuration, last transition and last seen, not the last window
-// (Last is nil: no rates, no headroom).
+// (Last is nil: no rates, no headroom). Their lines say so
+// (cbdash.InstanceBreaker.Elsewhere): pages, the API and the CLI show
+// their rates as on another collector, not as a window of no calls.
 
 // noWindow and noConfig are the window and configuration of a stored
 // line (none stored): zero values, never written.
@@ -111,6 +113,7 @@ func (c *Collector) storedLine(r cbdash.InstanceBreaker, now time.Time) (cbdash.
 		return r, false
 	}
 	r.Stale = age > c.cfg.StaleAfter
+	r.Elsewhere = true
 	if r.State == "" {
 		r.State = protocol.StateClosed
 	}

@@ -443,12 +443,17 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 		}
 		f, sl := cbdash.InstanceRatesOf(*in, cause)
 		failure, slow := wording.RateCell(f), wording.RateCell(sl)
+		admitted, rejected := wording.PerSecond(adm), wording.PerSecond(rej)
+		if in.Elsewhere { // no window here: its calls and rates are on the collector serving it
+			admitted, rejected = "", ""
+			failure, slow = judgedOnly(f, failure), judgedOnly(sl, slow)
+		}
 		rows = append(rows, templates.InstanceRow{
 			Instance:       in.Instance,
 			State:          stateView(in.State),
 			Stale:          in.Stale,
-			Admitted:       wording.PerSecond(adm),
-			Rejected:       wording.PerSecond(rej),
+			Admitted:       admitted,
+			Rejected:       rejected,
 			Failure:        failure,
 			Slow:           slow,
 			LastTransition: agoView(in.LastTransition, now),
@@ -461,9 +466,29 @@ func instanceRows(d cbdash.Dependency, causes map[string]protocol.Cause, now tim
 			Sampled:        sampledText(*in.Config),
 			Estimated:      estimatedText(*in.Config),
 			Hosts:          hostsText(in.Last),
+			Elsewhere:      elsewhereText(in),
 		})
 	}
 	return rows
+}
+
+// judgedOnly is text, the words of rate r, when r is judged (a rate at a
+// known trip), else "".
+func judgedOnly(r cbdash.ShownRate, text string) string {
+	if r.Judged {
+		return text
+	}
+	return ""
+}
+
+// elsewhereText explains an instance served by another collector ("" for
+// one served here): its window, so its calls and rates, are known only
+// there (cbdash.InstanceBreaker.Elsewhere).
+func elsewhereText(in *cbdash.InstanceBreaker) string {
+	if !in.Elsewhere {
+		return ""
+	}
+	return wording.ElsewhereTitle
 }
 
 // sampledText explains a breaker whose state a source samples ("" for one

@@ -69,6 +69,9 @@ type heatInst struct {
 	name                      string
 	calls, failures, notClose int64
 	minutes                   []cbdash.InstanceMinute
+	// elsewhere: served by another collector (its line says so), whose
+	// minutes this one reads once stored, about a minute late
+	elsewhere bool
 }
 
 // notClosedFor is, per instance, how long its breaker was out of closed
@@ -172,7 +175,7 @@ func heatmapModel(mins []cbdash.InstanceMinute, d cbdash.Dependency, from, to ti
 		return x
 	}
 	for _, ib := range d.PerInstance {
-		get(ib.Instance)
+		get(ib.Instance).elsewhere = ib.Elsewhere
 	}
 	for _, m := range mins {
 		x := get(m.Instance)
@@ -255,6 +258,9 @@ func heatRow(x *heatInst, from time.Time, per, cols int, w float64) templates.He
 	}
 	row := templates.HeatRow{Instance: x.name,
 		Summary: fmt.Sprintf("%s failed (%d/%d)", wording.Pct(x.rate()), x.failures, x.calls)}
+	if x.elsewhere && len(x.minutes) == 0 {
+		row.Summary = wording.Elsewhere + ": its minutes come about a minute late"
+	}
 	if x.notClose > 0 {
 		// A minute counts when the breaker was out of closed at any
 		// moment of it (the cell's worst state); summarizeNotClosed

@@ -195,6 +195,15 @@ func RateCell(r cbdash.ShownRate) string {
 	return Rate(r)
 }
 
+// Elsewhere is what a page, the CLI and the JSON API (ShownRate.Text)
+// say of the calls and rates of an instance served by another collector
+// (cbdash.InstanceBreaker.Elsewhere): they are known only there.
+const Elsewhere = "on another collector"
+
+// ElsewhereTitle explains Elsewhere where there is room (a title).
+const ElsewhereTitle = "served by another collector: its state and last-seen time are the store's; " +
+	"its calls and rates are known only on the collector it reports to (its dashboard, or this page's tile, which counts them)"
+
 // PerSecond is a number of calls per second: "0/s", "2.50/s", "12.5/s",
 // "1.2k/s".
 func PerSecond(v float64) string {
@@ -224,7 +233,9 @@ func Latency(d time.Duration) string {
 }
 
 // Worded is d as the JSON API serves it: its shown rates and those of
-// every instance line with their words (ShownRate.Text, see Rate). The
+// every instance line with their words (ShownRate.Text, see Rate; a
+// rate not judged of a line served by another collector is Elsewhere,
+// its window being known only there). The
 // collector's views carry none; d's lines are shared and read-only, so a
 // line is copied before its words are set (d's PerInstance slice is
 // replaced, never changed).
@@ -238,6 +249,13 @@ func Worded(d cbdash.Dependency) cbdash.Dependency {
 	for i, in := range d.PerInstance {
 		lines[i] = *in
 		lines[i].Shown = wordedRates(in.Shown)
+		if in.Elsewhere { // no window here: say so, not "not judged yet (no calls)"
+			for _, r := range []*cbdash.ShownRate{&lines[i].Shown.Failure, &lines[i].Shown.Slow} {
+				if !r.Judged {
+					r.Text = Elsewhere
+				}
+			}
+		}
 		ptrs[i] = &lines[i]
 	}
 	d.PerInstance = ptrs

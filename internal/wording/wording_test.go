@@ -128,6 +128,24 @@ func TestWordedSetsTheTextsInCopies(t *testing.T) {
 	}
 }
 
+// TestWordedSaysARateOnAnotherCollector: the rates of a line served by
+// another collector (no window here) are "on another collector", not
+// "not judged yet (no calls)"; a rate at a known trip keeps its figure.
+func TestWordedSaysARateOnAnotherCollector(t *testing.T) {
+	closed := &cbdash.InstanceBreaker{Instance: "b", State: protocol.StateClosed, Elsewhere: true, Last: &protocol.Window{}}
+	closed.Shown.Failure, closed.Shown.Slow = cbdash.LineRatesOf(closed, nil)
+	open := &cbdash.InstanceBreaker{Instance: "c", State: protocol.StateOpen, Elsewhere: true, Last: &protocol.Window{},
+		LastTrip: &protocol.Transition{Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 55, Threshold: 50}}}
+	open.Shown.Failure, open.Shown.Slow = cbdash.LineRatesOf(open, nil)
+	w := wording.Worded(cbdash.Dependency{State: protocol.StateOpen, PerInstance: []*cbdash.InstanceBreaker{closed, open}})
+	if f, s := w.PerInstance[0].Shown.Failure.Text, w.PerInstance[0].Shown.Slow.Text; f != wording.Elsewhere || s != wording.Elsewhere {
+		t.Errorf("a closed line on another collector says %q and %q, want %q", f, s, wording.Elsewhere)
+	}
+	if f := w.PerInstance[1].Shown.Failure.Text; f != "55% of 50%" {
+		t.Errorf("a tripped line on another collector says %q, want its rate at the trip", f)
+	}
+}
+
 // A dependency with an instance that stands for a cluster's hosts (a
 // Turbine stream) is said in hosts: "open on 1 of 2 hosts", not "open on
 // 1 of 1"; without one, in instances as before.

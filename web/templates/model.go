@@ -274,6 +274,12 @@ type InstanceRow struct {
 	// Hosts, when not "", says the instance stands for a cluster's hosts
 	// (a Turbine stream): "cluster of 2 hosts, 1 open".
 	Hosts string
+	// Elsewhere, when not "", says that the instance is served by another
+	// collector and what that means; the row then shows an "on another
+	// collector" marker with it as its title, and its admitted, rejected
+	// and rate cells left "" (known only there) "–" with it as their
+	// title.
+	Elsewhere string
 }
 
 // TransitionRow is one line of the transition log.
