@@ -1,0 +1,83 @@
+package collector
+
+import (
+	"testing"
+
+	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/eventually"
+	"github.com/cbdash/cbdash/internal/live"
+	"github.com/coder/websocket"
+)
+
+// TestInstancesThatMoveAreNeverCountedTwice: a1 on A, b1, b2 and b3 on
+// B, four in all. b1 moves to A (its session on B ends), then B dies and
+// b2 and b3 reconnect to A. A's view of api/db never counts more than
+// four instances: not at each hello on A, while B's summary (its last,
+// for a dead B) still counts the instance, nor in any view A published
+// meanwhile; it counts four once B's part has gone. (A counted a moved
+// instance twice, in its own line and in B's summary, until B's next
+// summary or B's part was dropped.)
+func TestInstancesThatMoveAreNeverCountedTwice(t *testing.T) {
+	t.Parallel()
+	a, b := twoCollectors(t, "twicea", "twiceb", nil)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	connect(t, a, "a1", 10, 0)
+	onB := map[string]*rawAgent{}
+	for _, inst := range []string{"b1", "b2", "b3"} {
+		onB[inst] = connect(t, b, inst, 10, 0)
+	}
+	view := func() cbdash.Dependency {
+		d, _ := a.col.live.Dependency(k)
+		return d
+	}
+	eventually.True(t, "A counting a1, b1, b2 and b3", func() bool { return view().Instances == 4 })
+	_, events, cancel := a.col.Subscribe()
+	defer cancel()
+	most := 0
+	check := func(what string) {
+		t.Helper()
+		for drained := false; !drained; {
+			select {
+			case e, ok := <-events:
+				if !ok {
+					t.Fatalf("%s: A's subscription ended", what)
+				}
+				if e.Kind == cbdash.EventDependency && e.Dependency.DependencyKey == k {
+					most = max(most, e.Dependency.Instances)
+				}
+			default:
+				drained = true
+			}
+		}
+		if n := view().Instances; n != 4 || most > 4 {
+			t.Fatalf("%s: A counts %d instances, at most %d in its events; want 4, never more", what, n, most)
+		}
+	}
+
+	_ = onB["b1"].conn.Close(websocket.StatusNormalClosure, "moving")
+	eventually.True(t, "B seeing b1 gone", func() bool { return b.col.live.ConnOf(live.Key{Service: "api", Instance: "b1"}) == nil })
+	connect(t, a, "b1", 10, 0)
+	check("b1 moved to A")
+	eventually.True(t, "B forgetting b1", func() bool { return b.col.live.InstancesHeld() == 2 })
+	eventually.True(t, "B's next summary at A (b2's and b3's last windows only)", func() bool {
+		for _, p := range a.col.live.Parts() {
+			if p.DependencyKey == k && p.Instances == 2 && p.Last.Admitted == 20 {
+				return true
+			}
+		}
+		return false
+	})
+	check("B's next summary")
+
+	b.stop()
+	_ = b.col.cfg.Cluster.Close()
+	connect(t, a, "b2", 10, 0)
+	check("B dead, b2 reconnected to A")
+	connect(t, a, "b3", 10, 0)
+	check("B dead, b3 reconnected to A")
+	eventually.True(t, "B's part gone", func() bool { return len(a.col.live.Parts()) == 0 })
+	check("B's part gone")
+	if d := view(); len(d.PerInstance) != 4 {
+		t.Fatalf("A's lines: %d, want 4", len(d.PerInstance))
+	}
+}
