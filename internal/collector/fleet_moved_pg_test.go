@@ -14,7 +14,7 @@ import (
 // b2 and b3 reconnect to A. A's view of api/db never counts more than
 // four instances: not at each hello on A, while B's summary (its last,
 // for a dead B) still counts the instance, nor in any view A published
-// meanwhile; it counts four once B's part has gone. (A counted a moved
+// meanwhile; it counts four once b3 is back and B's part has gone. (A counted a moved
 // instance twice, in its own line and in B's summary, until B's next
 // summary or B's part was dropped.)
 func TestInstancesThatMoveAreNeverCountedTwice(t *testing.T) {
@@ -34,7 +34,10 @@ func TestInstancesThatMoveAreNeverCountedTwice(t *testing.T) {
 	_, events, cancel := a.col.Subscribe()
 	defer cancel()
 	most := 0
-	check := func(what string) {
+	// least is what A counts at the least: four while B's part counts
+	// the instances still on B, fewer once A drops the part of a dead B
+	// (those not reconnected yet are counted nowhere).
+	check := func(what string, least int) {
 		t.Helper()
 		for drained := false; !drained; {
 			select {
@@ -49,15 +52,15 @@ func TestInstancesThatMoveAreNeverCountedTwice(t *testing.T) {
 				drained = true
 			}
 		}
-		if n := view().Instances; n != 4 || most > 4 {
-			t.Fatalf("%s: A counts %d instances, at most %d in its events; want 4, never more", what, n, most)
+		if n := view().Instances; n < least || n > 4 || most > 4 {
+			t.Fatalf("%s: A counts %d instances, at most %d in its events; want %d to 4, never more", what, n, most, least)
 		}
 	}
 
 	_ = onB["b1"].conn.Close(websocket.StatusNormalClosure, "moving")
 	eventually.True(t, "B seeing b1 gone", func() bool { return b.col.live.ConnOf(live.Key{Service: "api", Instance: "b1"}) == nil })
 	connect(t, a, "b1", 10, 0)
-	check("b1 moved to A")
+	check("b1 moved to A", 4)
 	eventually.True(t, "B forgetting b1", func() bool { return b.col.live.InstancesHeld() == 2 })
 	eventually.True(t, "B's next summary at A (b2's and b3's last windows only)", func() bool {
 		for _, p := range a.col.live.Parts() {
@@ -67,16 +70,16 @@ func TestInstancesThatMoveAreNeverCountedTwice(t *testing.T) {
 		}
 		return false
 	})
-	check("B's next summary")
+	check("B's next summary", 4)
 
 	b.stop()
 	_ = b.col.cfg.Cluster.Close()
 	connect(t, a, "b2", 10, 0)
-	check("B dead, b2 reconnected to A")
+	check("B dead, b2 reconnected to A", 3)
 	connect(t, a, "b3", 10, 0)
-	check("B dead, b3 reconnected to A")
+	check("B dead, b3 reconnected to A", 4)
 	eventually.True(t, "B's part gone", func() bool { return len(a.col.live.Parts()) == 0 })
-	check("B's part gone")
+	check("B's part gone", 4)
 	if d := view(); len(d.PerInstance) != 4 {
 		t.Fatalf("A's lines: %d, want 4", len(d.PerInstance))
 	}
