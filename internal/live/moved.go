@@ -113,3 +113,40 @@ func (l *State) pruneClaimsLocked(keep map[string]bool) {
 		}
 	}
 }
+
+// handOverLocked adds inst, served here until now (held without a
+// session: its last session ended) and just claimed by collector from,
+// to from's part of each of its dependencies, in the state its line
+// shows here (stale when it is), until from's next summary: the claim
+// left from after its hello of inst, so its summaries sent after the
+// claim count inst, those before did not. Without it inst, forgotten
+// here at the claim, would be counted nowhere until then.
+func (l *State) handOverLocked(inst *instance, from string) {
+	if inst.hello == nil && !inst.pull {
+		return // a line restored from the store: counted here by no summary
+	}
+	for _, ib := range inst.breakers {
+		d := ib.dep
+		if l.full != nil && l.full(d.key) {
+			continue
+		}
+		p := l.movedPartLocked(d, from)
+		s := p.s // shared: Parts' callers may read the old one
+		s.Instances++
+		s.ByState = maps.Clone(s.ByState)
+		if s.ByState == nil {
+			s.ByState = map[string]int{}
+		}
+		switch {
+		case inst.stale:
+			s.Stale++
+		case ib.state == "":
+			s.ByState[protocol.StateClosed]++
+		default:
+			s.ByState[ib.state]++
+		}
+		p.s = s
+		l.urgent[d] = struct{}{}
+		l.remoteChangedLocked(d)
+	}
+}

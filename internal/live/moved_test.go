@@ -130,3 +130,40 @@ func TestAnInstanceThatMovesAwayIsForgottenAtItsDisconnect(t *testing.T) {
 		t.Fatalf("A's summaries after x left: %+v, want one of no instance", ss)
 	}
 }
+
+// TestAnInstanceThatMovesAwayIsCountedOnce: x, served by A (open), moves
+// to B: its session on A ends, then B's claim reaches A. A counts it
+// once, in B's part, in the state it had here, until B's next summary
+// (which counts it); before, A forgot it at the claim and counted it
+// nowhere until then.
+func TestAnInstanceThatMovesAwayIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	a, clk := newTestLive(t)
+	b := newLive(clk.Now, 15*time.Second, 10*time.Minute, newHub(1024), nil)
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	trip := protocol.Transition{Breaker: "db", From: protocol.StateClosed, To: protocol.StateOpen, At: clk.Now().UnixMilli(), Generation: 1,
+		Cause: protocol.Cause{Kind: protocol.CauseFailureRate, FailureRate: 60, Threshold: 50}}
+	a.Hello(testHello("api", "x", cfg, nil), 0, nopConn{}, clk.Now(), nil)
+	a.Apply(Key{"api", "x"}, &protocol.Batch{Seq: 1, Transitions: []protocol.Transition{trip}, Windows: []protocol.Window{
+		window("db", protocol.StateOpen, clk.Now(), protocol.Counts{Admitted: 10, Failures: 10}, protocol.Headroom{}, nil)}}, clk.Now())
+	b.Hello(testHello("api", "y", cfg, nil), 0, nopConn{}, clk.Now(), nil)
+	for _, s := range b.Summaries(true) {
+		a.ApplySummary("B", s)
+	}
+	both := map[string]int{protocol.StateOpen: 1, protocol.StateClosed: 1}
+	counted(t, a, "x on A, y on B", 2, both)
+
+	a.Disconnect(Key{"api", "x"}, nopConn{})
+	clk.Advance(time.Second)
+	b.Hello(testHello("api", "x", cfg, nil), 0, nopConn{}, clk.Now(), nil)
+	b.Seed([]cbdash.InstanceBreaker{{Service: "api", Instance: "x", Breaker: "db", State: protocol.StateOpen, LastTransition: clk.Now(), LastSeen: clk.Now()}})
+	a.RemoteClaim("B", Key{"api", "x"})
+	if a.InstancesHeld() != 0 {
+		t.Fatalf("A holds %d instances after B's claim of x, want 0", a.InstancesHeld())
+	}
+	counted(t, a, "B's claim of x", 2, both)
+	for _, s := range b.Summaries(false) {
+		a.ApplySummary("B", s)
+	}
+	counted(t, a, "B's next summary", 2, both)
+}

@@ -568,7 +568,8 @@ func addStates(v *cbdash.Dependency, byState map[string]int) {
 // RemoteClaim says instance k said hello to collector from: held here
 // without a websocket session (it was served here before, or restored
 // from the store), it is forgotten, as that collector's summaries count
-// it now; held with one (its new session there came first), it is
+// it now (one served here is added to from's summaries until the next
+// one, which counts it: moved.go); held with one (its new session there came first), it is
 // forgotten when that session ends (Disconnect). from is remembered as
 // the collector whose summaries count k until its next hello here
 // (moved.go). Of a Config.FullDetail dependency its lines come back with
@@ -577,6 +578,9 @@ func (l *State) RemoteClaim(from string, k Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.claimedBy[k] = from
+	if inst := l.instances[k]; inst != nil && inst.sess == nil {
+		l.handOverLocked(inst, from)
+	}
 	l.forgetLocked(k)
 }
 
