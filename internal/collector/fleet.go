@@ -25,7 +25,8 @@ import (
 // publishes about once a second its summaries that changed (every one
 // every summaryFullEvery), each transition of its instances at once, and
 // a claim at each hello (the others forget the lines they held of that
-// instance). The dependencies a quorum rule turns on keep the earlier
+// instance, and take it out of the claimer's summary when it says hello
+// to them later: live's moved.go). The dependencies a quorum rule turns on keep the earlier
 // scheme, every member's line everywhere (the leader's advisor reads
 // them): their breakers' part of each hello and validated batch is
 // published and applied by the others as their own agents' (an instance
@@ -554,7 +555,7 @@ func (f *fleet) apply(from string, u *fleetUpdate) {
 			f.c.live.ApplySummary(from, u.summary())
 		}
 	case updClaim:
-		f.c.live.RemoteClaim(k)
+		f.c.live.RemoteClaim(from, k)
 	}
 }
 

@@ -71,6 +71,10 @@ type instance struct {
 	sess      Conn  // connected websocket session, nil when offline
 	pull      bool  // its last hello came over HTTP ingest: commands reach it in ingest answers
 	skewMs    int64 // the agent's clock minus the collector's (ms), measured from its batches
+	// moved holds, by breaker, the other collector's part this
+	// instance was taken out of at its hello here, until Seed says in
+	// which state it was counted there (moved.go); nil when none.
+	moved map[string]*remotePart
 
 	// list holds breakers' values, in no order: bump walks it on every
 	// batch, where a map's iteration costs more than the walk.
@@ -189,6 +193,14 @@ type State struct {
 	holdFor     func(inst cbdash.InstanceRef, breaker, action string) (cbdash.Hold, bool)
 	applied     func(k Key, ts []protocol.Transition, at time.Time) // Config.Applied
 	full        func(cbdash.DependencyKey) bool                     // Config.FullDetail
+	// claimedBy names, per instance that said hello to another
+	// collector since its last hello here, that collector (RemoteClaim,
+	// moved.go).
+	claimedBy map[Key]string
+	// unsent lists the dependencies forgotten here since the last
+	// summaries whose last summary counted instances: the next
+	// summaries say they have none here (Summaries).
+	unsent []cbdash.DependencyKey
 }
 
 // Update is a validated batch of instance Key, received at At, from an
@@ -384,7 +396,7 @@ func newLive(now func() time.Time, staleAfter, goneAfter time.Duration, h *hub, 
 		hub: h, metrics: m, day: now().UTC().Unix() / 86400,
 		urgent: make(map[*dep]struct{}), kick: make(chan struct{}, 1),
 		applies: make(chan Update, applyQueue), transitions: make(chan Update, applyQueue),
-		lists: make(sharedLists),
+		lists: make(sharedLists), claimedBy: make(map[Key]string),
 	}
 }
 
@@ -543,6 +555,7 @@ func (l *State) Hello(h *protocol.Hello, storedSeq uint64, s Conn, at time.Time,
 		inst.sess = s
 	}
 	l.declareLocked(inst, h.Breakers)
+	l.movedHereLocked(inst)
 	return previous
 }
 
@@ -584,6 +597,9 @@ func (l *State) Disconnect(k Key, s Conn) {
 	defer l.mu.Unlock()
 	if inst := l.instances[k]; inst != nil && inst.sess == s {
 		inst.sess = nil
+		if _, elsewhere := l.claimedBy[k]; elsewhere {
+			l.forgetLocked(k) // it said hello to another collector meanwhile: its summaries count it
+		}
 	}
 }
 
@@ -1000,6 +1016,9 @@ func (l *State) forgetDepLocked(d *dep) {
 	l.publishLocked(d)
 	delete(l.deps, d.key)
 	delete(l.urgent, d)
+	if d.summarized {
+		l.unsent = append(l.unsent, d.key) // the others hold its last summary: an empty one removes it
+	}
 	if l.perService[d.key.Service]--; l.perService[d.key.Service] <= 0 {
 		delete(l.perService, d.key.Service)
 	}

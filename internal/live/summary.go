@@ -107,7 +107,7 @@ func (l *State) InstancesHeld() int {
 // Summaries returns this collector's summary of every dependency it
 // serves members of that changed since the last call (every one when
 // all is set), and an empty one (Instances 0) of a dependency whose last
-// member here went since; never one of a Config.FullDetail dependency.
+// member here went since (forgotten here too, or not); never one of a Config.FullDetail dependency.
 // Members restored from the store and never heard from since are not
 // counted: they are another collector's, or gone.
 func (l *State) Summaries(all bool) []Summary {
@@ -129,6 +129,16 @@ func (l *State) PublishSummaries(all bool, emit func([]Summary)) {
 // summariesLocked is Summaries with the lock held.
 func (l *State) summariesLocked(all bool) []Summary {
 	now := l.now()
+	var out []Summary
+	for _, k := range l.unsent {
+		if d := l.deps[k]; d != nil {
+			d.summarized, d.unsummarized = true, true // known again: its summary says how many now
+		} else {
+			out = append(out, Summary{DependencyKey: k})
+		}
+	}
+	clear(l.unsent)
+	l.unsent = l.unsent[:0]
 	due := l.due[:0]
 	for _, d := range l.deps {
 		if (l.full != nil && l.full(d.key)) || (!d.unsummarized && !(all && d.summarized)) {
@@ -136,8 +146,7 @@ func (l *State) summariesLocked(all bool) []Summary {
 		}
 		due = append(due, d)
 	}
-	var out []Summary
-	if len(due) > 0 {
+	if len(due) > 0 && out == nil {
 		out = make([]Summary, 0, len(due)) // once: a summary is 500 bytes
 	}
 	for _, d := range due {
@@ -463,6 +472,7 @@ func (l *State) ResyncSummaries(ibs []cbdash.InstanceBreaker) {
 // expireRemoteLocked drops the parts not renewed within RemoteExpiry and
 // the store's after StoreHold, and returns the dependencies that changed.
 func (l *State) expireRemoteLocked(now time.Time, changed []*dep) []*dep {
+	n0 := len(changed)
 	for _, d := range l.deps {
 		n := len(d.remote)
 		for from, p := range d.remote {
@@ -476,6 +486,9 @@ func (l *State) expireRemoteLocked(now time.Time, changed []*dep) []*dep {
 			changed = append(changed, d)
 			l.remoteChangedLocked(d)
 		}
+	}
+	if len(changed) > n0 {
+		l.pruneClaimsLocked(nil)
 	}
 	return changed
 }
@@ -635,14 +648,22 @@ func addStates(v *cbdash.Dependency, byState map[string]int) {
 	}
 }
 
-// RemoteClaim says instance k said hello to another collector: held
-// here without a websocket session (it was served here before, or
-// restored from the store), it is forgotten, as that collector's
-// summaries count it now. Of a Config.FullDetail dependency its lines
-// come back with that collector's RemoteHello.
-func (l *State) RemoteClaim(k Key) {
+// RemoteClaim says instance k said hello to collector from: held here
+// without a websocket session (it was served here before, or restored
+// from the store), it is forgotten, as that collector's summaries count
+// it now (one served here is added to from's summaries until the next
+// one, which counts it: moved.go); held with one (its new session there came first), it is
+// forgotten when that session ends (Disconnect). from is remembered as
+// the collector whose summaries count k until its next hello here
+// (moved.go). Of a Config.FullDetail dependency its lines come back with
+// that collector's RemoteHello.
+func (l *State) RemoteClaim(from string, k Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.claimedBy[k] = from
+	if inst := l.instances[k]; inst != nil && inst.sess == nil {
+		l.handOverLocked(inst, from)
+	}
 	l.forgetLocked(k)
 }
 
@@ -661,6 +682,7 @@ func (l *State) KeepSources(alive []string, grace time.Duration) {
 	for _, id := range alive {
 		keep[id] = true
 	}
+	dropped := false
 	for _, d := range l.deps {
 		n := len(d.remote)
 		for from, p := range d.remote {
@@ -672,7 +694,11 @@ func (l *State) KeepSources(alive []string, grace time.Duration) {
 		if len(d.remote) != n {
 			l.urgent[d] = struct{}{}
 			l.remoteChangedLocked(d)
+			dropped = true
 		}
+	}
+	if dropped {
+		l.pruneClaimsLocked(keep)
 	}
 }
 
@@ -681,13 +707,19 @@ func (l *State) KeepSources(alive []string, grace time.Duration) {
 // ibs: an instance that moved here from another collector (which counted
 // it in its summaries) is shown in the state it was in there, not closed
 // (a declared breaker's state) until its first report. A breaker that
-// reported since is left as it is.
+// reported since is left as it is. The state of an instance that moved
+// here is taken out of the part of the collector it moved from that
+// still counts it (moved.go).
 func (l *State) Seed(ibs []cbdash.InstanceBreaker) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range ibs {
 		inst := l.instances[Key{r.Service, r.Instance}]
-		if inst == nil || r.State == "" {
+		if inst == nil {
+			continue
+		}
+		l.seedMovedLocked(inst, &r)
+		if r.State == "" {
 			continue
 		}
 		ib := inst.breakers[r.Breaker]
