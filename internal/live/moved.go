@@ -41,7 +41,7 @@ func (l *State) movedHereLocked(inst *instance) {
 		l.urgent[d] = struct{}{}
 		l.remoteChangedLocked(d)
 		if p.s.Instances == 1 {
-			delete(d.remote, from) // it stood for this instance only
+			delete(d.remote, from)   // it stood for this instance only
 			d.fade(from, p, l.now()) // its calls there did not go
 			continue
 		}
