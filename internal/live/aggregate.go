@@ -109,15 +109,20 @@ func (l *State) compute(d *dep, now time.Time) *cbdash.Dependency {
 		v.Fallback = &fb
 	}
 	counts, hist, span := d.recent.sum(now.Unix())
+	if d.recent.since == 0 {
+		span = 0 // no call of its own here yet: the parts' spans say
+	}
+	// Other collectors' instances (summary.go): the rates are every
+	// count over the longest span of them, as one collector's are its
+	// counts over its ring's span; not each part's counts over its own
+	// span, which counted an instance that moved twice for a minute: in
+	// the old collector's minute before the move, and again in the new
+	// one's few seconds since, extrapolated to a rate (a new user saw
+	// 241/s for 197/s after a failback).
+	span = max(span, d.addRemote(v, &counts, hist, &best), d.addFading(now, &counts, hist), 1)
 	v.RequestRate = float64(protocol.SatAdd(counts.Admitted, counts.Rejected())) / float64(span)
 	v.AdmittedRate = float64(counts.Admitted) / float64(span)
 	v.RejectedRate = float64(counts.Rejected()) / float64(span)
-	// Other collectors' instances (summary.go): rates are each part's
-	// counts over its own span, summed.
-	req, adm, rej := d.addRemote(v, &counts, hist, &best)
-	freq, fadm, frej := d.addFading(now, &counts, hist)
-	req, adm, rej = req+freq, adm+fadm, rej+frej
-	v.RequestRate, v.AdmittedRate, v.RejectedRate = v.RequestRate+req, v.AdmittedRate+adm, v.RejectedRate+rej
 	v.Recent = counts
 	if recorded := counts.Successes + counts.Failures; recorded > 0 {
 		v.FailureRate = 100 * float64(counts.Failures) / float64(recorded)

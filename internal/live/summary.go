@@ -533,33 +533,30 @@ func (d *dep) sweepFading(now time.Time) bool {
 // partSpan is the span of p's counts (Summary.Span, seconds).
 func partSpan(p *remotePart) time.Duration { return time.Duration(max(p.s.Span, 1)) * time.Second }
 
-// addFading adds to counts, hist and the rates what d's fading parts
-// still count at now: each part's last minute scaled by the share of it
-// not slid out yet (1 - age/span: steady traffic leaves the window at
-// that pace), so that the calls of a collector that died do not vanish
-// from the dependency's one-minute rates at once, while its instances,
-// reconnected here, count from their first report.
-func (d *dep) addFading(now time.Time, counts *protocol.Counts, hist []int64) (req, adm, rej float64) {
+// addFading adds to counts and hist what d's fading parts still count
+// at now: each part's last minute scaled by the share of it not slid out
+// yet (1 - age/span: steady traffic leaves the window at that pace), so
+// that the calls of a collector that died do not vanish from the
+// dependency's one-minute rates at once, while its instances, reconnected
+// here, count from their first report. It returns the longest span of
+// those parts (seconds, 0 without any).
+func (d *dep) addFading(now time.Time, counts *protocol.Counts, hist []int64) (span int64) {
 	for _, p := range d.fading {
-		span := partSpan(p)
-		f := 1 - float64(now.Sub(p.at))/float64(span)
+		ps := partSpan(p)
+		f := 1 - float64(now.Sub(p.at))/float64(ps)
 		if f <= 0 {
 			continue
 		}
 		s := &p.s
-		c := scaleCounts(s.Recent, f)
-		counts.Add(c)
+		counts.Add(scaleCounts(s.Recent, f))
 		for i, n := range s.Latency {
 			if i < len(hist) {
 				hist[i] = protocol.SatAdd(hist[i], int64(math.Round(float64(n)*f)))
 			}
 		}
-		secs := span.Seconds()
-		req += float64(protocol.SatAdd(c.Admitted, c.Rejected())) / secs
-		adm += float64(c.Admitted) / secs
-		rej += float64(c.Rejected()) / secs
+		span = max(span, int64(ps/time.Second))
 	}
-	return req, adm, rej
+	return span
 }
 
 // scaleCounts is c with every count times f, rounded.
@@ -589,9 +586,8 @@ func (d *dep) activeParts() []*remotePart {
 
 // addRemote adds d's active remote parts to v (its own members counted),
 // their counts to counts and their histograms to hist, and returns the
-// request, admitted and rejected rates of the parts (each part's counts
-// over its own span).
-func (d *dep) addRemote(v *cbdash.Dependency, counts *protocol.Counts, hist []int64, best *float64) (req, adm, rej float64) {
+// longest span of their counts (seconds, 0 without parts).
+func (d *dep) addRemote(v *cbdash.Dependency, counts *protocol.Counts, hist []int64, best *float64) (span int64) {
 	for _, p := range d.activeParts() {
 		s := &p.s
 		s.addTo(v, best)
@@ -601,12 +597,9 @@ func (d *dep) addRemote(v *cbdash.Dependency, counts *protocol.Counts, hist []in
 				hist[i] = protocol.SatAdd(hist[i], n)
 			}
 		}
-		span := float64(max(s.Span, 1))
-		req += float64(protocol.SatAdd(s.Recent.Admitted, s.Recent.Rejected())) / span
-		adm += float64(s.Recent.Admitted) / span
-		rej += float64(s.Recent.Rejected()) / span
+		span = max(span, s.Span)
 	}
-	return req, adm, rej
+	return span
 }
 
 // addTo adds what s says of its instances to v: counts, states, labels,

@@ -261,3 +261,31 @@ func TestTheCallsOfACollectorThatDiedFadeOutOfTheRates(t *testing.T) {
 	a.ApplySummary("B", Summary{DependencyKey: k}) // B's last member of api/db left
 	rate("B's members left", 1, 18)
 }
+
+// The one-minute rates of a dependency are every count, here and in the
+// other collectors' parts, over the longest span of them, as one
+// collector's are its counts over its ring's span: a part whose span is
+// short (its collector has had the dependency's calls for 5 s, since an
+// instance moved to it) is not extrapolated to a rate of its own and
+// added to this collector's minute, which holds the same instance's
+// calls before the move (after a failback both collectors read 241/s
+// for 197/s for a minute).
+func TestAShortPartIsNotExtrapolatedIntoTheRates(t *testing.T) {
+	t.Parallel()
+	a, clk := newTestLive(t)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	a.Hello(testHello("api", "a1", cfg, nil), 0, nil, clk.Now(), nil)
+	for i := range 60 {
+		clk.Advance(time.Second)
+		a.Apply(Key{"api", "a1"}, &protocol.Batch{Seq: uint64(i + 1), Windows: []protocol.Window{window("db", protocol.StateClosed, clk.Now(),
+			protocol.Counts{Admitted: 20, Successes: 20}, protocol.Headroom{}, nil)}}, clk.Now())
+	}
+	a.ApplySummary("B", Summary{DependencyKey: k, Instances: 1, ByState: map[string]int{protocol.StateClosed: 1}, Span: 5,
+		Recent: protocol.Counts{Admitted: 50, Successes: 50}})
+	a.Sweep()
+	d, _ := a.Dependency(k)
+	if want := (1200.0 + 50) / 60; !near(d.RequestRate, want) || d.Recent.Admitted != 1250 {
+		t.Fatalf("%s; want %.2f calls/s (1,250 calls over the minute), not 20 + 10", brief(d), want)
+	}
+}
