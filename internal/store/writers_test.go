@@ -352,6 +352,12 @@ func TestABatchGroupInADeadlockRunsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
+	// This transaction looks for the deadlock only after a minute, so the
+	// group's (after PostgreSQL's 1 s) always finds it first and is the
+	// victim, however late a busy machine runs either check.
+	if _, err := tx.ExecContext(ctx, "SET LOCAL deadlock_timeout = '60s'"); err != nil {
+		t.Fatalf("deadlock_timeout (the test's role must be allowed to set it): %v", err)
+	}
 	lockRow := func(inst string) error {
 		var seq int64
 		return tx.QueryRowContext(ctx, "SELECT last_seq FROM instance_runs WHERE instance_id = $1 FOR UPDATE", ids[inst]).Scan(&seq)
@@ -370,7 +376,7 @@ func TestABatchGroupInADeadlockRunsAgain(t *testing.T) {
 	}()
 	eventually.True(t, "the group waiting on the row held", func() bool { return pidWaits(t, s, pid) })
 	// Now this transaction waits on the group: a deadlock, which the
-	// group (waiting first, so checking first) ends by failing.
+	// group (checking after 1 s, this one after 60 s) ends by failing.
 	if err := lockRow(low); err != nil {
 		t.Fatalf("the other transaction: %v", err)
 	}
