@@ -28,6 +28,9 @@ var (
 	ErrNoSchema = errors.New("the database has no tables of the collectors' bus: open the store first, which migrates it (migration 00041)")
 )
 
+// Claim is a node's claim of an instance (Bus.Claims).
+type Claim struct{ Service, Instance, Node string }
+
 // Message is what a subscriber receives.
 type Message struct {
 	Channel string // the logical channel it was published or routed on
@@ -57,6 +60,10 @@ type Bus interface {
 	// another node stays).
 	Claim(ctx context.Context, service, instance string) error
 	Release(ctx context.Context, service, instance string) error
+	// Claims lists the live claims of every node: the node that holds
+	// each claimed instance's connection now. Errors: ErrClosed, the
+	// database's error.
+	Claims(ctx context.Context) ([]Claim, error)
 	// Route sends payload on channel to the subscribers of the node that
 	// holds the instance's connection (this node's own when it is this
 	// one). Errors: ErrNoRoute, ErrInvalid, ErrClosed, the
@@ -258,6 +265,17 @@ func (l *Local) Release(_ context.Context, service, instance string) error {
 	defer l.mu.Unlock()
 	delete(l.claims, [2]string{service, instance})
 	return nil
+}
+
+// Claims lists this node's claims (the only node).
+func (l *Local) Claims(context.Context) ([]Claim, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Claim, 0, len(l.claims))
+	for k := range l.claims {
+		out = append(out, Claim{Service: k[0], Instance: k[1], Node: l.id})
+	}
+	return out, nil
 }
 
 // Route delivers payload to this node's subscribers of channel when the

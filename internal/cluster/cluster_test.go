@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -502,4 +503,37 @@ func TestANodeKnowsWhetherItHasPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, "b no longer counted once stopped", func() bool { return a.Peers() == 0 })
+}
+
+// Claims lists every node's live claims: what a collector that starts
+// reads of the instances connected elsewhere; a node that closes takes
+// its claims with it.
+func TestClaimsListTheLiveClaimsOfEveryNode(t *testing.T) {
+	db := database(t)
+	a, b := open(t, db, "a"), open(t, db, "b")
+	ctx := context.Background()
+	for _, c := range []struct {
+		bus  cluster.Bus
+		inst string
+	}{{a, "i1"}, {b, "i2"}, {b, "i3"}} {
+		if err := c.bus.Claim(ctx, "api", c.inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := a.Claims(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(x, y cluster.Claim) int { return strings.Compare(x.Instance, y.Instance) })
+	want := []cluster.Claim{{"api", "i1", "a"}, {"api", "i2", "b"}, {"api", "i3", "b"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("claims %v, want %v", got, want)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "b's claims gone with its connection", func() bool {
+		got, err := a.Claims(ctx)
+		return err == nil && slices.Equal(got, want[:1])
+	})
 }

@@ -416,6 +416,29 @@ WHERE r.service = $1 AND r.instance = $2`, service, instance).Scan(&node)
 	return p.notify(ctx, p.nodeChan(node), channel, payload)
 }
 
+// Claims lists the live claims of every node: those whose claiming
+// connection is still in pg_stat_activity (as Route finds them).
+func (p *Postgres) Claims(ctx context.Context) ([]Claim, error) {
+	if p.isClosed() {
+		return nil, ErrClosed
+	}
+	rows, err := p.pool.Query(ctx, `
+SELECT r.service, r.instance, r.node FROM cbdash_cluster_routes r
+JOIN pg_stat_activity a ON a.pid = r.pid AND a.backend_start = r.backend_start`)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: claims: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Claim, error) {
+		var c Claim
+		err := row.Scan(&c.Service, &c.Instance, &c.Node)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: claims: %w", err)
+	}
+	return out, nil
+}
+
 func (p *Postgres) isClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -397,7 +397,10 @@ func (f *fleet) run(ctx context.Context) {
 	}
 	start(f.publishLoop)
 	start(f.summaryLoop)
-	start(func(ctx context.Context) { f.subscribe(ctx, chanLive, f.applyLive, f.resyncLive) })
+	start(func(ctx context.Context) {
+		f.seedClaims(ctx)
+		f.subscribe(ctx, chanLive, f.applyLive, f.resyncLive)
+	})
 	start(func(ctx context.Context) { f.subscribe(ctx, chanHolds, f.applyHold, f.resyncHolds) })
 	start(func(ctx context.Context) { f.subscribe(ctx, chanCmd, f.applyCommand, nil) })
 	start(f.runForgets)
@@ -577,7 +580,32 @@ func (f *fleet) resyncLive(ctx context.Context) {
 		f.c.live.Resync(lines)
 	}
 	f.c.live.ResyncSummaries(ibs)
+	f.seedClaims(ctx)
 	f.resyncs.Add(1)
+}
+
+// seedClaims tells live state which collector holds each instance
+// connected elsewhere (cluster.Bus.Claims): the claims made while this
+// collector was down or missed messages, so that an instance that moves
+// here from one is counted once (live.SeedClaims).
+func (f *fleet) seedClaims(ctx context.Context) {
+	if f.solo {
+		return
+	}
+	cs, err := f.bus.Claims(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.c.log.Info("read the other collectors' claims: not now", "err", err)
+		}
+		return
+	}
+	m := make(map[live.Key]string, len(cs))
+	for _, c := range cs {
+		if c.Node != f.bus.NodeID() {
+			m[live.Key{Service: c.Service, Instance: c.Instance}] = c.Node
+		}
+	}
+	f.c.live.SeedClaims(m)
 }
 
 func (f *fleet) applyCommand(_ context.Context, m cluster.Message) {

@@ -167,3 +167,24 @@ func TestAnInstanceThatMovesAwayIsCountedOnce(t *testing.T) {
 	}
 	counted(t, a, "B's next summary", 2, both)
 }
+
+// TestASeededClaimCountsAMovedInstanceOnce: A starts after B claimed x and
+// y (it heard no claim: it reads them, SeedClaims), then x moves to A:
+// A counts x once, as if it had heard B's claim; a claim of an instance
+// served here is not seeded, and a claim heard on the bus is not
+// overwritten by an older one read.
+func TestASeededClaimCountsAMovedInstanceOnce(t *testing.T) {
+	t.Parallel()
+	a, _, _, stored, clk := movedSetup(t)
+	clear(a.claimedBy) // as if A had started after B's claims
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	a.Hello(testHello("api", "z", cfg, nil), 0, nopConn{}, clk.Now(), nil)
+	a.RemoteClaim("C", Key{"api", "w"})
+	a.SeedClaims(map[Key]string{{"api", "x"}: "B", {"api", "y"}: "B", {"api", "z"}: "B", {"api", "w"}: "B"})
+	if a.claimedBy[Key{"api", "z"}] != "" || a.claimedBy[Key{"api", "w"}] != "C" {
+		t.Fatalf("claims %v: z is served here (not seeded), w's heard claim is C's", a.claimedBy)
+	}
+	a.Hello(testHello("api", "x", cfg, nil), 0, nopConn{}, clk.Now(), nil)
+	a.Seed(stored)
+	counted(t, a, "x's hello on A", 3, map[string]int{protocol.StateOpen: 1, protocol.StateClosed: 2})
+}

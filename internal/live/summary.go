@@ -660,6 +660,25 @@ func (l *State) RemoteClaim(from string, k Key) {
 	l.forgetLocked(k)
 }
 
+// SeedClaims records, of each instance in claims not served here and of
+// no claim heard on the bus yet, the collector that claimed it (its
+// value): what a collector that starts, or missed messages, reads of the
+// claims made before, so that an instance that then moves here is taken
+// out of that collector's summary (moved.go) as if its claim had been
+// heard.
+func (l *State) SeedClaims(claims map[Key]string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, from := range claims {
+		if inst := l.instances[k]; inst != nil && (inst.sess != nil || inst.pull) {
+			continue
+		}
+		if _, heard := l.claimedBy[k]; !heard {
+			l.claimedBy[k] = from
+		}
+	}
+}
+
 // KeepSources drops the parts of the collectors not in alive (those
 // listening on the bus) received more than grace ago: a collector that
 // died (kill -9) has its instances reconnect elsewhere within a second,
