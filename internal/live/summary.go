@@ -506,7 +506,7 @@ func (d *dep) remotePart(from string) *remotePart {
 // parts while its last minute has not slid out at now (a store's part
 // has no counts of its own: it is not kept).
 func (d *dep) fade(from string, p *remotePart, now time.Time) {
-	if p.store || now.Sub(p.at) >= partSpan(p) {
+	if p.store || now.Sub(p.at) >= recentSeconds*time.Second {
 		return
 	}
 	if d.fading == nil {
@@ -523,7 +523,7 @@ func (d *dep) sweepFading(now time.Time) bool {
 		return false
 	}
 	for from, p := range d.fading {
-		if now.Sub(p.at) >= partSpan(p) {
+		if now.Sub(p.at) >= recentSeconds*time.Second {
 			delete(d.fading, from)
 		}
 	}
@@ -534,8 +534,10 @@ func (d *dep) sweepFading(now time.Time) bool {
 func partSpan(p *remotePart) time.Duration { return time.Duration(max(p.s.Span, 1)) * time.Second }
 
 // addFading adds to counts and hist what d's fading parts still count
-// at now: each part's last minute scaled by the share of it not slid out
-// yet (1 - age/span: steady traffic leaves the window at that pace), so
+// at now: each part's counts (spread over its span before it was sent)
+// scaled by the share of them still within the last minute
+// ((60 s - age) / span, at most 1: steady traffic leaves the window at
+// that pace), so
 // that the calls of a collector that died do not vanish from the
 // dependency's one-minute rates at once, while its instances, reconnected
 // here, count from their first report. It returns the longest span of
@@ -543,7 +545,7 @@ func partSpan(p *remotePart) time.Duration { return time.Duration(max(p.s.Span, 
 func (d *dep) addFading(now time.Time, counts *protocol.Counts, hist []int64) (span int64) {
 	for _, p := range d.fading {
 		ps := partSpan(p)
-		f := 1 - float64(now.Sub(p.at))/float64(ps)
+		f := min(1, float64(recentSeconds*time.Second-now.Sub(p.at))/float64(ps))
 		if f <= 0 {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cbdash/cbdash"
+	"github.com/cbdash/cbdash/internal/clocktest"
 	"github.com/cbdash/cbdash/sdk/protocol"
 )
 
@@ -287,5 +288,30 @@ func TestAShortPartIsNotExtrapolatedIntoTheRates(t *testing.T) {
 	d, _ := a.Dependency(k)
 	if want := (1200.0 + 50) / 60; !near(d.RequestRate, want) || d.Recent.Admitted != 1250 {
 		t.Fatalf("%s; want %.2f calls/s (1,250 calls over the minute), not 20 + 10", brief(d), want)
+	}
+}
+
+// A part whose counts span less than a minute (its collector had the
+// dependency's calls for 20 s) keeps them whole until they start to
+// leave the minute (40 s after), then fades them out by 60 s: they were
+// made in the 20 s before it was sent, not spread over a minute.
+func TestAYoungPartFadesAsItsSecondsLeaveTheMinute(t *testing.T) {
+	t.Parallel()
+	a, clk := newTestLive(t)
+	k := cbdash.DependencyKey{Service: "api", Breaker: "db"}
+	cfg := protocol.BreakerConfig{Name: "db", WindowKind: "count", WindowSize: 100, FailureRateThreshold: 50, MinimumCalls: 10}
+	a.Hello(testHello("api", "a1", cfg, nil), 0, nil, clk.Now(), nil)
+	a.ApplySummary("B", Summary{DependencyKey: k, Instances: 2, ByState: map[string]int{protocol.StateClosed: 2}, Span: 20,
+		Recent: protocol.Counts{Admitted: 400, Successes: 400}})
+	a.KeepSources(nil, 0) // B left the bus
+	for _, c := range []struct {
+		after time.Duration
+		calls int64
+	}{{10 * time.Second, 400}, {40 * time.Second, 400}, {50 * time.Second, 200}, {60 * time.Second, 0}} {
+		clk.Set(clocktest.Noon().Add(c.after))
+		a.Sweep()
+		if d, _ := a.Dependency(k); d.Recent.Admitted != c.calls {
+			t.Fatalf("%v after B's last summary: %d calls in the minute, want %d", c.after, d.Recent.Admitted, c.calls)
+		}
 	}
 }
